@@ -1,0 +1,247 @@
+"""Distributed training algorithms as per-worker (init, step) pairs.
+
+Each factory validates its hyperparameters in Python and returns an
+:class:`Algorithm`: pure functions written for ONE worker, which use collectives
+over ``axis_name`` (default :data:`easgd.workers.WORKER_AXES`) to talk to the
+others. ``easgd.workers.map_workers`` runs them over all workers; nothing here
+compiles or places anything.
+
+State is split in two:
+  worker state  one value per worker (EASGD: the worker's parameters x^i and its
+                local optimizer state);
+  shared state  one value for all workers, kept identical on every device
+                because it is only ever updated from all-reduced quantities
+                (EASGD: the center x~ and the step counter).
+
+Algorithms here:
+  :func:`easgd`      synchronous EASGD, eq. (5)-(6), communication period tau.
+  :func:`pmean_sgd`  data-parallel synchronous SGD, gradients averaged with
+                     ``lax.pmean`` every step (the baseline).
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax import lax
+
+from easgd import elastic
+from easgd.workers import WORKER_AXES
+
+Params = Any
+LossFn = Callable[[Params, Any, jax.Array], jax.Array]
+"""``loss_fn(params, batch, key) -> float32 scalar``: mean loss of one worker's
+mini-batch; ``key`` is this worker's key for this step (dropout etc.)."""
+
+
+class Communication(NamedTuple):
+  """Communication of one worker, counted over a number of steps.
+
+  Attributes:
+    all_reduces: number of all-reduces the worker took part in.
+    bytes: payload bytes the worker contributed to them (the size of the
+      reduced buffers; what a ring all-reduce puts on the wire is
+      2 (p - 1) / p times this).
+  """
+  all_reduces: int
+  bytes: int
+
+
+class Algorithm(NamedTuple):
+  """A distributed algorithm written for one worker.
+
+  Attributes:
+    name: short name, e.g. ``"easgd"``.
+    init: ``init(params) -> (worker_state, shared_state)`` for ONE worker from
+      the common initial parameters (every worker gets the same values).
+    step: ``step(worker_state, shared_state, batch, key) -> (worker_state,
+      shared_state, loss)``, per worker, inside a mapping that binds the
+      algorithm's axis name. ``key`` is the run's base key (the same for all);
+      the step derives the worker's own key from it. ``loss`` is the worker's
+      mini-batch loss at its parameters before the step (float32 scalar).
+    center: ``center(shared_state) -> params``, the model the method evaluates.
+    worker_params: ``worker_params(worker_state, shared_state) -> params``.
+    communication: ``communication(num_steps, param_bytes) -> Communication``,
+      the per-worker count over the first ``num_steps`` steps.
+    hyperparameters: resolved hyperparameters, for logs.
+  """
+  name: str
+  init: Callable
+  step: Callable
+  center: Callable
+  worker_params: Callable
+  communication: Callable
+  hyperparameters: dict
+
+
+def worker_key(key: jax.Array, step, axis_name=WORKER_AXES) -> jax.Array:
+  """This worker's key at ``step``: fold_in(fold_in(key, step), worker index)."""
+  return jax.random.fold_in(jax.random.fold_in(key, step),
+                            lax.axis_index(axis_name))
+
+
+def _local_optimizer(optimizer, learning_rate):
+  if optimizer is not None:
+    if not isinstance(optimizer, optax.GradientTransformation):
+      raise TypeError(f"optimizer must be an optax.GradientTransformation, "
+                      f"got {type(optimizer).__name__}")
+    return optimizer
+  if learning_rate is None:
+    raise elastic.HyperparameterError(
+        "give an optimizer (optax.GradientTransformation) or a learning_rate "
+        "for plain SGD")
+  if (isinstance(learning_rate, numbers.Real) and
+      not (learning_rate > 0 and learning_rate < float("inf"))):
+    raise elastic.HyperparameterError(
+        f"learning_rate must be a finite real > 0, got {learning_rate!r}")
+  return optax.sgd(learning_rate)
+
+
+class EASGDWorker(NamedTuple):
+  """Per-worker state of EASGD: parameters x^i and local optimizer state."""
+  params: Params
+  opt_state: Any
+
+
+class EASGDShared(NamedTuple):
+  """Shared state of EASGD: the center x~ and the common worker clock t."""
+  center: Params
+  step: jax.Array  # int32 scalar, the number of steps taken
+
+
+def easgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
+          *, num_workers: int, tau: int = 1, alpha: float | None = None,
+          beta: float | None = None, learning_rate: float | None = None,
+          axis_name=WORKER_AXES) -> Algorithm:
+  """Synchronous Elastic Averaging SGD with communication period tau.
+
+  Each worker i takes the local optimizer's step at its own parameters; on steps
+  where tau divides the clock t (t = 0, tau, 2 tau, ...) it also feels the
+  elastic force and the center moves by the sum of the opposite forces:
+
+      x^i_{t+1} = x^i_t + u^i_t - alpha (x^i_t - x~_t)       [exchange steps]
+      x~_{t+1}  = x~_t + alpha sum_i (x^i_t - x~_t)           [exchange steps]
+      x^i_{t+1} = x^i_t + u^i_t,  x~_{t+1} = x~_t             [other steps]
+
+  with u^i_t the optimizer's update (plain SGD: u = -eta g^i_t(x^i_t)). The
+  local optimizer state stays per worker; it receives the worker's own params.
+
+  Args:
+    loss_fn: ``loss_fn(params, batch, key) -> scalar`` (see :data:`LossFn`).
+    optimizer: the local optimizer; default ``optax.sgd(learning_rate)``.
+    num_workers: number of workers p (for beta -> alpha and validation).
+    tau: communication period in local steps, integer >= 1.
+    alpha: moving rate; or give ``beta`` = num_workers * alpha (paper: 0.9).
+    beta: center moving rate; alpha = beta / num_workers.
+    learning_rate: eta of the default plain-SGD optimizer (> 0).
+    axis_name: mapped axis enumerating all workers.
+
+  Returns:
+    An :class:`Algorithm` named ``"easgd"``.
+
+  Raises:
+    HyperparameterError (a ValueError): tau < 1 or not an integer; alpha or beta
+      negative, both or neither given; num_workers < 1; learning_rate <= 0.
+    TypeError: optimizer is not an optax.GradientTransformation.
+
+  Example:
+    >>> algo = easgd(loss_fn, optax.sgd(0.1), num_workers=4, tau=4, beta=0.9)
+
+  References:
+    Zhang, Choromanska, LeCun (2015), eq. (5)-(6) and Algorithm 1.
+  """
+  tau = elastic.check_tau(tau)
+  alpha = elastic.resolve_alpha(num_workers, alpha, beta)
+  optimizer = _local_optimizer(optimizer, learning_rate)
+
+  def init(params):
+    return (EASGDWorker(params, optimizer.init(params)),
+            EASGDShared(params, jnp.zeros((), jnp.int32)))
+
+  def step(worker, shared, batch, key):
+    key = worker_key(key, shared.step, axis_name)
+    loss, grads = jax.value_and_grad(loss_fn)(worker.params, batch, key)
+    updates, opt_state = optimizer.update(grads, worker.opt_state, worker.params)
+    params, center = elastic.easgd_update(
+        worker.params, updates, shared.center, alpha,
+        elastic.is_exchange_step(shared.step, tau), axis_name)
+    return (EASGDWorker(params, opt_state), EASGDShared(center, shared.step + 1),
+            loss)
+
+  def communication(num_steps, param_bytes):
+    exchanges = -(-int(num_steps) // tau)  # steps t < num_steps with tau | t
+    return Communication(exchanges, exchanges * int(param_bytes))
+
+  return Algorithm(
+      name="easgd", init=init, step=step,
+      center=lambda shared: shared.center,
+      worker_params=lambda worker, shared: worker.params,
+      communication=communication,
+      hyperparameters=dict(num_workers=int(num_workers), tau=tau, alpha=alpha,
+                           beta=alpha * num_workers))
+
+
+class PmeanShared(NamedTuple):
+  """Shared state of data-parallel SGD: the one model, its optimizer state."""
+  params: Params
+  opt_state: Any
+  step: jax.Array
+
+
+def pmean_sgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
+              *, learning_rate: float | None = None,
+              axis_name=WORKER_AXES) -> Algorithm:
+  """Synchronous data-parallel SGD: gradients averaged over workers every step.
+
+      g_t = (1/p) sum_i g^i_t(x_t)          (lax.pmean, one all-reduce per step)
+      x_{t+1} = x_t + optimizer_update(g_t)
+
+  All workers hold the same model (it is shared state). With p workers of batch
+  B and a loss that is a mean over the batch this is exactly one worker with
+  batch p * B (up to float summation order).
+
+  Args:
+    loss_fn: ``loss_fn(params, batch, key) -> scalar`` (mean over the batch).
+    optimizer: the optimizer; default ``optax.sgd(learning_rate)``.
+    learning_rate: eta of the default plain-SGD optimizer (> 0).
+    axis_name: mapped axis enumerating all workers.
+
+  Returns:
+    An :class:`Algorithm` named ``"pmean_sgd"``.
+
+  Raises:
+    HyperparameterError: learning_rate <= 0 or missing without an optimizer.
+    TypeError: optimizer is not an optax.GradientTransformation.
+
+  References:
+    The synchronous baseline of the paper's Section 5 discussion; Dean et al.
+    (2012) for the data-parallel setting.
+  """
+  optimizer = _local_optimizer(optimizer, learning_rate)
+
+  def init(params):
+    return (), PmeanShared(params, optimizer.init(params), jnp.zeros((), jnp.int32))
+
+  def step(worker, shared, batch, key):
+    key = worker_key(key, shared.step, axis_name)
+    loss, grads = jax.value_and_grad(loss_fn)(shared.params, batch, key)
+    grads = lax.pmean(grads, axis_name)
+    updates, opt_state = optimizer.update(grads, shared.opt_state, shared.params)
+    params = optax.apply_updates(shared.params, updates)
+    return worker, PmeanShared(params, opt_state, shared.step + 1), loss
+
+  def communication(num_steps, param_bytes):
+    return Communication(int(num_steps), int(num_steps) * int(param_bytes))
+
+  return Algorithm(
+      name="pmean_sgd", init=init, step=step,
+      center=lambda shared: shared.params,
+      worker_params=lambda worker, shared: shared.params,
+      communication=communication, hyperparameters={})
+
+
+ALGORITHMS = ("easgd", "pmean_sgd")

@@ -1,0 +1,218 @@
+"""The elastic-averaging update rules of EASGD as pure pytree functions.
+
+Everything in this module is the paper's arithmetic and nothing else: no data, no
+models, no device placement, no ``jit``. The functions take parameter pytrees
+(any nesting of arrays; shapes and dtypes are preserved leaf by leaf) and, where
+workers must talk, a named mapped axis over which they all-reduce. Callers
+(``easgd.algorithms``) decide how to compile and place them.
+
+Notation (``../paper_notes`` and the paper, Section 3):
+  x^i     parameters of worker i (``params``)
+  x~      center variable (``center``)
+  alpha   moving rate, alpha = eta * rho (``alpha``)
+  beta    center moving rate, beta = p * alpha (``beta``)
+  tau     communication period (``tau``)
+
+References:
+  S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging SGD.
+  NeurIPS 2015 (arXiv:1412.6651).
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any, Hashable, Sequence
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+Params = Any  # a pytree of arrays
+AxisName = Hashable | Sequence[Hashable]
+
+
+class HyperparameterError(ValueError):
+  """A hyperparameter of an update rule is outside its allowed range."""
+
+
+def _is_real(value) -> bool:
+  return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_tau(tau) -> int:
+  """Checks the communication period and returns it as an int.
+
+  Args:
+    tau: communication period in local steps; an integer >= 1.
+
+  Returns:
+    ``int(tau)``.
+
+  Raises:
+    HyperparameterError: if ``tau`` is not an integer >= 1.
+  """
+  if isinstance(tau, bool) or not isinstance(tau, numbers.Integral) or tau < 1:
+    raise HyperparameterError(
+        f"tau (communication period) must be an integer >= 1, got {tau!r}")
+  return int(tau)
+
+
+def resolve_alpha(num_workers: int, alpha: float | None = None,
+                  beta: float | None = None) -> float:
+  """Returns the moving rate alpha from either alpha or beta = num_workers * alpha.
+
+  The paper (Section 3, "elastic symmetry") ties the center's moving rate to the
+  workers': beta = p * alpha. Its experiments fix beta = 0.9, so alpha = 0.9 / p.
+  Exactly one of ``alpha`` and ``beta`` must be given. There is no division by
+  tau anywhere: alpha is the pull applied at each exchange.
+
+  Args:
+    num_workers: number of workers p; an integer >= 1.
+    alpha: moving rate of each worker, a real >= 0.
+    beta: moving rate of the center, a real >= 0.
+
+  Returns:
+    alpha as a Python float.
+
+  Raises:
+    HyperparameterError: if both or neither of alpha and beta are given, if
+      either is negative or not finite, or if num_workers is not an integer >= 1.
+  """
+  if (isinstance(num_workers, bool) or not isinstance(num_workers, numbers.Integral)
+      or num_workers < 1):
+    raise HyperparameterError(
+        f"num_workers must be an integer >= 1, got {num_workers!r}")
+  if (alpha is None) == (beta is None):
+    raise HyperparameterError(
+        f"give exactly one of alpha and beta (beta = num_workers * alpha), "
+        f"got alpha={alpha!r}, beta={beta!r}")
+  name, value = ("alpha", alpha) if alpha is not None else ("beta", beta)
+  if not _is_real(value) or not value >= 0 or value == float("inf"):
+    raise HyperparameterError(
+        f"{name} must be a finite real >= 0, got {value!r}")
+  return float(alpha) if alpha is not None else float(beta) / num_workers
+
+
+def is_exchange_step(clock, tau):
+  """True where the worker clock is a multiple of tau (clock 0 exchanges).
+
+  Args:
+    clock: int32 scalar or array, the worker's local step count t^i (from 0).
+    tau: communication period (int or traced int32 scalar), >= 1.
+
+  Returns:
+    A bool array of the shape of ``clock``.
+
+  References:
+    Algorithm 1 and 2 of the paper ("if tau divides t^i").
+  """
+  return jnp.asarray(clock) % tau == 0
+
+
+def elastic_difference(params: Params, center: Params, alpha) -> Params:
+  """The elastic force alpha * (x^i - x~), leaf by leaf.
+
+  Args:
+    params: worker parameters x^i, a pytree of float arrays.
+    center: center variable x~, a pytree of the same structure, shapes, dtypes.
+    alpha: moving rate (float or traced scalar).
+
+  Returns:
+    A pytree like ``params``: alpha * (x^i - x~).
+
+  References:
+    Eq. (5)-(6) and Algorithm 1 of the paper.
+  """
+  return jax.tree.map(lambda x, c: (alpha * (x - c)).astype(x.dtype),
+                      params, center)
+
+
+def tree_sub(a: Params, b: Params) -> Params:
+  """Leafwise a - b."""
+  return jax.tree.map(lambda x, y: x - y, a, b)
+
+
+def tree_add(a: Params, b: Params) -> Params:
+  """Leafwise a + b."""
+  return jax.tree.map(lambda x, y: x + y, a, b)
+
+
+def elastic_exchange(params: Params, center: Params, alpha,
+                     axis_name: AxisName) -> tuple[Params, Params]:
+  """One synchronous elastic exchange between every worker and the center.
+
+  Every worker computes its elastic difference d^i = alpha * (x^i - x~) from the
+  values it holds now; the worker moves by -d^i and the center by the SUM over
+  workers of d^i (one all-reduce of a parameter-sized tree):
+
+      x^i <- x^i - alpha * (x^i - x~)
+      x~  <- x~  + alpha * sum_i (x^i - x~)  =  (1 - beta) x~ + beta mean_i x^i
+
+  Must be called inside a mapped context (vmap/pmap/shard_map) that binds
+  ``axis_name``; the returned center is identical on every worker.
+
+  Args:
+    params: this worker's parameters x^i (a pytree).
+    center: the center x~ (same structure), the same value on all workers.
+    alpha: moving rate, float >= 0 or traced scalar.
+    axis_name: the mapped axis (or tuple of axes) that enumerates all workers.
+
+  Returns:
+    ``(new_params, new_center)``.
+
+  References:
+    Eq. (5)-(6) (elastic terms only) of the paper.
+  """
+  diff = elastic_difference(params, center, alpha)
+  return tree_sub(params, diff), tree_add(center, lax.psum(diff, axis_name))
+
+
+def easgd_update(params: Params, updates: Params, center: Params, alpha, exchange,
+                 axis_name: AxisName) -> tuple[Params, Params]:
+  """Synchronous EASGD step with communication period tau (eq. 5-6).
+
+  With ``updates`` the local optimizer's step computed at x^i_t (for plain SGD,
+  ``updates = -eta * g^i_t(x^i_t)``):
+
+      on exchange steps (tau divides the clock):
+        x^i_{t+1} = x^i_t + updates - alpha * (x^i_t - x~_t)               (5)
+        x~_{t+1}  = x~_t + alpha * sum_i (x^i_t - x~_t)                     (6)
+      otherwise:
+        x^i_{t+1} = x^i_t + updates,        x~_{t+1} = x~_t
+
+  Both updates read the time-t values. The exchange is a ``lax.cond`` on an
+  unbatched ``exchange`` flag, so the all-reduce runs only on exchange steps.
+  ``exchange`` must be the same on every worker (a shared clock); if it is
+  batched under ``vmap`` the cond becomes a select and the all-reduce runs every
+  step (still correct, no longer communication-saving).
+
+  Args:
+    params: worker parameters x^i_t (pytree of float arrays).
+    updates: local optimizer update at x^i_t, same structure as ``params``.
+    center: center x~_t, same structure, identical on all workers.
+    alpha: moving rate (float or traced scalar) >= 0.
+    exchange: bool scalar, True on steps where tau divides the clock
+      (see :func:`is_exchange_step`).
+    axis_name: mapped axis (or tuple of axes) enumerating all workers.
+
+  Returns:
+    ``(params_{t+1}, center_{t+1})``.
+
+  References:
+    Eq. (5)-(6) of the paper, with the communication period of Algorithm 1.
+  """
+  def exchange_branch(_):
+    pulled, new_center = elastic_exchange(params, center, alpha, axis_name)
+    return tree_add(pulled, updates), new_center
+
+  def local_branch(_):
+    return tree_add(params, updates), center
+
+  return lax.cond(exchange, exchange_branch, local_branch, None)
+
+
+def tree_l2_distance(a: Params, b: Params) -> jax.Array:
+  """Euclidean norm ||a - b||_2 over all leaves (float32 scalar)."""
+  sq = [jnp.sum(jnp.square((x - y).astype(jnp.float32)))
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))]
+  return jnp.sqrt(sum(sq)) if sq else jnp.float32(0)
