@@ -1,0 +1,20 @@
+"""easgd: Elastic Averaging SGD (Zhang, Choromanska & LeCun, NeurIPS 2015) on JAX.
+
+Where things live:
+  easgd.elastic     the update rules (eq. 5-6), pure pytree functions
+  easgd.algorithms  per-worker (init, step) pairs: EASGD, pmean SGD
+  easgd.workers     the worker mapping (pmap over devices of vmap over workers)
+  easgd.trainer     train_and_evaluate(config, workdir)
+  easgd.compare     several algorithms on one data budget, plot + table
+  easgd.data, easgd.models, easgd.config, easgd.cli
+"""
+
+from easgd.algorithms import Algorithm, Communication, easgd, pmean_sgd
+from easgd.config import ConfigError, TrainConfig
+from easgd.elastic import (HyperparameterError, easgd_update, elastic_difference,
+                           elastic_exchange, resolve_alpha)
+from easgd.compare import compare
+from easgd.trainer import train_and_evaluate
+from easgd.workers import WORKER_AXES, make_layout, map_workers
+
+__version__ = "0.1.0"

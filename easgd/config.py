@@ -1,0 +1,197 @@
+"""Run configuration: one frozen dataclass, every field with its unit, validated.
+
+:meth:`TrainConfig.validate` checks every value in plain Python, before any data
+is loaded or anything is compiled, and raises :class:`ConfigError` (a
+``ValueError``) with a one-line message naming the field, the value and what is
+allowed. The CLI turns it into ``easgd: error: ...`` and exit status 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import numbers
+from typing import Any
+
+from easgd.algorithms import ALGORITHMS
+from easgd.data import DATASETS
+from easgd.models import MODELS
+
+OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw")
+SCHEDULES = ("constant", "cosine", "step")
+
+
+class ConfigError(ValueError):
+  """A configuration value is outside its allowed range."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  """Everything a training run depends on.
+
+  Attributes:
+    algorithm: "easgd" or "pmean_sgd".
+    dataset: "mnist1d" (generated locally; the default), "fashion_mnist"
+      (Debian's IDX files), or "digits" (scikit-learn's 8x8 digits).
+    data_dir: directory of the Fashion-MNIST IDX files; None for the Debian
+      location /usr/share/datasets/fashion-mnist.
+    model: "cnn" or "mlp".
+    num_workers: number of workers p.
+    num_devices: devices to spread the workers over (must divide num_workers);
+      None = the largest available count that divides num_workers.
+    global_batch_size: examples per step summed over all workers; each worker
+      takes global_batch_size / num_workers.
+    num_epochs: passes over the training set (integer).
+    learning_rate: peak local step size eta (per step of a worker).
+    lr_schedule: "constant", "cosine" (to 0 at the end) or "step" (times
+      lr_decay_factor at each epoch of lr_decay_epochs).
+    warmup_epochs: linear warm-up from 0, in epochs.
+    lr_decay_epochs: epochs at which the "step" schedule decays.
+    lr_decay_factor: multiplier of the "step" schedule, in (0, 1].
+    optimizer: local optimizer: "sgd", "momentum" (heavy ball), "nesterov",
+      "adam", "adamw".
+    momentum: momentum coefficient for "momentum"/"nesterov", in [0, 1).
+    weight_decay: L2 coefficient (added to the gradient; decoupled for adamw).
+    tau: EASGD communication period, in local steps (>= 1).
+    alpha: EASGD moving rate; give alpha or beta, not both.
+    beta: EASGD center moving rate, beta = num_workers * alpha (paper: 0.9).
+    seed: seeds the initial parameters, the data order and the worker keys.
+    eval_every_epochs: evaluate the center every this many epochs (and last).
+    eval_batch_size: test examples per worker per evaluation batch.
+    progress: show a progress bar.
+  """
+  algorithm: str = "easgd"
+  dataset: str = "mnist1d"
+  data_dir: str | None = None
+  model: str = "cnn"
+  num_workers: int = 4
+  num_devices: int | None = None
+  global_batch_size: int = 128
+  num_epochs: int = 20
+  learning_rate: float = 0.05
+  lr_schedule: str = "constant"
+  warmup_epochs: float = 0.0
+  lr_decay_epochs: tuple[float, ...] = ()
+  lr_decay_factor: float = 0.1
+  optimizer: str = "sgd"
+  momentum: float = 0.0
+  weight_decay: float = 0.0
+  tau: int = 4
+  alpha: float | None = None
+  beta: float | None = 0.9
+  seed: int = 0
+  eval_every_epochs: int = 1
+  eval_batch_size: int = 500
+  progress: bool = True
+
+  def replace(self, **changes) -> "TrainConfig":
+    """A copy with ``changes``; unknown field names raise ConfigError."""
+    names = {f.name for f in dataclasses.fields(self)}
+    unknown = sorted(set(changes) - names)
+    if unknown:
+      raise ConfigError(f"unknown config field(s) {unknown}; allowed: {sorted(names)}")
+    if "alpha" in changes and changes["alpha"] is not None and "beta" not in changes:
+      changes["beta"] = None  # alpha given: it replaces the default beta
+    return dataclasses.replace(self, **changes)
+
+  @property
+  def per_worker_batch_size(self) -> int:
+    return self.global_batch_size // self.num_workers
+
+  @property
+  def resolved_alpha(self) -> float:
+    """alpha, or beta / num_workers when beta is given."""
+    return self.alpha if self.alpha is not None else self.beta / self.num_workers
+
+  def validate(self) -> "TrainConfig":
+    """Checks every field; returns self.
+
+    Raises:
+      ConfigError: naming the first bad field, its value and what is allowed.
+    """
+    _choice("algorithm", self.algorithm, ALGORITHMS)
+    _choice("dataset", self.dataset, DATASETS)
+    _choice("model", self.model, MODELS)
+    _choice("optimizer", self.optimizer, OPTIMIZERS)
+    _choice("lr_schedule", self.lr_schedule, SCHEDULES)
+    _int("num_workers", self.num_workers, 1)
+    if self.num_devices is not None:
+      _int("num_devices", self.num_devices, 1)
+      if self.num_workers % self.num_devices:
+        raise ConfigError(
+            f"num_workers={self.num_workers} is not a multiple of num_devices="
+            f"{self.num_devices}; allowed: a multiple of the devices used")
+    _int("global_batch_size", self.global_batch_size, 1)
+    if self.global_batch_size % self.num_workers:
+      raise ConfigError(
+          f"global_batch_size={self.global_batch_size} does not split over "
+          f"num_workers={self.num_workers}; allowed: a multiple of {self.num_workers}")
+    _int("num_epochs", self.num_epochs, 1)
+    _real("learning_rate", self.learning_rate, 0, open_low=True)
+    _real("warmup_epochs", self.warmup_epochs, 0)
+    if self.warmup_epochs >= self.num_epochs and self.warmup_epochs > 0:
+      raise ConfigError(f"warmup_epochs={self.warmup_epochs} must be less than "
+                        f"num_epochs={self.num_epochs}")
+    for e in self.lr_decay_epochs:
+      _real("lr_decay_epochs entry", e, 0, open_low=True)
+    _real("lr_decay_factor", self.lr_decay_factor, 0, 1, open_low=True)
+    _real("momentum", self.momentum, 0, 1, open_high=True)
+    _real("weight_decay", self.weight_decay, 0)
+    _int("tau", self.tau, 1, what="communication period")
+    if (self.alpha is None) == (self.beta is None):
+      raise ConfigError(f"give exactly one of alpha and beta (beta = num_workers * "
+                        f"alpha), got alpha={self.alpha!r}, beta={self.beta!r}")
+    if self.alpha is not None:
+      _real("alpha", self.alpha, 0)
+    else:
+      _real("beta", self.beta, 0)
+    _int("seed", self.seed, 0)
+    _int("eval_every_epochs", self.eval_every_epochs, 1)
+    _int("eval_batch_size", self.eval_batch_size, 1)
+    return self
+
+  def to_dict(self) -> dict[str, Any]:
+    """The fields plus resolved values (alpha, per-worker batch), JSON-ready."""
+    d = dataclasses.asdict(self)
+    d["lr_decay_epochs"] = list(self.lr_decay_epochs)
+    d["resolved_alpha"] = self.resolved_alpha
+    d["resolved_beta"] = self.resolved_alpha * self.num_workers
+    d["per_worker_batch_size"] = self.per_worker_batch_size
+    return d
+
+  @classmethod
+  def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
+    """Inverse of :meth:`to_dict` (resolved values are ignored)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    kw = {k: v for k, v in d.items() if k in names}
+    if "lr_decay_epochs" in kw:
+      kw["lr_decay_epochs"] = tuple(kw["lr_decay_epochs"])
+    return cls(**kw)
+
+  def to_json(self) -> str:
+    return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+def _choice(name, value, allowed):
+  if value not in allowed:
+    raise ConfigError(f"unknown {name} {value!r}; allowed: {', '.join(allowed)}")
+
+
+def _int(name, value, low, what=None):
+  label = f"{name} ({what})" if what else name
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+    raise ConfigError(f"{label} must be an integer >= {low}, got {value!r}")
+
+
+def _real(name, value, low, high=None, open_low=False, open_high=False):
+  ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and \
+      math.isfinite(value)
+  if ok:
+    ok = (value > low if open_low else value >= low)
+    if high is not None:
+      ok = ok and (value < high if open_high else value <= high)
+  if not ok:
+    lo = f"{'(' if open_low else '['}{low}"
+    hi = f"{high}{')' if open_high else ']'}" if high is not None else "inf)"
+    raise ConfigError(f"{name} must be a finite real in {lo}, {hi}, got {value!r}")
