@@ -68,8 +68,8 @@ class TrainConfig:
   num_workers: int = 4
   num_devices: int | None = None
   global_batch_size: int = 128
-  num_epochs: int = 20
-  learning_rate: float = 0.05
+  num_epochs: int = 40
+  learning_rate: float = 0.1
   lr_schedule: str = "constant"
   warmup_epochs: float = 0.0
   lr_decay_epochs: tuple[float, ...] = ()

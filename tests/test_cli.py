@@ -1,0 +1,76 @@
+"""The command line: bad input gets one line naming the value, exit status 2."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from easgd import cli
+
+BAD_INPUTS = [
+    (["--tau", "0"], "tau (communication period) must be an integer >= 1, got 0"),
+    (["--alpha", "-0.1"], "alpha must be a finite real in [0, inf), got -0.1"),
+    (["--beta", "-1"], "beta must be a finite real in [0, inf), got -1.0"),
+    (["--num-workers", "6", "--num-devices", "4"],
+     "num_workers=6 is not a multiple of num_devices=4"),
+    (["--num-workers", "64", "--num-devices", "64"], "num_devices=64 but only"),
+    (["--global-batch-size", "130", "--num-workers", "4"],
+     "global_batch_size=130 does not split over num_workers=4"),
+    (["--dataset", "fashion_mnist", "--data-dir", "{empty}"], "{empty}"),
+    (["--dataset", "cifar100"], "unknown dataset 'cifar100'; allowed: mnist1d"),
+    (["--model", "resnet"], "unknown model 'resnet'; allowed: mlp, cnn"),
+    (["--learning-rate", "-1"], "learning_rate must be a finite real in (0, inf)"),
+    (["--tau", "two"], "argument --tau: invalid int value: 'two'"),
+    (["--algorithm", "adam"], "unknown algorithm 'adam'"),
+]
+
+
+@pytest.mark.parametrize("flags,message", BAD_INPUTS)
+def test_bad_input_is_one_line_and_exit_2(flags, message, tmp_path, capsys):
+  empty = tmp_path / "empty"
+  empty.mkdir()
+  flags = [f.format(empty=empty) for f in flags]
+  with pytest.raises(SystemExit) as exit_info:
+    sys.exit(cli.main(["train", "--workdir", str(tmp_path / "run"), *flags]))
+  assert exit_info.value.code == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and err.startswith("easgd: error: ")
+  assert message.format(empty=empty) in err
+  assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_cli_process_prints_no_traceback(tmp_path):
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  for flags in (["--tau", "0"], ["--dataset", "fashion_mnist", "--data-dir", str(tmp_path)]):
+    proc = subprocess.run([sys.executable, "-m", "easgd.cli", "train", "--workdir",
+                           str(tmp_path / "run"), *flags],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("easgd: error: ")
+    assert proc.stdout == ""
+
+
+def test_config_file_and_train_end_to_end(tmp_path, capsys):
+  cfg = tmp_path / "cfg.py"
+  cfg.write_text("from easgd import TrainConfig\n"
+                 "def get_config():\n"
+                 "  return TrainConfig(dataset='digits', model='mlp', num_epochs=1,\n"
+                 "                     global_batch_size=64, progress=False)\n")
+  code = cli.main(["train", "--config", str(cfg), "--workdir", str(tmp_path / "r"),
+                   "--tau", "2", "--num-devices", "2"])
+  assert code == 0
+  out = capsys.readouterr().out
+  assert '"tau": 2' in out and "2 device(s) x 2 vmapped" in out
+  assert (tmp_path / "r" / "summary.json").exists()
+  # a second run into the same workdir is refused, the first run kept
+  before = (tmp_path / "r" / "summary.json").read_text()
+  code = cli.main(["train", "--config", str(cfg), "--workdir", str(tmp_path / "r")])
+  assert code == 2 and "already holds a run" in capsys.readouterr().err
+  assert (tmp_path / "r" / "summary.json").read_text() == before
+
+
+def test_missing_config_file(tmp_path, capsys):
+  assert cli.main(["train", "--config", str(tmp_path / "nope.py"),
+                   "--workdir", str(tmp_path)]) == 2
+  assert "config file" in capsys.readouterr().err
