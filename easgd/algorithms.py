@@ -101,6 +101,31 @@ def _local_optimizer(optimizer, learning_rate):
   return optax.sgd(learning_rate)
 
 
+def reset_optimizer_state(optimizer: optax.GradientTransformation, opt_state,
+                          params: Params, reset):
+  """``optimizer.init(params)`` where ``reset`` is True, else ``opt_state``.
+
+  Every part of the state is re-initialised (moments, Adam's bias-correction
+  count, momentum traces) except ``optax.ScaleByScheduleState`` nodes, so that
+  a learning-rate schedule keeps its position in the run.
+
+  Args:
+    optimizer: the local optimizer.
+    opt_state: its current state.
+    params: the parameters to initialise from (shapes and dtypes only, for
+      the optimizers in Optax).
+    reset: bool scalar (may be traced or batched).
+
+  Returns:
+    A state of the structure of ``opt_state``.
+  """
+  is_schedule = lambda node: isinstance(node, optax.ScaleByScheduleState)
+  fresh = jax.tree.map(lambda new, old: old if is_schedule(new) else new,
+                       optimizer.init(params), opt_state, is_leaf=is_schedule)
+  return jax.tree.map(lambda new, old: jnp.where(reset, new, old).astype(old.dtype),
+                      fresh, opt_state)
+
+
 class EASGDWorker(NamedTuple):
   """Per-worker state of EASGD: parameters x^i and local optimizer state."""
   params: Params
@@ -116,7 +141,7 @@ class EASGDShared(NamedTuple):
 def easgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
           *, num_workers: int, tau: int = 1, alpha: float | None = None,
           beta: float | None = None, learning_rate: float | None = None,
-          axis_name=WORKER_AXES) -> Algorithm:
+          reset_opt_state: bool = False, axis_name=WORKER_AXES) -> Algorithm:
   """Synchronous Elastic Averaging SGD with communication period tau.
 
   Each worker i takes the local optimizer's step at its own parameters; on steps
@@ -138,6 +163,9 @@ def easgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None
     alpha: moving rate; or give ``beta`` = num_workers * alpha (paper: 0.9).
     beta: center moving rate; alpha = beta / num_workers.
     learning_rate: eta of the default plain-SGD optimizer (> 0).
+    reset_opt_state: re-initialise the local optimizer state at every exchange,
+      before that step's update (see :func:`reset_optimizer_state`; schedules
+      keep their position). Default False: the state persists across exchanges.
     axis_name: mapped axis enumerating all workers.
 
   Returns:
@@ -164,11 +192,14 @@ def easgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None
 
   def step(worker, shared, batch, key):
     key = worker_key(key, shared.step, axis_name)
+    exchange = elastic.is_exchange_step(shared.step, tau)
+    opt_state = worker.opt_state
+    if reset_opt_state:
+      opt_state = reset_optimizer_state(optimizer, opt_state, worker.params, exchange)
     loss, grads = jax.value_and_grad(loss_fn)(worker.params, batch, key)
-    updates, opt_state = optimizer.update(grads, worker.opt_state, worker.params)
+    updates, opt_state = optimizer.update(grads, opt_state, worker.params)
     params, center = elastic.easgd_update(
-        worker.params, updates, shared.center, alpha,
-        elastic.is_exchange_step(shared.step, tau), axis_name)
+        worker.params, updates, shared.center, alpha, exchange, axis_name)
     return (EASGDWorker(params, opt_state), EASGDShared(center, shared.step + 1),
             loss)
 
@@ -182,7 +213,8 @@ def easgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None
       worker_params=lambda worker, shared: worker.params,
       communication=communication,
       hyperparameters=dict(num_workers=int(num_workers), tau=tau, alpha=alpha,
-                           beta=alpha * num_workers))
+                           beta=alpha * num_workers,
+                           reset_opt_state=bool(reset_opt_state)))
 
 
 class PmeanShared(NamedTuple):
@@ -244,4 +276,9 @@ def pmean_sgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = 
       communication=communication, hyperparameters={})
 
 
-ALGORITHMS = ("easgd", "pmean_sgd")
+ALGORITHMS = ("easgd", "pmean_sgd",
+              # easgd.momentum, easgd.asynchronous
+              "eamsgd", "async_easgd", "async_eamsgd",
+              # easgd.baselines
+              "downpour", "mdownpour", "adownpour", "mvadownpour",
+              "sgd", "msgd", "asgd", "mvasgd", "local_sgd", "diloco")

@@ -1,4 +1,4 @@
-"""Command line: ``easgd train`` and ``easgd compare``.
+"""Command line: ``easgd train``, ``easgd compare`` and ``easgd export``.
 
 Every :class:`~easgd.config.TrainConfig` field is a flag (``--num-workers 4``,
 ``--tau 16``, ``--beta 0.9``, ``--lr-decay-epochs 10,15``; ``none`` for an
@@ -94,12 +94,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="Python file with get_config() -> TrainConfig")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the files of an earlier run in --workdir")
+    if name == "train":
+      p.add_argument("--resume", action="store_true",
+                     help="continue the run in --workdir from its latest checkpoint "
+                          "(its saved config, unless --config/flags are given)")
     p.add_argument("--cpu-devices", type=int, default=None, metavar="N",
                    help="fake N CPU devices (before JAX starts)")
     if name == "compare":
       p.add_argument("--algorithms", default="easgd,pmean_sgd",
                      help="comma-separated algorithm names (default: %(default)s)")
     _add_config_flags(p)
+  p = sub.add_parser("export", help="write the center of a run's latest checkpoint "
+                     "as a plain Flax parameter file (msgpack)")
+  p.add_argument("--workdir", required=True, help="the run directory")
+  p.add_argument("--out", required=True, help="output file, e.g. center.msgpack")
   return parser
 
 
@@ -111,6 +119,11 @@ def _user_errors():
   return (ConfigError, DataError, HyperparameterError, ModelError, LayoutError)
 
 
+def _run_errors():
+  from easgd.trainer import DivergenceError
+  return (DivergenceError,)
+
+
 def main(argv=None) -> int:
   """Entry point of the ``easgd`` command; returns the exit status."""
   parser = build_parser()
@@ -120,12 +133,19 @@ def main(argv=None) -> int:
   except _user_errors() as e:
     print(f"easgd: error: {e}", file=sys.stderr)
     return 2
+  except _run_errors() as e:
+    print(f"easgd: error: {e}", file=sys.stderr)
+    return 1
   except KeyboardInterrupt:
     print("easgd: interrupted", file=sys.stderr)
     return 130
 
 
 def _run(args) -> int:
+  if args.command == "export":
+    from easgd.trainer import export_center
+    print(f"wrote {export_center(args.workdir, args.out)}")
+    return 0
   if args.cpu_devices is not None:
     if args.cpu_devices < 1:
       raise ConfigError(f"--cpu-devices must be an integer >= 1, got {args.cpu_devices}")
@@ -133,13 +153,22 @@ def _run(args) -> int:
     jax.config.update("jax_num_cpu_devices", args.cpu_devices)
   overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
                if hasattr(args, f.name)}
-  base = load_config_file(args.config) if args.config else TrainConfig()
+  resume = getattr(args, "resume", False)
+  if args.config:
+    base = load_config_file(args.config)
+  elif resume:
+    from easgd.trainer import saved_config
+    base = saved_config(args.workdir)
+  else:
+    base = TrainConfig()
   config = base.replace(**overrides).validate()
   if args.command == "train":
     from easgd.trainer import train_and_evaluate
-    summary = train_and_evaluate(config, args.workdir, overwrite=args.overwrite)
+    summary = train_and_evaluate(config, args.workdir, overwrite=args.overwrite,
+                                 resume=resume)
     final = summary["final"]
-    print(json.dumps(dict(algorithm=summary["algorithm"], layout=summary["layout"],
+    print(json.dumps(dict(status=summary["status"], algorithm=summary["algorithm"],
+                          layout=summary["layout"],
                           test_accuracy=final["test_accuracy"],
                           test_loss=final["test_loss"],
                           communication=summary["communication"],

@@ -15,7 +15,8 @@ from typing import Any, Sequence
 
 from easgd.algorithms import ALGORITHMS
 from easgd.config import ConfigError, TrainConfig
-from easgd.trainer import _write_atomic, check_workdir, train_and_evaluate
+from easgd.checkpoint import write_text_atomic
+from easgd.trainer import check_workdir, train_and_evaluate
 
 RESULTS_MD = "results.md"
 RESULTS_JSON = "results.json"
@@ -86,8 +87,8 @@ def compare(config: TrainConfig, workdir, algorithms: Sequence[str] = ALGORITHMS
   summaries = [train_and_evaluate(c, workdir / c.algorithm, overwrite=overwrite)
                for c in configs]
   rows = [_row(s) for s in summaries]
-  _write_atomic(workdir / RESULTS_JSON, json.dumps(rows, indent=2) + "\n")
-  _write_atomic(workdir / RESULTS_MD, results_table(rows))
+  write_text_atomic(workdir / RESULTS_JSON, json.dumps(rows, indent=2) + "\n")
+  write_text_atomic(workdir / RESULTS_MD, results_table(rows))
   from easgd.plotting import plot_comparison
   plot_comparison({s["algorithm"]["name"]: s["history"] for s in summaries},
                   workdir / PLOT_FILE, title=_title(config))

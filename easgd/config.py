@@ -15,6 +15,7 @@ import numbers
 from typing import Any
 
 from easgd.algorithms import ALGORITHMS
+from easgd.asynchronous import SCHEDULES as EXCHANGE_SCHEDULES
 from easgd.data import DATASETS
 from easgd.models import MODELS
 
@@ -31,7 +32,9 @@ class TrainConfig:
   """Everything a training run depends on.
 
   Attributes:
-    algorithm: "easgd" or "pmean_sgd".
+    algorithm: a name of ``easgd.algorithms.ALGORITHMS``: "easgd",
+      "pmean_sgd", or one of ``easgd.registry`` (which lists the fields each
+      one reads).
     dataset: "mnist1d" (generated locally; the default), "fashion_mnist"
       (Debian's IDX files), or "digits" (scikit-learn's 8x8 digits).
     data_dir: directory of the Fashion-MNIST IDX files; None for the Debian
@@ -51,14 +54,34 @@ class TrainConfig:
     lr_decay_factor: multiplier of the "step" schedule, in (0, 1].
     optimizer: local optimizer: "sgd", "momentum" (heavy ball), "nesterov",
       "adam", "adamw".
-    momentum: momentum coefficient for "momentum"/"nesterov", in [0, 1).
+    momentum: momentum coefficient for "momentum"/"nesterov", in [0, 1); also
+      the Nesterov momentum delta of eamsgd, async_eamsgd, msgd and mdownpour
+      (paper: 0.99), which need optimizer "sgd".
     weight_decay: L2 coefficient (added to the gradient; decoupled for adamw).
     tau: EASGD communication period, in local steps (>= 1).
     alpha: EASGD moving rate; give alpha or beta, not both.
     beta: EASGD center moving rate, beta = num_workers * alpha (paper: 0.9).
+    reset_opt_state: EASGD/EAMSGD (sync and async): re-initialise the local
+      optimizer state at every exchange (schedules keep their position).
+    schedule: asynchronous algorithms: order in which the exchanges of a tick
+      are served, "round_robin" or "random" (a permutation per tick).
+    worker_speeds: asynchronous algorithms: local steps per tick of each
+      worker, num_workers integers >= 1; () = all 1 (or drawn, below).
+    max_worker_speed: asynchronous algorithms: if set (and worker_speeds is
+      empty), speeds are drawn uniformly from {1, ..., max_worker_speed} with
+      the seed.
+    staleness: asynchronous algorithms: the center a worker reads is this many
+      master updates old (integer >= 0).
+    outer_learning_rate: DiLoCo's outer SGD step size (> 0; DiLoCo: 0.7).
+    outer_momentum: DiLoCo's outer Nesterov momentum, in [0, 1) (0.9).
+    average_rate: constant moving-average rate of mvadownpour and mvasgd, in
+      (0, 1] (paper: 0.001).
     seed: seeds the initial parameters, the data order and the worker keys.
     eval_every_epochs: evaluate the center every this many epochs (and last).
     eval_batch_size: test examples per worker per evaluation batch.
+    checkpoint_every_steps: also checkpoint every this many global steps inside
+      an epoch (0: only at epoch ends, where a checkpoint is always written).
+    keep_checkpoints: number of most recent checkpoints kept (>= 1).
     progress: show a progress bar.
   """
   algorithm: str = "easgd"
@@ -80,9 +103,19 @@ class TrainConfig:
   tau: int = 4
   alpha: float | None = None
   beta: float | None = 0.9
+  reset_opt_state: bool = False
+  schedule: str = "round_robin"
+  worker_speeds: tuple[float, ...] = ()
+  max_worker_speed: int | None = None
+  staleness: int = 0
+  outer_learning_rate: float = 0.7
+  outer_momentum: float = 0.9
+  average_rate: float = 0.001
   seed: int = 0
   eval_every_epochs: int = 1
   eval_batch_size: int = 500
+  checkpoint_every_steps: int = 0
+  keep_checkpoints: int = 2
   progress: bool = True
 
   def replace(self, **changes) -> "TrainConfig":
@@ -146,10 +179,42 @@ class TrainConfig:
       _real("alpha", self.alpha, 0)
     else:
       _real("beta", self.beta, 0)
+    self._validate_algorithm_fields()
     _int("seed", self.seed, 0)
     _int("eval_every_epochs", self.eval_every_epochs, 1)
     _int("eval_batch_size", self.eval_batch_size, 1)
+    _int("checkpoint_every_steps", self.checkpoint_every_steps, 0)
+    _int("keep_checkpoints", self.keep_checkpoints, 1)
     return self
+
+  def _validate_algorithm_fields(self) -> None:
+    """The fields of the algorithms of ``easgd.registry``."""
+    from easgd.registry import MOMENTUM_ALGORITHMS
+    if not isinstance(self.reset_opt_state, bool):
+      raise ConfigError(f"reset_opt_state must be a bool, got {self.reset_opt_state!r}")
+    _choice("schedule", self.schedule, EXCHANGE_SCHEDULES)
+    if self.worker_speeds:
+      if len(self.worker_speeds) != self.num_workers:
+        raise ConfigError(
+            f"worker_speeds has {len(self.worker_speeds)} entries; expected one per "
+            f"worker (num_workers={self.num_workers})")
+      for k in self.worker_speeds:
+        if (isinstance(k, bool) or not isinstance(k, numbers.Real)
+            or not float(k).is_integer() or k < 1):
+          raise ConfigError(f"worker_speeds entries are local steps per tick, "
+                            f"integers >= 1; got {k!r}")
+      if self.max_worker_speed is not None:
+        raise ConfigError("give worker_speeds or max_worker_speed, not both")
+    if self.max_worker_speed is not None:
+      _int("max_worker_speed", self.max_worker_speed, 1)
+    _int("staleness", self.staleness, 0, what="in master updates")
+    _real("outer_learning_rate", self.outer_learning_rate, 0, open_low=True)
+    _real("outer_momentum", self.outer_momentum, 0, 1, open_high=True)
+    _real("average_rate", self.average_rate, 0, 1, open_low=True)
+    if self.algorithm in MOMENTUM_ALGORITHMS and self.optimizer != "sgd":
+      raise ConfigError(
+          f"algorithm {self.algorithm!r} has its own Nesterov momentum (set "
+          f"momentum); it needs optimizer 'sgd', got {self.optimizer!r}")
 
   def to_dict(self) -> dict[str, Any]:
     """The fields plus resolved values (alpha, per-worker batch), JSON-ready."""
@@ -167,7 +232,13 @@ class TrainConfig:
     kw = {k: v for k, v in d.items() if k in names}
     if "lr_decay_epochs" in kw:
       kw["lr_decay_epochs"] = tuple(kw["lr_decay_epochs"])
+    if "worker_speeds" in kw:
+      kw["worker_speeds"] = tuple(kw["worker_speeds"])
     return cls(**kw)
+
+  def to_dict_fields(self) -> dict[str, Any]:
+    """The fields alone (no resolved values): ``TrainConfig(**d)`` rebuilds it."""
+    return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
   def to_json(self) -> str:
     return json.dumps(self.to_dict(), indent=2, sort_keys=True)

@@ -27,11 +27,14 @@ import numpy as np
 import optax
 from jax import lax
 
-from easgd import algorithms, data, elastic, models, workers
+from easgd import algorithms, checkpoint, data, elastic, models, workers
+from easgd.checkpoint import write_text_atomic
 from easgd.config import ConfigError, TrainConfig
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
+CONFIG_FILE = "config.json"
+RUN_FILES = (METRICS_FILE, SUMMARY_FILE, CONFIG_FILE)
 
 
 def make_schedule(config: TrainConfig, steps_per_epoch: int) -> optax.Schedule:
@@ -98,10 +101,18 @@ def make_loss_fn(model):
 
 
 def make_algorithm(config: TrainConfig, loss_fn, optimizer) -> algorithms.Algorithm:
-  """The algorithm named by ``config.algorithm`` with the given local optimizer."""
+  """The algorithm named by ``config.algorithm`` with the given local optimizer.
+
+  "easgd" and "pmean_sgd" are built here; every other name by
+  ``easgd.registry.make_algorithm``.
+  """
   if config.algorithm == "easgd":
     return algorithms.easgd(loss_fn, optimizer, num_workers=config.num_workers,
-                            tau=config.tau, alpha=config.alpha, beta=config.beta)
+                            tau=config.tau, alpha=config.alpha, beta=config.beta,
+                            reset_opt_state=config.reset_opt_state)
+  if config.algorithm != "pmean_sgd":
+    from easgd import registry
+    return registry.make_algorithm(config, loss_fn, optimizer)
   return algorithms.pmean_sgd(loss_fn, optimizer)
 
 
@@ -130,35 +141,62 @@ def make_eval_fn(model, algo: algorithms.Algorithm):
   return eval_fn
 
 
-def _write_atomic(path: Path, text: str) -> None:
-  tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-  tmp.write_text(text)
-  os.replace(tmp, path)
+class DivergenceError(RuntimeError):
+  """Training produced a non-finite loss or parameters."""
 
 
 def check_workdir(workdir, overwrite: bool) -> Path:
   """Refuses to write over a finished or started run unless ``overwrite``.
 
   Raises:
-    ConfigError: workdir is a file, or holds metrics/summary and not overwrite.
+    ConfigError: workdir is a file, or holds a run and not overwrite.
   """
   workdir = Path(workdir)
   if workdir.exists() and not workdir.is_dir():
     raise ConfigError(f"workdir '{workdir}' exists and is not a directory")
-  if not overwrite and any((workdir / f).exists() for f in (METRICS_FILE, SUMMARY_FILE)):
+  if not overwrite and any((workdir / f).exists() for f in RUN_FILES):
     raise ConfigError(f"workdir '{workdir}' already holds a run; choose another "
-                      "directory or pass overwrite (--overwrite)")
+                      "directory, pass overwrite (--overwrite) or resume (--resume)")
   return workdir
+
+
+def saved_config(workdir) -> TrainConfig:
+  """The config a run in ``workdir`` was started with (``config.json``).
+
+  Raises:
+    ConfigError: there is no run in ``workdir``.
+  """
+  path = Path(workdir) / CONFIG_FILE
+  if not path.is_file():
+    raise ConfigError(f"workdir '{workdir}' holds no run to resume ({CONFIG_FILE} "
+                      "is missing)")
+  return TrainConfig.from_dict(json.loads(path.read_text()))
+
+
+# Fields that may differ between a run and its resumption: where it runs and how
+# it reports, not what it computes.
+RESUMABLE_CHANGES = ("num_devices", "progress", "checkpoint_every_steps",
+                     "keep_checkpoints")
+
+
+def _check_resume_config(config: TrainConfig, workdir) -> None:
+  old = saved_config(workdir).to_dict()
+  new = config.to_dict()
+  changed = sorted(k for k in new if k not in RESUMABLE_CHANGES and old.get(k) != new[k])
+  if changed:
+    diffs = ", ".join(f"{k}: {old.get(k)!r} -> {new[k]!r}" for k in changed)
+    raise ConfigError(f"--resume with a different config ({diffs}); allowed to "
+                      f"change: {', '.join(RESUMABLE_CHANGES)}")
 
 
 class _Progress:
   """A tqdm bar when enabled, else nothing."""
 
-  def __init__(self, enabled: bool, total: int, desc: str):
+  def __init__(self, enabled: bool, total: int, initial: int, desc: str):
     self.bar = None
     if enabled:
       from tqdm.auto import tqdm
-      self.bar = tqdm(total=total, desc=desc, unit="step", leave=True)
+      self.bar = tqdm(total=total, initial=initial, desc=desc, unit="step")
 
   def update(self, n=1):
     if self.bar is not None:
@@ -173,125 +211,321 @@ class _Progress:
       self.bar.close()
 
 
-def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False
-                       ) -> dict[str, Any]:
-  """Trains ``config`` and writes metrics and a summary into ``workdir``.
+class Run:
+  """Everything a training run compiles and feeds, built from a config.
 
-  Everything is validated first (config values, the worker/device layout, the
-  data set and the workdir), before any compilation.
-
-  Args:
-    config: the run's configuration.
-    workdir: output directory (created if missing).
-    overwrite: allow replacing the files of an earlier run in ``workdir``.
-
-  Returns:
-    The summary dict also written to ``workdir/summary.json``; its ``"history"``
-    holds the list of metric records of ``metrics.jsonl``.
+  Construction validates the config, the worker layout and the data set before
+  anything is compiled. Attributes: ``config``, ``layout``, ``dataset``,
+  ``model``, ``algorithm``, ``steps_per_epoch``, ``total_steps``,
+  ``param_bytes``, ``step_fn`` and ``eval_fn`` (mapped with
+  ``easgd.workers.map_workers``), ``step_key``.
 
   Raises:
-    ConfigError: a bad config value or workdir.
-    easgd.workers.LayoutError: num_workers not a multiple of the devices used.
-    easgd.data.DataError: unknown or missing data set files, or a batch larger
-      than the data.
+    ConfigError, easgd.workers.LayoutError, easgd.data.DataError: bad input.
   """
-  config.validate()
-  workdir = check_workdir(workdir, overwrite)
-  layout = workers.make_layout(config.num_workers, config.num_devices)
-  ds = data.load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
-  n_train, n_test = len(ds.train_y), len(ds.test_y)
-  b = config.per_worker_batch_size
-  steps_per_epoch = data.steps_per_epoch(n_train, config.num_workers, b)
-  total_steps = steps_per_epoch * config.num_epochs
-  workdir.mkdir(parents=True, exist_ok=True)
-  for f in (METRICS_FILE, SUMMARY_FILE):
-    (workdir / f).unlink(missing_ok=True)
 
-  model = models.make_model(config.model, ds.num_classes)
-  key = jax.random.key(config.seed)
-  init_key, step_key = jax.random.split(key)
-  params = models.init_params(model, ds.input_shape, init_key)
-  param_bytes = models.param_bytes(params)
-  algo = make_algorithm(config, make_loss_fn(model),
-                        make_optimizer(config, steps_per_epoch))
+  def __init__(self, config: TrainConfig):
+    self.config = config = config.validate()
+    self.layout = workers.make_layout(config.num_workers, config.num_devices)
+    self.dataset = ds = data.load_dataset(config.dataset, data_dir=config.data_dir,
+                                          seed=config.seed)
+    self.steps_per_epoch = data.steps_per_epoch(
+        len(ds.train_y), config.num_workers, config.per_worker_batch_size)
+    self.total_steps = self.steps_per_epoch * config.num_epochs
+    self.model = models.make_model(config.model, ds.num_classes)
+    init_key, self.step_key = jax.random.split(jax.random.key(config.seed))
+    self.init_params = models.init_params(self.model, ds.input_shape, init_key)
+    self.param_bytes = models.param_bytes(self.init_params)
+    self.algorithm = algo = make_algorithm(
+        config, make_loss_fn(self.model), make_optimizer(config, self.steps_per_epoch))
+    self.step_fn = workers.map_workers(
+        algo.step, self.layout, ("worker", "shared", "worker", "broadcast"),
+        ("worker", "shared", "worker"), donate_argnums=(0, 1))
+    self.eval_fn = workers.map_workers(
+        make_eval_fn(self.model, algo), self.layout,
+        ("worker", "shared", "worker", "worker", "worker"), ("worker",) * 4)
+    idx, mask = data.eval_shards(len(ds.test_y), config.num_workers,
+                                 config.eval_batch_size)
+    self.test_data = workers.split_workers((ds.test_x[idx], ds.test_y[idx], mask),
+                                           self.layout)
 
-  worker_state, shared_state = algo.init(params)
-  worker_state = workers.replicate_per_worker(worker_state, layout)
-  shared_state = workers.replicate_per_device(shared_state, layout)
-  step_fn = workers.map_workers(algo.step, layout,
-                                ("worker", "shared", "worker", "broadcast"),
-                                ("worker", "shared", "worker"), donate_argnums=(0, 1))
-  eval_fn = workers.map_workers(make_eval_fn(model, algo), layout,
-                                ("worker", "shared", "worker", "worker", "worker"),
-                                ("worker",) * 4)
-  idx, mask = data.eval_shards(n_test, config.num_workers, config.eval_batch_size)
-  test_x = workers.split_workers(ds.test_x[idx], layout)
-  test_y = workers.split_workers(ds.test_y[idx], layout)
-  test_mask = workers.split_workers(mask, layout)
+  # -- state ---------------------------------------------------------------
+  def initial_state(self):
+    """(worker_state, shared_state) on the devices: everyone starts equal."""
+    worker, shared = self.algorithm.init(self.init_params)
+    return (workers.replicate_per_worker(worker, self.layout),
+            workers.replicate_per_device(shared, self.layout))
 
-  history: list[dict[str, Any]] = []
-  start = time.perf_counter()
+  def to_checkpoint(self, worker, shared, step, epoch_losses):
+    """The layout-free checkpoint dict (see ``easgd.checkpoint``)."""
+    losses = np.zeros((self.steps_per_epoch, self.config.num_workers), np.float32)
+    if epoch_losses:
+      losses[:len(epoch_losses)] = np.stack(
+          [np.asarray(l).reshape(-1) for l in epoch_losses])
+    shared_host = workers.first_copy(shared)
+    return dict(worker=workers.merge_workers(worker), shared=shared_host,
+                center=self.algorithm.center(shared_host),
+                epoch_losses=losses, step=np.asarray(step, np.int64))
 
-  def evaluate(epoch, step, train_losses):
-    loss_sum, correct, count, dist = (np.asarray(a) for a in eval_fn(
-        worker_state, shared_state, test_x, test_y, test_mask))
+  def from_checkpoint(self, restored):
+    """(worker, shared, step, epoch_losses) placed on this run's devices."""
+    step = int(restored["step"])
+    done = step % self.steps_per_epoch
+    losses = [restored["epoch_losses"][i] for i in range(done)]
+    return (workers.split_workers(restored["worker"], self.layout),
+            workers.replicate_per_device(restored["shared"], self.layout),
+            step, losses)
+
+  def checkpoint_target(self):
+    worker, shared = self.algorithm.init(self.init_params)
+    host_worker = jax.tree.map(
+        lambda x: np.broadcast_to(np.asarray(x), (self.config.num_workers, *np.shape(x))),
+        worker)
+    return dict(worker=host_worker, shared=jax.tree.map(np.asarray, shared),
+                center=jax.tree.map(np.asarray, self.algorithm.center(shared)),
+                epoch_losses=np.zeros((self.steps_per_epoch, self.config.num_workers),
+                                      np.float32),
+                step=np.asarray(0, np.int64))
+
+  # -- evaluation ----------------------------------------------------------
+  def evaluate(self, worker, shared, epoch, step, epoch_losses):
+    """One metrics record: the center on every test example exactly once."""
+    loss_sum, correct, count, dist = (np.asarray(a) for a in self.eval_fn(
+        worker, shared, *self.test_data))
     count = int(count.sum())
-    comm = algo.communication(step, param_bytes)
-    record = dict(
+    comm = self.algorithm.communication(step, self.param_bytes)
+    return dict(
         epoch=epoch, step=step,
         test_loss=float(loss_sum.astype(np.float64).sum() / count),
         test_accuracy=int(correct.sum()) / count,
         test_error=1.0 - int(correct.sum()) / count,
         test_count=count,
-        train_loss=(None if train_losses is None else
-                    float(np.mean(np.asarray(train_losses, np.float64)))),
+        train_loss=(None if not epoch_losses else float(np.mean(
+            np.stack([np.asarray(l, np.float64).reshape(-1) for l in epoch_losses])))),
         worker_center_distance=float(np.mean(dist)),
-        all_reduces=comm.all_reduces, bytes_communicated=comm.bytes,
-        elapsed_s=round(time.perf_counter() - start, 3))
-    history.append(record)
-    _write_atomic(workdir / METRICS_FILE,
-                  "".join(json.dumps(r) + "\n" for r in history))
-    return record
+        all_reduces=comm.all_reduces, bytes_communicated=comm.bytes)
 
-  evaluate(0, 0, None)
-  progress = _Progress(config.progress, total_steps,
-                       f"{config.algorithm} p={config.num_workers}")
-  step = 0
+  def check_finite(self, epoch_losses, first_step, worker=None):
+    """Raises DivergenceError at the first non-finite loss (or parameter).
+
+    Args:
+      epoch_losses: per-step worker losses, steps ``first_step, ...``.
+      first_step: global step of ``epoch_losses[0]``.
+      worker: optional worker state to check for non-finite parameters.
+    """
+    if epoch_losses:
+      losses = np.stack([np.asarray(l).reshape(-1) for l in epoch_losses])
+      bad = np.argwhere(~np.isfinite(losses))
+      if bad.size:
+        s, w = (int(v) for v in bad[0])
+        raise DivergenceError(self._divergence_message(
+            f"worker {w} had a non-finite loss ({losses[s, w]}) at step "
+            f"{first_step + s}"))
+    if worker is not None:
+      for path, leaf in jax.tree_util.tree_leaves_with_path(workers.merge_workers(worker)):
+        ok = np.isfinite(leaf.reshape(leaf.shape[0], -1)).all(axis=1) \
+            if np.issubdtype(leaf.dtype, np.floating) else None
+        if ok is not None and not ok.all():
+          raise DivergenceError(self._divergence_message(
+              f"worker {int(np.argmin(ok))} has non-finite parameters "
+              f"({jax.tree_util.keystr(path)})"))
+
+  def _divergence_message(self, what: str) -> str:
+    c = self.config
+    msg = (f"training diverged: {what}; algorithm={c.algorithm}, "
+           f"learning_rate={c.learning_rate}")
+    if c.algorithm == "easgd":
+      msg += f", alpha={c.resolved_alpha:g}, tau={c.tau}, num_workers={c.num_workers}"
+      hint = _stability_hint(c)
+      if hint:
+        msg += f"; {hint}"
+    return msg + "; lower the learning rate"
+
+
+def _stability_hint(config: TrainConfig) -> str | None:
+  """The quadratic model's bound for this alpha, tau and p, if the analysis exists."""
   try:
-    for epoch in range(1, config.num_epochs + 1):
-      batches = data.worker_batch_indices(n_train, config.num_workers, b,
-                                          config.seed, epoch)
-      losses = []
-      for s in range(steps_per_epoch):
-        ix = batches[s]
-        batch = workers.split_workers((ds.train_x[ix], ds.train_y[ix]), layout)
-        worker_state, shared_state, loss = step_fn(
-            worker_state, shared_state, batch, step_key)
-        losses.append(loss)  # device arrays: read once per epoch, not per step
+    from easgd import stability
+  except ImportError:
+    return None
+  try:
+    return stability.stability_summary(config.resolved_alpha, config.tau,
+                                       config.num_workers)
+  except AttributeError:
+    return None
+
+
+def _read_history(workdir: Path, up_to_step: int) -> list[dict[str, Any]]:
+  path = workdir / METRICS_FILE
+  if not path.exists():
+    return []
+  records = [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
+  return [r for r in records if r["step"] <= up_to_step]
+
+
+def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
+                       resume: bool = False, stop_after_steps: int | None = None
+                       ) -> dict[str, Any]:
+  """Trains ``config`` and writes metrics, checkpoints and a summary to ``workdir``.
+
+  Everything is validated first (config values, the worker/device layout, the
+  data set and the workdir), before any compilation. Checkpoints (see
+  ``easgd.checkpoint``) are saved every ``config.checkpoint_every_steps`` steps
+  and at every epoch end, after checking that losses and parameters are finite;
+  a run that diverges stops with :class:`DivergenceError` and leaves the last
+  good checkpoint in place.
+
+  Args:
+    config: the run's configuration.
+    workdir: output directory (created if missing).
+    overwrite: replace an earlier run in ``workdir``.
+    resume: continue the run in ``workdir`` from its latest checkpoint (the
+      config must equal the saved one up to ``RESUMABLE_CHANGES``; the device
+      count may differ). Without a checkpoint the run starts from the beginning.
+    stop_after_steps: stop (with a checkpoint) once this many global steps are
+      done: a planned interruption, e.g. a time-limited job. None runs to the end.
+
+  Returns:
+    The summary dict also written to ``workdir/summary.json`` (``"status"`` is
+    ``"complete"`` or ``"stopped"``); its ``"history"`` holds the records of
+    ``metrics.jsonl``.
+
+  Raises:
+    ConfigError: a bad config value or workdir, or a resume with another config.
+    easgd.workers.LayoutError: num_workers not a multiple of the devices used.
+    easgd.data.DataError: unknown or missing data set files, or a batch larger
+      than the data.
+    DivergenceError: a non-finite loss or parameter (names step and worker).
+  """
+  config.validate()
+  if stop_after_steps is not None and (
+      isinstance(stop_after_steps, bool) or not isinstance(stop_after_steps, int)
+      or stop_after_steps < 1):
+    raise ConfigError(f"stop_after_steps must be an integer >= 1, got {stop_after_steps!r}")
+  workdir = Path(workdir)
+  if resume:
+    _check_resume_config(config, workdir)
+  else:
+    check_workdir(workdir, overwrite)
+  run = Run(config)
+  workdir.mkdir(parents=True, exist_ok=True)
+  ckpt = checkpoint.Checkpointer(workdir, config.keep_checkpoints)
+  if not resume:
+    for f in RUN_FILES:
+      if (workdir / f).is_file():
+        (workdir / f).unlink()
+    for s in ckpt.all_steps():
+      ckpt.manager.delete(s)
+    write_text_atomic(workdir / CONFIG_FILE, config.to_json() + "\n")
+
+  start = time.perf_counter()
+  if resume and ckpt.latest_step() is not None:
+    worker, shared, step, epoch_losses = run.from_checkpoint(
+        ckpt.restore(target=run.checkpoint_target()))
+    history = _read_history(workdir, step)
+  else:
+    worker, shared = run.initial_state()
+    step, epoch_losses, history = 0, [], []
+    history.append(run.evaluate(worker, shared, 0, 0, None))
+    write_text_atomic(workdir / METRICS_FILE, _jsonl(history))
+
+  spe, last = run.steps_per_epoch, run.total_steps
+  if stop_after_steps is not None:
+    last = min(last, stop_after_steps)
+  progress = _Progress(config.progress and step < last, run.total_steps, step,
+                       f"{config.algorithm} p={config.num_workers}")
+
+  def save(step_now):
+    run.check_finite(epoch_losses, step_now - len(epoch_losses), worker)
+    ckpt.save(step_now, run.to_checkpoint(worker, shared, step_now, epoch_losses))
+
+  try:
+    while step < last:
+      epoch = step // spe + 1
+      batches = data.worker_batch_indices(len(run.dataset.train_y), config.num_workers,
+                                          config.per_worker_batch_size, config.seed,
+                                          epoch)
+      while step < min(epoch * spe, last):
+        ix = batches[step % spe]
+        batch = workers.split_workers(
+            (run.dataset.train_x[ix], run.dataset.train_y[ix]), run.layout)
+        worker, shared, loss = run.step_fn(worker, shared, batch, run.step_key)
+        epoch_losses.append(loss)  # device arrays, read at checkpoints / epoch ends
         step += 1
         progress.update()
-      if epoch % config.eval_every_epochs == 0 or epoch == config.num_epochs:
-        rec = evaluate(epoch, step, jnp.stack(losses))
-        progress.postfix(test_acc=f"{rec['test_accuracy']:.4f}")
+        every = config.checkpoint_every_steps
+        if every and step % every == 0 and step % spe:
+          save(step)
+      if step == epoch * spe:
+        save(step)
+        if epoch % config.eval_every_epochs == 0 or epoch == config.num_epochs:
+          rec = run.evaluate(worker, shared, epoch, step, epoch_losses)
+          history.append(rec)
+          write_text_atomic(workdir / METRICS_FILE, _jsonl(history))
+          progress.postfix(test_acc=f"{rec['test_accuracy']:.4f}")
+        epoch_losses = []
+      else:  # a planned stop inside the epoch
+        save(step)
   finally:
     progress.close()
+    ckpt.close()
 
-  comm = algo.communication(total_steps, param_bytes)
+  comm = run.algorithm.communication(step, run.param_bytes)
   summary = dict(
+      status="complete" if step == run.total_steps else "stopped",
       config=config.to_dict(),
-      algorithm=dict(name=algo.name, **algo.hyperparameters),
-      layout=layout.describe(), num_devices=layout.num_devices,
-      jax_version=jax.__version__, platform=layout.devices[0].platform,
-      num_params=models.count_params(params), param_bytes=param_bytes,
-      train_examples=n_train, test_examples=n_test,
-      steps_per_epoch=steps_per_epoch, total_steps=total_steps,
+      algorithm=dict(name=run.algorithm.name, **run.algorithm.hyperparameters),
+      layout=run.layout.describe(), num_devices=run.layout.num_devices,
+      jax_version=jax.__version__, platform=run.layout.devices[0].platform,
+      num_params=models.count_params(run.init_params), param_bytes=run.param_bytes,
+      train_examples=len(run.dataset.train_y), test_examples=len(run.dataset.test_y),
+      steps_per_epoch=spe, total_steps=run.total_steps, steps_done=step,
       communication=dict(all_reduces=comm.all_reduces, bytes=comm.bytes,
-                         all_reduces_per_step=comm.all_reduces / total_steps,
-                         bytes_per_step=comm.bytes / total_steps),
+                         all_reduces_per_step=comm.all_reduces / max(step, 1),
+                         bytes_per_step=comm.bytes / max(step, 1)),
       final=history[-1],
       best_test_accuracy=max(r["test_accuracy"] for r in history),
       wall_time_s=round(time.perf_counter() - start, 3),
-      shared_copies_equal=workers.shared_copies_equal(shared_state))
-  _write_atomic(workdir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
+      shared_copies_equal=workers.shared_copies_equal(shared))
+  write_text_atomic(workdir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
   summary["history"] = history
   return summary
+
+
+def _jsonl(records) -> str:
+  return "".join(json.dumps(r) + "\n" for r in records)
+
+
+def export_center(workdir, out_path) -> Path:
+  """Writes the center of the latest checkpoint as a plain Flax parameter file.
+
+  The file is ``flax.serialization.msgpack_serialize`` of the parameter tree
+  (load it with ``flax.serialization.msgpack_restore`` and pass it to
+  ``model.apply({"params": params}, x)``); ``<out_path>.json`` beside it names
+  the model, the data set, the number of classes and the input shape.
+
+  Raises:
+    ConfigError: no run or no checkpoint in ``workdir``.
+  """
+  from flax import serialization
+  config = saved_config(workdir)
+  ckpt = checkpoint.Checkpointer(workdir)
+  try:
+    step = ckpt.latest_step()
+    if step is None:
+      raise ConfigError(f"workdir '{workdir}' has no checkpoint to export")
+    center = ckpt.restore(step)["center"]
+  finally:
+    ckpt.close()
+  out_path = Path(out_path)
+  out_path.parent.mkdir(parents=True, exist_ok=True)
+  blob = serialization.msgpack_serialize(jax.tree.map(np.asarray, center))
+  tmp = out_path.with_name(f".{out_path.name}.tmp")
+  tmp.write_bytes(blob)
+  tmp.replace(out_path)
+  ds = data.load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
+  write_text_atomic(Path(str(out_path) + ".json"), json.dumps(dict(
+      model=config.model, dataset=config.dataset, num_classes=ds.num_classes,
+      input_shape=list(ds.input_shape), step=int(step), algorithm=config.algorithm),
+      indent=2) + "\n")
+  return out_path

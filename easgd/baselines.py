@@ -1,0 +1,602 @@
+"""The paper's comparators and close relatives, on the same Algorithm interface.
+
+DOWNPOUR family (asynchronous, on the simulated engine of
+``easgd.asynchronous``: same schedules, speeds and staleness as async EASGD):
+  :func:`downpour`     push the accumulated update every tau steps, fetch x~.
+  :func:`mdownpour`    Nesterov momentum on the master (paper: tau = 1).
+  :func:`adownpour`    plus a running average z, rate 1/(t+1) (z is evaluated).
+  :func:`mvadownpour`  plus a moving average z, constant rate (paper: 0.001).
+Sequential methods (one model; with p > 1 workers the gradient is averaged
+over workers every step, which equals one worker with batch p * B):
+  :func:`sgd`, :func:`msgd` (Nesterov), :func:`asgd` (averaging 1/(t+1)),
+  :func:`mvasgd` (constant moving rate).
+Synchronous periodic averaging:
+  :func:`local_sgd`    every tau steps all workers are replaced by their mean.
+  :func:`diloco`       every tau steps the mean pseudo-gradient goes to an outer
+                       optimizer (SGD + Nesterov) that moves the center.
+
+For the averaged methods ``Algorithm.center`` returns the average (what the
+trainer evaluates) and ``worker_params`` the iterate.
+
+References:
+  S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging SGD.
+  NeurIPS 2015 (arXiv:1412.6651), Section 5 (comparators).
+  J. Dean et al. Large scale distributed deep networks. NeurIPS 2012 (DOWNPOUR).
+  B. T. Polyak, A. B. Juditsky. Acceleration of stochastic approximation by
+  averaging. SIAM J. Control Optim. 1992 (ASGD).
+  T. Lin et al. Don't use large mini-batches, use local SGD. ICLR 2020.
+  A. Douillard et al. DiLoCo: distributed low-communication training of
+  language models. 2023 (arXiv:2311.08105).
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax import lax
+
+from easgd import asynchronous, elastic, momentum as momentum_lib
+from easgd.algorithms import Algorithm, Communication, LossFn, _local_optimizer, worker_key
+from easgd.workers import WORKER_AXES
+
+Params = Any
+
+
+def check_average_rate(rate) -> float:
+  """Checks a constant moving-average rate a in (0, 1]; returns it as a float.
+
+  Raises:
+    HyperparameterError: rate not a real in (0, 1].
+  """
+  if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not 0 < rate <= 1:
+    raise elastic.HyperparameterError(
+        f"average_rate must be a real in (0, 1], got {rate!r}")
+  return float(rate)
+
+
+def _average(z: Params, x: Params, rate) -> Params:
+  """(1 - a) z + a x, leaf by leaf (a a float or traced float32 scalar)."""
+  return jax.tree.map(lambda zz, xx: ((1 - rate) * zz + rate * xx).astype(zz.dtype),
+                      z, x)
+
+
+def _polyak_rate(clock):
+  """a_{t+1} = 1 / (t + 1) as float32, t the clock before the update."""
+  return 1.0 / (clock + 1).astype(jnp.float32)
+
+
+# --------------------------------------------------------------------------
+# DOWNPOUR family (asynchronous).
+# --------------------------------------------------------------------------
+
+
+def downpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
+             *, num_workers: int, tau: int = 1, learning_rate: float | None = None,
+             schedule: asynchronous.ExchangeSchedule | None = None,
+             axis_name=WORKER_AXES) -> Algorithm:
+  """DOWNPOUR with push period tau, as in the authors' code (simulated async).
+
+  Each local step of worker i, exchanges served one worker at a time in the
+  schedule's order (``easgd.asynchronous``):
+
+      u^i <- u^i - eta g^i(x^i);   x^i <- x^i - eta g^i(x^i);   t^i <- t^i + 1
+      if tau divides t^i:
+        x~ <- x~ + u^i         (the master adds the pushed update)
+        x^i <- x~              (the worker overwrites its params with x~)
+        u^i <- 0
+
+  ("-eta g" is the local optimizer's step.) With tau = 1 this is asynchronous
+  SGD. The center x~ is evaluated.
+
+  Args:
+    loss_fn: ``loss_fn(params, batch, key) -> scalar``.
+    optimizer: the worker's optimizer; default ``optax.sgd(learning_rate)``.
+    num_workers: p.
+    tau: push period in local steps (>= 1).
+    learning_rate: eta of the default SGD optimizer.
+    schedule: exchange schedule; default round-robin, speeds 1, staleness 0
+      (with staleness s the fetched center lacks the last s master updates).
+    axis_name: mapped axis enumerating all workers.
+
+  Returns:
+    An :class:`~easgd.algorithms.Algorithm` named ``"downpour"``.
+
+  Raises:
+    HyperparameterError: tau < 1, learning_rate <= 0, bad schedule.
+
+  References:
+    Dean et al. (2012); Zhang, Choromanska, LeCun (2015), Section 5.
+  """
+  optimizer = _local_optimizer(optimizer, learning_rate)
+
+  def master_rule(center, master, update, read, clock):
+    del read, clock
+    return elastic.tree_add(center, update), master, None
+
+  return asynchronous.async_push(
+      "downpour", loss_fn, optimizer, num_workers=num_workers, tau=tau,
+      schedule=schedule, master_rule=master_rule, init_master=lambda params: (),
+      center=lambda shared: shared.center, hyperparameters={}, axis_name=axis_name)
+
+
+def mdownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
+              *, num_workers: int, momentum: float, tau: int = 1,
+              learning_rate: float | None = None,
+              schedule: asynchronous.ExchangeSchedule | None = None,
+              axis_name=WORKER_AXES) -> Algorithm:
+  """MDOWNPOUR: DOWNPOUR with Nesterov momentum on the master.
+
+  Workers as in :func:`downpour` (plain SGD steps u accumulated, pushed every
+  tau steps; the paper uses tau = 1, i.e. u = -eta g^i at the fetched center).
+  The master treats each push u as a step of Nesterov's method in the form of
+  Sutskever et al. / Torch's ``optim.sgd(nesterov=true)``, whose parameters
+  are the look-ahead point (so workers compute the Nesterov look-ahead
+  gradient at the center they fetch):
+
+      V  <- delta V + u
+      x~ <- x~ + u + delta V
+      x^i <- x~,   u^i <- 0
+
+  Args:
+    loss_fn: ``loss_fn(params, batch, key) -> scalar``.
+    optimizer: the worker's optimizer; default ``optax.sgd(learning_rate)``.
+    num_workers: p.
+    momentum: delta in [0, 1) (paper: 0.99). momentum = 0 is :func:`downpour`.
+    tau: push period (paper: 1).
+    learning_rate: eta of the default SGD optimizer.
+    schedule: exchange schedule (see :func:`downpour`).
+    axis_name: mapped axis enumerating all workers.
+
+  Returns:
+    An :class:`~easgd.algorithms.Algorithm` named ``"mdownpour"``; the center
+    x~ is evaluated.
+
+  Raises:
+    HyperparameterError: momentum outside [0, 1), tau < 1, learning_rate <= 0.
+
+  References:
+    Zhang, Choromanska, LeCun (2015), Section 5; Sutskever et al. (2013).
+  """
+  momentum = momentum_lib.check_momentum(momentum)
+  optimizer = _local_optimizer(optimizer, learning_rate)
+
+  def master_rule(center, velocity, update, read, clock):
+    del read, clock
+    velocity = momentum_lib.velocity_update(velocity, update, momentum)
+    center = jax.tree.map(lambda c, u, v: (c + (u + momentum * v)).astype(c.dtype),
+                          center, update, velocity)
+    return center, velocity, None
+
+  return asynchronous.async_push(
+      "mdownpour", loss_fn, optimizer, num_workers=num_workers, tau=tau,
+      schedule=schedule, master_rule=master_rule,
+      init_master=lambda params: jax.tree.map(jnp.zeros_like, params),
+      center=lambda shared: shared.center,
+      hyperparameters=dict(momentum=momentum), axis_name=axis_name)
+
+
+def _averaged_downpour(name, loss_fn, optimizer, *, num_workers, tau, learning_rate,
+                       schedule, rate, axis_name):
+  optimizer = _local_optimizer(optimizer, learning_rate)
+
+  def master_rule(center, average, update, read, clock):
+    del read
+    a = _polyak_rate(clock) if rate is None else rate
+    average = _average(average, center, a)   # z_{t+1} from the pre-update x~_t
+    return elastic.tree_add(center, update), average, None
+
+  return asynchronous.async_push(
+      name, loss_fn, optimizer, num_workers=num_workers, tau=tau,
+      schedule=schedule, master_rule=master_rule, init_master=lambda params: params,
+      center=lambda shared: shared.master,
+      hyperparameters=dict(average_rate="1/(t+1)" if rate is None else rate),
+      axis_name=axis_name)
+
+
+def adownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
+              *, num_workers: int, tau: int = 1, learning_rate: float | None = None,
+              schedule: asynchronous.ExchangeSchedule | None = None,
+              axis_name=WORKER_AXES) -> Algorithm:
+  """ADOWNPOUR: DOWNPOUR plus a running average of the center (z is evaluated).
+
+  At every master update (push of worker i, master clock t = number of
+  updates before this one):
+
+      z_{t+1}  = (1 - a_{t+1}) z_t + a_{t+1} x~_t,    a_{t+1} = 1 / (t + 1)
+      x~_{t+1} = x~_t + u^i;   x^i <- x~_{t+1};   u^i <- 0
+
+  so z_t is the mean of x~_0 .. x~_{t-1} (z_0 = x~_0, the initial params).
+  Workers as in :func:`downpour`.
+
+  Args:
+    As :func:`downpour`.
+
+  Returns:
+    An :class:`~easgd.algorithms.Algorithm` named ``"adownpour"``; ``center``
+    is z.
+
+  References:
+    Zhang, Choromanska, LeCun (2015), Section 5; Polyak & Juditsky (1992).
+  """
+  return _averaged_downpour("adownpour", loss_fn, optimizer, num_workers=num_workers,
+                            tau=tau, learning_rate=learning_rate, schedule=schedule,
+                            rate=None, axis_name=axis_name)
+
+
+def mvadownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
+                *, num_workers: int, tau: int = 1, average_rate: float = 0.001,
+                learning_rate: float | None = None,
+                schedule: asynchronous.ExchangeSchedule | None = None,
+                axis_name=WORKER_AXES) -> Algorithm:
+  """MVADOWNPOUR: DOWNPOUR plus a constant-rate moving average (z is evaluated).
+
+      z_{t+1}  = (1 - a) z_t + a x~_t            (a = average_rate, paper 0.001)
+      x~_{t+1} = x~_t + u^i;   x^i <- x~_{t+1};   u^i <- 0
+
+  Args:
+    As :func:`downpour`, and
+    average_rate: a in (0, 1].
+
+  Returns:
+    An :class:`~easgd.algorithms.Algorithm` named ``"mvadownpour"``; ``center``
+    is z.
+
+  Raises:
+    HyperparameterError: average_rate outside (0, 1], or as :func:`downpour`.
+
+  References:
+    Zhang, Choromanska, LeCun (2015), Section 5.
+  """
+  return _averaged_downpour("mvadownpour", loss_fn, optimizer,
+                            num_workers=num_workers, tau=tau,
+                            learning_rate=learning_rate, schedule=schedule,
+                            rate=check_average_rate(average_rate),
+                            axis_name=axis_name)
+
+
+# --------------------------------------------------------------------------
+# Sequential methods.
+# --------------------------------------------------------------------------
+
+
+class SequentialShared(NamedTuple):
+  """The one model of a sequential method.
+
+  Attributes:
+    params: x_t.
+    opt_state: the optimizer's state.
+    velocity: v_t (MSGD) or ``()``.
+    average: z_t (ASGD, MVASGD) or ``()``.
+    step: int32 scalar t.
+  """
+  params: Params
+  opt_state: Any
+  velocity: Any
+  average: Any
+  step: jax.Array
+
+
+def _sequential(name, loss_fn, optimizer, *, num_workers, learning_rate, momentum,
+                rate, averaged, axis_name):
+  optimizer = _local_optimizer(optimizer, learning_rate)
+  if (isinstance(num_workers, bool) or not isinstance(num_workers, numbers.Integral)
+      or num_workers < 1):
+    raise elastic.HyperparameterError(
+        f"num_workers must be an integer >= 1, got {num_workers!r}")
+  pmean = lambda tree: lax.pmean(tree, axis_name)
+
+  def init(params):
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    return (), SequentialShared(params, optimizer.init(params),
+                                zeros if momentum is not None else (),
+                                params if averaged else (), jnp.zeros((), jnp.int32))
+
+  def step(worker, shared, batch, key):
+    key = worker_key(key, shared.step, axis_name)
+    velocity = shared.velocity
+    if momentum is None:
+      loss, grads = jax.value_and_grad(loss_fn)(shared.params, batch, key)
+      update, opt_state = optimizer.update(pmean(grads), shared.opt_state,
+                                           shared.params)
+    else:
+      loss, velocity, opt_state = momentum_lib.nesterov_velocity(
+          loss_fn, optimizer, momentum, shared.params, velocity, shared.opt_state,
+          batch, key, grad_fn=pmean)
+      update = velocity
+    average = shared.average
+    if averaged:
+      a = _polyak_rate(shared.step) if rate is None else rate
+      average = _average(average, shared.params, a)
+    params = optax.apply_updates(shared.params, update)
+    return worker, SequentialShared(params, opt_state, velocity, average,
+                                    shared.step + 1), loss
+
+  def communication(num_steps, param_bytes):
+    if num_workers == 1:
+      return Communication(0, 0)
+    return Communication(int(num_steps), int(num_steps) * int(param_bytes))
+
+  hyper = dict(num_workers=int(num_workers))
+  if momentum is not None:
+    hyper["momentum"] = momentum
+  if averaged:
+    hyper["average_rate"] = "1/(t+1)" if rate is None else rate
+  return Algorithm(
+      name=name, init=init, step=step,
+      center=(lambda shared: shared.average) if averaged else
+      (lambda shared: shared.params),
+      worker_params=lambda worker, shared: shared.params,
+      communication=communication, hyperparameters=hyper)
+
+
+def sgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None, *,
+        num_workers: int = 1, learning_rate: float | None = None,
+        axis_name=WORKER_AXES) -> Algorithm:
+  """Sequential SGD (with the given optimizer; p > 1: on the global batch).
+
+      x_{t+1} = x_t - eta g(x_t)
+
+  Args:
+    loss_fn: ``loss_fn(params, batch, key) -> scalar`` (mean over the batch).
+    optimizer: the optimizer; default ``optax.sgd(learning_rate)``.
+    num_workers: p; the gradient is averaged over the p workers' batches every
+      step (one all-reduce), which is the sequential method with batch p * B.
+      p = 1 is the paper's sequential baseline (no communication).
+    learning_rate: eta of the default SGD optimizer.
+    axis_name: mapped axis enumerating all workers.
+
+  Returns:
+    An :class:`~easgd.algorithms.Algorithm` named ``"sgd"``.
+
+  References:
+    Zhang, Choromanska, LeCun (2015), Section 5 (SGD).
+  """
+  return _sequential("sgd", loss_fn, optimizer, num_workers=num_workers,
+                     learning_rate=learning_rate, momentum=None, rate=None,
+                     averaged=False, axis_name=axis_name)
+
+
+def msgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None, *,
+         momentum: float, num_workers: int = 1, learning_rate: float | None = None,
+         axis_name=WORKER_AXES) -> Algorithm:
+  """Sequential momentum SGD with Nesterov's look-ahead (eq. 7 without elastic).
+
+      v_{t+1} = delta v_t - eta g(x_t + delta v_t);    x_{t+1} = x_t + v_{t+1}
+
+  Args:
+    momentum: delta in [0, 1) (paper: 0.99); the other arguments as
+      :func:`sgd` (the optimizer maps the look-ahead gradient to -eta g).
+
+  Returns:
+    An :class:`~easgd.algorithms.Algorithm` named ``"msgd"``.
+
+  Raises:
+    HyperparameterError: momentum outside [0, 1), learning_rate <= 0.
+
+  References:
+    Zhang, Choromanska, LeCun (2015), Section 5 (MSGD); Sutskever et al. (2013).
+  """
+  return _sequential("msgd", loss_fn, optimizer, num_workers=num_workers,
+                     learning_rate=learning_rate,
+                     momentum=momentum_lib.check_momentum(momentum), rate=None,
+                     averaged=False, axis_name=axis_name)
+
+
+def asgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None, *,
+         num_workers: int = 1, learning_rate: float | None = None,
+         axis_name=WORKER_AXES) -> Algorithm:
+  """Averaged SGD: SGD plus the running average of its iterates (z evaluated).
+
+      z_{t+1} = (1 - a_{t+1}) z_t + a_{t+1} x_t,   a_{t+1} = 1 / (t + 1)
+      x_{t+1} = x_t - eta g(x_t)
+
+  so z_t is the mean of x_0 .. x_{t-1} (z_0 = x_0).
+
+  Args: as :func:`sgd`.
+
+  Returns:
+    An :class:`~easgd.algorithms.Algorithm` named ``"asgd"``; ``center`` is z.
+
+  References:
+    Zhang, Choromanska, LeCun (2015), Section 5 (ASGD); Polyak & Juditsky (1992).
+  """
+  return _sequential("asgd", loss_fn, optimizer, num_workers=num_workers,
+                     learning_rate=learning_rate, momentum=None, rate=None,
+                     averaged=True, axis_name=axis_name)
+
+
+def mvasgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None, *,
+           num_workers: int = 1, average_rate: float = 0.001,
+           learning_rate: float | None = None, axis_name=WORKER_AXES) -> Algorithm:
+  """Moving-average SGD: SGD plus a constant-rate average of its iterates.
+
+      z_{t+1} = (1 - a) z_t + a x_t   (a = average_rate);   x_{t+1} = x_t - eta g(x_t)
+
+  Args:
+    average_rate: a in (0, 1]; the other arguments as :func:`sgd`.
+
+  Returns:
+    An :class:`~easgd.algorithms.Algorithm` named ``"mvasgd"``; ``center`` is z.
+
+  Raises:
+    HyperparameterError: average_rate outside (0, 1].
+
+  References:
+    Zhang, Choromanska, LeCun (2015), Section 5 (MVASGD).
+  """
+  return _sequential("mvasgd", loss_fn, optimizer, num_workers=num_workers,
+                     learning_rate=learning_rate, momentum=None,
+                     rate=check_average_rate(average_rate), averaged=True,
+                     axis_name=axis_name)
+
+
+# --------------------------------------------------------------------------
+# Synchronous periodic averaging.
+# --------------------------------------------------------------------------
+
+
+class LocalWorker(NamedTuple):
+  """Per-worker state of local SGD / DiLoCo: x^i and the inner optimizer state."""
+  params: Params
+  opt_state: Any
+
+
+class LocalShared(NamedTuple):
+  """Shared state of local SGD / DiLoCo.
+
+  Attributes:
+    center: local SGD: the mean at the last averaging; DiLoCo: the outer
+      model x~.
+    outer_state: DiLoCo's outer optimizer state, ``()`` for local SGD.
+    step: int32 scalar, the common clock t.
+  """
+  center: Params
+  outer_state: Any
+  step: jax.Array
+
+
+def _periodic(name, loss_fn, optimizer, *, num_workers, tau, learning_rate, outer,
+              hyperparameters, axis_name):
+  tau = elastic.check_tau(tau)
+  optimizer = _local_optimizer(optimizer, learning_rate)
+  if (isinstance(num_workers, bool) or not isinstance(num_workers, numbers.Integral)
+      or num_workers < 1):
+    raise elastic.HyperparameterError(
+        f"num_workers must be an integer >= 1, got {num_workers!r}")
+
+  def init(params):
+    return (LocalWorker(params, optimizer.init(params)),
+            LocalShared(params, () if outer is None else outer.init(params),
+                        jnp.zeros((), jnp.int32)))
+
+  def step(worker, shared, batch, key):
+    key = worker_key(key, shared.step, axis_name)
+    loss, grads = jax.value_and_grad(loss_fn)(worker.params, batch, key)
+    update, opt_state = optimizer.update(grads, worker.opt_state, worker.params)
+    params = optax.apply_updates(worker.params, update)
+
+    def sync(_):
+      mean = lax.pmean(params, axis_name)
+      if outer is None:
+        return mean, mean, shared.outer_state
+      pseudo_grad = elastic.tree_sub(shared.center, mean)
+      outer_update, outer_state = outer.update(pseudo_grad, shared.outer_state,
+                                               shared.center)
+      center = optax.apply_updates(shared.center, outer_update)
+      return center, center, outer_state
+
+    def keep(_):
+      return params, shared.center, shared.outer_state
+
+    params, center, outer_state = lax.cond((shared.step + 1) % tau == 0, sync, keep,
+                                           None)
+    return (LocalWorker(params, opt_state),
+            LocalShared(center, outer_state, shared.step + 1), loss)
+
+  def communication(num_steps, param_bytes):
+    n = int(num_steps) // tau
+    return Communication(n, n * int(param_bytes))
+
+  return Algorithm(
+      name=name, init=init, step=step, center=lambda shared: shared.center,
+      worker_params=lambda worker, shared: worker.params,
+      communication=communication,
+      hyperparameters=dict(hyperparameters, num_workers=int(num_workers), tau=tau))
+
+
+def local_sgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
+              *, num_workers: int, tau: int, learning_rate: float | None = None,
+              axis_name=WORKER_AXES) -> Algorithm:
+  """Local SGD (periodic model averaging): average all workers every tau steps.
+
+      x^i <- x^i + u^i        (local optimizer step; SGD: u = -eta g^i(x^i))
+      if tau divides t + 1:   x^i <- (1/p) sum_j x^j  for every i;   x~ <- that mean
+
+  The local optimizer state stays per worker (not averaged). ``center`` is the
+  mean at the last averaging (the initial params before the first), which is
+  what the trainer evaluates.
+
+  Args:
+    loss_fn: ``loss_fn(params, batch, key) -> scalar``.
+    optimizer: the local optimizer; default ``optax.sgd(learning_rate)``.
+    num_workers: p.
+    tau: averaging period in steps (>= 1); tau = 1 with SGD is pmean SGD.
+    learning_rate: eta of the default SGD optimizer.
+    axis_name: mapped axis enumerating all workers.
+
+  Returns:
+    An :class:`~easgd.algorithms.Algorithm` named ``"local_sgd"``; one
+    parameter all-reduce every tau steps.
+
+  Raises:
+    HyperparameterError: tau < 1, learning_rate <= 0.
+
+  References:
+    Lin et al. (2020); PyTorch ``PeriodicModelAverager``.
+  """
+  return _periodic("local_sgd", loss_fn, optimizer, num_workers=num_workers, tau=tau,
+                   learning_rate=learning_rate, outer=None, hyperparameters={},
+                   axis_name=axis_name)
+
+
+def diloco(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
+           *, num_workers: int, tau: int, outer_learning_rate: float = 0.7,
+           outer_momentum: float = 0.9,
+           outer_optimizer: optax.GradientTransformation | None = None,
+           learning_rate: float | None = None, axis_name=WORKER_AXES) -> Algorithm:
+  """DiLoCo: inner optimizer for tau steps, then an outer step on the center.
+
+      x^i <- x^i + u^i                         (inner optimizer, e.g. AdamW)
+      if tau divides t + 1:
+        Delta = x~ - (1/p) sum_i x^i           (mean pseudo-gradient)
+        m  <- mu m + Delta                     (outer SGD, Nesterov momentum mu)
+        x~ <- x~ - eta_out (Delta + mu m)
+        x^i <- x~ for every i                  (inner states are kept)
+
+  Args:
+    loss_fn: ``loss_fn(params, batch, key) -> scalar``.
+    optimizer: the inner optimizer (state per worker, never reset); default
+      ``optax.sgd(learning_rate)``.
+    num_workers: p.
+    tau: inner steps per round (>= 1).
+    outer_learning_rate: eta_out > 0 (DiLoCo: 0.7).
+    outer_momentum: Nesterov momentum mu in [0, 1) of the outer SGD (0.9).
+    outer_optimizer: any Optax optimizer instead of the outer SGD (then the
+      two outer_* values are ignored).
+    learning_rate: eta of the default inner SGD optimizer.
+    axis_name: mapped axis enumerating all workers.
+
+  Returns:
+    An :class:`~easgd.algorithms.Algorithm` named ``"diloco"``; ``center`` is
+    x~; one parameter all-reduce every tau steps.
+
+  Raises:
+    HyperparameterError: tau < 1, outer_learning_rate <= 0, outer_momentum
+      outside [0, 1), learning_rate <= 0.
+
+  References:
+    Douillard et al. (2023), Algorithm 1.
+  """
+  if outer_optimizer is None:
+    if (isinstance(outer_learning_rate, bool)
+        or not isinstance(outer_learning_rate, numbers.Real)
+        or not 0 < outer_learning_rate < float("inf")):
+      raise elastic.HyperparameterError(
+          f"outer_learning_rate must be a finite real > 0, got {outer_learning_rate!r}")
+    outer_momentum = momentum_lib.check_momentum(outer_momentum)
+    outer_optimizer = optax.sgd(float(outer_learning_rate),
+                                momentum=outer_momentum or None, nesterov=True)
+    hyper = dict(outer_learning_rate=float(outer_learning_rate),
+                 outer_momentum=outer_momentum)
+  elif not isinstance(outer_optimizer, optax.GradientTransformation):
+    raise TypeError(f"outer_optimizer must be an optax.GradientTransformation, "
+                    f"got {type(outer_optimizer).__name__}")
+  else:
+    hyper = dict(outer_optimizer="custom")
+  return _periodic("diloco", loss_fn, optimizer, num_workers=num_workers, tau=tau,
+                   learning_rate=learning_rate, outer=outer_optimizer,
+                   hyperparameters=hyper, axis_name=axis_name)

@@ -1,0 +1,148 @@
+"""Checkpoints: exact resume, SIGKILL during a save, no recompilation, divergence."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+from jax import monitoring
+
+from easgd import checkpoint, trainer
+from easgd.algorithms import ALGORITHMS
+from easgd.config import ConfigError, TrainConfig
+
+# digits, tiny MLP: 1438 training images / 64 = 22 steps per epoch, 2 epochs
+TINY = TrainConfig(dataset="digits", model="mlp", num_workers=4, num_devices=2,
+                   global_batch_size=64, num_epochs=2, learning_rate=0.1, tau=4,
+                   beta=0.9, eval_batch_size=64, progress=False)
+
+RESUMABLE = [a for a in ALGORITHMS if a in ("easgd", "pmean_sgd", "eamsgd",
+                                             "async_easgd")]
+
+
+def metrics_text(path):
+  return (path / "metrics.jsonl").read_text()
+
+
+@pytest.mark.parametrize("algorithm", RESUMABLE)
+def test_interrupted_and_resumed_run_is_bitwise_identical(tmp_path, algorithm):
+  cfg = TINY.replace(algorithm=algorithm)
+  if algorithm == "eamsgd":
+    cfg = cfg.replace(momentum=0.9)
+  trainer.train_and_evaluate(cfg, tmp_path / "full")
+  # 7 steps: inside the first epoch and not a multiple of tau = 4
+  partial = trainer.train_and_evaluate(cfg, tmp_path / "cut", stop_after_steps=7)
+  assert partial["status"] == "stopped" and partial["steps_done"] == 7
+  assert checkpoint.Checkpointer(tmp_path / "cut").latest_step() == 7
+  # 30 steps: inside the second epoch, resumed from the first stop
+  trainer.train_and_evaluate(cfg, tmp_path / "cut", resume=True, stop_after_steps=30)
+  done = trainer.train_and_evaluate(cfg, tmp_path / "cut", resume=True)
+  assert done["status"] == "complete"
+  assert metrics_text(tmp_path / "cut") == metrics_text(tmp_path / "full")
+
+
+def test_same_seed_twice_gives_identical_metrics_files(tmp_path):
+  trainer.train_and_evaluate(TINY, tmp_path / "a")
+  trainer.train_and_evaluate(TINY, tmp_path / "b")
+  assert metrics_text(tmp_path / "a") == metrics_text(tmp_path / "b")
+  trainer.train_and_evaluate(TINY.replace(seed=1), tmp_path / "c")
+  assert metrics_text(tmp_path / "a") != metrics_text(tmp_path / "c")
+
+
+def test_resume_on_another_device_count(tmp_path):
+  trainer.train_and_evaluate(TINY, tmp_path / "full")
+  trainer.train_and_evaluate(TINY, tmp_path / "cut", stop_after_steps=13)
+  trainer.train_and_evaluate(TINY.replace(num_devices=4), tmp_path / "cut", resume=True)
+  a = [json.loads(l) for l in metrics_text(tmp_path / "full").splitlines()]
+  b = [json.loads(l) for l in metrics_text(tmp_path / "cut").splitlines()]
+  assert [r["step"] for r in a] == [r["step"] for r in b]
+  for ra, rb in zip(a, b):
+    assert rb["test_loss"] == pytest.approx(ra["test_loss"], rel=1e-5)
+    assert abs(rb["test_accuracy"] - ra["test_accuracy"]) <= 2 / ra["test_count"]
+
+
+def test_resume_refuses_a_different_config(tmp_path):
+  trainer.train_and_evaluate(TINY, tmp_path, stop_after_steps=3)
+  with pytest.raises(ConfigError, match=r"tau: 4 -> 8"):
+    trainer.train_and_evaluate(TINY.replace(tau=8), tmp_path, resume=True)
+  with pytest.raises(ConfigError, match="holds no run"):
+    trainer.train_and_evaluate(TINY, tmp_path / "empty", resume=True)
+
+
+def test_restored_state_runs_through_the_compiled_step_without_recompiling(tmp_path):
+  run = trainer.Run(TINY)
+  compiles = []
+  monitoring.register_event_duration_secs_listener(
+      lambda name, *a, **k: compiles.append(name)
+      if name == "/jax/core/compile/backend_compile_duration" else None)
+  worker, shared = run.initial_state()
+  ix = np.arange(64).reshape(4, 16)
+  batch = jax.tree.map(lambda a: a, __import__("easgd").workers.split_workers(
+      (run.dataset.train_x[ix], run.dataset.train_y[ix]), run.layout))
+  worker, shared, loss = run.step_fn(worker, shared, batch, run.step_key)
+  jax.block_until_ready(loss)
+  ckpt = checkpoint.Checkpointer(tmp_path)
+  ckpt.save(1, run.to_checkpoint(worker, shared, 1, [loss]))
+  after_first = len(compiles)
+  assert after_first >= 1
+  w2, s2, step, losses = run.from_checkpoint(ckpt.restore(target=run.checkpoint_target()))
+  assert step == 1 and len(losses) == 1
+  w2, s2, loss2 = run.step_fn(w2, s2, batch, run.step_key)
+  jax.block_until_ready(loss2)
+  assert len(compiles) == after_first  # no new backend compilation
+  # and the restored state is the saved one: the next step agrees with the original
+  worker, shared, loss3 = run.step_fn(worker, shared, batch, run.step_key)
+  np.testing.assert_array_equal(np.asarray(loss2), np.asarray(loss3))
+  ckpt.close()
+
+
+def test_divergence_stops_with_step_and_worker_and_keeps_last_checkpoint(tmp_path):
+  # warm-up from 0 to an absurd peak: step 0 is harmless, then it blows up
+  cfg = TINY.replace(learning_rate=1e30, warmup_epochs=1.0, checkpoint_every_steps=1)
+  with pytest.raises(trainer.DivergenceError) as err:
+    trainer.train_and_evaluate(cfg, tmp_path)
+  msg = str(err.value)
+  assert "non-finite" in msg and "at step" in msg or "parameters" in msg
+  assert "worker" in msg and "learning_rate=1e+30" in msg and "tau=4" in msg
+  ckpt = checkpoint.Checkpointer(tmp_path)
+  last = ckpt.latest_step()
+  assert last is not None and last >= 1
+  restored = ckpt.restore()
+  for leaf in jax.tree.leaves(restored["worker"]):
+    if np.issubdtype(leaf.dtype, np.floating):
+      assert np.all(np.isfinite(leaf))
+  ckpt.close()
+
+
+def test_sigkill_during_checkpoint_write_then_resume_finishes(tmp_path):
+  cfg = TINY.replace(checkpoint_every_steps=1, num_epochs=2)
+  (tmp_path / "cfg.py").write_text(
+      "from easgd import TrainConfig\n"
+      f"def get_config():\n  return TrainConfig(**{cfg.to_dict_fields()!r})\n")
+  work = tmp_path / "run"
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             XLA_FLAGS="--xla_force_host_platform_device_count=2")
+  proc = subprocess.Popen([sys.executable, "-m", "easgd.cli", "train", "--config",
+                           str(tmp_path / "cfg.py"), "--workdir", str(work)],
+                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+  ckdir = work / checkpoint.CHECKPOINT_DIR
+  caught_in_write = False
+  deadline = time.time() + 120
+  while proc.poll() is None and time.time() < deadline:
+    names = os.listdir(ckdir) if ckdir.exists() else []
+    if any("tmp" in n for n in names) and any(n.isdigit() for n in names):
+      proc.send_signal(signal.SIGKILL)   # a save is in progress right now
+      caught_in_write = True
+      break
+    time.sleep(0.001)
+  proc.wait(timeout=60)
+  assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()[-2000:]
+  assert caught_in_write
+  done = trainer.train_and_evaluate(cfg, work, resume=True)
+  assert done["status"] == "complete"
+  trainer.train_and_evaluate(cfg, tmp_path / "full")
+  assert metrics_text(work) == metrics_text(tmp_path / "full")
