@@ -3,7 +3,8 @@
 Every algorithm runs the same config (data set, model, global batch, epochs,
 learning-rate schedule, seed: the same initial parameters and data order) in
 its own sub-directory of ``workdir``; then ``comparison.png`` (center test error
-against epochs and against bytes communicated per worker) and ``results.md`` /
+against epochs, against bytes communicated per worker and against simulated
+time in ticks, see ``easgd.registry.simulated_ticks``) and ``results.md`` /
 ``results.json`` (the table) are written beside them.
 """
 
@@ -28,8 +29,8 @@ def _row(summary: dict[str, Any]) -> dict[str, Any]:
   return dict(
       algorithm=summary["algorithm"]["name"],
       num_workers=cfg["num_workers"],
-      tau=cfg["tau"] if summary["algorithm"]["name"] == "easgd" else None,
-      beta=cfg["resolved_beta"] if summary["algorithm"]["name"] == "easgd" else None,
+      tau=summary["algorithm"].get("tau"),  # None for methods without a period
+      beta=summary["algorithm"].get("beta"),  # elastic methods only
       epochs=final["epoch"], steps=final["step"],
       test_accuracy=final["test_accuracy"],
       best_test_accuracy=summary["best_test_accuracy"],
@@ -90,8 +91,10 @@ def compare(config: TrainConfig, workdir, algorithms: Sequence[str] = ALGORITHMS
   write_text_atomic(workdir / RESULTS_JSON, json.dumps(rows, indent=2) + "\n")
   write_text_atomic(workdir / RESULTS_MD, results_table(rows))
   from easgd.plotting import plot_comparison
-  plot_comparison({s["algorithm"]["name"]: s["history"] for s in summaries},
-                  workdir / PLOT_FILE, title=_title(config))
+  from easgd.registry import simulated_ticks
+  histories = {s["algorithm"]["name"]: [dict(r, simulated_time=simulated_ticks(
+      r["step"], c)) for r in s["history"]] for c, s in zip(configs, summaries)}
+  plot_comparison(histories, workdir / PLOT_FILE, title=_title(config))
   return rows
 
 

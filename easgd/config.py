@@ -79,6 +79,10 @@ class TrainConfig:
     seed: seeds the initial parameters, the data order and the worker keys.
     eval_every_epochs: evaluate the center every this many epochs (and last).
     eval_batch_size: test examples per worker per evaluation batch.
+    curvature: optional estimate of the loss's largest Hessian eigenvalue h
+      (1 / parameter units squared); with it the trainer checks eta*h =
+      learning_rate * curvature against the quadratic model's stable region
+      and warns once when outside.
     checkpoint_every_steps: also checkpoint every this many global steps inside
       an epoch (0: only at epoch ends, where a checkpoint is always written).
     keep_checkpoints: number of most recent checkpoints kept (>= 1).
@@ -114,6 +118,7 @@ class TrainConfig:
   seed: int = 0
   eval_every_epochs: int = 1
   eval_batch_size: int = 500
+  curvature: float | None = None
   checkpoint_every_steps: int = 0
   keep_checkpoints: int = 2
   progress: bool = True
@@ -183,6 +188,8 @@ class TrainConfig:
     _int("seed", self.seed, 0)
     _int("eval_every_epochs", self.eval_every_epochs, 1)
     _int("eval_batch_size", self.eval_batch_size, 1)
+    if self.curvature is not None:
+      _real("curvature", self.curvature, 0, open_low=True)
     _int("checkpoint_every_steps", self.checkpoint_every_steps, 0)
     _int("keep_checkpoints", self.keep_checkpoints, 1)
     return self

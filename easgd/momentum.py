@@ -101,6 +101,14 @@ def nesterov_velocity(loss_fn: LossFn, optimizer: optax.GradientTransformation,
     ``(loss, new_velocity, new_opt_state)``; ``loss`` is the mini-batch loss at
     the look-ahead point y, where the gradient is taken (no extra forward pass).
   """
+  if momentum == 0:
+    # delta = 0: y = x and v = u exactly; the same float graph as EASGD, so that
+    # XLA's fusion (it contracts a * b + c into FMAs) cannot tell them apart.
+    loss, grads = jax.value_and_grad(loss_fn)(params, batch, key)
+    if grad_fn is not None:
+      grads = grad_fn(grads)
+    step, opt_state = optimizer.update(grads, opt_state, params)
+    return loss, step, opt_state
   y = lookahead_point(params, velocity, momentum)
   loss, grads = jax.value_and_grad(loss_fn)(y, batch, key)
   if grad_fn is not None:

@@ -8,11 +8,13 @@ from typing import Any, Mapping, Sequence
 
 def plot_comparison(histories: Mapping[str, Sequence[Mapping[str, Any]]], path,
                     title: str = "") -> Path:
-  """Center test error against epochs and against MB communicated per worker.
+  """Center test error against epochs, MB per worker and simulated time.
 
   Args:
     histories: algorithm name -> list of metric records (``metrics.jsonl``
-      rows with ``epoch``, ``test_error``, ``bytes_communicated``).
+      rows with ``epoch``, ``test_error``, ``bytes_communicated``; with a
+      ``simulated_time`` in every record of every history, in ticks, a third
+      panel shows the error against it: asynchronous schedules).
     path: the PNG file to write.
     title: figure title.
 
@@ -23,16 +25,24 @@ def plot_comparison(histories: Mapping[str, Sequence[Mapping[str, Any]]], path,
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  fig, (ax_e, ax_b) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
+  timed = bool(histories) and all(
+      "simulated_time" in r for h in histories.values() for r in h)
+  fig, axes = plt.subplots(1, 3 if timed else 2, figsize=(15 if timed else 10, 4),
+                           constrained_layout=True)
+  ax_e, ax_b = axes[0], axes[1]
   for name, hist in histories.items():
     epochs = [r["epoch"] for r in hist]
     err = [100 * r["test_error"] for r in hist]
     mb = [r["bytes_communicated"] / 1e6 for r in hist]
     ax_e.plot(epochs, err, marker=".", label=name)
     ax_b.plot(mb, err, marker=".", label=name)
+    if timed:
+      axes[2].plot([r["simulated_time"] for r in hist], err, marker=".", label=name)
   ax_e.set(xlabel="epoch", ylabel="center test error (%)")
   ax_b.set(xlabel="MB communicated per worker", ylabel="center test error (%)")
-  for ax in (ax_e, ax_b):
+  if timed:
+    axes[2].set(xlabel="simulated time (ticks)", ylabel="center test error (%)")
+  for ax in axes:
     ax.grid(alpha=0.3)
     ax.legend()
     lows = [100 * min(r["test_error"] for r in h) for h in histories.values()]

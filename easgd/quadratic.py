@@ -18,7 +18,7 @@ The compiled kernels (module-level ``jax.jit``) are specialised on
 ``num_workers``, ``num_steps`` and the number of configurations only.
 
 References:
-  S. Zhang, A. Choromanska, LeCun. Deep learning with Elastic Averaging SGD.
+  S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging SGD.
   NeurIPS 2015 (arXiv:1412.6651), eq. (5)-(6), Section 4.
 """
 

@@ -240,7 +240,7 @@ def sync_easgd_spectral_radius(eta_h, alpha, tau, num_workers) -> np.ndarray:
   u, a, tau, p = np.broadcast_arrays(u, a, tau, p)
   with np.errstate(all="ignore"):
     k = np.power(1.0 - u, tau - 1)
-    beta = a
+    beta = p * a
     radius = _radius_2x2(k * (1.0 - u - a), k * a, beta, 1.0 - beta)
     dev = np.abs(k * (1.0 - u - a))
   dev = np.where(np.isnan(dev), np.inf, dev)
@@ -512,6 +512,37 @@ def stability_bound_message(eta_h: float, alpha: float, tau: int,
           f"and no eta*h in [0, 4] is stable at this alpha.")
 
 
+def stable_eta_h_interval(alpha: float, tau: int, num_workers: int
+                          ) -> tuple[float, float] | None:
+  """The range of eta*h in which synchronous EASGD is stable at this alpha, tau, p.
+
+  Scans eta*h over [0, 4] (8001 points; the plain step alone is unstable beyond
+  eta*h = 2) and refines both ends by bisection; if the stable set has several
+  runs, the first (smallest eta*h). With a curvature estimate h of the loss,
+  the learning rate must satisfy eta < hi / h.
+
+  Args:
+    alpha: moving rate (>= 0); tau: communication period (>= 1); num_workers: p.
+
+  Returns:
+    ``(lo, hi)`` (open interval), or None when no eta*h in [0, 4] is stable.
+
+  Raises:
+    ValueError: for invalid arguments (as :func:`sync_easgd_spectral_radius`).
+
+  References:
+    Zhang, Choromanska, LeCun (2015), eq. (5)-(6) and Section 4 (derived).
+  """
+  a = _real_scalar("alpha", alpha)
+  tau = _int_scalar("tau", tau)
+  p = _int_scalar("num_workers", num_workers)
+  etas = np.linspace(0.0, 4.0, 8001)
+  stable = sync_easgd_stable(etas, a, tau, p)
+  found = _stable_interval(lambda x: bool(sync_easgd_stable(x, a, tau, p)),
+                           etas, stable, float(etas[np.argmax(stable)]))
+  return None if found is None else (found[0], found[1])
+
+
 # ----------------------------------------------------------------------------
 # Round-robin asynchronous EASGD, eq. (12)-(13)
 # ----------------------------------------------------------------------------
@@ -686,7 +717,7 @@ def round_robin_easgd_round_spectral_radius(eta, alpha, num_workers: int
   ``paper_notes/stability.md``): for odd p (3, 5, 7 checked) the round is stable
   exactly on the condition's set, but for even p a thin sliver just above the
   curve alpha = (4 - 2 eta) / (4 - eta) is stable too (up to about 0.042 above
-  it for p = 2, 0.008 for p = 4, 0.004 for p = 6), e.g. eta = 0.75,
+  it for p = 2, 0.0098 for p = 4, 0.0044 for p = 6), e.g. eta = 0.75,
   alpha = 0.775, p = 2: rho(A) = 1.011 but rho(F) = 0.939.
 
   Args:
@@ -726,7 +757,8 @@ def _admm_worker_maps(eta, rho, p: int) -> list[np.ndarray]:
     f1 = eye.copy()  # lambda^i <- lambda^i - (x^i - x~)          (9)
     f1[..., li, xi] = -1.0
     f1[..., li, c] = 1.0
-    f2 = eye.copy()  # x^i <- ((1 - eta) x^i + eta rho (lambda^i + x~)) / (1 + eta rho)   (10)
+    # x^i <- ((1 - eta) x^i + eta rho (lambda^i + x~)) / (1 + eta rho)   (10)
+    f2 = eye.copy()
     f2[..., xi, xi] = (1.0 - eta) / (1.0 + er)
     f2[..., xi, li] = er / (1.0 + er)
     f2[..., xi, c] = er / (1.0 + er)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -342,17 +343,46 @@ class Run:
     return msg + "; lower the learning rate"
 
 
+class StabilityWarning(UserWarning):
+  """The config lies outside the analytic stable region of the quadratic model."""
+
+
+def stability_warning(config: TrainConfig) -> str | None:
+  """A one-line warning when synchronous EASGD is configured outside the region
+  where the quadratic model F(x) = h x^2 / 2 is stable, else None.
+
+  With ``config.curvature`` (an estimate of the loss's largest Hessian
+  eigenvalue h, e.g. from ``easgd.hessian``) the check is at eta*h =
+  learning_rate * curvature (``easgd.stability.stability_bound_message``);
+  without it, only whether ANY eta*h is stable at this alpha, tau and p.
+  """
+  if config.algorithm != "easgd":
+    return None
+  from easgd import stability
+  a, tau, p = config.resolved_alpha, config.tau, config.num_workers
+  if config.curvature is not None:
+    return stability.stability_bound_message(config.learning_rate * config.curvature,
+                                             a, tau, p)
+  if a > 0 and stability.stable_eta_h_interval(a, tau, p) is None:
+    return (f"EASGD with alpha={a:g} (beta={a * p:g}), tau={tau}, num_workers={p} is "
+            "outside the analytic stability region of the quadratic model for every "
+            "eta*h in [0, 4] (see easgd.stability.stability_bound_message)")
+  return None
+
+
 def _stability_hint(config: TrainConfig) -> str | None:
-  """The quadratic model's bound for this alpha, tau and p, if the analysis exists."""
-  try:
-    from easgd import stability
-  except ImportError:
+  """For divergence errors: the quadratic model's eta*h bound at this alpha, tau, p."""
+  if config.algorithm != "easgd":
     return None
-  try:
-    return stability.stability_summary(config.resolved_alpha, config.tau,
-                                       config.num_workers)
-  except AttributeError:
-    return None
+  from easgd import stability
+  a, tau, p = config.resolved_alpha, config.tau, config.num_workers
+  interval = stability.stable_eta_h_interval(a, tau, p)
+  if interval is None:
+    return (f"the quadratic model is unstable at alpha={a:g}, tau={tau}, "
+            f"num_workers={p} for every eta*h in [0, 4]")
+  return (f"the quadratic model is stable at alpha={a:g}, tau={tau}, num_workers={p} "
+          f"only for eta*h < {interval[1]:.4g} (learning_rate * largest Hessian "
+          f"eigenvalue)")
 
 
 def _read_history(workdir: Path, up_to_step: int) -> list[dict[str, Any]]:
@@ -403,6 +433,9 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
       or stop_after_steps < 1):
     raise ConfigError(f"stop_after_steps must be an integer >= 1, got {stop_after_steps!r}")
   workdir = Path(workdir)
+  hint = stability_warning(config)
+  if hint:
+    warnings.warn(hint, StabilityWarning, stacklevel=2)
   if resume:
     _check_resume_config(config, workdir)
   else:

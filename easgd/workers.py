@@ -14,8 +14,20 @@ Argument kinds of a mapped function (see :func:`map_workers`):
                 unbatched (computed by collectives), so it stays replicated;
   ``"broadcast"`` the same value for everyone, passed as is (no leading axis).
 
-This is the only module that knows about devices; swapping the backend
-(pmap built on shard_map in current JAX) happens here.
+Two backends run the same per-worker code with the same array layouts, chosen
+by ``WorkerLayout.backend`` (:func:`make_layout`, ``TrainConfig.mapping_backend``):
+  ``"pmap"``       ``jax.pmap(jax.vmap(fn))`` (the design card's mapping; in
+                   JAX >= 0.8 pmap is itself built on shard_map);
+  ``"shard_map"``  ``jax.jit(jax.shard_map(vmap(fn)))`` over a 1-D mesh
+                   ``("devices",)``; each device's block [1, w, ...] is squeezed
+                   and vmapped over its w local workers, so collectives over
+                   :data:`WORKER_AXES` = ("devices", "local_workers") mean the
+                   same thing. Arrays are global ``jax.Array``s sharded along
+                   their leading axis, which is what makes multi-process runs
+                   (``easgd.distributed``) work: each process holds the shards of
+                   its own devices. pmap is single-process only here.
+
+This is the only module that knows about devices.
 """
 
 from __future__ import annotations
@@ -34,6 +46,7 @@ WORKER_AXES = (DEVICE_AXIS, LOCAL_AXIS)
 """The axis name that per-worker collectives use: all workers, all devices."""
 
 KINDS = ("worker", "shared", "broadcast")
+BACKENDS = ("pmap", "shard_map")
 
 
 class LayoutError(ValueError):
@@ -46,10 +59,13 @@ class WorkerLayout:
 
   Attributes:
     num_workers: total number of workers p.
-    devices: the devices used, one pmap shard each.
+    devices: the devices used, one shard each, ordered by process (devices of
+      one process are contiguous, so its workers are a contiguous range).
+    backend: ``"pmap"`` or ``"shard_map"`` (module docstring).
   """
   num_workers: int
   devices: tuple[Any, ...]
+  backend: str = "pmap"
 
   @property
   def num_devices(self) -> int:
@@ -59,34 +75,77 @@ class WorkerLayout:
   def workers_per_device(self) -> int:
     return self.num_workers // self.num_devices
 
+  @property
+  def mesh(self) -> jax.sharding.Mesh:
+    """The 1-D mesh ``("devices",)`` over :attr:`devices`."""
+    return jax.sharding.Mesh(np.array(self.devices), (DEVICE_AXIS,))
+
+  @property
+  def num_processes(self) -> int:
+    """Number of processes whose devices the layout uses."""
+    return len({d.process_index for d in self.devices})
+
+  @property
+  def local_workers(self) -> slice:
+    """The workers on this process's devices, as a slice of [0, num_workers).
+
+    All workers in a single process; with several processes, the contiguous
+    range of workers this process feeds (its devices are contiguous).
+    """
+    local = [i for i, d in enumerate(self.devices)
+             if d.process_index == jax.process_index()]
+    if not local:
+      return slice(0, 0)
+    w = self.workers_per_device
+    return slice(local[0] * w, (local[-1] + 1) * w)
+
   def describe(self) -> str:
+    procs = (f", {self.num_processes} processes" if self.num_processes > 1
+             else "")
     return (f"{self.num_workers} workers = {self.num_devices} device(s) x "
             f"{self.workers_per_device} vmapped worker(s) "
-            f"[{self.devices[0].platform}]")
+            f"[{self.devices[0].platform}, {self.backend}{procs}]")
 
 
 def make_layout(num_workers: int, num_devices: int | None = None,
-                devices: Sequence[Any] | None = None) -> WorkerLayout:
+                devices: Sequence[Any] | None = None,
+                backend: str = "pmap") -> WorkerLayout:
   """Chooses the devices for ``num_workers`` workers.
+
+  With several processes (``jax.process_count() > 1``, see
+  ``easgd.distributed``) the candidates are all processes' devices and the
+  layout takes the same number from each process, so that every process owns a
+  contiguous range of workers.
 
   Args:
     num_workers: number of workers p, an integer >= 1.
-    num_devices: devices to use; must divide ``num_workers`` and be at most the
-      number available. ``None`` takes the largest available count that divides
-      ``num_workers``.
-    devices: the candidate devices; default ``jax.local_devices()``.
+    num_devices: devices to use, in total over all processes; must divide
+      ``num_workers``, be at most the number available and (with several
+      processes) be a multiple of the process count. ``None`` takes the largest
+      such count.
+    devices: the candidate devices; default ``jax.devices()`` (all processes).
+    backend: ``"pmap"`` or ``"shard_map"`` (module docstring); several
+      processes need ``"shard_map"``.
 
   Returns:
     A :class:`WorkerLayout`.
 
   Raises:
     LayoutError: if num_workers is not an integer >= 1, if num_devices is more
-      than available, or if num_workers is not a multiple of num_devices.
+      than available, if num_workers is not a multiple of num_devices, for an
+      unknown backend, or for pmap across processes.
   """
+  if backend not in BACKENDS:
+    raise LayoutError(f"unknown mapping backend {backend!r}; allowed: "
+                      f"{', '.join(BACKENDS)}")
   if (isinstance(num_workers, bool) or not isinstance(num_workers, numbers.Integral)
       or num_workers < 1):
     raise LayoutError(f"num_workers must be an integer >= 1, got {num_workers!r}")
-  available = list(devices) if devices is not None else jax.local_devices()
+  available = list(devices) if devices is not None else jax.devices()
+  procs = sorted({d.process_index for d in available})
+  if len(procs) > 1:
+    available.sort(key=lambda d: (d.process_index, d.id))
+    return _multiprocess_layout(num_workers, num_devices, available, procs, backend)
   if num_devices is None:
     num_devices = max(d for d in range(1, min(num_workers, len(available)) + 1)
                       if num_workers % d == 0)
@@ -101,7 +160,37 @@ def make_layout(num_workers: int, num_devices: int | None = None,
     raise LayoutError(
         f"num_workers={num_workers} is not a multiple of the {num_devices} "
         f"devices used; allowed: a multiple of {num_devices}")
-  return WorkerLayout(int(num_workers), tuple(available[:num_devices]))
+  return WorkerLayout(int(num_workers), tuple(available[:num_devices]), backend)
+
+
+def _multiprocess_layout(num_workers, num_devices, available, procs, backend):
+  if backend != "shard_map":
+    raise LayoutError(
+        f"{len(procs)} processes need the 'shard_map' mapping backend, got "
+        f"{backend!r} (--mapping-backend shard_map)")
+  per_proc = {p: [d for d in available if d.process_index == p] for p in procs}
+  most = min(len(v) for v in per_proc.values()) * len(procs)
+  if num_devices is None:
+    fits = [n for n in range(len(procs), most + 1, len(procs)) if num_workers % n == 0]
+    if not fits:
+      raise LayoutError(
+          f"num_workers={num_workers} cannot be spread over {len(procs)} "
+          f"processes; allowed: a multiple of {len(procs)}")
+    num_devices = max(fits)
+  if (isinstance(num_devices, bool) or not isinstance(num_devices, numbers.Integral)
+      or num_devices < 1):
+    raise LayoutError(f"num_devices must be an integer >= 1, got {num_devices!r}")
+  if num_devices % len(procs) or num_devices > most:
+    raise LayoutError(
+        f"num_devices={num_devices} must be a multiple of the {len(procs)} "
+        f"processes and at most {most} (the same number of devices from each)")
+  if num_workers % num_devices:
+    raise LayoutError(
+        f"num_workers={num_workers} is not a multiple of the {num_devices} "
+        f"devices used; allowed: a multiple of {num_devices}")
+  k = num_devices // len(procs)
+  chosen = tuple(d for p in procs for d in per_proc[p][:k])
+  return WorkerLayout(int(num_workers), chosen, backend)
 
 
 def _vmap_axis(kind):
@@ -118,8 +207,10 @@ def map_workers(fn: Callable, layout: WorkerLayout, in_kinds: Sequence[str],
   """Maps per-worker ``fn`` over all workers of ``layout``.
 
   ``fn`` sees one worker's values (no leading axes) and may use collectives over
-  :data:`WORKER_AXES`. The result is ``pmap(vmap(fn))``: compiled once per input
-  shape, placed on ``layout.devices``.
+  :data:`WORKER_AXES`. The result is ``pmap(vmap(fn))`` or
+  ``jit(shard_map(vmap(fn)))`` by ``layout.backend``: compiled once per input
+  shape, placed on ``layout.devices``; both take and return the same layouts
+  ([d, w, ...] worker values, [d, ...] shared values) and give the same values.
 
   Args:
     fn: per-worker function of ``len(in_kinds)`` positional arguments returning a
@@ -145,16 +236,57 @@ def map_workers(fn: Callable, layout: WorkerLayout, in_kinds: Sequence[str],
                    out_axes=(_vmap_axis(out_kinds[0]) if single else
                              tuple(_vmap_axis(k) for k in out_kinds)),
                    axis_name=LOCAL_AXIS)
+  if layout.backend == "shard_map":
+    return _shard_map_workers(inner, layout, in_kinds, single,
+                              tuple(donate_argnums))
   return jax.pmap(inner, axis_name=DEVICE_AXIS,
                   in_axes=tuple(_pmap_axis(k) for k in in_kinds),
                   devices=layout.devices, donate_argnums=tuple(donate_argnums))
 
 
+def _shard_map_workers(inner, layout, in_kinds, single, donate_argnums):
+  """``jit(shard_map(inner))`` over the mesh ("devices",), pmap's layouts.
+
+  Every "worker"/"shared" argument and every output is split along its leading
+  axis over the mesh (block [1, ...] per device, squeezed before ``inner`` and
+  restored after); "broadcast" arguments are replicated (``P()``).
+  """
+  P = jax.sharding.PartitionSpec
+  in_specs = tuple(P() if k == "broadcast" else P(DEVICE_AXIS) for k in in_kinds)
+
+  def per_device(*args):
+    args = [a if k == "broadcast" else jax.tree.map(lambda x: x[0], a)
+            for a, k in zip(args, in_kinds)]
+    out = inner(*args)
+    return jax.tree.map(lambda x: x[None], out)
+
+  # check_vma=False as in JAX's own pmap-on-shard_map: the varying-axes type
+  # check rejects a psum over ("devices", "local_workers") where the second
+  # axis is vmap's, not the mesh's, although the collective is well defined.
+  mapped = jax.shard_map(per_device, mesh=layout.mesh, in_specs=in_specs,
+                         out_specs=P(DEVICE_AXIS), check_vma=False)
+  return jax.jit(mapped, donate_argnums=donate_argnums)
+
+
+def _sharding(layout: WorkerLayout) -> jax.sharding.NamedSharding:
+  return jax.sharding.NamedSharding(layout.mesh,
+                                    jax.sharding.PartitionSpec(DEVICE_AXIS))
+
+
 def _put(tree, layout: WorkerLayout):
-  """Places arrays with leading axis num_devices, one slice per device."""
-  mesh = jax.sharding.Mesh(np.array(layout.devices), (DEVICE_AXIS,))
-  sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(DEVICE_AXIS))
-  return jax.tree.map(lambda x: jax.device_put(np.asarray(x), sharding), tree)
+  """Places host arrays with leading axis num_devices, one slice per device.
+
+  Every process passes the whole host array and places the slices of its own
+  devices (``jax.make_array_from_callback``), so this works across processes.
+  """
+  sharding = _sharding(layout)
+
+  def put(x):
+    x = np.asarray(x)
+    if jax.process_count() == 1:
+      return jax.device_put(x, sharding)
+    return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+  return jax.tree.map(put, tree)
 
 
 def replicate_per_worker(tree, layout: WorkerLayout):
@@ -190,26 +322,87 @@ def split_workers(tree, layout: WorkerLayout):
   return _put(jax.tree.map(reshape, tree), layout)
 
 
+def split_local_workers(tree, layout: WorkerLayout):
+  """Like :func:`split_workers`, from this process's workers only.
+
+  Each process passes the values of its own workers, ``layout.local_workers``
+  (all workers in a single process), and gets back the global [d, w, ...]
+  arrays (``jax.make_array_from_process_local_data``): the per-process data
+  path of multi-process training, where no process builds another's batches.
+
+  Args:
+    tree: host arrays with leading axis ``len(range(num_workers)[layout.local_workers])``.
+    layout: the worker layout.
+
+  Returns:
+    Global arrays [d, w, ...] sharded over ``layout.devices``.
+
+  Raises:
+    LayoutError: if a leaf's leading axis is not this process's worker count.
+  """
+  if layout.num_processes == 1:
+    return split_workers(tree, layout)
+  sl = layout.local_workers
+  n_local, w = sl.stop - sl.start, layout.workers_per_device
+  sharding = _sharding(layout)
+
+  def put(x):
+    x = np.asarray(x)
+    if x.shape[:1] != (n_local,):
+      raise LayoutError(f"expected a leading axis of this process's {n_local} "
+                        f"workers, got shape {x.shape}")
+    local = x.reshape(n_local // w, w, *x.shape[1:])
+    return jax.make_array_from_process_local_data(
+        sharding, local, (layout.num_devices, w, *x.shape[1:]))
+  return jax.tree.map(put, tree)
+
+
+def to_host(tree):
+  """Host NumPy copies of (global) arrays, gathered across processes if needed.
+
+  Leaves that this process cannot address fully (multi-process runs) are
+  gathered with ``multihost_utils.process_allgather``: a collective, so every
+  process must call this at the same point. Others are ``np.asarray``.
+  """
+  def host(x):
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+      from jax.experimental import multihost_utils
+      return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
+  return jax.tree.map(host, tree)
+
+
 def merge_workers(tree):
-  """Inverse of :func:`split_workers`: [d, w, ...] -> host [num_workers, ...]."""
-  return jax.tree.map(lambda x: np.asarray(x).reshape(-1, *x.shape[2:]), tree)
+  """Inverse of :func:`split_workers`: [d, w, ...] -> host [num_workers, ...].
+
+  Gathers across processes (see :func:`to_host`).
+  """
+  return jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), to_host(tree))
 
 
 def first_copy(tree):
-  """The copy on the first device of a ``"shared"`` value (host NumPy arrays).
+  """The copy on the first local device of a ``"shared"`` value (host NumPy).
 
   Shared values are bitwise equal on all devices (they are the outputs of the
-  same all-reduces); tests check this with :func:`shared_copies_equal`.
+  same all-reduces); tests check this with :func:`shared_copies_equal`. No
+  communication: in a multi-process run each process reads its own copy.
   """
-  return jax.tree.map(lambda x: np.asarray(x[0]), tree)
+  def first(x):
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+      shard = min(x.addressable_shards, key=lambda s: s.index[0].start or 0)
+      return np.asarray(shard.data)[0]
+    return np.asarray(x[0])
+  return jax.tree.map(first, tree)
 
 
 def shared_copies_equal(tree) -> bool:
-  """True if every device holds a bitwise equal copy of a ``"shared"`` value."""
+  """True if every device holds a bitwise equal copy of a ``"shared"`` value.
+
+  Gathers across processes (see :func:`to_host`).
+  """
   def equal(x):
-    x = np.asarray(x)
     return all(x[i].tobytes() == x[0].tobytes() for i in range(1, x.shape[0]))
-  return all(equal(x) for x in jax.tree.leaves(tree))
+  return all(equal(x) for x in jax.tree.leaves(to_host(tree)))
 
 
 def worker_index():

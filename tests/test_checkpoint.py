@@ -108,6 +108,7 @@ def test_divergence_stops_with_step_and_worker_and_keeps_last_checkpoint(tmp_pat
   msg = str(err.value)
   assert "non-finite" in msg and "at step" in msg or "parameters" in msg
   assert "worker" in msg and "learning_rate=1e+30" in msg and "tau=4" in msg
+  assert "stable at alpha=0.225, tau=4, num_workers=4 only for eta*h < 1.948" in msg
   ckpt = checkpoint.Checkpointer(tmp_path)
   last = ckpt.latest_step()
   assert last is not None and last >= 1

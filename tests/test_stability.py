@@ -1,4 +1,4 @@
-"""Analytic stability maps (easgd.stability) against full matrices and JAX simulations."""
+"""Analytic stability maps (easgd.stability) vs full matrices and JAX simulations."""
 import re
 
 import jax
@@ -46,6 +46,23 @@ def test_sync_radius_equals_full_period_matrix(tau):
           for k in range(n)]
   np.testing.assert_allclose(vectorised, full, rtol=1e-10)
   assert (np.asarray(full) > 1).any() and (np.asarray(full) < 1).any()
+
+
+@pytest.mark.parametrize("num_workers", [1, 4])
+def test_tau1_region_is_the_jury_conditions(num_workers):
+  # tau = 1 closed form (paper_notes/stability.md): with T, D the trace and
+  # determinant of M, rho(M) < 1 iff |D| < 1, 1 - T + D = u beta > 0 and
+  # 1 + T + D > 0; plus |1 - u - alpha| < 1 for the deviations when p >= 2.
+  u, a = np.meshgrid(np.linspace(-0.5, 4.5, 201), np.linspace(-0.5, 2.5, 151))
+  b = num_workers * a
+  trace, det = 2 - u - a - b, 1 - u - a - b + u * b
+  jury = (np.abs(det) < 1) & (1 - trace + det > 0) & (1 + trace + det > 0)
+  if num_workers >= 2:
+    jury &= np.abs(1 - u - a) < 1
+  radius = stability.sync_easgd_spectral_radius(u, a, 1, num_workers)
+  assert jury.any()
+  disagree = jury != (radius < 1)
+  np.testing.assert_allclose(radius[disagree], 1.0, atol=1e-12)
 
 
 def test_period_map_order_matches_jax_simulation():
@@ -206,7 +223,8 @@ def test_admm_single_workers_stable_round_unstable():
     assert full_radius(stability.admm_worker_map(ETA_EX, RHO_EX, i, p)) <= 1 + 1e-12
   radius = float(stability.admm_spectral_radius(ETA_EX, RHO_EX, p))
   assert radius > 1 + 5e-4
-  np.testing.assert_allclose(radius, full_radius(stability.admm_round_map(ETA_EX, RHO_EX, p)))
+  np.testing.assert_allclose(
+      radius, full_radius(stability.admm_round_map(ETA_EX, RHO_EX, p)))
 
 
 def test_admm_simulation_matches_round_map():
@@ -214,7 +232,8 @@ def test_admm_simulation_matches_round_map():
   rounds = 50
   traj = stability.admm_simulate(0.004, 6.0, p, rounds, x0=1000.0)
   state = np.r_[np.tile([0.0, 1000.0], p), 1000.0]
-  expected = np.linalg.matrix_power(stability.admm_round_map(0.004, 6.0, p), rounds) @ state
+  round_map = stability.admm_round_map(0.004, 6.0, p)
+  expected = np.linalg.matrix_power(round_map, rounds) @ state
   np.testing.assert_allclose(traj.center[-1], expected[-1], rtol=1e-9)
   np.testing.assert_allclose(traj.norm[-1], np.linalg.norm(expected), rtol=1e-9)
   assert traj.center.shape == traj.norm.shape == (rounds + 1,)

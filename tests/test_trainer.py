@@ -99,3 +99,19 @@ def test_compare_writes_plot_and_table(tmp_path):
   # EASGD with tau = 3 communicates a third as often as pmean SGD
   easgd_row, pmean_row = rows
   assert easgd_row["all_reduces_per_worker"] == -(-pmean_row["all_reduces_per_worker"] // 3)
+
+
+def test_warns_outside_the_analytic_stable_region(tmp_path):
+  # beta = 3.6 (alpha = 0.9 with 4 workers): the elastic map alone is unstable
+  with pytest.warns(trainer.StabilityWarning, match=r"alpha=0.9 \(beta=3.6\), tau=3"):
+    trainer.train_and_evaluate(TINY.replace(beta=3.6), tmp_path / "a",
+                               stop_after_steps=1)
+  # with a curvature estimate, eta*h = learning_rate * curvature is checked
+  with pytest.warns(trainer.StabilityWarning, match=r"eta\*h=3"):
+    trainer.train_and_evaluate(TINY.replace(curvature=30.0), tmp_path / "b",
+                               stop_after_steps=1)
+  import warnings
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", trainer.StabilityWarning)
+    trainer.train_and_evaluate(TINY.replace(curvature=1.0), tmp_path / "c",
+                               stop_after_steps=1)

@@ -1,0 +1,69 @@
+"""Runs the CLI on each bad input and prints the Markdown table in the README.
+
+    python scripts/bad_inputs_table.py
+"""
+import contextlib
+import io
+import sys
+import tempfile
+from pathlib import Path
+
+from easgd import cli
+
+CASES = [
+    ("communication period below 1", ["--tau", "0"]),
+    ("negative alpha", ["--alpha", "-0.1"]),
+    ("negative beta", ["--beta", "-1"]),
+    ("alpha and beta together", ["--alpha", "0.1", "--beta", "0.9"]),
+    ("workers not a multiple of the devices", ["--num-workers", "6", "--num-devices", "4"]),
+    ("more devices than there are", ["--num-workers", "64", "--num-devices", "64"]),
+    ("batch that does not split over workers", ["--global-batch-size", "130"]),
+    ("batch larger than the data", ["--dataset", "digits", "--global-batch-size", "4000"]),
+    ("data directory without the IDX files", ["--dataset", "fashion_mnist", "--data-dir", "{tmp}"]),
+    ("unknown data set", ["--dataset", "cifar100"]),
+    ("unknown model", ["--model", "resnet"]),
+    ("unknown algorithm", ["--algorithm", "adam"]),
+    ("learning rate not positive", ["--learning-rate", "0"]),
+    ("momentum of 1", ["--optimizer", "nesterov", "--momentum", "1"]),
+    ("not a number", ["--tau", "two"]),
+    ("workdir that holds a run", ["--workdir-holds-run"]),
+    ("resume with a changed config", ["--resume-changed"]),
+]
+
+
+def run(flags, tmp):
+  work = str(Path(tmp) / "run")
+  if flags == ["--workdir-holds-run"]:
+    (Path(tmp) / "run").mkdir(exist_ok=True)
+    (Path(tmp) / "run" / "summary.json").write_text("{}")
+    flags = []
+  elif flags == ["--resume-changed"]:
+    work = str(Path(tmp) / "resumed")
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+      cli.main(["train", "--workdir", work, "--dataset", "digits", "--model", "mlp",
+                "--num-epochs", "1", "--progress", "false"])
+    flags = ["--resume", "--num-epochs", "5"]
+  err = io.StringIO()
+  with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+    try:
+      code = cli.main(["train", "--workdir", work, *[f.format(tmp=tmp) for f in flags]])
+    except SystemExit as e:
+      code = e.code
+  return code, err.getvalue().strip().replace(tmp, "DIR")
+
+
+def main():
+  print("| bad input | flags | exit | message |")
+  print("|---|---|---|---|")
+  with tempfile.TemporaryDirectory() as tmp:
+    for what, flags in CASES:
+      code, msg = run(flags, tmp)
+      shown = {"--workdir-holds-run": "(--workdir DIR with a summary.json)",
+               "--resume-changed": "--resume --num-epochs 5 (run had 1)"}.get(
+                   flags[0], " ".join(flags).replace("{tmp}", "DIR"))
+      print(f"| {what} | `{shown}` | {code} | `{msg}` |")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

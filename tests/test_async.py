@@ -1,0 +1,449 @@
+"""EAMSGD (eq. 7), asynchronous EASGD/EAMSGD (Algorithms 1-2) and local optimizers.
+
+Every algorithm is checked against a plain NumPy (float64) implementation of the
+published rule written here, event by event: worker by worker, message by
+message, on a tiny linear least-squares model whose workers see different data.
+"""
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from easgd import algorithms, asynchronous, momentum, trainer, workers
+from easgd.config import ConfigError, TrainConfig
+from easgd.elastic import HyperparameterError
+
+STEP_KINDS = (("worker", "shared", "worker", "broadcast"), ("worker", "shared", "worker"))
+KEY = jax.random.key(7)
+THETA0 = np.array([0.5, -0.25, 1.0, 0.125])  # w (3) and b, flattened
+
+
+# -- the problem: worker i fits y = X w + b on its own data ---------------------
+
+def loss_fn(params, batch, key):
+  del key
+  x, y = batch
+  return 0.5 * jnp.mean((x @ params["w"] + params["b"] - y) ** 2)
+
+
+def params0():
+  return {"w": jnp.asarray(THETA0[:3], jnp.float32), "b": jnp.float32(THETA0[3])}
+
+
+def flat(params):
+  return np.concatenate([np.asarray(params["w"]), np.asarray(params["b"])[..., None]],
+                        axis=-1)
+
+
+def make_data(num_steps, num_workers, n=4, seed=1):
+  rng = np.random.default_rng(seed)
+  targets = rng.normal(size=(num_workers, 4)) * 2  # distinct targets per worker
+  xs = rng.normal(size=(num_steps, num_workers, n, 3))
+  ys = np.einsum("tpnd,pd->tpn", xs, targets[:, :3]) + targets[None, :, 3:4]
+  ys = ys + 0.1 * rng.normal(size=ys.shape)
+  return xs.astype(np.float32), ys.astype(np.float32)
+
+
+def np_grad(theta, x, y):
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  r = x @ theta[:3] + theta[3] - y
+  return np.concatenate([x.T @ r / len(y), [r.mean()]])
+
+
+def run(algo, xs, ys, num_devices, key=KEY, init=None):
+  """Steps through the batches; per-step worker params [T, p, 4] and centers [T, 4]."""
+  num_workers = xs.shape[1]
+  layout = workers.make_layout(num_workers, num_devices)
+  worker, shared = algo.init(init if init is not None else params0())
+  worker = workers.replicate_per_worker(worker, layout)
+  shared = workers.replicate_per_device(shared, layout)
+  step = workers.map_workers(algo.step, layout, *STEP_KINDS)
+  wt, ct = [], []
+  for x, y in zip(xs, ys):
+    worker, shared, _ = step(worker, shared, workers.split_workers((x, y), layout), key)
+    wt.append(workers.merge_workers(algo.worker_params(worker, shared)))
+    ct.append(workers.first_copy(algo.center(shared)))
+  assert workers.shared_copies_equal(shared)
+  return (np.stack([flat(w) for w in wt]), np.stack([flat(c) for c in ct]),
+          worker, shared)
+
+
+def assert_close(actual, expected, tol=2e-5):
+  np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol)
+
+
+# -- NumPy references -----------------------------------------------------------
+
+def ref_sync_eamsgd(xs, ys, tau, alpha, eta, delta):
+  """Synchronous EAMSGD, eq. (5)-(7); delta = 0 is EASGD."""
+  T, p = xs.shape[:2]
+  x = [THETA0.copy() for _ in range(p)]
+  v = [np.zeros(4) for _ in range(p)]
+  c = THETA0.copy()
+  wt, ct = [], []
+  for t in range(T):
+    snaps, c_t = [xi.copy() for xi in x], c.copy()
+    for i in range(p):
+      v[i] = delta * v[i] - eta * np_grad(snaps[i] + delta * v[i], xs[t, i], ys[t, i])
+      x[i] = snaps[i] + v[i]
+      if t % tau == 0:  # every worker exchanges with the time-t center
+        x[i] = x[i] - alpha * (snaps[i] - c_t)
+        c = c + alpha * (snaps[i] - c_t)
+    wt.append(np.stack(x))
+    ct.append(c.copy())
+  return np.stack(wt), np.stack(ct)
+
+
+def slot_events(speeds, slot, order):
+  """Workers with a local step in ``slot``: m-th step of worker i at floor(m K / k_i)."""
+  big_k = max(speeds)
+  return [i for i in order
+          if any((m * big_k) // speeds[i] == slot for m in range(speeds[i]))]
+
+
+def ref_async_elastic(xs, ys, tau, alpha, eta, delta, speeds, orders, staleness):
+  """Algorithms 1/2, one event at a time in (slot, schedule order)."""
+  T, p = xs.shape[:2]
+  big_k = max(speeds)
+  x = [THETA0.copy() for _ in range(p)]
+  v = [np.zeros(4) for _ in range(p)]
+  clock = [0] * p
+  centers = [THETA0.copy()]  # the center after each master update
+  exchanges = [0] * p
+  wt, ct = [], []
+  for step in range(T):
+    tick, slot = divmod(step, big_k)
+    for i in slot_events(speeds, slot, orders[tick]):
+      snap = x[i].copy()
+      if clock[i] % tau == 0:
+        read = centers[max(len(centers) - 1 - staleness, 0)]
+        d = alpha * (snap - read)
+        x[i] = x[i] - d
+        centers.append(centers[-1] + d)
+        exchanges[i] += 1
+      v[i] = delta * v[i] - eta * np_grad(snap + delta * v[i], xs[step, i], ys[step, i])
+      x[i] = x[i] + v[i]
+      clock[i] += 1
+    wt.append(np.stack(x))
+    ct.append(centers[-1].copy())
+  return np.stack(wt), np.stack(ct), exchanges
+
+
+# -- synchronous EAMSGD ---------------------------------------------------------
+
+def test_eamsgd_matches_numpy_reference():
+  xs, ys = make_data(9, 4)  # tau = 3: exchanges at t = 0, 3, 6 (3 periods)
+  algo = momentum.eamsgd(loss_fn, num_workers=4, momentum=0.9, tau=3, alpha=0.2,
+                         learning_rate=0.05)
+  wt, ct, worker, _ = run(algo, xs, ys, num_devices=2)
+  ref_w, ref_c = ref_sync_eamsgd(xs, ys, tau=3, alpha=0.2, eta=0.05, delta=0.9)
+  assert_close(wt, ref_w)
+  assert_close(ct, ref_c)
+  # the velocity is the worker's own: it differs between workers
+  vel = workers.merge_workers(worker.velocity)["w"]
+  assert np.max(np.abs(vel[0] - vel[1])) > 1e-3
+
+
+@pytest.mark.parametrize("make_opt", [lambda: optax.sgd(0.05),
+                                      lambda: optax.adamw(0.01, weight_decay=0.1)])
+def test_eamsgd_with_zero_momentum_is_easgd_bit_for_bit(make_opt):
+  xs, ys = make_data(7, 4)
+  kw = dict(num_workers=4, tau=2, beta=0.9)
+  wa, ca, _, _ = run(momentum.eamsgd(loss_fn, make_opt(), momentum=0.0, **kw), xs, ys, 2)
+  wb, cb, _, _ = run(algorithms.easgd(loss_fn, make_opt(), **kw), xs, ys, 2)
+  np.testing.assert_array_equal(wa, wb)
+  np.testing.assert_array_equal(ca, cb)
+  assert np.max(np.abs(wa[-1, 0] - THETA0)) > 1e-3  # it moved
+
+
+def test_eamsgd_validates_momentum():
+  with pytest.raises(HyperparameterError, match="momentum"):
+    momentum.eamsgd(loss_fn, num_workers=2, momentum=1.0, learning_rate=0.1, beta=0.9)
+  with pytest.raises(HyperparameterError, match="momentum"):
+    asynchronous.async_eamsgd(loss_fn, num_workers=2, momentum=-0.1,
+                              learning_rate=0.1, beta=0.9)
+
+
+# -- round-robin scheme, eq. (12)-(13) --------------------------------------------
+
+def test_round_robin_async_easgd_reproduces_eq_12_13_exactly():
+  # F(x) = x^2 / 2 (true gradient x), p = 3, eta = 0.5, alpha = 0.25, tau = 1,
+  # all start at 1. Eq. (12)-(13): at global time t only worker i = t mod p moves,
+  #   x^i <- x^i - eta x^i - alpha (x^i - x~);   x~ <- x~ + alpha (x^i - x~).
+  p, eta, alpha, rounds = 3, np.float32(0.5), np.float32(0.25), 4
+  algo = asynchronous.async_easgd(lambda x, b, k: 0.5 * x ** 2, num_workers=p, tau=1,
+                                  alpha=0.25, learning_rate=0.5)
+  layout = workers.make_layout(p, 3)
+  worker, shared = algo.init(jnp.float32(1.0))
+  worker = workers.replicate_per_worker(worker, layout)
+  shared = workers.replicate_per_device(shared, layout)
+  step = workers.map_workers(algo.step, layout, *STEP_KINDS)
+  dummy = workers.split_workers(np.zeros(p, np.float32), layout)
+  # float32, operation by operation, as written in eq. (12)-(13)
+  x, c = np.ones(p, np.float32), np.float32(1.0)
+  # and the paper's linear form: [x^i, x~] <- [[1-eta-alpha, alpha], [alpha, 1-alpha]] [x^i, x~]
+  m = np.array([[1 - 0.5 - 0.25, 0.25], [0.25, 1 - 0.25]])
+  x64, c64 = np.ones(p), 1.0
+  for _ in range(rounds):
+    worker, shared, _ = step(worker, shared, dummy, KEY)  # one tick = p time steps
+    for t in range(p):
+      i = t % p
+      d = alpha * (x[i] - c)
+      c = c + d
+      x[i] = (x[i] - d) + (-eta) * x[i]
+      x64[i], c64 = m @ np.array([x64[i], c64])
+    np.testing.assert_array_equal(workers.merge_workers(worker.params), x)
+    np.testing.assert_array_equal(workers.first_copy(shared.center), c)
+    np.testing.assert_allclose(workers.merge_workers(worker.params), x64, rtol=1e-6)
+  assert len(set(x.tolist())) == p  # the workers really differ
+
+
+# -- asynchronous EASGD / EAMSGD with schedules -----------------------------------
+
+def orders_for(schedule, num_ticks, key=KEY):
+  return [np.asarray(asynchronous.exchange_order(schedule, key, t)).tolist()
+          for t in range(num_ticks)]
+
+
+@pytest.mark.parametrize("order,speeds,staleness,delta", [
+    ("round_robin", (1, 1, 1, 1), 0, 0.0),
+    ("random", (1, 2, 1, 3), 2, 0.0),
+    ("random", (2, 1, 3, 1), 1, 0.9),
+])
+def test_async_elastic_matches_event_by_event_reference(order, speeds, staleness,
+                                                        delta):
+  p, tau, alpha, eta = 4, 2, 0.2, 0.1
+  schedule = asynchronous.exchange_schedule(p, order, speeds, staleness)
+  num_steps = 6 * schedule.slots_per_tick  # the slowest worker: 6 steps, 3 periods
+  xs, ys = make_data(num_steps, p)
+  if delta:
+    algo = asynchronous.async_eamsgd(loss_fn, num_workers=p, momentum=delta, tau=tau,
+                                     alpha=alpha, learning_rate=eta, schedule=schedule)
+  else:
+    algo = asynchronous.async_easgd(loss_fn, num_workers=p, tau=tau, alpha=alpha,
+                                    learning_rate=eta, schedule=schedule)
+  wt, ct, worker, shared = run(algo, xs, ys, num_devices=2)
+  ref_w, ref_c, exchanges = ref_async_elastic(
+      xs, ys, tau, alpha, eta, delta, schedule.worker_speeds,
+      orders_for(schedule, 6), staleness)
+  assert_close(wt, ref_w)
+  assert_close(ct, ref_c)
+  clocks = workers.merge_workers(worker.clock)
+  np.testing.assert_array_equal(clocks, 6 * np.asarray(schedule.worker_speeds))
+  assert int(workers.first_copy(shared.master_clock)) == sum(exchanges)
+  comm = algo.communication(num_steps, 16)
+  assert comm.all_reduces == round(np.mean(exchanges))
+  assert comm.bytes == comm.all_reduces * 16
+
+
+def test_async_eamsgd_with_zero_momentum_is_async_easgd_bit_for_bit():
+  schedule = asynchronous.exchange_schedule(4, "random", (1, 2, 2, 1), 1)
+  xs, ys = make_data(8, 4)
+  kw = dict(num_workers=4, tau=2, beta=0.9, learning_rate=0.1, schedule=schedule)
+  wa, ca, _, _ = run(asynchronous.async_eamsgd(loss_fn, momentum=0.0, **kw), xs, ys, 1)
+  wb, cb, _, _ = run(asynchronous.async_easgd(loss_fn, **kw), xs, ys, 1)
+  np.testing.assert_array_equal(wa, wb)
+  np.testing.assert_array_equal(ca, cb)
+
+
+@pytest.mark.parametrize("name", ["async_easgd", "async_eamsgd"])
+def test_async_runs_agree_on_4_1_and_2_devices(name):
+  schedule = asynchronous.exchange_schedule(4, "random", (1, 3, 2, 1), 2)
+  xs, ys = make_data(9, 4)
+  kw = dict(num_workers=4, tau=2, beta=0.9, learning_rate=0.1, schedule=schedule)
+  if name == "async_eamsgd":
+    kw["momentum"] = 0.9
+  algo = getattr(asynchronous, name)(loss_fn, **kw)
+  runs = [run(algo, xs, ys, num_devices=d)[:2] for d in (4, 1, 2)]
+  for wt, ct in runs[1:]:
+    np.testing.assert_allclose(wt, runs[0][0], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(ct, runs[0][1], rtol=1e-6, atol=1e-7)
+
+
+def test_schedule_helpers():
+  # speeds (1, 2, 4): K = 4 slots; worker 1 at slots 0, 2; worker 2 every slot
+  table = asynchronous.active_slots((1, 2, 4))
+  np.testing.assert_array_equal(table, [[1, 1, 1], [0, 0, 1], [0, 1, 1], [0, 0, 1]])
+  np.testing.assert_array_equal(table.sum(0), [1, 2, 4])
+  # speeds 2 and 3 (K = 3): steps of the speed-2 worker at times 0, 1/2 -> slots 0, 1
+  np.testing.assert_array_equal(asynchronous.active_slots((2, 3))[:, 0], [1, 1, 0])
+  s = asynchronous.exchange_schedule(3, worker_speeds=(1, 2, 4))
+  np.testing.assert_array_equal(asynchronous.local_steps_done(s, 6), [2, 3, 6])
+  assert asynchronous.simulated_time(6, s) == 1.5
+  assert asynchronous.exchange_schedule(2, worker_speeds=(2.0, 1.0)).worker_speeds == (2, 1)
+  a = asynchronous.draw_worker_speeds(16, 4, seed=3)
+  assert a == asynchronous.draw_worker_speeds(16, 4, seed=3)
+  assert set(a) <= {1, 2, 3, 4} and len(set(a)) > 1
+  assert a != asynchronous.draw_worker_speeds(16, 4, seed=4)
+  for bad, match in [(dict(order="fifo"), "unknown schedule"),
+                     (dict(worker_speeds=(1, 2)), "3 entries|2 entries"),
+                     (dict(worker_speeds=(1, 0, 1)), "integers >= 1"),
+                     (dict(worker_speeds=(1, 1.5, 1)), "integers >= 1"),
+                     (dict(staleness=-1), "staleness")]:
+    with pytest.raises(HyperparameterError, match=match):
+      asynchronous.exchange_schedule(3, **bad)
+
+
+def test_random_order_depends_on_the_seed_and_is_reproducible():
+  s = asynchronous.exchange_schedule(8, "random")
+  # the trainer's key: jax.random.split(jax.random.key(seed))[1]
+  keys = [jax.random.split(jax.random.key(seed))[1] for seed in (0, 0, 1)]
+  o0, o0b, o1 = (orders_for(s, 5, k) for k in keys)
+  assert o0 == o0b
+  assert o0 != o1
+  assert all(sorted(o) == list(range(8)) for o in o0 + o1)
+  assert len({tuple(o) for o in o0}) > 1  # a fresh permutation per tick
+  rr = asynchronous.exchange_schedule(8)
+  assert orders_for(rr, 2) == [list(range(8))] * 2
+
+
+# -- any Optax optimizer as the local optimizer -----------------------------------
+
+class NumpyAdamW:
+  """optax.adamw by hand: scale_by_adam, + wd * params, * -lr(count)."""
+
+  def __init__(self, lr, weight_decay, b1=0.9, b2=0.999, eps=1e-8):
+    self.lr = lr if callable(lr) else (lambda count: lr)
+    self.wd, self.b1, self.b2, self.eps = weight_decay, b1, b2, eps
+
+  def init(self):
+    return dict(m=np.zeros(4), v=np.zeros(4), count=0, schedule_count=0)
+
+  def reset(self, state):  # moments and bias correction restart; the schedule not
+    return dict(self.init(), schedule_count=state["schedule_count"])
+
+  def update(self, g, state, theta):
+    m = self.b1 * state["m"] + (1 - self.b1) * g
+    v = self.b2 * state["v"] + (1 - self.b2) * g * g
+    count = state["count"] + 1
+    direction = (m / (1 - self.b1 ** count)) / (
+        np.sqrt(v / (1 - self.b2 ** count)) + self.eps)
+    step = -self.lr(state["schedule_count"]) * (direction + self.wd * theta)
+    return step, dict(m=m, v=v, count=count, schedule_count=state["schedule_count"] + 1)
+
+
+def ref_easgd_with_optimizer(xs, ys, tau, alpha, opt, reset):
+  T, p = xs.shape[:2]
+  x = [THETA0.copy() for _ in range(p)]
+  states = [opt.init() for _ in range(p)]
+  c = THETA0.copy()
+  wt, ct = [], []
+  for t in range(T):
+    snaps, c_t = [xi.copy() for xi in x], c.copy()
+    for i in range(p):
+      if reset and t % tau == 0:
+        states[i] = opt.reset(states[i])
+      step, states[i] = opt.update(np_grad(snaps[i], xs[t, i], ys[t, i]), states[i],
+                                   snaps[i])  # the worker's OWN params
+      x[i] = snaps[i] + step
+      if t % tau == 0:
+        x[i] = x[i] - alpha * (snaps[i] - c_t)
+        c = c + alpha * (snaps[i] - c_t)
+    wt.append(np.stack(x))
+    ct.append(c.copy())
+  return np.stack(wt), np.stack(ct)
+
+
+@pytest.mark.parametrize("reset", [False, True])
+def test_easgd_with_adamw_matches_hand_rolled_adamw_plus_elastic_term(reset):
+  xs, ys = make_data(9, 4)
+  lr = optax.linear_schedule(0.05, 0.01, 9)  # the schedule must keep its position
+  algo = algorithms.easgd(loss_fn, optax.adamw(lr, weight_decay=0.1), num_workers=4,
+                          tau=3, alpha=0.2, reset_opt_state=reset)
+  wt, ct, worker, _ = run(algo, xs, ys, num_devices=2)
+  ref_w, ref_c = ref_easgd_with_optimizer(
+      xs, ys, 3, 0.2, NumpyAdamW(lambda n: 0.05 - 0.04 * min(n, 9) / 9, 0.1), reset)
+  assert_close(wt, ref_w)
+  assert_close(ct, ref_c)
+  # the state is per worker: the workers' first moments differ
+  mu = workers.merge_workers(worker.opt_state)[0].mu["w"]
+  assert np.max(np.abs(mu[0] - mu[1])) > 1e-4
+
+
+def test_reset_differs_from_persistent_state_and_applies_to_eamsgd():
+  xs, ys = make_data(6, 2)
+  opt = lambda: optax.adam(0.05)
+  kw = dict(num_workers=2, tau=2, alpha=0.3)
+  keep = run(algorithms.easgd(loss_fn, opt(), **kw), xs, ys, 1)[0]
+  reset = run(algorithms.easgd(loss_fn, opt(), reset_opt_state=True, **kw), xs, ys, 1)[0]
+  np.testing.assert_array_equal(keep[:2], reset[:2])  # identical until the 2nd exchange
+  assert np.max(np.abs(keep[-1] - reset[-1])) > 1e-4
+  # EAMSGD and async EASGD take the option too; momentum 0 keeps them equal to EASGD
+  eam = run(momentum.eamsgd(loss_fn, opt(), momentum=0.0, reset_opt_state=True, **kw),
+            xs, ys, 1)[0]
+  np.testing.assert_array_equal(eam, reset)
+  schedule = asynchronous.exchange_schedule(2)
+  asy = asynchronous.async_easgd(loss_fn, opt(), schedule=schedule,
+                                 reset_opt_state=True, **kw)
+  assert asy.hyperparameters["reset_opt_state"] is True
+  assert np.isfinite(run(asy, xs, ys, 1)[0]).all()
+
+
+def test_reset_optimizer_state_keeps_the_schedule_count():
+  opt = optax.adamw(optax.linear_schedule(1.0, 0.0, 10), weight_decay=0.1)
+  params = {"w": jnp.ones(3)}
+  state = opt.init(params)
+  for _ in range(3):
+    _, state = opt.update({"w": jnp.ones(3)}, state, params)
+  fresh = algorithms.reset_optimizer_state(opt, state, params, jnp.bool_(True))
+  kept = algorithms.reset_optimizer_state(opt, state, params, jnp.bool_(False))
+  assert int(fresh[0].count) == 0 and float(jnp.abs(fresh[0].mu["w"]).sum()) == 0
+  schedule_counts = [s.count for s in jax.tree.leaves(
+      fresh, is_leaf=lambda n: isinstance(n, optax.ScaleByScheduleState))
+      if isinstance(s, optax.ScaleByScheduleState)]
+  assert [int(c) for c in schedule_counts] == [3]
+  for a, b in zip(jax.tree.leaves(kept), jax.tree.leaves(state)):
+    np.testing.assert_array_equal(a, b)
+
+
+# -- through the trainer: reproducibility per seed --------------------------------
+
+ASYNC_TINY = TrainConfig(
+    algorithm="async_easgd", dataset="digits", model="mlp", num_workers=4,
+    num_devices=2, global_batch_size=64, num_epochs=1, learning_rate=0.1, tau=2,
+    beta=0.9, schedule="random", worker_speeds=(1.0, 2.0, 1.0, 3.0), staleness=1,
+    eval_batch_size=64, progress=False)
+
+
+def _metrics(path):
+  # wall-clock fields, if any, are not part of the computation
+  return [{k: v for k, v in json.loads(line).items() if not k.endswith("_s")}
+          for line in (path / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_async_training_is_reproducible_per_seed(tmp_path):
+  s1 = trainer.train_and_evaluate(ASYNC_TINY, tmp_path / "a")
+  s2 = trainer.train_and_evaluate(ASYNC_TINY, tmp_path / "b")
+  m1, m2 = _metrics(tmp_path / "a"), _metrics(tmp_path / "b")
+  assert m1 == m2
+  assert (tmp_path / "a" / "metrics.jsonl").read_bytes() == \
+      (tmp_path / "b" / "metrics.jsonl").read_bytes()
+  assert s1["algorithm"]["worker_speeds"] == [1, 2, 1, 3]
+  assert s1["algorithm"]["slots_per_tick"] == 3
+  assert s1["shared_copies_equal"] and s2["final"] == s1["final"]
+  assert m1[-1]["test_accuracy"] > 0.3  # it learned (10 classes)
+  s3 = trainer.train_and_evaluate(ASYNC_TINY.replace(seed=1), tmp_path / "c")
+  assert s3["final"]["test_loss"] != s1["final"]["test_loss"]
+
+
+def test_config_fields_are_validated():
+  base = TrainConfig(num_workers=4)
+  for changes, match in [
+      (dict(schedule="fifo"), "schedule"),
+      (dict(worker_speeds=(1.0, 2.0)), "one per worker"),
+      (dict(worker_speeds=(1.0, 2.5, 1.0, 1.0)), "integers >= 1"),
+      (dict(worker_speeds=(1.0,) * 4, max_worker_speed=3), "not both"),
+      (dict(max_worker_speed=0), "max_worker_speed"),
+      (dict(staleness=-1), "staleness"),
+      (dict(outer_learning_rate=0.0), "outer_learning_rate"),
+      (dict(outer_momentum=1.0), "outer_momentum"),
+      (dict(average_rate=0.0), "average_rate"),
+      (dict(algorithm="eamsgd", optimizer="nesterov"), "own Nesterov momentum"),
+      (dict(algorithm="nope"), "unknown algorithm")]:
+    with pytest.raises(ConfigError, match=match):
+      base.replace(**changes).validate()
+  cfg = base.replace(algorithm="async_eamsgd", momentum=0.9, worker_speeds=(1.0, 2.0, 1.0, 1.0))
+  assert TrainConfig.from_dict(json.loads(cfg.validate().to_json())) == cfg

@@ -1,0 +1,380 @@
+"""The comparators (DOWNPOUR family, sequential methods, local SGD, DiLoCo).
+
+Each is checked against a plain NumPy (float64) implementation of its published
+rule written here, event by event (worker by worker, message by message), on a
+tiny linear least-squares model whose workers see different data, over at
+least three communication periods. Then every registered algorithm passes one
+conformance check through the trainer's ``make_algorithm`` and the mapping.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from easgd import algorithms, asynchronous, baselines, registry, trainer, workers
+from easgd.compare import compare
+from easgd.config import TrainConfig
+from easgd.elastic import HyperparameterError
+
+STEP_KINDS = (("worker", "shared", "worker", "broadcast"), ("worker", "shared", "worker"))
+KEY = jax.random.key(11)
+THETA0 = np.array([0.5, -0.25, 1.0, 0.125])  # w (3) and b, flattened
+
+
+def loss_fn(params, batch, key):
+  del key
+  x, y = batch
+  return 0.5 * jnp.mean((x @ params["w"] + params["b"] - y) ** 2)
+
+
+def params0():
+  return {"w": jnp.asarray(THETA0[:3], jnp.float32), "b": jnp.float32(THETA0[3])}
+
+
+def flat(params):
+  return np.concatenate([np.asarray(params["w"]), np.asarray(params["b"])[..., None]],
+                        axis=-1)
+
+
+def make_data(num_steps, num_workers, n=4, seed=2):
+  rng = np.random.default_rng(seed)
+  targets = rng.normal(size=(num_workers, 4)) * 2  # distinct targets per worker
+  xs = rng.normal(size=(num_steps, num_workers, n, 3))
+  ys = np.einsum("tpnd,pd->tpn", xs, targets[:, :3]) + targets[None, :, 3:4]
+  ys = ys + 0.1 * rng.normal(size=ys.shape)
+  return xs.astype(np.float32), ys.astype(np.float32)
+
+
+def np_grad(theta, x, y):
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  r = x @ theta[:3] + theta[3] - y
+  return np.concatenate([x.T @ r / len(y), [r.mean()]])
+
+
+def run(algo, xs, ys, num_devices, key=KEY):
+  """Per-step worker params [T, p, 4] and centers [T, 4]."""
+  layout = workers.make_layout(xs.shape[1], num_devices)
+  worker, shared = algo.init(params0())
+  worker = workers.replicate_per_worker(worker, layout)
+  shared = workers.replicate_per_device(shared, layout)
+  step = workers.map_workers(algo.step, layout, *STEP_KINDS)
+  wt, ct = [], []
+  for x, y in zip(xs, ys):
+    worker, shared, _ = step(worker, shared, workers.split_workers((x, y), layout), key)
+    wp = algo.worker_params(worker, shared)
+    if np.ndim(wp["b"]) == 1:  # shared [d]: the one model of a sequential method
+      wp = jax.tree.map(lambda a: np.stack([a[0]] * xs.shape[1]), wp)
+    wt.append(flat(workers.merge_workers(wp)))
+    ct.append(flat(workers.first_copy(algo.center(shared))))
+  assert workers.shared_copies_equal(shared)
+  return np.stack(wt), np.stack(ct), shared
+
+
+def assert_close(actual, expected, tol=2e-5):
+  np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol)
+
+
+# -- DOWNPOUR family: reference -------------------------------------------------
+
+def ref_downpour(xs, ys, tau, eta, speeds, orders, staleness, master):
+  """The authors' DOWNPOUR, one event at a time in (slot, schedule order).
+
+  ``master`` is "downpour", "mdownpour:<delta>", "adownpour" or "mvadownpour:<a>".
+  """
+  T, p = xs.shape[:2]
+  big_k = max(speeds)
+  x = [THETA0.copy() for _ in range(p)]
+  u = [np.zeros(4) for _ in range(p)]
+  clock = [0] * p
+  centers = [THETA0.copy()]
+  velocity, z = np.zeros(4), THETA0.copy()
+  kind, _, arg = master.partition(":")
+  wt, ct = [], []
+  for step in range(T):
+    tick, slot = divmod(step, big_k)
+    for i in orders[tick]:
+      if not any((m * big_k) // speeds[i] == slot for m in range(speeds[i])):
+        continue  # worker i has no local step in this slot
+      g = np_grad(x[i], xs[step, i], ys[step, i])
+      x[i] = x[i] - eta * g
+      u[i] = u[i] - eta * g
+      clock[i] += 1
+      if clock[i] % tau == 0:  # push u, the master updates, the worker fetches
+        c, t = centers[-1], len(centers) - 1  # t: the master clock
+        if kind == "mdownpour":
+          velocity = float(arg) * velocity + u[i]
+          new = c + u[i] + float(arg) * velocity
+        else:
+          if kind == "adownpour":
+            z = (1 - 1 / (t + 1)) * z + 1 / (t + 1) * c
+          elif kind == "mvadownpour":
+            z = (1 - float(arg)) * z + float(arg) * c
+          new = c + u[i]
+        centers.append(new)
+        x[i] = centers[max(len(centers) - 1 - staleness, 0)].copy()
+        u[i] = np.zeros(4)
+    wt.append(np.stack(x))
+    ct.append(z.copy() if kind in ("adownpour", "mvadownpour") else centers[-1].copy())
+  return np.stack(wt), np.stack(ct)
+
+
+DOWNPOUR_CASES = [
+    ("downpour", dict(), "downpour", 3),
+    ("mdownpour", dict(momentum=0.9), "mdownpour:0.9", 1),
+    ("adownpour", dict(), "adownpour", 2),
+    ("mvadownpour", dict(average_rate=0.3), "mvadownpour:0.3", 2),
+]
+
+
+@pytest.mark.parametrize("name,kw,master,tau", DOWNPOUR_CASES)
+@pytest.mark.parametrize("order,speeds,staleness", [
+    ("round_robin", (1, 1, 1), 0), ("random", (1, 3, 2), 1)])
+def test_downpour_family_matches_event_by_event_reference(name, kw, master, tau, order,
+                                                          speeds, staleness):
+  p, eta = 3, 0.1
+  schedule = asynchronous.exchange_schedule(p, order, speeds, staleness)
+  ticks = 3 * tau  # the slowest worker pushes 3 times
+  num_steps = ticks * schedule.slots_per_tick
+  xs, ys = make_data(num_steps, p)
+  algo = getattr(baselines, name)(loss_fn, num_workers=p, tau=tau, learning_rate=eta,
+                                  schedule=schedule, **kw)
+  wt, ct, shared = run(algo, xs, ys, num_devices=p)
+  orders = [np.asarray(asynchronous.exchange_order(schedule, KEY, t)).tolist()
+            for t in range(ticks)]
+  ref_w, ref_c = ref_downpour(xs, ys, tau, eta, schedule.worker_speeds, orders,
+                              staleness, master)
+  assert_close(wt, ref_w)
+  assert_close(ct, ref_c)
+  pushes = int(workers.first_copy(shared.master_clock))
+  assert pushes == sum(3 * k for k in schedule.worker_speeds)
+  assert algo.communication(num_steps, 10).all_reduces == round(pushes / p)
+
+
+def test_downpour_with_tau_1_is_asynchronous_sgd():
+  # round-robin, speeds 1: worker i's gradient is taken at the center it fetched
+  # after its previous push, x~ <- x~ - eta g^i(x^i) one worker at a time.
+  xs, ys = make_data(4, 2)
+  algo = baselines.downpour(loss_fn, num_workers=2, tau=1, learning_rate=0.1)
+  _, ct, _ = run(algo, xs, ys, num_devices=1)
+  c, x = THETA0.copy(), [THETA0.copy(), THETA0.copy()]
+  for t in range(4):
+    for i in range(2):
+      c = c - 0.1 * np_grad(x[i], xs[t, i], ys[t, i])
+      x[i] = c.copy()
+    assert_close(ct[t], c)
+
+
+# -- sequential methods ---------------------------------------------------------
+
+def ref_sequential(xs, ys, eta, delta=None, rate=None, averaged=False):
+  T, p = xs.shape[:2]
+  x, v, z = THETA0.copy(), np.zeros(4), THETA0.copy()
+  xt, zt = [], []
+  for t in range(T):
+    point = x + delta * v if delta is not None else x
+    g = np.mean([np_grad(point, xs[t, i], ys[t, i]) for i in range(p)], axis=0)
+    if averaged:
+      a = 1 / (t + 1) if rate is None else rate
+      z = (1 - a) * z + a * x
+    if delta is not None:
+      v = delta * v - eta * g
+      x = x + v
+    else:
+      x = x - eta * g
+    xt.append(x.copy())
+    zt.append(z.copy() if averaged else x.copy())
+  return np.stack(xt), np.stack(zt)
+
+
+@pytest.mark.parametrize("num_workers", [1, 2])
+@pytest.mark.parametrize("name,kw,ref_kw", [
+    ("sgd", {}, {}),
+    ("msgd", dict(momentum=0.9), dict(delta=0.9)),
+    ("asgd", {}, dict(averaged=True)),
+    ("mvasgd", dict(average_rate=0.25), dict(averaged=True, rate=0.25)),
+])
+def test_sequential_methods_match_reference(name, kw, ref_kw, num_workers):
+  xs, ys = make_data(8, num_workers)
+  algo = getattr(baselines, name)(loss_fn, num_workers=num_workers, learning_rate=0.1,
+                                  **kw)
+  wt, ct, _ = run(algo, xs, ys, num_devices=num_workers)
+  ref_x, ref_z = ref_sequential(xs, ys, 0.1, **ref_kw)
+  assert_close(wt[:, 0], ref_x)
+  assert_close(ct, ref_z)
+  comm = algo.communication(8, 10)
+  assert comm.all_reduces == (0 if num_workers == 1 else 8)
+
+
+def test_asgd_center_is_the_mean_of_the_previous_iterates():
+  xs, ys = make_data(5, 1)
+  wt, ct, _ = run(baselines.asgd(loss_fn, learning_rate=0.1), xs, ys, 1)
+  iterates = np.concatenate([THETA0[None], wt[:, 0]])  # x_0 .. x_5
+  for t in range(5):
+    assert_close(ct[t], iterates[:t + 1].mean(0))
+
+
+# -- local SGD and DiLoCo --------------------------------------------------------
+
+class NumpyAdam:
+  """optax.adam by hand (b1 0.9, b2 0.999, eps 1e-8), one state per worker."""
+
+  def __init__(self, lr):
+    self.lr = lr
+
+  def init(self):
+    return dict(m=np.zeros(4), v=np.zeros(4), count=0)
+
+  def update(self, g, s):
+    m = 0.9 * s["m"] + 0.1 * g
+    v = 0.999 * s["v"] + 0.001 * g * g
+    n = s["count"] + 1
+    step = -self.lr * (m / (1 - 0.9 ** n)) / (np.sqrt(v / (1 - 0.999 ** n)) + 1e-8)
+    return step, dict(m=m, v=v, count=n)
+
+
+def ref_periodic(xs, ys, tau, inner, outer=None):
+  """local SGD (outer None) or DiLoCo (outer = (eta_out, mu)), worker by worker."""
+  T, p = xs.shape[:2]
+  x = [THETA0.copy() for _ in range(p)]
+  states = [inner.init() for _ in range(p)]
+  c, m = THETA0.copy(), np.zeros(4)
+  wt, ct = [], []
+  for t in range(T):
+    for i in range(p):
+      step, states[i] = inner.update(np_grad(x[i], xs[t, i], ys[t, i]), states[i])
+      x[i] = x[i] + step
+    if (t + 1) % tau == 0:
+      mean = np.mean(x, axis=0)
+      if outer is None:
+        c = mean
+      else:
+        eta_out, mu = outer
+        delta = c - mean  # the mean pseudo-gradient
+        m = mu * m + delta
+        c = c - eta_out * (delta + mu * m)  # SGD with Nesterov momentum
+      x = [c.copy() for _ in range(p)]  # inner optimizer states are kept
+    wt.append(np.stack(x))
+    ct.append(c.copy())
+  return np.stack(wt), np.stack(ct)
+
+
+def test_local_sgd_matches_reference():
+  xs, ys = make_data(9, 4)
+  algo = baselines.local_sgd(loss_fn, num_workers=4, tau=3, learning_rate=0.1)
+  wt, ct, _ = run(algo, xs, ys, num_devices=2)
+
+  class Sgd:
+    init = staticmethod(lambda: None)
+    update = staticmethod(lambda g, s: (-0.1 * g, s))
+  ref_w, ref_c = ref_periodic(xs, ys, 3, Sgd())
+  assert_close(wt, ref_w)
+  assert_close(ct, ref_c)
+  assert np.ptp(wt[1], axis=0).max() > 1e-3 and np.ptp(wt[2], axis=0).max() == 0
+  assert algo.communication(9, 10).all_reduces == 3
+
+
+def test_diloco_with_adam_inner_matches_reference():
+  xs, ys = make_data(9, 4)
+  algo = baselines.diloco(loss_fn, optax.adam(0.05), num_workers=4, tau=3,
+                          outer_learning_rate=0.7, outer_momentum=0.9)
+  wt, ct, _ = run(algo, xs, ys, num_devices=4)
+  ref_w, ref_c = ref_periodic(xs, ys, 3, NumpyAdam(0.05), outer=(0.7, 0.9))
+  assert_close(wt, ref_w)
+  assert_close(ct, ref_c)
+  assert algo.communication(10, 10) == algorithms.Communication(3, 30)
+
+
+def test_diloco_with_outer_sgd_1_no_momentum_is_local_sgd():
+  xs, ys = make_data(6, 2)
+  a = run(baselines.diloco(loss_fn, num_workers=2, tau=2, learning_rate=0.1,
+                           outer_learning_rate=1.0, outer_momentum=0.0), xs, ys, 1)
+  b = run(baselines.local_sgd(loss_fn, num_workers=2, tau=2, learning_rate=0.1),
+          xs, ys, 1)
+  assert_close(a[0], b[0], 1e-6)
+  assert_close(a[1], b[1], 1e-6)
+
+
+# -- layouts, validation ----------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["downpour", "diloco"])
+def test_same_results_on_4_and_1_devices(name):
+  xs, ys = make_data(8, 4)
+  if name == "downpour":
+    schedule = asynchronous.exchange_schedule(4, "random", (2, 1, 1, 2), 1)
+    algo = baselines.downpour(loss_fn, num_workers=4, tau=2, learning_rate=0.1,
+                              schedule=schedule)
+  else:
+    algo = baselines.diloco(loss_fn, optax.adamw(0.02), num_workers=4, tau=2)
+  (w4, c4, _), (w1, c1, _) = (run(algo, xs, ys, d) for d in (4, 1))
+  np.testing.assert_allclose(w1, w4, rtol=1e-6, atol=1e-7)
+  np.testing.assert_allclose(c1, c4, rtol=1e-6, atol=1e-7)
+
+
+def test_hyperparameters_are_validated():
+  with pytest.raises(HyperparameterError, match="tau"):
+    baselines.local_sgd(loss_fn, num_workers=2, tau=0, learning_rate=0.1)
+  with pytest.raises(HyperparameterError, match="average_rate"):
+    baselines.mvasgd(loss_fn, learning_rate=0.1, average_rate=1.5)
+  with pytest.raises(HyperparameterError, match="outer_learning_rate"):
+    baselines.diloco(loss_fn, num_workers=2, tau=2, learning_rate=0.1,
+                     outer_learning_rate=0.0)
+  with pytest.raises(HyperparameterError, match="momentum"):
+    baselines.mdownpour(loss_fn, num_workers=2, momentum=1.0, learning_rate=0.1)
+  with pytest.raises(HyperparameterError, match="schedule is for 3 workers"):
+    baselines.downpour(loss_fn, num_workers=2, learning_rate=0.1,
+                       schedule=asynchronous.exchange_schedule(3))
+
+
+# -- every registered algorithm through the trainer's factory -------------------
+
+NEW_ALGORITHMS = [a for a in algorithms.ALGORITHMS if a not in ("easgd", "pmean_sgd")]
+
+
+@pytest.mark.parametrize("name", algorithms.ALGORITHMS)
+def test_every_algorithm_runs_through_make_algorithm(name):
+  cfg = TrainConfig(algorithm=name, num_workers=4, tau=2, beta=0.9, momentum=0.5,
+                    learning_rate=0.1, worker_speeds=(1.0, 2.0, 1.0, 1.0),
+                    schedule="random", staleness=1, average_rate=0.5).validate()
+  algo = trainer.make_algorithm(cfg, loss_fn, optax.sgd(0.1))
+  assert algo.name == name
+  xs, ys = make_data(8, 4)
+  layout = workers.make_layout(4, 2)
+  worker, shared = algo.init(params0())
+  worker = workers.replicate_per_worker(worker, layout)
+  shared = workers.replicate_per_device(shared, layout)
+  step = jax.jit(workers.map_workers(algo.step, layout, *STEP_KINDS))
+  losses = []
+  for x, y in zip(xs, ys):
+    worker, shared, loss = step(worker, shared, workers.split_workers((x, y), layout),
+                                KEY)
+    losses.append(float(np.mean(loss)))
+  assert step._cache_size() == 1  # state structure and dtypes are stable
+  center = workers.first_copy(algo.center(shared))
+  assert {k: v.dtype for k, v in center.items()} == {"w": np.float32, "b": np.float32}
+  assert np.isfinite(flat(center)).all() and workers.shared_copies_equal(shared)
+  assert np.max(np.abs(flat(center) - THETA0)) > 1e-3  # the evaluated model moved
+  comm = algo.communication(8, 100)
+  assert comm.bytes == comm.all_reduces * 100 and comm.all_reduces >= 0
+  if name in registry.ASYNC_ALGORITHMS:
+    assert algo.hyperparameters["slots_per_tick"] == 2
+
+
+def test_simulated_ticks():
+  cfg = TrainConfig(num_workers=2, worker_speeds=(1.0, 4.0))
+  assert registry.simulated_ticks(8, cfg.replace(algorithm="async_easgd")) == 2.0
+  assert registry.simulated_ticks(8, cfg.replace(algorithm="easgd")) == 8.0
+  assert registry.simulated_ticks(8, TrainConfig(algorithm="downpour")) == 8.0
+
+
+def test_compare_with_async_and_baselines_on_digits(tmp_path):
+  cfg = TrainConfig(dataset="digits", model="mlp", num_workers=4, num_devices=2,
+                    global_batch_size=64, num_epochs=1, learning_rate=0.1, tau=2,
+                    beta=0.9, eval_batch_size=64, progress=False,
+                    worker_speeds=(1.0, 2.0, 1.0, 2.0))
+  rows = compare(cfg, tmp_path, ["async_easgd", "downpour", "local_sgd"])
+  assert [r["algorithm"] for r in rows] == ["async_easgd", "downpour", "local_sgd"]
+  assert [r["tau"] for r in rows] == [2, 2, 2]
+  assert (tmp_path / "comparison.png").stat().st_size > 10_000
+  for r in rows:
+    assert r["test_accuracy"] > 0.2
