@@ -3,6 +3,10 @@
 Where things live:
   easgd.elastic     the update rules (eq. 5-6), pure pytree functions
   easgd.algorithms  per-worker (init, step) pairs: EASGD, pmean SGD
+  easgd.momentum    EAMSGD (eq. 7): Nesterov momentum local to each worker
+  easgd.asynchronous  Algorithms 1-2 simulated with exchange schedules
+  easgd.baselines   DOWNPOUR family, sequential SGD/MSGD/ASGD/MVASGD, local
+                    SGD, DiLoCo; easgd.registry builds them from a config
   easgd.workers     the worker mapping (pmap over devices of vmap over workers)
   easgd.trainer     train_and_evaluate(config, workdir)
   easgd.compare     several algorithms on one data budget, plot + table

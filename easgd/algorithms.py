@@ -17,6 +17,10 @@ Algorithms here:
   :func:`easgd`      synchronous EASGD, eq. (5)-(6), communication period tau.
   :func:`pmean_sgd`  data-parallel synchronous SGD, gradients averaged with
                      ``lax.pmean`` every step (the baseline).
+Elsewhere, on the same interface: ``easgd.momentum`` (EAMSGD),
+``easgd.asynchronous`` (asynchronous EASGD/EAMSGD with exchange schedules) and
+``easgd.baselines`` (DOWNPOUR family, sequential methods, local SGD, DiLoCo);
+``easgd.registry`` builds them from a config.
 """
 
 from __future__ import annotations

@@ -45,7 +45,11 @@ What is not modelled
     simulation says nothing about an asynchronous cluster; use simulated time
     (:func:`simulated_time`, in ticks).
   * Idle slots still compute the worker's gradient (it is discarded): the
-    simulation costs K gradient evaluations per worker per tick.
+    simulation costs K gradient evaluations per worker per tick. The loss
+    ``step`` returns for an idle worker is its loss on the unused batch at its
+    unchanged parameters. Gathering the snapshots for the master costs one
+    all-reduce of p parameter copies per slot (simulation overhead, not the
+    communication of the modelled method, which ``communication`` counts).
   * Gradients of one slot are evaluated in parallel on their snapshots; this
     equals the sequential order of events because a local gradient only
     depends on the worker's own state.
@@ -325,7 +329,8 @@ def simulate(name: str, *, schedule: ExchangeSchedule, local_step: Callable,
     axis_name: mapped axis enumerating all workers.
 
   Returns:
-    An :class:`~easgd.algorithms.Algorithm`.
+    An :class:`~easgd.algorithms.Algorithm`; its hyperparameters gain
+    ``schedule``, ``worker_speeds``, ``staleness`` and ``slots_per_tick``.
   """
   p, big_k, s = schedule.num_workers, schedule.slots_per_tick, schedule.staleness
   active_table = active_slots(schedule.worker_speeds)

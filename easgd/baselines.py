@@ -40,7 +40,8 @@ import optax
 from jax import lax
 
 from easgd import asynchronous, elastic, momentum as momentum_lib
-from easgd.algorithms import Algorithm, Communication, LossFn, _local_optimizer, worker_key
+from easgd.algorithms import (Algorithm, Communication, LossFn, _local_optimizer,
+                              worker_key)
 from easgd.workers import WORKER_AXES
 
 Params = Any

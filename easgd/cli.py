@@ -8,6 +8,14 @@ optional value). ``--config FILE.py`` starts from that file's ``get_config()``
 
 ``--cpu-devices N`` fakes N CPU devices (``jax_num_cpu_devices``) so that
 workers can be spread over "devices" on a machine without accelerators.
+
+Multi-process training (``easgd.distributed``): start the same ``easgd train``
+command once per process with ``--coordinator-address HOST:PORT
+--num-processes N --process-id I`` (or ``$JAX_COORDINATOR_ADDRESS``,
+``$JAX_NUM_PROCESSES``, ``$JAX_PROCESS_ID``) and ``--mapping-backend
+shard_map``; process 0 writes the files. If a process is lost the others stop
+within ``--peer-timeout`` seconds with ``easgd: error: process I ...`` and exit
+status 3.
 """
 
 from __future__ import annotations
@@ -98,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
       p.add_argument("--resume", action="store_true",
                      help="continue the run in --workdir from its latest checkpoint "
                           "(its saved config, unless --config/flags are given)")
+      p.add_argument("--stop-after-steps", type=int, default=None, metavar="N",
+                     help="stop (with a checkpoint) after N global steps")
+      _add_process_flags(p)
     p.add_argument("--cpu-devices", type=int, default=None, metavar="N",
                    help="fake N CPU devices (before JAX starts)")
     if name == "compare":
@@ -108,15 +119,39 @@ def build_parser() -> argparse.ArgumentParser:
                      "as a plain Flax parameter file (msgpack)")
   p.add_argument("--workdir", required=True, help="the run directory")
   p.add_argument("--out", required=True, help="output file, e.g. center.msgpack")
+  from easgd.sweep import add_sweep_arguments  # easgd sweep: see easgd.sweep
+  add_sweep_arguments(sub.add_parser(
+      "sweep", help="tau x alpha grid as one compiled program; CSV, JSON, heatmaps",
+      description="tau x alpha (x learning rate x num_workers) sweep of EASGD on "
+                  "the quadratic and/or a network, one compiled program per "
+                  "num_workers; the theory's stability boundary on the heatmaps"))
   return parser
+
+
+def _add_process_flags(parser: argparse.ArgumentParser) -> None:
+  group = parser.add_argument_group(
+      "multi-process (easgd.distributed; default: one process)")
+  group.add_argument("--coordinator-address", default=None, metavar="HOST:PORT",
+                     help="process 0's address (default: $JAX_COORDINATOR_ADDRESS)")
+  group.add_argument("--num-processes", type=int, default=None, metavar="N",
+                     help="number of processes (default: $JAX_NUM_PROCESSES)")
+  group.add_argument("--process-id", type=int, default=None, metavar="I",
+                     help="this process, 0..N-1 (default: $JAX_PROCESS_ID)")
+  group.add_argument("--heartbeat-timeout", type=float, default=None, metavar="S",
+                     help="jax.distributed heartbeat timeout in seconds (JAX: 100)")
+  group.add_argument("--peer-timeout", type=float, default=None, metavar="S",
+                     help="seconds of silence before a peer process is declared "
+                          "lost (default: 10)")
 
 
 def _user_errors():
   from easgd.data import DataError
+  from easgd.distributed import DistributedError
   from easgd.elastic import HyperparameterError
   from easgd.models import ModelError
   from easgd.workers import LayoutError
-  return (ConfigError, DataError, HyperparameterError, ModelError, LayoutError)
+  return (ConfigError, DataError, HyperparameterError, ModelError, LayoutError,
+          DistributedError)
 
 
 def _run_errors():
@@ -128,8 +163,16 @@ def main(argv=None) -> int:
   """Entry point of the ``easgd`` command; returns the exit status."""
   parser = build_parser()
   args = parser.parse_args(argv)
+  from easgd import distributed
   try:
-    return _run(args)
+    try:
+      status = _run(args)
+    except BaseException as e:
+      if distributed.is_multiprocess():  # exits now: never wait for a lost peer
+        distributed.fail(e, code=2 if isinstance(e, _user_errors()) else 1)
+      raise
+    distributed.shutdown()
+    return status
   except _user_errors() as e:
     print(f"easgd: error: {e}", file=sys.stderr)
     return 2
@@ -142,6 +185,9 @@ def main(argv=None) -> int:
 
 
 def _run(args) -> int:
+  if args.command == "sweep":
+    from easgd.sweep import main_sweep
+    return main_sweep(args)
   if args.command == "export":
     from easgd.trainer import export_center
     print(f"wrote {export_center(args.workdir, args.out)}")
@@ -151,6 +197,11 @@ def _run(args) -> int:
       raise ConfigError(f"--cpu-devices must be an integer >= 1, got {args.cpu_devices}")
     import jax
     jax.config.update("jax_num_cpu_devices", args.cpu_devices)
+  if args.command == "train":
+    from easgd import distributed
+    distributed.initialize(distributed.resolve(
+        args.coordinator_address, args.num_processes, args.process_id,
+        heartbeat_timeout_s=args.heartbeat_timeout, peer_timeout_s=args.peer_timeout))
   overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
                if hasattr(args, f.name)}
   resume = getattr(args, "resume", False)
@@ -165,7 +216,7 @@ def _run(args) -> int:
   if args.command == "train":
     from easgd.trainer import train_and_evaluate
     summary = train_and_evaluate(config, args.workdir, overwrite=args.overwrite,
-                                 resume=resume)
+                                 resume=resume, stop_after_steps=args.stop_after_steps)
     final = summary["final"]
     print(json.dumps(dict(status=summary["status"], algorithm=summary["algorithm"],
                           layout=summary["layout"],

@@ -22,6 +22,8 @@ from easgd.trainer import check_workdir, train_and_evaluate
 RESULTS_MD = "results.md"
 RESULTS_JSON = "results.json"
 PLOT_FILE = "comparison.png"
+DEFAULT_ALGORITHMS = ("easgd", "pmean_sgd")
+"""What ``compare`` runs when no names are given (the CLI's default too)."""
 
 
 def _row(summary: dict[str, Any]) -> dict[str, Any]:
@@ -55,14 +57,16 @@ def results_table(rows: Sequence[dict[str, Any]]) -> str:
   return "\n".join(lines) + "\n"
 
 
-def compare(config: TrainConfig, workdir, algorithms: Sequence[str] = ALGORITHMS,
+def compare(config: TrainConfig, workdir,
+            algorithms: Sequence[str] = DEFAULT_ALGORITHMS,
             *, overwrite: bool = False) -> list[dict[str, Any]]:
   """Runs ``algorithms`` on ``config``'s data budget; writes plot and table.
 
   Args:
     config: the shared configuration (its ``algorithm`` field is ignored).
     workdir: output directory; each run goes to ``workdir/<algorithm>``.
-    algorithms: names from ``easgd.algorithms.ALGORITHMS``, no repeats.
+    algorithms: names from ``easgd.algorithms.ALGORITHMS``, no repeats;
+      default :data:`DEFAULT_ALGORITHMS`.
     overwrite: allow replacing earlier runs in these directories.
 
   Returns:

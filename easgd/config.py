@@ -18,6 +18,7 @@ from easgd.algorithms import ALGORITHMS
 from easgd.asynchronous import SCHEDULES as EXCHANGE_SCHEDULES
 from easgd.data import DATASETS
 from easgd.models import MODELS
+from easgd.workers import BACKENDS as MAPPING_BACKENDS
 
 OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw")
 SCHEDULES = ("constant", "cosine", "step")
@@ -36,10 +37,15 @@ class TrainConfig:
       "pmean_sgd", or one of ``easgd.registry`` (which lists the fields each
       one reads).
     dataset: "mnist1d" (generated locally; the default), "fashion_mnist"
-      (Debian's IDX files), or "digits" (scikit-learn's 8x8 digits).
-    data_dir: directory of the Fashion-MNIST IDX files; None for the Debian
-      location /usr/share/datasets/fashion-mnist.
-    model: "cnn" or "mlp".
+      (Debian's IDX files), "digits" (scikit-learn's 8x8 digits), or
+      "cifar10" (the CIFAR-10 python batches in data_dir; never downloaded).
+    data_dir: directory of the Fashion-MNIST IDX files (None: the Debian
+      location /usr/share/datasets/fashion-mnist) or of the CIFAR-10 python
+      batches (required for "cifar10"). Not read by validate().
+    crop_size: side of the square image crops, in pixels: random crops for
+      training (fixed by seed, epoch and step), the centre crop for evaluation
+      (paper, CIFAR-10: 28 of 32); None = whole images. Images only.
+    model: "cnn", "mlp" or "cifar" (the paper's 7-layer CIFAR-10 net).
     num_workers: number of workers p.
     num_devices: devices to spread the workers over (must divide num_workers);
       None = the largest available count that divides num_workers.
@@ -87,10 +93,14 @@ class TrainConfig:
       an epoch (0: only at epoch ends, where a checkpoint is always written).
     keep_checkpoints: number of most recent checkpoints kept (>= 1).
     progress: show a progress bar.
+    mapping_backend: how workers are mapped onto devices (``easgd.workers``):
+      "pmap" (pmap of vmap) or "shard_map" (jit of shard_map of vmap; needed
+      for multi-process runs). Same results and array layouts.
   """
   algorithm: str = "easgd"
   dataset: str = "mnist1d"
   data_dir: str | None = None
+  crop_size: int | None = None
   model: str = "cnn"
   num_workers: int = 4
   num_devices: int | None = None
@@ -122,6 +132,7 @@ class TrainConfig:
   checkpoint_every_steps: int = 0
   keep_checkpoints: int = 2
   progress: bool = True
+  mapping_backend: str = "pmap"
 
   def replace(self, **changes) -> "TrainConfig":
     """A copy with ``changes``; unknown field names raise ConfigError."""
@@ -151,6 +162,14 @@ class TrainConfig:
     _choice("algorithm", self.algorithm, ALGORITHMS)
     _choice("dataset", self.dataset, DATASETS)
     _choice("model", self.model, MODELS)
+    if self.dataset == "cifar10" and self.data_dir is None:
+      raise ConfigError("dataset 'cifar10' needs data_dir, the directory of the "
+                        "CIFAR-10 python batches (it is never downloaded)")
+    if self.crop_size is not None:
+      _int("crop_size", self.crop_size, 1, what="pixels")
+      if self.dataset == "mnist1d":
+        raise ConfigError("crop_size crops images; dataset 'mnist1d' holds 1-D "
+                          "signals; allowed: crop_size None")
     _choice("optimizer", self.optimizer, OPTIMIZERS)
     _choice("lr_schedule", self.lr_schedule, SCHEDULES)
     _int("num_workers", self.num_workers, 1)
@@ -192,6 +211,7 @@ class TrainConfig:
       _real("curvature", self.curvature, 0, open_low=True)
     _int("checkpoint_every_steps", self.checkpoint_every_steps, 0)
     _int("keep_checkpoints", self.keep_checkpoints, 1)
+    _choice("mapping_backend", self.mapping_backend, MAPPING_BACKENDS)
     return self
 
   def _validate_algorithm_fields(self) -> None:

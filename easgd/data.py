@@ -1,6 +1,6 @@
 """Datasets and the data order of data-parallel training (NumPy only).
 
-Three small classification datasets, loaded fully into host memory as a
+Four classification datasets, loaded fully into host memory as a
 :class:`Dataset` of standardised float32 inputs and int32 labels:
 
 * ``"mnist1d"``: MNIST-1D signals ``[N, 40, 1]``, produced by the ``mnist1d``
@@ -8,6 +8,9 @@ Three small classification datasets, loaded fully into host memory as a
 * ``"fashion_mnist"``: Fashion-MNIST images ``[N, 28, 28, 1]`` read from the IDX
   files of Debian's ``dataset-fashion-mnist`` package.
 * ``"digits"``: scikit-learn's 8x8 digits ``[N, 8, 8, 1]``.
+* ``"cifar10"``: CIFAR-10 images ``[N, 32, 32, 3]`` read from the python-pickle
+  batches in a directory the caller names (never downloaded), with
+  :func:`random_crop` / :func:`center_crop` for the paper's 28x28 crops.
 
 And the index layouts that the trainer gathers batches with:
 
@@ -29,28 +32,38 @@ import functools
 import gzip
 import operator
 import os
+import pickle
 import random
 import struct
 
 import numpy as np
 
 __all__ = [
+    "CIFAR10_SUBDIR",
+    "CIFAR10_TEST_FILE",
+    "CIFAR10_TRAIN_FILES",
     "DATASETS",
     "DEFAULT_FASHION_MNIST_DIR",
     "DataError",
     "Dataset",
+    "center_crop",
+    "crop_rng",
+    "cropped_shape",
     "epoch_permutation",
     "eval_shards",
+    "load_cifar10",
     "load_dataset",
     "load_digits",
     "load_fashion_mnist",
     "load_mnist1d",
+    "random_crop",
+    "read_cifar10_batch",
     "read_idx",
     "steps_per_epoch",
     "worker_batch_indices",
 ]
 
-DATASETS = ("mnist1d", "fashion_mnist", "digits")
+DATASETS = ("mnist1d", "fashion_mnist", "digits", "cifar10")
 """Names accepted by :func:`load_dataset`."""
 
 DEFAULT_FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
@@ -382,6 +395,369 @@ def load_fashion_mnist(data_dir: str | os.PathLike | None = None) -> Dataset:
 
 
 # --------------------------------------------------------------------------
+# CIFAR-10 (python-pickle batches).
+# --------------------------------------------------------------------------
+
+CIFAR10_TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
+"""The five training batches of the CIFAR-10 python version (10000 images each)."""
+
+CIFAR10_TEST_FILE = "test_batch"
+"""The test batch of the CIFAR-10 python version (10000 images)."""
+
+CIFAR10_SUBDIR = "cifar-10-batches-py"
+"""The folder that ``cifar-10-python.tar.gz`` unpacks to; looked for inside ``data_dir``."""
+
+_CIFAR_SIDE = 32
+_CIFAR_PIXELS = 3 * _CIFAR_SIDE * _CIFAR_SIDE  # 3072 bytes: R plane, G plane, B plane.
+
+# The only globals a CIFAR-10 batch may name: NumPy's array reconstruction. A
+# pickle can run arbitrary code on load; refusing every other global keeps a
+# stray or hostile file in data_dir from doing so.
+_PICKLE_GLOBALS = {
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"),
+    ("numpy.core.numeric", "_frombuffer"),  # pickle protocol 5
+    ("numpy._core.numeric", "_frombuffer"),
+    ("_codecs", "encode"),  # bytes in protocol-2 pickles written by Python 3
+}
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        if (module, name) not in _PICKLE_GLOBALS:
+            raise pickle.UnpicklingError(f"global {module}.{name} is not allowed")
+        return super().find_class(module, name)
+
+
+def _cifar_expected() -> str:
+    return (
+        f"expected the CIFAR-10 python batches {', '.join(CIFAR10_TRAIN_FILES)} and "
+        f"{CIFAR10_TEST_FILE} (from cifar-10-python.tar.gz), directly or in "
+        f"{CIFAR10_SUBDIR}/"
+    )
+
+
+def _cifar_dir(data_dir: str) -> str:
+    """The directory that holds the batch files: data_dir or data_dir/cifar-10-batches-py."""
+    if not os.path.isdir(data_dir):
+        raise DataError(f"CIFAR-10 data directory '{data_dir}' does not exist; {_cifar_expected()}")
+    nested = os.path.join(data_dir, CIFAR10_SUBDIR)
+    if not os.path.isfile(os.path.join(data_dir, CIFAR10_TEST_FILE)) and os.path.isdir(nested):
+        return nested
+    return data_dir
+
+
+def read_cifar10_batch(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """Reads one CIFAR-10 python batch file into NHWC uint8 images and labels.
+
+    A batch is a pickled dict with ``b"data"``, uint8 ``[N, 3072]`` (each row the
+    1024 red, then 1024 green, then 1024 blue values of a 32x32 image, rows of
+    the image in order), and ``b"labels"``, ``N`` integers in ``[0, 10)``
+    (``str`` keys are accepted too). Unpickling only admits NumPy's array
+    reconstruction, so a file that names any other global is refused instead of
+    run.
+
+    Args:
+      path: the batch file, e.g. ``.../cifar-10-batches-py/data_batch_1``.
+
+    Returns:
+      ``(images, labels)``: uint8 ``[N, 32, 32, 3]`` (channels last, R, G, B) and
+      int32 ``[N]``.
+
+    Raises:
+      DataError: if the file is missing, is not such a pickle, or its arrays
+        have the wrong dtype, shape or label range.
+
+    References:
+      Krizhevsky, "Learning Multiple Layers of Features from Tiny Images", 2009;
+      the file layout of https://www.cs.toronto.edu/~kriz/cifar.html.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise DataError(f"CIFAR-10 batch file '{path}' does not exist; {_cifar_expected()}")
+    try:
+        with open(path, "rb") as f:
+            batch = _CifarUnpickler(f, encoding="bytes").load()
+    except Exception as e:  # Any failure to unpickle means a malformed file.
+        raise DataError(
+            f"CIFAR-10 batch file '{path}' is not a readable python pickle "
+            f"({type(e).__name__}: {e}); {_cifar_expected()}"
+        ) from None
+    if not isinstance(batch, dict):
+        raise DataError(
+            f"CIFAR-10 batch file '{path}' holds a {type(batch).__name__}; expected a "
+            "dict with b'data' and b'labels'"
+        )
+    fields = {}
+    for key in ("data", "labels"):
+        value = batch.get(key.encode(), batch.get(key))
+        if value is None:
+            raise DataError(
+                f"CIFAR-10 batch file '{path}' has no b'{key}' entry; expected a dict "
+                "with b'data' (uint8 [N, 3072]) and b'labels' (N integers)"
+            )
+        fields[key] = value
+    raw = fields["data"]
+    if not isinstance(raw, np.ndarray) or raw.dtype != np.uint8 or raw.ndim != 2 \
+            or raw.shape[1] != _CIFAR_PIXELS:
+        raise DataError(
+            f"CIFAR-10 batch file '{path}' has data of dtype/shape "
+            f"{getattr(raw, 'dtype', type(raw).__name__)}{getattr(raw, 'shape', '')}; "
+            f"expected uint8 [N, {_CIFAR_PIXELS}]"
+        )
+    try:
+        labels = np.asarray(fields["labels"])
+    except Exception:  # e.g. a ragged list
+        labels = np.asarray([None])
+    if labels.ndim != 1 or labels.shape[0] != raw.shape[0] or (
+        labels.size and not np.issubdtype(labels.dtype, np.integer)
+    ):
+        raise DataError(
+            f"CIFAR-10 batch file '{path}' has labels of dtype/shape {labels.dtype}"
+            f"{labels.shape}; expected {raw.shape[0]} integers, one per image"
+        )
+    if labels.size and (labels.min() < 0 or labels.max() >= 10):
+        raise DataError(
+            f"CIFAR-10 batch file '{path}' has labels in [{labels.min()}, "
+            f"{labels.max()}]; expected labels in [0, 10)"
+        )
+    images = raw.reshape(-1, 3, _CIFAR_SIDE, _CIFAR_SIDE).transpose(0, 2, 3, 1)
+    return np.ascontiguousarray(images), labels.astype(np.int32)
+
+
+def _standardise_channels(train: np.ndarray, test: np.ndarray, name: str):
+    """uint8 NHWC -> float32, per channel: x / 255, minus the train mean, over the train std.
+
+    Exact statistics from per-channel histograms of the integer values (no
+    float64 copy of the training set); the lookup table maps each byte value to
+    its float32 result directly.
+    """
+    values = np.arange(256, dtype=np.float64) / 255.0
+    tables = []
+    for c in range(train.shape[-1]):
+        counts = np.bincount(train[..., c].ravel(), minlength=256).astype(np.float64)
+        total = counts.sum()
+        mean = (counts * values).sum() / total
+        std = np.sqrt((counts * (values - mean) ** 2).sum() / total)
+        if not std > 0:
+            raise DataError(
+                f"{name}: training channel {c} is constant (std {std}); cannot standardise"
+            )
+        tables.append(((values - mean) / std).astype(np.float32))
+    tables = np.stack(tables, axis=-1)  # [256, C]
+    channels = np.arange(train.shape[-1])
+
+    def apply(x):
+        # In chunks: a fancy index makes an intp copy of its index (8 bytes a pixel).
+        out = np.empty(x.shape, np.float32)
+        for start in range(0, x.shape[0], 2048):
+            out[start : start + 2048] = tables[x[start : start + 2048], channels]
+        return out
+
+    return apply(train), apply(test)
+
+
+@functools.lru_cache(maxsize=1)  # 50000 float32 images take 0.6 GB.
+def _load_cifar10_cached(data_dir: str) -> Dataset:
+    batch_dir = _cifar_dir(data_dir)
+    train = [read_cifar10_batch(os.path.join(batch_dir, f)) for f in CIFAR10_TRAIN_FILES]
+    test_x, test_y = read_cifar10_batch(os.path.join(batch_dir, CIFAR10_TEST_FILE))
+    train_x = np.concatenate([x for x, _ in train])
+    train_y = np.concatenate([y for _, y in train])
+    if train_y.size == 0 or test_y.size == 0:
+        raise DataError(
+            f"CIFAR-10 batches in '{batch_dir}' hold {train_y.size} training and "
+            f"{test_y.size} test images; expected at least one of each"
+        )
+    train_x, test_x = _standardise_channels(train_x, test_x, "cifar10")
+    return Dataset(
+        name="cifar10",
+        train_x=train_x,
+        train_y=train_y,
+        test_x=test_x,
+        test_y=test_y,
+        num_classes=10,
+    )
+
+
+def load_cifar10(data_dir: str | os.PathLike) -> Dataset:
+    """Loads CIFAR-10 from its python-pickle batches, as standardised NHWC float32.
+
+    Reads ``data_batch_1`` ... ``data_batch_5`` (train) and ``test_batch`` (test)
+    from ``data_dir``, or from ``data_dir/cifar-10-batches-py`` when
+    ``data_dir`` itself has no ``test_batch``. Nothing is ever downloaded. Per
+    channel ``c``, inputs are ``x / 255``, minus the mean of channel ``c`` over
+    all training pixels, divided by its standard deviation; the test split uses
+    the training statistics. The official 50000/10000 split is kept.
+
+    Results are cached in memory for the last resolved directory (one entry:
+    the float32 training set is 0.6 GB).
+
+    Args:
+      data_dir: directory of the CIFAR-10 python batches (the unpacked
+        ``cifar-10-python.tar.gz``, or the folder containing it). Required.
+
+    Returns:
+      A :class:`Dataset` named ``"cifar10"``: ``train_x`` float32
+      ``[50000, 32, 32, 3]`` (channels R, G, B), ``train_y`` int32 ``[50000]``,
+      ``test_x`` float32 ``[10000, 32, 32, 3]``, ``test_y`` int32 ``[10000]``,
+      10 classes (other batch sizes give their own ``N``).
+
+    Raises:
+      DataError: if ``data_dir`` is None or missing, a batch file is missing or
+        malformed (the message names the path and the expected files), or a
+        training channel is constant.
+
+    Example:
+      >>> ds = load_cifar10("/data/cifar-10-batches-py")  # doctest: +SKIP
+      >>> ds.train_x.shape, ds.test_x.shape  # doctest: +SKIP
+      ((50000, 32, 32, 3), (10000, 32, 32, 3))
+
+    References:
+      Krizhevsky, "Learning Multiple Layers of Features from Tiny Images", 2009.
+    """
+    if data_dir is None:
+        raise DataError(
+            "cifar10 needs data_dir, the directory of the CIFAR-10 python batches "
+            f"(it is never downloaded); {_cifar_expected()}"
+        )
+    return _load_cifar10_cached(os.path.abspath(os.fspath(data_dir)))
+
+
+# --------------------------------------------------------------------------
+# Image crops (the paper's 28x28 crops of CIFAR-10).
+# --------------------------------------------------------------------------
+
+_CROP_STREAM = 0x63726F70  # "crop": spawn key that separates crop draws from data order.
+
+
+def _crop_size(size, shape) -> int:
+    size = _positive_int(size, "crop_size")
+    if len(shape) < 3:
+        raise DataError(
+            f"crop_size={size} needs images [..., H, W, C]; got inputs of shape {tuple(shape)}"
+        )
+    height, width = shape[-3], shape[-2]
+    if size > height or size > width:
+        raise DataError(
+            f"crop_size={size} exceeds the {height}x{width} images; expected "
+            f"crop_size <= {min(height, width)}"
+        )
+    return size
+
+
+def cropped_shape(input_shape: tuple[int, ...], size: int | None) -> tuple[int, ...]:
+    """The shape of one example ``(H, W, C)`` after a ``size x size`` crop.
+
+    Args:
+      input_shape: one image's shape ``(H, W, C)`` (``Dataset.input_shape``).
+      size: crop side in pixels, or None for no crop.
+
+    Returns:
+      ``(size, size, C)``, or ``input_shape`` unchanged when ``size`` is None.
+
+    Raises:
+      DataError: if the inputs are not images or ``size`` exceeds H or W.
+    """
+    input_shape = tuple(input_shape)
+    if size is None:
+        return input_shape
+    size = _crop_size(size, input_shape)
+    return (*input_shape[:-3], size, size, input_shape[-1])
+
+
+def crop_rng(seed: int, epoch: int, step: int) -> np.random.Generator:
+    """The generator of the training crops at one step, fixed by (seed, epoch, step).
+
+    ``np.random.default_rng(SeedSequence((seed, epoch, step), spawn_key=(S,)))``
+    with a constant ``S``: the same triple gives the same crops (so a resumed run
+    repeats them), and the stream is independent of :func:`epoch_permutation`'s
+    ``default_rng((seed, epoch))`` and of any global RNG.
+
+    Args:
+      seed: run seed, in ``[0, 2**32)``.
+      epoch: epoch number, a non-negative integer.
+      step: global step number, a non-negative integer.
+
+    Raises:
+      DataError: if an argument is out of range.
+    """
+    seed = _seed(seed)
+    epoch, step = _as_int(epoch, "epoch"), _as_int(step, "step")
+    if epoch < 0 or step < 0:
+        raise DataError(f"epoch={epoch}, step={step} must both be non-negative integers")
+    return np.random.default_rng(
+        np.random.SeedSequence((seed, epoch, step), spawn_key=(_CROP_STREAM,))
+    )
+
+
+def random_crop(x: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+    """Independent uniformly placed ``size x size`` crops of a batch of images.
+
+    Each image ``x[..., :, :, :]`` gets its own top-left corner
+    ``(i, j) ~ U{0..H-size} x U{0..W-size}``, drawn from ``rng`` (row offsets
+    for all images first, then column offsets, in C order of the leading axes):
+    ``out[b] = x[b, i_b:i_b+size, j_b:j_b+size, :]``.
+
+    Args:
+      x: images ``[..., H, W, C]`` (any leading axes, e.g. ``[workers, batch]``).
+      size: crop side in pixels, ``1 <= size <= min(H, W)``.
+      rng: a NumPy generator, e.g. :func:`crop_rng` ``(seed, epoch, step)``.
+
+    Returns:
+      A new C-contiguous array ``[..., size, size, C]`` of ``x``'s dtype.
+
+    Raises:
+      DataError: if ``x`` is not images or ``size`` is out of range.
+
+    Example:
+      >>> x = np.zeros((2, 4, 32, 32, 3), np.float32)
+      >>> random_crop(x, 28, crop_rng(seed=0, epoch=1, step=0)).shape
+      (2, 4, 28, 28, 3)
+    """
+    x = np.asarray(x)
+    size = _crop_size(size, x.shape)
+    lead, (height, width, channels) = x.shape[:-3], x.shape[-3:]
+    flat = x.reshape(-1, height, width, channels)
+    n = flat.shape[0]
+    top = rng.integers(0, height - size + 1, size=n)
+    left = rng.integers(0, width - size + 1, size=n)
+    offsets = np.arange(size)
+    rows = (top[:, None] + offsets)[:, :, None]  # [n, size, 1]
+    cols = (left[:, None] + offsets)[:, None, :]  # [n, 1, size]
+    out = flat[np.arange(n)[:, None, None], rows, cols]  # [n, size, size, C]
+    return out.reshape(*lead, size, size, channels)
+
+
+def center_crop(x: np.ndarray, size: int | None) -> np.ndarray:
+    """The central ``size x size`` window of every image (the evaluation crop).
+
+    The window starts at row ``(H - size) // 2`` and column ``(W - size) // 2``
+    (for 32 -> 28: pixels 2..29).
+
+    Args:
+      x: images ``[..., H, W, C]``.
+      size: crop side in pixels, ``1 <= size <= min(H, W)``; None returns ``x``.
+
+    Returns:
+      ``[..., size, size, C]``, a view of ``x`` (no copy).
+
+    Raises:
+      DataError: if ``x`` is not images or ``size`` is out of range.
+    """
+    if size is None:
+        return x
+    size = _crop_size(size, np.shape(x))
+    top = (x.shape[-3] - size) // 2
+    left = (x.shape[-2] - size) // 2
+    return x[..., top : top + size, left : left + size, :]
+
+
+# --------------------------------------------------------------------------
 # MNIST-1D (generated).
 # --------------------------------------------------------------------------
 
@@ -515,12 +891,13 @@ def load_dataset(
     """Loads one of :data:`DATASETS` by name, with each loader's defaults.
 
     Args:
-      name: ``"mnist1d"``, ``"fashion_mnist"`` or ``"digits"``.
+      name: ``"mnist1d"``, ``"fashion_mnist"``, ``"digits"`` or ``"cifar10"``.
       data_dir: Fashion-MNIST IDX directory (``None``: Debian's default
-        location); ignored by the other datasets.
+        location); CIFAR-10 batch directory (required, see
+        :func:`load_cifar10`); ignored by the other datasets.
       seed: generation seed for ``"mnist1d"`` (see :func:`load_mnist1d`, 10000
-        samples), split seed for ``"digits"``; ignored by ``"fashion_mnist"``,
-        whose split is fixed. In ``[0, 2**32)``.
+        samples), split seed for ``"digits"``; ignored by ``"fashion_mnist"``
+        and ``"cifar10"``, whose splits are fixed. In ``[0, 2**32)``.
 
     Returns:
       A :class:`Dataset`; see the per-dataset loaders for shapes.
@@ -540,6 +917,9 @@ def load_dataset(
         return load_fashion_mnist(data_dir)
     if name == "digits":
         return load_digits(seed=seed)
+    if name == "cifar10":
+        _seed(seed)
+        return load_cifar10(data_dir)
     raise DataError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
 
 

@@ -1,9 +1,10 @@
-"""Small Flax classifiers (MLP and CNN) and the loss helpers the trainer uses.
+"""Flax classifiers (MLP, CNN, the paper's CIFAR-10 net) and the trainer's loss helpers.
 
-Both models are stateless (no batch norm, no dropout), so a model's variables
-are exactly its ``params`` pytree: that pytree is what EASGD workers hold and
-what the elastic force pulls towards the center. ``train`` is accepted by
-``__call__`` for a uniform interface and currently changes nothing.
+All models are stateless (no batch norm), so a model's variables are exactly
+its ``params`` pytree: that pytree is what EASGD workers hold and what the
+elastic force pulls towards the center. ``train`` is accepted by every
+``__call__`` for a uniform interface; only :class:`CifarNet` uses it (dropout,
+which then needs a ``'dropout'`` rng).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import optax
 
 __all__ = [
     "CNN",
+    "CifarNet",
     "MLP",
     "MODELS",
     "ModelError",
@@ -31,7 +33,7 @@ __all__ = [
     "per_example_stats",
 ]
 
-MODELS = ("mlp", "cnn")
+MODELS = ("mlp", "cnn", "cifar")
 """Names accepted by :func:`make_model`."""
 
 Params = Any  # A pytree of float32 arrays (Flax's ``variables['params']``).
@@ -151,12 +153,94 @@ class CNN(nn.Module):
         return nn.Dense(self.num_classes)(x)
 
 
+class CifarNet(nn.Module):
+    """The 7-layer CIFAR-10 convnet of the EASGD paper, Section 5.1.
+
+    In the paper's notation (channels, spatial size), for 28x28 crops:
+    ``(3,28) C(64,24) P(64,12) C(128,8) P(128,4) C(64,2) D(256,1) S(10,1)``:
+
+    ====================  ===============  =====================
+    layer                 output (28x28)   parameters
+    ====================  ===============  =====================
+    conv 5x5 VALID + ReLU ``[B,24,24,64]`` 5*5*3*64 + 64
+    max-pool 2, stride 2  ``[B,12,12,64]``
+    conv 5x5 VALID + ReLU ``[B,8,8,128]``  5*5*64*128 + 128
+    max-pool 2, stride 2  ``[B,4,4,128]``
+    conv 3x3 VALID + ReLU ``[B,2,2,64]``   3*3*128*64 + 64
+    flatten, dense + ReLU ``[B,256]``      256*256 + 256
+    dropout 0.5 (train)   ``[B,256]``
+    dense (logits)        ``[B,10]``       256*10 + 10
+    ====================  ===============  =====================
+
+    351946 parameters for 28x28x3 inputs and 10 classes. The softmax of the
+    paper's ``S(10,1)`` is in the loss (:func:`cross_entropy_loss`). Biases start
+    at 0 (the paper's CIFAR setting); kernels use Flax's default LeCun-normal
+    initialiser (the paper does not give one). Dropout is active only when
+    ``train=True``, and then needs a ``'dropout'`` rng
+    (``model.apply(..., train=True, rngs={"dropout": key})``, as the trainer's
+    loss does); it has no state, so the variables are still only ``params``.
+
+    Each stage's output is sown into the ``'intermediates'`` collection under
+    ``conv1, pool1, conv2, pool2, conv3, dense, logits`` (recorded only when
+    that collection is mutable, e.g. ``mutable=["intermediates"]``).
+
+    Attributes:
+      num_classes: logits per example.
+      dropout_rate: drop probability after the 256-unit layer (paper: 0.5).
+
+    References:
+      Zhang, Choromanska & LeCun, "Deep learning with Elastic Averaging SGD",
+      NeurIPS 2015, Section 5.1 (the CIFAR model, 28x28 crops, biases 0).
+    """
+
+    num_classes: int = 10
+    dropout_rate: float = 0.5
+
+    @nn.compact
+    def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
+        """Computes logits.
+
+        Args:
+          x: float ``[B, H, W, C]`` images, ``H, W >= 24`` (the paper: 28x28x3
+            crops; other sizes change the flattened width).
+          train: apply dropout (needs a ``'dropout'`` rng).
+
+        Returns:
+          float32 ``[B, num_classes]`` logits.
+
+        Raises:
+          ModelError: if ``x`` is not ``[B, H, W, C]`` or an image side is below 24.
+        """
+        if x.ndim != 4 or min(x.shape[1:3]) < 24:
+            raise ModelError(
+                f"CifarNet input has shape {x.shape}; expected images [B, H, W, C] with "
+                "H, W >= 24 (the paper's 28x28x3 crops)"
+            )
+        zeros = nn.initializers.zeros
+        stages = (("conv1", 64, 5), ("conv2", 128, 5))
+        for index, (name, width, kernel) in enumerate(stages, start=1):
+            x = nn.relu(nn.Conv(width, (kernel, kernel), padding="VALID", bias_init=zeros)(x))
+            self.sow("intermediates", name, x)
+            x = nn.max_pool(x, window_shape=(2, 2), strides=(2, 2), padding="VALID")
+            self.sow("intermediates", f"pool{index}", x)
+        x = nn.relu(nn.Conv(64, (3, 3), padding="VALID", bias_init=zeros)(x))
+        self.sow("intermediates", "conv3", x)
+        x = x.reshape((x.shape[0], -1))
+        x = nn.relu(nn.Dense(256, bias_init=zeros)(x))
+        self.sow("intermediates", "dense", x)
+        x = nn.Dropout(self.dropout_rate, deterministic=not train)(x)
+        x = nn.Dense(self.num_classes, bias_init=zeros)(x)
+        self.sow("intermediates", "logits", x)
+        return x
+
+
 def make_model(name: str, num_classes: int) -> nn.Module:
     """Builds one of :data:`MODELS` with its default widths.
 
     Args:
-      name: ``"mlp"`` (:class:`MLP`, hidden ``(256, 256)``) or ``"cnn"``
-        (:class:`CNN`, features ``(16, 32)``, dense 128).
+      name: ``"mlp"`` (:class:`MLP`, hidden ``(256, 256)``), ``"cnn"``
+        (:class:`CNN`, features ``(16, 32)``, dense 128) or ``"cifar"``
+        (:class:`CifarNet`, the paper's CIFAR-10 model for 28x28x3 crops).
       num_classes: logits per example, a positive integer.
 
     Returns:
@@ -176,6 +260,8 @@ def make_model(name: str, num_classes: int) -> nn.Module:
         return MLP(num_classes=num_classes)
     if name == "cnn":
         return CNN(num_classes=num_classes)
+    if name == "cifar":
+        return CifarNet(num_classes=num_classes)
     raise ModelError(f"unknown model {name!r}; expected one of {', '.join(MODELS)}")
 
 

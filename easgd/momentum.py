@@ -97,6 +97,9 @@ def nesterov_velocity(loss_fn: LossFn, optimizer: optax.GradientTransformation,
     grad_fn: optional ``grad_fn(grads) -> grads`` applied before the optimizer
       (e.g. ``lax.pmean`` for the data-parallel sequential baseline).
 
+  With momentum = 0 the look-ahead and the zero terms are skipped (y = x and
+  v = u exactly), so EAMSGD then runs EASGD's very float computation.
+
   Returns:
     ``(loss, new_velocity, new_opt_state)``; ``loss`` is the mini-batch loss at
     the look-ahead point y, where the gradient is taken (no extra forward pass).
@@ -162,7 +165,9 @@ def eamsgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = Non
 
   Returns:
     An :class:`~easgd.algorithms.Algorithm` named ``"eamsgd"``; one all-reduce
-    of the parameters per exchange, like EASGD.
+    of the parameters per exchange, like EASGD. The loss ``step`` returns is
+    the one at the look-ahead point x^i + delta v^i, where the gradient is
+    taken (for momentum > 0 not the loss at x^i).
 
   Raises:
     HyperparameterError: tau < 1, momentum outside [0, 1), alpha/beta invalid,

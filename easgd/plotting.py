@@ -54,3 +54,85 @@ def plot_comparison(histories: Mapping[str, Sequence[Mapping[str, Any]]], path,
   fig.savefig(path, dpi=110)
   plt.close(fig)
   return path
+
+
+def plot_tau_alpha_heatmap(values, tau, alpha, path, *, title: str = "",
+                           label: str = "", log: bool = False, mask=None,
+                           annotations=None, contours=()) -> Path:
+  """A (tau, alpha) heatmap of one sweep metric, with theory contours on top.
+
+  Cells are the grid values (tau on the x axis, alpha on the y axis, evenly
+  spaced whatever the values), so a log-spaced tau grid reads naturally.
+
+  Args:
+    values: float [len(alpha), len(tau)], rows follow alpha (NaN: blank).
+    tau, alpha: the grid values (ascending), for the tick labels.
+    path: the PNG file to write.
+    title: figure title.
+    label: colour-bar label.
+    log: logarithmic colour scale (non-positive values are blank).
+    mask: optional bool [len(alpha), len(tau)]; True cells are hatched and
+      greyed (e.g. diverged configurations, whose metric is of a frozen state).
+    annotations: optional float [len(alpha), len(tau)]; finite entries are
+      written in their cell as integers (e.g. the divergence step).
+    contours: dicts with ``x`` [nt], ``y`` [na] (cell coordinates),
+      ``radius`` [na, nt], ``label`` and ``linestyle``: the level radius = 1
+      is drawn (e.g. ``easgd.sweep.theory_contour``).
+
+  Returns:
+    ``Path(path)``.
+  """
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  import numpy as np
+  from matplotlib.colors import LogNorm
+  from matplotlib.lines import Line2D
+
+  values = np.asarray(values, dtype=np.float64)
+  shown = np.where(mask, np.nan, values) if mask is not None else values.copy()
+  norm = None
+  if log:
+    pos = shown[np.isfinite(shown) & (shown > 0)]
+    shown = np.where(shown > 0, shown, np.nan)
+    if pos.size:
+      norm = LogNorm(vmin=pos.min(), vmax=max(pos.max(), pos.min() * 1.0001))
+  fig, ax = plt.subplots(figsize=(1.0 + 0.75 * len(tau) + 1.8, 1.2 + 0.55 * len(alpha)),
+                         constrained_layout=True)
+  cmap = plt.get_cmap("viridis").copy()
+  cmap.set_bad("#dddddd")
+  im = ax.imshow(np.ma.masked_invalid(shown), origin="lower", aspect="auto", cmap=cmap,
+                 norm=norm, interpolation="nearest")
+  fig.colorbar(im, ax=ax, label=label)
+  if mask is not None and np.any(mask):
+    ys, xs = np.nonzero(mask)
+    for x, y in zip(xs, ys):
+      ax.add_patch(plt.Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, hatch="xx",
+                                 edgecolor="#888888", linewidth=0))
+  if annotations is not None:
+    for (y, x), v in np.ndenumerate(np.asarray(annotations, dtype=np.float64)):
+      if np.isfinite(v):
+        ax.text(x, y, f"{int(v)}", ha="center", va="center", fontsize=7,
+                color="black" if values[y, x] > 0.5 else "white")
+  handles = []
+  for c in contours:
+    r = np.asarray(c["radius"])
+    if np.nanmin(r) < 1.0 < np.nanmax(r):
+      ax.contour(c["x"], c["y"], r, levels=[1.0], colors="red",
+                 linestyles=c.get("linestyle", "-"), linewidths=1.6)
+    handles.append(Line2D([], [], color="red", linestyle=c.get("linestyle", "-"),
+                          label=c.get("label", "theory radius = 1")))
+  ax.set_xticks(range(len(tau)), [f"{t:g}" for t in tau])
+  ax.set_yticks(range(len(alpha)), [f"{a:g}" for a in alpha])
+  ax.set(xlabel="tau (communication period, local steps)", ylabel="alpha (moving rate)",
+         xlim=(-0.5, len(tau) - 0.5), ylim=(-0.5, len(alpha) - 0.5))
+  if handles:
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16),
+              fontsize=7, frameon=False)
+  if title:
+    ax.set_title(title, fontsize=9)
+  path = Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path

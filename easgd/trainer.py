@@ -28,7 +28,7 @@ import numpy as np
 import optax
 from jax import lax
 
-from easgd import algorithms, checkpoint, data, elastic, models, workers
+from easgd import algorithms, checkpoint, data, distributed, elastic, models, workers
 from easgd.checkpoint import write_text_atomic
 from easgd.config import ConfigError, TrainConfig
 
@@ -176,7 +176,7 @@ def saved_config(workdir) -> TrainConfig:
 
 # Fields that may differ between a run and its resumption: where it runs and how
 # it reports, not what it computes.
-RESUMABLE_CHANGES = ("num_devices", "progress", "checkpoint_every_steps",
+RESUMABLE_CHANGES = ("num_devices", "mapping_backend", "progress", "checkpoint_every_steps",
                      "keep_checkpoints")
 
 
@@ -227,15 +227,18 @@ class Run:
 
   def __init__(self, config: TrainConfig):
     self.config = config = config.validate()
-    self.layout = workers.make_layout(config.num_workers, config.num_devices)
+    self.layout = workers.make_layout(config.num_workers, config.num_devices,
+                                      backend=config.mapping_backend)
     self.dataset = ds = data.load_dataset(config.dataset, data_dir=config.data_dir,
                                           seed=config.seed)
     self.steps_per_epoch = data.steps_per_epoch(
         len(ds.train_y), config.num_workers, config.per_worker_batch_size)
     self.total_steps = self.steps_per_epoch * config.num_epochs
     self.model = models.make_model(config.model, ds.num_classes)
+    # crop_size: the model sees crop x crop images (None: ds.input_shape).
+    self.input_shape = data.cropped_shape(ds.input_shape, config.crop_size)
     init_key, self.step_key = jax.random.split(jax.random.key(config.seed))
-    self.init_params = models.init_params(self.model, ds.input_shape, init_key)
+    self.init_params = models.init_params(self.model, self.input_shape, init_key)
     self.param_bytes = models.param_bytes(self.init_params)
     self.algorithm = algo = make_algorithm(
         config, make_loss_fn(self.model), make_optimizer(config, self.steps_per_epoch))
@@ -247,7 +250,8 @@ class Run:
         ("worker", "shared", "worker", "worker", "worker"), ("worker",) * 4)
     idx, mask = data.eval_shards(len(ds.test_y), config.num_workers,
                                  config.eval_batch_size)
-    self.test_data = workers.split_workers((ds.test_x[idx], ds.test_y[idx], mask),
+    test_x = data.center_crop(ds.test_x, config.crop_size)  # evaluation: centre crop
+    self.test_data = workers.split_workers((test_x[idx], ds.test_y[idx], mask),
                                            self.layout)
 
   # -- state ---------------------------------------------------------------
@@ -262,7 +266,7 @@ class Run:
     losses = np.zeros((self.steps_per_epoch, self.config.num_workers), np.float32)
     if epoch_losses:
       losses[:len(epoch_losses)] = np.stack(
-          [np.asarray(l).reshape(-1) for l in epoch_losses])
+          [workers.to_host(l).reshape(-1) for l in epoch_losses])
     shared_host = workers.first_copy(shared)
     return dict(worker=workers.merge_workers(worker), shared=shared_host,
                 center=self.algorithm.center(shared_host),
@@ -291,8 +295,8 @@ class Run:
   # -- evaluation ----------------------------------------------------------
   def evaluate(self, worker, shared, epoch, step, epoch_losses):
     """One metrics record: the center on every test example exactly once."""
-    loss_sum, correct, count, dist = (np.asarray(a) for a in self.eval_fn(
-        worker, shared, *self.test_data))
+    loss_sum, correct, count, dist = workers.to_host(self.eval_fn(
+        worker, shared, *self.test_data))  # all workers, gathered across processes
     count = int(count.sum())
     comm = self.algorithm.communication(step, self.param_bytes)
     return dict(
@@ -302,7 +306,8 @@ class Run:
         test_error=1.0 - int(correct.sum()) / count,
         test_count=count,
         train_loss=(None if not epoch_losses else float(np.mean(
-            np.stack([np.asarray(l, np.float64).reshape(-1) for l in epoch_losses])))),
+            np.stack([workers.to_host(l).astype(np.float64).reshape(-1)
+                      for l in epoch_losses])))),
         worker_center_distance=float(np.mean(dist)),
         all_reduces=comm.all_reduces, bytes_communicated=comm.bytes)
 
@@ -315,7 +320,7 @@ class Run:
       worker: optional worker state to check for non-finite parameters.
     """
     if epoch_losses:
-      losses = np.stack([np.asarray(l).reshape(-1) for l in epoch_losses])
+      losses = np.stack([workers.to_host(l).reshape(-1) for l in epoch_losses])
       bad = np.argwhere(~np.isfinite(losses))
       if bad.size:
         s, w = (int(v) for v in bad[0])
@@ -440,16 +445,22 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
     _check_resume_config(config, workdir)
   else:
     check_workdir(workdir, overwrite)
+  distributed.barrier("easgd:workdir-checked")  # before process 0 writes to it
   run = Run(config)
+  primary = distributed.is_primary()  # the process that writes files
+
+  def write_file(path, text):  # checkpoints: Orbax, with all processes
+    if primary:
+      write_text_atomic(path, text)
   workdir.mkdir(parents=True, exist_ok=True)
   ckpt = checkpoint.Checkpointer(workdir, config.keep_checkpoints)
   if not resume:
     for f in RUN_FILES:
-      if (workdir / f).is_file():
+      if primary and (workdir / f).is_file():
         (workdir / f).unlink()
     for s in ckpt.all_steps():
       ckpt.manager.delete(s)
-    write_text_atomic(workdir / CONFIG_FILE, config.to_json() + "\n")
+    write_file(workdir / CONFIG_FILE, config.to_json() + "\n")
 
   start = time.perf_counter()
   if resume and ckpt.latest_step() is not None:
@@ -460,12 +471,12 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
     worker, shared = run.initial_state()
     step, epoch_losses, history = 0, [], []
     history.append(run.evaluate(worker, shared, 0, 0, None))
-    write_text_atomic(workdir / METRICS_FILE, _jsonl(history))
+    write_file(workdir / METRICS_FILE, _jsonl(history))
 
   spe, last = run.steps_per_epoch, run.total_steps
   if stop_after_steps is not None:
     last = min(last, stop_after_steps)
-  progress = _Progress(config.progress and step < last, run.total_steps, step,
+  progress = _Progress(config.progress and step < last and primary, run.total_steps, step,
                        f"{config.algorithm} p={config.num_workers}")
 
   def save(step_now):
@@ -480,8 +491,13 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
                                           epoch)
       while step < min(epoch * spe, last):
         ix = batches[step % spe]
-        batch = workers.split_workers(
-            (run.dataset.train_x[ix], run.dataset.train_y[ix]), run.layout)
+        x = run.dataset.train_x[ix]
+        if config.crop_size is not None:  # random crops, fixed by (seed, epoch, step)
+          x = data.random_crop(x, config.crop_size,
+                               data.crop_rng(config.seed, epoch, step))
+        local = run.layout.local_workers  # each process feeds only its own workers
+        batch = workers.split_local_workers((x[local], run.dataset.train_y[ix][local]),
+                                            run.layout)
         worker, shared, loss = run.step_fn(worker, shared, batch, run.step_key)
         epoch_losses.append(loss)  # device arrays, read at checkpoints / epoch ends
         step += 1
@@ -494,7 +510,7 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
         if epoch % config.eval_every_epochs == 0 or epoch == config.num_epochs:
           rec = run.evaluate(worker, shared, epoch, step, epoch_losses)
           history.append(rec)
-          write_text_atomic(workdir / METRICS_FILE, _jsonl(history))
+          write_file(workdir / METRICS_FILE, _jsonl(history))
           progress.postfix(test_acc=f"{rec['test_accuracy']:.4f}")
         epoch_losses = []
       else:  # a planned stop inside the epoch
@@ -520,7 +536,7 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
       best_test_accuracy=max(r["test_accuracy"] for r in history),
       wall_time_s=round(time.perf_counter() - start, 3),
       shared_copies_equal=workers.shared_copies_equal(shared))
-  write_text_atomic(workdir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
+  write_file(workdir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
   summary["history"] = history
   return summary
 
@@ -559,6 +575,7 @@ def export_center(workdir, out_path) -> Path:
   ds = data.load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
   write_text_atomic(Path(str(out_path) + ".json"), json.dumps(dict(
       model=config.model, dataset=config.dataset, num_classes=ds.num_classes,
-      input_shape=list(ds.input_shape), step=int(step), algorithm=config.algorithm),
+      input_shape=list(data.cropped_shape(ds.input_shape, config.crop_size)),
+      step=int(step), algorithm=config.algorithm),
       indent=2) + "\n")
   return out_path

@@ -184,7 +184,8 @@ def test_round_robin_async_easgd_reproduces_eq_12_13_exactly():
   dummy = workers.split_workers(np.zeros(p, np.float32), layout)
   # float32, operation by operation, as written in eq. (12)-(13)
   x, c = np.ones(p, np.float32), np.float32(1.0)
-  # and the paper's linear form: [x^i, x~] <- [[1-eta-alpha, alpha], [alpha, 1-alpha]] [x^i, x~]
+  # and the paper's linear form of eq. (12)-(13) for the active worker:
+  #   [x^i, x~] <- [[1 - eta - alpha, alpha], [alpha, 1 - alpha]] [x^i, x~]
   m = np.array([[1 - 0.5 - 0.25, 0.25], [0.25, 1 - 0.25]])
   x64, c64 = np.ones(p), 1.0
   for _ in range(rounds):
@@ -273,7 +274,8 @@ def test_schedule_helpers():
   s = asynchronous.exchange_schedule(3, worker_speeds=(1, 2, 4))
   np.testing.assert_array_equal(asynchronous.local_steps_done(s, 6), [2, 3, 6])
   assert asynchronous.simulated_time(6, s) == 1.5
-  assert asynchronous.exchange_schedule(2, worker_speeds=(2.0, 1.0)).worker_speeds == (2, 1)
+  assert asynchronous.exchange_schedule(
+      2, worker_speeds=(2.0, 1.0)).worker_speeds == (2, 1)
   a = asynchronous.draw_worker_speeds(16, 4, seed=3)
   assert a == asynchronous.draw_worker_speeds(16, 4, seed=3)
   assert set(a) <= {1, 2, 3, 4} and len(set(a)) > 1
@@ -445,5 +447,6 @@ def test_config_fields_are_validated():
       (dict(algorithm="nope"), "unknown algorithm")]:
     with pytest.raises(ConfigError, match=match):
       base.replace(**changes).validate()
-  cfg = base.replace(algorithm="async_eamsgd", momentum=0.9, worker_speeds=(1.0, 2.0, 1.0, 1.0))
+  cfg = base.replace(algorithm="async_eamsgd", momentum=0.9,
+                     worker_speeds=(1.0, 2.0, 1.0, 1.0))
   assert TrainConfig.from_dict(json.loads(cfg.validate().to_json())) == cfg

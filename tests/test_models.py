@@ -17,7 +17,8 @@ def abstract_init(model, input_shape):
 
 
 @pytest.mark.parametrize("input_shape", SHAPES, ids=["fashion", "digits", "mnist1d"])
-@pytest.mark.parametrize("name", models.MODELS)
+# The generic models; CifarNet needs images >= 24x24 (tested in tests/test_cifar.py).
+@pytest.mark.parametrize("name", [m for m in models.MODELS if m != "cifar"])
 def test_output_shapes(name, input_shape):
     model = models.make_model(name, num_classes=10)
     params = models.init_params(model, input_shape, jax.random.key(0))
@@ -40,7 +41,7 @@ def test_mlp_param_count():
 
 def test_cnn_uses_1d_convs_for_signals():
     params = abstract_init(models.CNN(), (40, 1))
-    assert params["Conv_0"]["kernel"].shape == (5, 1, 32)
+    assert params["Conv_0"]["kernel"].shape == (5, 1, 16)
     params = abstract_init(models.CNN(), (8, 8, 1))
     assert params["Conv_0"]["kernel"].shape == (3, 3, 1, 32)
 

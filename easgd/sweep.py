@@ -1,0 +1,1146 @@
+"""Hyperparameter sweeps of synchronous EASGD as ONE compiled program per grid.
+
+A sweep runs every (learning_rate, tau, alpha) configuration of a grid at once:
+
+    jit( vmap over configurations (             <- tau, alpha, eta traced, batched
+           scan over steps (                    <- lax.scan, num_steps static
+             vmap over workers, axis_name=SWEEP_WORKER_AXIS (
+               grad, easgd.elastic.easgd_update, psum ))))
+
+so a grid of n configurations costs one trace and one compilation, and a second
+sweep of the same shapes with other values costs none (the test suite counts
+``/jax/core/compile/backend_compile_duration`` events). Because tau is a traced
+value that differs between configurations, the exchange flag
+``t % tau == 0`` is batched over the configuration axis, and the ``lax.cond``
+of :func:`easgd.elastic.easgd_update` is turned by ``vmap`` into a select:
+every configuration computes the elastic exchange (and its ``psum`` over the
+simulated workers) at every step and keeps it only on exchange steps. The
+values are those of eq. (5)-(6) exactly; only the communication saving of
+tau > 1 is not realised, which does not matter for a simulation on one device.
+``num_workers`` changes array shapes, so a grid over it runs one program per
+value (each of them still one program for all its (eta, tau, alpha)).
+
+Each configuration records, without stopping the others:
+  diverged, diverged_step  a configuration diverges at the first step t whose
+                           mean worker loss is non-finite or exceeds
+                           ``divergence_factor`` x the step-0 loss, or whose
+                           new parameters are non-finite; from then on its
+                           state is frozen (``jnp.where``) at the last good
+                           value, so NaN never reaches its metrics or another
+                           configuration.
+  final_loss               mean worker mini-batch loss at the last good step.
+  center_loss              loss of the center x~: F(x~) on the quadratic, the
+                           test cross-entropy for a network (with
+                           ``test_accuracy``).
+  worker_center_distance   mean over workers of ||x^i - x~||_2 at the end.
+  theory_radius            the analytic period spectral radius of
+                           :func:`easgd.stability.sync_easgd_spectral_radius` at
+                           eta*h, with h the known curvature (quadratic) or the
+                           estimated largest Hessian eigenvalue (network).
+
+Problems:
+  :func:`sweep_quadratic`  F(x) = h x^2 / 2, scalar workers (the model of the
+                           paper's Section 4); workers start spread around x0 so
+                           that every mode of the period map is excited.
+  :func:`sweep_network`    a Flax classifier (MNIST-1D MLP by default) trained
+                           with plain SGD local steps, the workers reading
+                           disjoint batches (``easgd.data.worker_batch_indices``);
+                           all configurations see the same batches.
+
+Command line: ``easgd sweep`` (:func:`run_sweep`): CSV, JSON and one heatmap
+PNG per metric (tau on the x axis, alpha on the y axis) with the theory's
+stability boundary (radius = 1) drawn over it.
+
+References:
+  S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging SGD.
+  NeurIPS 2015 (arXiv:1412.6651), eq. (5)-(6), Algorithm 1, Section 4.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import functools
+import io
+import json
+import math
+import numbers
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from easgd import elastic
+
+Params = Any
+SWEEP_WORKER_AXIS = "sweep_workers"
+"""Axis name of the simulated workers inside one configuration."""
+
+PROBLEMS = ("quadratic", "network", "both")
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+# Metrics drawn as heatmaps, with (colour-bar label, log colour scale).
+HEATMAP_METRICS = {
+    "diverged": ("diverged (1) / not (0); numbers: divergence step", False),
+    "center_loss": ("center loss (last good state)", True),
+    "test_accuracy": ("center test accuracy", False),
+    "worker_center_distance": ("mean ||x^i - x~||_2 at the end", True),
+    "final_loss": ("mean worker mini-batch loss, last good step", True),
+}
+
+CSV_COLUMNS = ("problem", "num_workers", "learning_rate", "tau", "alpha", "beta",
+               "diverged", "diverged_step", "initial_loss", "final_loss",
+               "center_loss", "test_accuracy", "worker_center_distance",
+               "eta_h", "theory_radius", "theory_stable", "eta_h_trained",
+               "theory_radius_trained")
+
+
+class SweepError(elastic.HyperparameterError):
+  """A sweep grid or setting is outside its allowed range (one-line message)."""
+
+
+# ----------------------------------------------------------------------------
+# Grid and settings
+# ----------------------------------------------------------------------------
+
+
+def _int_scalar(name: str, value, minimum: int) -> int:
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+    raise SweepError(f"{name} must be an integer >= {minimum}, got {value!r}")
+  return int(value)
+
+
+def _real_scalar(name: str, value, minimum: float, strictly: bool) -> float:
+  ok = (not isinstance(value, bool) and isinstance(value, numbers.Real)
+        and math.isfinite(value) and (value > minimum if strictly else value >= minimum))
+  if not ok:
+    rng = f"> {minimum:g}" if strictly else f">= {minimum:g}"
+    raise SweepError(f"{name} must be a finite real {rng}, got {value!r}")
+  return float(value)
+
+
+def _int_tuple(name: str, values, minimum: int) -> tuple[int, ...]:
+  values = _as_tuple(name, values)
+  for v in values:
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < minimum:
+      raise SweepError(f"{name} grid values must be integers >= {minimum}, got {v!r}")
+  return _sorted_unique(name, tuple(int(v) for v in values))
+
+
+def _real_tuple(name: str, values, minimum: float, strictly: bool) -> tuple[float, ...]:
+  values = _as_tuple(name, values)
+  for v in values:
+    ok = (not isinstance(v, bool) and isinstance(v, numbers.Real)
+          and math.isfinite(v) and (v > minimum if strictly else v >= minimum))
+    if not ok:
+      rng = f"> {minimum:g}" if strictly else f">= {minimum:g}"
+      raise SweepError(f"{name} grid values must be finite reals {rng}, got {v!r}")
+  return _sorted_unique(name, tuple(float(v) for v in values))
+
+
+def _as_tuple(name, values) -> tuple:
+  if isinstance(values, (numbers.Number, np.number)):
+    values = (values,)
+  values = tuple(v.item() if isinstance(v, np.generic) else v for v in values)
+  if not values:
+    raise SweepError(f"{name} grid must have at least one value, got none")
+  return values
+
+
+def _sorted_unique(name, values):
+  if len(set(values)) != len(values):
+    dup = next(v for v in values if values.count(v) > 1)
+    raise SweepError(f"{name} grid has the value {dup!r} twice; give each value once")
+  return tuple(sorted(values))
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepGrid:
+  """The configurations of a sweep: the Cartesian product of four axes.
+
+  Every axis is sorted ascending on validation. For each ``num_workers`` value
+  the configurations are ordered learning_rate-major, then tau, then alpha
+  (``np.meshgrid(..., indexing="ij")`` of (learning_rate, tau, alpha)).
+
+  Attributes:
+    tau: communication periods in local steps, integers >= 1.
+    alpha: moving rates (beta = num_workers * alpha), finite reals >= 0.
+    learning_rate: eta, the local plain-SGD step size, finite reals > 0.
+    num_workers: p, integers >= 1; one compiled program per value.
+  """
+  tau: tuple[int, ...]
+  alpha: tuple[float, ...]
+  learning_rate: tuple[float, ...] = (0.1,)
+  num_workers: tuple[int, ...] = (4,)
+
+  def validate(self) -> "SweepGrid":
+    """The grid with sorted tuples of Python numbers.
+
+    Raises:
+      SweepError: empty axis, duplicate value, tau or num_workers not integers
+        >= 1, alpha negative or not finite, learning_rate not a finite real > 0.
+    """
+    return SweepGrid(tau=_int_tuple("tau", self.tau, 1),
+                     alpha=_real_tuple("alpha", self.alpha, 0.0, False),
+                     learning_rate=_real_tuple("learning_rate", self.learning_rate,
+                                               0.0, True),
+                     num_workers=_int_tuple("num_workers", self.num_workers, 1))
+
+  @property
+  def configs_per_program(self) -> int:
+    """Configurations in one compiled program (one num_workers value)."""
+    return len(self.learning_rate) * len(self.tau) * len(self.alpha)
+
+  def flat(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(learning_rate, tau, alpha) of every configuration of one program.
+
+    Returns:
+      float32 [n], int32 [n], float32 [n] with n = :attr:`configs_per_program`.
+    """
+    lr, tau, alpha = np.meshgrid(np.asarray(self.learning_rate, np.float64),
+                                 np.asarray(self.tau, np.int64),
+                                 np.asarray(self.alpha, np.float64), indexing="ij")
+    return (lr.ravel().astype(np.float32), tau.ravel().astype(np.int32),
+            alpha.ravel().astype(np.float32))
+
+
+# ----------------------------------------------------------------------------
+# The compiled engine
+# ----------------------------------------------------------------------------
+
+
+class SweepState(NamedTuple):
+  """Carry of one configuration's scan.
+
+  Attributes:
+    params: worker parameters, pytree with leading axis [p].
+    center: the center x~, pytree without the worker axis.
+    diverged: bool scalar, set at the first bad step and never cleared.
+    diverged_step: int32 scalar, that step (-1 while not diverged).
+    initial_loss: float32 scalar, mean worker loss at step 0.
+    last_loss: float32 scalar, mean worker loss of the last good step.
+  """
+  params: Params
+  center: Params
+  diverged: jax.Array
+  diverged_step: jax.Array
+  initial_loss: jax.Array
+  last_loss: jax.Array
+
+
+def _all_finite(tree) -> jax.Array:
+  leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]
+  return functools.reduce(jnp.logical_and, leaves, jnp.bool_(True))
+
+
+def _tree_where(cond, a, b):
+  return jax.tree.map(lambda x, y: jnp.where(cond, x, y), a, b)
+
+
+def make_sweep_fn(loss_fn: Callable, num_workers: int, num_steps: int,
+                  eval_fn: Callable | None = None) -> Callable:
+  """Builds the one-program sweep for a loss: all configurations, all steps.
+
+  For each configuration (eta, tau, alpha) and step t = 0, ..., num_steps - 1,
+  every worker i takes
+
+      g^i_t = grad loss_fn(x^i_t, batch^i_t, key^i_t)
+      u^i_t = -eta g^i_t
+      (x^i_{t+1}, x~_{t+1}) = easgd_update(x^i_t, u^i_t, x~_t, alpha,
+                                           exchange = (t % tau == 0))     (5)-(6)
+
+  with key^i_t = fold_in(fold_in(key, t), i) (as ``easgd.algorithms``), then
+  the divergence test of the module docstring freezes a bad configuration.
+  The configurations are ``vmap``-ed (their tau is traced, so the exchange is a
+  select, see the module docstring), the workers are an inner ``vmap`` over
+  :data:`SWEEP_WORKER_AXIS`, the steps a ``lax.scan``.
+
+  Args:
+    loss_fn: ``loss_fn(params, batch, key) -> float32 scalar``, one worker's
+      mini-batch loss (``easgd.algorithms.LossFn``).
+    num_workers: p, an integer >= 1 (static: it sets shapes).
+    num_steps: local steps per worker, an integer >= 1 (static).
+    eval_fn: optional ``eval_fn(center, eval_data) -> dict of float32
+      scalars``, evaluated on each configuration's final center (inside the
+      same program).
+
+  Returns:
+    A jitted ``run(learning_rate, tau, alpha, worker_params, center, batches,
+    eval_data, key, divergence_factor) -> dict`` where ``learning_rate``
+    float32 [n], ``tau`` int32 [n], ``alpha`` float32 [n]; ``worker_params``
+    a pytree with leading axis [p] (the start of every configuration);
+    ``center`` a pytree (the common start of the center); ``batches`` a pytree
+    with leading axes [num_steps, p] (the same for every configuration);
+    ``eval_data`` any pytree for ``eval_fn``; ``key`` a PRNG key;
+    ``divergence_factor`` a float32 scalar. The dict holds [n] arrays
+    ``diverged``, ``diverged_step``, ``initial_loss``, ``final_loss``,
+    ``worker_center_distance``, the ``eval_fn`` metrics, and ``center``
+    (the final centers, leading axis [n]). Compiled once per shape.
+
+  Raises:
+    SweepError: num_workers or num_steps not an integer >= 1.
+  """
+  p = _int_scalar("num_workers", num_workers, 1)
+  num_steps = _int_scalar("num_steps", num_steps, 1)
+
+  def worker_step(params, center, batch, lr, alpha, exchange, key, t):
+    wkey = jax.random.fold_in(jax.random.fold_in(key, t),
+                              lax.axis_index(SWEEP_WORKER_AXIS))
+    loss, grads = jax.value_and_grad(loss_fn)(params, batch, wkey)
+    updates = jax.tree.map(lambda g: (-lr * g).astype(g.dtype), grads)
+    params, center = elastic.easgd_update(params, updates, center, alpha, exchange,
+                                          SWEEP_WORKER_AXIS)
+    return params, center, loss
+
+  all_workers = jax.vmap(worker_step,
+                         in_axes=(0, None, 0, None, None, None, None, None),
+                         out_axes=(0, None, 0), axis_name=SWEEP_WORKER_AXIS)
+
+  def one_config(lr, tau, alpha, params0, center0, batches, eval_data, key, factor):
+    def body(state, xs):
+      t, batch = xs
+      exchange = elastic.is_exchange_step(t, tau)
+      params, center, losses = all_workers(state.params, state.center, batch, lr,
+                                           alpha, exchange, key, t)
+      loss = jnp.mean(losses.astype(jnp.float32))
+      initial = jnp.where(t == 0, loss, state.initial_loss)
+      limit = factor * jnp.maximum(jnp.abs(initial), jnp.finfo(jnp.float32).tiny)
+      bad = (~jnp.isfinite(loss) | (loss > limit) | ~_all_finite(params)
+             | ~_all_finite(center))
+      diverged = state.diverged | bad
+      new = SweepState(
+          params=_tree_where(diverged, state.params, params),
+          center=_tree_where(diverged, state.center, center),
+          diverged=diverged,
+          diverged_step=jnp.where(bad & ~state.diverged, t, state.diverged_step),
+          initial_loss=initial,
+          last_loss=jnp.where(diverged, state.last_loss, loss))
+      return new, None
+
+    init = SweepState(params0, center0, jnp.bool_(False), jnp.int32(-1),
+                      jnp.float32(jnp.nan), jnp.float32(jnp.nan))
+    state, _ = lax.scan(body, init, (jnp.arange(num_steps, dtype=jnp.int32), batches))
+    dist = jax.vmap(elastic.tree_l2_distance, in_axes=(0, None))(state.params,
+                                                                 state.center)
+    out = dict(diverged=state.diverged, diverged_step=state.diverged_step,
+               initial_loss=state.initial_loss, final_loss=state.last_loss,
+               worker_center_distance=jnp.mean(dist), center=state.center)
+    if eval_fn is not None:
+      out.update(eval_fn(state.center, eval_data))
+    return out
+
+  configs = jax.vmap(one_config, in_axes=(0, 0, 0, None, None, None, None, None, None))
+
+  @jax.jit
+  def run(learning_rate, tau, alpha, worker_params, center, batches, eval_data, key,
+          divergence_factor):
+    return configs(learning_rate, tau, alpha, worker_params, center, batches,
+                   eval_data, key, jnp.asarray(divergence_factor, jnp.float32))
+
+  return run
+
+
+class CompileCounter:
+  """Counts XLA compilations (and their seconds) while the context is open.
+
+  Listens to the ``/jax/core/compile/backend_compile_duration`` event of
+  ``jax.monitoring``: one event per backend compilation, cache hits excluded.
+
+  Example:
+    >>> with CompileCounter() as cc:
+    ...   jax.jit(lambda x: x + 1)(1.0)
+    >>> cc.count
+    1
+  """
+
+  def __init__(self):
+    self.count = 0
+    self.seconds = 0.0
+
+  def _listen(self, event, duration_secs, **kwargs):
+    if event == COMPILE_EVENT:
+      self.count += 1
+      self.seconds += float(duration_secs)
+
+  def __enter__(self):
+    jax.monitoring.register_event_duration_secs_listener(self._listen)
+    return self
+
+  def __exit__(self, *exc):
+    jax.monitoring.unregister_event_duration_listener(self._listen)
+    return False
+
+
+# ----------------------------------------------------------------------------
+# Results
+# ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class SweepResult:
+  """Per-configuration results of a sweep.
+
+  Attributes:
+    problem: ``"quadratic"`` or ``"network"``.
+    grid: the validated :class:`SweepGrid`.
+    records: one dict per configuration (keys: :data:`CSV_COLUMNS`; values
+      Python numbers, ``None`` where not applicable), ordered by num_workers,
+      then as :meth:`SweepGrid.flat`.
+    curvature: h used for the theory columns (quadratic: the given
+      curvature; network: the estimated largest Hessian eigenvalue at the
+      initial parameters), or None.
+    info: wall times, compile counts, Hessian estimates, settings.
+    centers: num_workers -> final centers (pytree, leading axis [n]) on the
+      host; not written to disk.
+  """
+  problem: str
+  grid: SweepGrid
+  records: list[dict[str, Any]]
+  curvature: float | None = None
+  info: dict[str, Any] = dataclasses.field(default_factory=dict)
+  centers: dict[int, Any] = dataclasses.field(default_factory=dict, repr=False)
+
+  def table(self, metric: str, num_workers: int | None = None,
+            learning_rate: float | None = None) -> np.ndarray:
+    """One metric as a float64 [len(alpha), len(tau)] array (rows: alpha).
+
+    Args:
+      metric: a record key; bools become 0/1, ``None`` becomes NaN.
+      num_workers, learning_rate: the slice (default: the first grid value).
+
+    Raises:
+      KeyError: unknown metric.
+    """
+    p = self.grid.num_workers[0] if num_workers is None else num_workers
+    lr = self.grid.learning_rate[0] if learning_rate is None else learning_rate
+    out = np.full((len(self.grid.alpha), len(self.grid.tau)), np.nan)
+    ti = {t: i for i, t in enumerate(self.grid.tau)}
+    ai = {a: i for i, a in enumerate(self.grid.alpha)}
+    for r in self.records:
+      if r["num_workers"] == p and r["learning_rate"] == lr:
+        v = r[metric]
+        out[ai[r["alpha"]], ti[r["tau"]]] = np.nan if v is None else float(v)
+    return out
+
+  def to_csv(self) -> str:
+    """The records as CSV text (header :data:`CSV_COLUMNS`)."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    w.writeheader()
+    for r in self.records:
+      w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in CSV_COLUMNS})
+    return buf.getvalue()
+
+  def to_json(self) -> dict[str, Any]:
+    """JSON-ready dict: problem, grid, curvature, info, records."""
+    return dict(problem=self.problem, grid=dataclasses.asdict(self.grid),
+                curvature=self.curvature, info=self.info, records=self.records)
+
+
+def _theory(lr, alpha, tau, p, h):
+  """(eta*h, radius) of the analytic period map, or Nones without h."""
+  from easgd import stability
+  if h is None or not math.isfinite(h):
+    return None, None
+  u = float(lr) * float(h)
+  return u, float(stability.sync_easgd_spectral_radius(u, float(alpha), int(tau),
+                                                       int(p)))
+
+
+def grid_config(grid: SweepGrid, index: int) -> dict[str, Any]:
+  """learning_rate, tau, alpha of configuration ``index`` of :meth:`SweepGrid.flat`,
+  as the grid's Python numbers (not float32 round trips)."""
+  na, nt = len(grid.alpha), len(grid.tau)
+  return dict(learning_rate=grid.learning_rate[index // (nt * na)],
+              tau=grid.tau[(index // na) % nt], alpha=grid.alpha[index % na])
+
+
+def _records(problem, grid, p, outputs, curvature, curvature_trained):
+  host = {k: np.asarray(v) for k, v in outputs.items() if k != "center"}
+  rows = []
+  for i in range(grid.configs_per_program):
+    c = grid_config(grid, i)
+    r_lr, r_tau, r_alpha = c["learning_rate"], c["tau"], c["alpha"]
+    u, radius = _theory(r_lr, r_alpha, r_tau, p, curvature)
+    u2, radius2 = _theory(r_lr, r_alpha, r_tau, p, curvature_trained)
+    f = lambda k: (None if k not in host or not np.isfinite(host[k][i])
+                   else float(host[k][i]))
+    rows.append(dict(
+        problem=problem, num_workers=p, learning_rate=r_lr, tau=r_tau,
+        alpha=r_alpha, beta=p * r_alpha, diverged=bool(host["diverged"][i]),
+        diverged_step=int(host["diverged_step"][i]),
+        initial_loss=f("initial_loss"), final_loss=f("final_loss"),
+        center_loss=f("center_loss"), test_accuracy=f("test_accuracy"),
+        worker_center_distance=f("worker_center_distance"),
+        eta_h=u, theory_radius=radius,
+        theory_stable=None if radius is None else bool(radius < 1.0),
+        eta_h_trained=u2, theory_radius_trained=radius2))
+  return rows
+
+
+# ----------------------------------------------------------------------------
+# The quadratic F(x) = h x^2 / 2
+# ----------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=16)
+def _quadratic_program(num_workers: int, num_steps: int):
+  def loss_fn(x, batch, key):
+    h, noise = batch
+    return 0.5 * h * x * x + noise * x   # gradient h x + xi
+
+  def eval_fn(center, h):
+    return dict(center_loss=0.5 * h * center * center)
+
+  return make_sweep_fn(loss_fn, num_workers, num_steps, eval_fn)
+
+
+def quadratic_start(num_workers: int, x0: float = 1.0, spread: float = 0.5
+                    ) -> tuple[np.ndarray, float]:
+  """Start of the quadratic sweep: workers spread evenly around x0, center x0.
+
+      x^i_0 = x0 (1 + spread (2 i / (p - 1) - 1)),  i = 0..p-1   (x0 for p = 1)
+      x~_0  = x0
+
+  Unequal workers excite the deviation modes x^i - mean(x) of the period map
+  as well as the (mean, center) pair, so the simulation diverges wherever the
+  analytic radius exceeds 1.
+
+  Returns:
+    (float32 [p] worker starts, center start).
+  """
+  if num_workers == 1:
+    return np.full((1,), x0, np.float32), float(x0)
+  i = np.arange(num_workers, dtype=np.float64)
+  return (x0 * (1.0 + spread * (2.0 * i / (num_workers - 1) - 1.0))).astype(
+      np.float32), float(x0)
+
+
+def sweep_quadratic(grid: SweepGrid, num_steps: int, *, curvature: float = 1.0,
+                    x0: float = 1.0, spread: float = 0.5, sigma: float = 0.0,
+                    seed: int = 0, divergence_factor: float = 1e3) -> SweepResult:
+  """Sweeps synchronous EASGD on F(x) = h x^2 / 2 over a grid, one program per p.
+
+  Each configuration runs eq. (5)-(6) with communication period tau on scalar
+  workers (see :func:`make_sweep_fn`), gradient g^i_t = h x^i_t + xi^i_t with
+  xi ~ N(0, sigma^2) iid over workers and steps (the same draws for every
+  configuration), from :func:`quadratic_start`. ``center_loss`` is
+  F(x~) = h x~^2 / 2 at the end; ``theory_radius`` is the period spectral
+  radius at eta*h (``easgd.stability.sync_easgd_spectral_radius``).
+
+  Args:
+    grid: the configurations (validated here).
+    num_steps: local steps, an integer >= 1.
+    curvature: h > 0.
+    x0: start value (finite, non-zero so that the loss can grow).
+    spread: relative spread of the worker starts, finite >= 0.
+    sigma: gradient-noise standard deviation >= 0.
+    seed: seed of the noise draws.
+    divergence_factor: a configuration diverges when its mean worker loss
+      exceeds this multiple of its step-0 loss (> 1).
+
+  Returns:
+    A :class:`SweepResult` with ``problem="quadratic"``.
+
+  Raises:
+    SweepError: invalid grid or settings (named in the message).
+
+  Example:
+    >>> res = sweep_quadratic(SweepGrid(tau=(1, 4), alpha=(0.1, 0.9)), 200)
+    >>> [r["diverged"] for r in res.records]
+    [False, True, False, True]
+
+  References:
+    Zhang, Choromanska, LeCun (2015), eq. (5)-(6) and Section 4.
+  """
+  grid = grid.validate()
+  num_steps = _int_scalar("num_steps", num_steps, 1)
+  h = _real_scalar("curvature", curvature, 0.0, True)
+  _real_scalar("spread", spread, 0.0, False)
+  _real_scalar("sigma", sigma, 0.0, False)
+  factor = _check_factor(divergence_factor)
+  if not (isinstance(x0, numbers.Real) and math.isfinite(x0) and x0 != 0):
+    raise SweepError(f"x0 must be a finite non-zero real, got {x0!r}")
+  records, info, centers = [], dict(programs={}), {}
+  for p in grid.num_workers:
+    run = _quadratic_program(p, num_steps)
+    w0, c0 = quadratic_start(p, x0, spread)
+    noise = sigma * jax.random.normal(jax.random.key(seed), (num_steps, p), jnp.float32)
+    hs = jnp.full((num_steps, p), h, jnp.float32)
+    lr, tau, alpha = grid.flat()
+    start = time.perf_counter()
+    with CompileCounter() as cc:
+      out = run(lr, tau, alpha, jnp.asarray(w0), jnp.float32(c0), (hs, noise),
+                jnp.float32(h), jax.random.key(seed), factor)
+      out = jax.block_until_ready(out)
+    info["programs"][p] = dict(configs=int(lr.size),
+                               wall_s=round(time.perf_counter() - start, 3),
+                               compiles=cc.count, compile_s=round(cc.seconds, 3))
+    records += _records("quadratic", grid, p, out, h, None)
+    centers[p] = np.asarray(out["center"])
+  info.update(num_steps=num_steps, curvature=h, x0=x0, spread=spread, sigma=sigma,
+              seed=seed, divergence_factor=factor)
+  return SweepResult("quadratic", grid, records, h, info, centers)
+
+
+def _check_factor(value) -> float:
+  if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+      or not math.isfinite(value) or value <= 1):
+    raise SweepError(f"divergence_factor must be a finite real > 1, got {value!r}")
+  return float(value)
+
+
+# ----------------------------------------------------------------------------
+# A neural network (MNIST-1D MLP by default)
+# ----------------------------------------------------------------------------
+
+
+def _network_pieces(model):
+  from easgd import models
+
+  def loss_fn(params, batch, key):
+    x, y = batch
+    return models.cross_entropy_loss(model.apply({"params": params}, x, train=True,
+                                                 rngs={"dropout": key}), y)
+
+  def eval_fn(center, eval_data):
+    x, y = eval_data
+    loss, correct = models.per_example_stats(model.apply({"params": center}, x,
+                                                         train=False), y)
+    return dict(center_loss=jnp.mean(loss), test_accuracy=jnp.mean(correct))
+  return loss_fn, eval_fn
+
+
+@functools.lru_cache(maxsize=16)
+def _network_program(model, num_workers: int, num_steps: int):
+  loss_fn, eval_fn = _network_pieces(model)
+  return make_sweep_fn(loss_fn, num_workers, num_steps, eval_fn)
+
+
+def network_batches(dataset, num_workers: int, per_worker_batch_size: int,
+                    num_steps: int, seed: int = 0):
+  """The training batches of every step, as the trainer draws them.
+
+  Epoch e (1-based, as ``easgd.trainer``) uses
+  ``easgd.data.worker_batch_indices(N, p, B, seed, e)``; steps run on across
+  epochs until ``num_steps``.
+
+  Returns:
+    (x float32 [num_steps, p, B, ...], y int32 [num_steps, p, B]) host arrays.
+  """
+  from easgd import data
+  spe = data.steps_per_epoch(len(dataset.train_y), num_workers, per_worker_batch_size)
+  idx = np.concatenate([
+      data.worker_batch_indices(len(dataset.train_y), num_workers,
+                                per_worker_batch_size, seed, epoch)
+      for epoch in range(1, -(-num_steps // spe) + 1)])[:num_steps]
+  return dataset.train_x[idx], dataset.train_y[idx]
+
+
+def hessian_curvature(model, params, x, y, key, num_iterations: int = 100,
+                      tol: float = 1e-4) -> dict[str, Any]:
+  """Largest Hessian eigenvalue of the mean cross-entropy on (x, y) at params.
+
+  Uses :func:`easgd.hessian.top_hessian_eigenvalue` (HVPs by ``jax.jvp`` of
+  ``jax.grad``, power iteration).
+
+  Returns:
+    dict(h, iterations, converged, dominant, examples, seconds).
+  """
+  from easgd import hessian, models
+
+  def loss(q):
+    return models.cross_entropy_loss(model.apply({"params": q}, x, train=False), y)
+
+  start = time.perf_counter()
+  r = jax.jit(lambda q, k: hessian.top_hessian_eigenvalue(
+      loss, q, k, num_iterations, tol))(params, key)
+  return dict(h=float(r.eigenvalue), iterations=int(r.iterations),
+              converged=bool(r.converged), dominant=float(r.dominant),
+              examples=int(x.shape[0]), seconds=round(time.perf_counter() - start, 3))
+
+
+def sweep_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
+                  model="mlp", per_worker_batch_size: int = 32, seed: int = 0,
+                  divergence_factor: float = 1e3, data_dir=None,
+                  hessian_iterations: int = 100, hessian_tol: float = 1e-4,
+                  hessian_examples: int = 2000, hessian_at_trained: bool = True
+                  ) -> SweepResult:
+  """Sweeps synchronous EASGD on a Flax classifier, one program per p.
+
+  Every configuration starts from the same initial parameters (workers and
+  center equal, as in the paper), takes plain-SGD local steps u = -eta g on
+  the same sequence of disjoint worker batches (:func:`network_batches`) and is
+  evaluated on the whole test set at the end (``center_loss`` = test
+  cross-entropy of the center, ``test_accuracy``).
+
+  The curvature for the theory columns is the largest eigenvalue h of the
+  Hessian of the mean training loss on the first ``hessian_examples``
+  training examples, at the initial parameters (``curvature``,
+  ``theory_radius``) and, if ``hessian_at_trained`` and some configuration
+  stayed finite, at the final center of the non-diverged configuration with
+  the lowest ``center_loss`` (``eta_h_trained``, ``theory_radius_trained``).
+
+  Args:
+    grid: the configurations (validated here).
+    num_steps: local steps per worker, an integer >= 1.
+    dataset: an ``easgd.data.DATASETS`` name.
+    model: ``"mlp"``/``"cnn"`` (``easgd.models.make_model``) or a Flax module.
+    per_worker_batch_size: examples per worker per step.
+    seed: data-order and initialisation seed (as the trainer: init key and
+      step key are ``split(key(seed))``).
+    divergence_factor: see :func:`sweep_quadratic`.
+    data_dir: Fashion-MNIST directory (``easgd.data.load_dataset``).
+    hessian_iterations, hessian_tol, hessian_examples: power-iteration budget,
+      relative tolerance and batch for the Hessian estimate;
+      ``hessian_iterations=0`` skips it.
+    hessian_at_trained: also estimate h at the best final center.
+
+  Returns:
+    A :class:`SweepResult` with ``problem="network"``.
+
+  Raises:
+    SweepError: invalid grid or settings. easgd.data.DataError,
+      easgd.models.ModelError: unknown data set or model.
+
+  References:
+    Zhang, Choromanska, LeCun (2015), eq. (5)-(6); Section 4 for the theory.
+  """
+  from easgd import data, models
+  grid = grid.validate()
+  num_steps = _int_scalar("num_steps", num_steps, 1)
+  batch_size = _int_scalar("per_worker_batch_size", per_worker_batch_size, 1)
+  factor = _check_factor(divergence_factor)
+  hessian_iterations = _int_scalar("hessian_iterations", hessian_iterations, 0)
+  hessian_examples = _int_scalar("hessian_examples", hessian_examples, 1)
+  _real_scalar("hessian_tol", hessian_tol, 0.0, False)
+  ds = data.load_dataset(dataset, data_dir=data_dir, seed=seed)
+  model_name = model if isinstance(model, str) else type(model).__name__
+  if isinstance(model, str):
+    model = models.make_model(model, ds.num_classes)
+  init_key, step_key = jax.random.split(jax.random.key(seed))
+  params0 = models.init_params(model, ds.input_shape, init_key)
+  hx = jnp.asarray(ds.train_x[:hessian_examples])
+  hy = jnp.asarray(ds.train_y[:hessian_examples])
+  hess_key = jax.random.fold_in(init_key, 1)
+  info = dict(programs={}, num_steps=num_steps, dataset=dataset, model=model_name,
+              num_params=models.count_params(params0),
+              per_worker_batch_size=batch_size, seed=seed, divergence_factor=factor)
+  h = None
+  if hessian_iterations:
+    info["hessian_init"] = hessian_curvature(model, params0, hx, hy, hess_key,
+                                             hessian_iterations, hessian_tol)
+    h = info["hessian_init"]["h"]
+  test = (jnp.asarray(ds.test_x), jnp.asarray(ds.test_y))
+  outputs, centers = {}, {}
+  for p in grid.num_workers:
+    run = _network_program(model, p, num_steps)
+    x, y = network_batches(ds, p, batch_size, num_steps, seed)
+    worker0 = jax.tree.map(lambda a: jnp.broadcast_to(a, (p, *a.shape)), params0)
+    lr, tau, alpha = grid.flat()
+    start = time.perf_counter()
+    with CompileCounter() as cc:
+      out = run(lr, tau, alpha, worker0, params0, (jnp.asarray(x), jnp.asarray(y)),
+                test, step_key, factor)
+      out = jax.block_until_ready(out)
+    info["programs"][p] = dict(configs=int(lr.size),
+                               wall_s=round(time.perf_counter() - start, 3),
+                               compiles=cc.count, compile_s=round(cc.seconds, 3))
+    outputs[p] = out
+    centers[p] = jax.tree.map(np.asarray, out["center"])
+  h2 = None
+  if hessian_iterations and hessian_at_trained:
+    best = None
+    for p, out in outputs.items():
+      loss = np.where(np.asarray(out["diverged"]), np.inf,
+                      np.nan_to_num(np.asarray(out["center_loss"]), nan=np.inf))
+      i = int(np.argmin(loss))
+      if np.isfinite(loss[i]) and (best is None or loss[i] < best[0]):
+        best = (float(loss[i]), p, i)
+    if best is not None:
+      _, p, i = best
+      point = jax.tree.map(lambda a: jnp.asarray(a[i]), centers[p])
+      info["hessian_trained"] = dict(
+          hessian_curvature(model, point, hx, hy, hess_key, hessian_iterations,
+                            hessian_tol),
+          at=dict(num_workers=p, **grid_config(grid, i), step=num_steps))
+      h2 = info["hessian_trained"]["h"]
+  records = []
+  for p, out in outputs.items():
+    records += _records("network", grid, p, out, h, h2)
+  return SweepResult("network", grid, records, h, info, centers)
+
+
+# ----------------------------------------------------------------------------
+# One configuration through easgd.algorithms (reference and sequential baseline)
+# ----------------------------------------------------------------------------
+
+
+def run_with_algorithm(loss_fn: Callable, params0: Params, batches, key, *,
+                       num_workers: int, tau: int, alpha: float,
+                       learning_rate: float, eval_fn: Callable | None = None,
+                       eval_data=None) -> dict[str, Any]:
+  """Runs ONE configuration with ``easgd.algorithms.easgd`` as its own program.
+
+  The per-worker step of ``easgd.algorithms.easgd(loss_fn,
+  optax.sgd(learning_rate), tau=tau, alpha=alpha)`` (tau and alpha Python
+  constants, so every configuration compiles its own program) is vmapped over
+  the workers and scanned over ``batches``; no divergence handling. This is
+  what one would run without the sweep: tests compare the sweep against it
+  and ``benchmarks/sweep_vs_sequential.py`` times it.
+
+  Args:
+    loss_fn: ``loss_fn(params, batch, key)``.
+    params0: common start of workers and center (no worker axis).
+    batches: pytree with leading axes [num_steps, p].
+    key: the run's base key.
+    num_workers, tau, alpha, learning_rate: the configuration.
+    eval_fn, eval_data: optional final evaluation of the center.
+
+  Returns:
+    dict(worker_params [p, ...], center, losses float32 [num_steps, p], and
+    the ``eval_fn`` metrics), device arrays, after ``block_until_ready``.
+  """
+  import optax
+  from easgd import algorithms
+  algo = algorithms.easgd(loss_fn, optax.sgd(learning_rate), num_workers=num_workers,
+                          tau=tau, alpha=alpha, axis_name=SWEEP_WORKER_AXIS)
+  step = jax.vmap(algo.step, in_axes=(0, None, 0, None), out_axes=(0, None, 0),
+                  axis_name=SWEEP_WORKER_AXIS)
+
+  @jax.jit
+  def run(params0, batches, key, eval_data):
+    worker, shared = algo.init(params0)
+    worker = jax.tree.map(lambda a: jnp.broadcast_to(a, (num_workers, *a.shape)),
+                          worker)
+
+    def body(carry, batch):
+      w, s = carry
+      w, s, loss = step(w, s, batch, key)
+      return (w, s), loss
+
+    (worker, shared), losses = lax.scan(body, (worker, shared), batches)
+    out = dict(worker_params=algo.worker_params(worker, shared),
+               center=algo.center(shared), losses=losses)
+    if eval_fn is not None:
+      out.update(eval_fn(algo.center(shared), eval_data))
+    return out
+
+  return jax.block_until_ready(run(params0, batches, key, eval_data))
+
+
+# ----------------------------------------------------------------------------
+# Theory overlay, files, command line
+# ----------------------------------------------------------------------------
+
+
+def theory_contour(grid: SweepGrid, eta_h: float, num_workers: int,
+                   num_alpha: int = 241) -> dict[str, np.ndarray]:
+  """The analytic radius on a fine (tau, alpha) mesh in heatmap cell coordinates.
+
+  tau takes every integer in [min tau, max tau] (at most 2048, geometric
+  beyond), alpha ``num_alpha`` values in [min alpha, max alpha]; both are
+  mapped to cell coordinates (cell k at k) by piecewise-linear interpolation
+  between the grid values, so the contour radius = 1 can be drawn over an
+  ``imshow`` of the sweep whose cells are the grid values.
+
+  Returns:
+    dict(x [nt], y [na], radius [na, nt]) (float64).
+  """
+  from easgd import stability
+  tmin, tmax = grid.tau[0], grid.tau[-1]
+  if tmax - tmin <= 2048:
+    taus = np.arange(tmin, tmax + 1)
+  else:
+    taus = np.unique(np.geomspace(tmin, tmax, 2048).round().astype(np.int64))
+  alphas = np.linspace(grid.alpha[0], grid.alpha[-1], num_alpha)
+  radius = stability.sync_easgd_spectral_radius(eta_h, alphas[:, None], taus[None, :],
+                                                num_workers)
+  x = np.interp(taus, grid.tau, np.arange(len(grid.tau)))
+  y = np.interp(alphas, grid.alpha, np.arange(len(grid.alpha)))
+  return dict(x=x, y=y, radius=np.minimum(radius, 1e6))
+
+
+def plot_result(result: SweepResult, workdir, prefix: str | None = None) -> list[Path]:
+  """One heatmap PNG per metric and per (num_workers, learning_rate) slice.
+
+  File names: ``{prefix}{metric}[_p{p}][_lr{lr}].png`` (the suffixes only
+  when that axis has several values); prefix default ``"{problem}_"``.
+  Cells of diverged configurations are hatched out in the metric plots; the
+  theory's boundary (radius = 1) is drawn at eta*h for h at the start (solid)
+  and, for a network, at the trained point (dashed).
+
+  Returns:
+    The written paths.
+  """
+  from easgd import plotting
+  workdir = Path(workdir)
+  prefix = f"{result.problem}_" if prefix is None else prefix
+  g = result.grid
+  h2 = (result.info.get("hessian_trained") or {}).get("h")
+  paths = []
+  for p in g.num_workers:
+    for lr in g.learning_rate:
+      suffix = ((f"_p{p}" if len(g.num_workers) > 1 else "")
+                + (f"_lr{lr:g}" if len(g.learning_rate) > 1 else ""))
+      contours = []
+      for h, style, name in ((result.curvature, "-", "h at start"),
+                             (h2, "--", "h at trained point")):
+        if h is not None and math.isfinite(h) and h > 0:
+          c = theory_contour(g, lr * h, p)
+          contours.append(dict(c, label=f"theory radius=1, {name} (eta*h={lr * h:.3g})",
+                               linestyle=style))
+      diverged = result.table("diverged", p, lr) > 0
+      steps = result.table("diverged_step", p, lr)
+      for metric, (label, log) in HEATMAP_METRICS.items():
+        values = result.table(metric, p, lr)
+        if np.all(np.isnan(values)):
+          continue
+        annot = None
+        if metric == "diverged":
+          annot = np.where(diverged, steps, np.nan)
+        title = (f"{result.problem}: {metric}, p={p}, eta={lr:g}, "
+                 f"{result.info.get('num_steps')} steps")
+        paths.append(plotting.plot_tau_alpha_heatmap(
+            values, g.tau, g.alpha, workdir / f"{prefix}{metric}{suffix}.png",
+            title=title, label=label, log=log,
+            mask=None if metric == "diverged" else diverged,
+            annotations=annot, contours=contours))
+  return paths
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepConfig:
+  """Everything ``easgd sweep`` runs; written to ``sweep_config.json``.
+
+  Attributes:
+    problem: ``"quadratic"``, ``"network"`` or ``"both"`` (subdirectories).
+    tau: communication periods (local steps).
+    alpha: moving rates (beta = num_workers * alpha).
+    learning_rate: eta values (local SGD step size).
+    num_workers: p values (one compiled program each).
+    num_steps: local steps per worker.
+    per_worker_batch_size: examples per worker per step (network).
+    dataset: data set name (network).
+    model: ``"mlp"`` or ``"cnn"`` (network).
+    curvature: h of the quadratic.
+    quadratic_spread: relative spread of the quadratic's worker starts.
+    quadratic_sigma: gradient-noise std of the quadratic.
+    divergence_factor: loss ratio to the step-0 loss that counts as diverged.
+    hessian_iterations: power iterations for h (0: skip; network).
+    hessian_tol: relative tolerance of the power iteration.
+    hessian_examples: training examples in the Hessian's loss.
+    hessian_at_trained: also estimate h at the best final center.
+    seed: seed of data order, initialisation and noise.
+    data_dir: Fashion-MNIST directory, or None.
+  """
+  problem: str = "network"
+  tau: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
+  alpha: tuple[float, ...] = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8)
+  learning_rate: tuple[float, ...] = (0.1,)
+  num_workers: tuple[int, ...] = (4,)
+  num_steps: int = 300
+  per_worker_batch_size: int = 32
+  dataset: str = "mnist1d"
+  model: str = "mlp"
+  curvature: float = 1.0
+  quadratic_spread: float = 0.5
+  quadratic_sigma: float = 0.0
+  divergence_factor: float = 1e3
+  hessian_iterations: int = 100
+  hessian_tol: float = 1e-4
+  hessian_examples: int = 2000
+  hessian_at_trained: bool = True
+  seed: int = 0
+  data_dir: str | None = None
+
+  @property
+  def grid(self) -> SweepGrid:
+    return SweepGrid(self.tau, self.alpha, self.learning_rate, self.num_workers)
+
+  def validate(self) -> "SweepConfig":
+    """The config with a validated grid; raises SweepError (one line)."""
+    if self.problem not in PROBLEMS:
+      raise SweepError(f"unknown problem {self.problem!r}; allowed: "
+                       f"{', '.join(PROBLEMS)}")
+    g = self.grid.validate()
+    _int_scalar("num_steps", self.num_steps, 1)
+    _int_scalar("per_worker_batch_size", self.per_worker_batch_size, 1)
+    _int_scalar("hessian_iterations", self.hessian_iterations, 0)
+    _int_scalar("hessian_examples", self.hessian_examples, 1)
+    _real_scalar("curvature", self.curvature, 0.0, True)
+    _real_scalar("quadratic_spread", self.quadratic_spread, 0.0, False)
+    _real_scalar("quadratic_sigma", self.quadratic_sigma, 0.0, False)
+    _real_scalar("hessian_tol", self.hessian_tol, 0.0, False)
+    _check_factor(self.divergence_factor)
+    return dataclasses.replace(self, tau=g.tau, alpha=g.alpha,
+                               learning_rate=g.learning_rate, num_workers=g.num_workers)
+
+
+SWEEP_FILES = ("sweep.csv", "sweep.json", "sweep_config.json")
+
+
+def write_result(result: SweepResult, workdir, plots: bool = True) -> list[Path]:
+  """Writes ``sweep.csv``, ``sweep.json`` and the heatmaps into ``workdir``."""
+  from easgd.checkpoint import write_text_atomic
+  workdir = Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  write_text_atomic(workdir / "sweep.csv", result.to_csv())
+  write_text_atomic(workdir / "sweep.json",
+                    json.dumps(result.to_json(), indent=1, default=_jsonable) + "\n")
+  paths = [workdir / "sweep.csv", workdir / "sweep.json"]
+  if plots:
+    paths += plot_result(result, workdir, prefix="")
+  return paths
+
+
+def _jsonable(v):
+  if isinstance(v, np.generic):
+    return v.item()
+  raise TypeError(f"not JSON serialisable: {type(v).__name__}")
+
+
+def run_sweep(config: SweepConfig, workdir, *, overwrite: bool = False,
+              plots: bool = True) -> dict[str, SweepResult]:
+  """Runs ``config`` and writes results to ``workdir`` (``easgd sweep``).
+
+  With ``problem="both"`` the quadratic goes to ``workdir/quadratic`` and the
+  network to ``workdir/network``; otherwise straight into ``workdir``. Each
+  directory gets ``sweep.csv``, ``sweep.json`` (records, grid, curvature, wall
+  and compile times, Hessian estimates) and ``<metric>.png`` heatmaps;
+  ``workdir/sweep_config.json`` holds the resolved config.
+
+  Raises:
+    SweepError: invalid config. easgd.config.ConfigError: workdir holds a sweep
+      and not ``overwrite``. DataError/ModelError: unknown data set or model.
+  """
+  from easgd.checkpoint import write_text_atomic
+  from easgd.config import ConfigError
+  config = config.validate()
+  workdir = Path(workdir)
+  if workdir.exists() and not workdir.is_dir():
+    raise ConfigError(f"workdir '{workdir}' exists and is not a directory")
+  if not overwrite and (workdir / "sweep_config.json").exists():
+    raise ConfigError(f"workdir '{workdir}' already holds a sweep; choose another "
+                      "directory or pass --overwrite")
+  problems = ("quadratic", "network") if config.problem == "both" else (config.problem,)
+  workdir.mkdir(parents=True, exist_ok=True)
+  write_text_atomic(workdir / "sweep_config.json",
+                    json.dumps(dataclasses.asdict(config), indent=2) + "\n")
+  results = {}
+  for problem in problems:
+    start = time.perf_counter()
+    if problem == "quadratic":
+      res = sweep_quadratic(config.grid, config.num_steps, curvature=config.curvature,
+                            spread=config.quadratic_spread, sigma=config.quadratic_sigma,
+                            seed=config.seed, divergence_factor=config.divergence_factor)
+    else:
+      res = sweep_network(config.grid, config.num_steps, dataset=config.dataset,
+                          model=config.model,
+                          per_worker_batch_size=config.per_worker_batch_size,
+                          seed=config.seed, divergence_factor=config.divergence_factor,
+                          data_dir=config.data_dir,
+                          hessian_iterations=config.hessian_iterations,
+                          hessian_tol=config.hessian_tol,
+                          hessian_examples=config.hessian_examples,
+                          hessian_at_trained=config.hessian_at_trained)
+    res.info["total_wall_s"] = round(time.perf_counter() - start, 3)
+    res.info["platform"] = jax.devices()[0].platform
+    res.info["jax_version"] = jax.__version__
+    write_result(res, workdir / problem if len(problems) > 1 else workdir, plots)
+    results[problem] = res
+  return results
+
+
+def summarize(result: SweepResult) -> str:
+  """A short text summary: divergence counts and agreement with the theory."""
+  recs = result.records
+  div = sum(r["diverged"] for r in recs)
+  lines = [f"{result.problem}: {len(recs)} configurations, {div} diverged"]
+  for p, prog in result.info.get("programs", {}).items():
+    lines.append(f"  p={p}: {prog['configs']} configs in one program, "
+                 f"{prog['wall_s']:.2f} s wall ({prog['compiles']} compilations, "
+                 f"{prog['compile_s']:.2f} s compiling)")
+  if result.curvature is not None:
+    known = [r for r in recs if r["theory_radius"] is not None]
+    agree = sum(r["diverged"] == (r["theory_radius"] >= 1.0) for r in known)
+    lines.append(f"  theory at h={result.curvature:.4g}: divergence agrees with "
+                 f"radius >= 1 on {agree}/{len(known)} configurations")
+    ok = [r for r in recs if not r["diverged"] and r["center_loss"] is not None]
+    if ok:
+      best = min(ok, key=lambda r: r["center_loss"])
+      extra = (f", test accuracy {best['test_accuracy']:.4f}"
+               if best["test_accuracy"] is not None else "")
+      lines.append(f"  best: tau={best['tau']}, alpha={best['alpha']:g}, "
+                   f"eta={best['learning_rate']:g}, p={best['num_workers']}: "
+                   f"center loss {best['center_loss']:.4g}{extra}")
+  return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------
+# Command line (``easgd sweep``; wired in easgd.cli)
+# ----------------------------------------------------------------------------
+
+
+def int_list(text: str) -> tuple[int, ...]:
+  """``"1,2,4"`` -> (1, 2, 4) (argparse type; ranges are checked later)."""
+  return tuple(int(t) for t in text.split(",") if t.strip())
+
+
+def float_list(text: str) -> tuple[float, ...]:
+  """``"0.1,0.5"`` -> (0.1, 0.5) (argparse type; ranges are checked later)."""
+  return tuple(float(t) for t in text.split(",") if t.strip())
+
+
+def _bool(text: str) -> bool:
+  if text.lower() in ("1", "true", "yes", "on"):
+    return True
+  if text.lower() in ("0", "false", "no", "off"):
+    return False
+  raise ValueError(text)
+
+
+def _optional_str(text: str) -> str | None:
+  return None if text.lower() == "none" else text
+
+
+_FLAG_TYPES = {"tau": int_list, "num_workers": int_list, "alpha": float_list,
+               "learning_rate": float_list, "hessian_at_trained": _bool,
+               "data_dir": _optional_str}
+
+
+def add_sweep_arguments(parser) -> None:
+  """Adds the ``easgd sweep`` flags: --workdir, --overwrite, --no-plots and one
+  flag per :class:`SweepConfig` field (lists comma-separated)."""
+  parser.add_argument("--workdir", required=True, help="output directory")
+  parser.add_argument("--overwrite", action="store_true",
+                      help="replace an earlier sweep in --workdir")
+  parser.add_argument("--no-plots", action="store_true", help="CSV and JSON only")
+  group = parser.add_argument_group("sweep (SweepConfig fields; lists: 1,2,4)")
+  defaults = SweepConfig()
+  for f in dataclasses.fields(SweepConfig):
+    default = getattr(defaults, f.name)
+    kind = _FLAG_TYPES.get(f.name, type(default))
+    extra = dict(choices=PROBLEMS) if f.name == "problem" else {}
+    shown = ",".join(f"{v:g}" for v in default) if isinstance(default, tuple) else default
+    group.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=kind,
+                       default=argparse.SUPPRESS, metavar=f.name.upper(),
+                       help=f"default: {shown}", **extra)
+
+
+def main_sweep(args) -> int:
+  """Runs ``easgd sweep`` from parsed arguments; prints a summary; returns 0."""
+  overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(SweepConfig)
+               if hasattr(args, f.name)}
+  config = SweepConfig(**overrides).validate()
+  results = run_sweep(config, args.workdir, overwrite=args.overwrite,
+                      plots=not args.no_plots)
+  for res in results.values():
+    print(summarize(res))
+  print(f"results: {args.workdir}")
+  return 0

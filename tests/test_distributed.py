@@ -1,0 +1,195 @@
+"""Multi-process training on jax.distributed: 2 processes x 2 CPU devices.
+
+Each process is ``easgd train`` in a subprocess with its own 2 fake CPU devices
+(``XLA_FLAGS=--xla_force_host_platform_device_count=2``), gloo collectives and
+a coordinator on 127.0.0.1 at a free port. Its result must equal one process
+with 4 devices (this pytest process, pmap backend) after 20 steps: same center,
+workers and losses within float32 tolerance |a - b| <= 1e-6 + 1e-5 |b| (gloo
+sums in another order than the in-process all-reduce; observed differences are
+~3e-8). Killing a process mid-run must stop the other with an error in bounded
+time.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from easgd import checkpoint, distributed, trainer
+from easgd.config import TrainConfig
+
+STEPS = 20
+CONFIG = TrainConfig(dataset="digits", model="mlp", num_workers=4, global_batch_size=64,
+                     num_epochs=1, learning_rate=0.1, tau=4, beta=0.9,
+                     eval_batch_size=64, progress=False)
+FLAGS = ["--dataset", "digits", "--model", "mlp", "--num-workers", "4",
+         "--global-batch-size", "64", "--learning-rate", "0.1", "--tau", "4",
+         "--beta", "0.9", "--eval-batch-size", "64", "--progress", "false",
+         "--mapping-backend", "shard_map"]
+
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def launch(workdir: Path, extra, peer_timeout=30, heartbeat_timeout=60):
+  """Starts 2 ``easgd train`` processes; returns them (stdout+stderr to files)."""
+  port = free_port()
+  env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
+  env.update(XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu",
+             PYTHONUNBUFFERED="1")
+  procs = []
+  for i in range(2):
+    log = open(workdir.parent / f"{workdir.name}.p{i}.log", "w")
+    procs.append(subprocess.Popen(
+        [sys.executable, "-m", "easgd.cli", "train", "--workdir", str(workdir),
+         "--coordinator-address", f"127.0.0.1:{port}", "--num-processes", "2",
+         "--process-id", str(i), "--peer-timeout", str(peer_timeout),
+         "--heartbeat-timeout", str(heartbeat_timeout), *FLAGS, *extra],
+        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).parent.parent))
+  return procs
+
+
+def log_text(workdir: Path, i: int) -> str:
+  return (workdir.parent / f"{workdir.name}.p{i}.log").read_text()
+
+
+def wait_all(procs, timeout):
+  try:
+    return [p.wait(timeout=timeout) for p in procs]
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+        p.wait()
+
+
+@pytest.mark.parametrize("algorithm", ["easgd", "pmean_sgd"])
+def test_two_processes_equal_one_process_with_four_devices(tmp_path, algorithm):
+  multi = tmp_path / "multi"
+  procs = launch(multi, ["--algorithm", algorithm, "--stop-after-steps", str(STEPS)])
+  # meanwhile, the reference: 1 process x 4 devices (pmap), in this process
+  ref = trainer.train_and_evaluate(CONFIG.replace(algorithm=algorithm, num_devices=4),
+                                   tmp_path / "single", stop_after_steps=STEPS)
+  codes = wait_all(procs, timeout=240)
+  assert codes == [0, 0], log_text(multi, 0)[-3000:] + log_text(multi, 1)[-3000:]
+  out = [json.loads(log_text(multi, i).strip().splitlines()[-1]) for i in range(2)]
+  assert "4 device(s) x 1 vmapped worker(s) [cpu, shard_map, 2 processes]" in out[0]["layout"]
+  assert out[0] == {**out[1], "wall_time_s": out[0]["wall_time_s"]}  # same run everywhere
+  summary = json.loads((multi / "summary.json").read_text())
+  assert summary["steps_done"] == STEPS and summary["shared_copies_equal"]
+  assert summary["communication"] == ref["communication"]
+  # evaluation totals summed over both processes' workers: every test example once
+  assert summary["final"]["test_count"] == ref["final"]["test_count"] == 359
+  assert summary["final"]["test_accuracy"] == ref["final"]["test_accuracy"]
+  # process 0 alone wrote the files (no temporary files of another process left)
+  assert sorted(p.name for p in multi.iterdir()) == [
+      "checkpoints", "config.json", "metrics.jsonl", "summary.json"]
+  got, want = (checkpoint.Checkpointer(d).restore() for d in (multi, tmp_path / "single"))
+  assert int(got["step"]) == int(want["step"]) == STEPS
+  for key in ("center", "worker", "shared", "epoch_losses"):
+    for a, b in zip(jax.tree.leaves(got[key]), jax.tree.leaves(want[key]), strict=True):
+      np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=key)
+  moved = [np.max(np.abs(a - b)) for a, b in zip(
+      jax.tree.leaves(got["center"]),
+      jax.tree.leaves(trainer.Run(CONFIG).init_params))]
+  assert max(moved) > 1e-3  # 20 steps moved the center: the comparison is not vacuous
+
+
+@pytest.mark.parametrize("victim", [1, 0])
+def test_killing_a_process_stops_the_other_with_an_error(tmp_path, victim):
+  work = tmp_path / "run"
+  procs = launch(work, ["--num-epochs", "500"], peer_timeout=4, heartbeat_timeout=30)
+  try:
+    deadline = time.monotonic() + 120
+    while not (work / "metrics.jsonl").exists():  # both are past the first evaluation
+      assert time.monotonic() < deadline, log_text(work, 0)[-3000:]
+      assert all(p.poll() is None for p in procs), log_text(work, 0)[-3000:]
+      time.sleep(0.2)
+    time.sleep(1.0)  # in the training loop, inside collectives
+    survivor = procs[1 - victim]
+    assert survivor.poll() is None
+    procs[victim].send_signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    code = survivor.wait(timeout=45)
+    elapsed = time.monotonic() - killed_at
+  finally:
+    wait_all(procs, timeout=1)
+  text = log_text(work, 1 - victim)
+  assert code != 0 and elapsed < 45
+  if victim == 1:
+    # the watchdog names the lost process; exit status 3
+    assert code == distributed.EXIT_PEER_LOST, text[-3000:]
+    assert "easgd: error: process 1 of 2 stopped responding" in text
+  else:
+    # process 0 hosts the coordination service: JAX's client terminates the
+    # survivor itself as soon as the service is gone (SIGABRT), naming it
+    assert ("easgd: error: process 1 of 2 lost the coordination service" in text
+            or "leader task was preempted/died" in text), text[-3000:]
+
+
+# -- settings and watchdog, without processes --------------------------------
+
+def test_resolve_reads_flags_then_environment():
+  assert distributed.resolve(env={}) is None
+  assert distributed.resolve(num_processes=1, env={}) is None
+  env = {"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234", "JAX_NUM_PROCESSES": "4",
+         "JAX_PROCESS_ID": "3"}
+  s = distributed.resolve(env=env)
+  assert (s.coordinator_address, s.num_processes, s.process_id) == ("10.0.0.1:1234", 4, 3)
+  s = distributed.resolve("h:1", 2, 0, env=env, peer_timeout_s=5, heartbeat_timeout_s=20.4)
+  assert (s.coordinator_address, s.num_processes, s.process_id) == ("h:1", 2, 0)
+  assert (s.peer_timeout_s, s.heartbeat_timeout_s) == (5, 20)
+  with pytest.raises(distributed.DistributedError, match="--process-id/JAX_PROCESS_ID"):
+    distributed.resolve("h:1", 2, env={})
+  with pytest.raises(distributed.DistributedError, match="outside \\[0, 2\\)"):
+    distributed.resolve("h:1", 2, 2, env={})
+  with pytest.raises(distributed.DistributedError, match="host:port"):
+    distributed.resolve("h", 2, 0, env={})
+  with pytest.raises(distributed.DistributedError, match="JAX_NUM_PROCESSES must be an integer"):
+    distributed.resolve(env={"JAX_NUM_PROCESSES": "two"})
+  with pytest.raises(distributed.DistributedError, match="peer_timeout_s"):
+    distributed.resolve("h:1", 2, 0, env={}, peer_timeout_s=0)
+
+
+class FakeKV:
+  """The coordination service's key-value store, in memory."""
+
+  def __init__(self):
+    self.data, self.lock = {}, threading.Lock()
+
+  def key_value_set(self, key, value, allow_overwrite=False):
+    with self.lock:
+      self.data[key] = value
+
+  def key_value_try_get(self, key):
+    with self.lock:
+      if key not in self.data:
+        raise RuntimeError(f"NOT_FOUND: {key}")
+      return self.data[key]
+
+
+def test_watchdog_names_the_silent_peer_and_ignores_finished_ones():
+  kv, reports = FakeKV(), []
+  dogs = [distributed.Watchdog(kv, i, 3, peer_timeout_s=0.6, interval_s=0.05,
+                               on_lost=reports.append) for i in range(3)]
+  for d in dogs:
+    d.start()
+  time.sleep(0.3)
+  dogs[2].stop()  # finished normally: "done", not lost
+  time.sleep(1.0)
+  assert reports == []
+  dogs[1]._stop.set()  # process 1 dies: its heartbeat stops without "done"
+  assert dogs[0].wait_for_lost(3.0) is not None
+  assert reports[0].startswith("process 1 of 3 stopped responding")
+  dogs[0].stop()
