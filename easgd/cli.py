@@ -40,9 +40,10 @@ class _Parser(argparse.ArgumentParser):
 
 def _convert(field: dataclasses.Field):
   hint = typing.get_type_hints(TrainConfig)[field.name]
-  args = [a for a in typing.get_args(hint) if a is not type(None)]
-  base = args[0] if args else hint
   optional = type(None) in typing.get_args(hint)
+  # unwrap "X | None" only: tuple[float, ...] has type arguments of its own
+  base = [a for a in typing.get_args(hint) if a is not type(None)][0] if optional \
+      else hint
   origin = typing.get_origin(base)
 
   def parse(text: str):

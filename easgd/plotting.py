@@ -70,7 +70,7 @@ def plot_tau_alpha_heatmap(values, tau, alpha, path, *, title: str = "",
     path: the PNG file to write.
     title: figure title.
     label: colour-bar label.
-    log: logarithmic colour scale (non-positive values are blank).
+    log: logarithmic colour scale (values <= 0 take the lowest colour).
     mask: optional bool [len(alpha), len(tau)]; True cells are hatched and
       greyed (e.g. diverged configurations, whose metric is of a frozen state).
     annotations: optional float [len(alpha), len(tau)]; finite entries are
@@ -94,13 +94,13 @@ def plot_tau_alpha_heatmap(values, tau, alpha, path, *, title: str = "",
   norm = None
   if log:
     pos = shown[np.isfinite(shown) & (shown > 0)]
-    shown = np.where(shown > 0, shown, np.nan)
-    if pos.size:
+    if pos.size:  # exact zeros (e.g. an underflowed loss) get the lowest colour
+      shown = np.where(np.isfinite(shown), np.maximum(shown, pos.min()), np.nan)
       norm = LogNorm(vmin=pos.min(), vmax=max(pos.max(), pos.min() * 1.0001))
-  fig, ax = plt.subplots(figsize=(1.0 + 0.75 * len(tau) + 1.8, 1.2 + 0.55 * len(alpha)),
+  fig, ax = plt.subplots(figsize=(max(5.0, 2.8 + 0.75 * len(tau)),
+                                  max(3.6, 1.9 + 0.5 * len(alpha))),
                          constrained_layout=True)
-  cmap = plt.get_cmap("viridis").copy()
-  cmap.set_bad("#dddddd")
+  cmap = plt.get_cmap("viridis").with_extremes(bad="#dddddd")
   im = ax.imshow(np.ma.masked_invalid(shown), origin="lower", aspect="auto", cmap=cmap,
                  norm=norm, interpolation="nearest")
   fig.colorbar(im, ax=ax, label=label)
@@ -127,8 +127,7 @@ def plot_tau_alpha_heatmap(values, tau, alpha, path, *, title: str = "",
   ax.set(xlabel="tau (communication period, local steps)", ylabel="alpha (moving rate)",
          xlim=(-0.5, len(tau) - 0.5), ylim=(-0.5, len(alpha) - 0.5))
   if handles:
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16),
-              fontsize=7, frameon=False)
+    fig.legend(handles=handles, loc="outside lower center", fontsize=7, frameon=False)
   if title:
     ax.set_title(title, fontsize=9)
   path = Path(path)

@@ -86,11 +86,11 @@ COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
 # Metrics drawn as heatmaps, with (colour-bar label, log colour scale).
 HEATMAP_METRICS = {
-    "diverged": ("diverged (1) / not (0); numbers: divergence step", False),
-    "center_loss": ("center loss (last good state)", True),
+    "diverged": ("diverged (1) / not (0)", False),
+    "center_loss": ("center loss", True),
     "test_accuracy": ("center test accuracy", False),
-    "worker_center_distance": ("mean ||x^i - x~||_2 at the end", True),
-    "final_loss": ("mean worker mini-batch loss, last good step", True),
+    "worker_center_distance": ("mean ||x^i - x~|| at the end", True),
+    "final_loss": ("mean worker loss, last step", True),
 }
 
 CSV_COLUMNS = ("problem", "num_workers", "learning_rate", "tau", "alpha", "beta",
@@ -600,7 +600,13 @@ def _check_factor(value) -> float:
 # ----------------------------------------------------------------------------
 
 
-def _network_pieces(model):
+def network_fns(model):
+  """(loss_fn, eval_fn) of a Flax classifier for :func:`make_sweep_fn`.
+
+  ``loss_fn(params, (x, y), key)`` is the mean cross-entropy of a batch (as
+  ``easgd.trainer.make_loss_fn``); ``eval_fn(center, (x, y))`` gives the
+  center's mean cross-entropy ``center_loss`` and ``test_accuracy`` on (x, y).
+  """
   from easgd import models
 
   def loss_fn(params, batch, key):
@@ -618,7 +624,7 @@ def _network_pieces(model):
 
 @functools.lru_cache(maxsize=16)
 def _network_program(model, num_workers: int, num_steps: int):
-  loss_fn, eval_fn = _network_pieces(model)
+  loss_fn, eval_fn = network_fns(model)
   return make_sweep_fn(loss_fn, num_workers, num_steps, eval_fn)
 
 
@@ -905,7 +911,10 @@ def plot_result(result: SweepResult, workdir, prefix: str | None = None) -> list
         if metric == "diverged":
           annot = np.where(diverged, steps, np.nan)
         title = (f"{result.problem}: {metric}, p={p}, eta={lr:g}, "
-                 f"{result.info.get('num_steps')} steps")
+                 f"{result.info.get('num_steps')} steps"
+                 + ("\n(numbers: step of divergence)" if metric == "diverged" else
+                    "\n(hatched: diverged, metric of the frozen state)"
+                    if diverged.any() else ""))
         paths.append(plotting.plot_tau_alpha_heatmap(
             values, g.tau, g.alpha, workdir / f"{prefix}{metric}{suffix}.png",
             title=title, label=label, log=log,

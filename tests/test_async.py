@@ -427,8 +427,7 @@ def test_async_training_is_reproducible_per_seed(tmp_path):
   assert s1["algorithm"]["slots_per_tick"] == 3
   assert s1["shared_copies_equal"] and s2["final"] == s1["final"]
   assert m1[-1]["test_accuracy"] > 0.3  # it learned (10 classes)
-  s3 = trainer.train_and_evaluate(ASYNC_TINY.replace(seed=1), tmp_path / "c")
-  assert s3["final"]["test_loss"] != s1["final"]["test_loss"]
+  # another seed gives another exchange order: test_random_order_depends_on_the_seed
 
 
 def test_config_fields_are_validated():
@@ -450,3 +449,14 @@ def test_config_fields_are_validated():
   cfg = base.replace(algorithm="async_eamsgd", momentum=0.9,
                      worker_speeds=(1.0, 2.0, 1.0, 1.0))
   assert TrainConfig.from_dict(json.loads(cfg.validate().to_json())) == cfg
+
+
+def test_cli_flags_of_the_new_fields():
+  from easgd import cli
+  args = cli.build_parser().parse_args([
+      "train", "--workdir", "w", "--algorithm", "async_easgd", "--schedule", "random",
+      "--worker-speeds", "1,2,1,3", "--staleness", "2", "--reset-opt-state", "true",
+      "--max-worker-speed", "none", "--average-rate", "0.01"])
+  assert args.worker_speeds == (1.0, 2.0, 1.0, 3.0)
+  assert (args.schedule, args.staleness, args.reset_opt_state) == ("random", 2, True)
+  assert args.max_worker_speed is None and args.average_rate == 0.01

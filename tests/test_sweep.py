@@ -1,0 +1,243 @@
+"""The one-program tau x alpha sweep, the Hessian power iteration and `easgd sweep`.
+
+Everything is tiny (scalar quadratics, an 8-unit MLP on random data) so the file
+runs in well under a minute on two CPU cores.
+"""
+import json
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+
+from easgd import cli, hessian, models, quadratic, stability, sweep
+from easgd.sweep import CompileCounter, SweepGrid
+
+
+def numpy_easgd_quadratic(lr, tau, alpha, h, w0, c0, noise):
+  """Eq. (5)-(6) with period tau on F(x) = h x^2 / 2, float64, written out.
+
+  Returns (center, final_loss, worker_center_distance) like the sweep: the loss
+  is the mean worker loss at the parameters before the last step.
+  """
+  x, c = np.asarray(w0, np.float64), float(c0)
+  loss = None
+  for t in range(noise.shape[0]):
+    loss = np.mean(0.5 * h * x * x + noise[t] * x)
+    g = h * x + noise[t]
+    if t % tau == 0:
+      d = alpha * (x - c)              # every worker reads x~_t ...
+      x, c = x - lr * g - d, c + d.sum()  # ... and the center the SUM of forces
+    else:
+      x = x - lr * g
+  return c, loss, np.mean(np.abs(x - c))
+
+
+def test_quadratic_sweep_matches_individual_runs():
+  p, steps, h, sigma = 3, 40, 1.5, 0.1
+  grid = SweepGrid(tau=(1, 3), alpha=(0.1, 0.3), learning_rate=(0.3, 0.7),
+                   num_workers=(p,))
+  res = sweep.sweep_quadratic(grid, steps, curvature=h, sigma=sigma, seed=3)
+  assert len(res.records) == 8 and not any(r["diverged"] for r in res.records)
+  w0, c0 = sweep.quadratic_start(p)
+  noise = np.asarray(sigma * jax.random.normal(jax.random.key(3), (steps, p)),
+                     np.float64)
+  for r in res.records:
+    one = sweep.sweep_quadratic(
+        SweepGrid(tau=(r["tau"],), alpha=(r["alpha"],),
+                  learning_rate=(r["learning_rate"],), num_workers=(p,)),
+        steps, curvature=h, sigma=sigma, seed=3).records[0]
+    for k in ("center_loss", "final_loss", "worker_center_distance"):
+      np.testing.assert_allclose(r[k], one[k], rtol=1e-6, atol=1e-7, err_msg=k)
+    c, loss, dist = numpy_easgd_quadratic(r["learning_rate"], r["tau"], r["alpha"],
+                                          h, w0, c0, noise)
+    np.testing.assert_allclose(r["center_loss"], 0.5 * h * c * c, rtol=1e-4)
+    np.testing.assert_allclose(r["final_loss"], loss, rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(r["worker_center_distance"], dist, rtol=1e-4,
+                               atol=1e-7)
+  # Noise-free, against easgd.quadratic's independent simulation.
+  res = sweep.sweep_quadratic(grid, steps, curvature=h)
+  lr, tau, alpha = grid.flat()
+  sim = quadratic.simulate_sync_easgd(lr.astype(np.float64) * h, alpha, tau, p, steps,
+                                      x0=np.r_[w0, c0], trajectory=False)
+  np.testing.assert_allclose([r["center_loss"] for r in res.records],
+                             0.5 * h * np.asarray(sim.center, np.float64) ** 2,
+                             rtol=1e-4)
+
+
+def test_divergence_flags_agree_with_analytic_radius():
+  p = 4
+  grid = SweepGrid(tau=(1, 2, 4, 8), alpha=(0.05, 0.2, 0.35, 0.5, 0.7, 0.9),
+                   learning_rate=(0.1, 0.5, 1.0, 1.9), num_workers=(p,))
+  res = sweep.sweep_quadratic(grid, 2000)
+  radius = np.array([stability.sync_easgd_spectral_radius(
+      r["learning_rate"], r["alpha"], r["tau"], p) for r in res.records])
+  np.testing.assert_allclose([r["theory_radius"] for r in res.records], radius)
+  diverged = np.array([r["diverged"] for r in res.records])
+  clear = np.abs(radius - 1.0) > 0.05
+  assert clear.sum() > 60 and diverged[clear].sum() >= 10 and (~diverged[clear]).sum() >= 10
+  bad = [res.records[i] for i in np.flatnonzero(clear & (diverged != (radius > 1)))]
+  assert not bad, bad[:3]
+  steps = np.array([r["diverged_step"] for r in res.records])
+  assert np.all(steps[diverged] >= 0) and np.all(steps[~diverged] == -1)
+
+
+def test_diverged_configuration_does_not_contaminate_others():
+  p, steps = 2, 30
+  # eta = 1e20 overflows to inf/NaN in two steps; eta = 0.3 is stable.
+  grid = SweepGrid(tau=(1, 2), alpha=(0.2,), learning_rate=(0.3, 1e20),
+                   num_workers=(p,))
+  res = sweep.sweep_quadratic(grid, steps)
+  stable = [r for r in res.records if r["learning_rate"] == 0.3]
+  exploded = [r for r in res.records if r["learning_rate"] == 1e20]
+  assert all(r["diverged"] and r["diverged_step"] == 1 for r in exploded)
+  for r in exploded:  # frozen at the last good (finite) state
+    assert all(np.isfinite(r[k]) for k in ("center_loss", "worker_center_distance"))
+  for r in stable:
+    assert not r["diverged"]
+    alone = sweep.sweep_quadratic(
+        SweepGrid(tau=(r["tau"],), alpha=(0.2,), learning_rate=(0.3,),
+                  num_workers=(p,)), steps).records[0]
+    for k in ("center_loss", "final_loss", "worker_center_distance"):
+      assert np.isfinite(r[k])
+      np.testing.assert_allclose(r[k], alone[k], rtol=1e-6, atol=1e-12)
+  assert np.all(np.isfinite(res.centers[p]))
+
+
+def test_second_sweep_with_other_values_does_not_recompile():
+  grid = SweepGrid(tau=(1, 5), alpha=(0.1, 0.2, 0.3), learning_rate=(0.2,),
+                   num_workers=(3,))
+  with CompileCounter() as first:
+    sweep.sweep_quadratic(grid, 23)
+  assert first.count >= 1  # the counter sees compilations at all
+  other = SweepGrid(tau=(2, 7), alpha=(0.05, 0.4, 0.6), learning_rate=(0.9,),
+                    num_workers=(3,))
+  with CompileCounter() as second:
+    res = sweep.sweep_quadratic(other, 23)
+  assert second.count == 0
+  assert res.info["programs"][3]["compiles"] == 0
+  assert {r["alpha"] for r in res.records} == {0.05, 0.4, 0.6}
+
+
+def _tiny_network(p, steps, batch=4, seed=0):
+  model = models.MLP(num_classes=3, hidden=(8,))
+  k1, k2, k3, k4 = jax.random.split(jax.random.key(seed), 4)
+  params0 = models.init_params(model, (5,), k1)
+  x = jax.random.normal(k2, (steps, p, batch, 5))
+  y = jax.random.randint(k3, (steps, p, batch), 0, 3)
+  test = (jax.random.normal(k4, (32, 5)), jnp.arange(32) % 3)
+  return model, params0, (x, y), test
+
+
+def test_network_sweep_matches_easgd_algorithm_runs_and_does_not_recompile():
+  p, steps = 2, 7
+  model, params0, batches, test = _tiny_network(p, steps)
+  loss_fn, eval_fn = sweep.network_fns(model)
+  run = sweep.make_sweep_fn(loss_fn, p, steps, eval_fn)
+  grid = SweepGrid(tau=(1, 3), alpha=(0.1, 0.4), learning_rate=(0.5,),
+                   num_workers=(p,)).validate()
+  lr, tau, alpha = grid.flat()
+  workers0 = jax.tree.map(lambda a: jnp.stack([a] * p), params0)
+  key = jax.random.key(1)
+  out = run(lr, tau, alpha, workers0, params0, batches, test, key, 1e3)
+  assert not np.any(out["diverged"])
+  for i in range(lr.size):
+    ref = sweep.run_with_algorithm(loss_fn, params0, batches, key, num_workers=p,
+                                   tau=int(tau[i]), alpha=float(alpha[i]),
+                                   learning_rate=float(lr[i]), eval_fn=eval_fn,
+                                   eval_data=test)
+    got = jax.tree.map(lambda a: a[i], out["center"])
+    flat_got, flat_ref = ravel_pytree(got)[0], ravel_pytree(ref["center"])[0]
+    np.testing.assert_allclose(flat_got, flat_ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out["final_loss"][i], np.mean(ref["losses"][-1]),
+                               rtol=1e-5)
+    np.testing.assert_allclose(out["test_accuracy"][i], ref["test_accuracy"])
+  with CompileCounter() as cc:
+    jax.block_until_ready(run(lr, tau, alpha[::-1] * 0.5, workers0, params0,
+                              batches, test, key, 1e3))
+  assert cc.count == 0
+
+
+def test_power_iteration_matches_explicit_hessian_of_quadratic():
+  rng = np.random.default_rng(0)
+  q, _ = np.linalg.qr(rng.normal(size=(6, 6)))
+  eig = np.array([3.0, 1.0, 0.5, -0.2, 0.1, 2.0])
+  a = jnp.asarray((q * eig) @ q.T, jnp.float32)
+  loss = lambda x: 0.5 * x @ a @ x
+  exact = np.linalg.eigvalsh(np.asarray(jax.jit(jax.hessian(loss))(jnp.ones(6)),
+                                        np.float64))
+  r = hessian.top_hessian_eigenvalue(loss, jnp.ones(6), jax.random.key(0), 300, 1e-7)
+  np.testing.assert_allclose(float(r.eigenvalue), exact[-1], rtol=1e-4)
+  np.testing.assert_allclose(exact[-1], 3.0, rtol=1e-5)
+  # A dominant NEGATIVE eigenvalue: the shifted pass still finds lambda_max = 2.
+  d = jnp.diag(jnp.array([-5.0, 1.0, 2.0]))
+  r = hessian.top_hessian_eigenvalue(lambda x: 0.5 * x @ d @ x, jnp.ones(3),
+                                     jax.random.key(1), 500, 1e-8)
+  assert float(r.dominant) == pytest.approx(-5.0, rel=1e-4)
+  assert float(r.eigenvalue) == pytest.approx(2.0, rel=1e-3)
+
+
+def test_power_iteration_matches_explicit_hessian_of_small_model():
+  model, params, (x, y), _ = _tiny_network(1, 1, batch=16, seed=2)
+  x, y = x[0, 0], y[0, 0]
+  loss = lambda q: models.cross_entropy_loss(model.apply({"params": q}, x), y)
+  flat, unravel = ravel_pytree(params)
+  h = np.asarray(jax.jit(jax.hessian(lambda f: loss(unravel(f))))(flat), np.float64)
+  exact = np.linalg.eigvalsh(0.5 * (h + h.T))[-1]
+  r = jax.jit(lambda q: hessian.top_hessian_eigenvalue(
+      loss, q, jax.random.key(0), 1000, 1e-7))(params)
+  assert exact > 0
+  np.testing.assert_allclose(float(r.eigenvalue), exact, rtol=2e-3)
+  v = ravel_pytree(r.eigenvector)[0]
+  np.testing.assert_allclose(float(jnp.linalg.norm(v)), 1.0, rtol=1e-5)
+
+
+def test_hessian_rejects_bad_budget():
+  with pytest.raises(ValueError, match="num_iterations must be an integer >= 1"):
+    hessian.top_hessian_eigenvalue(lambda x: x @ x, jnp.ones(2), jax.random.key(0), 0)
+
+
+BAD_INPUTS = [
+    (["--tau", "0,1"], "tau grid values must be integers >= 1, got 0"),
+    (["--alpha=-0.1,0.2"], "alpha grid values must be finite reals >= 0, got -0.1"),
+    (["--alpha", "-0.5"], "alpha grid values must be finite reals >= 0, got -0.5"),
+    (["--learning-rate", "0"], "learning_rate grid values must be finite reals > 0"),
+    (["--num-workers", "0"], "num_workers grid values must be integers >= 1, got 0"),
+    (["--tau", "2,2"], "tau grid has the value 2 twice"),
+    (["--tau", "1,x"], "argument --tau: invalid int_list value: '1,x'"),
+    (["--num-steps", "0"], "num_steps must be an integer >= 1, got 0"),
+    (["--divergence-factor", "0.5"], "divergence_factor must be a finite real > 1"),
+    (["--problem", "quad"], "argument --problem: invalid choice: 'quad'"),
+]
+
+
+@pytest.mark.parametrize("flags,message", BAD_INPUTS)
+def test_cli_sweep_bad_input_is_one_line_and_exit_2(flags, message, tmp_path, capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    sys.exit(cli.main(["sweep", "--workdir", str(tmp_path / "s"), *flags]))
+  assert exit_info.value.code == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and err.startswith("easgd: error: "), err
+  assert message in err
+  assert not (tmp_path / "s").exists()
+
+
+def test_cli_sweep_quadratic_end_to_end(tmp_path, capsys):
+  args = ["sweep", "--workdir", str(tmp_path / "s"), "--problem", "quadratic",
+          "--tau", "1,4", "--alpha", "0.1,1.2", "--learning-rate", "0.5",
+          "--num-workers", "2", "--num-steps", "200"]
+  assert cli.main(args) == 0
+  out = capsys.readouterr().out
+  assert "quadratic: 4 configurations, 2 diverged" in out
+  lines = (tmp_path / "s" / "sweep.csv").read_text().splitlines()
+  assert lines[0].split(",")[:5] == ["problem", "num_workers", "learning_rate", "tau",
+                                     "alpha"] and len(lines) == 5
+  data = json.loads((tmp_path / "s" / "sweep.json").read_text())
+  assert [r["diverged"] for r in data["records"]] == [False, True, False, True]
+  assert all(r["theory_stable"] == (not r["diverged"]) for r in data["records"])
+  assert (tmp_path / "s" / "diverged.png").stat().st_size > 1000
+  assert json.loads((tmp_path / "s" / "sweep_config.json").read_text())["tau"] == [1, 4]
+  assert cli.main(args) == 2  # refuses to overwrite without --overwrite
+  assert "already holds a sweep" in capsys.readouterr().err
