@@ -62,6 +62,19 @@ def time_side_by_side(candidates: dict, steps: int, repeats: int, warmup: int = 
   return {name: dict(median_s=statistics.median(t), all_s=t) for name, t in times.items()}
 
 
+def one_step_late(previous, current):
+  """Waits for ``previous`` (last step's loss) and returns ``current``.
+
+  A loop calling this after each step keeps at most two steps in flight: the
+  device stays busy, but the queue cannot grow without bound. With hundreds of
+  queued steps, XLA's in-process CPU all-reduce deadlocked on this 2-core
+  machine ("Termination timeout for all reduce ... only 1 of them arrived").
+  """
+  if previous is not None:
+    previous.block_until_ready()
+  return current
+
+
 def spread(all_s) -> str:
   """Relative half-range of repeats around the median, as text."""
   m = statistics.median(all_s)

@@ -3,7 +3,9 @@
 Method. One worker per device on ``--devices`` devices (default 2 fake CPU
 devices), the trainer's MLP on Fashion-MNIST-shaped random data (28x28x1, 10
 classes), per-worker batch ``--batch``, plain SGD. The same pre-placed batch is
-fed every step (no host-to-device copy is timed). Candidates:
+fed every step (no host-to-device copy is timed). Every loop waits for the
+previous step's loss before going on (one step late, as the trainer should:
+XLA's in-process CPU all-reduce can deadlock with hundreds of queued steps). Candidates:
 
   bare_sgd          hand-written ``jax.pmap``: value_and_grad, p - lr*g, no
                     collective (the floor for a local step);
@@ -76,9 +78,10 @@ def main():
     batch = jax.device_put((x, y), sharding)
 
     def run(steps):
-      p = state["p"]
+      p, last = state["p"], None
       for _ in range(steps):
         p, loss = f(p, batch, key)
+        last = common.one_step_late(last, loss)
       jax.block_until_ready(p)
       state["p"] = p
     hlo[name] = f.lower(state["p"], batch, key).compile().as_text()
@@ -94,9 +97,10 @@ def main():
                             ("worker", "shared", "worker"), donate_argnums=(0, 1))
 
     def run(steps):
-      w, s = state["w"], state["s"]
+      w, s, last = state["w"], state["s"], None
       for _ in range(steps):
         w, s, loss = f(w, s, batch, key)
+        last = common.one_step_late(last, loss)
       jax.block_until_ready((w, s))
       state["w"], state["s"] = w, s
     hlo[name] = f.lower(state["w"], state["s"], batch, key).compile().as_text()

@@ -58,7 +58,7 @@ def plot_comparison(histories: Mapping[str, Sequence[Mapping[str, Any]]], path,
 
 def plot_tau_alpha_heatmap(values, tau, alpha, path, *, title: str = "",
                            label: str = "", log: bool = False, mask=None,
-                           annotations=None, contours=()) -> Path:
+                           annotations=None, contours=(), cmap="viridis") -> Path:
   """A (tau, alpha) heatmap of one sweep metric, with theory contours on top.
 
   Cells are the grid values (tau on the x axis, alpha on the y axis, evenly
@@ -75,9 +75,11 @@ def plot_tau_alpha_heatmap(values, tau, alpha, path, *, title: str = "",
       greyed (e.g. diverged configurations, whose metric is of a frozen state).
     annotations: optional float [len(alpha), len(tau)]; finite entries are
       written in their cell as integers (e.g. the divergence step).
-    contours: dicts with ``x`` [nt], ``y`` [na] (cell coordinates),
-      ``radius`` [na, nt], ``label`` and ``linestyle``: the level radius = 1
-      is drawn (e.g. ``easgd.sweep.theory_contour``).
+    contours: dicts with ``x`` [nx], ``y`` [ny] (cell coordinates),
+      ``radius`` [ny, nx], ``label`` and ``linestyle``: the level radius = 1
+      is drawn (e.g. ``easgd.sweep.theory_contour``), and the region
+      radius >= 1 of the first one is shaded.
+    cmap: a Matplotlib colormap or its name (NaN cells are light grey).
 
   Returns:
     ``Path(path)``.
@@ -100,7 +102,7 @@ def plot_tau_alpha_heatmap(values, tau, alpha, path, *, title: str = "",
   fig, ax = plt.subplots(figsize=(max(5.0, 2.8 + 0.75 * len(tau)),
                                   max(3.6, 1.9 + 0.5 * len(alpha))),
                          constrained_layout=True)
-  cmap = plt.get_cmap("viridis").with_extremes(bad="#dddddd")
+  cmap = plt.get_cmap(cmap).with_extremes(bad="#dddddd")
   im = ax.imshow(np.ma.masked_invalid(shown), origin="lower", aspect="auto", cmap=cmap,
                  norm=norm, interpolation="nearest")
   fig.colorbar(im, ax=ax, label=label)
@@ -112,11 +114,17 @@ def plot_tau_alpha_heatmap(values, tau, alpha, path, *, title: str = "",
   if annotations is not None:
     for (y, x), v in np.ndenumerate(np.asarray(annotations, dtype=np.float64)):
       if np.isfinite(v):
+        rgb = im.cmap(im.norm(shown[y, x]))[:3] if np.isfinite(shown[y, x]) else (1, 1, 1)
+        dark = 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2] < 0.5
         ax.text(x, y, f"{int(v)}", ha="center", va="center", fontsize=7,
-                color="black" if values[y, x] > 0.5 else "white")
+                color="white" if dark else "black")
   handles = []
-  for c in contours:
+  for k, c in enumerate(contours):
     r = np.asarray(c["radius"])
+    if k == 0 and np.nanmax(r) >= 1.0:  # shade where the first theory is unstable
+      ax.contourf(c["x"], c["y"], r, levels=[1.0, np.inf], colors="red", alpha=0.12)
+      handles.append(plt.Rectangle((0, 0), 1, 1, color="red", alpha=0.12,
+                                   label="shaded: theory radius >= 1 (first line)"))
     if np.nanmin(r) < 1.0 < np.nanmax(r):
       ax.contour(c["x"], c["y"], r, levels=[1.0], colors="red",
                  linestyles=c.get("linestyle", "-"), linewidths=1.6)

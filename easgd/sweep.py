@@ -25,10 +25,12 @@ Each configuration records, without stopping the others:
                            mean worker loss is non-finite or exceeds
                            ``divergence_factor`` x the step-0 loss, or whose
                            new parameters are non-finite; from then on its
-                           state is frozen (``jnp.where``) at the last good
-                           value, so NaN never reaches its metrics or another
-                           configuration.
-  final_loss               mean worker mini-batch loss at the last good step.
+                           state is frozen (``jnp.where``) at its value at the
+                           start of step t (finite), so NaN never reaches its
+                           metrics or another configuration.
+  final_loss               mean worker mini-batch loss of the last step that
+                           passed the test (for a finished run: step
+                           num_steps - 1, at the parameters before it).
   center_loss              loss of the center x~: F(x~) on the quadratic, the
                            test cross-entropy for a network (with
                            ``test_accuracy``).
@@ -361,11 +363,13 @@ class CompileCounter:
   def __init__(self):
     self.count = 0
     self.seconds = 0.0
+    self.names = []  # the compiled functions, e.g. "jit(run)"
 
   def _listen(self, event, duration_secs, **kwargs):
     if event == COMPILE_EVENT:
       self.count += 1
       self.seconds += float(duration_secs)
+      self.names.append(kwargs.get("fun_name"))
 
   def __enter__(self):
     jax.monitoring.register_event_duration_secs_listener(self._listen)
@@ -573,14 +577,16 @@ def sweep_quadratic(grid: SweepGrid, num_steps: int, *, curvature: float = 1.0,
     noise = sigma * jax.random.normal(jax.random.key(seed), (num_steps, p), jnp.float32)
     hs = jnp.full((num_steps, p), h, jnp.float32)
     lr, tau, alpha = grid.flat()
+    args = (jnp.asarray(lr), jnp.asarray(tau), jnp.asarray(alpha), jnp.asarray(w0),
+            jnp.float32(c0), (hs, noise), jnp.float32(h), jax.random.key(seed),
+            jnp.float32(factor))
     start = time.perf_counter()
     with CompileCounter() as cc:
-      out = run(lr, tau, alpha, jnp.asarray(w0), jnp.float32(c0), (hs, noise),
-                jnp.float32(h), jax.random.key(seed), factor)
-      out = jax.block_until_ready(out)
+      out = jax.block_until_ready(run(*args))
     info["programs"][p] = dict(configs=int(lr.size),
                                wall_s=round(time.perf_counter() - start, 3),
-                               compiles=cc.count, compile_s=round(cc.seconds, 3))
+                               compiles=cc.count, compile_s=round(cc.seconds, 3),
+                               compiled=cc.names)
     records += _records("quadratic", grid, p, out, h, None)
     centers[p] = np.asarray(out["center"])
   info.update(num_steps=num_steps, curvature=h, x0=x0, spread=spread, sigma=sigma,
@@ -749,14 +755,15 @@ def sweep_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
     x, y = network_batches(ds, p, batch_size, num_steps, seed)
     worker0 = jax.tree.map(lambda a: jnp.broadcast_to(a, (p, *a.shape)), params0)
     lr, tau, alpha = grid.flat()
+    args = (jnp.asarray(lr), jnp.asarray(tau), jnp.asarray(alpha), worker0, params0,
+            (jnp.asarray(x), jnp.asarray(y)), test, step_key, jnp.float32(factor))
     start = time.perf_counter()
     with CompileCounter() as cc:
-      out = run(lr, tau, alpha, worker0, params0, (jnp.asarray(x), jnp.asarray(y)),
-                test, step_key, factor)
-      out = jax.block_until_ready(out)
+      out = jax.block_until_ready(run(*args))
     info["programs"][p] = dict(configs=int(lr.size),
                                wall_s=round(time.perf_counter() - start, 3),
-                               compiles=cc.count, compile_s=round(cc.seconds, 3))
+                               compiles=cc.count, compile_s=round(cc.seconds, 3),
+                               compiled=cc.names)
     outputs[p] = out
     centers[p] = jax.tree.map(np.asarray, out["center"])
   h2 = None
@@ -847,29 +854,44 @@ def run_with_algorithm(loss_fn: Callable, params0: Params, batches, key, *,
 
 def theory_contour(grid: SweepGrid, eta_h: float, num_workers: int,
                    num_alpha: int = 241) -> dict[str, np.ndarray]:
-  """The analytic radius on a fine (tau, alpha) mesh in heatmap cell coordinates.
+  """The analytic radius on a (tau, fine alpha) mesh in heatmap cell coordinates.
 
-  tau takes every integer in [min tau, max tau] (at most 2048, geometric
-  beyond), alpha ``num_alpha`` values in [min alpha, max alpha]; both are
-  mapped to cell coordinates (cell k at k) by piecewise-linear interpolation
-  between the grid values, so the contour radius = 1 can be drawn over an
-  ``imshow`` of the sweep whose cells are the grid values.
+  The radius of :func:`easgd.stability.sync_easgd_spectral_radius` is
+  evaluated at the grid's own tau values (columns; cell k at x = k, the edge
+  columns repeated at x = -0.5 and n - 0.5 so a contour spans the plot) and
+  at ``num_alpha`` alphas from half a cell below the first grid alpha to half
+  a cell above the last (mapped to y by piecewise-linear interpolation between
+  the grid values, linear extrapolation at the ends). Intermediate integer
+  taus are deliberately not drawn: for eta*h > 1 the plain-step factor
+  (1 - eta h)^(tau - 1) alternates in sign with tau, so the boundary between
+  two grid taus says nothing about either.
 
   Returns:
-    dict(x [nt], y [na], radius [na, nt]) (float64).
+    dict(x [len(tau) + 2], y [num_alpha], radius [num_alpha, len(tau) + 2])
+    (float64).
   """
   from easgd import stability
-  tmin, tmax = grid.tau[0], grid.tau[-1]
-  if tmax - tmin <= 2048:
-    taus = np.arange(tmin, tmax + 1)
+  tau = np.asarray(grid.tau, np.int64)
+  a = np.asarray(grid.alpha, np.float64)
+  cells = np.arange(len(a), dtype=np.float64)
+  if len(a) > 1:
+    lo = a[0] - 0.5 * (a[1] - a[0])
+    hi = a[-1] + 0.5 * (a[-1] - a[-2])
+    y_lo, y_hi = -0.5, len(a) - 0.5
+    if lo < 0:  # alpha >= 0: stop at 0, at the matching cell coordinate
+      y_lo, lo = -0.5 * a[0] / (0.5 * (a[1] - a[0])), 0.0
   else:
-    taus = np.unique(np.geomspace(tmin, tmax, 2048).round().astype(np.int64))
-  alphas = np.linspace(grid.alpha[0], grid.alpha[-1], num_alpha)
-  radius = stability.sync_easgd_spectral_radius(eta_h, alphas[:, None], taus[None, :],
+    lo, hi, y_lo, y_hi = a[0] * 0.9, a[0] * 1.1 + 1e-3, -0.5, 0.5
+  alphas = np.linspace(lo, hi, num_alpha)
+  y = np.interp(alphas, np.r_[lo, a, hi], np.r_[y_lo, cells, y_hi])
+  radius = stability.sync_easgd_spectral_radius(eta_h, alphas[:, None], tau[None, :],
                                                 num_workers)
-  x = np.interp(taus, grid.tau, np.arange(len(grid.tau)))
-  y = np.interp(alphas, grid.alpha, np.arange(len(grid.alpha)))
+  radius = np.concatenate([radius[:, :1], radius, radius[:, -1:]], axis=1)
+  x = np.r_[-0.5, np.arange(len(tau), dtype=np.float64), len(tau) - 0.5]
   return dict(x=x, y=y, radius=np.minimum(radius, 1e6))
+
+
+_DIVERGED_CMAP = "Greys"  # 0 = white (finished), 1 = black (diverged)
 
 
 def plot_result(result: SweepResult, workdir, prefix: str | None = None) -> list[Path]:
@@ -895,8 +917,8 @@ def plot_result(result: SweepResult, workdir, prefix: str | None = None) -> list
       suffix = ((f"_p{p}" if len(g.num_workers) > 1 else "")
                 + (f"_lr{lr:g}" if len(g.learning_rate) > 1 else ""))
       contours = []
-      for h, style, name in ((result.curvature, "-", "h at start"),
-                             (h2, "--", "h at trained point")):
+      for h, style, name in ((result.curvature, "-", "h at the start"),
+                             (h2, "--", "h at the trained point")):
         if h is not None and math.isfinite(h) and h > 0:
           c = theory_contour(g, lr * h, p)
           contours.append(dict(c, label=f"theory radius=1, {name} (eta*h={lr * h:.3g})",
@@ -919,7 +941,8 @@ def plot_result(result: SweepResult, workdir, prefix: str | None = None) -> list
             values, g.tau, g.alpha, workdir / f"{prefix}{metric}{suffix}.png",
             title=title, label=label, log=log,
             mask=None if metric == "diverged" else diverged,
-            annotations=annot, contours=contours))
+            annotations=annot, contours=contours,
+            cmap=_DIVERGED_CMAP if metric == "diverged" else "viridis"))
   return paths
 
 

@@ -1,9 +1,11 @@
 """The main job on real images: EASGD (p=4, tau=4, beta=0.9) vs pmean SGD.
 
-Fashion-MNIST from Debian's dataset-fashion-mnist, the small CNN, plain SGD as the
-local optimizer, mini-batch 128 per worker (the paper's), cosine schedule over
-the run. Run:  easgd compare --config experiments/fashion_mnist.py --cpu-devices 4 \
-                 --workdir runs/fashion_mnist
+Fashion-MNIST from Debian's dataset-fashion-mnist, the small CNN, local SGD with
+heavy-ball momentum 0.9 (plain SGD at learning rate 0.1 reached only 88.2% after 14
+of 15 epochs in our first run), mini-batch 128 per worker (the paper's), cosine
+schedule over the run. Run:
+
+    easgd compare --config experiments/fashion_mnist.py --workdir runs/fashion_mnist
 """
 from easgd.config import TrainConfig
 
@@ -15,9 +17,10 @@ def get_config() -> TrainConfig:
       num_workers=4,             # p
       global_batch_size=512,     # examples per step, all workers (128 per worker)
       num_epochs=15,             # passes over the training set
-      learning_rate=0.1,         # peak eta, per local step
+      learning_rate=0.05,        # peak eta, per local step
       lr_schedule="cosine",      # in epochs: decays to 0 at epoch 15
-      optimizer="sgd",           # plain local SGD, as in the paper's EASGD
+      optimizer="momentum",      # local heavy-ball SGD; its state stays per worker
+      momentum=0.9,              # momentum coefficient (dimensionless)
       tau=4,                     # communication period (local steps)
       beta=0.9,                  # center moving rate; alpha = beta / p = 0.225
       seed=0,

@@ -1,0 +1,126 @@
+"""Benchmark 2: p workers vmapped on ONE device against one worker with batch p*B.
+
+Method. One device (the first CPU device; no fake devices), the trainer's MLP
+on Fashion-MNIST-shaped random data, per-worker batch ``--batch`` B, plain SGD,
+the same pre-placed batch every step. For each p in ``--workers``:
+
+  vmapped_easgd   the library's EASGD step with p workers vmapped on the device
+                  (layout 1 x p), tau = 10**9 so no step exchanges after the
+                  warm-up: p independent models, p matmuls per layer, each of B
+                  rows;
+  big_batch       the library's EASGD step with ONE worker (layout 1 x 1) and
+                  batch p*B (the same examples): one model, one matmul of p*B
+                  rows per layer. Same FLOPs as vmapped_easgd; p times fewer
+                  weights to read and update;
+  vmapped_pmean   the library's pmean SGD step with p vmapped workers (one
+                  shared model; the "all-reduce" is a sum over the vmapped axis);
+  bare_big_batch  a hand-written jit SGD step of one model on batch p*B.
+
+All donate their state. Timing: ``benchmarks/common.py`` (warm-up, then
+round-robin repeats of ``--steps`` steps, median of per-step wall time).
+Samples/s = p*B / (seconds per step).
+
+Target from the issue: vmapped_easgd within 15% of the equivalent large batch
+(ratio vmapped_easgd / big_batch <= 1.15).
+
+Run: ``python benchmarks/simulated_workers.py [--workers 2,4,8 --batch 32]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+
+from common import force_cpu_devices
+
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--workers", default="2,4,8", help="values of p")
+  ap.add_argument("--batch", type=int, default=32, help="examples per worker per step (B)")
+  ap.add_argument("--hidden", default="256,256", help="MLP hidden widths")
+  ap.add_argument("--steps", type=int, default=30, help="steps per timed call")
+  ap.add_argument("--repeats", type=int, default=7, help="timed calls per candidate")
+  ap.add_argument("--warmup", type=int, default=2, help="untimed calls per candidate")
+  ap.add_argument("--backend", default="pmap", help="mapping backend")
+  args = ap.parse_args()
+  force_cpu_devices(1)
+
+  import jax
+  import optax
+
+  import common
+  from easgd import algorithms, models, workers
+
+  lr, B = 0.01, args.batch
+  _, params, loss_fn = common.mlp_setup(common.int_list(args.hidden))
+  key = jax.random.key(0)
+
+  def library(algo, p, batch_per_worker, x, y):
+    layout = workers.make_layout(p, 1, backend=args.backend)
+    worker, shared = algo.init(params)
+    state = {"w": workers.replicate_per_worker(worker, layout),
+             "s": workers.replicate_per_device(shared, layout)}
+    batch = workers.split_workers((x.reshape(p, batch_per_worker, *x.shape[1:]),
+                                   y.reshape(p, batch_per_worker)), layout)
+    f = workers.map_workers(algo.step, layout, ("worker", "shared", "worker", "broadcast"),
+                            ("worker", "shared", "worker"), donate_argnums=(0, 1))
+
+    def run(steps):
+      w, s = state["w"], state["s"]
+      for _ in range(steps):
+        w, s, loss = f(w, s, batch, key)
+      jax.block_until_ready((w, s))
+      state["w"], state["s"] = w, s
+    return run
+
+  def bare(x, y):
+    def step(p, batch, key):
+      loss, g = jax.value_and_grad(loss_fn)(p, batch, key)
+      return jax.tree.map(lambda a, b: a - lr * b, p, g), loss
+    step = jax.jit(step, donate_argnums=(0,))
+    state = {"p": jax.tree.map(jax.numpy.array, params)}
+    batch = jax.device_put((x, y))
+
+    def run(steps):
+      p = state["p"]
+      for _ in range(steps):
+        p, loss = step(p, batch, key)
+      jax.block_until_ready(p)
+      state["p"] = p
+    return run
+
+  print(f"# simulated workers  ({datetime.date.today()}; {common.machine()})")
+  print(f"# MLP hidden={args.hidden} ({models.count_params(params)} params); B={B} per "
+        f"worker; backend {args.backend}; {args.steps} steps x {args.repeats} repeats, "
+        f"median")
+  print(f"{'p':>3s} {'candidate':16s} {'ms/step':>9s} {'spread':>7s} {'samples/s':>10s}")
+  ratios = []
+  for p in common.int_list(args.workers):
+    x, y = common.random_batch((p * B,), seed=p)
+    sgd = optax.sgd(lr)
+    cands = {
+        "vmapped_easgd": library(algorithms.easgd(loss_fn, sgd, num_workers=p, tau=10**9,
+                                                  beta=0.9), p, B, x, y),
+        "big_batch": library(algorithms.easgd(loss_fn, sgd, num_workers=1, tau=10**9,
+                                              beta=0.9), 1, p * B, x, y),
+        "vmapped_pmean": library(algorithms.pmean_sgd(loss_fn, sgd), p, B, x, y),
+        "bare_big_batch": bare(x, y),
+    }
+    res = common.time_side_by_side(cands, args.steps, args.repeats, args.warmup)
+    for name, r in res.items():
+      print(f"{p:3d} {name:16s} {1e3 * r['median_s']:9.3f} {common.spread(r['all_s']):>7s} "
+            f"{p * B / r['median_s']:10.0f}")
+    m = {k: v["median_s"] for k, v in res.items()}
+    ratios.append((p, m["vmapped_easgd"] / m["big_batch"],
+                   m["vmapped_easgd"] / m["bare_big_batch"],
+                   m["vmapped_pmean"] / m["big_batch"]))
+  print(f"{'p':>3s} {'vmapped_easgd/big_batch':>24s} {'vmapped_easgd/bare':>19s} "
+        f"{'vmapped_pmean/big_batch':>24s}  target (first column)")
+  for p, r1, r2, r3 in ratios:
+    print(f"{p:3d} {r1:24.3f} {r2:19.3f} {r3:24.3f}  <= 1.15 "
+          f"{'met' if r1 <= 1.15 else 'NOT met'}")
+
+
+if __name__ == "__main__":
+  main()
