@@ -41,7 +41,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from easgd import data, models, sweep
 

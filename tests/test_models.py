@@ -43,7 +43,7 @@ def test_cnn_uses_1d_convs_for_signals():
     params = abstract_init(models.CNN(), (40, 1))
     assert params["Conv_0"]["kernel"].shape == (5, 1, 16)
     params = abstract_init(models.CNN(), (8, 8, 1))
-    assert params["Conv_0"]["kernel"].shape == (3, 3, 1, 32)
+    assert params["Conv_0"]["kernel"].shape == (3, 3, 1, 16)
 
 
 def test_cnn_rejects_bad_rank_and_tiny_input():
