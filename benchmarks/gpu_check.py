@@ -87,7 +87,7 @@ def main():
       loss, g = jax.value_and_grad(loss_fn)(p, batch, key)
       return jax.tree.map(lambda a, b: a - lr * b, p, g), loss
     step = jax.jit(step, donate_argnums=(0,))
-    state = {"p": jax.device_put(params, device)}
+    state = {"p": jax.tree.map(lambda a: jax.device_put(np.asarray(a), device), params)}
     batch = jax.device_put((x, y), device)
 
     def run(steps):

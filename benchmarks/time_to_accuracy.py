@@ -25,7 +25,7 @@ costs almost nothing here):
           the bandwidth (the simple model of the issue; a ring all-reduce would
           put 2 (p - 1) / p times the bytes on the wire).
 
-Run: ``python benchmarks/time_to_accuracy.py [--epochs 3 --taus 1,4,16]``.
+Run: ``python benchmarks/time_to_accuracy.py [--epochs 2 --taus 1,4,16]``.
 """
 
 from __future__ import annotations
@@ -48,12 +48,12 @@ def main():
   ap.add_argument("--devices", type=int, default=2)
   ap.add_argument("--workers", type=int, default=4)
   ap.add_argument("--global-batch", type=int, default=128)
-  ap.add_argument("--epochs", type=int, default=3)
+  ap.add_argument("--epochs", type=int, default=2)
   ap.add_argument("--lr", type=float, default=0.05)
   ap.add_argument("--taus", default="1,4,16")
   ap.add_argument("--model", default="mlp")
   ap.add_argument("--target-accuracy", type=float, default=0.84)
-  ap.add_argument("--eval-every-steps", type=int, default=117)
+  ap.add_argument("--eval-every-steps", type=int, default=78)
   ap.add_argument("--network", action="append", default=None,
                   help="NAME:LATENCY_US:GBIT_PER_S (repeatable); default: "
                        + ", ".join(DEFAULT_NETWORKS))

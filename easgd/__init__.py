@@ -7,9 +7,15 @@ Where things live:
   easgd.asynchronous  Algorithms 1-2 simulated with exchange schedules
   easgd.baselines   DOWNPOUR family, sequential SGD/MSGD/ASGD/MVASGD, local
                     SGD, DiLoCo; easgd.registry builds them from a config
-  easgd.workers     the worker mapping (pmap over devices of vmap over workers)
+  easgd.workers     the worker mapping (pmap or shard_map over devices of vmap
+                    over workers)
+  easgd.distributed multi-process runs: jax.distributed setup, peer watchdog
   easgd.trainer     train_and_evaluate(config, workdir)
+  easgd.checkpoint  layout-free Orbax checkpoints (resume, export)
   easgd.compare     several algorithms on one data budget, plot + table
+  easgd.stability   analysis: spectral radii, stable regions, ADMM (Section 4)
+  easgd.quadratic   JAX simulation of the quadratic model
+  easgd.sweep       the tau x alpha grid as one compiled program; easgd.hessian
   easgd.data, easgd.models, easgd.config, easgd.cli
 """
 

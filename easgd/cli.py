@@ -1,4 +1,4 @@
-"""Command line: ``easgd train``, ``easgd compare`` and ``easgd export``.
+"""Command line: ``easgd train``, ``compare``, ``export`` and ``sweep``.
 
 Every :class:`~easgd.config.TrainConfig` field is a flag (``--num-workers 4``,
 ``--tau 16``, ``--beta 0.9``, ``--lr-decay-epochs 10,15``; ``none`` for an

@@ -112,9 +112,9 @@ def resolve(coordinator_address: str | None = None, num_processes: int | None = 
   address = coordinator_address or env.get(ENV_COORDINATOR) or None
   n = _int_setting(num_processes, env, ENV_NUM_PROCESSES, "--num-processes", 1)
   pid = _int_setting(process_id, env, ENV_PROCESS_ID, "--process-id", 0)
-  if address is None and n in (None, 1) and pid in (None, 0):
+  if address is None and n is None and pid is None:
     return None
-  if n == 1 and address is None:
+  if n == 1 and pid in (None, 0):  # one process: nothing to join
     return None
   missing = [name for name, v in (("--coordinator-address/" + ENV_COORDINATOR, address),
                                   ("--num-processes/" + ENV_NUM_PROCESSES, n),

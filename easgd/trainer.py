@@ -499,6 +499,12 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
         batch = workers.split_local_workers((x[local], run.dataset.train_y[ix][local]),
                                             run.layout)
         worker, shared, loss = run.step_fn(worker, shared, batch, run.step_key)
+        if epoch_losses:
+          # Wait for the previous step (one step late, so the host still prepares
+          # the next batch while this one runs): at most two steps are in flight.
+          # Queuing hundreds of steps deadlocks XLA's CPU all-reduce across
+          # (fake) CPU devices.
+          jax.block_until_ready(epoch_losses[-1])
         epoch_losses.append(loss)  # device arrays, read at checkpoints / epoch ends
         step += 1
         progress.update()

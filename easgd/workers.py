@@ -1,10 +1,11 @@
 """Worker mapping: p workers on d devices, per-worker code written once.
 
 Per-worker code names one axis, :data:`WORKER_AXES`, in its collectives and in
-``lax.axis_index``. This module runs such code with ``jax.pmap`` over devices
-(axis ``"devices"``) of ``jax.vmap`` over the workers that share a device (axis
-``"local_workers"``); the pair enumerates all ``num_workers`` workers, worker
-index = device_index * workers_per_device + local_index.
+``lax.axis_index``. This module runs such code mapped over devices (``jax.pmap``
+or ``jax.shard_map``, axis ``"devices"``) of ``jax.vmap`` over the workers that
+share a device (axis ``"local_workers"``); the pair enumerates all
+``num_workers`` workers, worker index = device_index * workers_per_device +
+local_index.
 
 Argument kinds of a mapped function (see :func:`map_workers`):
   ``"worker"``  one value per worker: arrays of shape [d, w, ...]
@@ -328,10 +329,11 @@ def split_local_workers(tree, layout: WorkerLayout):
   Each process passes the values of its own workers, ``layout.local_workers``
   (all workers in a single process), and gets back the global [d, w, ...]
   arrays (``jax.make_array_from_process_local_data``): the per-process data
-  path of multi-process training, where no process builds another's batches.
+  path of multi-process training: no process places another's batches.
 
   Args:
-    tree: host arrays with leading axis ``len(range(num_workers)[layout.local_workers])``.
+    tree: host arrays whose leading axis is this process's workers, in
+      order (``layout.local_workers``; all workers in a single process).
     layout: the worker layout.
 
   Returns:

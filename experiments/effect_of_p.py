@@ -3,18 +3,20 @@
 The configs of notebooks/04_effect_of_p.ipynb (full mode): EASGD and EAMSGD with
 p in {4, 8, 16} at a fixed per-worker batch (32 examples, so the global batch
 grows with p: 128, 256, 512) and a fixed communication period tau = 4, beta = 0.9
-(alpha = 0.9 / p). Every p runs the same number of local steps per worker (310,
-i.e. 5 epochs at p = 4, 10 at p = 8, 20 at p = 16): in the paper each worker has
-its own GPU, so wall-clock time is proportional to the local steps and larger p
-processes more samples in the same time. MNIST-1D and the small 1-D CNN instead
+(alpha = 0.9 / p). Every p runs (about) the same number of local steps per
+worker: 496 = 8 epochs at p = 4, 16 at p = 8; 480 = 32 epochs of 15 steps at
+p = 16. In the paper each worker has its own GPU, so wall-clock time is
+proportional to the local steps and larger p processes more samples in the same
+time. MNIST-1D and the small 1-D CNN instead
 of CIFAR-10. Learning rates as in experiments/effect_of_tau.py (eta = 0.1;
-EAMSGD: delta = 0.9, eta = 0.01). DOWNPOUR is left out: its simulation costs
-about 3x an EASGD epoch at p = 4 and more at p = 16, and it was unstable at
-eta = 0.1 already at tau = 4 (notebooks/03_effect_of_tau.ipynb).
+EAMSGD: delta = 0.9, eta = 0.01). DOWNPOUR is left out: its asynchronous
+simulation took about twice as long as EASGD per run at p = 4 in notebook 03 and
+costs more at p = 16 (one all-reduce of all p parameter copies per step), too
+slow for a 2-core CPU.
 
 Run one variant:
   easgd train --config experiments/effect_of_p.py --num-workers 16 \
-      --global-batch-size 512 --num-epochs 20 --workdir runs/effect_of_p/easgd_p16
+      --global-batch-size 512 --num-epochs 32 --workdir runs/effect_of_p/easgd_p16
 All of them:
   import runpy, easgd
   for name, cfg in runpy.run_path("experiments/effect_of_p.py")["get_grid"]().items():
@@ -24,7 +26,7 @@ from easgd.config import TrainConfig
 
 NUM_WORKERS = (4, 8, 16)           # p (paper, CIFAR-10)
 PER_WORKER_BATCH = 32              # examples per worker per step
-BASE_EPOCHS = 5                    # epochs at p = 4; p workers run BASE_EPOCHS * p / 4
+BASE_EPOCHS = 8                    # epochs at p = 4; p workers run BASE_EPOCHS * p / 4
 TAU = 4                            # communication period, local steps
 LEARNING_RATE = 0.1                # eta of EASGD
 MOMENTUM = 0.9                     # Nesterov delta of EAMSGD

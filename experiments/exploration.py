@@ -1,8 +1,8 @@
 """Exploration: how far the workers drift from the center, against tau and beta.
 
 The configs of notebooks/05_exploration.ipynb (full mode): EASGD at p = 4 with
-tau in {1, 4, 16} and beta in {0.3, 0.9, 1.8} (alpha = beta / p in {0.075, 0.225,
-0.45}), MNIST-1D and the small 1-D CNN, 32 examples per worker per step, eta =
+tau in {1, 4, 16} and beta in {0.1, 0.3, 0.9, 1.8} (alpha = beta / p in {0.025,
+0.075, 0.225, 0.45}; beta = 1.8 diverged at every tau with eta = 0.1), MNIST-1D and the small 1-D CNN, 32 examples per worker per step, eta =
 0.1, 10 epochs. The notebook reads the mean worker-center distance from the
 metrics and evaluates every worker of the final checkpoint against the center.
 
@@ -13,7 +13,7 @@ Run one variant:
 from easgd.config import TrainConfig
 
 TAUS = (1, 4, 16)                  # communication periods, local steps
-BETAS = (0.3, 0.9, 1.8)            # center moving rates; alpha = beta / p
+BETAS = (0.1, 0.3, 0.9, 1.8)       # center moving rates; alpha = beta / p
 EPOCHS = 10
 
 
@@ -36,7 +36,7 @@ def get_config() -> TrainConfig:
 
 
 def get_grid() -> dict[str, TrainConfig]:
-  """``{"tau<tau>_beta<beta>": TrainConfig}``: 9 runs."""
+  """``{"tau<tau>_beta<beta>": TrainConfig}``: 12 runs."""
   base = get_config()
   return {f"tau{t}_beta{b:g}": base.replace(tau=t, beta=b).validate()
           for t in TAUS for b in BETAS}

@@ -193,3 +193,16 @@ def test_watchdog_names_the_silent_peer_and_ignores_finished_ones():
   assert dogs[0].wait_for_lost(3.0) is not None
   assert reports[0].startswith("process 1 of 3 stopped responding")
   dogs[0].stop()
+
+
+def test_cli_rejects_incomplete_process_flags(tmp_path, capsys):
+  from easgd import cli
+  assert cli.main(["train", "--workdir", str(tmp_path), "--num-processes", "2",
+                   "--process-id", "1"]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith("easgd: error: a multi-process run needs "
+                        "--coordinator-address/JAX_COORDINATOR_ADDRESS")
+  assert cli.main(["train", "--workdir", str(tmp_path), "--coordinator-address",
+                   "127.0.0.1:1", "--num-processes", "2", "--process-id", "2"]) == 2
+  assert "process id 2 is outside [0, 2)" in capsys.readouterr().err
+  assert not any(tmp_path.iterdir())  # nothing written
