@@ -45,7 +45,8 @@ class TrainConfig:
     crop_size: side of the square image crops, in pixels: random crops for
       training (fixed by seed, epoch and step), the centre crop for evaluation
       (paper, CIFAR-10: 28 of 32); None = whole images. Images only.
-    model: "cnn", "mlp" or "cifar" (the paper's 7-layer CIFAR-10 net).
+    model: "cnn", "cnn_bn" (the CNN with BatchNorm), "mlp" or "cifar" (the
+      paper's 7-layer CIFAR-10 net).
     num_workers: number of workers p.
     num_devices: devices to spread the workers over (must divide num_workers);
       None = the largest available count that divides num_workers.
@@ -85,6 +86,12 @@ class TrainConfig:
     seed: seeds the initial parameters, the data order and the worker keys.
     eval_every_epochs: evaluate the center every this many epochs (and last).
     eval_batch_size: test examples per worker per evaluation batch.
+    bn_stats_examples: models with BatchNorm only: training examples (centre
+      crops) over which the center's BatchNorm statistics are recomputed
+      before each evaluation and at export: the first of a seeded
+      permutation, split equally over the workers (min(this, training set)
+      // num_workers each, at least 1), the same every time
+      (``easgd.trainer.bn_stats_indices``).
     curvature: optional estimate of the loss's largest Hessian eigenvalue h
       (1 / parameter units squared); with it the trainer checks eta*h =
       learning_rate * curvature against the quadratic model's stable region
@@ -128,6 +135,7 @@ class TrainConfig:
   seed: int = 0
   eval_every_epochs: int = 1
   eval_batch_size: int = 500
+  bn_stats_examples: int = 2048
   curvature: float | None = None
   checkpoint_every_steps: int = 0
   keep_checkpoints: int = 2
@@ -207,6 +215,7 @@ class TrainConfig:
     _int("seed", self.seed, 0)
     _int("eval_every_epochs", self.eval_every_epochs, 1)
     _int("eval_batch_size", self.eval_batch_size, 1)
+    _int("bn_stats_examples", self.bn_stats_examples, 1)
     if self.curvature is not None:
       _real("curvature", self.curvature, 0, open_low=True)
     _int("checkpoint_every_steps", self.checkpoint_every_steps, 0)

@@ -1,10 +1,18 @@
 """Flax classifiers (MLP, CNN, the paper's CIFAR-10 net) and the trainer's loss helpers.
 
-All models are stateless (no batch norm), so a model's variables are exactly
-its ``params`` pytree: that pytree is what EASGD workers hold and what the
-elastic force pulls towards the center. ``train`` is accepted by every
-``__call__`` for a uniform interface; only :class:`CifarNet` uses it (dropout,
-which then needs a ``'dropout'`` rng).
+A model's trainable variables are its ``params`` pytree: that pytree is what
+EASGD workers hold and what the elastic force pulls towards the center.
+``train`` is accepted by every ``__call__`` for a uniform interface;
+:class:`CifarNet` uses it for dropout (which then needs a ``'dropout'`` rng) and
+``"cnn_bn"`` (:class:`CNN` with ``batch_norm=True``) for BatchNorm.
+
+BatchNorm policy (``"cnn_bn"``; see :func:`has_batch_norm`): in training every
+BatchNorm layer normalises with the statistics of the worker's own mini-batch
+(train mode) and no running averages are kept, so the ``batch_stats``
+collection is never part of the training state (never exchanged, averaged or
+checkpointed). The center's statistics are recomputed from the center's own
+parameters before it is evaluated or exported (:func:`compute_batch_stats`,
+``easgd.trainer.make_eval_fn``).
 """
 
 from __future__ import annotations
@@ -25,15 +33,18 @@ __all__ = [
     "MLP",
     "MODELS",
     "ModelError",
+    "compute_batch_stats",
     "count_params",
     "cross_entropy_loss",
+    "has_batch_norm",
     "init_params",
+    "init_variables",
     "make_model",
     "param_bytes",
     "per_example_stats",
 ]
 
-MODELS = ("mlp", "cnn", "cifar")
+MODELS = ("mlp", "cnn", "cnn_bn", "cifar")
 """Names accepted by :func:`make_model`."""
 
 Params = Any  # A pytree of float32 arrays (Flax's ``variables['params']``).
@@ -104,15 +115,36 @@ class CNN(nn.Module):
     so one model definition serves Fashion-MNIST ``28x28`` (-> 14 -> 7),
     digits ``8x8`` (-> 4 -> 2) and MNIST-1D length 40 (-> 20 -> 10).
 
+    With ``batch_norm=True`` (the ``"cnn_bn"`` model) each conv is followed by
+    ``nn.BatchNorm`` over the channels, before the ReLU:
+    ``y = scale * (h - mean) / sqrt(var + 1e-5) + bias``. With ``train=True``
+    ``mean``/``var`` are the current batch's (biased) per-channel statistics,
+    over batch and spatial positions; with ``train=False`` they are read from
+    the ``batch_stats`` collection. The trainer never keeps running averages
+    (module docstring): it recomputes the center's statistics exactly with
+    :func:`compute_batch_stats`.
+
     Attributes:
       num_classes: logits per example.
       features: output channels of each conv block.
       dense: width of the hidden dense layer (units).
+      batch_norm: BatchNorm after each conv (adds ``params`` scale and bias and
+        ``batch_stats`` mean and var per channel).
+      bn_momentum: BatchNorm running-average momentum, used only when a caller
+        keeps ``batch_stats`` mutable in train mode. :func:`compute_batch_stats`
+        clones the model with 0.0, so that the "running average" is exactly
+        the statistics of the batch.
+      bn_axis_name: BatchNorm ``axis_name``: in train mode, statistics are
+        averaged over this mapped axis (cross-worker BatchNorm). None: each
+        call's own batch. :func:`compute_batch_stats` sets it.
     """
 
     num_classes: int = 10
     features: tuple[int, ...] = (16, 32)
     dense: int = 128
+    batch_norm: bool = False
+    bn_momentum: float = 0.99
+    bn_axis_name: Any = None
 
     @nn.compact
     def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
@@ -120,7 +152,8 @@ class CNN(nn.Module):
 
         Args:
           x: float ``[B, H, W, C]`` images or ``[B, L, C]`` signals (channels last).
-          train: unused (the model has no dropout or batch norm).
+          train: BatchNorm (``batch_norm=True``) normalises with the batch's
+            statistics; otherwise with ``batch_stats``. Unused without BatchNorm.
 
         Returns:
           float32 ``[B, num_classes]`` logits.
@@ -129,7 +162,6 @@ class CNN(nn.Module):
           ModelError: if ``x`` is not rank 3 or 4, or a spatial size falls below
             2 before a pooling layer (too many conv blocks for the input).
         """
-        del train
         if x.ndim == 4:
             kernel, window = (3, 3), (2, 2)
         elif x.ndim == 3:
@@ -140,7 +172,15 @@ class CNN(nn.Module):
                 "signals [B, L, C]"
             )
         for block, width in enumerate(self.features):
-            x = nn.relu(nn.Conv(width, kernel_size=kernel, padding="SAME")(x))
+            x = nn.Conv(width, kernel_size=kernel, padding="SAME")(x)
+            if self.batch_norm:  # "cnn_bn": normalise the conv output, then ReLU
+                x = nn.BatchNorm(
+                    use_running_average=not train,
+                    momentum=self.bn_momentum,
+                    axis_name=self.bn_axis_name,
+                    use_fast_variance=False,  # var = mean((h - mean)^2), two passes
+                )(x)
+            x = nn.relu(x)
             spatial = x.shape[1:-1]
             if min(spatial) < 2:
                 raise ModelError(
@@ -239,8 +279,10 @@ def make_model(name: str, num_classes: int) -> nn.Module:
 
     Args:
       name: ``"mlp"`` (:class:`MLP`, hidden ``(256, 256)``), ``"cnn"``
-        (:class:`CNN`, features ``(16, 32)``, dense 128) or ``"cifar"``
-        (:class:`CifarNet`, the paper's CIFAR-10 model for 28x28x3 crops).
+        (:class:`CNN`, features ``(16, 32)``, dense 128), ``"cnn_bn"`` (the
+        same CNN with BatchNorm after each conv, before the ReLU; see
+        :func:`has_batch_norm`) or ``"cifar"`` (:class:`CifarNet`, the paper's
+        CIFAR-10 model for 28x28x3 crops).
       num_classes: logits per example, a positive integer.
 
     Returns:
@@ -260,6 +302,8 @@ def make_model(name: str, num_classes: int) -> nn.Module:
         return MLP(num_classes=num_classes)
     if name == "cnn":
         return CNN(num_classes=num_classes)
+    if name == "cnn_bn":
+        return CNN(num_classes=num_classes, batch_norm=True)
     if name == "cifar":
         return CifarNet(num_classes=num_classes)
     raise ModelError(f"unknown model {name!r}; expected one of {', '.join(MODELS)}")
@@ -276,10 +320,87 @@ def init_params(model: nn.Module, input_shape: tuple[int, ...], key: jax.Array) 
 
     Returns:
       The ``params`` pytree (float32 leaves), traced with a batch of one zero
-      input.
+      input. Other collections (``batch_stats``) are dropped: see
+      :func:`init_variables`.
+    """
+    return init_variables(model, input_shape, key)["params"]
+
+
+def init_variables(model: nn.Module, input_shape: tuple[int, ...], key: jax.Array) -> dict:
+    """All of a model's variable collections, as :func:`init_params` initialises them.
+
+    Returns:
+      ``{"params": ...}``, plus ``"batch_stats"`` (per-channel ``mean`` 0 and
+      ``var`` 1 per BatchNorm layer) for models with BatchNorm: the template of
+      the statistics that :func:`compute_batch_stats` returns.
     """
     dummy = jnp.zeros((1, *tuple(input_shape)), jnp.float32)
-    return model.init(key, dummy, train=False)["params"]
+    return dict(model.init(key, dummy, train=False))
+
+
+def has_batch_norm(model: nn.Module) -> bool:
+    """Whether ``model`` has BatchNorm layers (so the BatchNorm policy applies).
+
+    True for ``"cnn_bn"`` (``CNN(batch_norm=True)``). Such a model is trained with
+    each mini-batch's own statistics (``mutable=["batch_stats"]`` in train mode,
+    the updated collection discarded: ``easgd.trainer.make_loss_fn``) and
+    evaluated with statistics recomputed for the parameters evaluated
+    (:func:`compute_batch_stats`). A module declares BatchNorm with a true
+    ``batch_norm`` attribute and then has the ``bn_momentum`` and
+    ``bn_axis_name`` fields of :class:`CNN`.
+    """
+    return bool(getattr(model, "batch_norm", False))
+
+
+def compute_batch_stats(
+    model: nn.Module, params: Params, x: jax.Array, axis_name: Any = None
+) -> Params:
+    """Exact BatchNorm statistics of ``params`` over the examples ``x``.
+
+    One train-mode pass of ``model`` over ``x`` as a single batch, with the
+    BatchNorm momentum set to 0 (so each layer's "running average" is exactly
+    the batch's statistics). For every BatchNorm layer, with ``h`` its input
+    (``[N, ..., C]``):
+
+    ``mean_c = mean(h[..., c])``, ``var_c = mean((h[..., c] - mean_c)^2)``
+
+    over all examples and spatial positions (biased variance). Earlier layers
+    are normalised with their own statistics over the same examples, so every
+    layer's statistics are those of its input in evaluation mode
+    (``use_running_average=True`` with these statistics): they belong to
+    ``params``. With ``axis_name``, ``x`` is one shard of the examples and the
+    moments are averaged over the named mapped axis inside each layer
+    (cross-worker BatchNorm: ``lax.pmean`` of the mean, then of the squared
+    deviations from the pooled mean), exact when all shards have the same size;
+    the result is then the same on all members of the axis.
+
+    Args:
+      model: a model with BatchNorm (:func:`has_batch_norm`).
+      params: its ``params`` pytree, e.g. the EASGD center.
+      x: float ``[N, *input_shape]`` examples (this member's shard if
+        ``axis_name`` is given).
+      axis_name: a mapped axis (or tuple of axes) to pool the moments over,
+        e.g. ``easgd.workers.WORKER_AXES``; None: ``x`` alone.
+
+    Returns:
+      The ``batch_stats`` pytree (float32 per-channel ``mean`` and ``var`` per
+      layer), to apply as ``model.apply({"params": params, "batch_stats": s},
+      x, train=False)``.
+
+    Raises:
+      ModelError: if ``model`` has no BatchNorm.
+
+    References:
+      Ioffe & Szegedy, "Batch Normalization", ICML 2015 (population statistics
+      for inference); Izmailov et al., "Averaging Weights Leads to Wider Optima
+      and Better Generalization", UAI 2018 (recomputing them for averaged
+      weights, ``bn_update``).
+    """
+    if not has_batch_norm(model):
+        raise ModelError(f"{type(model).__name__} has no BatchNorm statistics to compute")
+    stats_model = model.clone(bn_momentum=0.0, bn_axis_name=axis_name)
+    _, state = stats_model.apply({"params": params}, x, train=True, mutable=["batch_stats"])
+    return state["batch_stats"]
 
 
 def count_params(params: Params) -> int:

@@ -735,6 +735,9 @@ def sweep_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
   model_name = model if isinstance(model, str) else type(model).__name__
   if isinstance(model, str):
     model = models.make_model(model, ds.num_classes)
+  if models.has_batch_norm(model):  # the sweep keeps no BatchNorm statistics
+    raise models.ModelError(f"the sweep does not support BatchNorm models "
+                            f"({model_name}); train them with easgd.trainer")
   init_key, step_key = jax.random.split(jax.random.key(seed))
   params0 = models.init_params(model, ds.input_shape, init_key)
   hx = jnp.asarray(ds.train_x[:hessian_examples])

@@ -31,6 +31,7 @@ from jax import lax
 from easgd import algorithms, checkpoint, data, distributed, elastic, models, workers
 from easgd.checkpoint import write_text_atomic
 from easgd.config import ConfigError, TrainConfig
+from easgd.workers import WORKER_AXES
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -92,7 +93,21 @@ def make_optimizer(config: TrainConfig, steps_per_epoch: int
 
 
 def make_loss_fn(model):
-  """``loss_fn(params, (x, y), key)``: mean cross-entropy of a mini-batch."""
+  """``loss_fn(params, (x, y), key)``: mean cross-entropy of a mini-batch.
+
+  Models with BatchNorm (``models.has_batch_norm``) normalise with the
+  mini-batch's own statistics; the updated ``batch_stats`` that Flax returns are
+  discarded, so no BatchNorm state is trained, exchanged or checkpointed (the
+  policy of ``easgd.models``; the center's statistics: :func:`make_eval_fn`).
+  """
+  if models.has_batch_norm(model):
+    def bn_loss_fn(params, batch, key):
+      x, y = batch
+      logits, _ = model.apply({"params": params}, x, train=True,  # _: batch_stats
+                              rngs={"dropout": key}, mutable=["batch_stats"])
+      return models.cross_entropy_loss(logits, y)
+    return bn_loss_fn
+
   def loss_fn(params, batch, key):
     x, y = batch
     logits = model.apply({"params": params}, x, train=True,
@@ -123,13 +138,25 @@ def make_eval_fn(model, algo: algorithms.Algorithm):
   Returns ``eval_fn(worker, shared, x, y, mask) -> (loss_sum, correct, count,
   distance)`` with x: [num_batches, eval_batch, ...], mask: bool like y. Sums
   run over masked entries only, so the totals over workers are exact.
-  """
-  def eval_fn(worker, shared, x, y, mask):
-    center = algo.center(shared)
 
+  Models with BatchNorm (``models.has_batch_norm``) get one more argument,
+  ``eval_fn(worker, shared, bn_x, x, y, mask)``, and this policy: the center is
+  an average of the workers' parameters (elastic or plain), so statistics
+  collected by any worker do not belong to it. Before the test batches, the
+  center's BatchNorm statistics are recomputed from the center itself: a
+  train-mode pass over ``bn_x`` ([n, ...], this worker's share of the fixed
+  statistics examples, ``Run.bn_stats_data``) with cross-worker BatchNorm
+  (``models.compute_batch_stats`` over ``WORKER_AXES``), i.e. each layer's
+  exact per-channel mean and biased variance over all workers' examples,
+  identical on every worker (as SWA's ``bn_update`` does for averaged weights,
+  Izmailov et al., 2018). The center is then evaluated with
+  ``train=False`` (``use_running_average=True``) and these statistics.
+  Models without BatchNorm compile exactly as before (no extra pass).
+  """
+  def evaluate(worker, shared, center, variables, x, y, mask):
     def body(carry, inputs):
       xb, yb, mb = inputs
-      logits = model.apply({"params": center}, xb, train=False)
+      logits = model.apply(variables, xb, train=False)
       loss, correct = models.per_example_stats(logits, yb)
       return (carry[0] + jnp.sum(jnp.where(mb, loss, 0.0)),
               carry[1] + jnp.sum(jnp.where(mb, correct, 0).astype(jnp.int32)),
@@ -139,7 +166,39 @@ def make_eval_fn(model, algo: algorithms.Algorithm):
     (loss_sum, correct, count), _ = lax.scan(body, zeros, (x, y, mask))
     distance = elastic.tree_l2_distance(algo.worker_params(worker, shared), center)
     return loss_sum, correct, count, distance
+
+  if models.has_batch_norm(model):
+    def bn_eval_fn(worker, shared, bn_x, x, y, mask):
+      center = algo.center(shared)
+      batch_stats = models.compute_batch_stats(model, center, bn_x, WORKER_AXES)
+      return evaluate(worker, shared, center,
+                      {"params": center, "batch_stats": batch_stats}, x, y, mask)
+    return bn_eval_fn
+
+  def eval_fn(worker, shared, x, y, mask):
+    center = algo.center(shared)
+    return evaluate(worker, shared, center, {"params": center}, x, y, mask)
   return eval_fn
+
+
+def bn_stats_indices(num_examples: int, num_workers: int, bn_stats_examples: int,
+                     seed: int) -> np.ndarray:
+  """The training examples of the center's BatchNorm statistics, per worker.
+
+  The first ``W * n`` entries of ``data.epoch_permutation(N, seed, 0)`` (epoch 0
+  is never a training epoch), worker i taking the i-th block of n, with
+  ``n = max(1, min(bn_stats_examples, N) // W)``: equal shards, so pooled moments
+  are exact. The same at every evaluation and at export.
+
+  Returns:
+    int64 ``[W, n]`` indices into the training set.
+  """
+  n = max(1, min(bn_stats_examples, num_examples) // num_workers)
+  if n * num_workers > num_examples:
+    raise ConfigError(f"num_workers={num_workers} exceeds the {num_examples} training "
+                      "examples; BatchNorm statistics need one per worker")
+  perm = data.epoch_permutation(num_examples, seed, 0)
+  return perm[:n * num_workers].reshape(num_workers, n)
 
 
 class DivergenceError(RuntimeError):
@@ -219,7 +278,9 @@ class Run:
   anything is compiled. Attributes: ``config``, ``layout``, ``dataset``,
   ``model``, ``algorithm``, ``steps_per_epoch``, ``total_steps``,
   ``param_bytes``, ``step_fn`` and ``eval_fn`` (mapped with
-  ``easgd.workers.map_workers``), ``step_key``.
+  ``easgd.workers.map_workers``), ``step_key``; for models with BatchNorm
+  (``batch_norm`` True) also ``bn_stats_data`` (the examples of the center's
+  statistics, :func:`bn_stats_indices`) and ``batch_stats_fn``.
 
   Raises:
     ConfigError, easgd.workers.LayoutError, easgd.data.DataError: bad input.
@@ -245,14 +306,27 @@ class Run:
     self.step_fn = workers.map_workers(
         algo.step, self.layout, ("worker", "shared", "worker", "broadcast"),
         ("worker", "shared", "worker"), donate_argnums=(0, 1))
+    # BatchNorm models: the eval takes one more "worker" argument, bn_x.
+    self.batch_norm = bn = models.has_batch_norm(self.model)
     self.eval_fn = workers.map_workers(
         make_eval_fn(self.model, algo), self.layout,
-        ("worker", "shared", "worker", "worker", "worker"), ("worker",) * 4)
+        ("worker", "shared") + ("worker",) * (4 if bn else 3), ("worker",) * 4)
     idx, mask = data.eval_shards(len(ds.test_y), config.num_workers,
                                  config.eval_batch_size)
     test_x = data.center_crop(ds.test_x, config.crop_size)  # evaluation: centre crop
     self.test_data = workers.split_workers((test_x[idx], ds.test_y[idx], mask),
                                            self.layout)
+    self.bn_stats_data = self.batch_stats_fn = None  # BatchNorm models only
+    if bn:
+      bn_idx = bn_stats_indices(len(ds.train_y), config.num_workers,
+                                config.bn_stats_examples, config.seed)
+      # training images, centre-cropped like the test images: [d, w, n, ...]
+      self.bn_stats_data = workers.split_workers(
+          data.center_crop(ds.train_x[bn_idx], config.crop_size), self.layout)
+      self.batch_stats_fn = workers.map_workers(
+          lambda center, bn_x: models.compute_batch_stats(self.model, center, bn_x,
+                                                          WORKER_AXES),
+          self.layout, ("shared", "worker"), ("shared",))
 
   # -- state ---------------------------------------------------------------
   def initial_state(self):
@@ -293,10 +367,22 @@ class Run:
                 step=np.asarray(0, np.int64))
 
   # -- evaluation ----------------------------------------------------------
+  def center_batch_stats(self, center):
+    """The BatchNorm statistics of ``center`` (host params) that the evaluation uses.
+
+    Computed as in :func:`make_eval_fn` (same examples, same mapped pass);
+    None for models without BatchNorm.
+    """
+    if not self.batch_norm:
+      return None
+    return workers.first_copy(self.batch_stats_fn(
+        workers.replicate_per_device(center, self.layout), self.bn_stats_data))
+
   def evaluate(self, worker, shared, epoch, step, epoch_losses):
     """One metrics record: the center on every test example exactly once."""
+    bn_x = (self.bn_stats_data,) if self.batch_norm else ()
     loss_sum, correct, count, dist = workers.to_host(self.eval_fn(
-        worker, shared, *self.test_data))  # all workers, gathered across processes
+        worker, shared, *bn_x, *self.test_data))  # all workers, gathered across processes
     count = int(count.sum())
     comm = self.algorithm.communication(step, self.param_bytes)
     return dict(
@@ -559,6 +645,12 @@ def export_center(workdir, out_path) -> Path:
   ``model.apply({"params": params}, x)``); ``<out_path>.json`` beside it names
   the model, the data set, the number of classes and the input shape.
 
+  Models with BatchNorm (``"cnn_bn"``): the center's statistics are recomputed
+  exactly as the evaluation does (``Run.center_batch_stats``, the run's
+  ``bn_stats_examples``) and written to ``<out_path>.batch_stats.msgpack``
+  (named in the ``.json`` under ``"batch_stats"``); apply the model as
+  ``model.apply({"params": params, "batch_stats": stats}, x, train=False)``.
+
   Raises:
     ConfigError: no run or no checkpoint in ``workdir``.
   """
@@ -574,14 +666,26 @@ def export_center(workdir, out_path) -> Path:
     ckpt.close()
   out_path = Path(out_path)
   out_path.parent.mkdir(parents=True, exist_ok=True)
-  blob = serialization.msgpack_serialize(jax.tree.map(np.asarray, center))
-  tmp = out_path.with_name(f".{out_path.name}.tmp")
-  tmp.write_bytes(blob)
-  tmp.replace(out_path)
+
+  def write_msgpack(path, tree):
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(serialization.msgpack_serialize(jax.tree.map(np.asarray, tree)))
+    tmp.replace(path)
+  write_msgpack(out_path, center)
   ds = data.load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
-  write_text_atomic(Path(str(out_path) + ".json"), json.dumps(dict(
+  info = dict(
       model=config.model, dataset=config.dataset, num_classes=ds.num_classes,
       input_shape=list(data.cropped_shape(ds.input_shape, config.crop_size)),
-      step=int(step), algorithm=config.algorithm),
-      indent=2) + "\n")
+      step=int(step), algorithm=config.algorithm)
+  if models.has_batch_norm(models.make_model(config.model, ds.num_classes)):
+    # BatchNorm: the center's own statistics, as the evaluation computes them (on
+    # the run's layout when this machine has its devices).
+    if config.num_devices is not None and config.num_devices > jax.device_count():
+      config = config.replace(num_devices=None)
+    run = Run(config)
+    stats_path = Path(str(out_path) + ".batch_stats.msgpack")
+    write_msgpack(stats_path, run.center_batch_stats(center))
+    info.update(batch_stats=stats_path.name,  # and the number of examples used
+                bn_stats_examples=int(np.prod(run.bn_stats_data.shape[:3])))
+  write_text_atomic(Path(str(out_path) + ".json"), json.dumps(info, indent=2) + "\n")
   return out_path

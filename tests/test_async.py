@@ -6,6 +6,8 @@ message, on a tiny linear least-squares model whose workers see different data.
 """
 import json
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,42 +17,12 @@ import pytest
 from easgd import algorithms, asynchronous, momentum, trainer, workers
 from easgd.config import ConfigError, TrainConfig
 from easgd.elastic import HyperparameterError
+import linear_problem
+from linear_problem import STEP_KINDS, THETA0, flat, loss_fn, np_grad, params0
 
-STEP_KINDS = (("worker", "shared", "worker", "broadcast"), ("worker", "shared", "worker"))
+make_data = functools.partial(linear_problem.make_data, seed=1)
+
 KEY = jax.random.key(7)
-THETA0 = np.array([0.5, -0.25, 1.0, 0.125])  # w (3) and b, flattened
-
-
-# -- the problem: worker i fits y = X w + b on its own data ---------------------
-
-def loss_fn(params, batch, key):
-  del key
-  x, y = batch
-  return 0.5 * jnp.mean((x @ params["w"] + params["b"] - y) ** 2)
-
-
-def params0():
-  return {"w": jnp.asarray(THETA0[:3], jnp.float32), "b": jnp.float32(THETA0[3])}
-
-
-def flat(params):
-  return np.concatenate([np.asarray(params["w"]), np.asarray(params["b"])[..., None]],
-                        axis=-1)
-
-
-def make_data(num_steps, num_workers, n=4, seed=1):
-  rng = np.random.default_rng(seed)
-  targets = rng.normal(size=(num_workers, 4)) * 2  # distinct targets per worker
-  xs = rng.normal(size=(num_steps, num_workers, n, 3))
-  ys = np.einsum("tpnd,pd->tpn", xs, targets[:, :3]) + targets[None, :, 3:4]
-  ys = ys + 0.1 * rng.normal(size=ys.shape)
-  return xs.astype(np.float32), ys.astype(np.float32)
-
-
-def np_grad(theta, x, y):
-  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-  r = x @ theta[:3] + theta[3] - y
-  return np.concatenate([x.T @ r / len(y), [r.mean()]])
 
 
 def run(algo, xs, ys, num_devices, key=KEY, init=None):

@@ -25,7 +25,11 @@ def test_output_shapes(name, input_shape):
     leaves = jax.tree_util.tree_leaves(params)
     assert leaves and all(leaf.dtype == jnp.float32 for leaf in leaves)
     x = jax.random.normal(jax.random.key(1), (2, *input_shape))
-    logits = model.apply({"params": params}, x, train=False)
+    # "cnn_bn" also needs its batch_stats (init_params returns params only)
+    variables = models.init_variables(model, input_shape, jax.random.key(0))
+    assert set(variables) == ({"params", "batch_stats"} if models.has_batch_norm(model)
+                              else {"params"})
+    logits = model.apply(variables, x, train=False)
     assert logits.shape == (2, 10) and logits.dtype == jnp.float32
     assert bool(jnp.all(jnp.isfinite(logits)))
     assert models.count_params(params) == sum(leaf.size for leaf in leaves)

@@ -1,0 +1,43 @@
+"""The small problem shared by the reference tests of test_async and test_baselines.
+
+Worker i fits y = X w + b (w: 3 numbers, b: 1) on its own data with its own
+targets; the NumPy reference implementations in the tests use ``np_grad``.
+"""
+import jax.numpy as jnp
+import numpy as np
+
+STEP_KINDS = (("worker", "shared", "worker", "broadcast"), ("worker", "shared", "worker"))
+THETA0 = np.array([0.5, -0.25, 1.0, 0.125])  # w (3) and b, flattened
+
+
+def loss_fn(params, batch, key):
+  del key
+  x, y = batch
+  return 0.5 * jnp.mean((x @ params["w"] + params["b"] - y) ** 2)
+
+
+def params0():
+  return {"w": jnp.asarray(THETA0[:3], jnp.float32), "b": jnp.float32(THETA0[3])}
+
+
+def flat(params):
+  """Parameters as one array [..., 4]: w then b."""
+  return np.concatenate([np.asarray(params["w"]), np.asarray(params["b"])[..., None]],
+                        axis=-1)
+
+
+def make_data(num_steps, num_workers, n=4, seed=1):
+  """Batches x [steps, workers, n, 3], y [steps, workers, n]; distinct targets per worker."""
+  rng = np.random.default_rng(seed)
+  targets = rng.normal(size=(num_workers, 4)) * 2
+  xs = rng.normal(size=(num_steps, num_workers, n, 3))
+  ys = np.einsum("tpnd,pd->tpn", xs, targets[:, :3]) + targets[None, :, 3:4]
+  ys = ys + 0.1 * rng.normal(size=ys.shape)
+  return xs.astype(np.float32), ys.astype(np.float32)
+
+
+def np_grad(theta, x, y):
+  """Gradient of the loss at flat parameters theta, in float64."""
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  r = x @ theta[:3] + theta[3] - y
+  return np.concatenate([x.T @ r / len(y), [r.mean()]])
