@@ -42,6 +42,10 @@ def to_host(tree) -> Any:
   return jax.tree.map(lambda x: np.asarray(x), tree)
 
 
+class CheckpointError(ValueError):
+  """A checkpoint is unreadable or does not fit the run."""
+
+
 class Checkpointer:
   """Saves and restores layout-free training states under ``workdir/checkpoints``.
 
@@ -81,20 +85,27 @@ class Checkpointer:
 
     Raises:
       FileNotFoundError: there is no checkpoint.
-      ValueError: the checkpoint does not fit ``target`` (names the leaf).
+      CheckpointError: the checkpoint is damaged or does not fit ``target``
+        (names the leaf).
     """
     step = self.latest_step() if step is None else step
     if step is None:
       raise FileNotFoundError(f"no checkpoint in '{self.directory}'")
+    args = self._ocp.args.StandardRestore(None if target is None else to_host(target))
+    try:
+      restored = to_host(self.manager.restore(step, args=args))
+    except Exception as e:  # Orbax raises many types for damaged files
+      first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+      raise CheckpointError(f"checkpoint {step} in '{self.directory}' cannot be "
+                            f"read ({type(e).__name__}: {first[:200]}); delete it to "
+                            "fall back to an earlier one") from None
     if target is None:
-      return to_host(self.manager.restore(step, args=self._ocp.args.StandardRestore()))
+      return restored
     target = to_host(target)
-    restored = self.manager.restore(step, args=self._ocp.args.StandardRestore(target))
-    restored = to_host(restored)
     for (path, want), got in zip(jax.tree_util.tree_leaves_with_path(target),
                                  jax.tree.leaves(restored)):
       if want.shape != got.shape or want.dtype != got.dtype:
-        raise ValueError(
+        raise CheckpointError(
             f"checkpoint {step} leaf {jax.tree_util.keystr(path)} has shape "
             f"{got.shape} {got.dtype}; the run expects {want.shape} {want.dtype}")
     return restored

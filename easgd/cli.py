@@ -83,9 +83,20 @@ def load_config_file(path) -> TrainConfig:
   if not path.is_file():
     raise ConfigError(f"config file '{path}' does not exist")
   spec = importlib.util.spec_from_file_location(f"_easgd_config_{path.stem}", path)
+  if spec is None or path.suffix != ".py":
+    raise ConfigError(f"config file '{path}' must be a Python file (.py) defining "
+                      "get_config()")
   module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  config = getattr(module, "get_config", lambda: None)()
+  try:
+    spec.loader.exec_module(module)
+  except Exception as e:  # a user's file: report it in one line
+    raise ConfigError(f"config file '{path}' failed to load: "
+                      f"{type(e).__name__}: {e}") from None
+  try:
+    config = getattr(module, "get_config", lambda: None)()
+  except Exception as e:
+    raise ConfigError(f"config file '{path}': get_config() raised "
+                      f"{type(e).__name__}: {e}") from None
   if not isinstance(config, TrainConfig):
     raise ConfigError(f"config file '{path}' must define get_config() returning "
                       "an easgd.TrainConfig")
@@ -117,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="comma-separated algorithm names (default: %(default)s)")
     _add_config_flags(p)
   p = sub.add_parser("export", help="write the center of a run's latest checkpoint "
-                     "as a plain Flax parameter file (msgpack)")
+                     "as a plain Flax parameter file (msgpack; cnn_bn: "
+                     "and its BatchNorm statistics)")
   p.add_argument("--workdir", required=True, help="the run directory")
   p.add_argument("--out", required=True, help="output file, e.g. center.msgpack")
   from easgd.sweep import add_sweep_arguments  # easgd sweep: see easgd.sweep
@@ -151,7 +163,9 @@ def _user_errors():
   from easgd.elastic import HyperparameterError
   from easgd.models import ModelError
   from easgd.workers import LayoutError
+  from easgd.checkpoint import CheckpointError
   return (ConfigError, DataError, HyperparameterError, ModelError, LayoutError,
+          CheckpointError,
           DistributedError)
 
 

@@ -89,6 +89,9 @@ def compare(config: TrainConfig, workdir,
   configs = [config.replace(algorithm=a).validate() for a in algorithms]
   for a in algorithms:
     check_workdir(workdir / a, overwrite)
+  if not overwrite and any((workdir / f).exists() for f in (RESULTS_MD, RESULTS_JSON, PLOT_FILE)):
+    raise ConfigError(f"workdir '{workdir}' already holds a comparison; choose another "
+                      "directory or pass overwrite (--overwrite)")
   summaries = [train_and_evaluate(c, workdir / c.algorithm, overwrite=overwrite)
                for c in configs]
   rows = [_row(s) for s in summaries]

@@ -169,6 +169,11 @@ class TrainConfig:
     """
     _choice("algorithm", self.algorithm, ALGORITHMS)
     _choice("dataset", self.dataset, DATASETS)
+    if self.data_dir is not None and not isinstance(self.data_dir, str):
+      raise ConfigError(f"data_dir must be a path string or None, got {self.data_dir!r}")
+    for flag in ("progress", "reset_opt_state"):
+      if not isinstance(getattr(self, flag), bool):
+        raise ConfigError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
     _choice("model", self.model, MODELS)
     if self.dataset == "cifar10" and self.data_dir is None:
       raise ConfigError("dataset 'cifar10' needs data_dir, the directory of the "
@@ -180,7 +185,7 @@ class TrainConfig:
                           "signals; allowed: crop_size None")
     _choice("optimizer", self.optimizer, OPTIMIZERS)
     _choice("lr_schedule", self.lr_schedule, SCHEDULES)
-    _int("num_workers", self.num_workers, 1)
+    _int("num_workers", self.num_workers, 1, high=MAX_WORKERS)
     if self.num_devices is not None:
       _int("num_devices", self.num_devices, 1)
       if self.num_workers % self.num_devices:
@@ -198,12 +203,22 @@ class TrainConfig:
     if self.warmup_epochs >= self.num_epochs and self.warmup_epochs > 0:
       raise ConfigError(f"warmup_epochs={self.warmup_epochs} must be less than "
                         f"num_epochs={self.num_epochs}")
+    if not isinstance(self.lr_decay_epochs, (tuple, list)):
+      raise ConfigError(f"lr_decay_epochs must be a tuple of epochs, got "
+                        f"{self.lr_decay_epochs!r}")
     for e in self.lr_decay_epochs:
       _real("lr_decay_epochs entry", e, 0, open_low=True)
     _real("lr_decay_factor", self.lr_decay_factor, 0, 1, open_low=True)
     _real("momentum", self.momentum, 0, 1, open_high=True)
     _real("weight_decay", self.weight_decay, 0)
-    _int("tau", self.tau, 1, what="communication period")
+    _int("tau", self.tau, 1, what="communication period", high=MAX_STEPS)
+    if (self.momentum > 0 and self.optimizer not in ("momentum", "nesterov")
+        and self.algorithm not in _momentum_algorithms()):
+      raise ConfigError(
+          f"momentum={self.momentum} has no effect with optimizer {self.optimizer!r} "
+          f"and algorithm {self.algorithm!r}; use optimizer 'momentum' or 'nesterov' "
+          f"(or an algorithm with its own momentum: "
+          f"{', '.join(_momentum_algorithms())})")
     if (self.alpha is None) == (self.beta is None):
       raise ConfigError(f"give exactly one of alpha and beta (beta = num_workers * "
                         f"alpha), got alpha={self.alpha!r}, beta={self.beta!r}")
@@ -212,7 +227,7 @@ class TrainConfig:
     else:
       _real("beta", self.beta, 0)
     self._validate_algorithm_fields()
-    _int("seed", self.seed, 0)
+    _int("seed", self.seed, 0, high=2**32 - 1)
     _int("eval_every_epochs", self.eval_every_epochs, 1)
     _int("eval_batch_size", self.eval_batch_size, 1)
     _int("bn_stats_examples", self.bn_stats_examples, 1)
@@ -229,6 +244,9 @@ class TrainConfig:
     if not isinstance(self.reset_opt_state, bool):
       raise ConfigError(f"reset_opt_state must be a bool, got {self.reset_opt_state!r}")
     _choice("schedule", self.schedule, EXCHANGE_SCHEDULES)
+    if not isinstance(self.worker_speeds, (tuple, list)):
+      raise ConfigError(f"worker_speeds must be a tuple (one integer per worker), "
+                        f"got {self.worker_speeds!r}")
     if self.worker_speeds:
       if len(self.worker_speeds) != self.num_workers:
         raise ConfigError(
@@ -236,14 +254,14 @@ class TrainConfig:
             f"worker (num_workers={self.num_workers})")
       for k in self.worker_speeds:
         if (isinstance(k, bool) or not isinstance(k, numbers.Real)
-            or not float(k).is_integer() or k < 1):
+            or not float(k).is_integer() or k < 1 or k > MAX_SPEED):
           raise ConfigError(f"worker_speeds entries are local steps per tick, "
-                            f"integers >= 1; got {k!r}")
+                            f"integers in [1, {MAX_SPEED}]; got {k!r}")
       if self.max_worker_speed is not None:
         raise ConfigError("give worker_speeds or max_worker_speed, not both")
     if self.max_worker_speed is not None:
-      _int("max_worker_speed", self.max_worker_speed, 1)
-    _int("staleness", self.staleness, 0, what="in master updates")
+      _int("max_worker_speed", self.max_worker_speed, 1, high=MAX_SPEED)
+    _int("staleness", self.staleness, 0, what="in master updates", high=MAX_STALENESS)
     _real("outer_learning_rate", self.outer_learning_rate, 0, open_low=True)
     _real("outer_momentum", self.outer_momentum, 0, 1, open_high=True)
     _real("average_rate", self.average_rate, 0, 1, open_low=True)
@@ -277,7 +295,26 @@ class TrainConfig:
     return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
   def to_json(self) -> str:
-    return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+    return json.dumps(self.to_dict(), indent=2, sort_keys=True, default=_plain)
+
+
+# Upper bounds that keep values inside int32 clocks and memory that exists.
+MAX_STEPS = 2**30        # tau, in steps (the clocks are int32)
+MAX_WORKERS = 2**16      # num_workers
+MAX_SPEED = 1024         # local steps per tick of the asynchronous schedules
+MAX_STALENESS = 1024     # master updates (a buffer of that many centers is kept)
+
+
+def _momentum_algorithms():
+  from easgd.registry import MOMENTUM_ALGORITHMS
+  return MOMENTUM_ALGORITHMS
+
+
+def _plain(value):
+  """JSON fallback: NumPy scalars as Python numbers."""
+  if hasattr(value, "item"):
+    return value.item()
+  raise TypeError(f"{value!r} is not JSON serializable")
 
 
 def _choice(name, value, allowed):
@@ -285,15 +322,22 @@ def _choice(name, value, allowed):
     raise ConfigError(f"unknown {name} {value!r}; allowed: {', '.join(allowed)}")
 
 
-def _int(name, value, low, what=None):
+def _int(name, value, low, what=None, high=None):
   label = f"{name} ({what})" if what else name
-  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-    raise ConfigError(f"{label} must be an integer >= {low}, got {value!r}")
+  ok = not isinstance(value, bool) and isinstance(value, numbers.Integral) and value >= low
+  if ok and high is not None:
+    ok = value <= high
+  if not ok:
+    allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
+    raise ConfigError(f"{label} must be {allowed}, got {value!r}")
 
 
 def _real(name, value, low, high=None, open_low=False, open_high=False):
-  ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and \
-      math.isfinite(value)
+  ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+  try:
+    ok = ok and math.isfinite(value)
+  except OverflowError:  # an integer too large for a float
+    ok = False
   if ok:
     ok = (value > low if open_low else value >= low)
     if high is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 import warnings
 from pathlib import Path
@@ -217,7 +218,46 @@ def check_workdir(workdir, overwrite: bool) -> Path:
   if not overwrite and any((workdir / f).exists() for f in RUN_FILES):
     raise ConfigError(f"workdir '{workdir}' already holds a run; choose another "
                       "directory, pass overwrite (--overwrite) or resume (--resume)")
+  ensure_writable_dir(workdir)
   return workdir
+
+
+def ensure_writable_dir(path) -> Path:
+  """Creates ``path`` (and parents) now, before anything is compiled.
+
+  Raises:
+    ConfigError: it cannot be created or written (names the path and why).
+  """
+  path = Path(path)
+  try:
+    path.mkdir(parents=True, exist_ok=True)
+    probe = path / f".easgd-write-test-{os.getpid()}"
+    probe.write_text("")
+    probe.unlink()
+  except OSError as e:
+    raise ConfigError(f"workdir '{path}' cannot be written: {e.strerror or e}") from None
+  return path
+
+
+PREVIOUS_RUN_DIR = "previous_run"
+
+
+def _set_aside_previous_run(workdir: Path, ckpt) -> None:
+  """--overwrite: moves an earlier run to ``workdir/previous_run`` (deleted when
+  the new run completes), so a new run that fails never destroys it."""
+  old = [workdir / f for f in RUN_FILES if (workdir / f).is_file()]
+  has_checkpoints = bool(ckpt.all_steps())
+  ckpt.close()
+  if not old and not has_checkpoints:
+    return
+  aside = workdir / PREVIOUS_RUN_DIR
+  if aside.exists():
+    shutil.rmtree(aside)
+  aside.mkdir()
+  for f in old:
+    os.replace(f, aside / f.name)
+  if (workdir / checkpoint.CHECKPOINT_DIR).exists():
+    os.replace(workdir / checkpoint.CHECKPOINT_DIR, aside / checkpoint.CHECKPOINT_DIR)
 
 
 def saved_config(workdir) -> TrainConfig:
@@ -228,9 +268,13 @@ def saved_config(workdir) -> TrainConfig:
   """
   path = Path(workdir) / CONFIG_FILE
   if not path.is_file():
-    raise ConfigError(f"workdir '{workdir}' holds no run to resume ({CONFIG_FILE} "
-                      "is missing)")
-  return TrainConfig.from_dict(json.loads(path.read_text()))
+    raise ConfigError(f"workdir '{workdir}' holds no run ({CONFIG_FILE} is missing)")
+  try:
+    saved = json.loads(path.read_text())
+    return TrainConfig.from_dict(saved)
+  except (ValueError, TypeError, AttributeError) as e:
+    raise ConfigError(f"'{path}' is not a readable run config: "
+                      f"{type(e).__name__}: {e}") from None
 
 
 # Fields that may differ between a run and its resumption: where it runs and how
@@ -499,7 +543,9 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
   Args:
     config: the run's configuration.
     workdir: output directory (created if missing).
-    overwrite: replace an earlier run in ``workdir``.
+    overwrite: replace an earlier run in ``workdir``: it is moved to
+      ``workdir/previous_run`` first and deleted only once the new run has
+      written its summary, so a new run that fails leaves it recoverable.
     resume: continue the run in ``workdir`` from its latest checkpoint (the
       config must equal the saved one up to ``RESUMABLE_CHANGES``; the device
       count may differ). Without a checkpoint the run starts from the beginning.
@@ -541,11 +587,12 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
   workdir.mkdir(parents=True, exist_ok=True)
   ckpt = checkpoint.Checkpointer(workdir, config.keep_checkpoints)
   if not resume:
-    for f in RUN_FILES:
-      if primary and (workdir / f).is_file():
-        (workdir / f).unlink()
-    for s in ckpt.all_steps():
-      ckpt.manager.delete(s)
+    if primary:
+      _set_aside_previous_run(workdir, ckpt)  # closes ckpt
+    else:
+      ckpt.close()
+    distributed.barrier("easgd:previous-run-set-aside")
+    ckpt = checkpoint.Checkpointer(workdir, config.keep_checkpoints)
     write_file(workdir / CONFIG_FILE, config.to_json() + "\n")
 
   start = time.perf_counter()
@@ -629,6 +676,8 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
       wall_time_s=round(time.perf_counter() - start, 3),
       shared_copies_equal=workers.shared_copies_equal(shared))
   write_file(workdir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
+  if primary and (workdir / PREVIOUS_RUN_DIR).exists():  # the new run stands: drop the old
+    shutil.rmtree(workdir / PREVIOUS_RUN_DIR, ignore_errors=True)
   summary["history"] = history
   return summary
 
@@ -656,6 +705,11 @@ def export_center(workdir, out_path) -> Path:
   """
   from flax import serialization
   config = saved_config(workdir)
+  out_path = Path(out_path)
+  if out_path.is_dir():
+    raise ConfigError(f"--out '{out_path}' is a directory; give a file name, e.g. "
+                      f"'{out_path / 'center.msgpack'}'")
+  ensure_writable_dir(out_path.parent)
   ckpt = checkpoint.Checkpointer(workdir)
   try:
     step = ckpt.latest_step()

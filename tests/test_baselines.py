@@ -308,7 +308,8 @@ NEW_ALGORITHMS = [a for a in algorithms.ALGORITHMS if a not in ("easgd", "pmean_
 
 @pytest.mark.parametrize("name", algorithms.ALGORITHMS)
 def test_every_algorithm_runs_through_make_algorithm(name):
-  cfg = TrainConfig(algorithm=name, num_workers=4, tau=2, beta=0.9, momentum=0.5,
+  momentum = 0.5 if name in registry.MOMENTUM_ALGORITHMS else 0.0
+  cfg = TrainConfig(algorithm=name, num_workers=4, tau=2, beta=0.9, momentum=momentum,
                     learning_rate=0.1, worker_speeds=(1.0, 2.0, 1.0, 1.0),
                     schedule="random", staleness=1, average_rate=0.5).validate()
   algo = trainer.make_algorithm(cfg, loss_fn, optax.sgd(0.1))

@@ -8,7 +8,9 @@ import pytest
 from easgd import cli
 
 BAD_INPUTS = [
-    (["--tau", "0"], "tau (communication period) must be an integer >= 1, got 0"),
+    (["--tau", "0"], "tau (communication period) must be an integer in [1, 1073741824], got 0"),
+    (["--momentum", "0.9"], "momentum=0.9 has no effect with optimizer 'sgd'"),
+    (["--seed", "4294967296"], "seed must be an integer in [0, 4294967295]"),
     (["--alpha", "-0.1"], "alpha must be a finite real in [0, inf), got -0.1"),
     (["--beta", "-1"], "beta must be a finite real in [0, inf), got -1.0"),
     (["--num-workers", "6", "--num-devices", "4"],
