@@ -208,8 +208,9 @@ def _run(args) -> int:
     print(f"wrote {export_center(args.workdir, args.out)}")
     return 0
   if args.cpu_devices is not None:
-    if args.cpu_devices < 1:
-      raise ConfigError(f"--cpu-devices must be an integer >= 1, got {args.cpu_devices}")
+    if not 1 <= args.cpu_devices <= 1024:
+      raise ConfigError(f"--cpu-devices must be an integer in [1, 1024], got "
+                        f"{args.cpu_devices}")
     import jax
     jax.config.update("jax_num_cpu_devices", args.cpu_devices)
   if args.command == "train":

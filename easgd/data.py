@@ -31,6 +31,7 @@ import dataclasses
 import functools
 import gzip
 import operator
+import math
 import os
 import pickle
 import random
@@ -274,8 +275,10 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
             f"rank {ndim}; expected at least {header_len}"
         )
     dims = struct.unpack(f">{ndim}I", raw[4:header_len])
+    if any(d > 2**31 - 1 for d in dims):
+        raise DataError(f"IDX file '{path}' has dims {dims}; expected sizes below 2**31")
     dtype = _IDX_DTYPES[code]
-    expected = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    expected = math.prod(int(d) for d in dims) * dtype.itemsize  # Python ints: no overflow
     actual = len(raw) - header_len
     if actual != expected:
         what = "truncated" if actual < expected else "longer than its header says"

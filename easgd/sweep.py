@@ -1013,6 +1013,15 @@ class SweepConfig:
     _real_scalar("quadratic_sigma", self.quadratic_sigma, 0.0, False)
     _real_scalar("hessian_tol", self.hessian_tol, 0.0, False)
     _check_factor(self.divergence_factor)
+    from easgd.data import DATASETS
+    from easgd.models import MODELS
+    if self.dataset not in DATASETS:
+      raise SweepError(f"unknown dataset {self.dataset!r}; allowed: {', '.join(DATASETS)}")
+    if self.model not in MODELS:
+      raise SweepError(f"unknown model {self.model!r}; allowed: {', '.join(MODELS)}")
+    _int_scalar("seed", self.seed, 0)
+    if max(g.tau) > 2**30:
+      raise SweepError(f"tau values must be at most 2**30 (int32 clocks), got {max(g.tau)}")
     return dataclasses.replace(self, tau=g.tau, alpha=g.alpha,
                                learning_rate=g.learning_rate, num_workers=g.num_workers)
 
@@ -1065,8 +1074,6 @@ def run_sweep(config: SweepConfig, workdir, *, overwrite: bool = False,
                       "directory or pass --overwrite")
   problems = ("quadratic", "network") if config.problem == "both" else (config.problem,)
   workdir.mkdir(parents=True, exist_ok=True)
-  write_text_atomic(workdir / "sweep_config.json",
-                    json.dumps(dataclasses.asdict(config), indent=2) + "\n")
   results = {}
   for problem in problems:
     start = time.perf_counter()
@@ -1089,6 +1096,9 @@ def run_sweep(config: SweepConfig, workdir, *, overwrite: bool = False,
     res.info["jax_version"] = jax.__version__
     write_result(res, workdir / problem if len(problems) > 1 else workdir, plots)
     results[problem] = res
+  # written last: a sweep that fails leaves an earlier sweep's files consistent
+  write_text_atomic(workdir / "sweep_config.json",
+                    json.dumps(dataclasses.asdict(config), indent=2) + "\n")
   return results
 
 

@@ -355,8 +355,9 @@ class Run:
     self.eval_fn = workers.map_workers(
         make_eval_fn(self.model, algo), self.layout,
         ("worker", "shared") + ("worker",) * (4 if bn else 3), ("worker",) * 4)
-    idx, mask = data.eval_shards(len(ds.test_y), config.num_workers,
-                                 config.eval_batch_size)
+    # at most the examples a worker evaluates: a huge eval_batch_size pads nothing
+    eval_batch = min(config.eval_batch_size, -(-len(ds.test_y) // config.num_workers))
+    idx, mask = data.eval_shards(len(ds.test_y), config.num_workers, eval_batch)
     test_x = data.center_crop(ds.test_x, config.crop_size)  # evaluation: centre crop
     self.test_data = workers.split_workers((test_x[idx], ds.test_y[idx], mask),
                                            self.layout)
