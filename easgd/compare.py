@@ -86,7 +86,7 @@ def compare(config: TrainConfig, workdir,
   if len(set(algorithms)) != len(algorithms):
     raise ConfigError(f"algorithms has repeats: {algorithms}")
   workdir = Path(workdir)
-  configs = [config.replace(algorithm=a).validate() for a in algorithms]
+  configs = [_for_algorithm(config, a).validate() for a in algorithms]
   for a in algorithms:
     check_workdir(workdir / a, overwrite)
   if not overwrite and any((workdir / f).exists() for f in (RESULTS_MD, RESULTS_JSON, PLOT_FILE)):
@@ -103,6 +103,16 @@ def compare(config: TrainConfig, workdir,
       r["step"], c)) for r in s["history"]] for c, s in zip(configs, summaries)}
   plot_comparison(histories, workdir / PLOT_FILE, title=_title(config))
   return rows
+
+
+def _for_algorithm(config: TrainConfig, algorithm: str) -> TrainConfig:
+  """``config`` for ``algorithm``: the shared momentum goes to the algorithms that
+  use it (their own Nesterov delta, or a momentum optimizer), 0 elsewhere."""
+  from easgd.registry import MOMENTUM_ALGORITHMS
+  uses = (algorithm in MOMENTUM_ALGORITHMS
+          or config.optimizer in ("momentum", "nesterov"))
+  return config.replace(algorithm=algorithm,
+                        momentum=config.momentum if uses else 0.0)
 
 
 def _title(config: TrainConfig) -> str:
