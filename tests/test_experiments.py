@@ -28,7 +28,7 @@ CONFIG_FILES = sorted(p for p in EXPERIMENTS.glob("*.py") if defines_get_config(
 
 def test_the_known_config_files_are_found():
   names = {p.stem for p in CONFIG_FILES}
-  assert {"mnist1d", "fashion_mnist", "cifar10"} <= names
+  assert {"default_mnist1d", "fashion_mnist", "cifar10"} <= names
 
 
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: p.name)
