@@ -25,6 +25,8 @@ CASES = [
     ("unknown algorithm", ["--algorithm", "adam"]),
     ("learning rate not positive", ["--learning-rate", "0"]),
     ("momentum of 1", ["--optimizer", "nesterov", "--momentum", "1"]),
+    ("momentum the optimizer would ignore", ["--momentum", "0.9"]),
+    ("config file that is not Python", ["--config", "README.md"]),
     ("not a number", ["--tau", "two"]),
     ("workdir that holds a run", ["--workdir-holds-run"]),
     ("resume with a changed config", ["--resume-changed"]),
