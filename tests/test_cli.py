@@ -76,3 +76,20 @@ def test_missing_config_file(tmp_path, capsys):
   assert cli.main(["train", "--config", str(tmp_path / "nope.py"),
                    "--workdir", str(tmp_path)]) == 2
   assert "config file" in capsys.readouterr().err
+
+
+def test_broken_config_files_and_run_configs_are_one_line_errors(tmp_path, capsys):
+  bad_py = tmp_path / "bad.py"
+  bad_py.write_text("x =\n")
+  assert cli.main(["train", "--config", str(bad_py), "--workdir", str(tmp_path / "r")]) == 2
+  assert "failed to load: SyntaxError" in capsys.readouterr().err
+  not_py = tmp_path / "cfg.json"
+  not_py.write_text("{}")
+  assert cli.main(["train", "--config", str(not_py), "--workdir", str(tmp_path / "r")]) == 2
+  assert "must be a Python file" in capsys.readouterr().err
+  run = tmp_path / "run"
+  run.mkdir()
+  (run / "config.json").write_text("[1, 2]")
+  assert cli.main(["train", "--workdir", str(run), "--resume"]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and "is not a readable run config" in err

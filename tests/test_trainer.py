@@ -115,3 +115,32 @@ def test_warns_outside_the_analytic_stable_region(tmp_path):
     warnings.simplefilter("error", trainer.StabilityWarning)
     trainer.train_and_evaluate(TINY.replace(curvature=1.0), tmp_path / "c",
                                stop_after_steps=1)
+
+
+def test_overwrite_keeps_the_earlier_run_until_the_new_one_completes(tmp_path):
+  trainer.train_and_evaluate(TINY.replace(num_epochs=1), tmp_path)
+  before = (tmp_path / "summary.json").read_text()
+  diverging = TINY.replace(num_epochs=1, learning_rate=1e30, warmup_epochs=0.5,
+                           checkpoint_every_steps=1)
+  with pytest.raises(trainer.DivergenceError):
+    trainer.train_and_evaluate(diverging, tmp_path, overwrite=True)
+  aside = tmp_path / trainer.PREVIOUS_RUN_DIR
+  assert (aside / "summary.json").read_text() == before      # recoverable
+  assert (aside / "checkpoints").is_dir()
+  trainer.train_and_evaluate(TINY.replace(num_epochs=1), tmp_path, overwrite=True)
+  assert not aside.exists()                                  # dropped once it stands
+  assert (tmp_path / "summary.json").read_text() != "{}"
+
+
+def test_unwritable_workdir_is_refused_before_compiling(tmp_path):
+  (tmp_path / "file").write_text("")
+  with pytest.raises(ConfigError, match="cannot be written"):
+    trainer.train_and_evaluate(TINY, tmp_path / "file" / "run")
+
+
+def test_compare_refuses_to_overwrite_an_earlier_comparison(tmp_path):
+  compare(TINY.replace(num_epochs=1), tmp_path, ["easgd"])
+  table = (tmp_path / "results.md").read_text()
+  with pytest.raises(ConfigError, match="already holds a comparison"):
+    compare(TINY.replace(num_epochs=1), tmp_path, ["pmean_sgd"])
+  assert (tmp_path / "results.md").read_text() == table
