@@ -62,14 +62,33 @@ def _convert(field: dataclasses.Field):
   return parse
 
 
+def _field_help() -> dict[str, str]:
+  """Each field's description, from the ``Attributes:`` of TrainConfig's docstring."""
+  import re
+  doc = (TrainConfig.__doc__ or "").split("Attributes:", 1)[-1]
+  out, name = {}, None
+  for line in doc.splitlines():
+    m = re.match(r"^    (\w+): (.*)", line)
+    if m:
+      name, out[m.group(1)] = m.group(1), m.group(2).strip()
+    elif name and line.startswith("      "):
+      out[name] += " " + line.strip()
+  return out
+
+
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
-  group = parser.add_argument_group("config (TrainConfig fields)")
+  group = parser.add_argument_group(
+      "config (TrainConfig fields; tuples comma-separated, e.g. 10,15; booleans "
+      "true/false; 'none' for an optional value)")
+  descriptions = _field_help()
   for f in dataclasses.fields(TrainConfig):
     if f.name == "algorithm" and parser.prog.endswith("compare"):
       continue
     group.add_argument("--" + f.name.replace("_", "-"), dest=f.name,
                        type=_convert(f), default=argparse.SUPPRESS,
-                       metavar=f.name.upper(), help=f"default: {f.default!r}")
+                       metavar=f.name.upper(),
+                       help=f"{descriptions.get(f.name, '')} (default: {f.default!r})"
+                       .replace("%", "%%"))
 
 
 def load_config_file(path) -> TrainConfig:

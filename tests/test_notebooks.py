@@ -34,3 +34,5 @@ def test_committed_notebook_has_full_mode_outputs_and_a_conclusion(path):
   assert "mode=full" in text, "the committed outputs come from full mode"
   assert nb.cells[-1].cell_type == "markdown" and "Conclusion" in nb.cells[-1].source
   assert "PLACEHOLDER" not in nb.cells[-1].source
+  assert "to be written" not in nb.cells[-1].source.lower()
+  assert any(ch.isdigit() for ch in nb.cells[-1].source), "the conclusion quotes numbers"
