@@ -147,3 +147,21 @@ def test_sigkill_during_checkpoint_write_then_resume_finishes(tmp_path):
   assert done["status"] == "complete"
   trainer.train_and_evaluate(cfg, tmp_path / "full")
   assert metrics_text(work) == metrics_text(tmp_path / "full")
+
+
+def test_damaged_checkpoint_and_bad_export_path_are_clear_errors(tmp_path):
+  trainer.train_and_evaluate(TINY.replace(num_epochs=1), tmp_path)
+  with pytest.raises(ConfigError, match="is a directory"):
+    trainer.export_center(tmp_path, tmp_path)
+  step = checkpoint.Checkpointer(tmp_path).latest_step()
+  damaged = 0
+  for root, _, files in os.walk(tmp_path / "checkpoints" / str(step)):
+    for f in files:
+      p = os.path.join(root, f)
+      if os.path.getsize(p) > 64:
+        with open(p, "r+b") as fh:
+          fh.truncate(16)
+        damaged += 1
+  assert damaged
+  with pytest.raises(checkpoint.CheckpointError, match=f"checkpoint {step} in"):
+    trainer.train_and_evaluate(TINY.replace(num_epochs=1), tmp_path, resume=True)

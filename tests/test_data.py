@@ -306,3 +306,12 @@ def test_eval_shards_1003():
     assert int(mask.sum()) == 1003
     counts = np.bincount(idx[mask], minlength=1003)
     assert np.all(counts == 1)
+
+
+def test_read_idx_rejects_absurd_dims_without_allocating(tmp_path):
+    # header only: uint8, rank 3, dims 2^31 x 2^31 x 4 (and a zero-count variant)
+    for dims in ((2**31, 2**31, 4), (0, 2**32 - 1, 2**32 - 1)):
+        path = tmp_path / "huge.idx"
+        path.write_bytes(b"\x00\x00\x08\x03" + struct.pack(">3I", *dims))
+        with pytest.raises(data.DataError, match="huge.idx"):
+            data.read_idx(path)

@@ -241,3 +241,13 @@ def test_cli_sweep_quadratic_end_to_end(tmp_path, capsys):
   assert json.loads((tmp_path / "s" / "sweep_config.json").read_text())["tau"] == [1, 4]
   assert cli.main(args) == 2  # refuses to overwrite without --overwrite
   assert "already holds a sweep" in capsys.readouterr().err
+
+
+def test_failed_sweep_leaves_an_earlier_sweep_consistent(tmp_path):
+  from easgd import cli
+  ok = ["sweep", "--workdir", str(tmp_path), "--problem", "quadratic", "--tau", "1,2",
+        "--alpha", "0.1,0.2", "--num-steps", "5", "--no-plots"]
+  assert cli.main(ok) == 0
+  before = (tmp_path / "sweep_config.json").read_text()
+  assert cli.main(ok[:-1] + ["--overwrite", "--problem", "network", "--dataset", "foo"]) == 2
+  assert (tmp_path / "sweep_config.json").read_text() == before

@@ -144,3 +144,22 @@ def test_compare_refuses_to_overwrite_an_earlier_comparison(tmp_path):
   with pytest.raises(ConfigError, match="already holds a comparison"):
     compare(TINY.replace(num_epochs=1), tmp_path, ["pmean_sgd"])
   assert (tmp_path / "results.md").read_text() == table
+
+
+@pytest.mark.parametrize("changes,match", [
+    (dict(lr_decay_epochs=5.0), "lr_decay_epochs must be a tuple"),
+    (dict(worker_speeds=3), "worker_speeds must be a tuple"),
+    (dict(learning_rate=10**400), "learning_rate must be a finite real"),
+    (dict(progress="no"), "progress must be a bool"),
+    (dict(data_dir=123), "data_dir must be a path string"),
+    (dict(tau=2**31), r"tau \(communication period\) must be an integer in \[1, 1073741824\]"),
+])
+def test_validate_raises_config_errors_not_type_errors(changes, match):
+  with pytest.raises(ConfigError, match=match):
+    TINY.replace(**changes).validate()
+
+
+def test_huge_eval_batch_is_clamped_to_the_shard(tmp_path):
+  s = trainer.train_and_evaluate(TINY.replace(num_epochs=1, eval_batch_size=10**9),
+                                 tmp_path)
+  assert s["final"]["test_count"] == 359
