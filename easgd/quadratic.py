@@ -25,7 +25,6 @@ References:
 from __future__ import annotations
 
 import functools
-import numbers
 from typing import NamedTuple
 
 import jax
@@ -33,44 +32,19 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from easgd import elastic
+from easgd import elastic, stability
 
 WORKER_AXIS = "quadratic_workers"
 """Axis name of the simulated workers (the rule's all-reduce runs over it)."""
 
 
-def _check_int(name: str, value, minimum: int) -> int:
-  if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
-      or value < minimum):
-    raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-  return int(value)
-
-
-def _check_reals(name: str, value, minimum: float | None = None,
-                 strictly: bool = False) -> np.ndarray:
-  arr = np.asarray(value)
-  if arr.dtype.kind not in "iuf":
-    raise ValueError(f"{name} must be a finite real or array of finite reals, "
-                     f"got {value!r}")
-  arr = arr.astype(np.float64)
-  bad = ~np.isfinite(arr)
-  if minimum is not None:
-    bad |= (arr <= minimum) if strictly else (arr < minimum)
-  if np.any(bad):
-    rng = ("a finite real" if minimum is None else
-           f"a finite real {'>' if strictly else '>='} {minimum:g}")
-    raise ValueError(f"{name} must be {rng}, got {arr[tuple(np.argwhere(bad)[0])]!r}")
-  return arr
+# The same input checks as the analytic module, so both raise the same messages.
+_check_int = stability._int_scalar
+_check_reals = stability._real_array
 
 
 def _check_tau(tau) -> np.ndarray:
-  arr = np.asarray(tau)
-  if arr.dtype.kind not in "iu":
-    raise ValueError(f"tau must be an integer >= 1 (or an integer array), "
-                     f"got {tau!r}")
-  if np.any(arr < 1):
-    raise ValueError(f"tau must be an integer >= 1, got {arr[arr < 1].flat[0]!r}")
-  return arr.astype(np.int64)
+  return stability._int_array("tau", tau, 1)
 
 
 def _worker_step(x, center, eta_h, alpha, exchange, noise):
