@@ -492,6 +492,15 @@ def _records(problem, grid, p, outputs, curvature, curvature_trained):
 # ----------------------------------------------------------------------------
 
 
+def _run_timed(run, args, num_configs: int):
+  """Runs one compiled sweep program; returns (outputs, wall time and compile info)."""
+  start = time.perf_counter()
+  with CompileCounter() as cc:
+    out = jax.block_until_ready(run(*args))
+  return out, dict(configs=num_configs, wall_s=round(time.perf_counter() - start, 3),
+                   compiles=cc.count, compile_s=round(cc.seconds, 3), compiled=cc.names)
+
+
 @functools.lru_cache(maxsize=16)
 def _quadratic_program(num_workers: int, num_steps: int):
   def loss_fn(x, batch, key):
@@ -580,13 +589,8 @@ def sweep_quadratic(grid: SweepGrid, num_steps: int, *, curvature: float = 1.0,
     args = (jnp.asarray(lr), jnp.asarray(tau), jnp.asarray(alpha), jnp.asarray(w0),
             jnp.float32(c0), (hs, noise), jnp.float32(h), jax.random.key(seed),
             jnp.float32(factor))
-    start = time.perf_counter()
-    with CompileCounter() as cc:
-      out = jax.block_until_ready(run(*args))
-    info["programs"][p] = dict(configs=int(lr.size),
-                               wall_s=round(time.perf_counter() - start, 3),
-                               compiles=cc.count, compile_s=round(cc.seconds, 3),
-                               compiled=cc.names)
+    out, program_info = _run_timed(run, args, int(lr.size))
+    info["programs"][p] = program_info
     records += _records("quadratic", grid, p, out, h, None)
     centers[p] = np.asarray(out["center"])
   info.update(num_steps=num_steps, curvature=h, x0=x0, spread=spread, sigma=sigma,
@@ -760,13 +764,8 @@ def sweep_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
     lr, tau, alpha = grid.flat()
     args = (jnp.asarray(lr), jnp.asarray(tau), jnp.asarray(alpha), worker0, params0,
             (jnp.asarray(x), jnp.asarray(y)), test, step_key, jnp.float32(factor))
-    start = time.perf_counter()
-    with CompileCounter() as cc:
-      out = jax.block_until_ready(run(*args))
-    info["programs"][p] = dict(configs=int(lr.size),
-                               wall_s=round(time.perf_counter() - start, 3),
-                               compiles=cc.count, compile_s=round(cc.seconds, 3),
-                               compiled=cc.names)
+    out, program_info = _run_timed(run, args, int(lr.size))
+    info["programs"][p] = program_info
     outputs[p] = out
     centers[p] = jax.tree.map(np.asarray, out["center"])
   h2 = None
