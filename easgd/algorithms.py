@@ -130,6 +130,28 @@ def reset_optimizer_state(optimizer: optax.GradientTransformation, opt_state,
                       fresh, opt_state)
 
 
+def elastic_step_setup(optimizer: optax.GradientTransformation, params: Params, opt_state,
+                       step, key: jax.Array, tau, reset_opt_state: bool, axis_name):
+  """The start of an elastic worker step (EASGD, EAMSGD).
+
+  Args:
+    optimizer: the local optimizer; params: this worker's parameters x^i;
+    opt_state: its optimizer state; step: the int32 worker clock t^i;
+    key: the run's base key; tau: communication period (>= 1);
+    reset_opt_state: re-initialise ``opt_state`` on exchange steps (Python bool);
+    axis_name: the mapped axis enumerating all workers.
+
+  Returns:
+    ``(worker_key, exchange, opt_state)``: this worker's key for this step, the
+    bool flag "tau divides t^i" (Algorithms 1-2), and the optimizer state to use.
+  """
+  key = worker_key(key, step, axis_name)
+  exchange = elastic.is_exchange_step(step, tau)
+  if reset_opt_state:
+    opt_state = reset_optimizer_state(optimizer, opt_state, params, exchange)
+  return key, exchange, opt_state
+
+
 class EASGDWorker(NamedTuple):
   """Per-worker state of EASGD: parameters x^i and local optimizer state."""
   params: Params
@@ -195,11 +217,9 @@ def easgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None
             EASGDShared(params, jnp.zeros((), jnp.int32)))
 
   def step(worker, shared, batch, key):
-    key = worker_key(key, shared.step, axis_name)
-    exchange = elastic.is_exchange_step(shared.step, tau)
-    opt_state = worker.opt_state
-    if reset_opt_state:
-      opt_state = reset_optimizer_state(optimizer, opt_state, worker.params, exchange)
+    key, exchange, opt_state = elastic_step_setup(
+        optimizer, worker.params, worker.opt_state, shared.step, key, tau,
+        reset_opt_state, axis_name)
     loss, grads = jax.value_and_grad(loss_fn)(worker.params, batch, key)
     updates, opt_state = optimizer.update(grads, opt_state, worker.params)
     params, center = elastic.easgd_update(

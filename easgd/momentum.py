@@ -39,7 +39,7 @@ import optax
 
 from easgd import elastic
 from easgd.algorithms import (Algorithm, Communication, EASGDShared, LossFn,
-                              _local_optimizer, reset_optimizer_state, worker_key)
+                              _local_optimizer, elastic_step_setup)
 from easgd.workers import WORKER_AXES
 
 Params = Any
@@ -192,11 +192,9 @@ def eamsgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = Non
             EASGDShared(params, jnp.zeros((), jnp.int32)))
 
   def step(worker, shared, batch, key):
-    key = worker_key(key, shared.step, axis_name)
-    exchange = elastic.is_exchange_step(shared.step, tau)
-    opt_state = worker.opt_state
-    if reset_opt_state:
-      opt_state = reset_optimizer_state(optimizer, opt_state, worker.params, exchange)
+    key, exchange, opt_state = elastic_step_setup(
+        optimizer, worker.params, worker.opt_state, shared.step, key, tau,
+        reset_opt_state, axis_name)
     loss, velocity, opt_state = nesterov_velocity(
         loss_fn, optimizer, momentum, worker.params, worker.velocity, opt_state,
         batch, key)
