@@ -75,6 +75,27 @@ def one_step_late(previous, current):
   return current
 
 
+def step_loop(f, carry, *args):
+  """A timed loop over a compiled step ``f(*carry, *args) -> (*carry, loss)``.
+
+  Returns ``(run, state)``: ``run(steps)`` takes ``steps`` steps from
+  ``state["carry"]`` (waiting one step late, see :func:`one_step_late`), blocks
+  until the carry is ready, and stores the new carry and the last loss in
+  ``state`` (``state["loss"]``), so repeated calls continue the same run.
+  """
+  import jax  # lazily, like the rest of this module (see force_cpu_devices)
+  state = {"carry": tuple(carry), "loss": None}
+
+  def run(steps):
+    c, last = state["carry"], None
+    for _ in range(steps):
+      *c, loss = f(*c, *args)
+      last = one_step_late(last, loss)
+    jax.block_until_ready(c)
+    state["carry"], state["loss"] = tuple(c), last
+  return run, state
+
+
 def spread(all_s) -> str:
   """Relative half-range of repeats around the median, as text."""
   m = statistics.median(all_s)

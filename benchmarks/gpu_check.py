@@ -67,37 +67,19 @@ def main():
     algo = algorithms.easgd(loss_fn, optax.sgd(lr), num_workers=p, tau=args.tau, beta=0.9)
     layout = workers.make_layout(p, 1, devices=[device])
     worker, shared = algo.init(params)
-    state = {"w": workers.replicate_per_worker(worker, layout),
-             "s": workers.replicate_per_device(shared, layout)}
     batch = workers.split_workers((x.reshape(p, B, *shape), y.reshape(p, B)), layout)
     f = workers.map_workers(algo.step, layout, ("worker", "shared", "worker", "broadcast"),
                             ("worker", "shared", "worker"), donate_argnums=(0, 1))
-
-    def run(steps):
-      w, s, last = state["w"], state["s"], None
-      for _ in range(steps):
-        w, s, loss = f(w, s, batch, key)
-        last = common.one_step_late(last, loss)
-      jax.block_until_ready((w, s))
-      state["w"], state["s"], state["loss"] = w, s, last
-    return run, state
+    return common.step_loop(f, (workers.replicate_per_worker(worker, layout),
+                                workers.replicate_per_device(shared, layout)), batch, key)
 
   def bare(x, y):
     def step(p, batch, key):
       loss, g = jax.value_and_grad(loss_fn)(p, batch, key)
       return jax.tree.map(lambda a, b: a - lr * b, p, g), loss
     step = jax.jit(step, donate_argnums=(0,))
-    state = {"p": jax.tree.map(lambda a: jax.device_put(np.asarray(a), device), params)}
-    batch = jax.device_put((x, y), device)
-
-    def run(steps):
-      p, last = state["p"], None
-      for _ in range(steps):
-        p, loss = step(p, batch, key)
-        last = common.one_step_late(last, loss)
-      jax.block_until_ready(p)
-      state["p"], state["loss"] = p, last
-    return run, state
+    p0 = jax.tree.map(lambda a: jax.device_put(np.asarray(a), device), params)
+    return common.step_loop(step, (p0,), jax.device_put((x, y), device), key)
 
   print(f"# gpu_check  ({datetime.date.today()}; {common.machine()}; device {device})")
   print(f"# CifarNet ({models.count_params(params)} params), 28x28x3 random inputs, "

@@ -73,38 +73,22 @@ def main():
                  donate_argnums=(0,))
     sharding = jax.sharding.NamedSharding(jax.sharding.Mesh(np.array(devices), ("d",)),
                                           jax.sharding.PartitionSpec("d"))
-    state = {"p": jax.tree.map(lambda a: jax.device_put(
-        np.broadcast_to(np.asarray(a), (d, *a.shape)), sharding), params)}
+    p0 = jax.tree.map(lambda a: jax.device_put(
+        np.broadcast_to(np.asarray(a), (d, *a.shape)), sharding), params)
     batch = jax.device_put((x, y), sharding)
-
-    def run(steps):
-      p, last = state["p"], None
-      for _ in range(steps):
-        p, loss = f(p, batch, key)
-        last = common.one_step_late(last, loss)
-      jax.block_until_ready(p)
-      state["p"] = p
-    hlo[name] = f.lower(state["p"], batch, key).compile().as_text()
-    return run
+    hlo[name] = f.lower(p0, batch, key).compile().as_text()
+    return common.step_loop(f, (p0,), batch, key)[0]
 
   def library(name, algo, backend):
     layout = workers.make_layout(d, d, backend=backend)
     worker, shared = algo.init(params)
-    state = {"w": workers.replicate_per_worker(worker, layout),
-             "s": workers.replicate_per_device(shared, layout)}
+    w0 = workers.replicate_per_worker(worker, layout)
+    s0 = workers.replicate_per_device(shared, layout)
     batch = workers.split_workers((x, y), layout)  # [d, 1, B, ...]
     f = workers.map_workers(algo.step, layout, ("worker", "shared", "worker", "broadcast"),
                             ("worker", "shared", "worker"), donate_argnums=(0, 1))
-
-    def run(steps):
-      w, s, last = state["w"], state["s"], None
-      for _ in range(steps):
-        w, s, loss = f(w, s, batch, key)
-        last = common.one_step_late(last, loss)
-      jax.block_until_ready((w, s))
-      state["w"], state["s"] = w, s
-    hlo[name] = f.lower(state["w"], state["s"], batch, key).compile().as_text()
-    return run
+    hlo[name] = f.lower(w0, s0, batch, key).compile().as_text()
+    return common.step_loop(f, (w0, s0), batch, key)[0]
 
   cands = {"bare_sgd": bare("bare_sgd", False), "bare_pmean": bare("bare_pmean", True)}
   for b in args.backends.split(","):
