@@ -123,6 +123,10 @@ def load_config_file(path) -> TrainConfig:
 
 
 def build_parser() -> argparse.ArgumentParser:
+  """The ``easgd`` argument parser: sub-commands train, compare, export, sweep.
+
+  Errors while parsing print one line ``easgd: error: ...`` and exit with 2.
+  """
   parser = _Parser(prog="easgd", description=__doc__.splitlines()[0])
   sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
   for name, help_text in (

@@ -26,6 +26,7 @@ from typing import Any, Hashable, Sequence
 import jax
 import jax.numpy as jnp
 from jax import lax
+from optax.tree_utils import tree_add, tree_sub  # leafwise a + b and a - b
 
 Params = Any  # a pytree of arrays
 AxisName = Hashable | Sequence[Hashable]
@@ -125,16 +126,6 @@ def elastic_difference(params: Params, center: Params, alpha) -> Params:
   """
   return jax.tree.map(lambda x, c: (alpha * (x - c)).astype(x.dtype),
                       params, center)
-
-
-def tree_sub(a: Params, b: Params) -> Params:
-  """Leafwise a - b."""
-  return jax.tree.map(lambda x, y: x - y, a, b)
-
-
-def tree_add(a: Params, b: Params) -> Params:
-  """Leafwise a + b."""
-  return jax.tree.map(lambda x, y: x + y, a, b)
 
 
 def elastic_exchange(params: Params, center: Params, alpha,
