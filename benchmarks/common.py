@@ -75,21 +75,24 @@ def one_step_late(previous, current):
   return current
 
 
-def step_loop(f, carry, *args):
+def step_loop(f, carry, *args, clock: bool = False):
   """A timed loop over a compiled step ``f(*carry, *args) -> (*carry, loss)``.
 
   Returns ``(run, state)``: ``run(steps)`` takes ``steps`` steps from
   ``state["carry"]`` (waiting one step late, see :func:`one_step_late`), blocks
   until the carry is ready, and stores the new carry and the last loss in
   ``state`` (``state["loss"]``), so repeated calls continue the same run.
+  With ``clock=True`` the step count so far is passed as a last argument
+  (``easgd.workers.map_step``'s ``step_fn(..., clock)``).
   """
   import jax  # lazily, like the rest of this module (see force_cpu_devices)
-  state = {"carry": tuple(carry), "loss": None}
+  state = {"carry": tuple(carry), "loss": None, "clock": 0}
 
   def run(steps):
     c, last = state["carry"], None
     for _ in range(steps):
-      *c, loss = f(*c, *args)
+      *c, loss = f(*c, *args, *((state["clock"],) if clock else ()))
+      state["clock"] += 1
       last = one_step_late(last, loss)
     jax.block_until_ready(c)
     state["carry"], state["loss"] = tuple(c), last

@@ -3,19 +3,19 @@
 Method. Every algorithm of ``easgd.algorithms.ALGORITHMS`` is built as the
 trainer builds it (``easgd.trainer.make_algorithm``, plain SGD, ``--tau``,
 beta 0.9, momentum 0.9 where used) for ``--workers`` workers on ``--devices``
-fake CPU devices, and its mapped step (``easgd.workers.map_workers``) is
-lowered and compiled. In the compiled program's HLO text we count the
-``all-reduce`` ops and their result sizes (= operand sizes) per device, split
-into those that run on every step (reachable from ENTRY without passing a
-``conditional``) and those inside a conditional's branches (EASGD: the
-exchange, taken when tau divides the clock). Other collectives (all-gather,
+fake CPU devices, and the programs the trainer runs (``easgd.workers.map_step``)
+are lowered and compiled: for EASGD, EAMSGD, local SGD and DiLoCo two, the step
+without communication ("local") and the step with it ("exchange"), picked on
+the host by ``Algorithm.exchange_at``; for the others one. In each compiled
+program's HLO text we count the ``all-reduce`` ops and their result sizes
+(= operand sizes) per device, split into those that run on every call
+(reachable from ENTRY without passing a ``conditional``) and those inside a
+conditional's branches (expected: none). Other collectives (all-gather,
 reduce-scatter, collective-permute, all-to-all) are counted too.
 
 Check against the trainer's own accounting, ``Algorithm.communication(N,
-param_bytes)`` over N = 8 tau steps: the HLO predicts
-``N * always_bytes + (N / tau) * conditional_bytes`` bytes per device for the
-algorithms whose exchange is a conditional every tau steps (easgd, eamsgd,
-local_sgd, diloco) and ``N * always_bytes`` for the rest; with w workers per
+param_bytes)`` over N = 8 tau steps: the HLO predicts the sum over t < N of
+the bytes and all-reduces of the program step t runs; with w workers per
 device the vmapped workers' sum is formed before the cross-device all-reduce,
 so the per-device payload equals the per-worker payload the accounting counts.
 The asynchronous algorithms are simulations on synchronous hardware: their
@@ -32,7 +32,6 @@ import datetime
 
 from common import force_cpu_devices
 
-PERIODIC = ("easgd", "eamsgd", "local_sgd", "diloco")
 OTHER_COLLECTIVES = ("all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 
 
@@ -70,8 +69,9 @@ def main():
         f"{common.machine()})")
   print(f"# {layout.describe()}; tau={tau}; MLP hidden={args.hidden}: {pbytes} param "
         f"bytes; accounting over N={n_steps} steps; bytes are per device")
-  print(f"{'algorithm':13s} {'always':>14s} {'in cond':>14s} {'other coll.':>11s} "
-        f"{'HLO bytes/N':>12s} {'accounting':>18s} {'verdict':>8s}")
+  print(f"{'algorithm':13s} {'local prog.':>12s} {'exchange prog.':>14s} "
+        f"{'in cond':>8s} {'other coll.':>11s} {'HLO bytes/N':>12s} {'accounting':>18s} "
+        f"{'verdict':>8s}")
   for name in names:
     cfg = TrainConfig(algorithm=name, num_workers=p, tau=tau, beta=0.9,
                       momentum=0.9 if name in MOMENTUM_ALGORITHMS else 0.0)
@@ -81,35 +81,37 @@ def main():
       worker, shared = algo.init(params)
       worker = workers.replicate_per_worker(worker, layout)
       shared = workers.replicate_per_device(shared, layout)
-      step = workers.map_workers(algo.step, layout,
-                                 ("worker", "shared", "worker", "broadcast"),
-                                 ("worker", "shared", "worker"))
-      text = step.lower(worker, shared, batch, jax.random.key(0)).compile().as_text()
+      programs = workers.map_step(algo, layout, donate_state=False).programs
+      texts = {flag: f.lower(worker, shared, batch, jax.random.key(0)).compile().as_text()
+               for flag, f in programs.items()}
     except Exception as e:  # report and go on with the others
       print(f"{name:13s} skipped: {type(e).__name__}: {str(e).splitlines()[0][:80]}")
       continue
-    c = common.collectives(text)
-    other = sum(sum(v["count"] for v in common.collectives(text, op).values())
-                for op in OTHER_COLLECTIVES)
+    counts = {flag: common.collectives(t) for flag, t in texts.items()}
+    in_cond = sum(c["conditional"]["count"] for c in counts.values())
+    other = sum(sum(v["count"] for v in common.collectives(t, op).values())
+                for t in texts.values() for op in OTHER_COLLECTIVES)
+    flags = [None if algo.exchange_at is None else bool(algo.exchange_at(t))
+             for t in range(n_steps)]
+    hlo_bytes = sum(counts[f]["always"]["bytes"] for f in flags)
+    hlo_count = sum(counts[f]["always"]["count"] for f in flags)
     comm = algo.communication(n_steps, pbytes)
-    periodic = name in PERIODIC
-    hlo_bytes = (n_steps * c["always"]["bytes"]
-                 + (n_steps // tau if periodic else 0) * c["conditional"]["bytes"])
-    hlo_count = (n_steps * c["always"]["count"]
-                 + (n_steps // tau if periodic else 0) * c["conditional"]["count"])
     if name in ASYNC_ALGORITHMS:
       verdict = "n/a"
-    elif not periodic and c["conditional"]["count"]:
-      verdict = "cond?"  # a conditional collective where none is expected
+    elif in_cond:
+      verdict = "cond?"  # a collective under a conditional: not expected any more
     else:
       verdict = "match" if (hlo_bytes, hlo_count) == (comm.bytes, comm.all_reduces) else "DIFFER"
-    fmt = lambda v: f"{v['count']}x{v['bytes']}"
-    print(f"{name:13s} {fmt(c['always']):>14s} {fmt(c['conditional']):>14s} "
-          f"{other:>11d} {hlo_bytes / n_steps:12.1f} "
+    fmt = lambda f: (f"{counts[f]['always']['count']}x{counts[f]['always']['bytes']}"
+                     if f in counts else "-")
+    local, exchange = (fmt(None), "-") if None in counts else (fmt(False), fmt(True))
+    print(f"{name:13s} {local:>12s} {exchange:>14s} {in_cond:>8d} {other:>11d} "
+          f"{hlo_bytes / n_steps:12.1f} "
           f"{f'{comm.all_reduces}x / {comm.bytes / n_steps:.1f}':>18s} {verdict:>8s}")
-  print("# always / in cond: all-reduce ops x bytes in one step's program; HLO bytes/N:"
-        " predicted mean bytes per step; accounting: all-reduces over N steps / mean"
-        " bytes per step")
+  print("# local / exchange prog.: all-reduce ops x bytes per call of each program the"
+        " trainer runs (one program: under 'local'); HLO bytes/N: mean bytes per step"
+        " over the N steps' programs; accounting: all-reduces over N steps / mean bytes"
+        " per step")
 
 
 if __name__ == "__main__":

@@ -6,10 +6,11 @@ dense(256)-dropout-dense(10), 28x28x3 crops) on random 28x28x3 inputs, plain
 SGD, per-worker batch ``--batch`` B (paper: 128), on the FIRST device (a GPU
 when there is one). For each p in ``--workers``:
 
-  easgd_vmapped  the library's EASGD step (``easgd.workers.map_workers``),
-                 p workers vmapped on the one device (layout 1 x p),
-                 communication period ``--tau`` (the exchange is a sum over the
-                 vmapped axis: no transfer between devices);
+  easgd_vmapped  the library's EASGD step as the trainer runs it
+                 (``easgd.workers.map_step``: the exchange program on every
+                 ``--tau``-th step, the local program otherwise), p workers
+                 vmapped on the one device (layout 1 x p; the exchange is a sum
+                 over the vmapped axis: no transfer between devices);
   bare_pB        a hand-written ``jax.jit`` SGD step of ONE model on batch p*B
                  (same examples, same FLOPs, one set of weights);
   bare_B         the same on batch B (one worker's step alone).
@@ -68,10 +69,10 @@ def main():
     layout = workers.make_layout(p, 1, devices=[device])
     worker, shared = algo.init(params)
     batch = workers.split_workers((x.reshape(p, B, *shape), y.reshape(p, B)), layout)
-    f = workers.map_workers(algo.step, layout, ("worker", "shared", "worker", "broadcast"),
-                            ("worker", "shared", "worker"), donate_argnums=(0, 1))
-    return common.step_loop(f, (workers.replicate_per_worker(worker, layout),
-                                workers.replicate_per_device(shared, layout)), batch, key)
+    step_fn = workers.map_step(algo, layout)  # as the trainer runs it, every tau-th
+    return common.step_loop(step_fn, (workers.replicate_per_worker(worker, layout),
+                                      workers.replicate_per_device(shared, layout)),
+                            batch, key, clock=True)  # step exchanging
 
   def bare(x, y):
     def step(p, batch, key):

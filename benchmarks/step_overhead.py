@@ -11,12 +11,16 @@ XLA's in-process CPU all-reduce can deadlock with hundreds of queued steps). Can
                     collective (the floor for a local step);
   bare_pmean        the same plus ``lax.pmean`` of the gradients (hand-written
                     data-parallel SGD);
-  easgd_local/B     the library's EASGD step (``easgd.workers.map_workers`` of
-                    ``algorithms.easgd``) with tau = 10**9: after the warm-up no
-                    step exchanges (the lax.cond takes the local branch);
-  easgd_exchange/B  the same with tau = 1: every step exchanges (one
-                    parameter-sized all-reduce);
+  easgd_local/B     the library's EASGD step as the trainer runs it
+                    (``easgd.workers.map_step`` of ``algorithms.easgd``) on a
+                    local step: the program without communication that the
+                    host picks when tau does not divide the clock;
+  easgd_exchange/B  the same on an exchange step (tau = 1): the program with
+                    the elastic exchange (one parameter-sized all-reduce);
   pmean_sgd/B       the library's pmean SGD step;
+  cond_local/pmap,  (diagnostic, ``--no-cond`` leaves them out) the single
+  cond_exchange/pmap  program that decides on the device with a ``lax.cond``
+                    (``map_workers(algo.step)``), local and exchange branch;
 with B each mapping backend (pmap, shard_map). Every candidate donates its
 state. Timing: ``benchmarks/common.py`` (warm-up, then round-robin repeats of
 ``--steps`` steps, median of per-step wall time).
@@ -44,6 +48,8 @@ def main():
   ap.add_argument("--repeats", type=int, default=7, help="timed calls per candidate")
   ap.add_argument("--warmup", type=int, default=2, help="untimed calls per candidate")
   ap.add_argument("--backends", default="pmap,shard_map")
+  ap.add_argument("--no-cond", dest="cond", action="store_false",
+                  help="leave out the single-program (lax.cond) EASGD candidates")
   args = ap.parse_args()
   force_cpu_devices(args.devices)
 
@@ -79,26 +85,33 @@ def main():
     hlo[name] = f.lower(p0, batch, key).compile().as_text()
     return common.step_loop(f, (p0,), batch, key)[0]
 
-  def library(name, algo, backend):
+  def library(name, algo, backend, scheduled=True):
     layout = workers.make_layout(d, d, backend=backend)
     worker, shared = algo.init(params)
     w0 = workers.replicate_per_worker(worker, layout)
     s0 = workers.replicate_per_device(shared, layout)
     batch = workers.split_workers((x, y), layout)  # [d, 1, B, ...]
-    f = workers.map_workers(algo.step, layout, ("worker", "shared", "worker", "broadcast"),
-                            ("worker", "shared", "worker"), donate_argnums=(0, 1))
+    if scheduled:  # the trainer's step: the program exchange_at(clock) names
+      step_fn = workers.map_step(algo, layout)
+      flag = None if algo.exchange_at is None else bool(algo.exchange_at(1))
+      f = step_fn.programs[flag]  # the one this loop runs: clocks >= 1 alike
+    else:  # one program, the exchange decided on the device by a lax.cond
+      f = workers.map_workers(algo.step, layout, workers.STEP_IN_KINDS,
+                              workers.STEP_OUT_KINDS, donate_argnums=(0, 1))
     hlo[name] = f.lower(w0, s0, batch, key).compile().as_text()
     return common.step_loop(f, (w0, s0), batch, key)[0]
 
+  def easgd(tau):
+    return algorithms.easgd(loss_fn, optax.sgd(lr), num_workers=d, tau=tau, beta=0.9)
+
   cands = {"bare_sgd": bare("bare_sgd", False), "bare_pmean": bare("bare_pmean", True)}
   for b in args.backends.split(","):
-    for name, algo in (
-        ("easgd_local", algorithms.easgd(loss_fn, optax.sgd(lr), num_workers=d,
-                                         tau=10**9, beta=0.9)),
-        ("easgd_exchange", algorithms.easgd(loss_fn, optax.sgd(lr), num_workers=d,
-                                            tau=1, beta=0.9)),
-        ("pmean_sgd", algorithms.pmean_sgd(loss_fn, optax.sgd(lr)))):
+    for name, algo in (("easgd_local", easgd(10**9)), ("easgd_exchange", easgd(1)),
+                       ("pmean_sgd", algorithms.pmean_sgd(loss_fn, optax.sgd(lr)))):
       cands[f"{name}/{b}"] = library(f"{name}/{b}", algo, b)
+  if args.cond:
+    for name, algo in (("cond_local", easgd(10**9)), ("cond_exchange", easgd(1))):
+      cands[f"{name}/pmap"] = library(f"{name}/pmap", algo, "pmap", scheduled=False)
   res = common.time_side_by_side(cands, args.steps, args.repeats, args.warmup)
 
   from easgd import models
@@ -129,6 +142,10 @@ def main():
         (f"pmean_sgd/{b} / bare_pmean", m[f"pmean_sgd/{b}"] / m["bare_pmean"], None),
         (f"easgd_exchange/{b} / bare_sgd", m[f"easgd_exchange/{b}"] / m["bare_sgd"], None),
     ]
+    if b == "pmap" and args.cond:
+      rows += [("cond_local/pmap / bare_sgd", m["cond_local/pmap"] / m["bare_sgd"], None),
+               ("cond_exchange/pmap / bare_pmean",
+                m["cond_exchange/pmap"] / m["bare_pmean"], None)]
     for name, value, target in rows:
       verdict = "" if target is None else (
           f"<= {target:.2f} {'met' if value <= target else 'NOT met'}")

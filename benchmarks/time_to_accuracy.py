@@ -92,7 +92,7 @@ def main():
       for ix in batches:
         batch = workers.split_workers((run.dataset.train_x[ix], run.dataset.train_y[ix]),
                                       run.layout)
-        worker, shared, loss = run.step_fn(worker, shared, batch, run.step_key)
+        worker, shared, loss = run.step_fn(worker, shared, batch, run.step_key, step)
         last = common.one_step_late(last, loss)
         step += 1
         if step % args.eval_every_steps == 0 or step == run.total_steps:
@@ -141,12 +141,13 @@ def main():
 
 def _step_timer(run, worker, shared, batch, jax):
   import common
-  state = {"w": worker, "s": shared}
+  state = {"w": worker, "s": shared, "clock": 0}
 
   def timed(steps):
     w, s, last = state["w"], state["s"], None
     for _ in range(steps):
-      w, s, loss = run.step_fn(w, s, batch, run.step_key)
+      w, s, loss = run.step_fn(w, s, batch, run.step_key, state["clock"])
+      state["clock"] += 1
       last = common.one_step_late(last, loss)
     jax.block_until_ready((w, s))
     state["w"], state["s"] = w, s

@@ -72,6 +72,14 @@ class Algorithm(NamedTuple):
     communication: ``communication(num_steps, param_bytes) -> Communication``,
       the per-worker count over the first ``num_steps`` steps.
     hyperparameters: resolved hyperparameters, for logs.
+    exchange_at: ``None``, or for synchronous algorithms that communicate only
+      on some steps (EASGD, EAMSGD, local SGD, DiLoCo) the host-side schedule
+      ``exchange_at(t: int) -> bool``: whether the step at clock t communicates.
+      Such a ``step`` also takes a keyword ``exchange``: ``None`` (default)
+      decides on the device from the clock (``lax.cond``); a Python bool, which
+      must equal ``exchange_at(t)``, compiles the step with or without the
+      communication and no conditional. ``easgd.workers.map_step`` uses it to
+      run two programs, picked per step on the host.
   """
   name: str
   init: Callable
@@ -80,6 +88,7 @@ class Algorithm(NamedTuple):
   worker_params: Callable
   communication: Callable
   hyperparameters: dict
+  exchange_at: Callable[[int], bool] | None = None
 
 
 def worker_key(key: jax.Array, step, axis_name=WORKER_AXES) -> jax.Array:
@@ -131,7 +140,8 @@ def reset_optimizer_state(optimizer: optax.GradientTransformation, opt_state,
 
 
 def elastic_step_setup(optimizer: optax.GradientTransformation, params: Params, opt_state,
-                       step, key: jax.Array, tau, reset_opt_state: bool, axis_name):
+                       step, key: jax.Array, tau, reset_opt_state: bool, axis_name,
+                       exchange: bool | None = None):
   """The start of an elastic worker step (EASGD, EAMSGD).
 
   Args:
@@ -139,17 +149,30 @@ def elastic_step_setup(optimizer: optax.GradientTransformation, params: Params, 
     opt_state: its optimizer state; step: the int32 worker clock t^i;
     key: the run's base key; tau: communication period (>= 1);
     reset_opt_state: re-initialise ``opt_state`` on exchange steps (Python bool);
-    axis_name: the mapped axis enumerating all workers.
+    axis_name: the mapped axis enumerating all workers;
+    exchange: ``None`` to compute the flag from the clock, or the host's
+      Python bool for this step (see ``Algorithm.exchange_at``).
 
   Returns:
     ``(worker_key, exchange, opt_state)``: this worker's key for this step, the
-    bool flag "tau divides t^i" (Algorithms 1-2), and the optimizer state to use.
+    flag "tau divides t^i" (Algorithms 1-2; a bool array, or the given Python
+    bool), and the optimizer state to use.
   """
   key = worker_key(key, step, axis_name)
-  exchange = elastic.is_exchange_step(step, tau)
-  if reset_opt_state:
+  if exchange is None:
+    exchange = elastic.is_exchange_step(step, tau)
+  if reset_opt_state and exchange is not False:
     opt_state = reset_optimizer_state(optimizer, opt_state, params, exchange)
   return key, exchange, opt_state
+
+
+def every_tau_steps(tau: int, offset: int = 0) -> Callable[[int], bool]:
+  """The host-side schedule ``t -> (t + offset) % tau == 0`` (``Algorithm.exchange_at``).
+
+  EASGD and EAMSGD exchange at t = 0, tau, 2 tau, ... (offset 0, Algorithm 1);
+  local SGD and DiLoCo average after steps tau - 1, 2 tau - 1, ... (offset 1).
+  """
+  return lambda t: (int(t) + offset) % tau == 0
 
 
 class EASGDWorker(NamedTuple):
@@ -195,7 +218,9 @@ def easgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None
     axis_name: mapped axis enumerating all workers.
 
   Returns:
-    An :class:`Algorithm` named ``"easgd"``.
+    An :class:`Algorithm` named ``"easgd"``, with the host-side schedule
+    ``exchange_at(t) = (t % tau == 0)`` (so ``easgd.workers.map_step`` runs an
+    exchange program and a local program without communication).
 
   Raises:
     HyperparameterError (a ValueError): tau < 1 or not an integer; alpha or beta
@@ -216,10 +241,10 @@ def easgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None
     return (EASGDWorker(params, optimizer.init(params)),
             EASGDShared(params, jnp.zeros((), jnp.int32)))
 
-  def step(worker, shared, batch, key):
+  def step(worker, shared, batch, key, exchange=None):
     key, exchange, opt_state = elastic_step_setup(
         optimizer, worker.params, worker.opt_state, shared.step, key, tau,
-        reset_opt_state, axis_name)
+        reset_opt_state, axis_name, exchange)
     loss, grads = jax.value_and_grad(loss_fn)(worker.params, batch, key)
     updates, opt_state = optimizer.update(grads, opt_state, worker.params)
     params, center = elastic.easgd_update(
@@ -238,7 +263,8 @@ def easgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None
       communication=communication,
       hyperparameters=dict(num_workers=int(num_workers), tau=tau, alpha=alpha,
                            beta=alpha * num_workers,
-                           reset_opt_state=bool(reset_opt_state)))
+                           reset_opt_state=bool(reset_opt_state)),
+      exchange_at=every_tau_steps(tau))
 
 
 class PmeanShared(NamedTuple):

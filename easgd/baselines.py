@@ -41,7 +41,7 @@ from jax import lax
 
 from easgd import asynchronous, elastic, momentum as momentum_lib
 from easgd.algorithms import (Algorithm, Communication, LossFn, _local_optimizer,
-                              worker_key)
+                              every_tau_steps, worker_key)
 from easgd.workers import WORKER_AXES
 
 Params = Any
@@ -474,7 +474,7 @@ def _periodic(name, loss_fn, optimizer, *, num_workers, tau, learning_rate, oute
             LocalShared(params, () if outer is None else outer.init(params),
                         jnp.zeros((), jnp.int32)))
 
-  def step(worker, shared, batch, key):
+  def step(worker, shared, batch, key, exchange=None):
     key = worker_key(key, shared.step, axis_name)
     loss, grads = jax.value_and_grad(loss_fn)(worker.params, batch, key)
     update, opt_state = optimizer.update(grads, worker.opt_state, worker.params)
@@ -493,8 +493,11 @@ def _periodic(name, loss_fn, optimizer, *, num_workers, tau, learning_rate, oute
     def keep(_):
       return params, shared.center, shared.outer_state
 
-    params, center, outer_state = lax.cond((shared.step + 1) % tau == 0, sync, keep,
-                                           None)
+    if exchange is None:  # decided on the device; else fixed by the host
+      params, center, outer_state = lax.cond((shared.step + 1) % tau == 0, sync, keep,
+                                             None)
+    else:
+      params, center, outer_state = (sync if exchange else keep)(None)
     return (LocalWorker(params, opt_state),
             LocalShared(center, outer_state, shared.step + 1), loss)
 
@@ -506,7 +509,8 @@ def _periodic(name, loss_fn, optimizer, *, num_workers, tau, learning_rate, oute
       name=name, init=init, step=step, center=lambda shared: shared.center,
       worker_params=lambda worker, shared: worker.params,
       communication=communication,
-      hyperparameters=dict(hyperparameters, num_workers=int(num_workers), tau=tau))
+      hyperparameters=dict(hyperparameters, num_workers=int(num_workers), tau=tau),
+      exchange_at=every_tau_steps(tau, offset=1))
 
 
 def local_sgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,

@@ -171,19 +171,24 @@ def easgd_update(params: Params, updates: Params, center: Params, alpha, exchang
       otherwise:
         x^i_{t+1} = x^i_t + updates,        x~_{t+1} = x~_t
 
-  Both updates read the time-t values. The exchange is a ``lax.cond`` on an
-  unbatched ``exchange`` flag, so the all-reduce runs only on exchange steps.
-  ``exchange`` must be the same on every worker (a shared clock); if it is
-  batched under ``vmap`` the cond becomes a select and the all-reduce runs every
-  step (still correct, no longer communication-saving).
+  Both updates read the time-t values. A Python bool ``exchange`` picks the
+  branch while tracing: the program holds either the exchange (one all-reduce)
+  or the local step, with no conditional (what callers use when the schedule
+  is known on the host, see ``easgd.workers.map_step``). Otherwise the exchange
+  is a ``lax.cond`` on an unbatched ``exchange`` flag, so the all-reduce runs
+  only on exchange steps. ``exchange`` must be the same on every worker (a
+  shared clock); if it is batched under ``vmap`` the cond becomes a select and
+  the all-reduce runs every step (still correct, no longer
+  communication-saving).
 
   Args:
     params: worker parameters x^i_t (pytree of float arrays).
     updates: local optimizer update at x^i_t, same structure as ``params``.
     center: center x~_t, same structure, identical on all workers.
     alpha: moving rate (float or traced scalar) >= 0.
-    exchange: bool scalar, True on steps where tau divides the clock
-      (see :func:`is_exchange_step`).
+    exchange: True on steps where tau divides the clock (see
+      :func:`is_exchange_step`): a Python bool (branch fixed at trace time) or
+      a bool scalar array (``lax.cond``).
     axis_name: mapped axis (or tuple of axes) enumerating all workers.
 
   Returns:
@@ -199,6 +204,8 @@ def easgd_update(params: Params, updates: Params, center: Params, alpha, exchang
   def local_branch(_):
     return tree_add(params, updates), center
 
+  if isinstance(exchange, bool):
+    return (exchange_branch if exchange else local_branch)(None)
   return lax.cond(exchange, exchange_branch, local_branch, None)
 
 

@@ -39,7 +39,7 @@ import optax
 
 from easgd import elastic
 from easgd.algorithms import (Algorithm, Communication, EASGDShared, LossFn,
-                              _local_optimizer, elastic_step_setup)
+                              _local_optimizer, elastic_step_setup, every_tau_steps)
 from easgd.workers import WORKER_AXES
 
 Params = Any
@@ -191,10 +191,10 @@ def eamsgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = Non
     return (EAMSGDWorker(params, zeros, optimizer.init(params)),
             EASGDShared(params, jnp.zeros((), jnp.int32)))
 
-  def step(worker, shared, batch, key):
+  def step(worker, shared, batch, key, exchange=None):
     key, exchange, opt_state = elastic_step_setup(
         optimizer, worker.params, worker.opt_state, shared.step, key, tau,
-        reset_opt_state, axis_name)
+        reset_opt_state, axis_name, exchange)
     loss, velocity, opt_state = nesterov_velocity(
         loss_fn, optimizer, momentum, worker.params, worker.velocity, opt_state,
         batch, key)
@@ -214,4 +214,5 @@ def eamsgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = Non
       communication=communication,
       hyperparameters=dict(num_workers=int(num_workers), tau=tau, alpha=alpha,
                            beta=alpha * num_workers, momentum=momentum,
-                           reset_opt_state=bool(reset_opt_state)))
+                           reset_opt_state=bool(reset_opt_state)),
+      exchange_at=every_tau_steps(tau))

@@ -321,8 +321,9 @@ class Run:
   Construction validates the config, the worker layout and the data set before
   anything is compiled. Attributes: ``config``, ``layout``, ``dataset``,
   ``model``, ``algorithm``, ``steps_per_epoch``, ``total_steps``,
-  ``param_bytes``, ``step_fn`` and ``eval_fn`` (mapped with
-  ``easgd.workers.map_workers``), ``step_key``; for models with BatchNorm
+  ``param_bytes``, ``step_fn`` (``easgd.workers.map_step``: called with the
+  host's step count as its last argument), ``eval_fn``
+  (``easgd.workers.map_workers``), ``step_key``; for models with BatchNorm
   (``batch_norm`` True) also ``bn_stats_data`` (the examples of the center's
   statistics, :func:`bn_stats_indices`) and ``batch_stats_fn``.
 
@@ -347,9 +348,7 @@ class Run:
     self.param_bytes = models.param_bytes(self.init_params)
     self.algorithm = algo = make_algorithm(
         config, make_loss_fn(self.model), make_optimizer(config, self.steps_per_epoch))
-    self.step_fn = workers.map_workers(
-        algo.step, self.layout, ("worker", "shared", "worker", "broadcast"),
-        ("worker", "shared", "worker"), donate_argnums=(0, 1))
+    self.step_fn = workers.map_step(algo, self.layout)  # (..., clock) -> ...
     # BatchNorm models: the eval takes one more "worker" argument, bn_x.
     self.batch_norm = bn = models.has_batch_norm(self.model)
     self.eval_fn = workers.map_workers(
@@ -632,7 +631,7 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
         local = run.layout.local_workers  # each process feeds only its own workers
         batch = workers.split_local_workers((x[local], run.dataset.train_y[ix][local]),
                                             run.layout)
-        worker, shared, loss = run.step_fn(worker, shared, batch, run.step_key)
+        worker, shared, loss = run.step_fn(worker, shared, batch, run.step_key, step)
         if epoch_losses:
           # Wait for the previous step (one step late, so the host still prepares
           # the next batch while this one runs): at most two steps are in flight.

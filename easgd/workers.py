@@ -34,6 +34,7 @@ This is the only module that knows about devices.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import numbers
 from typing import Any, Callable, Sequence
 
@@ -243,6 +244,61 @@ def map_workers(fn: Callable, layout: WorkerLayout, in_kinds: Sequence[str],
   return jax.pmap(inner, axis_name=DEVICE_AXIS,
                   in_axes=tuple(_pmap_axis(k) for k in in_kinds),
                   devices=layout.devices, donate_argnums=tuple(donate_argnums))
+
+
+STEP_IN_KINDS = ("worker", "shared", "worker", "broadcast")
+STEP_OUT_KINDS = ("worker", "shared", "worker")
+"""Kinds of an algorithm step ``step(worker, shared, batch, key) -> (worker,
+shared, loss)`` (``easgd.algorithms.Algorithm``)."""
+
+
+def map_step(algorithm, layout: WorkerLayout, donate_state: bool = True) -> Callable:
+  """An algorithm's step mapped over all workers, with its program chosen per step.
+
+  The result is ``step_fn(worker, shared, batch, key, clock) -> (worker,
+  shared, loss)``, where ``clock`` is the host's int count of steps taken
+  (the value of the state's step counter). For algorithms with a host-side
+  schedule (``algorithm.exchange_at``: EASGD, EAMSGD, local SGD, DiLoCo) two
+  programs are compiled, the step with its communication and the step
+  without, and each call runs the one ``exchange_at(clock)`` names: no
+  ``lax.cond`` in either, no all-reduce in the local one. Other algorithms run
+  their one step program and ignore ``clock``. The results are those of
+  ``map_workers(algorithm.step, ...)`` at the same clock (tests check bit
+  equality).
+
+  Args:
+    algorithm: an ``easgd.algorithms.Algorithm``.
+    layout: the worker layout.
+    donate_state: donate the worker and shared state buffers (arguments 0, 1).
+
+  Returns:
+    ``step_fn`` as above; ``step_fn.programs`` maps the exchange flag
+    (``False``/``True``, or ``None`` for a single program) to the mapped
+    function, e.g. for ``.lower(...)``. ``step_fn`` raises ValueError for a
+    ``clock`` that is not an int >= 0 (a traced or device value cannot pick a
+    program on the host).
+  """
+  donate = (0, 1) if donate_state else ()
+
+  def mapped(fn):
+    return map_workers(fn, layout, STEP_IN_KINDS, STEP_OUT_KINDS, donate)
+
+  if algorithm.exchange_at is None:
+    programs = {None: mapped(algorithm.step)}
+    pick = lambda clock: None
+  else:
+    programs = {flag: mapped(functools.partial(algorithm.step, exchange=flag))
+                for flag in (False, True)}
+    pick = lambda clock: bool(algorithm.exchange_at(clock))
+
+  def step_fn(worker, shared, batch, key, clock):
+    if (isinstance(clock, bool) or not isinstance(clock, numbers.Integral)
+        or clock < 0):
+      raise ValueError(f"clock must be the int number of steps taken (>= 0), "
+                       f"got {clock!r}")
+    return programs[pick(clock)](worker, shared, batch, key)
+  step_fn.programs = programs
+  return step_fn
 
 
 def _shard_map_workers(inner, layout, in_kinds, single, donate_argnums):

@@ -58,9 +58,9 @@ def test_center_statistics_belong_to_the_center_not_to_a_worker():
   ds = run.dataset
   worker, shared = run.initial_state()
   # 6 steps: exchanges at steps 0 and 4, so workers and center have moved apart
-  for ix in data.worker_batch_indices(len(ds.train_y), 4, 16, BN.seed, 1)[:6]:
+  for t, ix in enumerate(data.worker_batch_indices(len(ds.train_y), 4, 16, BN.seed, 1)[:6]):
     batch = workers.split_workers((ds.train_x[ix], ds.train_y[ix]), run.layout)
-    worker, shared, _ = run.step_fn(worker, shared, batch, run.step_key)
+    worker, shared, _ = run.step_fn(worker, shared, batch, run.step_key, t)
   shared_host = workers.first_copy(shared)
   center = run.algorithm.center(shared_host)
   worker0 = run.algorithm.worker_params(

@@ -83,20 +83,26 @@ def test_restored_state_runs_through_the_compiled_step_without_recompiling(tmp_p
   ix = np.arange(64).reshape(4, 16)
   batch = jax.tree.map(lambda a: a, __import__("easgd").workers.split_workers(
       (run.dataset.train_x[ix], run.dataset.train_y[ix]), run.layout))
-  worker, shared, loss = run.step_fn(worker, shared, batch, run.step_key)
+  # clocks 0 (an exchange, tau=4) and 1 (a local step): both step programs
+  worker, shared, loss0 = run.step_fn(worker, shared, batch, run.step_key, 0)
+  worker, shared, loss = run.step_fn(worker, shared, batch, run.step_key, 1)
   jax.block_until_ready(loss)
   ckpt = checkpoint.Checkpointer(tmp_path)
-  ckpt.save(1, run.to_checkpoint(worker, shared, 1, [loss]))
+  ckpt.save(2, run.to_checkpoint(worker, shared, 2, [loss0, loss]))
   after_first = len(compiles)
-  assert after_first >= 1
+  assert after_first >= 2
   w2, s2, step, losses = run.from_checkpoint(ckpt.restore(target=run.checkpoint_target()))
-  assert step == 1 and len(losses) == 1
-  w2, s2, loss2 = run.step_fn(w2, s2, batch, run.step_key)
+  assert step == 2 and len(losses) == 2
+  for clock in (2, 3, 4):  # local, local, exchange
+    w2, s2, loss2 = run.step_fn(w2, s2, batch, run.step_key, clock)
   jax.block_until_ready(loss2)
   assert len(compiles) == after_first  # no new backend compilation
-  # and the restored state is the saved one: the next step agrees with the original
-  worker, shared, loss3 = run.step_fn(worker, shared, batch, run.step_key)
+  # and the restored state is the saved one: the same steps agree with the original
+  for clock in (2, 3, 4):
+    worker, shared, loss3 = run.step_fn(worker, shared, batch, run.step_key, clock)
   np.testing.assert_array_equal(np.asarray(loss2), np.asarray(loss3))
+  for a, b in zip(jax.tree.leaves((w2, s2)), jax.tree.leaves((worker, shared))):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   ckpt.close()
 
 

@@ -1,0 +1,171 @@
+"""Host-scheduled steps (``workers.map_step``): two programs, the same values.
+
+For the synchronous periodic algorithms (EASGD, EAMSGD, local SGD, DiLoCo) the
+trainer runs a program without communication on local steps and one with it on
+exchange steps, picked on the host from ``Algorithm.exchange_at``. These tests
+check that this gives the values of the single ``lax.cond`` step on both
+backends, that the local program holds no all-reduce and no conditional, and
+that the host schedule agrees with the device's clock test.
+
+Tolerance: the two compilations fuse the same float32 arithmetic differently
+(XLA:CPU; the conditional is a fusion boundary), so they may differ in the last
+bit: |a - b| <= 1e-6 + 1e-5 |b| over 8 steps (measured, JAX 0.10.2 CPU: EASGD
+at most 1.2e-7; EAMSGD, local SGD and DiLoCo bit for bit equal).
+"""
+import jax
+import numpy as np
+import optax
+import pytest
+
+from easgd import algorithms, baselines, momentum, workers
+from test_mapping import STEP_KINDS, mlp_setup, random_batches
+
+TAU = 3
+
+
+def make(name, loss_fn):
+  sgd = optax.sgd(0.2)
+  if name == "easgd":
+    return algorithms.easgd(loss_fn, sgd, num_workers=4, tau=TAU, beta=0.9)
+  if name == "easgd_reset":  # reset_opt_state: the reset is also fixed by the host
+    return algorithms.easgd(loss_fn, optax.sgd(0.2, momentum=0.9), num_workers=4,
+                            tau=TAU, beta=0.9, reset_opt_state=True)
+  if name == "eamsgd":
+    return momentum.eamsgd(loss_fn, sgd, num_workers=4, tau=TAU, beta=0.9, momentum=0.9)
+  if name == "local_sgd":
+    return baselines.local_sgd(loss_fn, sgd, num_workers=4, tau=TAU)
+  if name == "diloco":
+    return baselines.diloco(loss_fn, sgd, num_workers=4, tau=TAU)
+  raise AssertionError(name)
+
+
+def trajectory(step_fn, algo, params, layout, xs, ys, scheduled):
+  worker, shared = algo.init(params)
+  worker = workers.replicate_per_worker(worker, layout)
+  shared = workers.replicate_per_device(shared, layout)
+  key = jax.random.key(5)
+  states = []
+  for t, (x, y) in enumerate(zip(xs, ys)):
+    batch = workers.split_workers((x, y), layout)
+    args = (worker, shared, batch, key) + ((t,) if scheduled else ())
+    worker, shared, loss = step_fn(*args)
+    states.append(workers.to_host((worker, shared, loss)))
+  return states
+
+
+@pytest.mark.parametrize("backend", workers.BACKENDS)
+@pytest.mark.parametrize("name", ["easgd", "easgd_reset", "eamsgd", "local_sgd", "diloco"])
+def test_two_host_scheduled_programs_give_the_values_of_the_conditional_step(name, backend):
+  params, loss_fn = mlp_setup()
+  xs, ys = random_batches(8, 4, 4)  # 8 steps, tau=3: both kinds of step, 3 periods
+  algo = make(name, loss_fn)
+  layout = workers.make_layout(4, 2, backend=backend)
+  single = workers.map_workers(algo.step, layout, *STEP_KINDS)
+  scheduled = workers.map_step(algo, layout, donate_state=False)
+  assert set(scheduled.programs) == {False, True}
+  a = trajectory(single, algo, params, layout, xs, ys, scheduled=False)
+  b = trajectory(scheduled, algo, params, layout, xs, ys, scheduled=True)
+  worst = 0.0
+  for t, (sa, sb) in enumerate(zip(a, b)):
+    for u, v in zip(jax.tree.leaves(sa), jax.tree.leaves(sb), strict=True):
+      np.testing.assert_allclose(u, v, rtol=1e-5, atol=1e-6, err_msg=f"{name} step {t}")
+      worst = max(worst, float(np.max(np.abs(np.asarray(u, np.float64) - v), initial=0)))
+  print(f"{name}/{backend}: max |cond - scheduled| over 8 steps = {worst:.3g}")
+  # the run moved: the center changed and the workers differ from it
+  center0 = jax.tree.leaves(params)[0]
+  assert not np.array_equal(jax.tree.leaves(algo.center(b[-1][1]))[0][0], center0)
+
+
+@pytest.mark.parametrize("name,exchanges", [
+    ("easgd", [0, 3, 6]), ("eamsgd", [0, 3, 6]),
+    ("local_sgd", [2, 5]), ("diloco", [2, 5])])
+def test_host_schedule_names_the_steps_where_the_device_clock_exchanges(name, exchanges):
+  _, loss_fn = mlp_setup()
+  algo = make(name, loss_fn)
+  assert [t for t in range(8) if algo.exchange_at(t)] == exchanges
+  assert algo.communication(8, 10).all_reduces == len(exchanges)
+
+
+def test_only_the_exchange_program_all_reduces_and_neither_has_a_conditional():
+  params, loss_fn = mlp_setup()
+  algo = make("easgd", loss_fn)
+  layout = workers.make_layout(4, 2)
+  worker, shared = algo.init(params)
+  worker = workers.replicate_per_worker(worker, layout)
+  shared = workers.replicate_per_device(shared, layout)
+  xs, ys = random_batches(1, 4, 4)
+  batch = workers.split_workers((xs[0], ys[0]), layout)
+  step = workers.map_step(algo, layout)
+  text = {flag: f.lower(worker, shared, batch, jax.random.key(0)).compile().as_text()
+          for flag, f in step.programs.items()}
+  count = lambda t, op: sum(1 for line in t.splitlines() if f" {op}(" in line)
+  assert count(text[False], "all-reduce") == 0
+  assert count(text[True], "all-reduce") >= 1
+  assert count(text[False], "conditional") == count(text[True], "conditional") == 0
+
+
+def test_algorithms_without_a_schedule_run_their_one_program():
+  params, loss_fn = mlp_setup()
+  algo = algorithms.pmean_sgd(loss_fn, optax.sgd(0.2))
+  assert algo.exchange_at is None
+  layout = workers.make_layout(4, 2)
+  step = workers.map_step(algo, layout)
+  assert set(step.programs) == {None}
+
+
+def _all_reduce_bytes(hlo_text):
+  """(count, result bytes) of the all-reduce ops of a compiled program."""
+  import re
+  sizes = {"f32": 4, "s32": 4, "u32": 4, "f16": 2, "bf16": 2, "f64": 8}
+  count = total = 0
+  for line in hlo_text.splitlines():
+    m = re.match(r"\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(.*?)\s+all-reduce(?:-start)?\(", line)
+    if not m:
+      continue
+    count += 1
+    for dtype, dims in re.findall(r"\b([a-z]+\d*)\[([\d,]*)\]", m.group(1)):
+      total += sizes[dtype] * int(np.prod([int(d) for d in dims.split(",") if d]))
+  return count, total
+
+
+@pytest.mark.parametrize("name", ["easgd", "eamsgd", "local_sgd", "diloco", "pmean_sgd",
+                                  "sgd", "msgd", "asgd", "mvasgd"])
+def test_the_programs_the_trainer_runs_communicate_what_the_accounting_counts(name):
+  """Summed over N = 8 tau steps, the all-reduces of the compiled programs that
+  map_step runs equal Algorithm.communication (per device = per worker: the
+  vmapped workers' sum is formed before the cross-device all-reduce)."""
+  from easgd import models, trainer
+  from easgd.config import TrainConfig
+  from easgd.registry import MOMENTUM_ALGORITHMS
+  params, loss_fn = mlp_setup()
+  cfg = TrainConfig(algorithm=name, num_workers=4, tau=TAU, beta=0.9,
+                    momentum=0.9 if name in MOMENTUM_ALGORITHMS else 0.0).validate()
+  algo = trainer.make_algorithm(cfg, loss_fn, trainer.make_optimizer(cfg, 100))
+  layout = workers.make_layout(4, 2)  # 2 devices x 2 vmapped workers
+  worker, shared = algo.init(params)
+  worker = workers.replicate_per_worker(worker, layout)
+  shared = workers.replicate_per_device(shared, layout)
+  xs, ys = random_batches(1, 4, 4)
+  batch = workers.split_workers((xs[0], ys[0]), layout)
+  programs = workers.map_step(algo, layout, donate_state=False).programs
+  texts = {flag: f.lower(worker, shared, batch, jax.random.key(0)).compile().as_text()
+           for flag, f in programs.items()}
+  assert not any(" conditional(" in t for t in texts.values())
+  per_call = {flag: _all_reduce_bytes(t) for flag, t in texts.items()}
+  n = 8 * TAU
+  flags = [None if algo.exchange_at is None else algo.exchange_at(t) for t in range(n)]
+  count = sum(per_call[f][0] for f in flags)
+  nbytes = sum(per_call[f][1] for f in flags)
+  comm = algo.communication(n, models.param_bytes(params))
+  assert (count, nbytes) == (comm.all_reduces, comm.bytes)
+  assert count > 0
+
+
+@pytest.mark.parametrize("clock", [-1, 1.0, True, "3", None])
+def test_a_clock_that_is_not_a_step_count_is_refused_before_running(clock):
+  params, loss_fn = mlp_setup()
+  algo = make("easgd", loss_fn)
+  layout = workers.make_layout(4, 2)
+  step = workers.map_step(algo, layout)
+  with pytest.raises(ValueError, match="clock must be the int number of steps"):
+    step(None, None, None, None, clock)
