@@ -596,6 +596,7 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
     write_file(workdir / CONFIG_FILE, config.to_json() + "\n")
 
   start = time.perf_counter()
+  earlier_wall_time_s = _earlier_wall_time(workdir) if resume else 0.0
   if resume and ckpt.latest_step() is not None:
     worker, shared, step, epoch_losses = run.from_checkpoint(
         ckpt.restore(target=run.checkpoint_target()))
@@ -673,13 +674,23 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
                          bytes_per_step=comm.bytes / max(step, 1)),
       final=history[-1],
       best_test_accuracy=max(r["test_accuracy"] for r in history),
-      wall_time_s=round(time.perf_counter() - start, 3),
+      # summed over this run's invocations that wrote a summary (resume adds up)
+      wall_time_s=round(earlier_wall_time_s + time.perf_counter() - start, 3),
       shared_copies_equal=workers.shared_copies_equal(shared))
   write_file(workdir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
   if primary and (workdir / PREVIOUS_RUN_DIR).exists():  # the new run stands: drop the old
     shutil.rmtree(workdir / PREVIOUS_RUN_DIR, ignore_errors=True)
   summary["history"] = history
   return summary
+
+
+def _earlier_wall_time(workdir: Path) -> float:
+  """wall_time_s of the summary an earlier invocation of this run wrote, else 0."""
+  try:
+    value = json.loads((workdir / SUMMARY_FILE).read_text())["wall_time_s"]
+  except (OSError, ValueError, KeyError, TypeError):
+    return 0.0
+  return float(value) if isinstance(value, (int, float)) and value >= 0 else 0.0
 
 
 def _jsonl(records) -> str:

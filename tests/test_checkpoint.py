@@ -45,6 +45,18 @@ def test_interrupted_and_resumed_run_is_bitwise_identical(tmp_path, algorithm):
   assert metrics_text(tmp_path / "cut") == metrics_text(tmp_path / "full")
 
 
+def test_wall_time_of_a_resumed_run_adds_up_its_invocations(tmp_path):
+  first = trainer.train_and_evaluate(TINY, tmp_path, stop_after_steps=5)
+  second = trainer.train_and_evaluate(TINY, tmp_path, resume=True, stop_after_steps=9)
+  assert second["wall_time_s"] > first["wall_time_s"] > 0
+  # resuming a complete run does no work and keeps the time it took
+  done = trainer.train_and_evaluate(TINY, tmp_path, resume=True)
+  again = trainer.train_and_evaluate(TINY, tmp_path, resume=True)
+  assert again["status"] == "complete" and again["wall_time_s"] >= done["wall_time_s"]
+  summary = json.loads((tmp_path / "summary.json").read_text())
+  assert summary["wall_time_s"] == again["wall_time_s"]
+
+
 def test_same_seed_twice_gives_identical_metrics_files(tmp_path):
   trainer.train_and_evaluate(TINY, tmp_path / "a")
   trainer.train_and_evaluate(TINY, tmp_path / "b")
