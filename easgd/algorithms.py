@@ -158,6 +158,7 @@ def elastic_step_setup(optimizer: optax.GradientTransformation, params: Params, 
     flag "tau divides t^i" (Algorithms 1-2; a bool array, or the given Python
     bool), and the optimizer state to use.
   """
+  check_exchange_flag(exchange)
   key = worker_key(key, step, axis_name)
   if exchange is None:
     exchange = elastic.is_exchange_step(step, tau)
@@ -171,8 +172,35 @@ def every_tau_steps(tau: int, offset: int = 0) -> Callable[[int], bool]:
 
   EASGD and EAMSGD exchange at t = 0, tau, 2 tau, ... (offset 0, Algorithm 1);
   local SGD and DiLoCo average after steps tau - 1, 2 tau - 1, ... (offset 1).
+
+  Args:
+    tau: communication period in steps, an integer >= 1.
+    offset: 0 or 1 (see above).
+
+  Returns:
+    ``exchange_at(t: int) -> bool`` for the step at clock t (steps taken).
+
+  Raises:
+    HyperparameterError: tau is not an integer >= 1, or offset not 0 or 1.
+
+  References:
+    Algorithm 1 of the paper ("if tau divides t^i").
   """
+  tau = elastic.check_tau(tau)
+  if offset not in (0, 1) or isinstance(offset, bool):
+    raise elastic.HyperparameterError(f"offset must be 0 or 1, got {offset!r}")
   return lambda t: (int(t) + offset) % tau == 0
+
+
+def check_exchange_flag(exchange) -> None:
+  """``exchange`` of a step: None (decided on the device) or a Python bool.
+
+  Raises:
+    TypeError: anything else (a traced flag belongs to ``exchange=None``).
+  """
+  if exchange is not None and not isinstance(exchange, bool):
+    raise TypeError(f"exchange must be None or a Python bool (the host's schedule, "
+                    f"Algorithm.exchange_at), got {exchange!r}")
 
 
 class EASGDWorker(NamedTuple):

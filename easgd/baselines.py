@@ -41,7 +41,7 @@ from jax import lax
 
 from easgd import asynchronous, elastic, momentum as momentum_lib
 from easgd.algorithms import (Algorithm, Communication, LossFn, _local_optimizer,
-                              every_tau_steps, worker_key)
+                              check_exchange_flag, every_tau_steps, worker_key)
 from easgd.workers import WORKER_AXES
 
 Params = Any
@@ -475,6 +475,7 @@ def _periodic(name, loss_fn, optimizer, *, num_workers, tau, learning_rate, oute
                         jnp.zeros((), jnp.int32)))
 
   def step(worker, shared, batch, key, exchange=None):
+    check_exchange_flag(exchange)
     key = worker_key(key, shared.step, axis_name)
     loss, grads = jax.value_and_grad(loss_fn)(worker.params, batch, key)
     update, opt_state = optimizer.update(grads, worker.opt_state, worker.params)

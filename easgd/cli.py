@@ -253,7 +253,7 @@ def _run(args) -> int:
     base = TrainConfig()
   config = base.replace(**overrides)
   if args.command == "train":  # compare validates one config per algorithm
-    config.validate()
+    config = config.validate()
   if args.command == "train":
     from easgd.trainer import train_and_evaluate
     summary = train_and_evaluate(config, args.workdir, overwrite=args.overwrite,

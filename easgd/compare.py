@@ -85,6 +85,8 @@ def compare(config: TrainConfig, workdir,
       raise ConfigError(f"unknown algorithm {a!r}; allowed: {', '.join(ALGORITHMS)}")
   if len(set(algorithms)) != len(algorithms):
     raise ConfigError(f"algorithms has repeats: {algorithms}")
+  if not str(workdir).strip():
+    raise ConfigError("workdir must be a non-empty path, got ''")
   workdir = Path(workdir)
   configs = [_for_algorithm(config, a).validate() for a in algorithms]
   for a in algorithms:

@@ -14,6 +14,8 @@ import math
 import numbers
 from typing import Any
 
+import numpy as np
+
 from easgd.algorithms import ALGORITHMS
 from easgd.asynchronous import SCHEDULES as EXCHANGE_SCHEDULES
 from easgd.data import DATASETS
@@ -162,11 +164,15 @@ class TrainConfig:
     return self.alpha if self.alpha is not None else self.beta / self.num_workers
 
   def validate(self) -> "TrainConfig":
-    """Checks every field; returns self.
+    """Checks every field; returns the config with NumPy scalars made Python
+    scalars (so it can be written as JSON), otherwise self.
 
     Raises:
       ConfigError: naming the first bad field, its value and what is allowed.
     """
+    plain = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+    if any(plain[k] is not getattr(self, k) for k in plain):
+      return dataclasses.replace(self, **plain).validate()
     _choice("algorithm", self.algorithm, ALGORITHMS)
     _choice("dataset", self.dataset, DATASETS)
     if self.data_dir is not None and not isinstance(self.data_dir, str):
@@ -320,6 +326,17 @@ def _plain(value):
 def _choice(name, value, allowed):
   if value not in allowed:
     raise ConfigError(f"unknown {name} {value!r}; allowed: {', '.join(allowed)}")
+
+
+def _plain(value):
+  """A NumPy scalar as the Python scalar, inside tuples and lists too; else value."""
+  if isinstance(value, np.generic):
+    return value.item()
+  if isinstance(value, (tuple, list)):
+    items = [_plain(v) for v in value]
+    if any(a is not b for a, b in zip(items, value)):
+      return type(value)(items)
+  return value
 
 
 def _int(name, value, low, what=None, high=None):

@@ -244,13 +244,23 @@ PREVIOUS_RUN_DIR = "previous_run"
 
 def _set_aside_previous_run(workdir: Path, ckpt) -> None:
   """--overwrite: moves an earlier run to ``workdir/previous_run`` (deleted when
-  the new run completes), so a new run that fails never destroys it."""
+  the new run completes), so a new run that fails never destroys it.
+
+  If ``previous_run`` is already there and the workdir holds no summary, an
+  earlier --overwrite failed: ``previous_run`` still holds the last run that
+  finished, so it is kept and the failed run's files are dropped instead.
+  """
   old = [workdir / f for f in RUN_FILES if (workdir / f).is_file()]
   has_checkpoints = bool(ckpt.all_steps())
   ckpt.close()
   if not old and not has_checkpoints:
     return
   aside = workdir / PREVIOUS_RUN_DIR
+  if aside.exists() and not (workdir / SUMMARY_FILE).is_file():
+    for f in old:
+      f.unlink()
+    shutil.rmtree(workdir / checkpoint.CHECKPOINT_DIR, ignore_errors=True)
+    return
   if aside.exists():
     shutil.rmtree(aside)
   aside.mkdir()
@@ -520,12 +530,29 @@ def _stability_hint(config: TrainConfig) -> str | None:
           f"eigenvalue)")
 
 
-def _read_history(workdir: Path, up_to_step: int) -> list[dict[str, Any]]:
+def _read_history(workdir: Path, up_to_step: int | None = None) -> list[dict[str, Any]]:
+  """The records of ``metrics.jsonl`` up to ``up_to_step`` (all if None).
+
+  Raises:
+    ConfigError: the file is missing or damaged (a resumed run would lose or
+      misreport its history).
+  """
   path = workdir / METRICS_FILE
-  if not path.exists():
-    return []
-  records = [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
-  return [r for r in records if r["step"] <= up_to_step]
+  try:
+    text = path.read_text()
+  except OSError as e:
+    raise ConfigError(f"cannot resume: '{path}' (the run's evaluation history) cannot "
+                      f"be read: {e.strerror or e}") from None
+  try:
+    records = [json.loads(l) for l in text.splitlines() if l.strip()]
+    steps = [int(r["step"]) for r in records]
+  except (ValueError, KeyError, TypeError) as e:
+    raise ConfigError(f"cannot resume: '{path}' is damaged ({type(e).__name__}: {e}); "
+                      "start the run again with --overwrite") from None
+  if not records or steps[0] != 0:
+    raise ConfigError(f"cannot resume: '{path}' lacks the step-0 evaluation; start the "
+                      "run again with --overwrite")
+  return [r for r, t in zip(records, steps) if up_to_step is None or t <= up_to_step]
 
 
 def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
@@ -564,17 +591,24 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
       than the data.
     DivergenceError: a non-finite loss or parameter (names step and worker).
   """
-  config.validate()
+  config = config.validate()
+  if isinstance(stop_after_steps, np.integer):
+    stop_after_steps = int(stop_after_steps)
   if stop_after_steps is not None and (
       isinstance(stop_after_steps, bool) or not isinstance(stop_after_steps, int)
       or stop_after_steps < 1):
     raise ConfigError(f"stop_after_steps must be an integer >= 1, got {stop_after_steps!r}")
+  if not str(workdir).strip():
+    raise ConfigError("workdir must be a non-empty path, got ''")
   workdir = Path(workdir)
   hint = stability_warning(config)
   if hint:
     warnings.warn(hint, StabilityWarning, stacklevel=2)
   if resume:
     _check_resume_config(config, workdir)
+    ckpt_dir = workdir / checkpoint.CHECKPOINT_DIR
+    if ckpt_dir.is_dir() and any(p.name.isdigit() for p in ckpt_dir.iterdir()):
+      _read_history(workdir)  # a checkpoint to go on from: its history must be whole
   else:
     check_workdir(workdir, overwrite)
   distributed.barrier("easgd:workdir-checked")  # before process 0 writes to it

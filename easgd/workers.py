@@ -263,8 +263,11 @@ def map_step(algorithm, layout: WorkerLayout, donate_state: bool = True) -> Call
   without, and each call runs the one ``exchange_at(clock)`` names: no
   ``lax.cond`` in either, no all-reduce in the local one. Other algorithms run
   their one step program and ignore ``clock``. The results are those of
-  ``map_workers(algorithm.step, ...)`` at the same clock (tests check bit
-  equality).
+  ``map_workers(algorithm.step, ...)`` at the same clock up to float32
+  rounding (XLA fuses the update differently without the conditional;
+  ``tests/test_map_step.py``). ``clock`` must be the state's step count: it is
+  not read back from the device (that would wait for every step), so a wrong
+  clock runs the wrong program.
 
   Args:
     algorithm: an ``easgd.algorithms.Algorithm``.
@@ -274,10 +277,24 @@ def map_step(algorithm, layout: WorkerLayout, donate_state: bool = True) -> Call
   Returns:
     ``step_fn`` as above; ``step_fn.programs`` maps the exchange flag
     (``False``/``True``, or ``None`` for a single program) to the mapped
-    function, e.g. for ``.lower(...)``. ``step_fn`` raises ValueError for a
-    ``clock`` that is not an int >= 0 (a traced or device value cannot pick a
-    program on the host).
+    function, e.g. for ``.lower(...)``.
+
+  Raises:
+    TypeError: ``algorithm`` is not an ``easgd.algorithms.Algorithm``, or
+      ``layout`` not a :class:`WorkerLayout`.
+    ValueError (from ``step_fn``): ``clock`` is not an int in [0, 2**31 - 1]
+      (the int32 step counter's range; a traced or device value cannot pick a
+      program on the host).
+
+  References:
+    Algorithm 1 of the paper ("if tau divides t"), decided on the host.
   """
+  if not (hasattr(algorithm, "step") and hasattr(algorithm, "exchange_at")):
+    raise TypeError(f"algorithm must be an easgd.algorithms.Algorithm, got "
+                    f"{type(algorithm).__name__}")
+  if not isinstance(layout, WorkerLayout):
+    raise TypeError(f"layout must be an easgd.workers.WorkerLayout (make_layout), got "
+                    f"{type(layout).__name__}")
   donate = (0, 1) if donate_state else ()
 
   def mapped(fn):
@@ -293,9 +310,9 @@ def map_step(algorithm, layout: WorkerLayout, donate_state: bool = True) -> Call
 
   def step_fn(worker, shared, batch, key, clock):
     if (isinstance(clock, bool) or not isinstance(clock, numbers.Integral)
-        or clock < 0):
-      raise ValueError(f"clock must be the int number of steps taken (>= 0), "
-                       f"got {clock!r}")
+        or not 0 <= clock <= 2**31 - 1):
+      raise ValueError(f"clock must be the int number of steps taken, in "
+                       f"[0, 2**31 - 1], got {clock!r}")
     return programs[pick(clock)](worker, shared, batch, key)
   step_fn.programs = programs
   return step_fn

@@ -57,6 +57,26 @@ def test_wall_time_of_a_resumed_run_adds_up_its_invocations(tmp_path):
   assert summary["wall_time_s"] == again["wall_time_s"]
 
 
+@pytest.mark.parametrize("damage", ["truncate", "delete", "no_step_0"])
+def test_resume_refuses_a_damaged_or_missing_history_before_compiling(tmp_path, damage):
+  trainer.train_and_evaluate(TINY, tmp_path, stop_after_steps=5)
+  path = tmp_path / "metrics.jsonl"
+  if damage == "truncate":
+    path.write_text(path.read_text()[:40])
+  elif damage == "delete":
+    path.unlink()
+  else:
+    path.write_text("")
+  compiles = []
+  monitoring.register_event_duration_secs_listener(
+      lambda name, *a, **k: compiles.append(name)
+      if name == "/jax/core/compile/backend_compile_duration" else None)
+  with pytest.raises(ConfigError, match="cannot resume: '.*metrics.jsonl'"):
+    trainer.train_and_evaluate(TINY, tmp_path, resume=True)
+  assert compiles == []
+  assert checkpoint.Checkpointer(tmp_path).latest_step() == 5  # left as it was
+
+
 def test_same_seed_twice_gives_identical_metrics_files(tmp_path):
   trainer.train_and_evaluate(TINY, tmp_path / "a")
   trainer.train_and_evaluate(TINY, tmp_path / "b")

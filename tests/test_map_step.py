@@ -162,7 +162,7 @@ def test_the_programs_the_trainer_runs_communicate_what_the_accounting_counts(na
   assert count > 0
 
 
-@pytest.mark.parametrize("clock", [-1, 1.0, True, "3", None])
+@pytest.mark.parametrize("clock", [-1, 1.0, True, "3", None, 2**31])
 def test_a_clock_that_is_not_a_step_count_is_refused_before_running(clock):
   params, loss_fn = mlp_setup()
   algo = make("easgd", loss_fn)
@@ -170,3 +170,21 @@ def test_a_clock_that_is_not_a_step_count_is_refused_before_running(clock):
   step = workers.map_step(algo, layout)
   with pytest.raises(ValueError, match="clock must be the int number of steps"):
     step(None, None, None, None, clock)
+
+
+def test_bad_exchange_flags_schedules_and_arguments_are_refused():
+  params, loss_fn = mlp_setup()
+  algo = make("easgd", loss_fn)
+  worker, shared = algo.init(params)
+  for name in ("easgd", "local_sgd"):
+    with pytest.raises(TypeError, match="exchange must be None or a Python bool"):
+      make(name, loss_fn).step(worker, shared, None, jax.random.key(0), exchange=1)
+  with pytest.raises(algorithms.elastic.HyperparameterError, match="tau"):
+    algorithms.every_tau_steps(0)
+  with pytest.raises(algorithms.elastic.HyperparameterError, match="tau"):
+    algorithms.every_tau_steps(2.5)
+  layout = workers.make_layout(4, 2)
+  with pytest.raises(TypeError, match="algorithm must be an easgd.algorithms.Algorithm"):
+    workers.map_step("easgd", layout)
+  with pytest.raises(TypeError, match="layout must be an easgd.workers.WorkerLayout"):
+    workers.map_step(algo, "layout")

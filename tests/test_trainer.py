@@ -132,6 +132,38 @@ def test_overwrite_keeps_the_earlier_run_until_the_new_one_completes(tmp_path):
   assert (tmp_path / "summary.json").read_text() != "{}"
 
 
+def test_two_failed_overwrites_in_a_row_keep_the_last_finished_run(tmp_path):
+  trainer.train_and_evaluate(TINY.replace(num_epochs=1), tmp_path)
+  before = (tmp_path / "metrics.jsonl").read_text()
+  diverging = TINY.replace(num_epochs=1, learning_rate=1e30, warmup_epochs=0.5,
+                           checkpoint_every_steps=1)
+  for _ in range(2):
+    with pytest.raises(trainer.DivergenceError):
+      trainer.train_and_evaluate(diverging, tmp_path, overwrite=True)
+  aside = tmp_path / trainer.PREVIOUS_RUN_DIR
+  assert (aside / "metrics.jsonl").read_text() == before
+  assert (aside / "summary.json").is_file()
+
+
+def test_numpy_scalars_in_the_config_are_plain_values_in_the_written_files(tmp_path):
+  cfg = TINY.replace(num_epochs=1, tau=np.int64(3), learning_rate=np.float32(0.1),
+                     num_workers=np.int64(4), global_batch_size=np.int32(64),
+                     lr_decay_epochs=(np.float64(0.5),))
+  summary = trainer.train_and_evaluate(cfg, tmp_path, stop_after_steps=np.int64(5))
+  assert summary["status"] == "stopped" and summary["steps_done"] == 5
+  written = json.loads((tmp_path / "summary.json").read_text())["config"]
+  assert written["tau"] == 3 and type(written["tau"]) is int
+  assert written["lr_decay_epochs"] == [0.5]
+  assert json.loads((tmp_path / "config.json").read_text())["num_workers"] == 4
+
+
+def test_empty_workdir_is_refused(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  with pytest.raises(ConfigError, match="workdir must be a non-empty path"):
+    trainer.train_and_evaluate(TINY, "")
+  assert not any(tmp_path.iterdir())
+
+
 def test_unwritable_workdir_is_refused_before_compiling(tmp_path):
   (tmp_path / "file").write_text("")
   with pytest.raises(ConfigError, match="cannot be written"):
