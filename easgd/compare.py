@@ -43,7 +43,16 @@ def _row(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def results_table(rows: Sequence[dict[str, Any]]) -> str:
-  """A Markdown table of compare rows."""
+  """A Markdown table of compare rows.
+
+  Args:
+    rows: one dict per algorithm, as :func:`_row` makes from a run summary
+      (algorithm, num_workers, tau, beta, epochs, test_accuracy (fraction),
+      best_test_accuracy, all_reduces_per_worker, mb_per_worker, wall_time_s).
+
+  Returns:
+    The table as Markdown text, one line per row, accuracies in percent.
+  """
   head = ("| algorithm | p | tau | beta | epochs | center test acc. (final) | best | "
           "all-reduces / worker | MB / worker | wall time (s) |")
   lines = [head, "|" + "---|" * 10]

@@ -214,6 +214,9 @@ class TrainConfig:
                         f"{self.lr_decay_epochs!r}")
     for e in self.lr_decay_epochs:
       _real("lr_decay_epochs entry", e, 0, open_low=True)
+    if self.lr_decay_epochs and self.lr_schedule != "step":
+      raise ConfigError(f"lr_decay_epochs={tuple(self.lr_decay_epochs)} has no effect "
+                        f"with lr_schedule {self.lr_schedule!r}; use lr_schedule 'step'")
     _real("lr_decay_factor", self.lr_decay_factor, 0, 1, open_low=True)
     _real("momentum", self.momentum, 0, 1, open_high=True)
     _real("weight_decay", self.weight_decay, 0)

@@ -41,7 +41,16 @@ ASYNC_ALGORITHMS = ("async_easgd", "async_eamsgd", "downpour", "mdownpour",
 
 
 def exchange_schedule(config) -> asynchronous.ExchangeSchedule:
-  """The exchange schedule of ``config`` (order, speeds, staleness)."""
+  """The exchange schedule of ``config`` (order, speeds, staleness).
+
+  Args:
+    config: a validated ``TrainConfig`` (num_workers, schedule, worker_speeds,
+      max_worker_speed, staleness, seed).
+
+  Returns:
+    The ``easgd.asynchronous.ExchangeSchedule`` of the asynchronous algorithms
+    (Algorithms 1-2 of the paper, simulated).
+  """
   speeds = asynchronous.resolve_worker_speeds(
       config.num_workers, config.worker_speeds, config.max_worker_speed, config.seed)
   return asynchronous.exchange_schedule(config.num_workers, config.schedule, speeds,

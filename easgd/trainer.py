@@ -53,6 +53,10 @@ def make_schedule(config: TrainConfig, steps_per_epoch: int) -> optax.Schedule:
 
   Returns:
     An ``optax.Schedule`` of the step count (per worker).
+
+  Raises:
+    ConfigError: two decay epochs fall on the same step, or one falls inside
+      the warm-up (they would be merged or lost silently).
   """
   lr = config.learning_rate
   total = config.num_epochs * steps_per_epoch
@@ -62,9 +66,14 @@ def make_schedule(config: TrainConfig, steps_per_epoch: int) -> optax.Schedule:
   elif config.lr_schedule == "cosine":
     main = optax.cosine_decay_schedule(lr, max(total - warmup, 1))
   else:  # step
-    boundaries = {int(round(e * steps_per_epoch)) - warmup: config.lr_decay_factor
-                  for e in config.lr_decay_epochs}
-    main = optax.piecewise_constant_schedule(lr, boundaries)
+    steps = [int(round(e * steps_per_epoch)) - warmup for e in config.lr_decay_epochs]
+    if len(set(steps)) != len(steps) or any(t <= 0 for t in steps):
+      raise ConfigError(
+          f"lr_decay_epochs={tuple(config.lr_decay_epochs)} fall on steps "
+          f"{[t + warmup for t in steps]} ({steps_per_epoch} steps per epoch, warm-up "
+          f"{warmup} steps); allowed: distinct steps after the warm-up")
+    main = optax.piecewise_constant_schedule(
+        lr, {t: config.lr_decay_factor for t in steps})
   if warmup == 0:
     return main
   return optax.join_schedules(
@@ -78,6 +87,16 @@ def make_optimizer(config: TrainConfig, steps_per_epoch: int
   "sgd", "momentum" and "nesterov" are ``optax.sgd``; "adam" and "adamw" the
   Optax ones. ``weight_decay`` is an L2 term added to the gradient
   (``optax.add_decayed_weights``) except for "adamw", which decouples it.
+
+  Args:
+    config: a validated config (optimizer, momentum, weight_decay, schedule).
+    steps_per_epoch: optimizer steps per epoch, to convert the schedule.
+
+  Returns:
+    The ``optax.GradientTransformation`` each worker uses locally.
+
+  Raises:
+    ConfigError: from :func:`make_schedule`.
   """
   schedule = make_schedule(config, steps_per_epoch)
   name = config.optimizer
@@ -122,6 +141,17 @@ def make_algorithm(config: TrainConfig, loss_fn, optimizer) -> algorithms.Algori
 
   "easgd" and "pmean_sgd" are built here; every other name by
   ``easgd.registry.make_algorithm``.
+
+  Args:
+    config: a validated config (algorithm, num_workers, tau, alpha/beta, ...).
+    loss_fn: ``loss_fn(params, batch, key) -> float32 scalar`` (:func:`make_loss_fn`).
+    optimizer: the local optimizer (:func:`make_optimizer`).
+
+  Returns:
+    An ``easgd.algorithms.Algorithm``.
+
+  Raises:
+    easgd.elastic.HyperparameterError: a hyperparameter out of range.
   """
   if config.algorithm == "easgd":
     return algorithms.easgd(loss_fn, optimizer, num_workers=config.num_workers,

@@ -364,14 +364,31 @@ def _put(tree, layout: WorkerLayout):
 
 
 def replicate_per_worker(tree, layout: WorkerLayout):
-  """Copies one value to every worker: leaves become [d, w, ...], bitwise equal."""
+  """Copies one value to every worker: leaves become [d, w, ...], bitwise equal.
+
+  Args:
+    tree: a pytree of arrays (any shapes and dtypes), e.g. ``Algorithm.init``'s
+      worker state.
+    layout: d = ``layout.num_devices`` devices, w = workers per device.
+
+  Returns:
+    The pytree with leaves [d, w, *shape] (dtype kept), sharded over the devices.
+  """
   d, w = layout.num_devices, layout.workers_per_device
   return _put(jax.tree.map(
       lambda x: np.broadcast_to(np.asarray(x), (d, w, *np.shape(x))), tree), layout)
 
 
 def replicate_per_device(tree, layout: WorkerLayout):
-  """Copies one value to every device: leaves become [d, ...], bitwise equal."""
+  """Copies one value to every device: leaves become [d, ...], bitwise equal.
+
+  Args:
+    tree: a pytree of arrays, e.g. ``Algorithm.init``'s shared state.
+    layout: d = ``layout.num_devices`` devices.
+
+  Returns:
+    The pytree with leaves [d, *shape] (dtype kept), sharded over the devices.
+  """
   d = layout.num_devices
   return _put(jax.tree.map(
       lambda x: np.broadcast_to(np.asarray(x), (d, *np.shape(x))), tree), layout)
@@ -438,6 +455,12 @@ def to_host(tree):
   Leaves that this process cannot address fully (multi-process runs) are
   gathered with ``multihost_utils.process_allgather``: a collective, so every
   process must call this at the same point. Others are ``np.asarray``.
+
+  Args:
+    tree: a pytree of arrays (jax.Array or NumPy).
+
+  Returns:
+    The pytree with NumPy leaves of the same global shapes and dtypes.
   """
   def host(x):
     if isinstance(x, jax.Array) and not x.is_fully_addressable:
@@ -451,6 +474,12 @@ def merge_workers(tree):
   """Inverse of :func:`split_workers`: [d, w, ...] -> host [num_workers, ...].
 
   Gathers across processes (see :func:`to_host`).
+
+  Args:
+    tree: a pytree of "worker" values, leaves [d, w, *shape].
+
+  Returns:
+    The pytree with NumPy leaves [d * w, *shape], worker i at index i.
   """
   return jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), to_host(tree))
 
@@ -461,6 +490,12 @@ def first_copy(tree):
   Shared values are bitwise equal on all devices (they are the outputs of the
   same all-reduces); tests check this with :func:`shared_copies_equal`. No
   communication: in a multi-process run each process reads its own copy.
+
+  Args:
+    tree: a pytree of "shared" values, leaves [d, *shape].
+
+  Returns:
+    The pytree with NumPy leaves [*shape] (dtype kept).
   """
   def first(x):
     if isinstance(x, jax.Array) and not x.is_fully_addressable:

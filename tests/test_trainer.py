@@ -148,13 +148,25 @@ def test_two_failed_overwrites_in_a_row_keep_the_last_finished_run(tmp_path):
 def test_numpy_scalars_in_the_config_are_plain_values_in_the_written_files(tmp_path):
   cfg = TINY.replace(num_epochs=1, tau=np.int64(3), learning_rate=np.float32(0.1),
                      num_workers=np.int64(4), global_batch_size=np.int32(64),
-                     lr_decay_epochs=(np.float64(0.5),))
+                     lr_schedule="step", lr_decay_epochs=(np.float64(0.5),))
   summary = trainer.train_and_evaluate(cfg, tmp_path, stop_after_steps=np.int64(5))
   assert summary["status"] == "stopped" and summary["steps_done"] == 5
   written = json.loads((tmp_path / "summary.json").read_text())["config"]
   assert written["tau"] == 3 and type(written["tau"]) is int
   assert written["lr_decay_epochs"] == [0.5]
   assert json.loads((tmp_path / "config.json").read_text())["num_workers"] == 4
+
+
+def test_decay_points_that_would_be_merged_or_ignored_are_refused():
+  step = TINY.replace(lr_schedule="step")
+  with pytest.raises(ConfigError, match="allowed: distinct steps after the warm-up"):
+    trainer.make_schedule(step.replace(lr_decay_epochs=(0.5, 0.51)), 10)
+  with pytest.raises(ConfigError, match="allowed: distinct steps after the warm-up"):
+    trainer.make_schedule(step.replace(lr_decay_epochs=(0.5,), warmup_epochs=1.0), 10)
+  with pytest.raises(ConfigError, match="has no effect with lr_schedule 'constant'"):
+    TINY.replace(lr_decay_epochs=(0.5,)).validate()
+  schedule = trainer.make_schedule(step.replace(lr_decay_epochs=(0.5, 0.8)), 10)
+  assert [float(schedule(t)) for t in (4, 5, 8)] == pytest.approx([0.1, 0.01, 0.001])
 
 
 def test_empty_workdir_is_refused(tmp_path, monkeypatch):
