@@ -79,7 +79,9 @@ class Algorithm(NamedTuple):
       decides on the device from the clock (``lax.cond``); a Python bool, which
       must equal ``exchange_at(t)``, compiles the step with or without the
       communication and no conditional. ``easgd.workers.map_step`` uses it to
-      run two programs, picked per step on the host.
+      run two programs, picked per step on the host; it also evaluates
+      ``exchange_at`` on the shared state's int32 counter ``shared.step`` (so
+      such algorithms keep one) to check the host's clock on the device.
   """
   name: str
   init: Callable
@@ -178,7 +180,9 @@ def every_tau_steps(tau: int, offset: int = 0) -> Callable[[int], bool]:
     offset: 0 or 1 (see above).
 
   Returns:
-    ``exchange_at(t: int) -> bool`` for the step at clock t (steps taken).
+    ``exchange_at(t) -> bool`` for the step at clock t (steps taken); given an
+    int32 array (the state's counter, traced) it returns a bool array, which
+    ``easgd.workers.map_step`` uses to check the host's clock on the device.
 
   Raises:
     HyperparameterError: tau is not an integer >= 1, or offset not 0 or 1.
@@ -189,7 +193,7 @@ def every_tau_steps(tau: int, offset: int = 0) -> Callable[[int], bool]:
   tau = elastic.check_tau(tau)
   if offset not in (0, 1) or isinstance(offset, bool):
     raise elastic.HyperparameterError(f"offset must be 0 or 1, got {offset!r}")
-  return lambda t: (int(t) + offset) % tau == 0
+  return lambda t: (t + offset) % tau == 0
 
 
 def check_exchange_flag(exchange) -> None:

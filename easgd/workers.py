@@ -265,9 +265,12 @@ def map_step(algorithm, layout: WorkerLayout, donate_state: bool = True) -> Call
   their one step program and ignore ``clock``. The results are those of
   ``map_workers(algorithm.step, ...)`` at the same clock up to float32
   rounding (XLA fuses the update differently without the conditional;
-  ``tests/test_map_step.py``). ``clock`` must be the state's step count: it is
-  not read back from the device (that would wait for every step), so a wrong
-  clock runs the wrong program.
+  ``tests/test_map_step.py``). ``clock`` must be the state's step count. It is
+  not read back from the device (that would wait for every step); instead each
+  scheduled program compares ``exchange_at`` of the state's counter with its
+  own flag and returns a NaN loss for every worker when they disagree, so a
+  wrong clock shows as a non-finite loss (the trainer always passes the right
+  one).
 
   Args:
     algorithm: an ``easgd.algorithms.Algorithm``.
@@ -304,8 +307,14 @@ def map_step(algorithm, layout: WorkerLayout, donate_state: bool = True) -> Call
     programs = {None: mapped(algorithm.step)}
     pick = lambda clock: None
   else:
-    programs = {flag: mapped(functools.partial(algorithm.step, exchange=flag))
-                for flag in (False, True)}
+    def checked(flag):  # the step with the exchange fixed to flag, clock checked
+      def step(worker, shared, batch, key):
+        worker_out, shared_out, loss = algorithm.step(worker, shared, batch, key,
+                                                      exchange=flag)
+        right = algorithm.exchange_at(shared.step) == flag  # this program's steps
+        return worker_out, shared_out, jnp.where(right, loss, jnp.nan)
+      return step
+    programs = {flag: mapped(checked(flag)) for flag in (False, True)}
     pick = lambda clock: bool(algorithm.exchange_at(clock))
 
   def step_fn(worker, shared, batch, key, clock):

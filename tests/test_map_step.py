@@ -188,3 +188,27 @@ def test_bad_exchange_flags_schedules_and_arguments_are_refused():
     workers.map_step("easgd", layout)
   with pytest.raises(TypeError, match="layout must be an easgd.workers.WorkerLayout"):
     workers.map_step(algo, "layout")
+
+
+@pytest.mark.parametrize("name", ["easgd", "local_sgd"])
+def test_a_clock_that_disagrees_with_the_state_gives_a_nan_loss(name):
+  params, loss_fn = mlp_setup()
+  algo = make(name, loss_fn)
+  layout = workers.make_layout(4, 2)
+  step = workers.map_step(algo, layout, donate_state=False)
+  worker, shared = algo.init(params)
+  worker = workers.replicate_per_worker(worker, layout)
+  shared = workers.replicate_per_device(shared, layout)
+  xs, ys = random_batches(1, 4, 4)
+  batch = workers.split_workers((xs[0], ys[0]), layout)
+  key = jax.random.key(0)
+  _, _, right = step(worker, shared, batch, key, 0)
+  assert np.all(np.isfinite(workers.merge_workers(right)))
+  wrong_clock = next(t for t in range(1, 2 * TAU)
+                     if algo.exchange_at(t) != algo.exchange_at(0))
+  _, _, wrong = step(worker, shared, batch, key, wrong_clock)  # the state is at 0
+  assert np.all(np.isnan(workers.merge_workers(wrong)))
+  # a wrong clock that happens to name the same program is harmless: same values
+  same = next(t for t in range(1, 2 * TAU) if algo.exchange_at(t) == algo.exchange_at(0))
+  _, _, also = step(worker, shared, batch, key, same)
+  np.testing.assert_array_equal(workers.merge_workers(also), workers.merge_workers(right))
