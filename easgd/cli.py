@@ -223,6 +223,8 @@ def main(argv=None) -> int:
 
 
 def _run(args) -> int:
+  if not str(args.workdir).strip():
+    raise ConfigError(f"--workdir must be a non-empty path, got {args.workdir!r}")
   if args.command == "sweep":
     from easgd.sweep import main_sweep
     return main_sweep(args)

@@ -95,7 +95,7 @@ def compare(config: TrainConfig, workdir,
   if len(set(algorithms)) != len(algorithms):
     raise ConfigError(f"algorithms has repeats: {algorithms}")
   if not str(workdir).strip():
-    raise ConfigError("workdir must be a non-empty path, got ''")
+    raise ConfigError(f"workdir must be a non-empty path, got {str(workdir)!r}")
   workdir = Path(workdir)
   configs = [_for_algorithm(config, a).validate() for a in algorithms]
   for a in algorithms:

@@ -573,9 +573,18 @@ def _read_history(workdir: Path, up_to_step: int | None = None) -> list[dict[str
   except OSError as e:
     raise ConfigError(f"cannot resume: '{path}' (the run's evaluation history) cannot "
                       f"be read: {e.strerror or e}") from None
+  except ValueError as e:  # not UTF-8
+    raise ConfigError(f"cannot resume: '{path}' is damaged ({type(e).__name__}); "
+                      "start the run again with --overwrite") from None
   try:
     records = [json.loads(l) for l in text.splitlines() if l.strip()]
-    steps = [int(r["step"]) for r in records]
+    steps = [r["step"] for r in records]
+    for r in records:
+      if not all(isinstance(r[k], (int, float)) and not isinstance(r[k], bool)
+                 for k in ("test_accuracy", "test_loss")):
+        raise ValueError(f"record of step {r['step']!r} without numeric test metrics")
+    if not all(isinstance(t, int) and not isinstance(t, bool) for t in steps):
+      raise ValueError(f"steps must be integers, got {steps}")
   except (ValueError, KeyError, TypeError) as e:
     raise ConfigError(f"cannot resume: '{path}' is damaged ({type(e).__name__}: {e}); "
                       "start the run again with --overwrite") from None
@@ -629,7 +638,7 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
       or stop_after_steps < 1):
     raise ConfigError(f"stop_after_steps must be an integer >= 1, got {stop_after_steps!r}")
   if not str(workdir).strip():
-    raise ConfigError("workdir must be a non-empty path, got ''")
+    raise ConfigError(f"workdir must be a non-empty path, got {str(workdir)!r}")
   workdir = Path(workdir)
   hint = stability_warning(config)
   if hint:
@@ -665,6 +674,13 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
     worker, shared, step, epoch_losses = run.from_checkpoint(
         ckpt.restore(target=run.checkpoint_target()))
     history = _read_history(workdir, step)
+    expected = _evaluation_steps(config, run.steps_per_epoch, step)
+    if [r["step"] for r in history] != expected:
+      ckpt.close()
+      raise ConfigError(
+          f"cannot resume: '{workdir / METRICS_FILE}' holds evaluations at steps "
+          f"{[r['step'] for r in history]} up to the checkpoint at step {step}; "
+          f"expected {expected}; start the run again with --overwrite")
   else:
     worker, shared = run.initial_state()
     step, epoch_losses, history = 0, [], []
@@ -755,6 +771,15 @@ def _earlier_wall_time(workdir: Path) -> float:
   except (OSError, ValueError, KeyError, TypeError):
     return 0.0
   return float(value) if isinstance(value, (int, float)) and value >= 0 else 0.0
+
+
+def _evaluation_steps(config: TrainConfig, steps_per_epoch: int, up_to_step: int
+                      ) -> list[int]:
+  """The steps of the evaluations a run has recorded by ``up_to_step``: step 0
+  and the ends of the evaluated epochs (every ``eval_every_epochs``, and the
+  last epoch)."""
+  return [0] + [e * steps_per_epoch for e in range(1, up_to_step // steps_per_epoch + 1)
+                if e % config.eval_every_epochs == 0 or e == config.num_epochs]
 
 
 def _jsonl(records) -> str:

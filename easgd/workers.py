@@ -269,8 +269,9 @@ def map_step(algorithm, layout: WorkerLayout, donate_state: bool = True) -> Call
   not read back from the device (that would wait for every step); instead each
   scheduled program compares ``exchange_at`` of the state's counter with its
   own flag and returns a NaN loss for every worker when they disagree, so a
-  wrong clock shows as a non-finite loss (the trainer always passes the right
-  one).
+  clock that picks the wrong program shows as a non-finite loss (a wrong clock
+  that picks the right program computes the right step; the trainer always
+  passes the right clock).
 
   Args:
     algorithm: an ``easgd.algorithms.Algorithm``.

@@ -57,24 +57,46 @@ def test_wall_time_of_a_resumed_run_adds_up_its_invocations(tmp_path):
   assert summary["wall_time_s"] == again["wall_time_s"]
 
 
-@pytest.mark.parametrize("damage", ["truncate", "delete", "no_step_0"])
-def test_resume_refuses_a_damaged_or_missing_history_before_compiling(tmp_path, damage):
-  trainer.train_and_evaluate(TINY, tmp_path, stop_after_steps=5)
+@pytest.mark.parametrize("damage", ["truncate", "delete", "no_step_0", "not_utf8",
+                                    "no_metrics", "lost_record"])
+def test_resume_refuses_a_damaged_or_missing_history_before_compiling(tmp_path, damage,
+                                                                       monkeypatch):
+  # 26 steps: the step-0 and epoch-1 (step 22) evaluations are recorded
+  trainer.train_and_evaluate(TINY, tmp_path, stop_after_steps=26)
   path = tmp_path / "metrics.jsonl"
+  lines = path.read_text().splitlines(keepends=True)
+  assert len(lines) == 2
   if damage == "truncate":
     path.write_text(path.read_text()[:40])
   elif damage == "delete":
     path.unlink()
-  else:
+  elif damage == "no_step_0":
     path.write_text("")
+  elif damage == "not_utf8":
+    path.write_bytes(path.read_bytes() + b"\xff\n")
+  elif damage == "no_metrics":
+    path.write_text(lines[0] + '{"step": 22}\n')
+  else:  # a whole record gone, the file still well formed
+    path.write_text(lines[0])
   compiles = []
   monitoring.register_event_duration_secs_listener(
       lambda name, *a, **k: compiles.append(name)
       if name == "/jax/core/compile/backend_compile_duration" else None)
+  steps_run = []
+  map_step = trainer.workers.map_step
+
+  def recording_map_step(*args, **kwargs):  # records every call of the training step
+    step_fn = map_step(*args, **kwargs)
+    return lambda *a: steps_run.append(a[-1]) or step_fn(*a)
+  monkeypatch.setattr(trainer.workers, "map_step", recording_map_step)
+  before = (tmp_path / "summary.json").read_text()
   with pytest.raises(ConfigError, match="cannot resume: '.*metrics.jsonl'"):
     trainer.train_and_evaluate(TINY, tmp_path, resume=True)
-  assert compiles == []
-  assert checkpoint.Checkpointer(tmp_path).latest_step() == 5  # left as it was
+  assert steps_run == []  # the training step never ran (nor compiled)
+  if damage != "lost_record":  # found from the file alone, before building the run
+    assert compiles == []
+  assert checkpoint.Checkpointer(tmp_path).latest_step() == 26  # left as it was
+  assert (tmp_path / "summary.json").read_text() == before
 
 
 def test_same_seed_twice_gives_identical_metrics_files(tmp_path):

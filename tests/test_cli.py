@@ -93,3 +93,16 @@ def test_broken_config_files_and_run_configs_are_one_line_errors(tmp_path, capsy
   assert cli.main(["train", "--workdir", str(run), "--resume"]) == 2
   err = capsys.readouterr().err
   assert err.count("\n") == 1 and "is not a readable run config" in err
+
+
+@pytest.mark.parametrize("command", [["train"], ["compare"], ["sweep"],
+                                     ["export", "--out", "x.msgpack"]])
+@pytest.mark.parametrize("workdir", ["", " "])
+def test_blank_workdir_is_refused_by_every_command(command, workdir, tmp_path, capsys,
+                                                   monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  assert cli.main([command[0], "--workdir", workdir, *command[1:]]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.startswith("easgd: error:") and "non-empty path" in err
+  assert repr(workdir) in err and len(err.splitlines()) == 1
+  assert not any(tmp_path.iterdir())
