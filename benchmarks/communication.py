@@ -51,7 +51,6 @@ def main():
 
   import common
   from easgd import algorithms, models, trainer, workers
-  from easgd.asynchronous import SCHEDULES  # noqa: F401  (registry dependency)
   from easgd.config import TrainConfig
   from easgd.registry import ASYNC_ALGORITHMS, MOMENTUM_ALGORITHMS
 

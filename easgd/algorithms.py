@@ -196,6 +196,28 @@ def every_tau_steps(tau: int, offset: int = 0) -> Callable[[int], bool]:
   return lambda t: (t + offset) % tau == 0
 
 
+def periodic_communication(tau: int, offset: int = 0) -> Callable[[int, int], Communication]:
+  """``Algorithm.communication`` of an algorithm with schedule ``every_tau_steps(tau, offset)``.
+
+  One parameter-sized all-reduce on each step t < num_steps with
+  tau | (t + offset): ceil(num_steps / tau) exchanges for offset 0 (t = 0
+  included), floor(num_steps / tau) for offset 1.
+
+  Args:
+    tau: communication period in steps, an integer >= 1.
+    offset: 0 or 1, as in :func:`every_tau_steps`.
+
+  Returns:
+    ``communication(num_steps, param_bytes) -> Communication`` per worker
+    (bytes = exchanges * param_bytes).
+  """
+  def communication(num_steps, param_bytes):
+    n = int(num_steps)
+    exchanges = (n - 1 + offset) // tau - (offset - 1) // tau if n > 0 else 0
+    return Communication(exchanges, exchanges * int(param_bytes))
+  return communication
+
+
 def check_exchange_flag(exchange) -> None:
   """``exchange`` of a step: None (decided on the device) or a Python bool.
 
@@ -284,15 +306,11 @@ def easgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None
     return (EASGDWorker(params, opt_state), EASGDShared(center, shared.step + 1),
             loss)
 
-  def communication(num_steps, param_bytes):
-    exchanges = -(-int(num_steps) // tau)  # steps t < num_steps with tau | t
-    return Communication(exchanges, exchanges * int(param_bytes))
-
   return Algorithm(
       name="easgd", init=init, step=step,
       center=lambda shared: shared.center,
       worker_params=lambda worker, shared: worker.params,
-      communication=communication,
+      communication=periodic_communication(tau),
       hyperparameters=dict(num_workers=int(num_workers), tau=tau, alpha=alpha,
                            beta=alpha * num_workers,
                            reset_opt_state=bool(reset_opt_state)),

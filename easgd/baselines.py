@@ -41,7 +41,8 @@ from jax import lax
 
 from easgd import asynchronous, elastic, momentum as momentum_lib
 from easgd.algorithms import (Algorithm, Communication, LossFn, _local_optimizer,
-                              check_exchange_flag, every_tau_steps, worker_key)
+                              check_exchange_flag, every_tau_steps,
+                              periodic_communication, worker_key)
 from easgd.workers import WORKER_AXES
 
 Params = Any
@@ -463,6 +464,7 @@ class LocalShared(NamedTuple):
 def _periodic(name, loss_fn, optimizer, *, num_workers, tau, learning_rate, outer,
               hyperparameters, axis_name):
   tau = elastic.check_tau(tau)
+  exchange_at = every_tau_steps(tau, offset=1)  # host and device use this schedule
   optimizer = _local_optimizer(optimizer, learning_rate)
   if (isinstance(num_workers, bool) or not isinstance(num_workers, numbers.Integral)
       or num_workers < 1):
@@ -495,23 +497,18 @@ def _periodic(name, loss_fn, optimizer, *, num_workers, tau, learning_rate, oute
       return params, shared.center, shared.outer_state
 
     if exchange is None:  # decided on the device; else fixed by the host
-      params, center, outer_state = lax.cond((shared.step + 1) % tau == 0, sync, keep,
-                                             None)
+      params, center, outer_state = lax.cond(exchange_at(shared.step), sync, keep, None)
     else:
       params, center, outer_state = (sync if exchange else keep)(None)
     return (LocalWorker(params, opt_state),
             LocalShared(center, outer_state, shared.step + 1), loss)
 
-  def communication(num_steps, param_bytes):
-    n = int(num_steps) // tau
-    return Communication(n, n * int(param_bytes))
-
   return Algorithm(
       name=name, init=init, step=step, center=lambda shared: shared.center,
       worker_params=lambda worker, shared: worker.params,
-      communication=communication,
+      communication=periodic_communication(tau, offset=1),
       hyperparameters=dict(hyperparameters, num_workers=int(num_workers), tau=tau),
-      exchange_at=every_tau_steps(tau, offset=1))
+      exchange_at=exchange_at)
 
 
 def local_sgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,

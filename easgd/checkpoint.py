@@ -22,7 +22,6 @@ checkpoint; ``max_to_keep`` keeps the last k.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any

@@ -253,9 +253,7 @@ def _run(args) -> int:
     base = saved_config(args.workdir)
   else:
     base = TrainConfig()
-  config = base.replace(**overrides)
-  if args.command == "train":  # compare validates one config per algorithm
-    config = config.validate()
+  config = base.replace(**overrides)  # train_and_evaluate / compare validate it
   if args.command == "train":
     from easgd.trainer import train_and_evaluate
     summary = train_and_evaluate(config, args.workdir, overwrite=args.overwrite,

@@ -250,8 +250,6 @@ class TrainConfig:
   def _validate_algorithm_fields(self) -> None:
     """The fields of the algorithms of ``easgd.registry``."""
     from easgd.registry import MOMENTUM_ALGORITHMS
-    if not isinstance(self.reset_opt_state, bool):
-      raise ConfigError(f"reset_opt_state must be a bool, got {self.reset_opt_state!r}")
     _choice("schedule", self.schedule, EXCHANGE_SCHEDULES)
     if not isinstance(self.worker_speeds, (tuple, list)):
       raise ConfigError(f"worker_speeds must be a tuple (one integer per worker), "
@@ -286,7 +284,7 @@ class TrainConfig:
     d["resolved_alpha"] = self.resolved_alpha
     d["resolved_beta"] = self.resolved_alpha * self.num_workers
     d["per_worker_batch_size"] = self.per_worker_batch_size
-    return d
+    return {k: _plain(v) for k, v in d.items()}  # NumPy scalars as Python numbers
 
   @classmethod
   def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
@@ -304,7 +302,8 @@ class TrainConfig:
     return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
   def to_json(self) -> str:
-    return json.dumps(self.to_dict(), indent=2, sort_keys=True, default=_plain)
+    """:meth:`to_dict` as JSON text (sorted keys)."""
+    return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
 
 # Upper bounds that keep values inside int32 clocks and memory that exists.
@@ -317,13 +316,6 @@ MAX_STALENESS = 1024     # master updates (a buffer of that many centers is kept
 def _momentum_algorithms():
   from easgd.registry import MOMENTUM_ALGORITHMS
   return MOMENTUM_ALGORITHMS
-
-
-def _plain(value):
-  """JSON fallback: NumPy scalars as Python numbers."""
-  if hasattr(value, "item"):
-    return value.item()
-  raise TypeError(f"{value!r} is not JSON serializable")
 
 
 def _choice(name, value, allowed):

@@ -62,10 +62,6 @@ class DistributedError(ValueError):
   """The process settings are missing or inconsistent."""
 
 
-class PeerLostError(RuntimeError):
-  """Another process of the run stopped responding."""
-
-
 @dataclasses.dataclass(frozen=True)
 class ProcessSetup:
   """How this process joins a multi-process run.

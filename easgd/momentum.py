@@ -38,8 +38,9 @@ import jax.numpy as jnp
 import optax
 
 from easgd import elastic
-from easgd.algorithms import (Algorithm, Communication, EASGDShared, LossFn,
-                              _local_optimizer, elastic_step_setup, every_tau_steps)
+from easgd.algorithms import (Algorithm, EASGDShared, LossFn,
+                              _local_optimizer, elastic_step_setup, every_tau_steps,
+                              periodic_communication)
 from easgd.workers import WORKER_AXES
 
 Params = Any
@@ -203,15 +204,11 @@ def eamsgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = Non
     return (EAMSGDWorker(params, velocity, opt_state),
             EASGDShared(center, shared.step + 1), loss)
 
-  def communication(num_steps, param_bytes):
-    exchanges = -(-int(num_steps) // tau)
-    return Communication(exchanges, exchanges * int(param_bytes))
-
   return Algorithm(
       name="eamsgd", init=init, step=step,
       center=lambda shared: shared.center,
       worker_params=lambda worker, shared: worker.params,
-      communication=communication,
+      communication=periodic_communication(tau),
       hyperparameters=dict(num_workers=int(num_workers), tau=tau, alpha=alpha,
                            beta=alpha * num_workers, momentum=momentum,
                            reset_opt_state=bool(reset_opt_state)),

@@ -108,7 +108,11 @@ def _real_scalar(name: str, value, *, minimum: float | None = None,
 
 
 def _radius_2x2(a11, a12, a21, a22) -> np.ndarray:
-  """max |eigenvalue| of [[a11, a12], [a21, a22]], elementwise over arrays."""
+  """max |eigenvalue| of [[a11, a12], [a21, a22]], elementwise over arrays.
+
+  Closed form instead of ``np.linalg.eigvals``: the synchronous period map's
+  entries overflow to inf/nan for large tau, which eigvals rejects (here such
+  cells come out as inf, unstable), and the tests check it against eigvals."""
   with np.errstate(all="ignore"):
     half_trace = 0.5 * (a11 + a22)
     disc = (0.5 * (a11 - a22)) ** 2 + a12 * a21

@@ -287,7 +287,7 @@ def make_sweep_fn(loss_fn: Callable, num_workers: int, num_steps: int,
   Raises:
     SweepError: num_workers or num_steps not an integer >= 1.
   """
-  p = _int_scalar("num_workers", num_workers, 1)
+  _int_scalar("num_workers", num_workers, 1)
   num_steps = _int_scalar("num_steps", num_steps, 1)
 
   def worker_step(params, center, batch, lr, alpha, exchange, key, t):
@@ -1023,9 +1023,6 @@ class SweepConfig:
       raise SweepError(f"tau values must be at most 2**30 (int32 clocks), got {max(g.tau)}")
     return dataclasses.replace(self, tau=g.tau, alpha=g.alpha,
                                learning_rate=g.learning_rate, num_workers=g.num_workers)
-
-
-SWEEP_FILES = ("sweep.csv", "sweep.json", "sweep_config.json")
 
 
 def write_result(result: SweepResult, workdir, plots: bool = True) -> list[Path]:

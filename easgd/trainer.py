@@ -422,9 +422,8 @@ class Run:
   def to_checkpoint(self, worker, shared, step, epoch_losses):
     """The layout-free checkpoint dict (see ``easgd.checkpoint``)."""
     losses = np.zeros((self.steps_per_epoch, self.config.num_workers), np.float32)
-    if epoch_losses:
-      losses[:len(epoch_losses)] = np.stack(
-          [workers.to_host(l).reshape(-1) for l in epoch_losses])
+    done = host_losses(epoch_losses, self.config.num_workers)
+    losses[:len(done)] = done
     shared_host = workers.first_copy(shared)
     return dict(worker=workers.merge_workers(worker), shared=shared_host,
                 center=self.algorithm.center(shared_host),
@@ -475,30 +474,35 @@ class Run:
         test_accuracy=int(correct.sum()) / count,
         test_error=1.0 - int(correct.sum()) / count,
         test_count=count,
-        train_loss=(None if not epoch_losses else float(np.mean(
-            np.stack([workers.to_host(l).astype(np.float64).reshape(-1)
-                      for l in epoch_losses])))),
+        train_loss=(None if epoch_losses is None or not len(epoch_losses) else float(
+            np.mean(host_losses(epoch_losses, self.config.num_workers).astype(np.float64)))),
         worker_center_distance=float(np.mean(dist)),
         all_reduces=comm.all_reduces, bytes_communicated=comm.bytes)
 
-  def check_finite(self, epoch_losses, first_step, worker=None):
+  def check_finite(self, epoch_losses, first_step, worker_host=None):
     """Raises DivergenceError at the first non-finite loss (or parameter).
 
     Args:
-      epoch_losses: per-step worker losses, steps ``first_step, ...``.
+      epoch_losses: per-step worker losses, steps ``first_step, ...``
+        (:func:`host_losses`' input or output).
       first_step: global step of ``epoch_losses[0]``.
-      worker: optional worker state to check for non-finite parameters.
+      worker_host: optional merged host worker state (leaves [num_workers, ...],
+        as in :meth:`to_checkpoint`) to check for non-finite parameters.
+
+    Raises:
+      DivergenceError: names the step and worker (or parameter) and the
+        quadratic model's stability bound.
     """
-    if epoch_losses:
-      losses = np.stack([workers.to_host(l).reshape(-1) for l in epoch_losses])
+    losses = host_losses(epoch_losses, self.config.num_workers)
+    if len(losses):
       bad = np.argwhere(~np.isfinite(losses))
       if bad.size:
         s, w = (int(v) for v in bad[0])
         raise DivergenceError(self._divergence_message(
             f"worker {w} had a non-finite loss ({losses[s, w]}) at step "
             f"{first_step + s}"))
-    if worker is not None:
-      for path, leaf in jax.tree_util.tree_leaves_with_path(workers.merge_workers(worker)):
+    if worker_host is not None:
+      for path, leaf in jax.tree_util.tree_leaves_with_path(worker_host):
         ok = np.isfinite(leaf.reshape(leaf.shape[0], -1)).all(axis=1) \
             if np.issubdtype(leaf.dtype, np.floating) else None
         if ok is not None and not ok.all():
@@ -693,9 +697,12 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
   progress = _Progress(config.progress and step < last and primary, run.total_steps, step,
                        f"{config.algorithm} p={config.num_workers}")
 
-  def save(step_now):
-    run.check_finite(epoch_losses, step_now - len(epoch_losses), worker)
-    ckpt.save(step_now, run.to_checkpoint(worker, shared, step_now, epoch_losses))
+  def save(step_now):  # returns the losses, read from the devices once
+    losses = host_losses(epoch_losses, config.num_workers)
+    state = run.to_checkpoint(worker, shared, step_now, losses)
+    run.check_finite(losses, step_now - len(losses), state["worker"])
+    ckpt.save(step_now, state)
+    return losses
 
   try:
     while step < last:
@@ -726,9 +733,9 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
         if every and step % every == 0 and step % spe:
           save(step)
       if step == epoch * spe:
-        save(step)
+        losses = save(step)
         if epoch % config.eval_every_epochs == 0 or epoch == config.num_epochs:
-          rec = run.evaluate(worker, shared, epoch, step, epoch_losses)
+          rec = run.evaluate(worker, shared, epoch, step, losses)
           history.append(rec)
           write_file(workdir / METRICS_FILE, _jsonl(history))
           progress.postfix(test_acc=f"{rec['test_accuracy']:.4f}")
@@ -762,6 +769,24 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
     shutil.rmtree(workdir / PREVIOUS_RUN_DIR, ignore_errors=True)
   summary["history"] = history
   return summary
+
+
+def host_losses(epoch_losses, num_workers: int) -> np.ndarray:
+  """Per-step worker losses as one host array.
+
+  Args:
+    epoch_losses: a list of the step function's losses (device arrays
+      [d, w], float32), or an array this function returned (passed through).
+    num_workers: p.
+
+  Returns:
+    float32 array [len(epoch_losses), num_workers], worker i in column i.
+  """
+  if isinstance(epoch_losses, np.ndarray):
+    return epoch_losses
+  if not epoch_losses:
+    return np.zeros((0, num_workers), np.float32)
+  return np.stack([workers.to_host(l).reshape(-1) for l in epoch_losses]).astype(np.float32)
 
 
 def _earlier_wall_time(workdir: Path) -> float:

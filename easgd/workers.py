@@ -77,17 +77,23 @@ class WorkerLayout:
   def workers_per_device(self) -> int:
     return self.num_workers // self.num_devices
 
-  @property
+  # cached: the trainer places every step's batch with them
+  @functools.cached_property
   def mesh(self) -> jax.sharding.Mesh:
     """The 1-D mesh ``("devices",)`` over :attr:`devices`."""
     return jax.sharding.Mesh(np.array(self.devices), (DEVICE_AXIS,))
 
-  @property
+  @functools.cached_property
+  def sharding(self) -> jax.sharding.NamedSharding:
+    """Arrays split along their leading axis over :attr:`mesh`."""
+    return jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec(DEVICE_AXIS))
+
+  @functools.cached_property
   def num_processes(self) -> int:
     """Number of processes whose devices the layout uses."""
     return len({d.process_index for d in self.devices})
 
-  @property
+  @functools.cached_property
   def local_workers(self) -> slice:
     """The workers on this process's devices, as a slice of [0, num_workers).
 
@@ -352,18 +358,13 @@ def _shard_map_workers(inner, layout, in_kinds, single, donate_argnums):
   return jax.jit(mapped, donate_argnums=donate_argnums)
 
 
-def _sharding(layout: WorkerLayout) -> jax.sharding.NamedSharding:
-  return jax.sharding.NamedSharding(layout.mesh,
-                                    jax.sharding.PartitionSpec(DEVICE_AXIS))
-
-
 def _put(tree, layout: WorkerLayout):
   """Places host arrays with leading axis num_devices, one slice per device.
 
   Every process passes the whole host array and places the slices of its own
   devices (``jax.make_array_from_callback``), so this works across processes.
   """
-  sharding = _sharding(layout)
+  sharding = layout.sharding
 
   def put(x):
     x = np.asarray(x)
@@ -446,7 +447,7 @@ def split_local_workers(tree, layout: WorkerLayout):
     return split_workers(tree, layout)
   sl = layout.local_workers
   n_local, w = sl.stop - sl.start, layout.workers_per_device
-  sharding = _sharding(layout)
+  sharding = layout.sharding
 
   def put(x):
     x = np.asarray(x)

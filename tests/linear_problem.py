@@ -3,8 +3,11 @@
 Worker i fits y = X w + b (w: 3 numbers, b: 1) on its own data with its own
 targets; the NumPy reference implementations in the tests use ``np_grad``.
 """
+import jax
 import jax.numpy as jnp
 import numpy as np
+
+from easgd import workers
 
 STEP_KINDS = (("worker", "shared", "worker", "broadcast"), ("worker", "shared", "worker"))
 THETA0 = np.array([0.5, -0.25, 1.0, 0.125])  # w (3) and b, flattened
@@ -41,3 +44,30 @@ def np_grad(theta, x, y):
   x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
   r = x @ theta[:3] + theta[3] - y
   return np.concatenate([x.T @ r / len(y), [r.mean()]])
+
+
+def trajectory(algo, xs, ys, num_devices, key, init=None):
+  """Steps ``algo`` through the batches, ``xs.shape[1]`` workers on ``num_devices``.
+
+  Returns:
+    (worker params per step [T, p, 4], centers per step [T, 4], worker state,
+    shared state). A sequential method's one shared model counts as p equal
+    workers. Checks that the shared state's device copies stayed equal.
+  """
+  num_workers = xs.shape[1]
+  layout = workers.make_layout(num_workers, num_devices)
+  worker, shared = algo.init(init if init is not None else params0())
+  worker = workers.replicate_per_worker(worker, layout)
+  shared = workers.replicate_per_device(shared, layout)
+  step = workers.map_workers(algo.step, layout, *STEP_KINDS)
+  wt, ct = [], []
+  for x, y in zip(xs, ys):
+    worker, shared, _ = step(worker, shared, workers.split_workers((x, y), layout), key)
+    wp = algo.worker_params(worker, shared)
+    if np.ndim(wp["b"]) == 1:  # shared [d]: the one model of a sequential method
+      wt.append(flat(jax.tree.map(lambda a: np.stack([a[0]] * num_workers), wp)))
+    else:
+      wt.append(flat(workers.merge_workers(wp)))
+    ct.append(flat(workers.first_copy(algo.center(shared))))
+  assert workers.shared_copies_equal(shared)
+  return np.stack(wt), np.stack(ct), worker, shared

@@ -18,7 +18,7 @@ from easgd import algorithms, asynchronous, momentum, trainer, workers
 from easgd.config import ConfigError, TrainConfig
 from easgd.elastic import HyperparameterError
 import linear_problem
-from linear_problem import STEP_KINDS, THETA0, flat, loss_fn, np_grad, params0
+from linear_problem import STEP_KINDS, THETA0, loss_fn, np_grad
 
 make_data = functools.partial(linear_problem.make_data, seed=1)
 
@@ -27,20 +27,7 @@ KEY = jax.random.key(7)
 
 def run(algo, xs, ys, num_devices, key=KEY, init=None):
   """Steps through the batches; per-step worker params [T, p, 4] and centers [T, 4]."""
-  num_workers = xs.shape[1]
-  layout = workers.make_layout(num_workers, num_devices)
-  worker, shared = algo.init(init if init is not None else params0())
-  worker = workers.replicate_per_worker(worker, layout)
-  shared = workers.replicate_per_device(shared, layout)
-  step = workers.map_workers(algo.step, layout, *STEP_KINDS)
-  wt, ct = [], []
-  for x, y in zip(xs, ys):
-    worker, shared, _ = step(worker, shared, workers.split_workers((x, y), layout), key)
-    wt.append(workers.merge_workers(algo.worker_params(worker, shared)))
-    ct.append(workers.first_copy(algo.center(shared)))
-  assert workers.shared_copies_equal(shared)
-  return (np.stack([flat(w) for w in wt]), np.stack([flat(c) for c in ct]),
-          worker, shared)
+  return linear_problem.trajectory(algo, xs, ys, num_devices, key, init)
 
 
 def assert_close(actual, expected, tol=2e-5):

@@ -9,7 +9,6 @@ conformance check through the trainer's ``make_algorithm`` and the mapping.
 import functools
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -28,22 +27,8 @@ KEY = jax.random.key(11)
 
 def run(algo, xs, ys, num_devices, key=KEY):
   """Per-step worker params [T, p, 4] and centers [T, 4]."""
-  layout = workers.make_layout(xs.shape[1], num_devices)
-  worker, shared = algo.init(params0())
-  worker = workers.replicate_per_worker(worker, layout)
-  shared = workers.replicate_per_device(shared, layout)
-  step = workers.map_workers(algo.step, layout, *STEP_KINDS)
-  wt, ct = [], []
-  for x, y in zip(xs, ys):
-    worker, shared, _ = step(worker, shared, workers.split_workers((x, y), layout), key)
-    wp = algo.worker_params(worker, shared)
-    if np.ndim(wp["b"]) == 1:  # shared [d]: the one model of a sequential method
-      wt.append(flat(jax.tree.map(lambda a: np.stack([a[0]] * xs.shape[1]), wp)))
-    else:
-      wt.append(flat(workers.merge_workers(wp)))
-    ct.append(flat(workers.first_copy(algo.center(shared))))
-  assert workers.shared_copies_equal(shared)
-  return np.stack(wt), np.stack(ct), shared
+  wt, ct, _, shared = linear_problem.trajectory(algo, xs, ys, num_devices, key)
+  return wt, ct, shared
 
 
 def assert_close(actual, expected, tol=2e-5):

@@ -1,6 +1,5 @@
 """The worker mapping: pmap x vmap layouts agree, pmean SGD equals a big batch."""
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
