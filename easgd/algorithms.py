@@ -94,7 +94,17 @@ class Algorithm(NamedTuple):
 
 
 def worker_key(key: jax.Array, step, axis_name=WORKER_AXES) -> jax.Array:
-  """This worker's key at ``step``: fold_in(fold_in(key, step), worker index)."""
+  """This worker's key at ``step``: fold_in(fold_in(key, step), worker index).
+
+  Args:
+    key: the run's base PRNG key (the same on every worker).
+    step: int32 scalar clock (may be traced).
+    axis_name: the mapped axis enumerating all workers; must be bound by the
+      enclosing mapping (``lax.axis_index`` raises NameError otherwise).
+
+  Returns:
+    A PRNG key of the type of ``key``, distinct per (step, worker).
+  """
   return jax.random.fold_in(jax.random.fold_in(key, step),
                             lax.axis_index(axis_name))
 

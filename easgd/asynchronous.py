@@ -71,6 +71,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from optax.tree_utils import tree_where, tree_zeros_like
 from jax import lax
 
 from easgd import elastic, momentum as momentum_lib
@@ -279,10 +280,6 @@ def _tree_index(tree, i):
   return jax.tree.map(lambda x: x[i], tree)
 
 
-def _tree_where(cond, a, b):
-  return jax.tree.map(lambda x, y: jnp.where(cond, x, y), a, b)
-
-
 def _gather(tree, index, num_workers, axis_name):
   """Every worker's value, [p, ...] in worker order, identical on all workers.
 
@@ -363,7 +360,7 @@ def simulate(name: str, *, schedule: ExchangeSchedule, local_step: Callable,
         return (new_center, new_master, new_history, clock + 1), reply
 
       def skip(_):
-        return carry, jax.tree.map(jnp.zeros_like, center)
+        return carry, tree_zeros_like(center)
       return lax.cond(due[w], apply, skip, None)
 
     init = (shared.center, shared.master, shared.history, shared.master_clock)
@@ -383,7 +380,7 @@ def simulate(name: str, *, schedule: ExchangeSchedule, local_step: Callable,
                                                       order)
     reply = _tree_index(replies, jnp.argmax(order == index))
     new = finish(worker, proposal, reply, due)
-    new = _tree_where(active, new._replace(clock=worker.clock + 1), worker)
+    new = tree_where(active, new._replace(clock=worker.clock + 1), worker)
     return (new, AsyncShared(center, master, history, clock, shared.step + 1),
             loss)
 
@@ -467,7 +464,7 @@ def _async_elastic(name, loss_fn, optimizer, *, num_workers, tau, alpha, beta,
       name, schedule=schedule, local_step=local_step, master_rule=master_rule,
       finish=finish,
       init_buffer=(lambda params: ()) if momentum is None else
-      (lambda params: jax.tree.map(jnp.zeros_like, params)),
+      (lambda params: tree_zeros_like(params)),
       init_opt_state=optimizer.init, init_master=lambda params: (),
       center=lambda shared: shared.center, communication=communication,
       hyperparameters=hyper, axis_name=axis_name)
@@ -612,8 +609,8 @@ def async_push(name: str, loss_fn: LossFn, optimizer: optax.GradientTransformati
   def finish(worker, proposal, fetched, exchanged):
     params, acc, opt_state = proposal
     return worker._replace(
-        params=_tree_where(exchanged, fetched, params),
-        buffer=_tree_where(exchanged, jax.tree.map(jnp.zeros_like, acc), acc),
+        params=tree_where(exchanged, fetched, params),
+        buffer=tree_where(exchanged, tree_zeros_like(acc), acc),
         opt_state=opt_state)
 
   def communication(num_steps, param_bytes):
@@ -622,7 +619,7 @@ def async_push(name: str, loss_fn: LossFn, optimizer: optax.GradientTransformati
 
   return simulate(
       name, schedule=schedule, local_step=local_step, master_rule=master_rule,
-      finish=finish, init_buffer=lambda params: jax.tree.map(jnp.zeros_like, params),
+      finish=finish, init_buffer=lambda params: tree_zeros_like(params),
       init_opt_state=optimizer.init, init_master=init_master, center=center,
       communication=communication,
       hyperparameters=dict(hyperparameters, num_workers=int(num_workers), tau=tau),

@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import optax
+from optax.tree_utils import tree_zeros_like
 from jax import lax
 
 from easgd import asynchronous, elastic, momentum as momentum_lib
@@ -176,7 +177,7 @@ def mdownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = 
   return asynchronous.async_push(
       "mdownpour", loss_fn, optimizer, num_workers=num_workers, tau=tau,
       schedule=schedule, master_rule=master_rule,
-      init_master=lambda params: jax.tree.map(jnp.zeros_like, params),
+      init_master=lambda params: tree_zeros_like(params),
       center=lambda shared: shared.center,
       hyperparameters=dict(momentum=momentum), axis_name=axis_name)
 
@@ -292,7 +293,7 @@ def _sequential(name, loss_fn, optimizer, *, num_workers, learning_rate, momentu
   pmean = lambda tree: lax.pmean(tree, axis_name)
 
   def init(params):
-    zeros = jax.tree.map(jnp.zeros_like, params)
+    zeros = tree_zeros_like(params)
     return (), SequentialShared(params, optimizer.init(params),
                                 zeros if momentum is not None else (),
                                 params if averaged else (), jnp.zeros((), jnp.int32))

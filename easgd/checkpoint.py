@@ -67,6 +67,7 @@ class Checkpointer:
     return self.manager.latest_step()
 
   def all_steps(self) -> list[int]:
+    """The global steps of the checkpoints kept, ascending."""
     return list(self.manager.all_steps())
 
   def save(self, step: int, state: dict[str, Any]) -> None:
@@ -110,6 +111,7 @@ class Checkpointer:
     return restored
 
   def close(self):
+    """Waits for pending saves and releases Orbax's manager."""
     self.manager.close()
 
 

@@ -198,7 +198,12 @@ def _run_errors():
 
 
 def main(argv=None) -> int:
-  """Entry point of the ``easgd`` command; returns the exit status."""
+  """Entry point of the ``easgd`` command; returns the exit status.
+
+  Exit status: 0 done; 2 bad input (one line ``easgd: error: ...`` on stderr,
+  before anything is compiled); 1 a run that failed (divergence, a lost peer
+  process); 130 interrupted (Ctrl-C).
+  """
   parser = build_parser()
   args = parser.parse_args(argv)
   from easgd import distributed

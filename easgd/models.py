@@ -404,7 +404,11 @@ def compute_batch_stats(
 
 
 def count_params(params: Params) -> int:
-    """Total number of scalar parameters in a pytree (elements, not bytes)."""
+    """Total number of scalar parameters in a pytree (elements, not bytes).
+
+    Works on arrays and on ``jax.ShapeDtypeStruct`` leaves (``jax.eval_shape``),
+    which ``optax.tree_utils.tree_size`` passes to ``jnp.size`` (deprecated).
+    """
     return int(sum(math.prod(np.shape(leaf)) for leaf in jax.tree_util.tree_leaves(params)))
 
 

@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import optax
+from optax.tree_utils import tree_zeros_like
 
 from easgd import elastic
 from easgd.algorithms import (Algorithm, EASGDShared, LossFn,
@@ -188,7 +189,7 @@ def eamsgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = Non
   optimizer = _local_optimizer(optimizer, learning_rate)
 
   def init(params):
-    zeros = jax.tree.map(jnp.zeros_like, params)
+    zeros = tree_zeros_like(params)
     return (EAMSGDWorker(params, zeros, optimizer.init(params)),
             EASGDShared(params, jnp.zeros((), jnp.int32)))
 

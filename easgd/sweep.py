@@ -76,6 +76,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from optax.tree_utils import tree_where
 
 from easgd import elastic
 
@@ -240,10 +241,6 @@ def _all_finite(tree) -> jax.Array:
   return functools.reduce(jnp.logical_and, leaves, jnp.bool_(True))
 
 
-def _tree_where(cond, a, b):
-  return jax.tree.map(lambda x, y: jnp.where(cond, x, y), a, b)
-
-
 def make_sweep_fn(loss_fn: Callable, num_workers: int, num_steps: int,
                   eval_fn: Callable | None = None) -> Callable:
   """Builds the one-program sweep for a loss: all configurations, all steps.
@@ -316,8 +313,8 @@ def make_sweep_fn(loss_fn: Callable, num_workers: int, num_steps: int,
              | ~_all_finite(center))
       diverged = state.diverged | bad
       new = SweepState(
-          params=_tree_where(diverged, state.params, params),
-          center=_tree_where(diverged, state.center, center),
+          params=tree_where(diverged, state.params, params),
+          center=tree_where(diverged, state.center, center),
           diverged=diverged,
           diverged_step=jnp.where(bad & ~state.diverged, t, state.diverged_step),
           initial_loss=initial,

@@ -439,6 +439,8 @@ class Run:
             step, losses)
 
   def checkpoint_target(self):
+    """Host zeros of the checkpoint dict's structure, shapes and dtypes (the
+    target Orbax restores into; see :meth:`to_checkpoint`)."""
     worker, shared = self.algorithm.init(self.init_params)
     host_worker = jax.tree.map(
         lambda x: np.broadcast_to(np.asarray(x), (self.config.num_workers, *np.shape(x))),

@@ -108,6 +108,7 @@ class WorkerLayout:
     return slice(local[0] * w, (local[-1] + 1) * w)
 
   def describe(self) -> str:
+    """One line for logs, e.g. "4 workers = 2 device(s) x 2 vmapped worker(s) [cpu, pmap]"."""
     procs = (f", {self.num_processes} processes" if self.num_processes > 1
              else "")
     return (f"{self.num_workers} workers = {self.num_devices} device(s) x "

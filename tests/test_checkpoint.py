@@ -9,9 +9,9 @@ import time
 import jax
 import numpy as np
 import pytest
-from jax import monitoring
 
 from easgd import checkpoint, trainer
+from easgd.sweep import CompileCounter
 from easgd.algorithms import ALGORITHMS
 from easgd.config import ConfigError, TrainConfig
 
@@ -49,7 +49,7 @@ def test_wall_time_of_a_resumed_run_adds_up_its_invocations(tmp_path):
   first = trainer.train_and_evaluate(TINY, tmp_path, stop_after_steps=5)
   second = trainer.train_and_evaluate(TINY, tmp_path, resume=True, stop_after_steps=9)
   assert second["wall_time_s"] > first["wall_time_s"] > 0
-  # resuming a complete run does no work and keeps the time it took
+  # resuming a complete run trains nothing: its time is the earlier one plus a moment
   done = trainer.train_and_evaluate(TINY, tmp_path, resume=True)
   again = trainer.train_and_evaluate(TINY, tmp_path, resume=True)
   assert again["status"] == "complete" and again["wall_time_s"] >= done["wall_time_s"]
@@ -78,10 +78,6 @@ def test_resume_refuses_a_damaged_or_missing_history_before_compiling(tmp_path, 
     path.write_text(lines[0] + '{"step": 22}\n')
   else:  # a whole record gone, the file still well formed
     path.write_text(lines[0])
-  compiles = []
-  monitoring.register_event_duration_secs_listener(
-      lambda name, *a, **k: compiles.append(name)
-      if name == "/jax/core/compile/backend_compile_duration" else None)
   steps_run = []
   map_step = trainer.workers.map_step
 
@@ -90,11 +86,12 @@ def test_resume_refuses_a_damaged_or_missing_history_before_compiling(tmp_path, 
     return lambda *a: steps_run.append(a[-1]) or step_fn(*a)
   monkeypatch.setattr(trainer.workers, "map_step", recording_map_step)
   before = (tmp_path / "summary.json").read_text()
-  with pytest.raises(ConfigError, match="cannot resume: '.*metrics.jsonl'"):
-    trainer.train_and_evaluate(TINY, tmp_path, resume=True)
+  with CompileCounter() as compiles:  # backend compilations while open
+    with pytest.raises(ConfigError, match="cannot resume: '.*metrics.jsonl'"):
+      trainer.train_and_evaluate(TINY, tmp_path, resume=True)
   assert steps_run == []  # the training step never ran (nor compiled)
   if damage != "lost_record":  # found from the file alone, before building the run
-    assert compiles == []
+    assert compiles.count == 0
   assert checkpoint.Checkpointer(tmp_path).latest_step() == 26  # left as it was
   assert (tmp_path / "summary.json").read_text() == before
 
@@ -129,35 +126,32 @@ def test_resume_refuses_a_different_config(tmp_path):
 
 def test_restored_state_runs_through_the_compiled_step_without_recompiling(tmp_path):
   run = trainer.Run(TINY)
-  compiles = []
-  monitoring.register_event_duration_secs_listener(
-      lambda name, *a, **k: compiles.append(name)
-      if name == "/jax/core/compile/backend_compile_duration" else None)
-  worker, shared = run.initial_state()
-  ix = np.arange(64).reshape(4, 16)
-  batch = jax.tree.map(lambda a: a, __import__("easgd").workers.split_workers(
-      (run.dataset.train_x[ix], run.dataset.train_y[ix]), run.layout))
-  # clocks 0 (an exchange, tau=4) and 1 (a local step): both step programs
-  worker, shared, loss0 = run.step_fn(worker, shared, batch, run.step_key, 0)
-  worker, shared, loss = run.step_fn(worker, shared, batch, run.step_key, 1)
-  jax.block_until_ready(loss)
-  ckpt = checkpoint.Checkpointer(tmp_path)
-  ckpt.save(2, run.to_checkpoint(worker, shared, 2, [loss0, loss]))
-  after_first = len(compiles)
-  assert after_first >= 2
-  w2, s2, step, losses = run.from_checkpoint(ckpt.restore(target=run.checkpoint_target()))
-  assert step == 2 and len(losses) == 2
-  for clock in (2, 3, 4):  # local, local, exchange
-    w2, s2, loss2 = run.step_fn(w2, s2, batch, run.step_key, clock)
-  jax.block_until_ready(loss2)
-  assert len(compiles) == after_first  # no new backend compilation
-  # and the restored state is the saved one: the same steps agree with the original
-  for clock in (2, 3, 4):
-    worker, shared, loss3 = run.step_fn(worker, shared, batch, run.step_key, clock)
-  np.testing.assert_array_equal(np.asarray(loss2), np.asarray(loss3))
-  for a, b in zip(jax.tree.leaves((w2, s2)), jax.tree.leaves((worker, shared))):
-    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-  ckpt.close()
+  with CompileCounter() as compiles:  # backend compilations while open
+    worker, shared = run.initial_state()
+    ix = np.arange(64).reshape(4, 16)
+    batch = jax.tree.map(lambda a: a, __import__("easgd").workers.split_workers(
+        (run.dataset.train_x[ix], run.dataset.train_y[ix]), run.layout))
+    # clocks 0 (an exchange, tau=4) and 1 (a local step): both step programs
+    worker, shared, loss0 = run.step_fn(worker, shared, batch, run.step_key, 0)
+    worker, shared, loss = run.step_fn(worker, shared, batch, run.step_key, 1)
+    jax.block_until_ready(loss)
+    ckpt = checkpoint.Checkpointer(tmp_path)
+    ckpt.save(2, run.to_checkpoint(worker, shared, 2, [loss0, loss]))
+    after_first = compiles.count
+    assert after_first >= 2
+    w2, s2, step, losses = run.from_checkpoint(ckpt.restore(target=run.checkpoint_target()))
+    assert step == 2 and len(losses) == 2
+    for clock in (2, 3, 4):  # local, local, exchange
+      w2, s2, loss2 = run.step_fn(w2, s2, batch, run.step_key, clock)
+    jax.block_until_ready(loss2)
+    assert compiles.count == after_first  # no new backend compilation
+    # and the restored state is the saved one: the same steps agree with the original
+    for clock in (2, 3, 4):
+      worker, shared, loss3 = run.step_fn(worker, shared, batch, run.step_key, clock)
+    np.testing.assert_array_equal(np.asarray(loss2), np.asarray(loss3))
+    for a, b in zip(jax.tree.leaves((w2, s2)), jax.tree.leaves((worker, shared))):
+      np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    ckpt.close()
 
 
 def test_divergence_stops_with_step_and_worker_and_keeps_last_checkpoint(tmp_path):
