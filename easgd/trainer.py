@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from tqdm.auto import tqdm
 from jax import lax
 
 from easgd import algorithms, checkpoint, data, distributed, elastic, models, workers
@@ -331,28 +332,6 @@ def _check_resume_config(config: TrainConfig, workdir) -> None:
     diffs = ", ".join(f"{k}: {old.get(k)!r} -> {new[k]!r}" for k in changed)
     raise ConfigError(f"--resume with a different config ({diffs}); allowed to "
                       f"change: {', '.join(RESUMABLE_CHANGES)}")
-
-
-class _Progress:
-  """A tqdm bar when enabled, else nothing."""
-
-  def __init__(self, enabled: bool, total: int, initial: int, desc: str):
-    self.bar = None
-    if enabled:
-      from tqdm.auto import tqdm
-      self.bar = tqdm(total=total, initial=initial, desc=desc, unit="step")
-
-  def update(self, n=1):
-    if self.bar is not None:
-      self.bar.update(n)
-
-  def postfix(self, **kw):
-    if self.bar is not None:
-      self.bar.set_postfix(kw, refresh=False)
-
-  def close(self):
-    if self.bar is not None:
-      self.bar.close()
 
 
 class Run:
@@ -696,8 +675,9 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
   spe, last = run.steps_per_epoch, run.total_steps
   if stop_after_steps is not None:
     last = min(last, stop_after_steps)
-  progress = _Progress(config.progress and step < last and primary, run.total_steps, step,
-                       f"{config.algorithm} p={config.num_workers}")
+  progress = tqdm(total=run.total_steps, initial=step, unit="step",
+                  desc=f"{config.algorithm} p={config.num_workers}",
+                  disable=not (config.progress and step < last and primary))
 
   def save(step_now):  # returns the losses, read from the devices once
     losses = host_losses(epoch_losses, config.num_workers)
@@ -740,7 +720,7 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
           rec = run.evaluate(worker, shared, epoch, step, losses)
           history.append(rec)
           write_file(workdir / METRICS_FILE, _jsonl(history))
-          progress.postfix(test_acc=f"{rec['test_accuracy']:.4f}")
+          progress.set_postfix(test_acc=f"{rec['test_accuracy']:.4f}", refresh=False)
         epoch_losses = []
       else:  # a planned stop inside the epoch
         save(step)
