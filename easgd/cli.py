@@ -13,9 +13,12 @@ Multi-process training (``easgd.distributed``): start the same ``easgd train``
 command once per process with ``--coordinator-address HOST:PORT
 --num-processes N --process-id I`` (or ``$JAX_COORDINATOR_ADDRESS``,
 ``$JAX_NUM_PROCESSES``, ``$JAX_PROCESS_ID``) and ``--mapping-backend
-shard_map``; process 0 writes the files. If a process is lost the others stop
-within ``--peer-timeout`` seconds with ``easgd: error: process I ...`` and exit
-status 3.
+shard_map``; process 0 writes the files. Each process waits at most
+``--startup-timeout`` seconds (default 30) for all processes to connect; if one
+never does, it stops with one line ``easgd: error: ...`` naming the missing
+process(es) (or the coordinator it could not reach) and exit status 3. If a
+process is lost later, the others stop within ``--peer-timeout`` seconds with
+``easgd: error: process I ...`` and exit status 3.
 """
 
 from __future__ import annotations
@@ -173,6 +176,10 @@ def _add_process_flags(parser: argparse.ArgumentParser) -> None:
                      help="number of processes (default: $JAX_NUM_PROCESSES)")
   group.add_argument("--process-id", type=int, default=None, metavar="I",
                      help="this process, 0..N-1 (default: $JAX_PROCESS_ID)")
+  group.add_argument("--startup-timeout", type=float, default=None, metavar="S",
+                     help="seconds each process waits for all processes to connect "
+                          "before it stops with an error naming the missing ones "
+                          "(exit status 3; default: 30)")
   group.add_argument("--heartbeat-timeout", type=float, default=None, metavar="S",
                      help="jax.distributed heartbeat timeout in seconds (JAX: 100)")
   group.add_argument("--peer-timeout", type=float, default=None, metavar="S",
@@ -201,8 +208,10 @@ def main(argv=None) -> int:
   """Entry point of the ``easgd`` command; returns the exit status.
 
   Exit status: 0 done; 2 bad input (one line ``easgd: error: ...`` on stderr,
-  before anything is compiled); 1 a run that failed (divergence, a lost peer
-  process); 130 interrupted (Ctrl-C).
+  before anything is compiled); 1 a run that failed (divergence); 3
+  (``easgd.distributed.EXIT_PEER_LOST``) a multi-process run whose processes did
+  not all join within ``--startup-timeout``, that could not start, or that lost
+  a process; 130 interrupted (Ctrl-C).
   """
   parser = build_parser()
   args = parser.parse_args(argv)
@@ -216,6 +225,9 @@ def main(argv=None) -> int:
       raise
     distributed.shutdown()
     return status
+  except distributed.StartupError as e:
+    print(f"easgd: error: {e}", file=sys.stderr)
+    return distributed.EXIT_PEER_LOST
   except _user_errors() as e:
     print(f"easgd: error: {e}", file=sys.stderr)
     return 2
@@ -247,7 +259,8 @@ def _run(args) -> int:
     from easgd import distributed
     distributed.initialize(distributed.resolve(
         args.coordinator_address, args.num_processes, args.process_id,
-        heartbeat_timeout_s=args.heartbeat_timeout, peer_timeout_s=args.peer_timeout))
+        heartbeat_timeout_s=args.heartbeat_timeout, peer_timeout_s=args.peer_timeout,
+        initialization_timeout_s=args.startup_timeout))
   overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
                if hasattr(args, f.name)}
   resume = getattr(args, "resume", False)

@@ -7,10 +7,11 @@ with 4 devices (this pytest process, pmap backend) after 20 steps: same center,
 workers and losses within float32 tolerance |a - b| <= 1e-6 + 1e-5 |b| (gloo
 sums in another order than the in-process all-reduce; observed differences are
 ~3e-8). Killing a process mid-run must stop the other with an error in bounded
-time.
+time; so must a peer that never starts (``--startup-timeout``).
 """
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -42,12 +43,17 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
-def launch(workdir: Path, extra, peer_timeout=30, heartbeat_timeout=60):
-  """Starts 2 ``easgd train`` processes; returns them (stdout+stderr to files)."""
-  port = free_port()
+def process_env():
   env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
   env.update(XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu",
              PYTHONUNBUFFERED="1")
+  return env
+
+
+def launch(workdir: Path, extra, peer_timeout=30, heartbeat_timeout=60):
+  """Starts 2 ``easgd train`` processes; returns them (stdout+stderr to files)."""
+  port = free_port()
+  env = process_env()
   procs = []
   for i in range(2):
     log = open(workdir.parent / f"{workdir.name}.p{i}.log", "w")
@@ -138,6 +144,107 @@ def test_killing_a_process_stops_the_other_with_an_error(tmp_path, victim):
             or "leader task was preempted/died" in text), text[-3000:]
 
 
+# -- start-up: processes that never join ---------------------------------------
+# JAX 0.10.2 alone: every waiting process dies by SIGABRT with a C++ stack trace
+# about 5 s after jax.distributed.initialize's initialization_timeout (305 s at
+# JAX's default); a taken coordinator port crashes process 0 with SIGSEGV.
+
+STARTUP_TIMEOUT = 3  # seconds; the start-up guard fires after this
+
+
+def start_process(tmp_path, process_id, port, num_processes=2):
+  """``easgd train`` as one process of a run whose other processes are absent."""
+  return subprocess.Popen(
+      [sys.executable, "-m", "easgd.cli", "train", "--workdir",
+       str(tmp_path / f"run{process_id}"), "--coordinator-address", f"127.0.0.1:{port}",
+       "--num-processes", str(num_processes), "--process-id", str(process_id),
+       "--startup-timeout", str(STARTUP_TIMEOUT), *FLAGS],
+      env=process_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      cwd=Path(__file__).parent.parent)
+
+
+def finish(proc, timeout=60):
+  """(exit status, stderr) of ``proc`` within ``timeout`` s (bounded wait)."""
+  try:
+    _, err = proc.communicate(timeout=timeout)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.communicate()
+  return proc.returncode, err
+
+
+def assert_one_line_error(code, err, expected):
+  """Exit status 3, last stderr line ``easgd: error: <expected>...``, no C++ log."""
+  assert code == distributed.EXIT_PEER_LOST, err[-3000:]
+  assert err.strip().splitlines()[-1].startswith("easgd: error: " + expected), err[-3000:]
+  assert "stack trace" not in err and not re.search(r"^[FEW]\d{4} ", err, re.M), err[-3000:]
+
+
+@pytest.mark.parametrize("process_id,expected", [
+    (0, "process 1 of 2 did not join the run within 3 s (--startup-timeout)"),
+    (1, "process 1 of 2 could not reach the coordinator (process 0) at 127.0.0.1:{port} "
+        "within 3 s (--startup-timeout)")])
+def test_a_process_alone_stops_naming_the_missing_one(tmp_path, process_id, expected):
+  port = free_port()
+  code, err = finish(start_process(tmp_path, process_id, port))
+  assert_one_line_error(code, err, expected.format(port=port))
+  assert not (tmp_path / f"run{process_id}").exists()  # nothing written
+
+
+def test_two_of_three_processes_both_stop_naming_the_third(tmp_path):
+  # Process 0 (the coordinator) stops first; process 1, still waiting to be
+  # admitted, must not be aborted by JAX when the coordinator goes away.
+  port = free_port()
+  procs = [start_process(tmp_path, i, port, num_processes=3) for i in (0, 1)]
+  (code0, err0), (code1, err1) = (finish(p) for p in procs)
+  assert_one_line_error(code0, err0, "one or more of processes 1, 2 of 3 did not join")
+  assert_one_line_error(code1, err1, f"process 1 of 3 reached the coordinator (process 0) "
+                                     f"at 127.0.0.1:{port} but the run did not start")
+  assert "process 2 of 3 did not join" in err1
+
+
+def test_a_taken_coordinator_port_is_a_one_line_error(tmp_path):
+  with socket.socket() as taken:
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    code, err = finish(start_process(tmp_path, 0, port))
+  assert_one_line_error(code, err, f"process 0 of 2 cannot start the coordination "
+                                   f"service: port {port}")
+
+
+def test_startup_guard_names_the_processes_that_may_be_missing():
+  reports = []
+  with socket.socket() as coordinator:  # a listening port stands in for process 0
+    coordinator.bind(("127.0.0.1", 0))
+    coordinator.listen()
+    up = f"127.0.0.1:{coordinator.getsockname()[1]}"
+    guard = distributed.StartupGuard(distributed.ProcessSetup(up, 4, 2), timeout_s=0.3,
+                                     poll_s=0.05, on_timeout=reports.append)
+    guard.start()
+    guard._thread.join(10)
+  assert guard.fired and not guard.cancel()
+  assert reports == [
+      f"process 2 of 4 reached the coordinator (process 0) at {up} but the run did not "
+      f"start within 0.3 s (--startup-timeout): one or more of processes 1, 3 of 4 did "
+      f"not join, or another process already uses --process-id 2"]
+  down = f"127.0.0.1:{free_port()}"
+  guard = distributed.StartupGuard(distributed.ProcessSetup(down, 4, 0), timeout_s=0.3,
+                                   poll_s=0.05, on_timeout=reports.append)
+  guard.start()
+  guard._thread.join(10)
+  assert reports[1].startswith(f"process 0 of 4 could not reach its own coordination "
+                               f"service at {down}")
+  # cancelled in time (start-up done): it never reports
+  guard = distributed.StartupGuard(distributed.ProcessSetup(down, 2, 1), timeout_s=0.3,
+                                   poll_s=0.05, on_timeout=reports.append)
+  guard.start()
+  assert guard.cancel()
+  guard._thread.join(10)
+  assert len(reports) == 2 and not guard.fired
+
+
 # -- settings and watchdog, without processes --------------------------------
 
 def test_resolve_reads_flags_then_environment():
@@ -160,6 +267,16 @@ def test_resolve_reads_flags_then_environment():
     distributed.resolve(env={"JAX_NUM_PROCESSES": "two"})
   with pytest.raises(distributed.DistributedError, match="peer_timeout_s"):
     distributed.resolve("h:1", 2, 0, env={}, peer_timeout_s=0)
+  # the start-up wait: well under a minute by default, fractions of a second kept
+  assert distributed.resolve("h:1", 2, 0, env={}).initialization_timeout_s == 30
+  s = distributed.resolve("h:1", 2, 0, env={}, initialization_timeout_s=2.5)
+  assert s.initialization_timeout_s == 2.5
+  for bad in (0, -1, float("inf"), float("nan")):
+    with pytest.raises(distributed.DistributedError,
+                       match="initialization_timeout_s \\(--startup-timeout\\)"):
+      distributed.resolve("h:1", 2, 0, env={}, initialization_timeout_s=bad)
+  with pytest.raises(distributed.DistributedError, match="port in \\[1, 65535\\]"):
+    distributed.resolve("h:70000", 2, 0, env={})
 
 
 class FakeKV:
@@ -205,4 +322,9 @@ def test_cli_rejects_incomplete_process_flags(tmp_path, capsys):
   assert cli.main(["train", "--workdir", str(tmp_path), "--coordinator-address",
                    "127.0.0.1:1", "--num-processes", "2", "--process-id", "2"]) == 2
   assert "process id 2 is outside [0, 2)" in capsys.readouterr().err
+  assert cli.main(["train", "--workdir", str(tmp_path), "--coordinator-address",
+                   "127.0.0.1:1", "--num-processes", "2", "--process-id", "1",
+                   "--startup-timeout", "0"]) == 2
+  assert ("initialization_timeout_s (--startup-timeout) must be a finite number of "
+          "seconds > 0, got 0.0") in capsys.readouterr().err
   assert not any(tmp_path.iterdir())  # nothing written
