@@ -30,8 +30,14 @@ Contents:
 Stability convention: "stable" means spectral radius < 1 strictly, i.e. every
 state (workers and center) converges to the minimum x = 0. Marginal cases with
 radius exactly 1 (alpha = 0: the center never moves; eta*h = 0: the consensus
-direction is preserved) are NOT stable. The round-robin condition of the paper
-is the closed set radius <= 1 and is documented as such.
+direction is preserved) are NOT stable. The synchronous verdict does not rest on
+the computed radius alone (its closed form rounds the radius 1 of eta*h = 0 to
+1 - 1.1e-16 for some alpha): the Schur-Cohn conditions of the period map, whose
+sign at eta*h = 0 and alpha = 0 is exact, must hold as well, and the radius is
+returned as 1.0 where they fail but rounding put it below 1, so that
+``sync_easgd_stable == (sync_easgd_spectral_radius < 1)`` everywhere. The
+round-robin condition of the paper is the closed set radius <= 1 and is
+documented as such.
 
 References:
   S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging SGD.
@@ -219,6 +225,13 @@ def sync_easgd_spectral_radius(eta_h, alpha, tau, num_workers) -> np.ndarray:
 
       radius = max(|eig(P2)|, |d| if p >= 2).
 
+  The closed-form eigenvalues round: at u = 0 (radius exactly 1) they give
+  1 - 1.1e-16 for some alpha. Where the Schur-Cohn conditions say the map is
+  not stable (:func:`_sync_schur_cohn`, exact in sign at u = 0 and alpha = 0)
+  but the computed radius is below 1, the radius returned is 1.0, so that
+  ``radius < 1`` is the stability verdict; elsewhere it is the closed form
+  (relative error ~1e-15 against ``np.linalg.eigvals`` of the full matrix).
+
   Args:
     eta_h: u = eta * h, finite reals, any shape.
     alpha: moving rate, finite reals, any shape.
@@ -248,7 +261,41 @@ def sync_easgd_spectral_radius(eta_h, alpha, tau, num_workers) -> np.ndarray:
     radius = _radius_2x2(k * (1.0 - u - a), k * a, beta, 1.0 - beta)
     dev = np.abs(k * (1.0 - u - a))
   dev = np.where(np.isnan(dev), np.inf, dev)
-  return np.where(p >= 2, np.maximum(radius, dev), radius)
+  radius = np.where(p >= 2, np.maximum(radius, dev), radius)
+  return np.where((radius < 1.0) & ~_sync_schur_cohn(u, a, tau, p), 1.0, radius)
+
+
+def _sync_schur_cohn(u, a, tau, p) -> np.ndarray:
+  """Whether every eigenvalue of the period map lies strictly inside |z| = 1.
+
+  Schur-Cohn (Jury) conditions for the 2x2 block P2 (trace T, determinant D,
+  characteristic polynomial q(z) = z^2 - T z + D) and the deviation factor,
+  with k = (1 - u)^(tau - 1) and beta = p alpha:
+
+      q(1)  = 1 - T + D = beta (1 - (1 - u)^tau)                     > 0
+      q(-1) = 1 + T + D = 2 - beta + k ((1 - u)(2 - beta) - 2 alpha) > 0
+      |D|   = |k ((1 - u)(1 - beta) - alpha)|                        < 1
+      |d|   = |k (1 - u - alpha)|                                    < 1  (p >= 2)
+
+  q(1) vanishes on the marginal sets alpha = 0, u = 0 and (u = 2, tau even);
+  its sign is taken from those of alpha and 1 - (1 - u)^tau, both decided by
+  comparisons of the inputs (no rounding): 1 - (1 - u)^tau is > 0 for
+  0 < u < 2 and for u >= 2 with tau odd, 0 for u = 0 and for u = 2 with tau
+  even, < 0 otherwise. The other three are evaluated in float64 (exact at the
+  marginal points u = 0, alpha in {0, 2 / (1 + p)}); overflow or nan counts as
+  not stable. Inputs already broadcast; returns a bool array.
+  """
+  even = tau % 2 == 0
+  g_sign = np.select([u == 0, u < 0, u < 2, (u == 2) & even, even],
+                     [0, -1, 1, 0, -1], default=1)
+  with np.errstate(all="ignore"):
+    k = np.power(1.0 - u, tau - 1)
+    beta = p * a
+    q_minus = 2.0 - beta + k * ((1.0 - u) * (2.0 - beta) - 2.0 * a)
+    det = k * ((1.0 - u) * (1.0 - beta) - a)
+    dev = k * (1.0 - u - a)
+    return ((np.sign(a) * g_sign > 0) & (q_minus > 0) & (np.abs(det) < 1.0)
+            & ((p < 2) | (np.abs(dev) < 1.0)))
 
 
 def sync_easgd_stable(eta_h, alpha, tau, num_workers) -> np.ndarray:
@@ -259,7 +306,9 @@ def sync_easgd_stable(eta_h, alpha, tau, num_workers) -> np.ndarray:
   Radius exactly 1 counts as NOT stable: it is marginal (e.g. alpha = 0, where
   the workers converge but the center never moves, or eta*h = 0, where the
   consensus direction is kept). There is no tolerance: a radius that rounds to
-  1.0 in float64 is not stable.
+  1.0 in float64 is not stable, and neither is a marginal map whose radius the
+  closed form rounds below 1 (the Schur-Cohn conditions of
+  :func:`sync_easgd_spectral_radius` decide those exactly).
 
   Args:
     eta_h, alpha, tau, num_workers: as in :func:`sync_easgd_spectral_radius`,

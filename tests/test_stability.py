@@ -123,6 +123,62 @@ def test_stable_regions_are_the_vectorised_verdict():
   assert ta[7, 2] == stability.sync_easgd_stable(0.5, alphas[7], 3, 4)
 
 
+# Marginal maps. eta*h = 0: x^i = x~ = c is kept by every step, so the period
+# map has the eigenvalue 1 exactly (the other ones: 1 - alpha - beta and, for
+# p >= 2, 1 - alpha). alpha = 0: the center never moves (eigenvalue 1). Also
+# exactly 1: the other eigenvalue -1 at eta*h = 0, alpha = 2 / (1 + p), and
+# 1 - (1 - u)^tau = 0 at u = 2 for even tau. None of these is stable. The
+# closed-form eigenvalues round the radius at eta*h = 0 to 1 - 1.1e-16 or
+# 1 - 2.2e-16 for about one alpha in ten (e.g. alpha = 0.05, tau = 1, p = 8),
+# which used to be reported as stable; the radius returned there is now 1.0,
+# and elsewhere on these sets it is within 2.3e-16 of 1 (measured: 2.2e-16).
+def test_marginal_maps_are_never_stable():
+  alphas = np.linspace(0.0, 2.5, 2001)
+  etas = np.linspace(-0.5, 4.5, 2001)
+  for p in (1, 2, 3, 8, 16):
+    for tau in (1, 2, 5, 8):
+      radius = stability.sync_easgd_spectral_radius(0.0, alphas, tau, p)
+      assert not stability.sync_easgd_stable(0.0, alphas, tau, p).any(), (p, tau)
+      assert np.all(radius >= 1.0), (p, tau)
+      inside = (np.abs(1 - alphas * (1 + p)) <= 1) & ((p == 1) | (alphas <= 2))
+      np.testing.assert_allclose(radius[inside], 1.0, rtol=0, atol=2.3e-16)
+      assert np.all(stability.sync_easgd_spectral_radius(etas, 0.0, tau, p) >= 1.0)
+      assert not stability.sync_easgd_stable(etas, 0.0, tau, p).any()
+      if tau % 2 == 0:
+        assert not stability.sync_easgd_stable(2.0, alphas, tau, p).any()
+  assert stability.sync_easgd_spectral_radius(0.0, 0.05, 1, 8) == 1.0
+  assert not stability.sync_easgd_stable(0.0, 0.05, 1, 8)
+  for p, alpha in ((1, 1.0), (3, 0.5), (7, 0.25), (15, 0.125)):  # eigenvalues +-1
+    assert stability.sync_easgd_spectral_radius(0.0, alpha, 1, p) == 1.0
+    assert not stability.sync_easgd_stable(0.0, alpha, 3, p)
+  # Just inside / outside (1e-9, far above rounding), by the tau = 1 Jury
+  # conditions: u beta > 0, 4 - 2u - 2(alpha + beta) + u beta > 0, |D| < 1.
+  for u, alpha, tau, p, stable in (
+      (1e-9, 0.05, 1, 8, True), (-1e-9, 0.05, 1, 8, False),
+      (0.5, 1e-9, 4, 4, True), (0.5, -1e-9, 4, 4, False),
+      (1e-9, 0.5 - 1e-9, 1, 3, True), (1e-9, 0.5 + 1e-9, 1, 3, False)):
+    assert stability.sync_easgd_stable(u, alpha, tau, p) == stable, (u, alpha)
+    radius = stability.sync_easgd_spectral_radius(u, alpha, tau, p)
+    assert (radius < 1) == stable and abs(radius - 1) < 1e-8, (u, alpha, radius)
+
+
+def test_eta_h_zero_is_outside_every_region_interval_and_message():
+  alphas = np.linspace(0.01, 0.2, 20)
+  assert not stability.sync_easgd_stable_region_tau_alpha(np.arange(1, 9), alphas,
+                                                          0.0, 8).any()
+  region = stability.sync_easgd_stable_region(np.linspace(0.0, 1.0, 11), alphas, 1, 8)
+  assert not region[:, 0].any() and region[:, 1].all()
+  lo, hi = stability.stable_eta_h_interval(0.05, 1, 8)  # open interval
+  assert lo == 0.0 and not stability.sync_easgd_stable(lo, 0.05, 1, 8)
+  assert stability.sync_easgd_stable(1e-9, 0.05, 1, 8)
+  msg = stability.stability_bound_message(0.0, 0.05, 1, 8)
+  assert msg is not None and "period spectral radius 1 >= 1" in msg
+  assert f"eta*h in (0, {hi:.4g})" in msg
+  # no stationary state (it used to return Var(x~) = 1.5e13 here)
+  with pytest.raises(ValueError, match="eta_h=0.0, alpha=0.05.*radius 1 >= 1"):
+    stability.sync_easgd_stationary_covariance(0.0, 0.05, 8, 0.1, 1.0)
+
+
 # ---------------------------------------------------------------------------
 # Round-robin EASGD
 # ---------------------------------------------------------------------------
