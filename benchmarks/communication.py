@@ -1,7 +1,7 @@
 """Benchmark 3: all-reduces and bytes per step of each algorithm, read from HLO.
 
-Method. Every algorithm of ``easgd.algorithms.ALGORITHMS`` is built as the
-trainer builds it (``easgd.trainer.make_algorithm``, plain SGD, ``--tau``,
+Method. Every algorithm of the table ``easgd.registry.ALGORITHMS`` is built as the
+trainer builds it (``easgd.registry.make_algorithm``, plain SGD, ``--tau``,
 beta 0.9, momentum 0.9 where used) for ``--workers`` workers on ``--devices``
 fake CPU devices, and the programs the trainer runs (``easgd.workers.map_step``)
 are lowered and compiled: for EASGD, EAMSGD, local SGD and DiLoCo two, the step
@@ -50,9 +50,8 @@ def main():
   import jax
 
   import common
-  from easgd import algorithms, models, trainer, workers
+  from easgd import models, registry, trainer, workers
   from easgd.config import TrainConfig
-  from easgd.registry import ASYNC_ALGORITHMS, MOMENTUM_ALGORITHMS
 
   p, d, tau = args.workers, args.devices, args.tau
   _, params, loss_fn = common.mlp_setup(common.int_list(args.hidden))
@@ -60,7 +59,7 @@ def main():
   layout = workers.make_layout(p, d, backend=args.backend)
   x, y = common.random_batch((p, args.batch))
   batch = workers.split_workers((x, y), layout)
-  names = (algorithms.ALGORITHMS if args.algorithms == "all"
+  names = (registry.ALGORITHMS if args.algorithms == "all"
            else tuple(a.strip() for a in args.algorithms.split(",")))
   n_steps = 8 * tau
 
@@ -72,11 +71,10 @@ def main():
         f"{'in cond':>8s} {'other coll.':>11s} {'HLO bytes/N':>12s} {'accounting':>18s} "
         f"{'verdict':>8s}")
   for name in names:
-    cfg = TrainConfig(algorithm=name, num_workers=p, tau=tau, beta=0.9,
-                      momentum=0.9 if name in MOMENTUM_ALGORITHMS else 0.0)
     try:
-      cfg.validate()
-      algo = trainer.make_algorithm(cfg, loss_fn, trainer.make_optimizer(cfg, 100))
+      cfg, _ = TrainConfig(num_workers=p, tau=tau, beta=0.9).for_algorithm(name)
+      cfg = cfg.validate()
+      algo = registry.make_algorithm(cfg, loss_fn, trainer.make_optimizer(cfg, 100))
       worker, shared = algo.init(params)
       worker = workers.replicate_per_worker(worker, layout)
       shared = workers.replicate_per_device(shared, layout)
@@ -95,7 +93,7 @@ def main():
     hlo_bytes = sum(counts[f]["always"]["bytes"] for f in flags)
     hlo_count = sum(counts[f]["always"]["count"] for f in flags)
     comm = algo.communication(n_steps, pbytes)
-    if name in ASYNC_ALGORITHMS:
+    if registry.TABLE[name].asynchronous:
       verdict = "n/a"
     elif in_cond:
       verdict = "cond?"  # a collective under a conditional: not expected any more

@@ -2,7 +2,7 @@
 
 Each factory validates its hyperparameters in Python and returns an
 :class:`Algorithm`: pure functions written for ONE worker, which use collectives
-over ``axis_name`` (default :data:`easgd.workers.WORKER_AXES`) to talk to the
+over ``axis_name`` (default :data:`easgd.elastic.WORKER_AXES`) to talk to the
 others. ``easgd.workers.map_workers`` runs them over all workers; nothing here
 compiles or places anything.
 
@@ -15,12 +15,20 @@ State is split in two:
 
 Algorithms here:
   :func:`easgd`      synchronous EASGD, eq. (5)-(6), communication period tau.
+  :func:`eamsgd`     synchronous EAMSGD, eq. (7): the same rule with Nesterov
+                     momentum delta (the local step of ``easgd.momentum``).
   :func:`pmean_sgd`  data-parallel synchronous SGD, gradients averaged with
-                     ``lax.pmean`` every step (the baseline).
-Elsewhere, on the same interface: ``easgd.momentum`` (EAMSGD),
+                     ``lax.pmean`` every step (the baseline), on the one core
+                     of the single-model methods (:func:`shared_model_algorithm`).
+Elsewhere, on the same interface:
 ``easgd.asynchronous`` (asynchronous EASGD/EAMSGD with exchange schedules) and
 ``easgd.baselines`` (DOWNPOUR family, sequential methods, local SGD, DiLoCo);
-``easgd.registry`` builds them from a config.
+``easgd.registry`` (the algorithm table) builds them from a config.
+
+Precision: every sum across workers and every center is kept in
+``easgd.elastic.reduction_dtype`` of the parameters' dtype (float32 for
+bfloat16 parameters); a worker's own parameters and optimizer state keep their
+dtype. With a single worker there is nothing to reduce and no collective runs.
 """
 
 from __future__ import annotations
@@ -33,8 +41,8 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
-from easgd import elastic
-from easgd.workers import WORKER_AXES
+from easgd import elastic, momentum as momentum_lib
+from easgd.elastic import WORKER_AXES
 
 Params = Any
 LossFn = Callable[[Params, Any, jax.Array], jax.Array]
@@ -72,6 +80,11 @@ class Algorithm(NamedTuple):
     communication: ``communication(num_steps, param_bytes) -> Communication``,
       the per-worker count over the first ``num_steps`` steps.
     hyperparameters: resolved hyperparameters, for logs.
+    shared_model: True when the worker state is empty and every worker
+      computes on the one model of the shared state (pmean SGD, the
+      sequential methods): ``easgd.workers.map_step`` then runs the workers of
+      a device as one batch (one forward and backward pass over their
+      examples), which equals the per-worker steps averaged.
     exchange_at: ``None``, or for synchronous algorithms that communicate only
       on some steps (EASGD, EAMSGD, local SGD, DiLoCo) the host-side schedule
       ``exchange_at(t: int) -> bool``: whether the step at clock t communicates.
@@ -91,6 +104,7 @@ class Algorithm(NamedTuple):
   communication: Callable
   hyperparameters: dict
   exchange_at: Callable[[int], bool] | None = None
+  shared_model: bool = False
 
 
 def worker_key(key: jax.Array, step, axis_name=WORKER_AXES) -> jax.Array:
@@ -100,13 +114,16 @@ def worker_key(key: jax.Array, step, axis_name=WORKER_AXES) -> jax.Array:
     key: the run's base PRNG key (the same on every worker).
     step: int32 scalar clock (may be traced).
     axis_name: the mapped axis enumerating all workers; must be bound by the
-      enclosing mapping (``lax.axis_index`` raises NameError otherwise).
+      enclosing mapping.
 
   Returns:
     A PRNG key of the type of ``key``, distinct per (step, worker).
+
+  Raises:
+    easgd.elastic.MappingError: ``axis_name`` is not bound.
   """
   return jax.random.fold_in(jax.random.fold_in(key, step),
-                            lax.axis_index(axis_name))
+                            elastic.worker_index(axis_name))
 
 
 def _local_optimizer(optimizer, learning_rate):
@@ -179,15 +196,20 @@ def elastic_step_setup(optimizer: optax.GradientTransformation, params: Params, 
   return key, exchange, opt_state
 
 
-def every_tau_steps(tau: int, offset: int = 0) -> Callable[[int], bool]:
+def every_tau_steps(tau: int, offset: int = 0, last_step: int | None = None
+                    ) -> Callable[[int], bool]:
   """The host-side schedule ``t -> (t + offset) % tau == 0`` (``Algorithm.exchange_at``).
 
   EASGD and EAMSGD exchange at t = 0, tau, 2 tau, ... (offset 0, Algorithm 1);
-  local SGD and DiLoCo average after steps tau - 1, 2 tau - 1, ... (offset 1).
+  local SGD and DiLoCo average after steps tau - 1, 2 tau - 1, ... (offset 1)
+  and, given ``last_step``, also at the run's last step, so that the run ends
+  on an average.
 
   Args:
     tau: communication period in steps, an integer >= 1.
     offset: 0 or 1 (see above).
+    last_step: the clock of the run's last step (steps - 1), which then
+      exchanges too; None: the schedule is periodic only.
 
   Returns:
     ``exchange_at(t) -> bool`` for the step at clock t (steps taken); given an
@@ -195,7 +217,8 @@ def every_tau_steps(tau: int, offset: int = 0) -> Callable[[int], bool]:
     ``easgd.workers.map_step`` uses to check the host's clock on the device.
 
   Raises:
-    HyperparameterError: tau is not an integer >= 1, or offset not 0 or 1.
+    HyperparameterError: tau is not an integer >= 1, offset not 0 or 1, or
+      last_step not an integer >= 0.
 
   References:
     Algorithm 1 of the paper ("if tau divides t^i").
@@ -203,19 +226,33 @@ def every_tau_steps(tau: int, offset: int = 0) -> Callable[[int], bool]:
   tau = elastic.check_tau(tau)
   if offset not in (0, 1) or isinstance(offset, bool):
     raise elastic.HyperparameterError(f"offset must be 0 or 1, got {offset!r}")
-  return lambda t: (t + offset) % tau == 0
+  if last_step is None:
+    return lambda t: (t + offset) % tau == 0
+  if isinstance(last_step, bool) or not isinstance(last_step, numbers.Integral) \
+      or last_step < 0:
+    raise elastic.HyperparameterError(
+        f"last_step must be an integer >= 0 (the clock of the run's last step), "
+        f"got {last_step!r}")
+  last_step = int(last_step)
+  return lambda t: ((t + offset) % tau == 0) | (t == last_step)
 
 
-def periodic_communication(tau: int, offset: int = 0) -> Callable[[int, int], Communication]:
-  """``Algorithm.communication`` of an algorithm with schedule ``every_tau_steps(tau, offset)``.
+def periodic_communication(tau: int, offset: int = 0, *, num_workers: int,
+                           last_step: int | None = None
+                           ) -> Callable[[int, int], Communication]:
+  """``Algorithm.communication`` of an algorithm with schedule
+  ``every_tau_steps(tau, offset, last_step)``.
 
-  One parameter-sized all-reduce on each step t < num_steps with
-  tau | (t + offset): ceil(num_steps / tau) exchanges for offset 0 (t = 0
-  included), floor(num_steps / tau) for offset 1.
+  One parameter-sized all-reduce on each step t < num_steps the schedule names:
+  ceil(num_steps / tau) exchanges for offset 0 (t = 0 included),
+  floor(num_steps / tau) for offset 1, plus the last step's when it is not
+  periodic. A single worker has nothing to reduce: 0.
 
   Args:
     tau: communication period in steps, an integer >= 1.
     offset: 0 or 1, as in :func:`every_tau_steps`.
+    num_workers: p; with p = 1 nothing is communicated.
+    last_step: as in :func:`every_tau_steps`.
 
   Returns:
     ``communication(num_steps, param_bytes) -> Communication`` per worker
@@ -223,7 +260,11 @@ def periodic_communication(tau: int, offset: int = 0) -> Callable[[int, int], Co
   """
   def communication(num_steps, param_bytes):
     n = int(num_steps)
-    exchanges = (n - 1 + offset) // tau - (offset - 1) // tau if n > 0 else 0
+    if num_workers == 1 or n <= 0:
+      return Communication(0, 0)
+    exchanges = (n - 1 + offset) // tau - (offset - 1) // tau
+    if last_step is not None and n > last_step and (last_step + offset) % tau:
+      exchanges += 1
     return Communication(exchanges, exchanges * int(param_bytes))
   return communication
 
@@ -239,9 +280,17 @@ def check_exchange_flag(exchange) -> None:
                     f"Algorithm.exchange_at), got {exchange!r}")
 
 
-class EASGDWorker(NamedTuple):
-  """Per-worker state of EASGD: parameters x^i and local optimizer state."""
+class ElasticWorker(NamedTuple):
+  """Per-worker state of synchronous EASGD / EAMSGD.
+
+  Attributes:
+    params: x^i, the worker's parameters.
+    velocity: v^i, EAMSGD's local Nesterov velocity (never communicated);
+      ``()`` for EASGD.
+    opt_state: the local optimizer's state.
+  """
   params: Params
+  velocity: Any
   opt_state: Any
 
 
@@ -249,6 +298,44 @@ class EASGDShared(NamedTuple):
   """Shared state of EASGD: the center x~ and the common worker clock t."""
   center: Params
   step: jax.Array  # int32 scalar, the number of steps taken
+
+
+def _synchronous_elastic(name, loss_fn, optimizer, *, num_workers, tau, alpha, beta,
+                         learning_rate, reset_opt_state, momentum, axis_name):
+  """The one body of :func:`easgd` (momentum None) and :func:`eamsgd`."""
+  tau = elastic.check_tau(tau)
+  alpha = elastic.resolve_alpha(num_workers, alpha, beta)
+  optimizer = _local_optimizer(optimizer, learning_rate)
+  reduce_over = elastic.reduce_axis(num_workers, axis_name)  # None: one worker
+
+  def init(params):
+    velocity = () if momentum is None else jax.tree.map(jnp.zeros_like, params)
+    return (ElasticWorker(params, velocity, optimizer.init(params)),
+            EASGDShared(elastic.to_reduction_dtype(params), jnp.zeros((), jnp.int32)))
+
+  def step(worker, shared, batch, key, exchange=None):
+    key, exchange, opt_state = elastic_step_setup(
+        optimizer, worker.params, worker.opt_state, shared.step, key, tau,
+        reset_opt_state, axis_name, exchange)
+    loss, update, opt_state = momentum_lib.nesterov_velocity(
+        loss_fn, optimizer, momentum, worker.params, worker.velocity, opt_state,
+        batch, key)  # update: the optimizer step u (EASGD) or the new velocity
+    params, center = elastic.easgd_update(
+        worker.params, update, shared.center, alpha, exchange, reduce_over)
+    velocity = () if momentum is None else update
+    return (ElasticWorker(params, velocity, opt_state),
+            EASGDShared(center, shared.step + 1), loss)
+
+  hyper = dict(num_workers=int(num_workers), tau=tau, alpha=alpha,
+               beta=alpha * num_workers, reset_opt_state=bool(reset_opt_state))
+  if momentum is not None:
+    hyper["momentum"] = momentum
+  return Algorithm(
+      name=name, init=init, step=step,
+      center=lambda shared: shared.center,
+      worker_params=lambda worker, shared: worker.params,
+      communication=periodic_communication(tau, num_workers=num_workers),
+      hyperparameters=hyper, exchange_at=every_tau_steps(tau))
 
 
 def easgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
@@ -267,6 +354,9 @@ def easgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None
 
   with u^i_t the optimizer's update (plain SGD: u = -eta g^i_t(x^i_t)). The
   local optimizer state stays per worker; it receives the worker's own params.
+  The center, the elastic differences and their sum are kept in float32 for
+  bfloat16 parameters (``easgd.elastic.reduction_dtype``). EASGD is
+  :func:`eamsgd` with delta = 0: both are this one rule.
 
   Args:
     loss_fn: ``loss_fn(params, batch, key) -> scalar`` (see :data:`LossFn`).
@@ -297,45 +387,74 @@ def easgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None
   References:
     Zhang, Choromanska, LeCun (2015), eq. (5)-(6) and Algorithm 1.
   """
-  tau = elastic.check_tau(tau)
-  alpha = elastic.resolve_alpha(num_workers, alpha, beta)
-  optimizer = _local_optimizer(optimizer, learning_rate)
-
-  def init(params):
-    return (EASGDWorker(params, optimizer.init(params)),
-            EASGDShared(params, jnp.zeros((), jnp.int32)))
-
-  def step(worker, shared, batch, key, exchange=None):
-    key, exchange, opt_state = elastic_step_setup(
-        optimizer, worker.params, worker.opt_state, shared.step, key, tau,
-        reset_opt_state, axis_name, exchange)
-    loss, grads = jax.value_and_grad(loss_fn)(worker.params, batch, key)
-    updates, opt_state = optimizer.update(grads, opt_state, worker.params)
-    params, center = elastic.easgd_update(
-        worker.params, updates, shared.center, alpha, exchange, axis_name)
-    return (EASGDWorker(params, opt_state), EASGDShared(center, shared.step + 1),
-            loss)
-
-  return Algorithm(
-      name="easgd", init=init, step=step,
-      center=lambda shared: shared.center,
-      worker_params=lambda worker, shared: worker.params,
-      communication=periodic_communication(tau),
-      hyperparameters=dict(num_workers=int(num_workers), tau=tau, alpha=alpha,
-                           beta=alpha * num_workers,
-                           reset_opt_state=bool(reset_opt_state)),
-      exchange_at=every_tau_steps(tau))
+  return _synchronous_elastic(
+      "easgd", loss_fn, optimizer, num_workers=num_workers, tau=tau, alpha=alpha,
+      beta=beta, learning_rate=learning_rate, reset_opt_state=reset_opt_state,
+      momentum=None, axis_name=axis_name)
 
 
-class PmeanShared(NamedTuple):
-  """Shared state of data-parallel SGD: the one model, its optimizer state."""
-  params: Params
-  opt_state: Any
-  step: jax.Array
+def eamsgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
+           *, num_workers: int, momentum: float, tau: int = 1,
+           alpha: float | None = None, beta: float | None = None,
+           learning_rate: float | None = None, reset_opt_state: bool = False,
+           axis_name=WORKER_AXES) -> Algorithm:
+  """Synchronous Elastic Averaging Momentum SGD (Nesterov momentum per worker).
+
+  All workers share one clock t; on steps where tau divides t every worker
+  exchanges with the center, reading the time-t values (eq. 5-6 with the
+  momentum step of eq. 7):
+
+      y^i   = x^i_t + delta v^i_t
+      v^i_{t+1} = delta v^i_t + u^i_t,     u^i_t = -eta g^i(y^i)  (optimizer step)
+      x^i_{t+1} = x^i_t - alpha (x^i_t - x~_t) + v^i_{t+1}     [exchange steps]
+      x~_{t+1}  = x~_t + alpha sum_i (x^i_t - x~_t)             [exchange steps]
+      x^i_{t+1} = x^i_t + v^i_{t+1},  x~_{t+1} = x~_t           [other steps]
+
+  The velocity is local: never averaged, pulled or reset. ``momentum = 0``
+  is :func:`easgd` (the same rule, so the same computation bit for bit).
+
+  Args:
+    loss_fn: ``loss_fn(params, batch, key) -> scalar``.
+    optimizer: maps the look-ahead gradient to the step u; default
+      ``optax.sgd(learning_rate)`` (then u = -eta g, eq. 7 exactly). It
+      receives the look-ahead point as params; its state stays per worker.
+    num_workers: number of workers p.
+    momentum: delta in [0, 1) (paper: 0.99).
+    tau: communication period in local steps, >= 1.
+    alpha: moving rate; or give ``beta`` = num_workers * alpha (paper: 0.9).
+    beta: center moving rate.
+    learning_rate: eta of the default SGD optimizer (> 0).
+    reset_opt_state: re-initialise the optimizer state at every exchange
+      (before that step's update; the velocity is NOT reset, and learning-rate
+      schedules keep their position). Default False: the state persists.
+    axis_name: mapped axis enumerating all workers.
+
+  Returns:
+    An :class:`Algorithm` named ``"eamsgd"``; one all-reduce of the parameters
+    per exchange, like EASGD. The loss ``step`` returns is the one at the
+    look-ahead point x^i + delta v^i, where the gradient is taken (for
+    momentum > 0 not the loss at x^i).
+
+  Raises:
+    HyperparameterError: tau < 1, momentum outside [0, 1), alpha/beta invalid,
+      learning_rate <= 0.
+    TypeError: optimizer is not an optax.GradientTransformation.
+
+  Example:
+    >>> algo = eamsgd(loss_fn, num_workers=4, momentum=0.99, tau=10, beta=0.9,
+    ...               learning_rate=0.01)
+
+  References:
+    Zhang, Choromanska, LeCun (2015), eq. (7) and Algorithm 2.
+  """
+  return _synchronous_elastic(
+      "eamsgd", loss_fn, optimizer, num_workers=num_workers, tau=tau, alpha=alpha,
+      beta=beta, learning_rate=learning_rate, reset_opt_state=reset_opt_state,
+      momentum=momentum_lib.check_momentum(momentum), axis_name=axis_name)
 
 
 def pmean_sgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
-              *, learning_rate: float | None = None,
+              *, num_workers: int | None = None, learning_rate: float | None = None,
               axis_name=WORKER_AXES) -> Algorithm:
   """Synchronous data-parallel SGD: gradients averaged over workers every step.
 
@@ -344,11 +463,17 @@ def pmean_sgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = 
 
   All workers hold the same model (it is shared state). With p workers of batch
   B and a loss that is a mean over the batch this is exactly one worker with
-  batch p * B (up to float summation order).
+  batch p * B (up to float summation order). The average is formed in
+  float32 for bfloat16 gradients (``easgd.elastic.reduction_dtype``) and cast
+  back to the parameters' dtype. ``shared_model`` is True: on one device,
+  ``easgd.workers.map_step`` computes the gradient of a device's workers in
+  one pass over their examples.
 
   Args:
     loss_fn: ``loss_fn(params, batch, key) -> scalar`` (mean over the batch).
     optimizer: the optimizer; default ``optax.sgd(learning_rate)``.
+    num_workers: p, an integer >= 1; with p = 1 nothing is averaged (no
+      collective, no communication counted). None: unknown, counted as p > 1.
     learning_rate: eta of the default plain-SGD optimizer (> 0).
     axis_name: mapped axis enumerating all workers.
 
@@ -356,7 +481,8 @@ def pmean_sgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = 
     An :class:`Algorithm` named ``"pmean_sgd"``.
 
   Raises:
-    HyperparameterError: learning_rate <= 0 or missing without an optimizer.
+    HyperparameterError: learning_rate <= 0 or missing without an optimizer;
+      num_workers not an integer >= 1.
     TypeError: optimizer is not an optax.GradientTransformation.
 
   References:
@@ -364,31 +490,112 @@ def pmean_sgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = 
     (2012) for the data-parallel setting.
   """
   optimizer = _local_optimizer(optimizer, learning_rate)
+  if num_workers is not None:
+    check_num_workers(num_workers)
+  return shared_model_algorithm(
+      "pmean_sgd", loss_fn, optimizer, num_workers=num_workers, axis_name=axis_name)
+
+
+def check_num_workers(num_workers) -> int:
+  """Checks the number of workers p; returns it as an int.
+
+  Raises:
+    HyperparameterError: not an integer >= 1.
+  """
+  if (isinstance(num_workers, bool) or not isinstance(num_workers, numbers.Integral)
+      or num_workers < 1):
+    raise elastic.HyperparameterError(
+        f"num_workers must be an integer >= 1, got {num_workers!r}")
+  return int(num_workers)
+
+
+class SharedModel(NamedTuple):
+  """Shared state of a one-model method (pmean SGD and the sequential family).
+
+  Attributes:
+    params: x_t, the one model.
+    opt_state: the optimizer's state.
+    velocity: v_t (Nesterov momentum methods) or ``()``.
+    average: z_t (averaged methods) or ``()``.
+    step: int32 scalar t.
+  """
+  params: Params
+  opt_state: Any
+  velocity: Any = ()
+  average: Any = ()
+  step: Any = None
+
+
+def shared_model_algorithm(name: str, loss_fn: LossFn,
+                           optimizer: optax.GradientTransformation, *,
+                           num_workers: int | None, axis_name=WORKER_AXES,
+                           momentum: float | None = None,
+                           average: Callable | None = None,
+                           hyperparameters: dict | None = None) -> Algorithm:
+  """The one core of every method with a single model: the gradient of the
+  global mini-batch (the workers' gradients averaged), one optimizer step.
+
+      g_t = (1/p) sum_i g^i_t(y_t)       y_t = x_t, or x_t + delta v_t (Nesterov)
+      u_t = optimizer step of g_t;   x_{t+1} = x_t + u_t     (or v_{t+1} = delta v_t + u_t,
+                                                              x_{t+1} = x_t + v_{t+1})
+      z_{t+1} = average(z_t, x_t, t)     (averaged methods; z is evaluated, kept in
+                                          float32 for bfloat16 parameters)
+
+  Used by :func:`pmean_sgd` and ``easgd.baselines``' sgd, msgd, asgd, mvasgd.
+
+  Args:
+    name: the algorithm's name.
+    loss_fn: ``loss_fn(params, batch, key) -> scalar`` (mean over the batch).
+    optimizer: the (validated) optimizer.
+    num_workers: p; with p = 1 no collective runs and nothing is counted;
+      None: counted as p > 1.
+    axis_name: mapped axis enumerating all workers.
+    momentum: Nesterov delta in [0, 1) (``easgd.momentum``), or None.
+    average: ``average(z, x, t) -> z``, or None for no average.
+    hyperparameters: for logs.
+
+  Returns:
+    An :class:`Algorithm` with ``shared_model=True``; ``center`` is z for
+    averaged methods, else x.
+  """
+  reduce_over = elastic.reduce_axis(num_workers, axis_name)  # None: one worker
+
+  def mean(grads):
+    return elastic.cast_like(elastic.worker_mean(grads, reduce_over), grads)
 
   def init(params):
-    return (), PmeanShared(params, optimizer.init(params), jnp.zeros((), jnp.int32))
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    return (), SharedModel(params, optimizer.init(params),
+                           zeros if momentum is not None else (),
+                           elastic.to_reduction_dtype(params) if average is not None
+                           else (), jnp.zeros((), jnp.int32))
 
   def step(worker, shared, batch, key):
     key = worker_key(key, shared.step, axis_name)
-    loss, grads = jax.value_and_grad(loss_fn)(shared.params, batch, key)
-    grads = lax.pmean(grads, axis_name)
-    updates, opt_state = optimizer.update(grads, shared.opt_state, shared.params)
-    params = optax.apply_updates(shared.params, updates)
-    return worker, PmeanShared(params, opt_state, shared.step + 1), loss
+    velocity = shared.velocity
+    if momentum is None:
+      loss, grads = jax.value_and_grad(loss_fn)(shared.params, batch, key)
+      update, opt_state = optimizer.update(mean(grads), shared.opt_state, shared.params)
+    else:
+      loss, velocity, opt_state = momentum_lib.nesterov_velocity(
+          loss_fn, optimizer, momentum, shared.params, velocity, shared.opt_state,
+          batch, key, grad_fn=mean)
+      update = velocity
+    z = shared.average
+    if average is not None:
+      z = average(z, shared.params, shared.step)
+    params = optax.apply_updates(shared.params, update)
+    return worker, SharedModel(params, opt_state, velocity, z, shared.step + 1), loss
 
   def communication(num_steps, param_bytes):
+    if num_workers == 1:
+      return Communication(0, 0)
     return Communication(int(num_steps), int(num_steps) * int(param_bytes))
 
   return Algorithm(
-      name="pmean_sgd", init=init, step=step,
-      center=lambda shared: shared.params,
+      name=name, init=init, step=step,
+      center=(lambda shared: shared.average) if average is not None else
+      (lambda shared: shared.params),
       worker_params=lambda worker, shared: shared.params,
-      communication=communication, hyperparameters={})
-
-
-ALGORITHMS = ("easgd", "pmean_sgd",
-              # easgd.momentum, easgd.asynchronous
-              "eamsgd", "async_easgd", "async_eamsgd",
-              # easgd.baselines
-              "downpour", "mdownpour", "adownpour", "mvadownpour",
-              "sgd", "msgd", "asgd", "mvasgd", "local_sgd", "diloco")
+      communication=communication, hyperparameters=dict(hyperparameters or {}),
+      shared_model=True)

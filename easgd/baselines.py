@@ -40,11 +40,11 @@ import optax
 from optax.tree_utils import tree_zeros_like
 from jax import lax
 
-from easgd import asynchronous, elastic, momentum as momentum_lib
-from easgd.algorithms import (Algorithm, Communication, LossFn, _local_optimizer,
+from easgd import algorithms, asynchronous, elastic, momentum as momentum_lib
+from easgd.algorithms import (Algorithm, LossFn, _local_optimizer,
                               check_exchange_flag, every_tau_steps,
                               periodic_communication, worker_key)
-from easgd.workers import WORKER_AXES
+from easgd.elastic import WORKER_AXES
 
 Params = Any
 
@@ -266,74 +266,22 @@ def mvadownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None 
 # --------------------------------------------------------------------------
 
 
-class SequentialShared(NamedTuple):
-  """The one model of a sequential method.
-
-  Attributes:
-    params: x_t.
-    opt_state: the optimizer's state.
-    velocity: v_t (MSGD) or ``()``.
-    average: z_t (ASGD, MVASGD) or ``()``.
-    step: int32 scalar t.
-  """
-  params: Params
-  opt_state: Any
-  velocity: Any
-  average: Any
-  step: jax.Array
-
-
 def _sequential(name, loss_fn, optimizer, *, num_workers, learning_rate, momentum,
                 rate, averaged, axis_name):
   optimizer = _local_optimizer(optimizer, learning_rate)
-  if (isinstance(num_workers, bool) or not isinstance(num_workers, numbers.Integral)
-      or num_workers < 1):
-    raise elastic.HyperparameterError(
-        f"num_workers must be an integer >= 1, got {num_workers!r}")
-  pmean = lambda tree: lax.pmean(tree, axis_name)
-
-  def init(params):
-    zeros = tree_zeros_like(params)
-    return (), SequentialShared(params, optimizer.init(params),
-                                zeros if momentum is not None else (),
-                                params if averaged else (), jnp.zeros((), jnp.int32))
-
-  def step(worker, shared, batch, key):
-    key = worker_key(key, shared.step, axis_name)
-    velocity = shared.velocity
-    if momentum is None:
-      loss, grads = jax.value_and_grad(loss_fn)(shared.params, batch, key)
-      update, opt_state = optimizer.update(pmean(grads), shared.opt_state,
-                                           shared.params)
-    else:
-      loss, velocity, opt_state = momentum_lib.nesterov_velocity(
-          loss_fn, optimizer, momentum, shared.params, velocity, shared.opt_state,
-          batch, key, grad_fn=pmean)
-      update = velocity
-    average = shared.average
-    if averaged:
-      a = _polyak_rate(shared.step) if rate is None else rate
-      average = _average(average, shared.params, a)
-    params = optax.apply_updates(shared.params, update)
-    return worker, SequentialShared(params, opt_state, velocity, average,
-                                    shared.step + 1), loss
-
-  def communication(num_steps, param_bytes):
-    if num_workers == 1:
-      return Communication(0, 0)
-    return Communication(int(num_steps), int(num_steps) * int(param_bytes))
-
-  hyper = dict(num_workers=int(num_workers))
+  num_workers = algorithms.check_num_workers(num_workers)
+  average = None
+  if averaged:
+    def average(z, x, t):  # z_{t+1} from x_t, rate 1/(t+1) or constant
+      return _average(z, x, _polyak_rate(t) if rate is None else rate)
+  hyper = dict(num_workers=num_workers)
   if momentum is not None:
     hyper["momentum"] = momentum
   if averaged:
     hyper["average_rate"] = "1/(t+1)" if rate is None else rate
-  return Algorithm(
-      name=name, init=init, step=step,
-      center=(lambda shared: shared.average) if averaged else
-      (lambda shared: shared.params),
-      worker_params=lambda worker, shared: shared.params,
-      communication=communication, hyperparameters=hyper)
+  return algorithms.shared_model_algorithm(
+      name, loss_fn, optimizer, num_workers=num_workers, axis_name=axis_name,
+      momentum=momentum, average=average, hyperparameters=hyper)
 
 
 def sgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None, *,
@@ -463,18 +411,26 @@ class LocalShared(NamedTuple):
 
 
 def _periodic(name, loss_fn, optimizer, *, num_workers, tau, learning_rate, outer,
-              hyperparameters, axis_name):
+              hyperparameters, num_steps, axis_name):
   tau = elastic.check_tau(tau)
-  exchange_at = every_tau_steps(tau, offset=1)  # host and device use this schedule
+  num_workers = algorithms.check_num_workers(num_workers)
+  last_step = None
+  if num_steps is not None:
+    if (isinstance(num_steps, bool) or not isinstance(num_steps, numbers.Integral)
+        or num_steps < 1):
+      raise elastic.HyperparameterError(
+          f"num_steps (the run's length in steps) must be an integer >= 1, got "
+          f"{num_steps!r}")
+    last_step = int(num_steps) - 1
+  # host and device use this schedule: every tau steps, and the run's last step
+  exchange_at = every_tau_steps(tau, offset=1, last_step=last_step)
   optimizer = _local_optimizer(optimizer, learning_rate)
-  if (isinstance(num_workers, bool) or not isinstance(num_workers, numbers.Integral)
-      or num_workers < 1):
-    raise elastic.HyperparameterError(
-        f"num_workers must be an integer >= 1, got {num_workers!r}")
+  reduce_over = elastic.reduce_axis(num_workers, axis_name)  # None: one worker
 
   def init(params):
+    center = elastic.to_reduction_dtype(params)
     return (LocalWorker(params, optimizer.init(params)),
-            LocalShared(params, () if outer is None else outer.init(params),
+            LocalShared(center, () if outer is None else outer.init(center),
                         jnp.zeros((), jnp.int32)))
 
   def step(worker, shared, batch, key, exchange=None):
@@ -485,14 +441,14 @@ def _periodic(name, loss_fn, optimizer, *, num_workers, tau, learning_rate, oute
     params = optax.apply_updates(worker.params, update)
 
     def sync(_):
-      mean = lax.pmean(params, axis_name)
+      mean = elastic.worker_mean(params, reduce_over)  # in the center's dtype
       if outer is None:
-        return mean, mean, shared.outer_state
+        return elastic.cast_like(mean, params), mean, shared.outer_state
       pseudo_grad = elastic.tree_sub(shared.center, mean)
       outer_update, outer_state = outer.update(pseudo_grad, shared.outer_state,
                                                shared.center)
       center = optax.apply_updates(shared.center, outer_update)
-      return center, center, outer_state
+      return elastic.cast_like(center, params), center, outer_state
 
     def keep(_):
       return params, shared.center, shared.outer_state
@@ -507,22 +463,27 @@ def _periodic(name, loss_fn, optimizer, *, num_workers, tau, learning_rate, oute
   return Algorithm(
       name=name, init=init, step=step, center=lambda shared: shared.center,
       worker_params=lambda worker, shared: worker.params,
-      communication=periodic_communication(tau, offset=1),
-      hyperparameters=dict(hyperparameters, num_workers=int(num_workers), tau=tau),
+      communication=periodic_communication(tau, offset=1, num_workers=num_workers,
+                                           last_step=last_step),
+      hyperparameters=dict(hyperparameters, num_workers=num_workers, tau=tau,
+                           **({} if num_steps is None else dict(num_steps=int(num_steps)))),
       exchange_at=exchange_at)
 
 
 def local_sgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
               *, num_workers: int, tau: int, learning_rate: float | None = None,
-              axis_name=WORKER_AXES) -> Algorithm:
+              num_steps: int | None = None, axis_name=WORKER_AXES) -> Algorithm:
   """Local SGD (periodic model averaging): average all workers every tau steps.
 
       x^i <- x^i + u^i        (local optimizer step; SGD: u = -eta g^i(x^i))
-      if tau divides t + 1:   x^i <- (1/p) sum_j x^j  for every i;   x~ <- that mean
+      if tau divides t + 1, or t + 1 = num_steps (the run's last step):
+                              x^i <- (1/p) sum_j x^j  for every i;   x~ <- that mean
 
   The local optimizer state stays per worker (not averaged). ``center`` is the
   mean at the last averaging (the initial params before the first), which is
-  what the trainer evaluates.
+  what the trainer evaluates; with ``num_steps`` the run ends on an average,
+  so the model it returns and exports is the mean of the final workers. The
+  mean is formed in float32 for bfloat16 parameters (the center keeps it).
 
   Args:
     loss_fn: ``loss_fn(params, batch, key) -> scalar``.
@@ -530,32 +491,35 @@ def local_sgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = 
     num_workers: p.
     tau: averaging period in steps (>= 1); tau = 1 with SGD is pmean SGD.
     learning_rate: eta of the default SGD optimizer.
+    num_steps: the run's total number of steps (>= 1), whose last one
+      averages too; None: periodic averaging only.
     axis_name: mapped axis enumerating all workers.
 
   Returns:
     An :class:`~easgd.algorithms.Algorithm` named ``"local_sgd"``; one
-    parameter all-reduce every tau steps.
+    parameter all-reduce every tau steps (and at the last step).
 
   Raises:
-    HyperparameterError: tau < 1, learning_rate <= 0.
+    HyperparameterError: tau < 1, learning_rate <= 0, num_steps < 1.
 
   References:
     Lin et al. (2020); PyTorch ``PeriodicModelAverager``.
   """
   return _periodic("local_sgd", loss_fn, optimizer, num_workers=num_workers, tau=tau,
                    learning_rate=learning_rate, outer=None, hyperparameters={},
-                   axis_name=axis_name)
+                   num_steps=num_steps, axis_name=axis_name)
 
 
 def diloco(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
            *, num_workers: int, tau: int, outer_learning_rate: float = 0.7,
            outer_momentum: float = 0.9,
            outer_optimizer: optax.GradientTransformation | None = None,
-           learning_rate: float | None = None, axis_name=WORKER_AXES) -> Algorithm:
+           learning_rate: float | None = None, num_steps: int | None = None,
+           axis_name=WORKER_AXES) -> Algorithm:
   """DiLoCo: inner optimizer for tau steps, then an outer step on the center.
 
       x^i <- x^i + u^i                         (inner optimizer, e.g. AdamW)
-      if tau divides t + 1:
+      if tau divides t + 1, or t + 1 = num_steps (the run's last step):
         Delta = x~ - (1/p) sum_i x^i           (mean pseudo-gradient)
         m  <- mu m + Delta                     (outer SGD, Nesterov momentum mu)
         x~ <- x~ - eta_out (Delta + mu m)
@@ -572,11 +536,15 @@ def diloco(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = Non
     outer_optimizer: any Optax optimizer instead of the outer SGD (then the
       two outer_* values are ignored).
     learning_rate: eta of the default inner SGD optimizer.
+    num_steps: the run's total number of steps (>= 1); its last step ends a
+      (possibly shorter) round with an outer step, so the run ends on the
+      outer model; None: periodic rounds only.
     axis_name: mapped axis enumerating all workers.
 
   Returns:
     An :class:`~easgd.algorithms.Algorithm` named ``"diloco"``; ``center`` is
-    x~; one parameter all-reduce every tau steps.
+    x~ (kept in float32 for bfloat16 parameters); one parameter all-reduce
+    every tau steps (and at the last step).
 
   Raises:
     HyperparameterError: tau < 1, outer_learning_rate <= 0, outer_momentum
@@ -603,4 +571,4 @@ def diloco(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = Non
     hyper = dict(outer_optimizer="custom")
   return _periodic("diloco", loss_fn, optimizer, num_workers=num_workers, tau=tau,
                    learning_rate=learning_rate, outer=outer_optimizer,
-                   hyperparameters=hyper, axis_name=axis_name)
+                   hyperparameters=hyper, num_steps=num_steps, axis_name=axis_name)

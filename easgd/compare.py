@@ -2,10 +2,23 @@
 
 Every algorithm runs the same config (data set, model, global batch, epochs,
 learning-rate schedule, seed: the same initial parameters and data order) in
-its own sub-directory of ``workdir``; then ``comparison.png`` (center test error
-against epochs, against bytes communicated per worker and against simulated
-time in ticks, see ``easgd.registry.simulated_ticks``) and ``results.md`` /
-``results.json`` (the table) are written beside them.
+its own sub-directory of ``workdir``; then ``comparison.png`` and
+``results.md`` / ``results.json`` (the table) are written beside them.
+
+A shared setting applies to the algorithms that read it (the algorithm table,
+``easgd.registry``); for the others it is reset to its default
+(``TrainConfig.for_algorithm``) and reported: ``results.md`` says which
+setting was not read by which algorithm, and the table shows, per row, every
+setting that differs between the rows (optimizer, learning rate, momentum,
+delta, tau, beta, ...; "-" where the algorithm does not read it). A setting
+that no algorithm of the list reads is refused.
+
+``comparison.png`` has three panels: center test error against epochs,
+against the megabytes each worker communicated (``Algorithm.communication``:
+the reduced buffers, what a ring all-reduce puts on the wire is 2 (p - 1) / p
+times this), and against simulated time in ticks (``easgd.registry.
+simulated_ticks``: the asynchronous methods' clock with unequal worker speeds;
+with equal speeds one tick is one step for every method).
 """
 
 from __future__ import annotations
@@ -14,7 +27,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from easgd.algorithms import ALGORITHMS
+from easgd import registry
 from easgd.config import ConfigError, TrainConfig
 from easgd.checkpoint import write_text_atomic
 from easgd.trainer import check_workdir, train_and_evaluate
@@ -26,44 +39,119 @@ DEFAULT_ALGORITHMS = ("easgd", "pmean_sgd")
 """What ``compare`` runs when no names are given (the CLI's default too)."""
 
 
-def _row(summary: dict[str, Any]) -> dict[str, Any]:
-  cfg, final, comm = summary["config"], summary["final"], summary["communication"]
+SETTINGS = ("optimizer", "learning_rate", "momentum", "delta", "weight_decay", "tau",
+            "beta", "reset_opt_state", "schedule", "worker_speeds", "max_worker_speed",
+            "staleness", "outer_learning_rate", "outer_momentum", "average_rate",
+            "lr_schedule", "param_dtype", "compute_dtype")
+"""Config fields a comparison row can differ in (shown when they differ)."""
+
+
+def _settings(config: TrainConfig) -> dict[str, Any]:
+  """The settings of :data:`SETTINGS` that ``config``'s run reads (others absent)."""
+  spec = registry.TABLE[config.algorithm]
+  out = {}
+  for name in SETTINGS:
+    if name in registry.ALGORITHM_FIELDS and name not in spec.reads:
+      continue
+    if name == "momentum" and config.optimizer not in ("momentum", "nesterov"):
+      continue
+    out[name] = (config.resolved_alpha * config.num_workers if name == "beta"
+                 else getattr(config, name))
+  return {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items()}
+
+
+def _row(summary: dict[str, Any], config: TrainConfig) -> dict[str, Any]:
+  final, comm = summary["final"], summary["communication"]
   return dict(
       algorithm=summary["algorithm"]["name"],
-      num_workers=cfg["num_workers"],
-      tau=summary["algorithm"].get("tau"),  # None for methods without a period
-      beta=summary["algorithm"].get("beta"),  # elastic methods only
+      num_workers=config.num_workers,
+      settings=_settings(config),
       epochs=final["epoch"], steps=final["step"],
       test_accuracy=final["test_accuracy"],
       best_test_accuracy=summary["best_test_accuracy"],
       test_loss=final["test_loss"],
+      center_lag_steps=summary.get("center_lag_steps"),
       all_reduces_per_worker=comm["all_reduces"],
       mb_per_worker=comm["bytes"] / 1e6,
       wall_time_s=summary["wall_time_s"])
 
 
-def results_table(rows: Sequence[dict[str, Any]]) -> str:
+def differing_settings(rows: Sequence[dict[str, Any]]) -> list[str]:
+  """The setting names whose value (or absence) differs between ``rows``."""
+  names = []
+  for name in SETTINGS:
+    values = [json.dumps(r["settings"].get(name)) for r in rows]
+    if len(set(values)) > 1:
+      names.append(name)
+  return names
+
+
+def results_table(rows: Sequence[dict[str, Any]], notes: Sequence[str] = ()) -> str:
   """A Markdown table of compare rows.
 
   Args:
     rows: one dict per algorithm, as :func:`_row` makes from a run summary
-      (algorithm, num_workers, tau, beta, epochs, test_accuracy (fraction),
+      (algorithm, num_workers, settings, epochs, test_accuracy (fraction),
       best_test_accuracy, all_reduces_per_worker, mb_per_worker, wall_time_s).
+    notes: lines printed under the table (e.g. settings an algorithm did not
+      read).
 
   Returns:
-    The table as Markdown text, one line per row, accuracies in percent.
+    The table as Markdown text, one line per row, accuracies in percent; one
+    column per setting that differs between the rows ("-": not read).
   """
-  head = ("| algorithm | p | tau | beta | epochs | center test acc. (final) | best | "
-          "all-reduces / worker | MB / worker | wall time (s) |")
-  lines = [head, "|" + "---|" * 10]
+  diff = differing_settings(rows)
+  fmt = lambda v: "-" if v is None else (format(v, "g") if isinstance(v, float) else
+                                          ",".join(map(str, v)) if isinstance(v, list)
+                                          else str(v))
+  head = (["algorithm", "p"] + diff +
+          ["epochs", "center test acc. (final)", "best", "all-reduces / worker",
+           "MB / worker", "wall time (s)"])
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for r in rows:
-    lines.append(
-        f"| {r['algorithm']} | {r['num_workers']} | {r['tau'] or '-'} | "
-        f"{'-' if r['beta'] is None else format(r['beta'], 'g')} | {r['epochs']} | "
-        f"{100 * r['test_accuracy']:.2f}% | {100 * r['best_test_accuracy']:.2f}% | "
-        f"{r['all_reduces_per_worker']} | {r['mb_per_worker']:.1f} | "
-        f"{r['wall_time_s']:.0f} |")
-  return "\n".join(lines) + "\n"
+    cells = ([r["algorithm"], str(r["num_workers"])] +
+             [fmt(r["settings"].get(name)) for name in diff] +
+             [str(r["epochs"]), f"{100 * r['test_accuracy']:.2f}%",
+              f"{100 * r['best_test_accuracy']:.2f}%", str(r["all_reduces_per_worker"]),
+              f"{r['mb_per_worker']:.1f}", f"{r['wall_time_s']:.0f}"])
+    lines.append("| " + " | ".join(cells) + " |")
+  text = "\n".join(lines) + "\n"
+  if notes:
+    text += "\n" + "\n".join(notes) + "\n"
+  return text
+
+
+def plan(config: TrainConfig, algorithms: Sequence[str]
+         ) -> tuple[list[TrainConfig], list[str]]:
+  """The per-algorithm configs of a comparison, and its notes.
+
+  Each algorithm gets ``config.for_algorithm(name)``: the shared settings it
+  reads, the others at their defaults.
+
+  Returns:
+    ``(configs, notes)``: validated configs in the order of ``algorithms``;
+    one note line per shared setting some algorithm does not read.
+
+  Raises:
+    ConfigError: a shared setting that no algorithm of the list reads, or a
+      config that fails validation for one of them.
+  """
+  configs, unread_by = [], {}
+  for a in algorithms:
+    c, unread = config.for_algorithm(a)
+    configs.append(c.validate())
+    for name, value in unread.items():
+      unread_by.setdefault(name, (value, []))[1].append(a)
+  notes = []
+  for name, (value, names) in unread_by.items():
+    if len(names) == len(algorithms):
+      raise ConfigError(
+          f"{name}={value!r} is read by none of the compared algorithms "
+          f"({', '.join(algorithms)}); leave it at its default or compare an "
+          f"algorithm that reads it")
+    notes.append(f"Not read by {', '.join(names)} (run at its default): "
+                 f"{name}={value!r}.")
+  return configs, notes
 
 
 def compare(config: TrainConfig, workdir,
@@ -74,30 +162,34 @@ def compare(config: TrainConfig, workdir,
   Args:
     config: the shared configuration (its ``algorithm`` field is ignored).
     workdir: output directory; each run goes to ``workdir/<algorithm>``.
-    algorithms: names from ``easgd.algorithms.ALGORITHMS``, no repeats;
+    algorithms: names from ``easgd.registry.ALGORITHMS``, no repeats;
       default :data:`DEFAULT_ALGORITHMS`.
     overwrite: allow replacing earlier runs in these directories.
 
   Returns:
-    One table row (dict) per algorithm, also in ``results.json``.
+    One table row (dict) per algorithm, also in ``results.json`` (with the
+    notes: ``{"rows": [...], "notes": [...]}``).
 
   Raises:
-    ConfigError: unknown or repeated algorithm names, bad config values, or a
-      workdir that already holds runs (without ``overwrite``); checked for every
-      algorithm before the first one starts.
+    ConfigError: unknown or repeated algorithm names, bad config values, a
+      shared setting none of them reads, or a workdir that already holds runs
+      (without ``overwrite``); checked for every algorithm before the first
+      one starts.
   """
   algorithms = list(algorithms)
   if not algorithms:
-    raise ConfigError(f"algorithms must name at least one of {', '.join(ALGORITHMS)}")
+    raise ConfigError(f"algorithms must name at least one of "
+                      f"{', '.join(registry.ALGORITHMS)}")
   for a in algorithms:
-    if a not in ALGORITHMS:
-      raise ConfigError(f"unknown algorithm {a!r}; allowed: {', '.join(ALGORITHMS)}")
+    if a not in registry.ALGORITHMS:
+      raise ConfigError(f"unknown algorithm {a!r}; allowed: "
+                        f"{', '.join(registry.ALGORITHMS)}")
   if len(set(algorithms)) != len(algorithms):
     raise ConfigError(f"algorithms has repeats: {algorithms}")
   if not str(workdir).strip():
     raise ConfigError(f"workdir must be a non-empty path, got {str(workdir)!r}")
   workdir = Path(workdir)
-  configs = [_for_algorithm(config, a).validate() for a in algorithms]
+  configs, notes = plan(config, algorithms)
   for a in algorithms:
     check_workdir(workdir / a, overwrite)
   if not overwrite and any((workdir / f).exists() for f in (RESULTS_MD, RESULTS_JSON, PLOT_FILE)):
@@ -105,25 +197,18 @@ def compare(config: TrainConfig, workdir,
                       "directory or pass overwrite (--overwrite)")
   summaries = [train_and_evaluate(c, workdir / c.algorithm, overwrite=overwrite)
                for c in configs]
-  rows = [_row(s) for s in summaries]
-  write_text_atomic(workdir / RESULTS_JSON, json.dumps(rows, indent=2) + "\n")
-  write_text_atomic(workdir / RESULTS_MD, results_table(rows))
+  rows = [_row(s, c) for s, c in zip(summaries, configs)]
+  write_text_atomic(workdir / RESULTS_JSON,
+                    json.dumps(dict(rows=rows, notes=notes), indent=2) + "\n")
+  write_text_atomic(workdir / RESULTS_MD, results_table(rows, notes))
   from easgd.plotting import plot_comparison
-  from easgd.registry import simulated_ticks
-  histories = {s["algorithm"]["name"]: [dict(r, simulated_time=simulated_ticks(
-      r["step"], c)) for r in s["history"]] for c, s in zip(configs, summaries)}
+  # simulated time: with the shared worker speeds, a synchronous method waits
+  # for the slowest worker at every step (registry.simulated_ticks)
+  histories = {s["algorithm"]["name"]: [dict(r, simulated_time=registry.simulated_ticks(
+      r["step"], config.replace(algorithm=c.algorithm))) for r in s["history"]]
+      for c, s in zip(configs, summaries)}
   plot_comparison(histories, workdir / PLOT_FILE, title=_title(config))
   return rows
-
-
-def _for_algorithm(config: TrainConfig, algorithm: str) -> TrainConfig:
-  """``config`` for ``algorithm``: the shared momentum goes to the algorithms that
-  use it (their own Nesterov delta, or a momentum optimizer), 0 elsewhere."""
-  from easgd.registry import MOMENTUM_ALGORITHMS
-  uses = (algorithm in MOMENTUM_ALGORITHMS
-          or config.optimizer in ("momentum", "nesterov"))
-  return config.replace(algorithm=algorithm,
-                        momentum=config.momentum if uses else 0.0)
 
 
 def _title(config: TrainConfig) -> str:

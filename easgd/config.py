@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from easgd.algorithms import ALGORITHMS
+from easgd import registry
 from easgd.asynchronous import SCHEDULES as EXCHANGE_SCHEDULES
 from easgd.data import DATASETS
-from easgd.models import MODELS
+from easgd.models import BATCH_NORM_MODELS, DTYPES, MODELS
 from easgd.workers import BACKENDS as MAPPING_BACKENDS
 
 OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw")
@@ -35,15 +35,16 @@ class TrainConfig:
   """Everything a training run depends on.
 
   Attributes:
-    algorithm: a name of ``easgd.algorithms.ALGORITHMS``: "easgd",
-      "pmean_sgd", or one of ``easgd.registry`` (which lists the fields each
-      one reads).
+    algorithm: a name of the algorithm table ``easgd.registry.ALGORITHMS``
+      ("easgd", "pmean_sgd", "eamsgd", ...); the table lists the fields each
+      one reads, and a field it does not read must keep its default.
     dataset: "mnist1d" (generated locally; the default), "fashion_mnist"
       (Debian's IDX files), "digits" (scikit-learn's 8x8 digits), or
       "cifar10" (the CIFAR-10 python batches in data_dir; never downloaded).
     data_dir: directory of the Fashion-MNIST IDX files (None: the Debian
       location /usr/share/datasets/fashion-mnist) or of the CIFAR-10 python
-      batches (required for "cifar10"). Not read by validate().
+      batches (required for "cifar10"); the other data sets read none. Its
+      contents are checked when the data are loaded, not by validate().
     crop_size: side of the square image crops, in pixels: random crops for
       training (fixed by seed, epoch and step), the centre crop for evaluation
       (paper, CIFAR-10: 28 of 32); None = whole images. Images only.
@@ -53,19 +54,25 @@ class TrainConfig:
     num_devices: devices to spread the workers over (must divide num_workers);
       None = the largest available count that divides num_workers.
     global_batch_size: examples per step summed over all workers; each worker
-      takes global_batch_size / num_workers.
+      takes global_batch_size / num_workers. The examples of global step t are
+      fixed by (seed, epoch, t) alone; worker i reads rows i*B..(i+1)*B-1 of
+      them (``easgd.data.worker_batch_indices``).
     num_epochs: passes over the training set (integer).
     learning_rate: peak local step size eta (per step of a worker).
     lr_schedule: "constant", "cosine" (to 0 at the end) or "step" (times
       lr_decay_factor at each epoch of lr_decay_epochs).
     warmup_epochs: linear warm-up from 0, in epochs.
     lr_decay_epochs: epochs at which the "step" schedule decays.
-    lr_decay_factor: multiplier of the "step" schedule, in (0, 1].
+    lr_decay_factor: multiplier of the "step" schedule, in (0, 1] (read by
+      lr_schedule "step" only).
     optimizer: local optimizer: "sgd", "momentum" (heavy ball), "nesterov",
       "adam", "adamw".
-    momentum: momentum coefficient for "momentum"/"nesterov", in [0, 1); also
-      the Nesterov momentum delta of eamsgd, async_eamsgd, msgd and mdownpour
-      (paper: 0.99), which need optimizer "sgd".
+    momentum: momentum coefficient of the local optimizer "momentum" or
+      "nesterov", in [0, 1); read by no other optimizer.
+    delta: the Nesterov momentum delta built into eamsgd, async_eamsgd, msgd
+      and mdownpour (eq. 7; paper: 0.99), in (0, 1); read by those four only
+      (they need optimizer "sgd"). delta = 0 would turn each into easgd,
+      async_easgd, sgd and downpour and is refused.
     weight_decay: L2 coefficient (added to the gradient; decoupled for adamw).
     tau: EASGD communication period, in local steps (>= 1).
     alpha: EASGD moving rate; give alpha or beta, not both.
@@ -95,9 +102,10 @@ class TrainConfig:
       // num_workers each, at least 1), the same every time
       (``easgd.trainer.bn_stats_indices``).
     curvature: optional estimate of the loss's largest Hessian eigenvalue h
-      (1 / parameter units squared); with it the trainer checks eta*h =
-      learning_rate * curvature against the quadratic model's stable region
-      and warns once when outside.
+      (1 / parameter units squared, e.g. from
+      ``easgd.hessian.top_hessian_eigenvalue``); with it the trainer checks
+      eta*h = learning_rate * curvature against synchronous EASGD's stable
+      region on the quadratic model and warns once when outside (easgd only).
     checkpoint_every_steps: also checkpoint every this many global steps inside
       an epoch (0: only at epoch ends, where a checkpoint is always written).
     keep_checkpoints: number of most recent checkpoints kept (>= 1).
@@ -105,6 +113,12 @@ class TrainConfig:
     mapping_backend: how workers are mapped onto devices (``easgd.workers``):
       "pmap" (pmap of vmap) or "shard_map" (jit of shard_map of vmap; needed
       for multi-process runs). Same results and array layouts.
+    param_dtype: dtype of the workers' parameters and optimizer state,
+      "float32" or "bfloat16" (Flax's ``param_dtype``). The center, the
+      elastic differences and every sum across workers are kept in float32
+      whatever this is (``easgd.elastic.reduction_dtype``).
+    compute_dtype: dtype of the model's forward and backward computation,
+      "float32" or "bfloat16" (Flax's ``dtype``); the loss is float32.
   """
   algorithm: str = "easgd"
   dataset: str = "mnist1d"
@@ -122,6 +136,7 @@ class TrainConfig:
   lr_decay_factor: float = 0.1
   optimizer: str = "sgd"
   momentum: float = 0.0
+  delta: float = 0.99
   weight_decay: float = 0.0
   tau: int = 4
   alpha: float | None = None
@@ -143,6 +158,8 @@ class TrainConfig:
   keep_checkpoints: int = 2
   progress: bool = True
   mapping_backend: str = "pmap"
+  param_dtype: str = "float32"
+  compute_dtype: str = "float32"
 
   def replace(self, **changes) -> "TrainConfig":
     """A copy with ``changes``; unknown field names raise ConfigError."""
@@ -173,7 +190,7 @@ class TrainConfig:
     plain = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
     if any(plain[k] is not getattr(self, k) for k in plain):
       return dataclasses.replace(self, **plain).validate()
-    _choice("algorithm", self.algorithm, ALGORITHMS)
+    _choice("algorithm", self.algorithm, registry.ALGORITHMS)
     _choice("dataset", self.dataset, DATASETS)
     if self.data_dir is not None and not isinstance(self.data_dir, str):
       raise ConfigError(f"data_dir must be a path string or None, got {self.data_dir!r}")
@@ -219,15 +236,9 @@ class TrainConfig:
                         f"with lr_schedule {self.lr_schedule!r}; use lr_schedule 'step'")
     _real("lr_decay_factor", self.lr_decay_factor, 0, 1, open_low=True)
     _real("momentum", self.momentum, 0, 1, open_high=True)
+    _real("delta", self.delta, 0, 1, open_high=True)
     _real("weight_decay", self.weight_decay, 0)
     _int("tau", self.tau, 1, what="communication period", high=MAX_STEPS)
-    if (self.momentum > 0 and self.optimizer not in ("momentum", "nesterov")
-        and self.algorithm not in _momentum_algorithms()):
-      raise ConfigError(
-          f"momentum={self.momentum} has no effect with optimizer {self.optimizer!r} "
-          f"and algorithm {self.algorithm!r}; use optimizer 'momentum' or 'nesterov' "
-          f"(or an algorithm with its own momentum: "
-          f"{', '.join(_momentum_algorithms())})")
     if (self.alpha is None) == (self.beta is None):
       raise ConfigError(f"give exactly one of alpha and beta (beta = num_workers * "
                         f"alpha), got alpha={self.alpha!r}, beta={self.beta!r}")
@@ -235,7 +246,7 @@ class TrainConfig:
       _real("alpha", self.alpha, 0)
     else:
       _real("beta", self.beta, 0)
-    self._validate_algorithm_fields()
+    self._validate_schedule_fields()
     _int("seed", self.seed, 0, high=2**32 - 1)
     _int("eval_every_epochs", self.eval_every_epochs, 1)
     _int("eval_batch_size", self.eval_batch_size, 1)
@@ -245,11 +256,13 @@ class TrainConfig:
     _int("checkpoint_every_steps", self.checkpoint_every_steps, 0)
     _int("keep_checkpoints", self.keep_checkpoints, 1)
     _choice("mapping_backend", self.mapping_backend, MAPPING_BACKENDS)
+    _choice("param_dtype", self.param_dtype, DTYPES)
+    _choice("compute_dtype", self.compute_dtype, DTYPES)
+    self._refuse_unread()
     return self
 
-  def _validate_algorithm_fields(self) -> None:
-    """The fields of the algorithms of ``easgd.registry``."""
-    from easgd.registry import MOMENTUM_ALGORITHMS
+  def _validate_schedule_fields(self) -> None:
+    """Ranges of the fields of the asynchronous and averaging algorithms."""
     _choice("schedule", self.schedule, EXCHANGE_SCHEDULES)
     if not isinstance(self.worker_speeds, (tuple, list)):
       raise ConfigError(f"worker_speeds must be a tuple (one integer per worker), "
@@ -272,10 +285,104 @@ class TrainConfig:
     _real("outer_learning_rate", self.outer_learning_rate, 0, open_low=True)
     _real("outer_momentum", self.outer_momentum, 0, 1, open_high=True)
     _real("average_rate", self.average_rate, 0, 1, open_low=True)
-    if self.algorithm in MOMENTUM_ALGORITHMS and self.optimizer != "sgd":
-      raise ConfigError(
-          f"algorithm {self.algorithm!r} has its own Nesterov momentum (set "
-          f"momentum); it needs optimizer 'sgd', got {self.optimizer!r}")
+
+  def unread_fields(self) -> dict[str, Any]:
+    """The fields set away from their default that this config's run never reads.
+
+    Algorithm-specific fields (``easgd.registry.ALGORITHM_FIELDS``) the
+    algorithm does not read (alpha and beta count as one setting, default
+    beta = 0.9); ``momentum`` with an optimizer other than "momentum" or
+    "nesterov"; ``lr_decay_factor`` without the "step" schedule;
+    ``bn_stats_examples`` with a model without BatchNorm; ``data_dir`` with
+    a data set that has no files.
+
+    Returns:
+      ``{field: value}`` in field order (empty when every setting is read).
+    """
+    spec = registry.TABLE[self.algorithm]
+    out = {}
+    for name in registry.ALGORITHM_FIELDS:
+      if name in spec.reads or not _differs(self, name):
+        continue
+      if name == "beta" and "alpha" in out:
+        continue  # alpha given: beta was cleared with it, one setting
+      out[name] = getattr(self, name)
+    if self.optimizer not in ("momentum", "nesterov") and _differs(self, "momentum"):
+      out["momentum"] = self.momentum
+    if self.lr_schedule != "step" and _differs(self, "lr_decay_factor"):
+      out["lr_decay_factor"] = self.lr_decay_factor
+    if self.model not in BATCH_NORM_MODELS and _differs(self, "bn_stats_examples"):
+      out["bn_stats_examples"] = self.bn_stats_examples
+    if self.dataset not in ("fashion_mnist", "cifar10") and self.data_dir is not None:
+      out["data_dir"] = self.data_dir
+    return out
+
+  def _refuse_unread(self) -> None:
+    """A setting the run would not read is refused, never silently ignored."""
+    spec = registry.TABLE[self.algorithm]
+    if spec.without_momentum is not None:
+      if self.delta == 0:
+        raise ConfigError(
+            f"delta=0 turns {self.algorithm} into {spec.without_momentum} (eq. 7 with "
+            f"delta = 0 is the plain step); use algorithm {spec.without_momentum!r}, "
+            f"or delta in (0, 1) (paper: 0.99)")
+      if self.optimizer != "sgd":
+        raise ConfigError(
+            f"algorithm {self.algorithm!r} has its own Nesterov momentum (delta); it "
+            f"needs optimizer 'sgd', got {self.optimizer!r}")
+    unread = self.unread_fields()
+    if not unread:
+      return
+    name, value = next(iter(unread.items()))
+    if name == "momentum":
+      hint = ("use optimizer 'momentum' or 'nesterov'" +
+              (f", or delta for {self.algorithm}'s own Nesterov momentum"
+               if spec.without_momentum else
+               f" (the algorithms with their own Nesterov momentum take delta: "
+               f"{', '.join(registry.MOMENTUM_ALGORITHMS)})"))
+      raise ConfigError(f"momentum={value} has no effect with optimizer "
+                        f"{self.optimizer!r}; {hint}")
+    if name == "lr_decay_factor":
+      raise ConfigError(f"lr_decay_factor={value} has no effect with lr_schedule "
+                        f"{self.lr_schedule!r}; use lr_schedule 'step'")
+    if name == "bn_stats_examples":
+      raise ConfigError(f"bn_stats_examples={value} has no effect with model "
+                        f"{self.model!r} (no BatchNorm); allowed models: "
+                        f"{', '.join(BATCH_NORM_MODELS)}")
+    if name == "data_dir":
+      raise ConfigError(f"data_dir={value!r} is not read by dataset {self.dataset!r} "
+                        "(generated or shipped); allowed: data_dir None")
+    readers = registry.readers("alpha" if name == "beta" else name)
+    default = _DEFAULTS[name]
+    raise ConfigError(
+        f"{name}={value!r} is not read by algorithm {self.algorithm!r}; leave it at "
+        f"its default {default!r}, or use an algorithm that reads it: "
+        f"{', '.join(readers)}")
+
+  def for_algorithm(self, algorithm: str) -> tuple["TrainConfig", dict[str, Any]]:
+    """This config for ``algorithm``, with the settings it does not read reset.
+
+    Used by ``compare`` to run one shared config with several algorithms.
+
+    Args:
+      algorithm: a name of ``easgd.registry.ALGORITHMS``.
+
+    Returns:
+      ``(config, dropped)``: the config with ``algorithm`` set and every field
+      it would not read (:meth:`unread_fields`) back at its default, and
+      ``{field: value}`` of the settings that were reset (to be reported).
+      A momentum method given delta = 0 keeps it (and fails validation).
+
+    Raises:
+      ConfigError: unknown algorithm.
+    """
+    _choice("algorithm", algorithm, registry.ALGORITHMS)
+    config = self.replace(algorithm=algorithm)
+    dropped = config.unread_fields()
+    resets = {k: _DEFAULTS[k] for k in dropped}
+    if "alpha" in dropped:
+      resets["beta"] = _DEFAULTS["beta"]
+    return (dataclasses.replace(config, **resets) if resets else config), dropped
 
   def to_dict(self) -> dict[str, Any]:
     """The fields plus resolved values (alpha, per-worker batch), JSON-ready."""
@@ -313,9 +420,16 @@ MAX_SPEED = 1024         # local steps per tick of the asynchronous schedules
 MAX_STALENESS = 1024     # master updates (a buffer of that many centers is kept)
 
 
-def _momentum_algorithms():
-  from easgd.registry import MOMENTUM_ALGORITHMS
-  return MOMENTUM_ALGORITHMS
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+
+
+def _differs(config: TrainConfig, name: str) -> bool:
+  """Whether field ``name`` of ``config`` is set away from its default."""
+  value = getattr(config, name)
+  default = _DEFAULTS[name]
+  if isinstance(value, (tuple, list)) or isinstance(default, (tuple, list)):
+    return tuple(value) != tuple(default)
+  return value != default
 
 
 def _choice(name, value, allowed):

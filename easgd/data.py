@@ -960,20 +960,20 @@ def epoch_permutation(num_examples: int, seed: int, epoch: int) -> np.ndarray:
 def steps_per_epoch(num_examples: int, num_workers: int, per_worker_batch: int) -> int:
     """Synchronous steps in one epoch of :func:`worker_batch_indices`.
 
-    Each worker owns a shard of ``S = num_examples // num_workers`` examples and
-    takes ``S // per_worker_batch`` full batches from it; the remainders (up to
-    ``num_workers - 1`` examples of the epoch and up to ``per_worker_batch - 1``
-    per shard) are dropped for that epoch. The permutation changes every epoch,
-    so no example is dropped systematically.
+    An epoch is ``N // G`` global batches of ``G = num_workers * per_worker_batch``
+    examples; the last ``N % G`` examples of the epoch's permutation are dropped
+    for that epoch. The permutation changes every epoch, so no example is dropped
+    systematically. The count depends on the global batch only, not on how it is
+    split over workers.
 
     Args:
       num_examples: training set size ``N`` (examples).
       num_workers: number of workers ``W``.
       per_worker_batch: examples per worker per step ``B`` (the global batch is
-        ``W * B``).
+        ``G = W * B``).
 
     Returns:
-      ``(N // W) // B``, at least 1.
+      ``N // (W * B)``, at least 1.
 
     Raises:
       DataError: if an argument is not a positive integer, or the data are too
@@ -982,7 +982,7 @@ def steps_per_epoch(num_examples: int, num_workers: int, per_worker_batch: int) 
     num_examples = _positive_int(num_examples, "num_examples")
     num_workers = _positive_int(num_workers, "num_workers")
     per_worker_batch = _positive_int(per_worker_batch, "per_worker_batch")
-    steps = (num_examples // num_workers) // per_worker_batch
+    steps = num_examples // (num_workers * per_worker_batch)
     if steps == 0:
         raise DataError(
             f"num_examples={num_examples} is too few for num_workers={num_workers} x "
@@ -1001,14 +1001,16 @@ def worker_batch_indices(
 ) -> np.ndarray:
     """Example indices of every worker's batch at every step of one epoch.
 
-    With ``perm = epoch_permutation(N, seed, epoch)`` and ``S = N // W``, worker
-    ``i`` owns the contiguous shard ``perm[i*S:(i+1)*S]`` and at step ``t`` reads
-    its batch ``shard[t*B:(t+1)*B]``. Shards are disjoint, so within an epoch no
-    example is seen twice, and the workers see disjoint data as in the
-    data-parallel setting of EASGD. ``steps_per_epoch = S // B``; the tail
-    ``perm[W*S:]`` and the last ``S % B`` of each shard are dropped (see
-    :func:`steps_per_epoch`). When ``N`` is a multiple of ``W * B`` nothing is
-    dropped and the epoch covers every example exactly once.
+    With ``perm = epoch_permutation(N, seed, epoch)`` and the global batch
+    ``G = W * B``, global step ``t`` of the epoch reads the examples
+    ``perm[t*G:(t+1)*G]``, and worker ``i`` takes rows ``i*B .. (i+1)*B - 1`` of
+    that global batch. So the examples of a global step are a function of
+    ``(seed, epoch, t)`` and ``G`` only: splitting the same global batch over 1,
+    2 or 8 workers (or over any number of devices and processes) changes which
+    worker reads an example, never which examples the step sees. Within an
+    epoch no example is read twice, and the workers of a step read disjoint
+    examples. ``steps_per_epoch = N // G``; the last ``N % G`` examples of the
+    permutation are dropped for this epoch (see :func:`steps_per_epoch`).
 
     Args:
       num_examples: training set size ``N`` (examples).
@@ -1019,7 +1021,8 @@ def worker_batch_indices(
 
     Returns:
       int64 ``[steps_per_epoch, W, B]``, C-contiguous; ``out[t, i]`` are the
-      indices of worker ``i``'s batch at step ``t`` of this epoch.
+      indices of worker ``i``'s batch at step ``t`` of this epoch, and
+      ``out[t].ravel()`` is the global batch of step ``t``.
 
     Raises:
       DataError: as :func:`steps_per_epoch` and :func:`epoch_permutation`.
@@ -1028,17 +1031,18 @@ def worker_batch_indices(
       >>> idx = worker_batch_indices(12, num_workers=2, per_worker_batch=3, seed=0, epoch=0)
       >>> idx.shape
       (2, 2, 3)
+      >>> bool((idx.reshape(2, 6) == worker_batch_indices(12, 1, 6, 0, 0)[:, 0]).all())
+      True
 
     References:
       Zhang, Choromanska & LeCun, "Deep learning with Elastic Averaging SGD",
-      NeurIPS 2015, section 2 (each worker samples from its own data).
+      NeurIPS 2015, section 2 (every worker may sample the whole data set; here
+      the workers of one step share one global batch, as data-parallel SGD does).
     """
     steps = steps_per_epoch(num_examples, num_workers, per_worker_batch)
     perm = epoch_permutation(num_examples, seed, epoch)
-    shard = num_examples // num_workers
-    used = steps * per_worker_batch
-    shards = perm[: num_workers * shard].reshape(num_workers, shard)[:, :used]
-    out = shards.reshape(num_workers, steps, per_worker_batch).transpose(1, 0, 2)
+    used = steps * num_workers * per_worker_batch
+    out = perm[:used].reshape(steps, num_workers, per_worker_batch)
     return np.ascontiguousarray(out, dtype=np.int64)
 
 

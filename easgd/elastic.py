@@ -31,9 +31,120 @@ from optax.tree_utils import tree_add, tree_sub  # leafwise a + b and a - b
 Params = Any  # a pytree of arrays
 AxisName = Hashable | Sequence[Hashable]
 
+DEVICE_AXIS = "devices"
+LOCAL_AXIS = "local_workers"
+WORKER_AXES = (DEVICE_AXIS, LOCAL_AXIS)
+"""The axis name per-worker code uses for its collectives: all workers, all
+devices (``easgd.workers`` binds it: devices mapped, the workers of a device
+vmapped). Every algorithm's default ``axis_name``."""
+
 
 class HyperparameterError(ValueError):
   """A hyperparameter of an update rule is outside its allowed range."""
+
+
+class MappingError(NameError):
+  """Per-worker code ran outside a mapping that binds its worker axis."""
+
+
+def _unmapped(axis_name) -> MappingError:
+  return MappingError(
+      f"easgd per-worker code ran outside a worker mapping: its axis {axis_name!r} "
+      "is not bound; run an algorithm's step through easgd.workers.map_step(algorithm, "
+      "layout), any per-worker function through easgd.workers.map_workers(fn, layout, "
+      "in_kinds, out_kinds), or bind the axis yourself (jax.vmap(..., axis_name=...))")
+
+
+def worker_axis_size(axis_name: AxisName = WORKER_AXES) -> int:
+  """The number of workers on the mapped axis ``axis_name`` (a Python int).
+
+  Raises:
+    MappingError: the axis is not bound (called outside a mapping).
+  """
+  try:
+    return int(lax.axis_size(axis_name))
+  except NameError:
+    raise _unmapped(axis_name) from None
+
+
+def worker_index(axis_name: AxisName = WORKER_AXES) -> jax.Array:
+  """This worker's index in [0, num_workers) on ``axis_name`` (int32 scalar).
+
+  Raises:
+    MappingError: the axis is not bound (called outside a mapping).
+  """
+  try:
+    return lax.axis_index(axis_name)
+  except NameError:
+    raise _unmapped(axis_name) from None
+
+
+def reduction_dtype(dtype) -> jnp.dtype:
+  """The dtype in which values of ``dtype`` are summed across workers and kept
+  in a center: at least float32 (bfloat16 and float16 -> float32; float32 and
+  float64 unchanged; non-float dtypes unchanged).
+
+  A sum of p bfloat16 values rounds to 8 bits of mantissa at every exchange, so
+  a center kept in bfloat16 drifts from the exact one; the precision policy of
+  this package keeps centers, elastic differences and averaged gradients in
+  this dtype whatever the parameters' dtype is.
+  """
+  dtype = jnp.dtype(dtype)
+  if not jnp.issubdtype(dtype, jnp.floating):
+    return dtype
+  return jnp.promote_types(dtype, jnp.float32)
+
+
+def to_reduction_dtype(tree: Params) -> Params:
+  """``tree`` with every float leaf cast to :func:`reduction_dtype` of its dtype."""
+  return jax.tree.map(lambda x: jnp.asarray(x).astype(reduction_dtype(jnp.result_type(x))),
+                      tree)
+
+
+def cast_like(tree: Params, like: Params) -> Params:
+  """``tree`` with each leaf cast to the dtype of the matching leaf of ``like``."""
+  return jax.tree.map(lambda x, ref: jnp.asarray(x).astype(jnp.result_type(ref)), tree, like)
+
+
+def worker_sum(tree: Params, axis_name: AxisName | None = WORKER_AXES) -> Params:
+  """The sum over all workers of ``tree``, in :func:`reduction_dtype`.
+
+  One all-reduce (``lax.psum``) over ``axis_name``. ``axis_name=None`` means a
+  single worker: there is nothing to reduce, no collective is emitted and the
+  value is returned (cast). The algorithms pass None when ``num_workers`` is 1.
+
+  Raises:
+    MappingError: ``axis_name`` is not bound (called outside a mapping).
+  """
+  tree = to_reduction_dtype(tree)
+  if axis_name is None:
+    return tree
+  try:
+    return lax.psum(tree, axis_name)
+  except NameError:
+    raise _unmapped(axis_name) from None
+
+
+def worker_mean(tree: Params, axis_name: AxisName | None = WORKER_AXES) -> Params:
+  """The mean over all workers of ``tree``, in :func:`reduction_dtype`
+  (``lax.pmean``; ``axis_name=None``: a single worker, no collective).
+
+  Raises:
+    MappingError: ``axis_name`` is not bound (called outside a mapping).
+  """
+  tree = to_reduction_dtype(tree)
+  if axis_name is None:
+    return tree
+  try:
+    return lax.pmean(tree, axis_name)
+  except NameError:
+    raise _unmapped(axis_name) from None
+
+
+def reduce_axis(num_workers: int, axis_name: AxisName) -> AxisName | None:
+  """The axis an algorithm of ``num_workers`` workers reduces over: None for
+  a single worker (no collective, nothing communicated), else ``axis_name``."""
+  return None if num_workers == 1 else axis_name
 
 
 def _is_real(value) -> bool:
@@ -119,17 +230,20 @@ def elastic_difference(params: Params, center: Params, alpha) -> Params:
     alpha: moving rate (float or traced scalar).
 
   Returns:
-    A pytree like ``params``: alpha * (x^i - x~).
+    A pytree like ``params``: alpha * (x^i - x~), computed and returned in
+    :func:`reduction_dtype` (float32 for bfloat16 parameters).
 
   References:
     Eq. (5)-(6) and Algorithm 1 of the paper.
   """
-  return jax.tree.map(lambda x, c: (alpha * (x - c)).astype(x.dtype),
-                      params, center)
+  def diff(x, c):
+    dtype = reduction_dtype(jnp.promote_types(jnp.result_type(x), jnp.result_type(c)))
+    return (alpha * (x.astype(dtype) - c.astype(dtype))).astype(dtype)
+  return jax.tree.map(diff, params, center)
 
 
 def elastic_exchange(params: Params, center: Params, alpha,
-                     axis_name: AxisName) -> tuple[Params, Params]:
+                     axis_name: AxisName | None) -> tuple[Params, Params]:
   """One synchronous elastic exchange between every worker and the center.
 
   Every worker computes its elastic difference d^i = alpha * (x^i - x~) from the
@@ -140,26 +254,34 @@ def elastic_exchange(params: Params, center: Params, alpha,
       x~  <- x~  + alpha * sum_i (x^i - x~)  =  (1 - beta) x~ + beta mean_i x^i
 
   Must be called inside a mapped context (vmap/pmap/shard_map) that binds
-  ``axis_name``; the returned center is identical on every worker.
+  ``axis_name``; the returned center is identical on every worker. The
+  differences and their sum are formed in :func:`reduction_dtype` (float32
+  for bfloat16 parameters); the worker's result is cast back to its dtype,
+  the center's to the center's.
 
   Args:
     params: this worker's parameters x^i (a pytree).
     center: the center x~ (same structure), the same value on all workers.
     alpha: moving rate, float >= 0 or traced scalar.
-    axis_name: the mapped axis (or tuple of axes) that enumerates all workers.
+    axis_name: the mapped axis (or tuple of axes) that enumerates all workers;
+      None for a single worker (no collective, see :func:`worker_sum`).
 
   Returns:
-    ``(new_params, new_center)``.
+    ``(new_params, new_center)``, of the dtypes of ``params`` and ``center``.
+
+  Raises:
+    MappingError: ``axis_name`` is not bound (called outside a mapping).
 
   References:
     Eq. (5)-(6) (elastic terms only) of the paper.
   """
   diff = elastic_difference(params, center, alpha)
-  return tree_sub(params, diff), tree_add(center, lax.psum(diff, axis_name))
+  return (cast_like(tree_sub(params, diff), params),
+          cast_like(tree_add(center, worker_sum(diff, axis_name)), center))
 
 
 def easgd_update(params: Params, updates: Params, center: Params, alpha, exchange,
-                 axis_name: AxisName) -> tuple[Params, Params]:
+                 axis_name: AxisName | None) -> tuple[Params, Params]:
   """Synchronous EASGD step with communication period tau (eq. 5-6).
 
   With ``updates`` the local optimizer's step computed at x^i_t (for plain SGD,
@@ -189,20 +311,27 @@ def easgd_update(params: Params, updates: Params, center: Params, alpha, exchang
     exchange: True on steps where tau divides the clock (see
       :func:`is_exchange_step`): a Python bool (branch fixed at trace time) or
       a bool scalar array (``lax.cond``).
-    axis_name: mapped axis (or tuple of axes) enumerating all workers.
+    axis_name: mapped axis (or tuple of axes) enumerating all workers; None
+      for a single worker (no collective).
 
   Returns:
-    ``(params_{t+1}, center_{t+1})``.
+    ``(params_{t+1}, center_{t+1})`` in the dtypes of ``params`` and
+    ``center``; the elastic differences and their sum are formed in
+    :func:`reduction_dtype` (float32 for bfloat16 parameters).
+
+  Raises:
+    MappingError: ``axis_name`` is not bound (called outside a mapping).
 
   References:
     Eq. (5)-(6) of the paper, with the communication period of Algorithm 1.
   """
   def exchange_branch(_):
-    pulled, new_center = elastic_exchange(params, center, alpha, axis_name)
-    return tree_add(pulled, updates), new_center
+    diff = elastic_difference(params, center, alpha)
+    new_params = cast_like(tree_add(tree_sub(params, diff), updates), params)
+    return new_params, cast_like(tree_add(center, worker_sum(diff, axis_name)), center)
 
   def local_branch(_):
-    return tree_add(params, updates), center
+    return cast_like(tree_add(params, updates), params), center
 
   if isinstance(exchange, bool):
     return (exchange_branch if exchange else local_branch)(None)

@@ -17,6 +17,7 @@ parameters before it is evaluated or exported (:func:`compute_batch_stats`,
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from typing import Any
@@ -46,6 +47,13 @@ __all__ = [
 
 MODELS = ("mlp", "cnn", "cnn_bn", "cifar")
 """Names accepted by :func:`make_model`."""
+
+BATCH_NORM_MODELS = ("cnn_bn",)
+"""The names of :data:`MODELS` with BatchNorm layers (:func:`has_batch_norm`)."""
+
+DTYPES = ("float32", "bfloat16")
+"""Parameter and compute dtypes :func:`make_model` accepts (Flax's
+``param_dtype`` and ``dtype``)."""
 
 Params = Any  # A pytree of float32 arrays (Flax's ``variables['params']``).
 
@@ -77,10 +85,14 @@ class MLP(nn.Module):
     Attributes:
       num_classes: logits per example.
       hidden: widths of the hidden layers (units); ``()`` gives a linear model.
+      dtype: compute dtype of the layers (None: from inputs and params).
+      param_dtype: dtype of the parameters.
     """
 
     num_classes: int = 10
     hidden: tuple[int, ...] = (256, 256)
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
@@ -100,9 +112,10 @@ class MLP(nn.Module):
         if x.ndim < 2:
             raise ModelError(f"MLP input has shape {x.shape}; expected [B, ...] with ndim >= 2")
         x = x.reshape((x.shape[0], -1))
+        dense = functools.partial(nn.Dense, dtype=self.dtype, param_dtype=self.param_dtype)
         for width in self.hidden:
-            x = nn.relu(nn.Dense(width)(x))
-        return nn.Dense(self.num_classes)(x)
+            x = nn.relu(dense(width)(x))
+        return dense(self.num_classes)(x)
 
 
 class CNN(nn.Module):
@@ -137,6 +150,8 @@ class CNN(nn.Module):
       bn_axis_name: BatchNorm ``axis_name``: in train mode, statistics are
         averaged over this mapped axis (cross-worker BatchNorm). None: each
         call's own batch. :func:`compute_batch_stats` sets it.
+      dtype: compute dtype of the layers (None: from inputs and params).
+      param_dtype: dtype of the parameters.
     """
 
     num_classes: int = 10
@@ -145,6 +160,8 @@ class CNN(nn.Module):
     batch_norm: bool = False
     bn_momentum: float = 0.99
     bn_axis_name: Any = None
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
@@ -171,14 +188,16 @@ class CNN(nn.Module):
                 f"CNN input has shape {x.shape}; expected images [B, H, W, C] or "
                 "signals [B, L, C]"
             )
+        precision = dict(dtype=self.dtype, param_dtype=self.param_dtype)
         for block, width in enumerate(self.features):
-            x = nn.Conv(width, kernel_size=kernel, padding="SAME")(x)
+            x = nn.Conv(width, kernel_size=kernel, padding="SAME", **precision)(x)
             if self.batch_norm:  # "cnn_bn": normalise the conv output, then ReLU
                 x = nn.BatchNorm(
                     use_running_average=not train,
                     momentum=self.bn_momentum,
                     axis_name=self.bn_axis_name,
                     use_fast_variance=False,  # var = mean((h - mean)^2), two passes
+                    **precision,
                 )(x)
             x = nn.relu(x)
             spatial = x.shape[1:-1]
@@ -189,8 +208,8 @@ class CNN(nn.Module):
                 )
             x = nn.max_pool(x, window_shape=window, strides=window, padding="VALID")
         x = x.reshape((x.shape[0], -1))
-        x = nn.relu(nn.Dense(self.dense)(x))
-        return nn.Dense(self.num_classes)(x)
+        x = nn.relu(nn.Dense(self.dense, **precision)(x))
+        return nn.Dense(self.num_classes, **precision)(x)
 
 
 class CifarNet(nn.Module):
@@ -227,6 +246,8 @@ class CifarNet(nn.Module):
     Attributes:
       num_classes: logits per example.
       dropout_rate: drop probability after the 256-unit layer (paper: 0.5).
+      dtype: compute dtype of the layers (None: from inputs and params).
+      param_dtype: dtype of the parameters.
 
     References:
       Zhang, Choromanska & LeCun, "Deep learning with Elastic Averaging SGD",
@@ -235,6 +256,8 @@ class CifarNet(nn.Module):
 
     num_classes: int = 10
     dropout_rate: float = 0.5
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
@@ -257,24 +280,29 @@ class CifarNet(nn.Module):
                 "H, W >= 24 (the paper's 28x28x3 crops)"
             )
         zeros = nn.initializers.zeros
+        conv = functools.partial(nn.Conv, padding="VALID", bias_init=zeros, dtype=self.dtype,
+                                 param_dtype=self.param_dtype)
+        dense = functools.partial(nn.Dense, bias_init=zeros, dtype=self.dtype,
+                                  param_dtype=self.param_dtype)
         stages = (("conv1", 64, 5), ("conv2", 128, 5))
         for index, (name, width, kernel) in enumerate(stages, start=1):
-            x = nn.relu(nn.Conv(width, (kernel, kernel), padding="VALID", bias_init=zeros)(x))
+            x = nn.relu(conv(width, (kernel, kernel))(x))
             self.sow("intermediates", name, x)
             x = nn.max_pool(x, window_shape=(2, 2), strides=(2, 2), padding="VALID")
             self.sow("intermediates", f"pool{index}", x)
-        x = nn.relu(nn.Conv(64, (3, 3), padding="VALID", bias_init=zeros)(x))
+        x = nn.relu(conv(64, (3, 3))(x))
         self.sow("intermediates", "conv3", x)
         x = x.reshape((x.shape[0], -1))
-        x = nn.relu(nn.Dense(256, bias_init=zeros)(x))
+        x = nn.relu(dense(256)(x))
         self.sow("intermediates", "dense", x)
         x = nn.Dropout(self.dropout_rate, deterministic=not train)(x)
-        x = nn.Dense(self.num_classes, bias_init=zeros)(x)
+        x = dense(self.num_classes)(x)
         self.sow("intermediates", "logits", x)
         return x
 
 
-def make_model(name: str, num_classes: int) -> nn.Module:
+def make_model(name: str, num_classes: int, *, param_dtype: str = "float32",
+               compute_dtype: str = "float32") -> nn.Module:
     """Builds one of :data:`MODELS` with its default widths.
 
     Args:
@@ -284,12 +312,15 @@ def make_model(name: str, num_classes: int) -> nn.Module:
         :func:`has_batch_norm`) or ``"cifar"`` (:class:`CifarNet`, the paper's
         CIFAR-10 model for 28x28x3 crops).
       num_classes: logits per example, a positive integer.
+      param_dtype: dtype of the parameters, one of :data:`DTYPES`.
+      compute_dtype: dtype of the layers' computation, one of :data:`DTYPES`
+        (the logits come out in it; the losses of this module are float32).
 
     Returns:
       An unbound Flax module; initialise it with :func:`init_params`.
 
     Raises:
-      ModelError: for an unknown name or a non-positive ``num_classes``.
+      ModelError: for an unknown name or dtype, or a non-positive ``num_classes``.
 
     Example:
       >>> model = make_model("mlp", num_classes=10)
@@ -298,14 +329,19 @@ def make_model(name: str, num_classes: int) -> nn.Module:
       85002
     """
     num_classes = _positive_int(num_classes, "num_classes")
+    for what, value in (("param_dtype", param_dtype), ("compute_dtype", compute_dtype)):
+        if value not in DTYPES:
+            raise ModelError(f"unknown {what} {value!r}; expected one of {', '.join(DTYPES)}")
+    kw = dict(num_classes=num_classes, param_dtype=jnp.dtype(param_dtype),
+              dtype=jnp.dtype(compute_dtype))
     if name == "mlp":
-        return MLP(num_classes=num_classes)
+        return MLP(**kw)
     if name == "cnn":
-        return CNN(num_classes=num_classes)
+        return CNN(**kw)
     if name == "cnn_bn":
-        return CNN(num_classes=num_classes, batch_norm=True)
+        return CNN(batch_norm=True, **kw)
     if name == "cifar":
-        return CifarNet(num_classes=num_classes)
+        return CifarNet(**kw)
     raise ModelError(f"unknown model {name!r}; expected one of {', '.join(MODELS)}")
 
 
@@ -334,7 +370,7 @@ def init_variables(model: nn.Module, input_shape: tuple[int, ...], key: jax.Arra
       ``var`` 1 per BatchNorm layer) for models with BatchNorm: the template of
       the statistics that :func:`compute_batch_stats` returns.
     """
-    dummy = jnp.zeros((1, *tuple(input_shape)), jnp.float32)
+    dummy = jnp.zeros((1, *tuple(input_shape)), jnp.float32)  # inputs: float32 data
     return dict(model.init(key, dummy, train=False))
 
 

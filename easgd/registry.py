@@ -1,43 +1,87 @@
-"""Builds the algorithms of ``easgd.momentum``, ``easgd.asynchronous`` and
-``easgd.baselines`` from a :class:`~easgd.config.TrainConfig`.
+"""The algorithm table: the one place that names the algorithms.
 
-``easgd.trainer.make_algorithm`` builds ``easgd`` and ``pmean_sgd`` itself and
-hands every other name of ``easgd.algorithms.ALGORITHMS`` to
-:func:`make_algorithm` here. Which config fields each algorithm reads:
+Each entry of :data:`TABLE` is an :class:`AlgorithmSpec`: the algorithm's
+factory (from a config), its family, whether it is simulated asynchronously,
+the config fields it reads beyond the common ones, and the algorithm it turns
+into when its own Nesterov momentum delta is 0. The trainer, the config's
+validation, ``compare`` and the CLI all ask this table; adding an algorithm is
+one entry here plus its module.
 
-  eamsgd                      tau, alpha/beta, momentum (delta), reset_opt_state
-  async_easgd                 tau, alpha/beta, schedule, worker_speeds /
-                              max_worker_speed, staleness, reset_opt_state
-  async_eamsgd                as async_easgd, and momentum
+Which algorithm-specific config fields (:data:`ALGORITHM_FIELDS`) each one reads:
+
+  easgd                       tau, alpha/beta, reset_opt_state, curvature
+  eamsgd                      tau, alpha/beta, delta, reset_opt_state
+  async_easgd                 tau, alpha/beta, reset_opt_state, schedule,
+                              worker_speeds / max_worker_speed, staleness
+  async_eamsgd                as async_easgd, and delta
   downpour, adownpour         tau, schedule, worker_speeds / max_worker_speed,
                               staleness
-  mdownpour                   as downpour, and momentum (on the master)
+  mdownpour                   as downpour, and delta (on the master)
   mvadownpour                 as downpour, and average_rate
-  sgd, asgd                   (num_workers: gradient averaged over workers)
-  msgd                        momentum
+  pmean_sgd, sgd, asgd        (none)
+  msgd                        delta
   mvasgd                      average_rate
   local_sgd                   tau
   diloco                      tau, outer_learning_rate, outer_momentum
 
-All of them take the local optimizer of the config (``optimizer``,
-``learning_rate``, its schedule and ``weight_decay``); the momentum methods
-(eamsgd, async_eamsgd, msgd, mdownpour) have their Nesterov momentum built in
-and need ``optimizer = "sgd"`` (checked by ``TrainConfig.validate``).
+Every algorithm reads the common fields (data, model, num_workers, batch,
+epochs, the local optimizer ``optimizer``/``learning_rate``/schedule/
+``weight_decay``, and ``momentum`` when the optimizer is "momentum" or
+"nesterov"). A field an algorithm does not read is refused by
+``TrainConfig.validate`` when it differs from its default, never silently
+ignored. The momentum methods (eamsgd, async_eamsgd, msgd, mdownpour) have
+their Nesterov momentum built in (``delta``, the paper's 0.99 by default) and
+need ``optimizer = "sgd"``; delta = 0 would make each of them its
+``without_momentum`` algorithm and is refused.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any, Callable
+
 import optax
 
-from easgd import asynchronous, baselines, momentum
+from easgd import algorithms, asynchronous, baselines
 from easgd.algorithms import Algorithm
 
-MOMENTUM_ALGORITHMS = ("eamsgd", "async_eamsgd", "msgd", "mdownpour")
-"""Algorithms whose Nesterov momentum is built in (``config.momentum``)."""
+FAMILIES = ("elastic", "averaging", "push", "sequential")
+"""elastic: workers pulled to a center (eq. 5-7); averaging: gradients or
+parameters averaged over workers; push: DOWNPOUR-type, workers push updates to
+a master; sequential: one model (several workers share its mini-batch)."""
 
-ASYNC_ALGORITHMS = ("async_easgd", "async_eamsgd", "downpour", "mdownpour",
-                    "adownpour", "mvadownpour")
-"""Algorithms simulated with an exchange schedule (``easgd.asynchronous``)."""
+ALGORITHM_FIELDS = ("tau", "alpha", "beta", "delta", "reset_opt_state", "schedule",
+                    "worker_speeds", "max_worker_speed", "staleness",
+                    "outer_learning_rate", "outer_momentum", "average_rate",
+                    "curvature")
+"""The ``TrainConfig`` fields that only some algorithms read."""
+
+_ELASTIC = ("tau", "alpha", "beta", "reset_opt_state")
+_ASYNC = ("schedule", "worker_speeds", "max_worker_speed", "staleness")
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgorithmSpec:
+  """One algorithm of the table.
+
+  Attributes:
+    name: the name used in configs and on the command line.
+    family: one of :data:`FAMILIES`.
+    asynchronous: simulated with an exchange schedule (``easgd.asynchronous``).
+    reads: the fields of :data:`ALGORITHM_FIELDS` the algorithm reads.
+    build: ``build(config, loss_fn, optimizer, num_steps) -> Algorithm``;
+      ``num_steps`` is the run's total number of steps (local SGD and DiLoCo
+      end on an average).
+    without_momentum: the algorithm this one becomes at delta = 0, or None.
+    summary: one line for help texts.
+  """
+  name: str
+  family: str
+  asynchronous: bool
+  reads: tuple[str, ...]
+  build: Callable[..., Algorithm]
+  without_momentum: str | None = None
+  summary: str = ""
 
 
 def exchange_schedule(config) -> asynchronous.ExchangeSchedule:
@@ -57,60 +101,124 @@ def exchange_schedule(config) -> asynchronous.ExchangeSchedule:
                                         config.staleness)
 
 
-def make_algorithm(config, loss_fn, optimizer: optax.GradientTransformation
-                   ) -> Algorithm:
+def _elastic_kw(c):
+  return dict(num_workers=c.num_workers, tau=c.tau, alpha=c.alpha, beta=c.beta,
+              reset_opt_state=c.reset_opt_state)
+
+
+def _push_kw(c):
+  return dict(num_workers=c.num_workers, tau=c.tau, schedule=exchange_schedule(c))
+
+
+def _spec(name, family, reads, build, asynchronous_=False, without_momentum=None,
+          summary=""):
+  return AlgorithmSpec(name, family, asynchronous_, tuple(reads), build,
+                       without_momentum, summary)
+
+
+TABLE: dict[str, AlgorithmSpec] = {s.name: s for s in (
+    _spec("easgd", "elastic", _ELASTIC + ("curvature",),
+          lambda c, loss, opt, n: algorithms.easgd(loss, opt, **_elastic_kw(c)),
+          summary="synchronous EASGD, eq. (5)-(6)"),
+    _spec("pmean_sgd", "averaging", (),
+          lambda c, loss, opt, n: algorithms.pmean_sgd(loss, opt,
+                                                       num_workers=c.num_workers),
+          summary="data-parallel SGD, gradients averaged every step"),
+    _spec("eamsgd", "elastic", _ELASTIC + ("delta",),
+          lambda c, loss, opt, n: algorithms.eamsgd(loss, opt, momentum=c.delta,
+                                                  **_elastic_kw(c)),
+          without_momentum="easgd", summary="synchronous EAMSGD, eq. (7)"),
+    _spec("async_easgd", "elastic", _ELASTIC + _ASYNC,
+          lambda c, loss, opt, n: asynchronous.async_easgd(
+              loss, opt, schedule=exchange_schedule(c), **_elastic_kw(c)),
+          asynchronous_=True, summary="asynchronous EASGD, Algorithm 1"),
+    _spec("async_eamsgd", "elastic", _ELASTIC + _ASYNC + ("delta",),
+          lambda c, loss, opt, n: asynchronous.async_eamsgd(
+              loss, opt, schedule=exchange_schedule(c), momentum=c.delta,
+              **_elastic_kw(c)),
+          asynchronous_=True, without_momentum="async_easgd",
+          summary="asynchronous EAMSGD, Algorithm 2"),
+    _spec("downpour", "push", ("tau",) + _ASYNC,
+          lambda c, loss, opt, n: baselines.downpour(loss, opt, **_push_kw(c)),
+          asynchronous_=True, summary="DOWNPOUR (push every tau steps)"),
+    _spec("mdownpour", "push", ("tau", "delta") + _ASYNC,
+          lambda c, loss, opt, n: baselines.mdownpour(loss, opt, momentum=c.delta,
+                                                      **_push_kw(c)),
+          asynchronous_=True, without_momentum="downpour",
+          summary="DOWNPOUR with Nesterov momentum on the master"),
+    _spec("adownpour", "push", ("tau",) + _ASYNC,
+          lambda c, loss, opt, n: baselines.adownpour(loss, opt, **_push_kw(c)),
+          asynchronous_=True, summary="DOWNPOUR with a running average 1/(t+1)"),
+    _spec("mvadownpour", "push", ("tau", "average_rate") + _ASYNC,
+          lambda c, loss, opt, n: baselines.mvadownpour(
+              loss, opt, average_rate=c.average_rate, **_push_kw(c)),
+          asynchronous_=True, summary="DOWNPOUR with a constant-rate moving average"),
+    _spec("sgd", "sequential", (),
+          lambda c, loss, opt, n: baselines.sgd(loss, opt, num_workers=c.num_workers),
+          summary="sequential SGD"),
+    _spec("msgd", "sequential", ("delta",),
+          lambda c, loss, opt, n: baselines.msgd(loss, opt, num_workers=c.num_workers,
+                                                 momentum=c.delta),
+          without_momentum="sgd", summary="sequential Nesterov momentum SGD"),
+    _spec("asgd", "sequential", (),
+          lambda c, loss, opt, n: baselines.asgd(loss, opt, num_workers=c.num_workers),
+          summary="averaged SGD, rate 1/(t+1)"),
+    _spec("mvasgd", "sequential", ("average_rate",),
+          lambda c, loss, opt, n: baselines.mvasgd(loss, opt, num_workers=c.num_workers,
+                                                   average_rate=c.average_rate),
+          summary="SGD with a constant-rate moving average"),
+    _spec("local_sgd", "averaging", ("tau",),
+          lambda c, loss, opt, n: baselines.local_sgd(loss, opt, num_workers=c.num_workers,
+                                                      tau=c.tau, num_steps=n),
+          summary="local SGD: workers averaged every tau steps and at the end"),
+    _spec("diloco", "averaging", ("tau", "outer_learning_rate", "outer_momentum"),
+          lambda c, loss, opt, n: baselines.diloco(
+              loss, opt, num_workers=c.num_workers, tau=c.tau, num_steps=n,
+              outer_learning_rate=c.outer_learning_rate,
+              outer_momentum=c.outer_momentum),
+          summary="DiLoCo: outer Nesterov step every tau steps and at the end"),
+)}
+
+ALGORITHMS = tuple(TABLE)
+"""Every algorithm name, in the table's order."""
+
+
+def names_where(predicate: Callable[[AlgorithmSpec], bool]) -> tuple[str, ...]:
+  """The names of the algorithms whose spec satisfies ``predicate``."""
+  return tuple(name for name, s in TABLE.items() if predicate(s))
+
+
+def readers(field: str) -> tuple[str, ...]:
+  """The algorithms that read the config field ``field`` (of :data:`ALGORITHM_FIELDS`)."""
+  return names_where(lambda s: field in s.reads)
+
+
+MOMENTUM_ALGORITHMS = names_where(lambda s: s.without_momentum is not None)
+"""Algorithms whose Nesterov momentum is built in (``config.delta``)."""
+
+ASYNC_ALGORITHMS = names_where(lambda s: s.asynchronous)
+"""Algorithms simulated with an exchange schedule (``easgd.asynchronous``)."""
+
+
+def make_algorithm(config, loss_fn, optimizer: optax.GradientTransformation,
+                   num_steps: int | None = None) -> Algorithm:
   """The algorithm ``config.algorithm`` with the local optimizer ``optimizer``.
 
   Args:
     config: a validated :class:`~easgd.config.TrainConfig`.
     loss_fn: ``loss_fn(params, batch, key) -> scalar``.
     optimizer: the local optimizer (``easgd.trainer.make_optimizer``).
+    num_steps: the run's total number of steps (local SGD and DiLoCo average
+      at the last one); None for a run of unknown length.
 
   Returns:
     An :class:`~easgd.algorithms.Algorithm`.
 
   Raises:
-    ValueError: an algorithm name this module does not build.
+    KeyError: a name that is not in :data:`TABLE` (``TrainConfig.validate``
+      refuses it first, with the allowed names).
   """
-  name, p = config.algorithm, config.num_workers
-  elastic_kw = dict(num_workers=p, tau=config.tau, alpha=config.alpha, beta=config.beta,
-                    reset_opt_state=config.reset_opt_state)
-  if name == "eamsgd":
-    return momentum.eamsgd(loss_fn, optimizer, momentum=config.momentum, **elastic_kw)
-  if name in ASYNC_ALGORITHMS:
-    schedule = exchange_schedule(config)
-    if name == "async_easgd":
-      return asynchronous.async_easgd(loss_fn, optimizer, schedule=schedule,
-                                      **elastic_kw)
-    if name == "async_eamsgd":
-      return asynchronous.async_eamsgd(loss_fn, optimizer, schedule=schedule,
-                                       momentum=config.momentum, **elastic_kw)
-    push_kw = dict(num_workers=p, tau=config.tau, schedule=schedule)
-    if name == "downpour":
-      return baselines.downpour(loss_fn, optimizer, **push_kw)
-    if name == "mdownpour":
-      return baselines.mdownpour(loss_fn, optimizer, momentum=config.momentum,
-                                 **push_kw)
-    if name == "adownpour":
-      return baselines.adownpour(loss_fn, optimizer, **push_kw)
-    return baselines.mvadownpour(loss_fn, optimizer, average_rate=config.average_rate,
-                                 **push_kw)
-  if name == "sgd":
-    return baselines.sgd(loss_fn, optimizer, num_workers=p)
-  if name == "msgd":
-    return baselines.msgd(loss_fn, optimizer, num_workers=p, momentum=config.momentum)
-  if name == "asgd":
-    return baselines.asgd(loss_fn, optimizer, num_workers=p)
-  if name == "mvasgd":
-    return baselines.mvasgd(loss_fn, optimizer, num_workers=p,
-                            average_rate=config.average_rate)
-  if name == "local_sgd":
-    return baselines.local_sgd(loss_fn, optimizer, num_workers=p, tau=config.tau)
-  if name == "diloco":
-    return baselines.diloco(loss_fn, optimizer, num_workers=p, tau=config.tau,
-                            outer_learning_rate=config.outer_learning_rate,
-                            outer_momentum=config.outer_momentum)
-  raise ValueError(f"easgd.registry does not build algorithm {name!r}")
+  return TABLE[config.algorithm].build(config, loss_fn, optimizer, num_steps)
 
 
 def simulated_ticks(num_steps: int, config) -> float:
@@ -123,6 +231,13 @@ def simulated_ticks(num_steps: int, config) -> float:
   """
   speeds = asynchronous.resolve_worker_speeds(
       config.num_workers, config.worker_speeds, config.max_worker_speed, config.seed)
-  if config.algorithm in ASYNC_ALGORITHMS:
+  if TABLE[config.algorithm].asynchronous:
     return num_steps / max(speeds)
   return num_steps / min(speeds)
+
+
+def describe(name: str) -> dict[str, Any]:
+  """The spec of ``name`` as plain data (for logs and summaries)."""
+  s = TABLE[name]
+  return dict(name=s.name, family=s.family, asynchronous=s.asynchronous,
+              reads=list(s.reads), without_momentum=s.without_momentum)

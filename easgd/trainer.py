@@ -30,7 +30,7 @@ import optax
 from tqdm.auto import tqdm
 from jax import lax
 
-from easgd import algorithms, checkpoint, data, distributed, elastic, models, workers
+from easgd import algorithms, checkpoint, data, distributed, elastic, models, registry, workers
 from easgd.checkpoint import write_text_atomic
 from easgd.config import ConfigError, TrainConfig
 from easgd.workers import WORKER_AXES
@@ -135,33 +135,6 @@ def make_loss_fn(model):
                          rngs={"dropout": key})
     return models.cross_entropy_loss(logits, y)
   return loss_fn
-
-
-def make_algorithm(config: TrainConfig, loss_fn, optimizer) -> algorithms.Algorithm:
-  """The algorithm named by ``config.algorithm`` with the given local optimizer.
-
-  "easgd" and "pmean_sgd" are built here; every other name by
-  ``easgd.registry.make_algorithm``.
-
-  Args:
-    config: a validated config (algorithm, num_workers, tau, alpha/beta, ...).
-    loss_fn: ``loss_fn(params, batch, key) -> float32 scalar`` (:func:`make_loss_fn`).
-    optimizer: the local optimizer (:func:`make_optimizer`).
-
-  Returns:
-    An ``easgd.algorithms.Algorithm``.
-
-  Raises:
-    easgd.elastic.HyperparameterError: a hyperparameter out of range.
-  """
-  if config.algorithm == "easgd":
-    return algorithms.easgd(loss_fn, optimizer, num_workers=config.num_workers,
-                            tau=config.tau, alpha=config.alpha, beta=config.beta,
-                            reset_opt_state=config.reset_opt_state)
-  if config.algorithm != "pmean_sgd":
-    from easgd import registry
-    return registry.make_algorithm(config, loss_fn, optimizer)
-  return algorithms.pmean_sgd(loss_fn, optimizer)
 
 
 def make_eval_fn(model, algo: algorithms.Algorithm):
@@ -359,14 +332,22 @@ class Run:
     self.steps_per_epoch = data.steps_per_epoch(
         len(ds.train_y), config.num_workers, config.per_worker_batch_size)
     self.total_steps = self.steps_per_epoch * config.num_epochs
-    self.model = models.make_model(config.model, ds.num_classes)
+    if "tau" in registry.TABLE[config.algorithm].reads and config.tau > self.total_steps:
+      raise ConfigError(
+          f"tau={config.tau} (communication period) is longer than the whole run "
+          f"({self.total_steps} steps = {config.num_epochs} epochs x "
+          f"{self.steps_per_epoch} steps); allowed: tau <= {self.total_steps}")
+    self.model = models.make_model(config.model, ds.num_classes,
+                                   param_dtype=config.param_dtype,
+                                   compute_dtype=config.compute_dtype)
     # crop_size: the model sees crop x crop images (None: ds.input_shape).
     self.input_shape = data.cropped_shape(ds.input_shape, config.crop_size)
     init_key, self.step_key = jax.random.split(jax.random.key(config.seed))
     self.init_params = models.init_params(self.model, self.input_shape, init_key)
     self.param_bytes = models.param_bytes(self.init_params)
-    self.algorithm = algo = make_algorithm(
-        config, make_loss_fn(self.model), make_optimizer(config, self.steps_per_epoch))
+    self.algorithm = algo = registry.make_algorithm(
+        config, make_loss_fn(self.model), make_optimizer(config, self.steps_per_epoch),
+        self.total_steps)
     self.step_fn = workers.map_step(algo, self.layout)  # (..., clock) -> ...
     # BatchNorm models: the eval takes one more "worker" argument, bn_x.
     self.batch_norm = bn = models.has_batch_norm(self.model)
@@ -460,18 +441,23 @@ class Run:
         worker_center_distance=float(np.mean(dist)),
         all_reduces=comm.all_reduces, bytes_communicated=comm.bytes)
 
-  def check_finite(self, epoch_losses, first_step, worker_host=None):
-    """Raises DivergenceError at the first non-finite loss (or parameter).
+  def check_finite(self, epoch_losses, first_step, state=None):
+    """Raises DivergenceError at the first non-finite loss or state value.
+
+    Called before every checkpoint save, hence before every evaluation: a
+    non-finite state is never saved or evaluated.
 
     Args:
       epoch_losses: per-step worker losses, steps ``first_step, ...``
         (:func:`host_losses`' input or output).
       first_step: global step of ``epoch_losses[0]``.
-      worker_host: optional merged host worker state (leaves [num_workers, ...],
-        as in :meth:`to_checkpoint`) to check for non-finite parameters.
+      state: optional checkpoint dict (:meth:`to_checkpoint`): its merged
+        worker state (leaves [num_workers, ...]) and its shared state (the
+        center, or the one model of pmean SGD and the sequential methods,
+        optimizer and master states) are checked for non-finite values.
 
     Raises:
-      DivergenceError: names the step and worker (or parameter) and the
+      DivergenceError: names the step and worker, or the state entry, and the
         quadratic model's stability bound.
     """
     losses = host_losses(epoch_losses, self.config.num_workers)
@@ -482,20 +468,27 @@ class Run:
         raise DivergenceError(self._divergence_message(
             f"worker {w} had a non-finite loss ({losses[s, w]}) at step "
             f"{first_step + s}"))
-    if worker_host is not None:
-      for path, leaf in jax.tree_util.tree_leaves_with_path(worker_host):
-        ok = np.isfinite(leaf.reshape(leaf.shape[0], -1)).all(axis=1) \
-            if np.issubdtype(leaf.dtype, np.floating) else None
-        if ok is not None and not ok.all():
-          raise DivergenceError(self._divergence_message(
-              f"worker {int(np.argmin(ok))} has non-finite parameters "
-              f"({jax.tree_util.keystr(path)})"))
+    if state is None:
+      return
+    for path, leaf in jax.tree_util.tree_leaves_with_path(state["worker"]):
+      ok = np.isfinite(leaf.reshape(leaf.shape[0], -1)).all(axis=1) \
+          if np.issubdtype(leaf.dtype, np.floating) else None
+      if ok is not None and not ok.all():
+        raise DivergenceError(self._divergence_message(
+            f"worker {int(np.argmin(ok))} has non-finite parameters "
+            f"({jax.tree_util.keystr(path)}) at step {int(state['step'])}"))
+    for path, leaf in jax.tree_util.tree_leaves_with_path(state["shared"]):
+      leaf = np.asarray(leaf)
+      if np.issubdtype(leaf.dtype, np.floating) and not np.isfinite(leaf).all():
+        raise DivergenceError(self._divergence_message(
+            f"the shared state (center or model) has non-finite values "
+            f"({jax.tree_util.keystr(path)}) at step {int(state['step'])}"))
 
   def _divergence_message(self, what: str) -> str:
     c = self.config
     msg = (f"training diverged: {what}; algorithm={c.algorithm}, "
            f"learning_rate={c.learning_rate}")
-    if c.algorithm == "easgd":
+    if "curvature" in registry.TABLE[c.algorithm].reads:  # synchronous EASGD
       msg += f", alpha={c.resolved_alpha:g}, tau={c.tau}, num_workers={c.num_workers}"
       hint = _stability_hint(c)
       if hint:
@@ -509,21 +502,29 @@ class StabilityWarning(UserWarning):
 
 def stability_warning(config: TrainConfig) -> str | None:
   """A one-line warning when synchronous EASGD is configured outside the region
-  where the quadratic model F(x) = h x^2 / 2 is stable, else None.
+  where the quadratic model F(x) = h x^2 / 2 is stable, or when an elastic
+  method has alpha = 0 (its center never moves), else None.
 
   With ``config.curvature`` (an estimate of the loss's largest Hessian
   eigenvalue h, e.g. from ``easgd.hessian``) the check is at eta*h =
   learning_rate * curvature (``easgd.stability.stability_bound_message``);
   without it, only whether ANY eta*h is stable at this alpha, tau and p.
   """
-  if config.algorithm != "easgd":
+  spec = registry.TABLE[config.algorithm]
+  if spec.family != "elastic":
+    return None
+  a, tau, p = config.resolved_alpha, config.tau, config.num_workers
+  if a == 0:  # no elastic force: the center never leaves the initial parameters
+    return (f"alpha=0: the workers train independently and the center, which is "
+            f"what {config.algorithm} evaluates and exports, stays at the initial "
+            f"parameters; give alpha or beta > 0")
+  if "curvature" not in spec.reads:  # the analysis is synchronous EASGD's
     return None
   from easgd import stability
-  a, tau, p = config.resolved_alpha, config.tau, config.num_workers
   if config.curvature is not None:
     return stability.stability_bound_message(config.learning_rate * config.curvature,
                                              a, tau, p)
-  if a > 0 and stability.stable_eta_h_interval(a, tau, p) is None:
+  if stability.stable_eta_h_interval(a, tau, p) is None:
     return (f"EASGD with alpha={a:g} (beta={a * p:g}), tau={tau}, num_workers={p} is "
             "outside the analytic stability region of the quadratic model for every "
             "eta*h in [0, 4] (see easgd.stability.stability_bound_message)")
@@ -532,7 +533,7 @@ def stability_warning(config: TrainConfig) -> str | None:
 
 def _stability_hint(config: TrainConfig) -> str | None:
   """For divergence errors: the quadratic model's eta*h bound at this alpha, tau, p."""
-  if config.algorithm != "easgd":
+  if "curvature" not in registry.TABLE[config.algorithm].reads:  # EASGD's analysis
     return None
   from easgd import stability
   a, tau, p = config.resolved_alpha, config.tau, config.num_workers
@@ -682,7 +683,7 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
   def save(step_now):  # returns the losses, read from the devices once
     losses = host_losses(epoch_losses, config.num_workers)
     state = run.to_checkpoint(worker, shared, step_now, losses)
-    run.check_finite(losses, step_now - len(losses), state["worker"])
+    run.check_finite(losses, step_now - len(losses), state)
     ckpt.save(step_now, state)
     return losses
 
@@ -738,6 +739,7 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
       num_params=models.count_params(run.init_params), param_bytes=run.param_bytes,
       train_examples=len(run.dataset.train_y), test_examples=len(run.dataset.test_y),
       steps_per_epoch=spe, total_steps=run.total_steps, steps_done=step,
+      center_lag_steps=center_lag_steps(run.algorithm, config.algorithm, step),
       communication=dict(all_reduces=comm.all_reduces, bytes=comm.bytes,
                          all_reduces_per_step=comm.all_reduces / max(step, 1),
                          bytes_per_step=comm.bytes / max(step, 1)),
@@ -751,6 +753,32 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
     shutil.rmtree(workdir / PREVIOUS_RUN_DIR, ignore_errors=True)
   summary["history"] = history
   return summary
+
+
+def center_lag_steps(algorithm: algorithms.Algorithm, name: str, steps_done: int
+                     ) -> int | None:
+  """How many local steps the evaluated model lags the workers after ``steps_done``.
+
+  Synchronous EASGD/EAMSGD: the center last moved at the exchange of clock
+  t_e (the last t < steps_done with tau | t), towards the workers' parameters
+  of that clock (eq. 6 reads x^i_t before the step), so it lags them by
+  ``steps_done - t_e`` steps (tau = 4, 40 steps: t_e = 36, lag 4). Local SGD
+  and DiLoCo: the center is the average after the step of their last
+  exchange, ``steps_done - t_e - 1`` (0 when the run ends on an average).
+  The one-model methods (pmean SGD, sequential): 0. Asynchronous methods
+  (each worker exchanges on its own clock): None.
+  """
+  spec = registry.TABLE[name]
+  if spec.asynchronous:
+    return None
+  if algorithm.exchange_at is None or steps_done == 0:
+    return 0 if algorithm.exchange_at is None else None
+  t = steps_done - 1
+  while t >= 0 and not bool(algorithm.exchange_at(t)):
+    t -= 1
+  if t < 0:
+    return None  # never exchanged (cannot happen for tau <= the run)
+  return steps_done - t - (0 if spec.family == "elastic" else 1)
 
 
 def host_losses(epoch_losses, num_workers: int) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Worker mapping: p workers on d devices, per-worker code written once.
 
-Per-worker code names one axis, :data:`WORKER_AXES`, in its collectives and in
-``lax.axis_index``. This module runs such code mapped over devices (``jax.pmap``
+Per-worker code names one axis, :data:`WORKER_AXES` (owned by the core,
+``easgd.elastic``), in its collectives and in ``lax.axis_index``. This module runs such code mapped over devices (``jax.pmap``
 or ``jax.shard_map``, axis ``"devices"``) of ``jax.vmap`` over the workers that
 share a device (axis ``"local_workers"``); the pair enumerates all
 ``num_workers`` workers, worker index = device_index * workers_per_device +
@@ -42,10 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-DEVICE_AXIS = "devices"
-LOCAL_AXIS = "local_workers"
-WORKER_AXES = (DEVICE_AXIS, LOCAL_AXIS)
-"""The axis name that per-worker collectives use: all workers, all devices."""
+from easgd.elastic import DEVICE_AXIS, LOCAL_AXIS, WORKER_AXES
 
 KINDS = ("worker", "shared", "broadcast")
 BACKENDS = ("pmap", "shard_map")
@@ -235,22 +232,79 @@ def map_workers(fn: Callable, layout: WorkerLayout, in_kinds: Sequence[str],
   Raises:
     ValueError: for an unknown kind.
   """
+  _check_kinds(in_kinds, out_kinds)
+  single = len(out_kinds) == 1
+  inner = _vmap_local(fn, in_kinds, out_kinds, alone=layout.num_workers == 1)
+  return _map_devices(inner, layout, in_kinds, single, tuple(donate_argnums))
+
+
+def _vmap_local(fn, in_kinds, out_kinds, alone: bool):
+  """``vmap(fn)`` over the workers of one device (axis :data:`LOCAL_AXIS`).
+
+  "shared" outputs are unbatched (per-worker code forms them with
+  collectives over all workers, which vmap checks). A single worker in all
+  (``alone``) has nothing to reduce and emits no collective
+  (``easgd.elastic.reduce_axis``), so its shared outputs are batched along
+  the vmap axis of size 1 and taken from it.
+  """
+  single = len(out_kinds) == 1
+  out_axes = tuple(0 if alone else _vmap_axis(k) for k in out_kinds)
+  inner = jax.vmap(fn, in_axes=tuple(_vmap_axis(k) for k in in_kinds),
+                   out_axes=out_axes[0] if single else out_axes, axis_name=LOCAL_AXIS)
+  if not alone:
+    return inner
+
+  def squeeze_shared(*args):
+    out = inner(*args)
+    outs = (out,) if single else out
+    outs = tuple(jax.tree.map(lambda x: x[0], o) if k == "shared" else o
+                 for o, k in zip(outs, out_kinds))
+    return outs[0] if single else outs
+  return squeeze_shared
+
+
+def _check_kinds(in_kinds, out_kinds):
   for k in (*in_kinds, *out_kinds):
     if k not in KINDS:
       raise ValueError(f"unknown argument kind {k!r}; allowed: {KINDS}")
   if "broadcast" in out_kinds:
     raise ValueError("outputs are 'worker' or 'shared', not 'broadcast'")
-  single = len(out_kinds) == 1
-  inner = jax.vmap(fn, in_axes=tuple(_vmap_axis(k) for k in in_kinds),
-                   out_axes=(_vmap_axis(out_kinds[0]) if single else
-                             tuple(_vmap_axis(k) for k in out_kinds)),
-                   axis_name=LOCAL_AXIS)
+
+
+def _map_devices(per_device, layout, in_kinds, single, donate_argnums):
+  """``per_device`` (one device's values: worker values [w, ...]) mapped over the
+  devices of ``layout`` by its backend."""
   if layout.backend == "shard_map":
-    return _shard_map_workers(inner, layout, in_kinds, single,
-                              tuple(donate_argnums))
-  return jax.pmap(inner, axis_name=DEVICE_AXIS,
+    return _shard_map_workers(per_device, layout, in_kinds, single, donate_argnums)
+  return jax.pmap(per_device, axis_name=DEVICE_AXIS,
                   in_axes=tuple(_pmap_axis(k) for k in in_kinds),
-                  devices=layout.devices, donate_argnums=tuple(donate_argnums))
+                  devices=layout.devices, donate_argnums=donate_argnums)
+
+
+def _merged_workers_step(step: Callable, alone: bool) -> Callable:
+  """One device's step of a shared-model algorithm, its workers as one batch.
+
+  The workers of a device hold no state of their own and read the same model,
+  so the step runs ONCE per device on the concatenation of their mini-batches
+  ([w, B, ...] -> [1, w B, ...]), under a ``vmap`` of size 1 over
+  :data:`LOCAL_AXIS` (so collectives over :data:`WORKER_AXES` reduce over the
+  devices only). For a loss that is a mean over the batch, the gradient of
+  the device's w B examples is the mean of its workers' gradients: one
+  forward and backward pass instead of w weight gradients summed after. Every
+  worker of the device reports the device's mean loss; the step's key is
+  folded with the device's index (dropout masks are drawn per device).
+  """
+  inner = _vmap_local(step, STEP_IN_KINDS, STEP_OUT_KINDS, alone)
+
+  def per_device(worker, shared, batch, key):
+    w = jax.tree.leaves(batch)[0].shape[0]
+    merged = jax.tree.map(lambda x: x.reshape(1, w * x.shape[1], *x.shape[2:]), batch)
+    one = jax.tree.map(lambda x: x[:1], worker)
+    worker_out, shared_out, loss = inner(one, shared, merged, key)
+    worker_out = jax.tree.map(lambda x: jnp.broadcast_to(x, (w, *x.shape[1:])),
+                              worker_out)
+    return worker_out, shared_out, jnp.broadcast_to(loss, (w,))
+  return per_device
 
 
 STEP_IN_KINDS = ("worker", "shared", "worker", "broadcast")
@@ -264,7 +318,11 @@ def map_step(algorithm, layout: WorkerLayout, donate_state: bool = True) -> Call
 
   The result is ``step_fn(worker, shared, batch, key, clock) -> (worker,
   shared, loss)``, where ``clock`` is the host's int count of steps taken
-  (the value of the state's step counter). For algorithms with a host-side
+  (the value of the state's step counter). Algorithms with one shared model
+  (``algorithm.shared_model``: pmean SGD, the sequential methods) run the
+  workers of each device as one batch (:func:`_merged_workers_step`: one
+  gradient per device, equal to the workers' gradients averaged). For
+  algorithms with a host-side
   schedule (``algorithm.exchange_at``: EASGD, EAMSGD, local SGD, DiLoCo) two
   programs are compiled, the step with its communication and the step
   without, and each call runs the one ``exchange_at(clock)`` names: no
@@ -309,6 +367,9 @@ def map_step(algorithm, layout: WorkerLayout, donate_state: bool = True) -> Call
   donate = (0, 1) if donate_state else ()
 
   def mapped(fn):
+    if getattr(algorithm, "shared_model", False):
+      return _map_devices(_merged_workers_step(fn, layout.num_workers == 1), layout,
+                          STEP_IN_KINDS, False, donate)
     return map_workers(fn, layout, STEP_IN_KINDS, STEP_OUT_KINDS, donate)
 
   if algorithm.exchange_at is None:
@@ -528,10 +589,20 @@ def shared_copies_equal(tree) -> bool:
 
 
 def worker_index():
-  """This worker's index in [0, num_workers), inside mapped per-worker code."""
-  return jax.lax.axis_index(WORKER_AXES)
+  """This worker's index in [0, num_workers), inside mapped per-worker code.
+
+  Raises:
+    easgd.elastic.MappingError: called outside a mapping.
+  """
+  from easgd import elastic
+  return elastic.worker_index(WORKER_AXES)
 
 
-def num_mapped_workers():
-  """The number of workers, inside mapped per-worker code."""
-  return jax.lax.psum(jnp.int32(1), WORKER_AXES)
+def num_mapped_workers() -> int:
+  """The number of workers, inside mapped per-worker code (a Python int).
+
+  Raises:
+    easgd.elastic.MappingError: called outside a mapping.
+  """
+  from easgd import elastic
+  return elastic.worker_axis_size(WORKER_AXES)

@@ -21,7 +21,7 @@ Run the default (EASGD, p = 4, tau = 4):
   CIFAR10_DIR=/data/cifar-10-batches-py easgd train --config experiments/cifar10.py \
       --workdir runs/cifar10/easgd_p4_tau4
 One variant of the grid from the command line (flags override the file):
-  easgd train --config experiments/cifar10.py --algorithm eamsgd --momentum 0.99 \
+  easgd train --config experiments/cifar10.py --algorithm eamsgd --delta 0.99 \
       --learning-rate 0.005 --num-workers 8 --global-batch-size 1024 --tau 16 \
       --workdir runs/cifar10/eamsgd_p8_tau16
 The whole grid from Python:
@@ -32,9 +32,8 @@ The whole grid from Python:
 """
 import os
 
-from easgd.algorithms import ALGORITHMS
 from easgd.config import TrainConfig
-from easgd.registry import MOMENTUM_ALGORITHMS  # Nesterov momentum built in
+from easgd.registry import ALGORITHMS
 
 PER_WORKER_BATCH = 128           # examples per worker per step (paper)
 PAPER_NUM_WORKERS = (4, 8, 16)   # p (paper: CIFAR p in {4, 8, 16})
@@ -42,7 +41,7 @@ PAPER_TAUS = (1, 4, 16, 64)      # communication periods, local steps (paper, p 
 PAPER_ALGORITHMS = ("easgd", "eamsgd", "downpour")  # listed if registered
 LEARNING_RATES = {               # eta per local step; untuned starting points
     "easgd": 0.05, "async_easgd": 0.05,
-    "eamsgd": 0.005, "async_eamsgd": 0.005,   # with momentum 0.99
+    "eamsgd": 0.005, "async_eamsgd": 0.005,   # with Nesterov delta 0.99 (default)
     "downpour": 0.01,            # the center receives all p workers' pushes
 }
 
@@ -61,7 +60,6 @@ def get_config() -> TrainConfig:
       learning_rate=LEARNING_RATES["easgd"],   # eta, per local step (constant)
       lr_schedule="constant",      # the paper's eta is a constant
       optimizer="sgd",             # plain local SGD (momentum algorithms need it)
-      momentum=0.0,                # Nesterov delta; 0.99 for EAMSGD (get_grid)
       weight_decay=1e-4,           # L2 coefficient added to the gradient (paper)
       tau=4,                       # communication period, local steps
       beta=0.9,                    # center moving rate; alpha = beta / p (paper)
@@ -75,14 +73,14 @@ def get_grid(num_workers=PAPER_NUM_WORKERS, taus=PAPER_TAUS,
   """The paper's CIFAR-10 variants, every (algorithm, p, tau), as TrainConfigs.
 
   Each variant overrides get_config() only in: algorithm, num_workers,
-  global_batch_size (128 per worker), tau, learning_rate (LEARNING_RATES) and,
-  for the momentum methods, momentum = 0.99.
+  global_batch_size (128 per worker), tau and learning_rate (LEARNING_RATES);
+  the momentum methods take the default Nesterov delta = 0.99 (the paper's).
 
   Args:
     num_workers: the values of p (paper: 4, 8, 16).
     taus: the communication periods, in local steps (paper: 1, 4, 16, 64;
       its tau sweep was at p = 4, so the cross product is a superset).
-    algorithms: names of ``easgd.algorithms.ALGORITHMS``; None = those of
+    algorithms: names of ``easgd.registry.ALGORITHMS``; None = those of
       PAPER_ALGORITHMS ("easgd", "eamsgd", "downpour") that are registered.
 
   Returns:
@@ -105,6 +103,5 @@ def get_grid(num_workers=PAPER_NUM_WORKERS, taus=PAPER_TAUS,
             global_batch_size=p * PER_WORKER_BATCH,     # 128 examples per worker
             tau=tau,                                    # local steps
             learning_rate=LEARNING_RATES.get(algorithm, base.learning_rate),
-            momentum=0.99 if algorithm in MOMENTUM_ALGORITHMS else 0.0,
         ).validate()
   return grid

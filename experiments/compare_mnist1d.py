@@ -35,7 +35,7 @@ def get_grid() -> dict[str, TrainConfig]:
   grid = {}
   for a in ALGORITHMS:
     for t in TAUS:
-      kw = dict(momentum=0.9, learning_rate=0.01) if a == "eamsgd" else {}
+      kw = dict(delta=0.9, learning_rate=0.01) if a == "eamsgd" else {}
       grid[f"{a} tau={t}"] = base.replace(algorithm=a, tau=t, **kw)
   grid["pmean_sgd"] = base.replace(algorithm="pmean_sgd")
   return grid

@@ -29,7 +29,7 @@ PER_WORKER_BATCH = 32              # examples per worker per step
 BASE_EPOCHS = 8                    # epochs at p = 4; p workers run BASE_EPOCHS * p / 4
 TAU = 4                            # communication period, local steps
 LEARNING_RATE = 0.1                # eta of EASGD
-MOMENTUM = 0.9                     # Nesterov delta of EAMSGD
+DELTA = 0.9                        # Nesterov delta of EAMSGD
 MOMENTUM_LEARNING_RATE = 0.01      # eta of EAMSGD: eta / (1 - delta) = 0.1
 ALGORITHMS = ("easgd", "eamsgd")
 
@@ -63,5 +63,5 @@ def get_grid() -> dict[str, TrainConfig]:
           algorithm=a, num_workers=p, global_batch_size=p * PER_WORKER_BATCH,
           num_epochs=BASE_EPOCHS * p // 4,
           learning_rate=MOMENTUM_LEARNING_RATE if momentum else LEARNING_RATE,
-          momentum=MOMENTUM if momentum else 0.0).validate()
+          **(dict(delta=DELTA) if momentum else {})).validate()
   return grid

@@ -16,7 +16,7 @@ the large periods, at eta = 0.1 / p = 0.025 (its center adds all p workers'
 pushes). beta = 0.9 (alpha = 0.9 / p) as in the paper.
 
 Run one variant:
-  easgd train --config experiments/effect_of_tau.py --algorithm eamsgd --momentum 0.9 \
+  easgd train --config experiments/effect_of_tau.py --algorithm eamsgd --delta 0.9 \
       --learning-rate 0.01 --tau 16 --workdir runs/effect_of_tau/eamsgd_tau16
 All of them:
   import runpy, easgd
@@ -29,7 +29,7 @@ TAUS = (1, 4, 16, 64)              # communication periods, local steps (paper, 
 NUM_WORKERS = 4                    # p
 EPOCHS = 8                         # passes over the 8000 training signals
 LEARNING_RATE = 0.1                # eta of the SGD-type methods
-MOMENTUM = 0.9                     # Nesterov delta of EAMSGD and MSGD
+DELTA = 0.9                        # Nesterov delta of EAMSGD and MSGD
 MOMENTUM_LEARNING_RATE = 0.01      # eta of EAMSGD and MSGD: eta / (1 - delta) = 0.1
 DOWNPOUR_CHECK_TAUS = (16, 64)     # DOWNPOUR also at eta / p at these periods
 ELASTIC = ("easgd", "eamsgd", "downpour")   # the methods swept over tau
@@ -56,11 +56,11 @@ def get_config() -> TrainConfig:
 
 def variant(base: TrainConfig, algorithm: str, tau: int | None = None,
             learning_rate: float | None = None) -> TrainConfig:
-  """``base`` for ``algorithm`` (at ``tau``), with its learning rate and momentum."""
+  """``base`` for ``algorithm`` (at ``tau``), with its learning rate and delta."""
   momentum = algorithm in ("eamsgd", "msgd")
   lr = learning_rate or (MOMENTUM_LEARNING_RATE if momentum else LEARNING_RATE)
   return base.replace(algorithm=algorithm, tau=tau or base.tau, learning_rate=lr,
-                      momentum=MOMENTUM if momentum else 0.0).validate()
+                      **(dict(delta=DELTA) if momentum else {})).validate()
 
 
 def get_grid() -> dict[str, TrainConfig]:

@@ -95,7 +95,7 @@ def ref_async_elastic(xs, ys, tau, alpha, eta, delta, speeds, orders, staleness)
 
 def test_eamsgd_matches_numpy_reference():
   xs, ys = make_data(9, 4)  # tau = 3: exchanges at t = 0, 3, 6 (3 periods)
-  algo = momentum.eamsgd(loss_fn, num_workers=4, momentum=0.9, tau=3, alpha=0.2,
+  algo = algorithms.eamsgd(loss_fn, num_workers=4, momentum=0.9, tau=3, alpha=0.2,
                          learning_rate=0.05)
   wt, ct, worker, _ = run(algo, xs, ys, num_devices=2)
   ref_w, ref_c = ref_sync_eamsgd(xs, ys, tau=3, alpha=0.2, eta=0.05, delta=0.9)
@@ -111,7 +111,7 @@ def test_eamsgd_matches_numpy_reference():
 def test_eamsgd_with_zero_momentum_is_easgd_bit_for_bit(make_opt):
   xs, ys = make_data(7, 4)
   kw = dict(num_workers=4, tau=2, beta=0.9)
-  wa, ca, _, _ = run(momentum.eamsgd(loss_fn, make_opt(), momentum=0.0, **kw), xs, ys, 2)
+  wa, ca, _, _ = run(algorithms.eamsgd(loss_fn, make_opt(), momentum=0.0, **kw), xs, ys, 2)
   wb, cb, _, _ = run(algorithms.easgd(loss_fn, make_opt(), **kw), xs, ys, 2)
   np.testing.assert_array_equal(wa, wb)
   np.testing.assert_array_equal(ca, cb)
@@ -120,7 +120,7 @@ def test_eamsgd_with_zero_momentum_is_easgd_bit_for_bit(make_opt):
 
 def test_eamsgd_validates_momentum():
   with pytest.raises(HyperparameterError, match="momentum"):
-    momentum.eamsgd(loss_fn, num_workers=2, momentum=1.0, learning_rate=0.1, beta=0.9)
+    algorithms.eamsgd(loss_fn, num_workers=2, momentum=1.0, learning_rate=0.1, beta=0.9)
   with pytest.raises(HyperparameterError, match="momentum"):
     asynchronous.async_eamsgd(loss_fn, num_workers=2, momentum=-0.1,
                               learning_rate=0.1, beta=0.9)
@@ -333,7 +333,7 @@ def test_reset_differs_from_persistent_state_and_applies_to_eamsgd():
   np.testing.assert_array_equal(keep[:2], reset[:2])  # identical until the 2nd exchange
   assert np.max(np.abs(keep[-1] - reset[-1])) > 1e-4
   # EAMSGD and async EASGD take the option too; momentum 0 keeps them equal to EASGD
-  eam = run(momentum.eamsgd(loss_fn, opt(), momentum=0.0, reset_opt_state=True, **kw),
+  eam = run(algorithms.eamsgd(loss_fn, opt(), momentum=0.0, reset_opt_state=True, **kw),
             xs, ys, 1)[0]
   np.testing.assert_array_equal(eam, reset)
   schedule = asynchronous.exchange_schedule(2)
@@ -406,7 +406,7 @@ def test_config_fields_are_validated():
       (dict(algorithm="nope"), "unknown algorithm")]:
     with pytest.raises(ConfigError, match=match):
       base.replace(**changes).validate()
-  cfg = base.replace(algorithm="async_eamsgd", momentum=0.9,
+  cfg = base.replace(algorithm="async_eamsgd", delta=0.9,
                      worker_speeds=(1.0, 2.0, 1.0, 1.0))
   assert TrainConfig.from_dict(json.loads(cfg.validate().to_json())) == cfg
 

@@ -288,16 +288,16 @@ def test_hyperparameters_are_validated():
 
 # -- every registered algorithm through the trainer's factory -------------------
 
-NEW_ALGORITHMS = [a for a in algorithms.ALGORITHMS if a not in ("easgd", "pmean_sgd")]
+NEW_ALGORITHMS = [a for a in registry.ALGORITHMS if a not in ("easgd", "pmean_sgd")]
 
 
-@pytest.mark.parametrize("name", algorithms.ALGORITHMS)
+@pytest.mark.parametrize("name", registry.ALGORITHMS)
 def test_every_algorithm_runs_through_make_algorithm(name):
-  momentum = 0.5 if name in registry.MOMENTUM_ALGORITHMS else 0.0
-  cfg = TrainConfig(algorithm=name, num_workers=4, tau=2, beta=0.9, momentum=momentum,
-                    learning_rate=0.1, worker_speeds=(1.0, 2.0, 1.0, 1.0),
-                    schedule="random", staleness=1, average_rate=0.5).validate()
-  algo = trainer.make_algorithm(cfg, loss_fn, optax.sgd(0.1))
+  cfg, _ = TrainConfig(num_workers=4, tau=2, beta=0.9, delta=0.5,
+                       learning_rate=0.1, worker_speeds=(1.0, 2.0, 1.0, 1.0),
+                       schedule="random", staleness=1,
+                       average_rate=0.5).for_algorithm(name)
+  algo = registry.make_algorithm(cfg.validate(), loss_fn, optax.sgd(0.1))
   assert algo.name == name
   xs, ys = make_data(8, 4)
   layout = workers.make_layout(4, 2)
@@ -335,7 +335,7 @@ def test_compare_with_async_and_baselines_on_digits(tmp_path):
                     worker_speeds=(1.0, 2.0, 1.0, 2.0))
   rows = compare(cfg, tmp_path, ["async_easgd", "downpour"])
   assert [r["algorithm"] for r in rows] == ["async_easgd", "downpour"]
-  assert [r["tau"] for r in rows] == [2, 2]
+  assert [r["settings"]["tau"] for r in rows] == [2, 2]
   assert (tmp_path / "comparison.png").stat().st_size > 10_000
   for r in rows:
     assert r["test_accuracy"] > 0.2

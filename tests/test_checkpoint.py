@@ -12,7 +12,7 @@ import pytest
 
 from easgd import checkpoint, trainer
 from easgd.sweep import CompileCounter
-from easgd.algorithms import ALGORITHMS
+from easgd.registry import ALGORITHMS
 from easgd.config import ConfigError, TrainConfig
 
 # digits, tiny MLP: 1438 training images / 64 = 22 steps per epoch, 2 epochs
@@ -32,7 +32,7 @@ def metrics_text(path):
 def test_interrupted_and_resumed_run_is_bitwise_identical(tmp_path, algorithm):
   cfg = TINY.replace(algorithm=algorithm)
   if algorithm == "eamsgd":
-    cfg = cfg.replace(momentum=0.9)
+    cfg = cfg.replace(delta=0.9)
   trainer.train_and_evaluate(cfg, tmp_path / "full")
   # 7 steps: inside the first epoch and not a multiple of tau = 4
   partial = trainer.train_and_evaluate(cfg, tmp_path / "cut", stop_after_steps=7)

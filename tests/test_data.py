@@ -241,21 +241,30 @@ def test_epoch_permutation_deterministic():
 
 
 @pytest.mark.parametrize("num_examples", [103, 96])
-def test_worker_batch_indices_shards(num_examples):
+def test_worker_batch_indices_split_one_global_batch(num_examples):
     W, B, seed, epoch = 4, 5, 7, 1
     idx = data.worker_batch_indices(num_examples, W, B, seed, epoch)
-    S = num_examples // W
-    steps = S // B
+    steps = num_examples // (W * B)  # 5 and 4 global batches of 20
     assert steps == data.steps_per_epoch(num_examples, W, B)
     assert idx.shape == (steps, W, B) and idx.dtype == np.int64
     perm = data.epoch_permutation(num_examples, seed, epoch)
-    for i in range(W):
-        worker = idx[:, i, :].reshape(-1)  # consecutive batches from its shard
-        np.testing.assert_array_equal(worker, perm[i * S : i * S + steps * B])
+    for t in range(steps):  # step t reads perm[20t:20t+20]; worker i rows 5i..5i+4
+        for i in range(W):
+            np.testing.assert_array_equal(idx[t, i], perm[t * 20 + i * B: t * 20 + (i + 1) * B])
     flat = idx.reshape(-1)
-    assert len(np.unique(flat)) == flat.size  # shards disjoint, no repeats
-    used = np.concatenate([perm[i * S : i * S + steps * B] for i in range(W)])
-    np.testing.assert_array_equal(np.sort(flat), np.sort(used))
+    assert len(np.unique(flat)) == flat.size  # no example twice in an epoch
+    np.testing.assert_array_equal(flat, perm[:steps * W * B])
+
+
+@pytest.mark.parametrize("num_examples", [103, 96, 1438])
+def test_the_examples_of_a_step_do_not_depend_on_how_the_global_batch_is_split(num_examples):
+    # The global batch of step t is a function of (seed, epoch, t) only: 1, 2, 4 or 8
+    # workers of 16 / W examples see the same 16 examples, worker i rows i*B..(i+1)*B-1.
+    one = data.worker_batch_indices(num_examples, 1, 16, seed=3, epoch=2)
+    for W in (2, 4, 8):
+        idx = data.worker_batch_indices(num_examples, W, 16 // W, seed=3, epoch=2)
+        assert data.steps_per_epoch(num_examples, W, 16 // W) == len(one)
+        np.testing.assert_array_equal(idx.reshape(len(one), 16), one[:, 0])
 
 
 def test_worker_batch_indices_full_epoch_when_divisible():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from easgd.algorithms import ALGORITHMS
+from easgd.registry import ALGORITHMS
 from easgd.cli import load_config_file
 from easgd.config import TrainConfig
 
@@ -57,5 +57,5 @@ def test_cifar10_config_and_grid(monkeypatch, tmp_path):
     assert cfg.num_workers in (4, 8, 16) and cfg.tau in (1, 4, 16, 64)
     assert cfg.per_worker_batch_size == 128
     assert cfg.resolved_alpha == pytest.approx(0.9 / cfg.num_workers)
-    assert cfg.momentum == (0.99 if cfg.algorithm == "eamsgd" else 0.0)
+    assert cfg.delta == 0.99 and cfg.momentum == 0.0  # eamsgd: the paper's delta
     assert cfg.crop_size == 28 and cfg.data_dir == config.data_dir
