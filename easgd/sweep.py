@@ -51,7 +51,9 @@ Each configuration records, without stopping the others:
   theory_radius            the analytic period spectral radius of
                            :func:`easgd.stability.sync_easgd_spectral_radius` at
                            eta*h, with h the known curvature (quadratic) or the
-                           estimated largest Hessian eigenvalue (network).
+                           estimated largest Hessian eigenvalue (network; only
+                           when its residual certifies it, see
+                           :func:`hessian_curvature`).
 
 The center is watched separately because it can be ruined while the workers
 are not: with beta = p alpha > 2 the center's own factor 1 - beta at an
@@ -99,6 +101,7 @@ import json
 import math
 import numbers
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
@@ -484,8 +487,8 @@ class SweepResult:
       Python numbers, ``None`` where not applicable), ordered by num_workers,
       then as :meth:`SweepGrid.flat`.
     curvature: h used for the theory columns (quadratic: the given
-      curvature; network: the estimated largest Hessian eigenvalue at the
-      initial parameters), or None.
+      curvature; network: the largest Hessian eigenvalue at the initial
+      parameters, if its estimate converged), or None.
     info: wall times, compile counts, Hessian estimates, settings.
     centers: num_workers -> final centers (pytree, leading axis [n]) on the
       host; not written to disk.
@@ -751,27 +754,89 @@ def network_batches(dataset, num_workers: int, per_worker_batch_size: int,
   return dataset.train_x[idx], dataset.train_y[idx]
 
 
+@functools.lru_cache(maxsize=16)
+def _data_loss(model):
+  """``loss(x, y, params)``: mean cross-entropy of (x, y), eval mode; one
+  function object per model, so the Hessian's compiled products are reused."""
+  from easgd import models
+
+  def loss(x, y, params):
+    return models.cross_entropy_loss(model.apply({"params": params}, x, train=False),
+                                     y)
+  return loss
+
+
 def hessian_curvature(model, params, x, y, key, num_iterations: int = 100,
                       tol: float = 1e-4) -> dict[str, Any]:
   """Largest Hessian eigenvalue of the mean cross-entropy on (x, y) at params.
 
-  Uses :func:`easgd.hessian.top_hessian_eigenvalue` (HVPs by ``jax.jvp`` of
-  ``jax.grad``, power iteration).
+  Uses :func:`easgd.hessian.top_hessian_eigenvalue` (Hessian-vector products by
+  ``jax.jvp`` of ``jax.grad``, ARPACK's Lanczos for the largest algebraic
+  eigenvalue, the residual measured with one more product). ``h`` is a
+  certified eigenvalue only when ``converged``: ||H v - h v||_2 <= tol |h|;
+  :func:`certified_curvature` returns it only then.
+
+  Args:
+    model: a Flax classifier (``model.apply({"params": ...}, x, train=False)``).
+    params: the point.
+    x, y: the examples of the loss (inputs, int labels).
+    key: PRNG key of the Lanczos start vector.
+    num_iterations: budget of Hessian-vector products, an integer >= 1.
+    tol: relative residual tolerance, a finite real > 0.
 
   Returns:
-    dict(h, iterations, converged, dominant, examples, seconds).
+    dict(h (None if no estimate), converged, residual (None if no estimate),
+    tol, products (Hessian-vector products used), method, examples, seconds).
+
+  Raises:
+    ValueError: as :func:`easgd.hessian.top_hessian_eigenvalue`.
+
+  References:
+    Pearlmutter (1994); Lehoucq, Sorensen, Yang, ARPACK Users' Guide (1998).
   """
-  from easgd import hessian, models
-
-  def loss(q):
-    return models.cross_entropy_loss(model.apply({"params": q}, x, train=False), y)
-
+  from easgd import hessian
   start = time.perf_counter()
-  r = jax.jit(lambda q, k: hessian.top_hessian_eigenvalue(
-      loss, q, k, num_iterations, tol))(params, key)
-  return dict(h=float(r.eigenvalue), iterations=int(r.iterations),
-              converged=bool(r.converged), dominant=float(r.dominant),
-              examples=int(x.shape[0]), seconds=round(time.perf_counter() - start, 3))
+  loss = jax.tree_util.Partial(_data_loss(model), x, y)
+  r = hessian.top_hessian_eigenvalue(loss, params, key, num_iterations, tol)
+  finite = lambda v: v if math.isfinite(v) else None
+  return dict(h=finite(r.eigenvalue), converged=r.converged,
+              residual=finite(r.residual), tol=tol, products=r.iterations,
+              method=r.method, examples=int(x.shape[0]),
+              seconds=round(time.perf_counter() - start, 3))
+
+
+def certified_curvature(estimate: dict[str, Any] | None) -> float | None:
+  """h of a :func:`hessian_curvature` result if it converged, else None.
+
+  The theory columns and the heatmaps' boundary use only certified values: an
+  estimate with ||H v - h v||_2 > tol |h| need not be near an eigenvalue.
+
+  Args:
+    estimate: a :func:`hessian_curvature` dict, or None (no estimate made).
+
+  Returns:
+    ``estimate["h"]`` (float) when ``estimate["converged"]``, else None.
+  """
+  if not estimate or not estimate.get("converged"):
+    return None
+  return estimate["h"]
+
+
+class CurvatureWarning(UserWarning):
+  """A Hessian estimate did not converge; the theory it feeds is left out."""
+
+
+def _warn_unconverged(estimate: dict[str, Any], where: str) -> None:
+  if estimate.get("converged"):
+    return
+  residual = estimate.get("residual")
+  got = ("no Ritz value" if estimate.get("h") is None else
+         f"h={estimate['h']:.4g} with residual {residual:.3g} > tol*|h| = "
+         f"{estimate['tol'] * abs(estimate['h']):.3g}")
+  warnings.warn(f"Hessian estimate at {where} did not converge within "
+                f"{estimate['products']} Hessian-vector products ({got}); its theory "
+                f"columns are left empty (raise hessian_iterations or hessian_tol)",
+                CurvatureWarning, stacklevel=3)
 
 
 def sweep_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
@@ -792,10 +857,13 @@ def sweep_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
 
   The curvature for the theory columns is the largest eigenvalue h of the
   Hessian of the mean training loss on the first ``hessian_examples``
-  training examples, at the initial parameters (``curvature``,
-  ``theory_radius``) and, if ``hessian_at_trained`` and some configuration
-  did not diverge, at the final center of the non-diverged configuration with
-  the lowest ``center_loss`` (``eta_h_trained``, ``theory_radius_trained``).
+  training examples (:func:`hessian_curvature`), at the initial parameters
+  (``curvature``, ``theory_radius``) and, if ``hessian_at_trained`` and some
+  configuration did not diverge, at the final center of the non-diverged
+  configuration with the lowest ``center_loss`` (``eta_h_trained``,
+  ``theory_radius_trained``). An estimate that did not converge (residual
+  above ``hessian_tol`` x |h|) is recorded in ``info`` but not used: its
+  theory columns stay empty and a :class:`CurvatureWarning` is issued.
 
   Args:
     grid: the configurations (validated here).
@@ -807,9 +875,10 @@ def sweep_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
       step key are ``split(key(seed))``).
     divergence_factor: see :func:`sweep_quadratic`.
     data_dir: Fashion-MNIST directory (``easgd.data.load_dataset``).
-    hessian_iterations, hessian_tol, hessian_examples: power-iteration budget,
-      relative tolerance and batch for the Hessian estimate;
-      ``hessian_iterations=0`` skips it.
+    hessian_iterations, hessian_tol, hessian_examples: budget of
+      Hessian-vector products (an integer >= 0; 0 skips the estimate),
+      relative residual tolerance (a finite real > 0) and number of training
+      examples of the Hessian's loss.
     hessian_at_trained: also estimate h at the best final center.
 
   Returns:
@@ -829,7 +898,7 @@ def sweep_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
   factor = _check_factor(divergence_factor)
   hessian_iterations = _int_scalar("hessian_iterations", hessian_iterations, 0)
   hessian_examples = _int_scalar("hessian_examples", hessian_examples, 1)
-  _real_scalar("hessian_tol", hessian_tol, 0.0, False)
+  _real_scalar("hessian_tol", hessian_tol, 0.0, True)
   ds = data.load_dataset(dataset, data_dir=data_dir, seed=seed)
   model_name = model if isinstance(model, str) else type(model).__name__
   if isinstance(model, str):
@@ -849,7 +918,8 @@ def sweep_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
   if hessian_iterations:
     info["hessian_init"] = hessian_curvature(model, params0, hx, hy, hess_key,
                                              hessian_iterations, hessian_tol)
-    h = info["hessian_init"]["h"]
+    _warn_unconverged(info["hessian_init"], "the initial parameters")
+    h = certified_curvature(info["hessian_init"])
   test = (jnp.asarray(ds.test_x), jnp.asarray(ds.test_y))
   outputs, centers = {}, {}
   for p in grid.num_workers:
@@ -879,7 +949,8 @@ def sweep_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
           hessian_curvature(model, point, hx, hy, hess_key, hessian_iterations,
                             hessian_tol),
           at=dict(num_workers=p, **grid_config(grid, i), step=num_steps))
-      h2 = info["hessian_trained"]["h"]
+      _warn_unconverged(info["hessian_trained"], "the best final center")
+      h2 = certified_curvature(info["hessian_trained"])
   records = []
   for p, out in outputs.items():
     records += _records("network", grid, p, out, h, h2)
@@ -999,7 +1070,8 @@ def plot_result(result: SweepResult, workdir, prefix: str | None = None) -> list
   Cells of diverged configurations (``diverged``: workers or center) are
   hatched out in the metric plots; the theory's boundary (radius = 1) is drawn
   at eta*h for h at the start (solid) and, for a network, at the trained point
-  (dashed).
+  (dashed), each only when its Hessian estimate converged
+  (:func:`certified_curvature`).
 
   Returns:
     The written paths.
@@ -1008,7 +1080,7 @@ def plot_result(result: SweepResult, workdir, prefix: str | None = None) -> list
   workdir = Path(workdir)
   prefix = f"{result.problem}_" if prefix is None else prefix
   g = result.grid
-  h2 = (result.info.get("hessian_trained") or {}).get("h")
+  h2 = certified_curvature(result.info.get("hessian_trained"))
   paths = []
   for p in g.num_workers:
     for lr in g.learning_rate:
@@ -1064,8 +1136,10 @@ class SweepConfig:
     quadratic_sigma: gradient-noise std of the quadratic.
     divergence_factor: loss ratio that counts as diverged: the workers' mean
       loss to its step-0 value, the center's final loss to its initial one.
-    hessian_iterations: power iterations for h (0: skip; network).
-    hessian_tol: relative tolerance of the power iteration.
+    hessian_iterations: budget of Hessian-vector products for h (0: skip;
+      network).
+    hessian_tol: relative residual tolerance of h: certified when
+      ||H v - h v|| <= hessian_tol |h| (> 0).
     hessian_examples: training examples in the Hessian's loss.
     hessian_at_trained: also estimate h at the best final center.
     seed: seed of data order, initialisation and noise.
@@ -1108,7 +1182,7 @@ class SweepConfig:
     _real_scalar("curvature", self.curvature, 0.0, True)
     _real_scalar("quadratic_spread", self.quadratic_spread, 0.0, False)
     _real_scalar("quadratic_sigma", self.quadratic_sigma, 0.0, False)
-    _real_scalar("hessian_tol", self.hessian_tol, 0.0, False)
+    _real_scalar("hessian_tol", self.hessian_tol, 0.0, True)
     _check_factor(self.divergence_factor)
     from easgd.data import DATASETS
     from easgd.models import MODELS
@@ -1200,8 +1274,9 @@ def summarize(result: SweepResult) -> str:
   """A short text summary: divergence counts and agreement with the theory.
 
   ``diverged`` is the combined flag (workers or center, module docstring);
-  the agreement counts configurations where it equals radius >= 1, for the
-  curvature at the start and, for a network, at the trained point.
+  the agreement counts configurations where it equals radius >= 1, for each
+  certified curvature (at the start and, for a network, at the trained
+  point). Hessian estimates that did not converge are reported as such.
   """
   recs = result.records
   div = sum(r["diverged"] for r in recs)
@@ -1215,9 +1290,19 @@ def summarize(result: SweepResult) -> str:
     lines.append(f"  p={p}: {prog['configs']} configs in one program, "
                  f"{prog['wall_s']:.2f} s wall ({prog['compiles']} compilations, "
                  f"{prog['compile_s']:.2f} s compiling)")
+  for name, where in (("hessian_init", "the start"), ("hessian_trained", "the trained point")):
+    est = result.info.get(name)
+    if est and est.get("converged"):
+      lines.append(f"  h at {where}: {est['h']:.4g} (residual {est['residual']:.2g} "
+                   f"<= tol*|h|, {est['products']} Hessian-vector products)")
+    elif est:
+      got = ("no Ritz value" if est["h"] is None else
+             f"estimate {est['h']:.4g}, residual {est['residual']:.2g} > tol*|h|")
+      lines.append(f"  h at {where}: NOT converged in {est['products']} Hessian-vector "
+                   f"products ({got}); no theory from it")
   for column, h, where in (("theory_radius", result.curvature, "h"),
                            ("theory_radius_trained",
-                            (result.info.get("hessian_trained") or {}).get("h"),
+                            certified_curvature(result.info.get("hessian_trained")),
                             "trained h")):
     known = [r for r in recs if r[column] is not None]
     if h is not None and known:

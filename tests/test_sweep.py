@@ -1,5 +1,4 @@
-"""The one-program tau x alpha sweep, its divergence flags, the Hessian power iteration
-and `easgd sweep`.
+"""The one-program tau x alpha sweep, its divergence flags and `easgd sweep`.
 
 Everything is tiny (scalar quadratics, an 8-unit MLP on random data) so the file
 runs in well under a minute on two CPU cores.
@@ -13,7 +12,7 @@ import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 
-from easgd import cli, hessian, models, quadratic, stability, sweep
+from easgd import cli, models, quadratic, stability, sweep
 from easgd.sweep import CompileCounter, SweepGrid
 
 
@@ -206,43 +205,22 @@ def test_network_sweep_matches_easgd_algorithm_runs_and_does_not_recompile():
   assert cc.count == 0
 
 
-def test_power_iteration_matches_explicit_hessian_of_quadratic():
-  rng = np.random.default_rng(0)
-  q, _ = np.linalg.qr(rng.normal(size=(6, 6)))
-  eig = np.array([3.0, 1.0, 0.5, -0.2, 0.1, 2.0])
-  a = jnp.asarray((q * eig) @ q.T, jnp.float32)
-  loss = lambda x: 0.5 * x @ a @ x
-  exact = np.linalg.eigvalsh(np.asarray(jax.jit(jax.hessian(loss))(jnp.ones(6)),
-                                        np.float64))
-  r = hessian.top_hessian_eigenvalue(loss, jnp.ones(6), jax.random.key(0), 300, 1e-7)
-  np.testing.assert_allclose(float(r.eigenvalue), exact[-1], rtol=1e-4)
-  np.testing.assert_allclose(exact[-1], 3.0, rtol=1e-5)
-  # A dominant NEGATIVE eigenvalue: the shifted pass still finds lambda_max = 2.
-  d = jnp.diag(jnp.array([-5.0, 1.0, 2.0]))
-  r = hessian.top_hessian_eigenvalue(lambda x: 0.5 * x @ d @ x, jnp.ones(3),
-                                     jax.random.key(1), 500, 1e-8)
-  assert float(r.dominant) == pytest.approx(-5.0, rel=1e-4)
-  assert float(r.eigenvalue) == pytest.approx(2.0, rel=1e-3)
-
-
-def test_power_iteration_matches_explicit_hessian_of_small_model():
-  model, params, (x, y), _ = _tiny_network(1, 1, batch=16, seed=2)
-  x, y = x[0, 0], y[0, 0]
-  loss = lambda q: models.cross_entropy_loss(model.apply({"params": q}, x), y)
-  flat, unravel = ravel_pytree(params)
-  h = np.asarray(jax.jit(jax.hessian(lambda f: loss(unravel(f))))(flat), np.float64)
-  exact = np.linalg.eigvalsh(0.5 * (h + h.T))[-1]
-  r = jax.jit(lambda q: hessian.top_hessian_eigenvalue(
-      loss, q, jax.random.key(0), 1000, 1e-7))(params)
-  assert exact > 0
-  np.testing.assert_allclose(float(r.eigenvalue), exact, rtol=2e-3)
-  v = ravel_pytree(r.eigenvector)[0]
-  np.testing.assert_allclose(float(jnp.linalg.norm(v)), 1.0, rtol=1e-5)
-
-
-def test_hessian_rejects_bad_budget():
-  with pytest.raises(ValueError, match="num_iterations must be an integer >= 1"):
-    hessian.top_hessian_eigenvalue(lambda x: x @ x, jnp.ones(2), jax.random.key(0), 0)
+def test_network_sweep_uses_only_certified_curvature():
+  # 3 Hessian-vector products cannot finish a Lanczos cycle: no certified h,
+  # so no theory columns and no boundary (old code: a 3-step power-iteration
+  # value went into every theory column).
+  grid = SweepGrid(tau=(1, 4), alpha=(0.1, 0.9), learning_rate=(0.1,), num_workers=(2,))
+  kw = dict(dataset="digits", hessian_examples=200)
+  with pytest.warns(sweep.CurvatureWarning, match="did not converge within 3 Hessian"):
+    res = sweep.sweep_network(grid, 20, hessian_iterations=3, **kw)
+  assert res.curvature is None and not res.info["hessian_init"]["converged"]
+  assert all(r["eta_h"] is None and r["theory_radius"] is None
+             and r["theory_radius_trained"] is None for r in res.records)
+  assert "h at the start: NOT converged in 3 Hessian-vector products" in sweep.summarize(res)
+  res = sweep.sweep_network(grid, 20, **kw)
+  est = res.info["hessian_init"]
+  assert est["converged"] and est["residual"] <= est["tol"] * est["h"]
+  assert res.curvature == est["h"] and res.records[0]["eta_h"] == pytest.approx(0.1 * est["h"])
 
 
 BAD_INPUTS = [
@@ -255,6 +233,7 @@ BAD_INPUTS = [
     (["--tau", "1,x"], "argument --tau: invalid int_list value: '1,x'"),
     (["--num-steps", "0"], "num_steps must be an integer >= 1, got 0"),
     (["--divergence-factor", "0.5"], "divergence_factor must be a finite real > 1"),
+    (["--hessian-tol", "0"], "hessian_tol must be a finite real > 0, got 0.0"),
     (["--problem", "quad"], "argument --problem: invalid choice: 'quad'"),
 ]
 
