@@ -1,4 +1,4 @@
-"""The largest Hessian eigenvalue of a loss, by power iteration on Hessian-vector products.
+"""The largest Hessian eigenvalue of a loss: Lanczos (ARPACK) on Hessian-vector products.
 
 The stability analysis of :mod:`easgd.stability` is for the quadratic
 F(x) = h x^2 / 2, where a gradient step of size eta multiplies x by (1 - eta h).
@@ -9,32 +9,62 @@ estimates it without forming the Hessian:
     H v = d/de grad L(x + e v) |_{e=0}          (``jax.jvp`` of ``jax.grad``)
 
 so one product costs about two gradient evaluations and memory linear in the
-number of parameters. Everything is pure: no ``jit`` inside (callers compile).
+number of parameters n. The products feed SciPy's ARPACK
+(``scipy.sparse.linalg.eigsh`` on a ``LinearOperator``, implicitly restarted
+Lanczos, ``which="LA"``: the largest ALGEBRAIC eigenvalue), which, unlike power
+iteration, is not misled when the two ends of the spectrum have (nearly) equal
+magnitude (f(x, y) = x y: eigenvalues +1 and -1) or a negative eigenvalue
+dominates. For n <= :data:`DENSE_MAX_PARAMETERS` the Hessian is formed from n
+products and diagonalised by ``numpy.linalg.eigh`` instead (ARPACK needs
+1 < ncv <= n, and a Lanczos cycle would span the whole space anyway).
+
+Every estimate is certified by its residual. For a symmetric H and a unit
+vector v there is an eigenvalue of H within r = ||H v - lambda v||_2 of
+lambda (Parlett, Theorem 4.5.1), so
+
+    converged  <=>  r <= tol * |lambda|,   r measured with one more product H v
+
+which bounds the distance to an eigenvalue of H by tol * |lambda|. (Lanczos
+from a random start finds the largest eigenvalue with probability one; the
+residual cannot tell which eigenvalue lambda is close to.)
 
 Functions:
-  :func:`hvp`                    one Hessian-vector product of a pytree loss.
-  :func:`top_hessian_eigenvalue` power iteration (fixed iteration budget and a
-                                 relative tolerance) with a shift for the case
-                                 where a negative eigenvalue dominates.
+  :func:`hvp`                    one Hessian-vector product of a pytree loss
+                                 (pure; no ``jit`` inside).
+  :func:`top_hessian_eigenvalue` host-side estimate of lambda_max with its
+                                 residual (jitted products, SciPy ARPACK).
 
 References:
   B. Pearlmutter. Fast exact multiplication by the Hessian. Neural Computation
   6(1), 1994 (the Hessian-vector product).
+  R. Lehoucq, D. Sorensen, C. Yang. ARPACK Users' Guide. SIAM 1998 (implicitly
+  restarted Lanczos; the stopping rule ||r|| <= tol |lambda|).
+  B. Parlett. The Symmetric Eigenvalue Problem. SIAM 1998, Theorem 4.5.1 (the
+  residual bound).
   S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging SGD.
   NeurIPS 2015 (arXiv:1412.6651), Section 4 (read eta as eta * h).
 """
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax import lax
+import numpy as np
 from jax.flatten_util import ravel_pytree
+from scipy.sparse.linalg import (ArpackError, ArpackNoConvergence, LinearOperator,
+                                 eigsh)
 
 Params = Any
+
+DENSE_MAX_PARAMETERS = 20
+"""Up to this many parameters the Hessian is formed from n products (eigh)."""
+
+LANCZOS_VECTORS = 20
+"""ARPACK's ncv, Lanczos vectors per restart cycle (its default for k = 1)."""
 
 
 def hvp(loss: Callable[[Params], jax.Array], params: Params, vector: Params
@@ -54,50 +84,53 @@ def hvp(loss: Callable[[Params], jax.Array], params: Params, vector: Params
   Example:
     >>> float(hvp(lambda x: 0.5 * 3.0 * x ** 2, 1.0, 2.0))   # H = 3
     6.0
+
+  References:
+    Pearlmutter (1994).
   """
   return jax.jvp(jax.grad(loss), (params,), (vector,))[1]
 
 
 class HessianEigen(NamedTuple):
-  """Result of :func:`top_hessian_eigenvalue`.
+  """Result of :func:`top_hessian_eigenvalue` (host values).
 
   Attributes:
-    eigenvalue: float32 scalar, the estimate of lambda_max (the largest, i.e.
-      most positive, eigenvalue).
-    eigenvector: unit-norm pytree like ``params``, its eigenvector estimate.
-    iterations: int32 scalar, power iterations used in the final pass.
-    converged: bool scalar, whether the relative change of the estimate fell
-      below ``tol`` within ``num_iterations``.
-    dominant: float32 scalar, the eigenvalue of largest magnitude found by the
-      first pass (differs from ``eigenvalue`` when a negative eigenvalue
-      dominates and the shifted pass was needed).
+    eigenvalue: float, the estimate of lambda_max (the largest, i.e. most
+      positive, eigenvalue); NaN when the Lanczos iteration produced no Ritz
+      value within the budget.
+    eigenvector: unit-norm pytree like ``params`` (its dtype), the
+      eigenvector estimate (NaN where ``eigenvalue`` is).
+    iterations: int, Hessian-vector products used, including the one that
+      measures the residual.
+    converged: bool, ``residual <= tol * |eigenvalue|`` (module docstring).
+    residual: float, ||H v - eigenvalue v||_2 for the unit vector v, measured
+      with one more product (NaN with ``eigenvalue``). An eigenvalue of H lies
+      within ``residual`` of ``eigenvalue``.
+    method: ``"lanczos"`` (ARPACK) or ``"dense"`` (n <=
+      :data:`DENSE_MAX_PARAMETERS`).
   """
-  eigenvalue: jax.Array
+  eigenvalue: float
   eigenvector: Params
-  iterations: jax.Array
-  converged: jax.Array
-  dominant: jax.Array
+  iterations: int
+  converged: bool
+  residual: float
+  method: str
 
 
-def _power_iteration(matvec, v0, num_iterations, tol):
-  """Power iteration on a flat vector: (rayleigh, v, iterations, converged)."""
-  def cond(carry):
-    i, _, _, done = carry
-    return jnp.logical_and(i < num_iterations, jnp.logical_not(done))
+class _BudgetExhausted(Exception):
+  """Raised inside the ARPACK operator when the product budget is used up."""
 
-  def body(carry):
-    i, v, lam, _ = carry
-    w = matvec(v)
-    new_lam = jnp.vdot(v, w)  # Rayleigh quotient, ||v|| = 1
-    norm = jnp.linalg.norm(w)
-    new_v = jnp.where(norm > 0, w / jnp.where(norm > 0, norm, 1.0), v)
-    done = jnp.abs(new_lam - lam) <= tol * jnp.abs(new_lam)
-    return i + 1, new_v, new_lam, done
 
-  v0 = v0 / jnp.linalg.norm(v0)
-  init = (jnp.int32(0), v0, jnp.asarray(jnp.inf, v0.dtype), jnp.bool_(False))
-  i, v, lam, done = lax.while_loop(cond, body, init)
-  return jnp.vdot(v, matvec(v)), v, i, done
+def _products(loss, params, vectors):
+  """H v for every row of ``vectors`` [m, n] (flat), at ``params``."""
+  flat, unravel = ravel_pytree(params)
+  flat_loss = lambda x: loss(unravel(x))
+  return jax.vmap(lambda v: hvp(flat_loss, flat, v))(vectors)
+
+
+# ``loss`` travels as a jax.tree_util.Partial (a pytree), so one compiled
+# program serves every call with the same loss function and shapes.
+_products_jit = jax.jit(_products)
 
 
 def top_hessian_eigenvalue(loss: Callable[[Params], jax.Array], params: Params,
@@ -105,69 +138,120 @@ def top_hessian_eigenvalue(loss: Callable[[Params], jax.Array], params: Params,
                            tol: float = 1e-4) -> HessianEigen:
   """Estimates the largest eigenvalue of the Hessian of ``loss`` at ``params``.
 
-  Power iteration from a random unit vector v_0:
+  With n parameters and H = d^2 loss / d params^2 (applied by :func:`hvp`):
 
-      w = H v_k,   lambda_k = v_k . w,   v_{k+1} = w / ||w||
+  - n > :data:`DENSE_MAX_PARAMETERS`: ARPACK's implicitly restarted Lanczos
+    (``scipy.sparse.linalg.eigsh(LinearOperator(H), k=1, which="LA",
+    ncv=max(2, min(20, num_iterations)), tol=tol)``) from the start vector
+    v_0 ~ N(0, I) drawn with ``key``. ARPACK stops when its Ritz estimate
+    satisfies ||H v - lambda v|| <= tol |lambda|; if it has not after
+    ``num_iterations`` products, it is stopped and no Ritz value is returned
+    (eigenvalue NaN). H = 0 (every product exactly 0) gives lambda = 0.
+  - n <= :data:`DENSE_MAX_PARAMETERS`: H = [H e_1, ..., H e_n] from n
+    products, symmetrised, and ``numpy.linalg.eigh`` (float64); ``key`` and
+    ``num_iterations`` are not used.
 
-  stopping when |lambda_k - lambda_{k-1}| <= tol |lambda_k| or after
-  ``num_iterations`` products. Power iteration finds the eigenvalue of largest
-  MAGNITUDE; if that one is negative (lambda_dom < 0), a second pass runs on the
-  shifted operator H - lambda_dom I, whose dominant eigenvalue is
-  lambda_max - lambda_dom >= 0, and lambda_max is recovered by adding
-  lambda_dom back. The final Rayleigh quotient is returned.
+  Either way the residual r = ||H v - lambda v||_2 of the returned unit vector
+  is then measured with one more product, and ``converged = r <= tol |lambda|``
+  (so some eigenvalue of H lies within tol |lambda| of the estimate). The
+  products run in ``params``' dtype (float32 usually), which limits the
+  attainable r to about 1e-6 ||H||: a ``tol`` far below that, or a
+  lambda_max near 0 next to a large negative eigenvalue, gives
+  ``converged=False``.
 
-  Convergence is geometric in |lambda_2 / lambda_1|; with a small gap the
-  estimate after ``num_iterations`` is a lower bound (a Rayleigh quotient never
-  exceeds lambda_max).
+  Runs on the host: the products are one jitted program (compiled once per
+  loss function and shapes; pass ``jax.tree_util.Partial(f, *data)`` to reuse
+  it across data of the same shapes), ARPACK runs in NumPy. It cannot be
+  called inside ``jax.jit``/``vmap``.
 
   Args:
-    loss: ``loss(params) -> float32 scalar`` (e.g. the mean training loss of a
+    loss: ``loss(params) -> float scalar`` (e.g. the mean training loss of a
       fixed batch; no randomness inside, or the Hessian is not well defined).
-    params: the point, a pytree of float arrays.
-    key: PRNG key for the start vector.
-    num_iterations: maximum power iterations per pass, an integer >= 1 (each
-      costs one Hessian-vector product, about two gradients).
-    tol: relative tolerance on the eigenvalue between iterations, >= 0.
+    params: the point, a pytree of float arrays (not tracers).
+    key: PRNG key of the Lanczos start vector.
+    num_iterations: budget of Hessian-vector products for the Lanczos
+      iteration, an integer >= 1 (each costs about two gradients; a restart
+      cycle of ARPACK takes up to ncv of them).
+    tol: relative residual tolerance, a finite real > 0 (see above).
 
   Returns:
     A :class:`HessianEigen`.
 
   Raises:
-    ValueError: num_iterations not an integer >= 1, or tol not a finite real
-      >= 0.
+    ValueError: num_iterations not an integer >= 1, tol not a finite real > 0,
+      params holding tracers (called under a JAX transformation), or a
+      Hessian-vector product that is not finite.
+    scipy.sparse.linalg.ArpackError: ARPACK failed for another reason than
+      non-convergence (passed on unchanged).
 
   Example:
     >>> import jax, jax.numpy as jnp
-    >>> a = jnp.diag(jnp.array([1.0, 4.0, -2.0]))
-    >>> r = top_hessian_eigenvalue(lambda x: 0.5 * x @ a @ x, jnp.ones(3),
-    ...                            jax.random.key(0))
-    >>> round(float(r.eigenvalue), 3)
-    4.0
+    >>> r = top_hessian_eigenvalue(lambda v: v[0] * v[1], jnp.ones(2),
+    ...                            jax.random.key(0))   # eigenvalues +1, -1
+    >>> round(r.eigenvalue, 6), r.converged
+    (1.0, True)
 
   References:
-    Pearlmutter (1994) for H v; Golub & Van Loan, Matrix Computations, 7.3.1
-    (the power method).
+    Pearlmutter (1994) for H v; Lehoucq, Sorensen, Yang, ARPACK Users' Guide
+    (1998); Parlett (1998), Theorem 4.5.1 for the residual bound.
   """
   if (isinstance(num_iterations, bool) or not isinstance(num_iterations, numbers.Integral)
       or num_iterations < 1):
     raise ValueError(f"num_iterations must be an integer >= 1, got {num_iterations!r}")
   if (isinstance(tol, bool) or not isinstance(tol, numbers.Real)
-      or not 0 <= tol < float("inf")):
-    raise ValueError(f"tol must be a finite real >= 0, got {tol!r}")
+      or not (math.isfinite(tol) and tol > 0)):
+    raise ValueError(f"tol must be a finite real > 0, got {tol!r}")
+  if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(params)):
+    raise ValueError("top_hessian_eigenvalue runs on the host (SciPy ARPACK) and "
+                     "cannot be traced; call it outside jax.jit/vmap")
   flat, unravel = ravel_pytree(params)
-  flat_loss = lambda x: loss(unravel(x))
+  n, dtype = int(flat.size), np.dtype(flat.dtype)
+  if not isinstance(loss, jax.tree_util.Partial):
+    loss = jax.tree_util.Partial(loss)
+  used, all_zero = 0, True
 
-  def matvec(v):
-    return hvp(flat_loss, flat, v.astype(flat.dtype))
+  def products(vectors: np.ndarray) -> np.ndarray:
+    nonlocal used, all_zero
+    used += vectors.shape[0]
+    out = np.asarray(_products_jit(loss, params, np.asarray(vectors, dtype)),
+                     np.float64)
+    if not np.all(np.isfinite(out)):
+      raise ValueError("the Hessian-vector product at params is not finite "
+                       "(the loss or its derivatives overflow there)")
+    all_zero = all_zero and not np.any(out)
+    return out
 
-  v0 = jax.random.normal(key, flat.shape, flat.dtype)
-  lam, v, iters, done = _power_iteration(matvec, v0, num_iterations, tol)
+  if n <= DENSE_MAX_PARAMETERS:
+    method = "dense"
+    h = products(np.eye(n))
+    lam, vecs = np.linalg.eigh(0.5 * (h + h.T))
+    lam, v = float(lam[-1]), vecs[:, -1]
+  else:
+    method = "lanczos"
 
-  def shifted(_):
-    lam_s, v_s, it_s, done_s = _power_iteration(
-        lambda x: matvec(x) - lam * x, v0, num_iterations, tol)
-    return lam_s + lam, v_s, it_s, done_s
+    def matvec(x):
+      if used >= num_iterations:
+        raise _BudgetExhausted
+      return products(np.reshape(x, (1, n)))[0]
 
-  top, v, iters, done = lax.cond(lam < 0, shifted,
-                                 lambda _: (lam, v, iters, done), None)
-  return HessianEigen(top, unravel(v), iters, done, lam)
+    v0 = np.asarray(jax.random.normal(key, (n,), np.float32), np.float64)
+    ncv = max(2, min(LANCZOS_VECTORS, n, num_iterations))
+    try:
+      lam, vecs = eigsh(LinearOperator((n, n), matvec=matvec, dtype=np.float64),
+                        k=1, which="LA", v0=v0, ncv=ncv, maxiter=num_iterations,
+                        tol=tol)
+      lam, v = float(lam[0]), vecs[:, 0]
+    except (_BudgetExhausted, ArpackNoConvergence):
+      lam, v = math.nan, np.full(n, np.nan)
+    except ArpackError:
+      if not all_zero:
+        raise
+      lam, v = 0.0, v0  # H v0 = 0 for a random v0: H = 0 (ARPACK stops, info -9)
+  if math.isfinite(lam):
+    v = v / np.linalg.norm(v)
+    residual = float(np.linalg.norm(products(v[None])[0] - lam * v))
+  else:
+    residual = math.nan
+  converged = bool(residual <= tol * abs(lam))  # False for NaN
+  eigenvector = unravel(jnp.asarray(v, dtype))
+  return HessianEigen(lam, eigenvector, used, converged, residual, method)

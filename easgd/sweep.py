@@ -21,13 +21,26 @@ tau > 1 is not realised, which does not matter for a simulation on one device.
 value (each of them still one program for all its (eta, tau, alpha)).
 
 Each configuration records, without stopping the others:
-  diverged, diverged_step  a configuration diverges at the first step t whose
-                           mean worker loss is non-finite or exceeds
-                           ``divergence_factor`` x the step-0 loss, or whose
-                           new parameters are non-finite; from then on its
-                           state is frozen (``jnp.where``) at its value at the
-                           start of step t (finite), so NaN never reaches its
-                           metrics or another configuration.
+  workers_diverged         the first step t whose mean worker loss is
+                           non-finite or exceeds ``divergence_factor`` x the
+                           step-0 mean worker loss, or whose new worker
+                           parameters are non-finite.
+  center_diverged          the center's parameters became non-finite at some
+                           step, or the center's loss after the last step
+                           (``center_loss`` of ``eval_fn``) is non-finite or
+                           exceeds ``divergence_factor`` x the center's loss at
+                           the common start (``initial_center_loss``, the same
+                           ``eval_fn`` evaluated once on the start center).
+  diverged                 workers_diverged or center_diverged; the theory
+                           agreement (``summarize``, heatmaps) is computed
+                           from it.
+  diverged_step            the step at which a per-step test fired (from then
+                           on the configuration's state is frozen
+                           (``jnp.where``) at its value at the start of that
+                           step, which is finite, so NaN never reaches its
+                           metrics or another configuration); ``num_steps``
+                           when only the end test of the center's loss fired;
+                           -1 when not diverged.
   final_loss               mean worker mini-batch loss of the last step that
                            passed the test (for a finished run: step
                            num_steps - 1, at the parameters before it).
@@ -38,7 +51,26 @@ Each configuration records, without stopping the others:
   theory_radius            the analytic period spectral radius of
                            :func:`easgd.stability.sync_easgd_spectral_radius` at
                            eta*h, with h the known curvature (quadratic) or the
-                           estimated largest Hessian eigenvalue (network).
+                           estimated largest Hessian eigenvalue (network; only
+                           when its residual certifies it, see
+                           :func:`hessian_curvature`).
+
+The center is watched separately because it can be ruined while the workers
+are not: with beta = p alpha > 2 the center's own factor 1 - beta at an
+exchange leaves the unit disc, while between exchanges the workers' local
+steps pull them back down (e.g. the MNIST-1D MLP at p = 4, eta = 0.1,
+tau = 16, alpha = 0.5 over 300 steps: the center's test loss grows some
+thousand-fold, the workers' mini-batch loss a few-fold).
+Its LOSS is checked once, after the last step, not along the way: the
+reported center metrics are those at the end, so the end test flags exactly
+the configurations whose reported center is ruined, and on a network the
+center's loss is a pass over the whole test set, which at every step would
+cost more than the training itself (MNIST-1D: 2,000 test signals against
+p B = 128 training signals per step). Its parameters are checked for
+finiteness at every step (free). What this gives up: the step at which the
+center crossed the limit (``diverged_step`` = ``num_steps``), and a center
+that crossed it and came back by the end is not flagged (its final metrics
+are then what they say).
 
 Problems:
   :func:`sweep_quadratic`  F(x) = h x^2 / 2, scalar workers (the model of the
@@ -69,6 +101,7 @@ import json
 import math
 import numbers
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
@@ -89,7 +122,7 @@ COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
 # Metrics drawn as heatmaps, with (colour-bar label, log colour scale).
 HEATMAP_METRICS = {
-    "diverged": ("diverged (1) / not (0)", False),
+    "diverged": ("diverged, workers or center (1) / not (0)", False),
     "center_loss": ("center loss", True),
     "test_accuracy": ("center test accuracy", False),
     "worker_center_distance": ("mean ||x^i - x~|| at the end", True),
@@ -97,8 +130,9 @@ HEATMAP_METRICS = {
 }
 
 CSV_COLUMNS = ("problem", "num_workers", "learning_rate", "tau", "alpha", "beta",
-               "diverged", "diverged_step", "initial_loss", "final_loss",
-               "center_loss", "test_accuracy", "worker_center_distance",
+               "diverged", "workers_diverged", "center_diverged", "diverged_step",
+               "initial_loss", "final_loss", "initial_center_loss", "center_loss",
+               "test_accuracy", "worker_center_distance",
                "eta_h", "theory_radius", "theory_stable", "eta_h_trained",
                "theory_radius_trained")
 
@@ -223,7 +257,11 @@ class SweepState(NamedTuple):
   Attributes:
     params: worker parameters, pytree with leading axis [p].
     center: the center x~, pytree without the worker axis.
-    diverged: bool scalar, set at the first bad step and never cleared.
+    diverged: bool scalar, set at the first bad step and never cleared (the
+      state is frozen from then on).
+    workers_diverged: bool scalar, the workers' test fired at that step.
+    center_diverged: bool scalar, the center's parameters were non-finite at
+      that step.
     diverged_step: int32 scalar, that step (-1 while not diverged).
     initial_loss: float32 scalar, mean worker loss at step 0.
     last_loss: float32 scalar, mean worker loss of the last good step.
@@ -231,6 +269,8 @@ class SweepState(NamedTuple):
   params: Params
   center: Params
   diverged: jax.Array
+  workers_diverged: jax.Array
+  center_diverged: jax.Array
   diverged_step: jax.Array
   initial_loss: jax.Array
   last_loss: jax.Array
@@ -239,6 +279,12 @@ class SweepState(NamedTuple):
 def _all_finite(tree) -> jax.Array:
   leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]
   return functools.reduce(jnp.logical_and, leaves, jnp.bool_(True))
+
+
+def _above(loss, reference, factor):
+  """loss is non-finite or exceeds factor * |reference| (a tiny floor for 0)."""
+  limit = factor * jnp.maximum(jnp.abs(reference), jnp.finfo(jnp.float32).tiny)
+  return ~jnp.isfinite(loss) | (loss > limit)
 
 
 def make_sweep_fn(loss_fn: Callable, num_workers: int, num_steps: int,
@@ -253,10 +299,22 @@ def make_sweep_fn(loss_fn: Callable, num_workers: int, num_steps: int,
       (x^i_{t+1}, x~_{t+1}) = easgd_update(x^i_t, u^i_t, x~_t, alpha,
                                            exchange = (t % tau == 0))     (5)-(6)
 
-  with key^i_t = fold_in(fold_in(key, t), i) (as ``easgd.algorithms``), then
-  the divergence test of the module docstring freezes a bad configuration.
-  The configurations are ``vmap``-ed (their tau is traced, so the exchange is a
-  select, see the module docstring), the workers are an inner ``vmap`` over
+  with key^i_t = fold_in(fold_in(key, t), i) (as ``easgd.algorithms``). With
+  L_t = mean_i loss_fn(x^i_t, ...) and F the ``center_loss`` of ``eval_fn``,
+  a configuration is
+
+      workers_diverged  if for some t: L_t not finite, L_t > c |L_0|, or
+                        x^i_{t+1} not finite                  (per step)
+      center_diverged   if for some t: x~_{t+1} not finite    (per step), or
+                        F(x~_T) not finite or F(x~_T) > c |F(x~_0)|  (end)
+
+  with c = ``divergence_factor``, T = num_steps and x~_0 the common start of
+  the center (F(x~_0) evaluated once, outside the configurations' ``vmap``).
+  A per-step test freezes the configuration at its state at the start of
+  step t; the end test sees the (possibly frozen) final center. See the
+  module docstring for why the center's loss is tested only at the end.
+  The configurations are ``vmap``-ed (their tau is traced, so the exchange is
+  a select, see the module docstring), the workers are an inner ``vmap`` over
   :data:`SWEEP_WORKER_AXIS`, the steps a ``lax.scan``.
 
   Args:
@@ -265,8 +323,10 @@ def make_sweep_fn(loss_fn: Callable, num_workers: int, num_steps: int,
     num_workers: p, an integer >= 1 (static: it sets shapes).
     num_steps: local steps per worker, an integer >= 1 (static).
     eval_fn: optional ``eval_fn(center, eval_data) -> dict of float32
-      scalars``, evaluated on each configuration's final center (inside the
-      same program).
+      scalars`` holding ``center_loss`` (used by the center's end test),
+      evaluated on the common start center and on each configuration's final
+      center (inside the same program). Without it the center is tested for
+      finiteness only.
 
   Returns:
     A jitted ``run(learning_rate, tau, alpha, worker_params, center, batches,
@@ -277,12 +337,19 @@ def make_sweep_fn(loss_fn: Callable, num_workers: int, num_steps: int,
     with leading axes [num_steps, p] (the same for every configuration);
     ``eval_data`` any pytree for ``eval_fn``; ``key`` a PRNG key;
     ``divergence_factor`` a float32 scalar. The dict holds [n] arrays
-    ``diverged``, ``diverged_step``, ``initial_loss``, ``final_loss``,
-    ``worker_center_distance``, the ``eval_fn`` metrics, and ``center``
-    (the final centers, leading axis [n]). Compiled once per shape.
+    ``diverged``, ``workers_diverged``, ``center_diverged`` (bool),
+    ``diverged_step`` (int32), ``initial_loss``, ``final_loss``,
+    ``worker_center_distance``, ``initial_center_loss`` (NaN without
+    ``eval_fn``; the same for every configuration), the ``eval_fn`` metrics,
+    and ``center`` (the final centers, leading axis [n]). Compiled once per
+    shape.
 
   Raises:
-    SweepError: num_workers or num_steps not an integer >= 1.
+    SweepError: num_workers or num_steps not an integer >= 1; ``eval_fn``
+      without a ``center_loss`` (when the program is traced).
+
+  References:
+    Zhang, Choromanska, LeCun (2015), eq. (5)-(6).
   """
   _int_scalar("num_workers", num_workers, 1)
   num_steps = _int_scalar("num_steps", num_steps, 1)
@@ -300,7 +367,15 @@ def make_sweep_fn(loss_fn: Callable, num_workers: int, num_steps: int,
                          in_axes=(0, None, 0, None, None, None, None, None),
                          out_axes=(0, None, 0), axis_name=SWEEP_WORKER_AXIS)
 
-  def one_config(lr, tau, alpha, params0, center0, batches, eval_data, key, factor):
+  def evaluate(center, eval_data):
+    metrics = dict(eval_fn(center, eval_data))
+    if "center_loss" not in metrics:
+      raise SweepError(f"eval_fn must return 'center_loss' (the center's divergence "
+                       f"test), got {sorted(metrics)}")
+    return metrics
+
+  def one_config(lr, tau, alpha, params0, center0, batches, eval_data, key, factor,
+                 initial_center_loss):
     def body(state, xs):
       t, batch = xs
       exchange = elastic.is_exchange_step(t, tau)
@@ -308,38 +383,57 @@ def make_sweep_fn(loss_fn: Callable, num_workers: int, num_steps: int,
                                            alpha, exchange, key, t)
       loss = jnp.mean(losses.astype(jnp.float32))
       initial = jnp.where(t == 0, loss, state.initial_loss)
-      limit = factor * jnp.maximum(jnp.abs(initial), jnp.finfo(jnp.float32).tiny)
-      bad = (~jnp.isfinite(loss) | (loss > limit) | ~_all_finite(params)
-             | ~_all_finite(center))
-      diverged = state.diverged | bad
+      workers_bad = _above(loss, initial, factor) | ~_all_finite(params)
+      center_bad = ~_all_finite(center)
+      first = (workers_bad | center_bad) & ~state.diverged
+      diverged = state.diverged | first
       new = SweepState(
           params=tree_where(diverged, state.params, params),
           center=tree_where(diverged, state.center, center),
           diverged=diverged,
-          diverged_step=jnp.where(bad & ~state.diverged, t, state.diverged_step),
+          workers_diverged=state.workers_diverged | (first & workers_bad),
+          center_diverged=state.center_diverged | (first & center_bad),
+          diverged_step=jnp.where(first, t, state.diverged_step),
           initial_loss=initial,
           last_loss=jnp.where(diverged, state.last_loss, loss))
       return new, None
 
-    init = SweepState(params0, center0, jnp.bool_(False), jnp.int32(-1),
+    false = jnp.bool_(False)
+    init = SweepState(params0, center0, false, false, false, jnp.int32(-1),
                       jnp.float32(jnp.nan), jnp.float32(jnp.nan))
     state, _ = lax.scan(body, init, (jnp.arange(num_steps, dtype=jnp.int32), batches))
     dist = jax.vmap(elastic.tree_l2_distance, in_axes=(0, None))(state.params,
                                                                  state.center)
-    out = dict(diverged=state.diverged, diverged_step=state.diverged_step,
+    out = dict(worker_center_distance=jnp.mean(dist), center=state.center,
                initial_loss=state.initial_loss, final_loss=state.last_loss,
-               worker_center_distance=jnp.mean(dist), center=state.center)
+               initial_center_loss=initial_center_loss)
+    center_end_bad = false
     if eval_fn is not None:
-      out.update(eval_fn(state.center, eval_data))
+      metrics = evaluate(state.center, eval_data)
+      out.update(metrics)
+      center_end_bad = _above(jnp.asarray(metrics["center_loss"], jnp.float32),
+                              initial_center_loss, factor)
+    out.update(
+        diverged=state.diverged | center_end_bad,
+        workers_diverged=state.workers_diverged,
+        center_diverged=state.center_diverged | center_end_bad,
+        diverged_step=jnp.where(state.diverged, state.diverged_step,
+                                jnp.where(center_end_bad, jnp.int32(num_steps),
+                                          jnp.int32(-1))))
     return out
 
-  configs = jax.vmap(one_config, in_axes=(0, 0, 0, None, None, None, None, None, None))
+  configs = jax.vmap(one_config,
+                     in_axes=(0, 0, 0, None, None, None, None, None, None, None))
 
   @jax.jit
   def run(learning_rate, tau, alpha, worker_params, center, batches, eval_data, key,
           divergence_factor):
+    initial_center_loss = (
+        jnp.float32(jnp.nan) if eval_fn is None
+        else jnp.asarray(evaluate(center, eval_data)["center_loss"], jnp.float32))
     return configs(learning_rate, tau, alpha, worker_params, center, batches,
-                   eval_data, key, jnp.asarray(divergence_factor, jnp.float32))
+                   eval_data, key, jnp.asarray(divergence_factor, jnp.float32),
+                   initial_center_loss)
 
   return run
 
@@ -393,8 +487,8 @@ class SweepResult:
       Python numbers, ``None`` where not applicable), ordered by num_workers,
       then as :meth:`SweepGrid.flat`.
     curvature: h used for the theory columns (quadratic: the given
-      curvature; network: the estimated largest Hessian eigenvalue at the
-      initial parameters), or None.
+      curvature; network: the largest Hessian eigenvalue at the initial
+      parameters, if its estimate converged), or None.
     info: wall times, compile counts, Hessian estimates, settings.
     centers: num_workers -> final centers (pytree, leading axis [n]) on the
       host; not written to disk.
@@ -474,8 +568,11 @@ def _records(problem, grid, p, outputs, curvature, curvature_trained):
     rows.append(dict(
         problem=problem, num_workers=p, learning_rate=r_lr, tau=r_tau,
         alpha=r_alpha, beta=p * r_alpha, diverged=bool(host["diverged"][i]),
+        workers_diverged=bool(host["workers_diverged"][i]),
+        center_diverged=bool(host["center_diverged"][i]),
         diverged_step=int(host["diverged_step"][i]),
         initial_loss=f("initial_loss"), final_loss=f("final_loss"),
+        initial_center_loss=f("initial_center_loss"),
         center_loss=f("center_loss"), test_accuracy=f("test_accuracy"),
         worker_center_distance=f("worker_center_distance"),
         eta_h=u, theory_radius=radius,
@@ -551,8 +648,10 @@ def sweep_quadratic(grid: SweepGrid, num_steps: int, *, curvature: float = 1.0,
     spread: relative spread of the worker starts, finite >= 0.
     sigma: gradient-noise standard deviation >= 0.
     seed: seed of the noise draws.
-    divergence_factor: a configuration diverges when its mean worker loss
-      exceeds this multiple of its step-0 loss (> 1).
+    divergence_factor: c > 1; a configuration diverges when its mean worker
+      loss exceeds c x its step-0 value, or its center's loss F(x~) after the
+      last step exceeds c x F(x0) (module docstring: ``workers_diverged``,
+      ``center_diverged``).
 
   Returns:
     A :class:`SweepResult` with ``problem="quadratic"``.
@@ -655,27 +754,89 @@ def network_batches(dataset, num_workers: int, per_worker_batch_size: int,
   return dataset.train_x[idx], dataset.train_y[idx]
 
 
+@functools.lru_cache(maxsize=16)
+def _data_loss(model):
+  """``loss(x, y, params)``: mean cross-entropy of (x, y), eval mode; one
+  function object per model, so the Hessian's compiled products are reused."""
+  from easgd import models
+
+  def loss(x, y, params):
+    return models.cross_entropy_loss(model.apply({"params": params}, x, train=False),
+                                     y)
+  return loss
+
+
 def hessian_curvature(model, params, x, y, key, num_iterations: int = 100,
                       tol: float = 1e-4) -> dict[str, Any]:
   """Largest Hessian eigenvalue of the mean cross-entropy on (x, y) at params.
 
-  Uses :func:`easgd.hessian.top_hessian_eigenvalue` (HVPs by ``jax.jvp`` of
-  ``jax.grad``, power iteration).
+  Uses :func:`easgd.hessian.top_hessian_eigenvalue` (Hessian-vector products by
+  ``jax.jvp`` of ``jax.grad``, ARPACK's Lanczos for the largest algebraic
+  eigenvalue, the residual measured with one more product). ``h`` is a
+  certified eigenvalue only when ``converged``: ||H v - h v||_2 <= tol |h|;
+  :func:`certified_curvature` returns it only then.
+
+  Args:
+    model: a Flax classifier (``model.apply({"params": ...}, x, train=False)``).
+    params: the point.
+    x, y: the examples of the loss (inputs, int labels).
+    key: PRNG key of the Lanczos start vector.
+    num_iterations: budget of Hessian-vector products, an integer >= 1.
+    tol: relative residual tolerance, a finite real > 0.
 
   Returns:
-    dict(h, iterations, converged, dominant, examples, seconds).
+    dict(h (None if no estimate), converged, residual (None if no estimate),
+    tol, products (Hessian-vector products used), method, examples, seconds).
+
+  Raises:
+    ValueError: as :func:`easgd.hessian.top_hessian_eigenvalue`.
+
+  References:
+    Pearlmutter (1994); Lehoucq, Sorensen, Yang, ARPACK Users' Guide (1998).
   """
-  from easgd import hessian, models
-
-  def loss(q):
-    return models.cross_entropy_loss(model.apply({"params": q}, x, train=False), y)
-
+  from easgd import hessian
   start = time.perf_counter()
-  r = jax.jit(lambda q, k: hessian.top_hessian_eigenvalue(
-      loss, q, k, num_iterations, tol))(params, key)
-  return dict(h=float(r.eigenvalue), iterations=int(r.iterations),
-              converged=bool(r.converged), dominant=float(r.dominant),
-              examples=int(x.shape[0]), seconds=round(time.perf_counter() - start, 3))
+  loss = jax.tree_util.Partial(_data_loss(model), x, y)
+  r = hessian.top_hessian_eigenvalue(loss, params, key, num_iterations, tol)
+  finite = lambda v: v if math.isfinite(v) else None
+  return dict(h=finite(r.eigenvalue), converged=r.converged,
+              residual=finite(r.residual), tol=tol, products=r.iterations,
+              method=r.method, examples=int(x.shape[0]),
+              seconds=round(time.perf_counter() - start, 3))
+
+
+def certified_curvature(estimate: dict[str, Any] | None) -> float | None:
+  """h of a :func:`hessian_curvature` result if it converged, else None.
+
+  The theory columns and the heatmaps' boundary use only certified values: an
+  estimate with ||H v - h v||_2 > tol |h| need not be near an eigenvalue.
+
+  Args:
+    estimate: a :func:`hessian_curvature` dict, or None (no estimate made).
+
+  Returns:
+    ``estimate["h"]`` (float) when ``estimate["converged"]``, else None.
+  """
+  if not estimate or not estimate.get("converged"):
+    return None
+  return estimate["h"]
+
+
+class CurvatureWarning(UserWarning):
+  """A Hessian estimate did not converge; the theory it feeds is left out."""
+
+
+def _warn_unconverged(estimate: dict[str, Any], where: str) -> None:
+  if estimate.get("converged"):
+    return
+  residual = estimate.get("residual")
+  got = ("no Ritz value" if estimate.get("h") is None else
+         f"h={estimate['h']:.4g} with residual {residual:.3g} > tol*|h| = "
+         f"{estimate['tol'] * abs(estimate['h']):.3g}")
+  warnings.warn(f"Hessian estimate at {where} did not converge within "
+                f"{estimate['products']} Hessian-vector products ({got}); its theory "
+                f"columns are left empty (raise hessian_iterations or hessian_tol)",
+                CurvatureWarning, stacklevel=3)
 
 
 def sweep_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
@@ -690,14 +851,19 @@ def sweep_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
   center equal, as in the paper), takes plain-SGD local steps u = -eta g on
   the same sequence of disjoint worker batches (:func:`network_batches`) and is
   evaluated on the whole test set at the end (``center_loss`` = test
-  cross-entropy of the center, ``test_accuracy``).
+  cross-entropy of the center, ``test_accuracy``); the same evaluation of the
+  initial parameters is ``initial_center_loss``, the reference of the
+  center's divergence test (module docstring).
 
   The curvature for the theory columns is the largest eigenvalue h of the
   Hessian of the mean training loss on the first ``hessian_examples``
-  training examples, at the initial parameters (``curvature``,
-  ``theory_radius``) and, if ``hessian_at_trained`` and some configuration
-  stayed finite, at the final center of the non-diverged configuration with
-  the lowest ``center_loss`` (``eta_h_trained``, ``theory_radius_trained``).
+  training examples (:func:`hessian_curvature`), at the initial parameters
+  (``curvature``, ``theory_radius``) and, if ``hessian_at_trained`` and some
+  configuration did not diverge, at the final center of the non-diverged
+  configuration with the lowest ``center_loss`` (``eta_h_trained``,
+  ``theory_radius_trained``). An estimate that did not converge (residual
+  above ``hessian_tol`` x |h|) is recorded in ``info`` but not used: its
+  theory columns stay empty and a :class:`CurvatureWarning` is issued.
 
   Args:
     grid: the configurations (validated here).
@@ -709,9 +875,10 @@ def sweep_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
       step key are ``split(key(seed))``).
     divergence_factor: see :func:`sweep_quadratic`.
     data_dir: Fashion-MNIST directory (``easgd.data.load_dataset``).
-    hessian_iterations, hessian_tol, hessian_examples: power-iteration budget,
-      relative tolerance and batch for the Hessian estimate;
-      ``hessian_iterations=0`` skips it.
+    hessian_iterations, hessian_tol, hessian_examples: budget of
+      Hessian-vector products (an integer >= 0; 0 skips the estimate),
+      relative residual tolerance (a finite real > 0) and number of training
+      examples of the Hessian's loss.
     hessian_at_trained: also estimate h at the best final center.
 
   Returns:
@@ -731,7 +898,7 @@ def sweep_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
   factor = _check_factor(divergence_factor)
   hessian_iterations = _int_scalar("hessian_iterations", hessian_iterations, 0)
   hessian_examples = _int_scalar("hessian_examples", hessian_examples, 1)
-  _real_scalar("hessian_tol", hessian_tol, 0.0, False)
+  _real_scalar("hessian_tol", hessian_tol, 0.0, True)
   ds = data.load_dataset(dataset, data_dir=data_dir, seed=seed)
   model_name = model if isinstance(model, str) else type(model).__name__
   if isinstance(model, str):
@@ -751,7 +918,8 @@ def sweep_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
   if hessian_iterations:
     info["hessian_init"] = hessian_curvature(model, params0, hx, hy, hess_key,
                                              hessian_iterations, hessian_tol)
-    h = info["hessian_init"]["h"]
+    _warn_unconverged(info["hessian_init"], "the initial parameters")
+    h = certified_curvature(info["hessian_init"])
   test = (jnp.asarray(ds.test_x), jnp.asarray(ds.test_y))
   outputs, centers = {}, {}
   for p in grid.num_workers:
@@ -781,7 +949,8 @@ def sweep_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
           hessian_curvature(model, point, hx, hy, hess_key, hessian_iterations,
                             hessian_tol),
           at=dict(num_workers=p, **grid_config(grid, i), step=num_steps))
-      h2 = info["hessian_trained"]["h"]
+      _warn_unconverged(info["hessian_trained"], "the best final center")
+      h2 = certified_curvature(info["hessian_trained"])
   records = []
   for p, out in outputs.items():
     records += _records("network", grid, p, out, h, h2)
@@ -898,9 +1067,11 @@ def plot_result(result: SweepResult, workdir, prefix: str | None = None) -> list
 
   File names: ``{prefix}{metric}[_p{p}][_lr{lr}].png`` (the suffixes only
   when that axis has several values); prefix default ``"{problem}_"``.
-  Cells of diverged configurations are hatched out in the metric plots; the
-  theory's boundary (radius = 1) is drawn at eta*h for h at the start (solid)
-  and, for a network, at the trained point (dashed).
+  Cells of diverged configurations (``diverged``: workers or center) are
+  hatched out in the metric plots; the theory's boundary (radius = 1) is drawn
+  at eta*h for h at the start (solid) and, for a network, at the trained point
+  (dashed), each only when its Hessian estimate converged
+  (:func:`certified_curvature`).
 
   Returns:
     The written paths.
@@ -909,7 +1080,7 @@ def plot_result(result: SweepResult, workdir, prefix: str | None = None) -> list
   workdir = Path(workdir)
   prefix = f"{result.problem}_" if prefix is None else prefix
   g = result.grid
-  h2 = (result.info.get("hessian_trained") or {}).get("h")
+  h2 = certified_curvature(result.info.get("hessian_trained"))
   paths = []
   for p in g.num_workers:
     for lr in g.learning_rate:
@@ -933,8 +1104,9 @@ def plot_result(result: SweepResult, workdir, prefix: str | None = None) -> list
           annot = np.where(diverged, steps, np.nan)
         title = (f"{result.problem}: {metric}, p={p}, eta={lr:g}, "
                  f"{result.info.get('num_steps')} steps"
-                 + ("\n(numbers: step of divergence)" if metric == "diverged" else
-                    "\n(hatched: diverged, metric of the frozen state)"
+                 + (f"\n(numbers: step of divergence; {result.info.get('num_steps')}: "
+                    "the center's final loss only)" if metric == "diverged" else
+                    "\n(hatched: diverged; a workers' divergence freezes the state)"
                     if diverged.any() else ""))
         paths.append(plotting.plot_tau_alpha_heatmap(
             values, g.tau, g.alpha, workdir / f"{prefix}{metric}{suffix}.png",
@@ -962,9 +1134,12 @@ class SweepConfig:
     curvature: h of the quadratic.
     quadratic_spread: relative spread of the quadratic's worker starts.
     quadratic_sigma: gradient-noise std of the quadratic.
-    divergence_factor: loss ratio to the step-0 loss that counts as diverged.
-    hessian_iterations: power iterations for h (0: skip; network).
-    hessian_tol: relative tolerance of the power iteration.
+    divergence_factor: loss ratio that counts as diverged: the workers' mean
+      loss to its step-0 value, the center's final loss to its initial one.
+    hessian_iterations: budget of Hessian-vector products for h (0: skip;
+      network).
+    hessian_tol: relative residual tolerance of h: certified when
+      ||H v - h v|| <= hessian_tol |h| (> 0).
     hessian_examples: training examples in the Hessian's loss.
     hessian_at_trained: also estimate h at the best final center.
     seed: seed of data order, initialisation and noise.
@@ -1007,7 +1182,7 @@ class SweepConfig:
     _real_scalar("curvature", self.curvature, 0.0, True)
     _real_scalar("quadratic_spread", self.quadratic_spread, 0.0, False)
     _real_scalar("quadratic_sigma", self.quadratic_sigma, 0.0, False)
-    _real_scalar("hessian_tol", self.hessian_tol, 0.0, False)
+    _real_scalar("hessian_tol", self.hessian_tol, 0.0, True)
     _check_factor(self.divergence_factor)
     from easgd.data import DATASETS
     from easgd.models import MODELS
@@ -1096,27 +1271,52 @@ def run_sweep(config: SweepConfig, workdir, *, overwrite: bool = False,
 
 
 def summarize(result: SweepResult) -> str:
-  """A short text summary: divergence counts and agreement with the theory."""
+  """A short text summary: divergence counts and agreement with the theory.
+
+  ``diverged`` is the combined flag (workers or center, module docstring);
+  the agreement counts configurations where it equals radius >= 1, for each
+  certified curvature (at the start and, for a network, at the trained
+  point). Hessian estimates that did not converge are reported as such.
+  """
   recs = result.records
   div = sum(r["diverged"] for r in recs)
-  lines = [f"{result.problem}: {len(recs)} configurations, {div} diverged"]
+  workers = sum(r["workers_diverged"] for r in recs)
+  center = sum(r["center_diverged"] for r in recs)
+  center_only = sum(r["center_diverged"] and not r["workers_diverged"] for r in recs)
+  lines = [f"{result.problem}: {len(recs)} configurations, {div} diverged "
+           f"({workers} by the workers' loss, {center} by the center's, "
+           f"{center_only} of them by the center's alone)"]
   for p, prog in result.info.get("programs", {}).items():
     lines.append(f"  p={p}: {prog['configs']} configs in one program, "
                  f"{prog['wall_s']:.2f} s wall ({prog['compiles']} compilations, "
                  f"{prog['compile_s']:.2f} s compiling)")
-  if result.curvature is not None:
-    known = [r for r in recs if r["theory_radius"] is not None]
-    agree = sum(r["diverged"] == (r["theory_radius"] >= 1.0) for r in known)
-    lines.append(f"  theory at h={result.curvature:.4g}: divergence agrees with "
-                 f"radius >= 1 on {agree}/{len(known)} configurations")
-    ok = [r for r in recs if not r["diverged"] and r["center_loss"] is not None]
-    if ok:
-      best = min(ok, key=lambda r: r["center_loss"])
-      extra = (f", test accuracy {best['test_accuracy']:.4f}"
-               if best["test_accuracy"] is not None else "")
-      lines.append(f"  best: tau={best['tau']}, alpha={best['alpha']:g}, "
-                   f"eta={best['learning_rate']:g}, p={best['num_workers']}: "
-                   f"center loss {best['center_loss']:.4g}{extra}")
+  for name, where in (("hessian_init", "the start"), ("hessian_trained", "the trained point")):
+    est = result.info.get(name)
+    if est and est.get("converged"):
+      lines.append(f"  h at {where}: {est['h']:.4g} (residual {est['residual']:.2g} "
+                   f"<= tol*|h|, {est['products']} Hessian-vector products)")
+    elif est:
+      got = ("no Ritz value" if est["h"] is None else
+             f"estimate {est['h']:.4g}, residual {est['residual']:.2g} > tol*|h|")
+      lines.append(f"  h at {where}: NOT converged in {est['products']} Hessian-vector "
+                   f"products ({got}); no theory from it")
+  for column, h, where in (("theory_radius", result.curvature, "h"),
+                           ("theory_radius_trained",
+                            certified_curvature(result.info.get("hessian_trained")),
+                            "trained h")):
+    known = [r for r in recs if r[column] is not None]
+    if h is not None and known:
+      agree = sum(r["diverged"] == (r[column] >= 1.0) for r in known)
+      lines.append(f"  theory at {where}={h:.4g}: divergence agrees with "
+                   f"radius >= 1 on {agree}/{len(known)} configurations")
+  ok = [r for r in recs if not r["diverged"] and r["center_loss"] is not None]
+  if ok:
+    best = min(ok, key=lambda r: r["center_loss"])
+    extra = (f", test accuracy {best['test_accuracy']:.4f}"
+             if best["test_accuracy"] is not None else "")
+    lines.append(f"  best: tau={best['tau']}, alpha={best['alpha']:g}, "
+                 f"eta={best['learning_rate']:g}, p={best['num_workers']}: "
+                 f"center loss {best['center_loss']:.4g}{extra}")
   return "\n".join(lines)
 
 

@@ -1,4 +1,4 @@
-"""The one-program tau x alpha sweep, the Hessian power iteration and `easgd sweep`.
+"""The one-program tau x alpha sweep, its divergence flags and `easgd sweep`.
 
 Everything is tiny (scalar quadratics, an 8-unit MLP on random data) so the file
 runs in well under a minute on two CPU cores.
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 
-from easgd import cli, hessian, models, quadratic, stability, sweep
+from easgd import cli, models, quadratic, stability, sweep
 from easgd.sweep import CompileCounter, SweepGrid
 
 
@@ -106,6 +106,47 @@ def test_diverged_configuration_does_not_contaminate_others():
   assert np.all(np.isfinite(res.centers[p]))
 
 
+def test_center_divergence_is_flagged_when_the_workers_stay_bounded(tmp_path):
+  # eta h = 1, tau = 4, p = 16 from quadratic_start (workers 0.5..1.5, x~ = 1):
+  # a plain step sends a worker to 0 exactly; at t = 0 the mean of the workers
+  # equals x~, so x~ stays 1, and at every later exchange t = 4k the workers are
+  # at 0:   x^i <- alpha x~,   x~ <- (1 - beta) x~,   beta = p alpha.
+  #   alpha = 0.2 (beta = 3.2): x~_T = (-2.2)^6 = 113.4 after t = 24, center
+  #     loss 0.5 * 2.2^12 = 6427.5 = 12855 x F(x~_0) = 0.5; the workers' loss
+  #     peaks at t = 25: 0.5 (0.2 * 2.2^5)^2 = 53.1 = 97 x its step-0 0.547.
+  #   alpha = 0.1 (beta = 1.6): x~ shrinks by 0.6 per exchange: fine.
+  p, steps = 16, 26
+  grid = SweepGrid(tau=(4,), alpha=(0.1, 0.2), learning_rate=(1.0,), num_workers=(p,))
+  res = sweep.sweep_quadratic(grid, steps, curvature=1.0)
+  fine, ruined = res.records
+  np.testing.assert_allclose(ruined["center_loss"], 0.5 * 2.2 ** 12, rtol=2e-6)
+  np.testing.assert_allclose(ruined["final_loss"], 0.5 * (0.2 * 2.2 ** 5) ** 2, rtol=2e-6)
+  assert ruined["initial_center_loss"] == 0.5 and fine["initial_center_loss"] == 0.5
+  assert ruined["final_loss"] < 100 * ruined["initial_loss"]  # workers bounded
+  # old code: diverged False (only the workers' loss was tested)
+  assert ruined["center_diverged"] and not ruined["workers_diverged"]
+  assert ruined["diverged"] and ruined["diverged_step"] == steps  # found at the end
+  assert not (fine["diverged"] or fine["center_diverged"] or fine["workers_diverged"])
+  assert fine["diverged_step"] == -1 and fine["center_loss"] < 1e-2
+  # the theory agrees with the combined flag on both (radius 2.2 and 0.6)
+  assert [r["theory_stable"] for r in res.records] == [True, False]
+  text = sweep.summarize(res)
+  assert ("2 configurations, 1 diverged (0 by the workers' loss, 1 by the center's, "
+          "1 of them by the center's alone)") in text
+  assert "divergence agrees with radius >= 1 on 2/2 configurations" in text  # old: 1/2
+  sweep.write_result(res, tmp_path, plots=False)
+  header, *rows = (tmp_path / "sweep.csv").read_text().splitlines()
+  cols = header.split(",")
+  assert ["diverged", "workers_diverged", "center_diverged", "diverged_step"] == \
+      cols[cols.index("diverged"):cols.index("diverged") + 4]
+  row = dict(zip(cols, rows[1].split(",")))
+  assert (row["diverged"], row["workers_diverged"], row["center_diverged"],
+          row["diverged_step"], row["initial_center_loss"]) == ("True", "False", "True",
+                                                                "26", "0.5")
+  data = json.loads((tmp_path / "sweep.json").read_text())
+  assert data["records"][1]["center_diverged"] is True
+
+
 def test_second_sweep_with_other_values_does_not_recompile():
   grid = SweepGrid(tau=(1, 5), alpha=(0.1, 0.2, 0.3), learning_rate=(0.2,),
                    num_workers=(3,))
@@ -143,6 +184,10 @@ def test_network_sweep_matches_easgd_algorithm_runs_and_does_not_recompile():
   key = jax.random.key(1)
   out = run(lr, tau, alpha, workers0, params0, batches, test, key, 1e3)
   assert not np.any(out["diverged"])
+  assert not np.any(out["workers_diverged"]) and not np.any(out["center_diverged"])
+  # the center's reference: eval_fn once at the common start
+  np.testing.assert_allclose(out["initial_center_loss"],
+                             eval_fn(params0, test)["center_loss"], rtol=1e-6)
   for i in (0, 3):  # (tau 1, alpha 0.1) and (tau 3, alpha 0.4): both exchange patterns
     ref = sweep.run_with_algorithm(loss_fn, params0, batches, key, num_workers=p,
                                    tau=int(tau[i]), alpha=float(alpha[i]),
@@ -160,43 +205,22 @@ def test_network_sweep_matches_easgd_algorithm_runs_and_does_not_recompile():
   assert cc.count == 0
 
 
-def test_power_iteration_matches_explicit_hessian_of_quadratic():
-  rng = np.random.default_rng(0)
-  q, _ = np.linalg.qr(rng.normal(size=(6, 6)))
-  eig = np.array([3.0, 1.0, 0.5, -0.2, 0.1, 2.0])
-  a = jnp.asarray((q * eig) @ q.T, jnp.float32)
-  loss = lambda x: 0.5 * x @ a @ x
-  exact = np.linalg.eigvalsh(np.asarray(jax.jit(jax.hessian(loss))(jnp.ones(6)),
-                                        np.float64))
-  r = hessian.top_hessian_eigenvalue(loss, jnp.ones(6), jax.random.key(0), 300, 1e-7)
-  np.testing.assert_allclose(float(r.eigenvalue), exact[-1], rtol=1e-4)
-  np.testing.assert_allclose(exact[-1], 3.0, rtol=1e-5)
-  # A dominant NEGATIVE eigenvalue: the shifted pass still finds lambda_max = 2.
-  d = jnp.diag(jnp.array([-5.0, 1.0, 2.0]))
-  r = hessian.top_hessian_eigenvalue(lambda x: 0.5 * x @ d @ x, jnp.ones(3),
-                                     jax.random.key(1), 500, 1e-8)
-  assert float(r.dominant) == pytest.approx(-5.0, rel=1e-4)
-  assert float(r.eigenvalue) == pytest.approx(2.0, rel=1e-3)
-
-
-def test_power_iteration_matches_explicit_hessian_of_small_model():
-  model, params, (x, y), _ = _tiny_network(1, 1, batch=16, seed=2)
-  x, y = x[0, 0], y[0, 0]
-  loss = lambda q: models.cross_entropy_loss(model.apply({"params": q}, x), y)
-  flat, unravel = ravel_pytree(params)
-  h = np.asarray(jax.jit(jax.hessian(lambda f: loss(unravel(f))))(flat), np.float64)
-  exact = np.linalg.eigvalsh(0.5 * (h + h.T))[-1]
-  r = jax.jit(lambda q: hessian.top_hessian_eigenvalue(
-      loss, q, jax.random.key(0), 1000, 1e-7))(params)
-  assert exact > 0
-  np.testing.assert_allclose(float(r.eigenvalue), exact, rtol=2e-3)
-  v = ravel_pytree(r.eigenvector)[0]
-  np.testing.assert_allclose(float(jnp.linalg.norm(v)), 1.0, rtol=1e-5)
-
-
-def test_hessian_rejects_bad_budget():
-  with pytest.raises(ValueError, match="num_iterations must be an integer >= 1"):
-    hessian.top_hessian_eigenvalue(lambda x: x @ x, jnp.ones(2), jax.random.key(0), 0)
+def test_network_sweep_uses_only_certified_curvature():
+  # 3 Hessian-vector products cannot finish a Lanczos cycle: no certified h,
+  # so no theory columns and no boundary (old code: a 3-step power-iteration
+  # value went into every theory column).
+  grid = SweepGrid(tau=(1, 4), alpha=(0.1, 0.9), learning_rate=(0.1,), num_workers=(2,))
+  kw = dict(dataset="digits", hessian_examples=200)
+  with pytest.warns(sweep.CurvatureWarning, match="did not converge within 3 Hessian"):
+    res = sweep.sweep_network(grid, 20, hessian_iterations=3, **kw)
+  assert res.curvature is None and not res.info["hessian_init"]["converged"]
+  assert all(r["eta_h"] is None and r["theory_radius"] is None
+             and r["theory_radius_trained"] is None for r in res.records)
+  assert "h at the start: NOT converged in 3 Hessian-vector products" in sweep.summarize(res)
+  res = sweep.sweep_network(grid, 20, **kw)
+  est = res.info["hessian_init"]
+  assert est["converged"] and est["residual"] <= est["tol"] * est["h"]
+  assert res.curvature == est["h"] and res.records[0]["eta_h"] == pytest.approx(0.1 * est["h"])
 
 
 BAD_INPUTS = [
@@ -209,6 +233,7 @@ BAD_INPUTS = [
     (["--tau", "1,x"], "argument --tau: invalid int_list value: '1,x'"),
     (["--num-steps", "0"], "num_steps must be an integer >= 1, got 0"),
     (["--divergence-factor", "0.5"], "divergence_factor must be a finite real > 1"),
+    (["--hessian-tol", "0"], "hessian_tol must be a finite real > 0, got 0.0"),
     (["--problem", "quad"], "argument --problem: invalid choice: 'quad'"),
 ]
 
