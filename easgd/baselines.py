@@ -66,14 +66,22 @@ def check_average_rate(rate) -> float:
 
 
 def _average(z: Params, x: Params, rate) -> Params:
-  """(1 - a) z + a x, leaf by leaf (a a float or traced float32 scalar)."""
-  return jax.tree.map(lambda zz, xx: ((1 - rate) * zz + rate * xx).astype(zz.dtype),
-                      z, x)
+  """(1 - a) z + a x, leaf by leaf, in each leaf's dtype.
+
+  ``rate`` is a Python float (the constant rate, weakly typed: it takes the
+  leaf's dtype) or a function ``dtype -> scalar`` giving a in that dtype
+  (:func:`_polyak_rate`), so a and 1 - a are computed in the dtype of the
+  leaf they multiply (float64 parameters get float64 weights).
+  """
+  def leaf(zz, xx):
+    a = rate(zz.dtype) if callable(rate) else rate
+    return ((1 - a) * zz + a * xx).astype(zz.dtype)
+  return jax.tree.map(leaf, z, x)
 
 
 def _polyak_rate(clock):
-  """a_{t+1} = 1 / (t + 1) as float32, t the clock before the update."""
-  return 1.0 / (clock + 1).astype(jnp.float32)
+  """a_{t+1} = 1 / (t + 1), t the clock before the update, as ``dtype -> a``."""
+  return lambda dtype: 1 / (clock + 1).astype(dtype)
 
 
 # --------------------------------------------------------------------------
@@ -237,6 +245,7 @@ def adownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = 
       x~_{t+1} = x~_t + u^i;   x^i <- x~_{t+1};   u^i <- 0
 
   so z_t is the mean of x~_0 .. x~_{t-1} (z_0 = x~_0, the initial params).
+  a_{t+1} and 1 - a_{t+1} are computed in the dtype of the parameters.
   Workers as in :func:`downpour` (push steps, push at the step's end). The
   average over master updates, from the pre-update center, is the paper's
   description (Section 5; the authors' released code has no ADOWNPOUR).
@@ -429,7 +438,8 @@ def asgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
       z_{t+1} = (1 - a_{t+1}) z_t + a_{t+1} x_t,   a_{t+1} = 1 / (t + 1)
       x_{t+1} = x_t - eta g(x_t)
 
-  so z_t is the mean of x_0 .. x_{t-1} (z_0 = x_0).
+  so z_t is the mean of x_0 .. x_{t-1} (z_0 = x_0). a_{t+1} and 1 - a_{t+1}
+  are computed in the dtype of the parameters.
 
   Args: as :func:`sgd`.
 
