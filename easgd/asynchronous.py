@@ -8,28 +8,43 @@ synchronous algorithms (``easgd.workers``: pmap over devices of vmap over
 workers), so a run is reproducible per seed and identical for every layout.
 
 What is modelled
-  * Simulated time is counted in ticks. Worker i takes k_i local steps per tick
-    (its speed, an integer >= 1). With K = max_i k_i, one tick is K slots and
-    one call of ``Algorithm.step`` (one trainer step, one mini-batch per worker)
-    is one slot. Worker i's m-th local step of a tick (m = 0 .. k_i - 1) is
-    placed at time m / k_i of the tick, i.e. in slot floor(m K / k_i); in the
-    other slots the worker is idle (its mini-batch of that slot is not used,
-    its state and clock do not change). With all speeds 1, a step is a tick
-    and every worker takes one local step in it.
+  * Simulated time is counted in ticks. Worker i takes k_i local steps per
+    tick (its speed, an integer >= 1); its m-th local step of a tick
+    (m = 0 .. k_i - 1) runs from time m / k_i to (m + 1) / k_i of the tick.
+    With K = max_i k_i, one tick is K slots and one call of ``Algorithm.step``
+    (one trainer step, one mini-batch per worker) is one slot: slot j of a
+    tick covers times j / K to (j + 1) / K. With all speeds 1, a step is a
+    tick and every worker takes one local step in it.
+  * Each exchange happens at the time the paper's loop reaches it (source:
+    the paper's Algorithms 1-2 and the authors' DOWNPOUR loop, below):
+      - EASGD / EAMSGD (``exchange_at="step_start"``): at the START of the
+        local step whose clock tau divides (Algorithm 1: the exchange comes
+        before the gradient). The step is computed in the slot holding its
+        start, slot floor(m K / k_i), with that slot's mini-batch.
+      - DOWNPOUR family (``exchange_at="step_end"``): at the END of the local
+        step, after its gradient (the authors' ``optim-downpour.lua`` sends
+        the accumulated update after ``opfunc``). The step is computed in the
+        slot holding its end, slot ceil((m + 1) K / k_i) - 1, with that slot's
+        mini-batch, so the worker's next step (which starts at that end, from
+        the center it fetched) is computed in a later slot.
+    In the other slots the worker is idle (its mini-batch of that slot is
+    not used, its state and clock do not change).
   * In a slot, every active worker computes its local step at its own
-    snapshot (the gradient of Algorithm 1/2 is taken at the pre-exchange
-    snapshot, so it does not depend on the center). Then the exchanges of the
-    workers whose clock is due (tau divides t^i) are served by the master one
-    at a time in the tick's exchange order: each reads the center as left by
-    the exchanges before it (minus ``staleness``, below), and the master
-    applies the elastic difference before serving the next worker. The served
-    sequence is computed identically on every device with a ``lax.scan`` over
-    the order, from the workers' snapshots gathered by one all-reduce.
-  * Exchange order, fixed per tick: ``"round_robin"`` (worker 0, 1, ..., p-1:
-    with speeds 1 and tau = 1 one tick is p consecutive steps of the
-    round-robin scheme of eq. (12)-(13)), or ``"random"`` (a fresh uniform
-    permutation every tick, drawn from the run's key, so the same seed gives
-    the same order).
+    snapshot (a local gradient depends only on the worker's own state). Then
+    the exchanges that are due are served by the master one at a time in the
+    order of their times; exchanges at the same time are served in the
+    tick's exchange order. Each reads the center as left by the exchanges
+    before it (minus ``staleness``, below), and the master applies its update
+    before serving the next worker. The served sequence is computed
+    identically on every device with a ``lax.scan`` over
+    :func:`served_order`, from the workers' messages gathered by one
+    all-reduce. With equal speeds every exchange of a slot has the same time,
+    so the tick's order alone decides.
+  * Exchange order of a tick, for exchanges at the same time:
+    ``"round_robin"`` (worker 0, 1, ..., p-1: with speeds 1 and tau = 1 one
+    tick is p consecutive steps of the round-robin scheme of eq. (12)-(13)),
+    or ``"random"`` (a fresh uniform permutation every tick, drawn from the
+    run's key, so the same seed gives the same order).
   * Staleness s >= 0, counted in master updates: a worker reads the center as
     it was s master updates before the current one (clamped at the initial
     center). The master still adds the resulting difference to its CURRENT
@@ -37,13 +52,25 @@ What is modelled
   * Worker speeds are fixed for the run: given as a list, or drawn once from
     a uniform distribution on {1, ..., max_speed} with the run's seed
     (:func:`draw_worker_speeds`).
+  * The realised exchange sequence (slot, worker, its local clock, the
+    center version it read) is a deterministic function of the schedule,
+    tau, the run's key and the number of trainer steps: :func:`exchange_log`
+    returns it from the same tables and helpers the device program uses, and
+    :func:`write_exchange_log` writes it next to a run (JSON lines), so any
+    run can be replayed by an independent reference.
 
 What is not modelled
   * No real concurrency: nothing runs at the same time as anything else, and
     there are no network delays other than ``staleness``, no message loss,
-    no variation of a worker's speed over time. Wall-clock time of the
-    simulation says nothing about an asynchronous cluster; use simulated time
-    (:func:`simulated_time`, in ticks).
+    no variation of a worker's speed over time. An exchange takes no time.
+    Wall-clock time of the simulation says nothing about an asynchronous
+    cluster; use simulated time (:func:`simulated_time`, in ticks).
+  * In the authors' code the EASGD worker's difference reaches the master
+    while the worker computes its gradient, and a DOWNPOUR fetch may race
+    with its own push ("expect inconsistent read", ``pserver.lua``). Here
+    (as in the paper's Algorithm 1) the exchange is atomic: the master's
+    update is applied when the exchange is served, and a DOWNPOUR fetch
+    reads the center after the worker's own push.
   * Idle slots still compute the worker's gradient (it is discarded): the
     simulation costs K gradient evaluations per worker per tick. The loss
     ``step`` returns for an idle worker is its loss on the unused batch at its
@@ -55,16 +82,22 @@ What is not modelled
     depends on the worker's own state.
 
 The same engine serves the DOWNPOUR family (``easgd.baselines``), whose
-workers push an accumulated update and fetch the center after their push.
+workers push an accumulated update and fetch the center after their push
+(:func:`async_push`).
 
 References:
   S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging SGD.
   NeurIPS 2015 (arXiv:1412.6651), Algorithms 1 and 2, eq. (12)-(13).
+  The authors' code: github.com/sixin-zh/mpiT (commit c359666),
+  ``asyncsgd/optim-eamsgd.lua``, ``asyncsgd/optim-downpour.lua``,
+  ``asyncsgd/pserver.lua``.
 """
 
 from __future__ import annotations
 
+import json
 import numbers
+from fractions import Fraction
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
@@ -76,7 +109,7 @@ from jax import lax
 
 from easgd import elastic, momentum as momentum_lib
 from easgd.algorithms import (Algorithm, Communication, LossFn, _local_optimizer,
-                              reset_optimizer_state, worker_key)
+                              every_tau_steps, reset_optimizer_state, worker_key)
 from easgd.workers import WORKER_AXES
 
 Params = Any
@@ -197,22 +230,117 @@ def resolve_worker_speeds(num_workers: int, worker_speeds: Sequence[float] = (),
   return (1,) * num_workers
 
 
-def active_slots(worker_speeds: Sequence[int]) -> np.ndarray:
-  """bool [K, p]: worker i takes a local step in slot j of every tick.
+EXCHANGE_POINTS = ("step_start", "step_end")
+"""Where in a local step its exchange happens: "step_start" (Algorithms 1-2,
+EASGD / EAMSGD) or "step_end" (after the gradient: the DOWNPOUR push)."""
 
-  Slot j holds worker i's m-th step when floor(m K / k_i) = j, i.e. when
-  ceil((j + 1) k_i / K) > ceil(j k_i / K); each worker has exactly k_i active
-  slots per tick, slot 0 always among them.
+
+def _check_exchange_at(exchange_at) -> str:
+  if exchange_at not in EXCHANGE_POINTS:
+    raise elastic.HyperparameterError(
+        f"unknown exchange_at {exchange_at!r}; allowed: {', '.join(EXCHANGE_POINTS)}")
+  return exchange_at
+
+
+class SlotTable(NamedTuple):
+  """Where the local steps of one tick fall, for one exchange point.
+
+  Attributes:
+    active: bool [K, p]: worker i computes one local step in slot j of every
+      tick (each worker has exactly k_i active slots per tick).
+    time: object [K, p]: ``fractions.Fraction``, the time of that step's
+      exchange point within the tick, in ticks (start m / k_i or end
+      (m + 1) / k_i of the m-th step); None where inactive.
+    rank: int32 [K, p]: the rank of ``time`` among the distinct times of
+      the tick (0 = earliest); 0 where inactive. Exchanges of one slot are
+      served in increasing rank (:func:`served_order`).
   """
-  k = np.asarray(worker_speeds, np.int64)[None, :]
-  big_k = int(k.max())
-  j = np.arange(big_k)[:, None]
-  return -(-(j + 1) * k // big_k) > -(-j * k // big_k)
+  active: np.ndarray
+  time: np.ndarray
+  rank: np.ndarray
 
 
-def local_steps_done(schedule: ExchangeSchedule, num_steps: int) -> np.ndarray:
-  """int [p]: local steps each worker has taken after ``num_steps`` trainer steps."""
-  table = active_slots(schedule.worker_speeds)
+def slot_table(worker_speeds: Sequence[int], exchange_at: str = "step_start"
+               ) -> SlotTable:
+  """The slots of a tick in which each worker computes its local steps.
+
+  Worker i's m-th step of a tick (m = 0 .. k_i - 1) runs from m / k_i to
+  (m + 1) / k_i of the tick; slot j covers j / K to (j + 1) / K, K = max k_i.
+
+      "step_start": exchange point m / k_i;        slot floor(m K / k_i)
+      "step_end":   exchange point (m + 1) / k_i;  slot ceil((m + 1) K / k_i) - 1
+
+  i.e. the step is computed (and its exchange served) in the slot that holds
+  its exchange point, a slot end counting as part of the slot it ends. Since
+  K / k_i >= 1 the k_i slots of a worker are distinct.
+
+  Args:
+    worker_speeds: k_i, p integers >= 1 (a validated schedule's speeds).
+    exchange_at: "step_start" or "step_end".
+
+  Returns:
+    A :class:`SlotTable`.
+
+  Raises:
+    HyperparameterError: unknown ``exchange_at``.
+
+  References:
+    Algorithm 1 of the paper (exchange before the gradient); the authors'
+    ``asyncsgd/optim-downpour.lua`` (push after the gradient).
+  """
+  _check_exchange_at(exchange_at)
+  speeds = [int(k) for k in worker_speeds]
+  big_k, p = max(speeds), len(speeds)
+  active = np.zeros((big_k, p), bool)
+  time = np.full((big_k, p), None, object)
+  for i, k in enumerate(speeds):
+    for m in range(k):
+      if exchange_at == "step_start":
+        j, t = (m * big_k) // k, Fraction(m, k)
+      else:
+        j, t = -(-(m + 1) * big_k // k) - 1, Fraction(m + 1, k)
+      active[j, i], time[j, i] = True, t
+  ranks = {t: r for r, t in enumerate(sorted({t for t in time.flat if t is not None}))}
+  rank = np.array([[ranks.get(t, 0) for t in row] for row in time], np.int32)
+  return SlotTable(active, time, rank)
+
+
+def active_slots(worker_speeds: Sequence[int]) -> np.ndarray:
+  """bool [K, p]: worker i starts a local step in slot j of every tick.
+
+  Slot j holds worker i's m-th step when floor(m K / k_i) = j (the
+  "step_start" table of :func:`slot_table`, used by EASGD and EAMSGD); each
+  worker has exactly k_i active slots per tick, slot 0 always among them.
+
+  Args:
+    worker_speeds: k_i, p integers >= 1.
+
+  Returns:
+    bool [K, p], K = max k_i.
+  """
+  return slot_table(worker_speeds, "step_start").active
+
+
+def local_steps_done(schedule: ExchangeSchedule, num_steps: int,
+                     exchange_at: str = "step_start") -> np.ndarray:
+  """Local steps each worker has computed after ``num_steps`` trainer steps.
+
+  With "step_start" these are the steps started before slot ``num_steps``,
+  ceil(num_steps k_i / K); with "step_end" the steps ended by its start,
+  floor(num_steps k_i / K) (:func:`slot_table`).
+
+  Args:
+    schedule: the exchange schedule.
+    num_steps: trainer steps (slots), an integer >= 0.
+    exchange_at: "step_start" (EASGD, EAMSGD) or "step_end" (DOWNPOUR family).
+
+  Returns:
+    int [p].
+
+  Raises:
+    HyperparameterError: unknown ``exchange_at``.
+  """
+  table = slot_table(schedule.worker_speeds, exchange_at).active
   ticks, rest = divmod(int(num_steps), schedule.slots_per_tick)
   return ticks * np.asarray(schedule.worker_speeds) + table[:rest].sum(0)
 
@@ -239,6 +367,28 @@ def exchange_order(schedule: ExchangeSchedule, key: jax.Array, tick) -> jax.Arra
     return jnp.arange(p, dtype=jnp.int32)
   order_key = jax.random.fold_in(jax.random.fold_in(key, ORDER_STREAM), tick)
   return jax.random.permutation(order_key, p).astype(jnp.int32)
+
+
+def served_order(order: jax.Array, ranks: jax.Array) -> jax.Array:
+  """int32 [p]: the workers of one slot in the order the master serves them.
+
+  The tick's exchange order, stably re-sorted by the time rank of each
+  worker's exchange in the slot: earlier exchanges first, exchanges at the
+  same time in the tick's order. With equal speeds all ranks of a slot are
+  equal and this is ``order`` itself. Workers without an exchange in the slot
+  keep a place in the sequence but are skipped by the master.
+
+  Args:
+    order: int32 [p], a permutation of the workers (:func:`exchange_order`).
+    ranks: int [p], each worker's time rank in this slot
+      (``slot_table(...).rank[slot]``).
+
+  Returns:
+    int32 [p], a permutation of the workers.
+  """
+  order = jnp.asarray(order, jnp.int32)
+  position = jnp.arange(order.shape[0], dtype=jnp.int32)
+  return order[jnp.lexsort((position, jnp.asarray(ranks, jnp.int32)[order]))]
 
 
 class AsyncWorker(NamedTuple):
@@ -302,19 +452,23 @@ def simulate(name: str, *, schedule: ExchangeSchedule, local_step: Callable,
              master_rule: MasterRule, finish: Callable, init_buffer: Callable,
              init_opt_state: Callable, init_master: Callable, center: Callable,
              communication: Callable, hyperparameters: dict,
+             exchange_at: str = "step_start",
              axis_name=WORKER_AXES) -> Algorithm:
   """Builds a simulated asynchronous algorithm from its local and master rules.
 
-  One call of ``step`` is one slot (module docstring): active workers run
-  ``local_step``; the due exchanges are served by ``master_rule`` in the
-  tick's order; each worker applies ``finish`` with its reply.
+  One call of ``step`` is one slot (module docstring): the workers active in
+  the slot (``slot_table(speeds, exchange_at).active``) run ``local_step``;
+  the due exchanges are served by ``master_rule`` in :func:`served_order`
+  (time, then the tick's order); each worker applies ``finish`` with its
+  reply.
 
   Args:
     name: the algorithm's name.
     schedule: the exchange schedule (order, speeds, staleness).
     local_step: ``local_step(worker, batch, key) -> (loss, proposal, message,
       due)``: the worker's local computation at its snapshot; ``message`` (a
-      params-like tree) goes to the master when ``due`` (bool scalar).
+      params-like tree) goes to the master when ``due`` (bool scalar): the
+      snapshot for "step_start", the state after the step for "step_end".
     master_rule: see :data:`MasterRule`.
     finish: ``finish(worker, proposal, reply, exchanged) -> worker`` (without
       the clock); ``reply`` is zeros when the worker did not exchange.
@@ -322,15 +476,23 @@ def simulate(name: str, *, schedule: ExchangeSchedule, local_step: Callable,
     init_master: ``init_master(params)``, the master's extra state.
     center: ``center(shared) -> params``, the evaluated model.
     communication: ``communication(num_steps, param_bytes)``.
-    hyperparameters: for logs; the schedule's fields are added.
+    hyperparameters: for logs; the schedule's fields are added. Must hold
+      ``tau`` (and ``push_timing`` for "step_end") for :func:`exchange_log`.
+    exchange_at: "step_start" (Algorithms 1-2) or "step_end" (DOWNPOUR push):
+      where in a local step the exchange happens, which decides the slot of
+      each step and the serving order (:func:`slot_table`).
     axis_name: mapped axis enumerating all workers.
 
   Returns:
     An :class:`~easgd.algorithms.Algorithm`; its hyperparameters gain
-    ``schedule``, ``worker_speeds``, ``staleness`` and ``slots_per_tick``.
+    ``schedule``, ``worker_speeds``, ``staleness``, ``slots_per_tick`` and
+    ``exchange_at``.
+
+  Raises:
+    HyperparameterError: unknown ``exchange_at``.
   """
   p, big_k, s = schedule.num_workers, schedule.slots_per_tick, schedule.staleness
-  active_table = active_slots(schedule.worker_speeds)
+  table = slot_table(schedule.worker_speeds, exchange_at)
 
   def init(params):
     history = (jax.tree.map(lambda x: jnp.stack([x] * (s + 1)), params)
@@ -369,13 +531,14 @@ def simulate(name: str, *, schedule: ExchangeSchedule, local_step: Callable,
   def step(worker, shared, batch, key):
     index = lax.axis_index(axis_name)
     tick, slot = shared.step // big_k, shared.step % big_k
-    active = jnp.asarray(active_table)[slot, index]
+    active = jnp.asarray(table.active)[slot, index]
     loss, proposal, message, due = local_step(
         worker, batch, worker_key(key, shared.step, axis_name))
     due = jnp.logical_and(due, active)
     messages = _gather(message, index, p, axis_name)
     all_due = _gather(due.astype(jnp.int32), index, p, axis_name) > 0
-    order = exchange_order(schedule, key, tick)
+    order = served_order(exchange_order(schedule, key, tick),
+                         jnp.asarray(table.rank)[slot])
     (center, master, history, clock), replies = serve(shared, messages, all_due,
                                                       order)
     reply = _tree_index(replies, jnp.argmax(order == index))
@@ -391,19 +554,35 @@ def simulate(name: str, *, schedule: ExchangeSchedule, local_step: Callable,
       hyperparameters=dict(hyperparameters, schedule=schedule.order,
                            worker_speeds=list(schedule.worker_speeds),
                            staleness=schedule.staleness,
-                           slots_per_tick=schedule.slots_per_tick))
+                           slots_per_tick=schedule.slots_per_tick,
+                           exchange_at=exchange_at))
 
 
 def mean_exchanges(schedule: ExchangeSchedule, num_steps: int, tau: int,
-                   at_start: bool) -> int:
+                   exchange_at: str = "step_start", offset: int = 0) -> int:
   """Exchanges per worker over ``num_steps`` trainer steps, mean over workers.
 
-  ``at_start``: exchanges at local clocks t with tau | t (t = 0 included,
-  Algorithm 1); else after every tau local steps (DOWNPOUR). Rounded to the
-  nearest integer.
+  A worker's local step with clock t exchanges when tau divides t + offset
+  (``easgd.algorithms.every_tau_steps``): offset 0 gives t = 0, tau, 2 tau,
+  ... (Algorithm 1; the authors' DOWNPOUR), offset 1 gives t = tau - 1,
+  2 tau - 1, ... Of n computed steps (:func:`local_steps_done`) that is
+  floor((n + offset - 1) / tau) - floor((offset - 1) / tau).
+
+  Args:
+    schedule: the exchange schedule.
+    num_steps: trainer steps (slots), an integer >= 0.
+    tau: the period in local steps, >= 1.
+    exchange_at: "step_start" or "step_end" (which steps the slots hold).
+    offset: 0 or 1 (above).
+
+  Returns:
+    The mean over workers, rounded to the nearest integer.
+
+  Raises:
+    HyperparameterError: unknown ``exchange_at``.
   """
-  n = local_steps_done(schedule, num_steps)
-  counts = -(-n // tau) if at_start else n // tau
+  n = local_steps_done(schedule, num_steps, exchange_at)
+  counts = (n + offset - 1) // tau - (offset - 1) // tau
   return int(round(float(np.mean(counts))))
 
 
@@ -426,8 +605,10 @@ def _async_elastic(name, loss_fn, optimizer, *, num_workers, tau, alpha, beta,
   optimizer = _local_optimizer(optimizer, learning_rate)
   schedule = _resolve_schedule(schedule, num_workers)
 
+  exchange_due = every_tau_steps(tau, offset=0)  # Algorithm 1: tau | t^i
+
   def local_step(worker, batch, key):
-    due = elastic.is_exchange_step(worker.clock, tau)
+    due = exchange_due(worker.clock)
     opt_state = worker.opt_state
     if reset_opt_state:
       opt_state = reset_optimizer_state(optimizer, opt_state, worker.params, due)
@@ -453,7 +634,7 @@ def _async_elastic(name, loss_fn, optimizer, *, num_workers, tau, alpha, beta,
                            buffer=() if momentum is None else step)
 
   def communication(num_steps, param_bytes):
-    n = mean_exchanges(schedule, num_steps, tau, at_start=True)
+    n = mean_exchanges(schedule, num_steps, tau, "step_start", offset=0)
     return Communication(n, n * int(param_bytes))
 
   hyper = dict(num_workers=int(num_workers), tau=tau, alpha=alpha,
@@ -467,7 +648,7 @@ def _async_elastic(name, loss_fn, optimizer, *, num_workers, tau, alpha, beta,
       (lambda params: tree_zeros_like(params)),
       init_opt_state=optimizer.init, init_master=lambda params: (),
       center=lambda shared: shared.center, communication=communication,
-      hyperparameters=hyper, axis_name=axis_name)
+      hyperparameters=hyper, exchange_at="step_start", axis_name=axis_name)
 
 
 def async_easgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
@@ -489,6 +670,20 @@ def async_easgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None 
 
   With the round-robin order, speeds 1 and tau = 1 one tick is p steps of
   the round-robin scheme of eq. (12)-(13).
+
+  Conventions and their sources:
+    * Exchange at local clocks t = 0, tau, 2 tau, ... at the START of the
+      step, before its gradient, and the gradient at the pre-exchange
+      snapshot: the paper's Algorithm 1 (and the authors'
+      ``optim-eamsgd.lua``: ``pversion % su == 0``, center received before
+      ``localupdate``).
+    * The exchange is served at that time among the other workers'
+      exchanges (module docstring): with unequal speeds an earlier step start
+      is served first; exchanges at the same time follow the tick's order.
+    * The master's update is applied when the exchange is served (paper,
+      Algorithm 1). In the authors' code the difference is sent without
+      waiting and reaches the master during the gradient computation; not
+      modelled (no network delay other than ``staleness``).
 
   Args:
     loss_fn: ``loss_fn(params, batch, key) -> scalar``.
@@ -516,6 +711,7 @@ def async_easgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None 
 
   References:
     Zhang, Choromanska, LeCun (2015), Algorithm 1; eq. (12)-(13).
+    github.com/sixin-zh/mpiT (commit c359666), ``asyncsgd/optim-eamsgd.lua``.
   """
   return _async_elastic("async_easgd", loss_fn, optimizer, num_workers=num_workers,
                         tau=tau, alpha=alpha, beta=beta, learning_rate=learning_rate,
@@ -539,7 +735,10 @@ def async_eamsgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None
       x^i <- x^i + v^i;   t^i <- t^i + 1
 
   The velocity is local (never communicated, pulled or reset); momentum = 0
-  gives :func:`async_easgd`.
+  gives :func:`async_easgd`. Exchange times, serving order and the atomic
+  exchange follow the conventions (and sources) of :func:`async_easgd`; the
+  look-ahead gradient at the pre-exchange snapshot is the paper's Algorithm 2
+  (and the authors' ``optim-eamsgd.lua``, ``localupdate``).
 
   Args:
     loss_fn, optimizer, num_workers, tau, alpha, beta, learning_rate,
@@ -556,6 +755,7 @@ def async_eamsgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None
 
   References:
     Zhang, Choromanska, LeCun (2015), Algorithm 2 and eq. (7).
+    github.com/sixin-zh/mpiT (commit c359666), ``asyncsgd/optim-eamsgd.lua``.
   """
   return _async_elastic("async_eamsgd", loss_fn, optimizer, num_workers=num_workers,
                         tau=tau, alpha=alpha, beta=beta, learning_rate=learning_rate,
@@ -564,19 +764,84 @@ def async_eamsgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None
                         reset_opt_state=reset_opt_state, axis_name=axis_name)
 
 
+PUSH_TIMINGS = ("authors", "full_period")
+"""After which local steps a DOWNPOUR-type worker pushes (:func:`async_push`)."""
+
+
+def check_push_timing(push_timing) -> str:
+  """Checks a DOWNPOUR push timing; returns it.
+
+  Args:
+    push_timing: "authors" (push after local steps 0, tau, 2 tau, ...) or
+      "full_period" (after steps tau - 1, 2 tau - 1, ...).
+
+  Returns:
+    ``push_timing``.
+
+  Raises:
+    HyperparameterError: any other value.
+  """
+  if not isinstance(push_timing, str) or push_timing not in PUSH_TIMINGS:
+    raise elastic.HyperparameterError(
+        f"unknown push_timing {push_timing!r}; allowed: {', '.join(PUSH_TIMINGS)}")
+  return push_timing
+
+
+def push_offset(push_timing: str) -> int:
+  """The ``every_tau_steps`` offset of a push timing.
+
+  Args:
+    push_timing: "authors" (push when tau divides t^i) or "full_period"
+      (when tau divides t^i + 1).
+
+  Returns:
+    0 for "authors", 1 for "full_period".
+
+  Raises:
+    HyperparameterError: any other value.
+  """
+  return PUSH_TIMINGS.index(check_push_timing(push_timing))
+
+
 def async_push(name: str, loss_fn: LossFn, optimizer: optax.GradientTransformation,
                *, num_workers: int, tau: int, schedule: ExchangeSchedule | None,
                master_rule: MasterRule, init_master: Callable, center: Callable,
-               hyperparameters: dict, axis_name=WORKER_AXES) -> Algorithm:
+               hyperparameters: dict, push_timing: str = "authors",
+               axis_name=WORKER_AXES) -> Algorithm:
   """A DOWNPOUR-type method on the simulated asynchronous engine.
 
-  Each local step of worker i:
+  Each local step of worker i (t^i its clock at the step's start, the
+  authors' ``pversion``):
 
-      u = optimizer step at x^i (SGD: -eta g^i(x^i));  x^i <- x^i + u;
-      acc^i <- acc^i + u;  t^i <- t^i + 1
-      if tau divides t^i:   (served one worker at a time)
+      u = optimizer step at x^i (SGD: -eta g^i(x^i));  acc^i <- acc^i + u
+      if tau divides t^i + offset:   (at the step's END; one worker at a time)
         the master applies ``master_rule`` to acc^i (DOWNPOUR: x~ <- x~ + acc^i),
         x^i <- the center fetched after the update (``staleness`` late), acc^i <- 0
+      else:
+        x^i <- x^i + u
+      t^i <- t^i + 1
+
+  Conventions and their sources:
+    * Push steps. ``push_timing="authors"`` (default, offset 0): pushes after
+      local steps t = 0, tau, 2 tau, ..., the authors' ``optim-downpour.lua``
+      (``pversion % su == 0``, tested before ``pversion`` is incremented), so
+      the first push carries one step and the later ones tau steps. With
+      tau = 1 every step pushes (asynchronous SGD). ``"full_period"``
+      (offset 1): pushes after t = tau - 1, 2 tau - 1, ..., so every push
+      carries exactly tau steps; our own convention (the package's rule
+      before it followed the authors' code), kept to reproduce earlier runs.
+    * The pushed update includes the step just taken, and on a push step the
+      worker's own move is replaced by the fetched center: authors' code
+      (``config.dfdx:add(dfdx)`` before the send; ``w:add(dfdx)`` only on
+      steps without a push; the center is received into ``w``).
+    * The push happens at the step's end, after the gradient: authors' code
+      and the paper's loop; it is served at that time among the other
+      exchanges (module docstring, :func:`slot_table` "step_end").
+    * The fetch reads the center after the worker's own push: our choice
+      for a deterministic simulation. The authors' client sends and receives
+      concurrently and the server reads without a lock ("expect inconsistent
+      read", ``pserver.lua``); the paper describes the fetch as the center
+      after the push.
 
   Args:
     name: the algorithm's name.
@@ -589,22 +854,32 @@ def async_push(name: str, loss_fn: LossFn, optimizer: optax.GradientTransformati
     init_master: ``init_master(params)``, the master's extra state.
     center: ``center(shared) -> params``, the evaluated model.
     hyperparameters: for logs.
+    push_timing: "authors" (default) or "full_period" (above).
     axis_name: mapped axis enumerating all workers.
 
   Returns:
     An :class:`~easgd.algorithms.Algorithm`; ``communication`` counts pushes
-    (each sends one parameter-sized update and receives the center).
+    (each sends one parameter-sized update and receives the center). Its
+    hyperparameters hold ``tau`` and ``push_timing``.
+
+  Raises:
+    HyperparameterError: tau < 1, unknown push_timing, bad schedule.
+
+  References:
+    github.com/sixin-zh/mpiT (commit c359666), ``asyncsgd/optim-downpour.lua``
+    and ``asyncsgd/pserver.lua``; Zhang, Choromanska, LeCun (2015), Section 5.
   """
   tau = elastic.check_tau(tau)
+  offset = push_offset(push_timing)
   schedule = _resolve_schedule(schedule, num_workers)
+  push_due = every_tau_steps(tau, offset)
 
   def local_step(worker, batch, key):
     loss, grads = jax.value_and_grad(loss_fn)(worker.params, batch, key)
     step, opt_state = optimizer.update(grads, worker.opt_state, worker.params)
     params = optax.apply_updates(worker.params, step)
     acc = elastic.tree_add(worker.buffer, step)
-    due = (worker.clock + 1) % tau == 0
-    return loss, (params, acc, opt_state), acc, due
+    return loss, (params, acc, opt_state), acc, push_due(worker.clock)
 
   def finish(worker, proposal, fetched, exchanged):
     params, acc, opt_state = proposal
@@ -614,7 +889,7 @@ def async_push(name: str, loss_fn: LossFn, optimizer: optax.GradientTransformati
         opt_state=opt_state)
 
   def communication(num_steps, param_bytes):
-    n = mean_exchanges(schedule, num_steps, tau, at_start=False)
+    n = mean_exchanges(schedule, num_steps, tau, "step_end", offset)
     return Communication(n, n * int(param_bytes))
 
   return simulate(
@@ -622,5 +897,138 @@ def async_push(name: str, loss_fn: LossFn, optimizer: optax.GradientTransformati
       finish=finish, init_buffer=lambda params: tree_zeros_like(params),
       init_opt_state=optimizer.init, init_master=init_master, center=center,
       communication=communication,
-      hyperparameters=dict(hyperparameters, num_workers=int(num_workers), tau=tau),
-      axis_name=axis_name)
+      hyperparameters=dict(hyperparameters, num_workers=int(num_workers), tau=tau,
+                           push_timing=push_timing),
+      exchange_at="step_end", axis_name=axis_name)
+
+
+# --------------------------------------------------------------------------
+# The realised exchange sequence of a run.
+# --------------------------------------------------------------------------
+
+
+EXCHANGE_RECORD = np.dtype([
+    ("slot", np.int64), ("tick", np.int64), ("time", np.float64),
+    ("worker", np.int32), ("local_step", np.int64), ("version", np.int64),
+    ("read_version", np.int64)])
+"""Fields of :func:`exchange_log` (one record per exchange, in serving order).
+
+  slot: the trainer step (0-based ``shared.step`` before the call) in which
+    the master serves it.
+  tick: ``slot // K``.
+  time: its simulated time in ticks: the start (EASGD, EAMSGD) or the end
+    (DOWNPOUR family) of the local step, tick + m / k_i or tick + (m + 1) / k_i.
+  worker: i.
+  local_step: t^i, the worker's clock at the start of that local step (the
+    authors' ``pversion``); the step uses the worker's mini-batch of ``slot``.
+  version: master updates served before this one (the master clock).
+  read_version: master updates contained in the center the worker reads:
+    EASGD / EAMSGD, before its update: max(version - staleness, 0);
+    DOWNPOUR family, the fetch after its push: max(version + 1 - staleness, 0).
+"""
+
+
+def _exchange_records(schedule: ExchangeSchedule, key, num_steps: int, *, tau: int,
+                      exchange_at: str, offset: int, ticks_per_chunk: int = 4096
+                      ) -> np.ndarray:
+  """:data:`EXCHANGE_RECORD` array of the first ``num_steps`` slots (see exchange_log)."""
+  table = slot_table(schedule.worker_speeds, exchange_at)
+  due_at = every_tau_steps(tau, offset)
+  p, big_k, s = schedule.num_workers, schedule.slots_per_tick, schedule.staleness
+  speeds = np.asarray(schedule.worker_speeds, np.int64)
+  before = np.cumsum(table.active, 0) - table.active  # [K, p] steps earlier in the tick
+  time_in_tick = np.array([[float(t) if t is not None else 0.0 for t in row]
+                           for row in table.time])
+  orders_of = jax.vmap(lambda t: exchange_order(schedule, key, t))
+  served_of = jax.vmap(jax.vmap(served_order, (None, 0)), (0, None))
+  num_ticks = -(-int(num_steps) // big_k)
+  chunks = []
+  for t0 in range(0, num_ticks, ticks_per_chunk):
+    ticks = np.arange(t0, min(t0 + ticks_per_chunk, num_ticks))
+    orders = orders_of(jnp.asarray(ticks, jnp.int32))
+    served = np.asarray(served_of(orders, jnp.asarray(table.rank)), np.int64)  # [n, K, p]
+    tick = np.broadcast_to(ticks[:, None, None], served.shape)
+    slot_in_tick = np.broadcast_to(np.arange(big_k)[None, :, None], served.shape)
+    slot = tick * big_k + slot_in_tick
+    clock = tick * speeds[served] + before[slot_in_tick, served]
+    keep = (table.active[slot_in_tick, served] & np.asarray(due_at(clock), bool)
+            & (slot < int(num_steps)))
+    chunks.append(np.stack([a[keep] for a in (slot, tick, served, clock,
+                                              slot_in_tick)], axis=1))
+  rows = np.concatenate(chunks) if chunks else np.zeros((0, 5), np.int64)
+  out = np.zeros(len(rows), EXCHANGE_RECORD)
+  out["slot"], out["tick"], out["worker"], out["local_step"] = rows[:, :4].T
+  out["time"] = out["tick"] + time_in_tick[rows[:, 4], rows[:, 2]]
+  out["version"] = np.arange(len(rows))
+  late = s - (1 if exchange_at == "step_end" else 0)
+  out["read_version"] = np.maximum(out["version"] - late, 0)
+  return out
+
+
+def exchange_log(algorithm: Algorithm, key: jax.Array, num_steps: int) -> np.ndarray:
+  """Every exchange of a simulated asynchronous run, in the order served.
+
+  The sequence is a deterministic function of the schedule (order, speeds,
+  staleness), tau, the push timing, the run's key and the number of trainer
+  steps; it is computed on the host from the same tables and helpers as the
+  device program (:func:`slot_table`, :func:`exchange_order`,
+  :func:`served_order`, ``easgd.algorithms.every_tau_steps``), without
+  running the model. The device's ``shared.master_clock`` after
+  ``num_steps`` steps equals ``len(exchange_log(...))``.
+
+  Args:
+    algorithm: an algorithm of this module or of ``easgd.baselines``' DOWNPOUR
+      family (its ``hyperparameters`` hold ``schedule``, ``worker_speeds``,
+      ``staleness``, ``tau``, ``exchange_at`` and, for "step_end",
+      ``push_timing``).
+    key: the run's base key, the ``key`` given to ``Algorithm.step``.
+    num_steps: trainer steps (slots) taken, an integer >= 0.
+
+  Returns:
+    A NumPy structured array of dtype :data:`EXCHANGE_RECORD`, one record per
+    exchange, in the order the master served them (``version`` = 0, 1, ...).
+
+  Raises:
+    ValueError: the algorithm is not a simulated asynchronous one, or
+      num_steps is not an integer >= 0.
+  """
+  hyper = algorithm.hyperparameters
+  if "exchange_at" not in hyper or "worker_speeds" not in hyper:
+    raise ValueError(f"algorithm {algorithm.name!r} has no simulated exchange "
+                     f"schedule (not easgd.asynchronous)")
+  if not _is_int(num_steps, 0):
+    raise ValueError(f"num_steps must be an integer >= 0, got {num_steps!r}")
+  schedule = exchange_schedule(len(hyper["worker_speeds"]), hyper["schedule"],
+                               hyper["worker_speeds"], hyper["staleness"])
+  offset = (push_offset(hyper["push_timing"])
+            if hyper["exchange_at"] == "step_end" else 0)
+  return _exchange_records(schedule, key, num_steps, tau=hyper["tau"],
+                           exchange_at=hyper["exchange_at"], offset=offset)
+
+
+def write_exchange_log(path, algorithm: Algorithm, key: jax.Array,
+                       num_steps: int) -> int:
+  """Writes :func:`exchange_log` as JSON lines, one exchange per line.
+
+  Each line is an object with the fields of :data:`EXCHANGE_RECORD`, e.g.
+  ``{"slot": 3, "tick": 1, "time": 1.5, "worker": 2, "local_step": 3,
+  "version": 7, "read_version": 6}``. The file is rewritten, so calling it
+  again with a larger ``num_steps`` (after resuming) gives the whole run.
+
+  Args:
+    path: the file to write (str or path-like), e.g. ``<workdir>/exchanges.jsonl``.
+    algorithm, key, num_steps: as :func:`exchange_log`.
+
+  Returns:
+    The number of exchanges written (= the device's ``shared.master_clock``).
+
+  Raises:
+    ValueError: as :func:`exchange_log`.
+    OSError: the file cannot be written.
+  """
+  records = exchange_log(algorithm, key, num_steps)
+  names = EXCHANGE_RECORD.names
+  with open(path, "w") as f:
+    for record in records.tolist():
+      f.write(json.dumps(dict(zip(names, record))) + "\n")
+  return len(records)

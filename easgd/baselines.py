@@ -1,7 +1,9 @@
 """The paper's comparators and close relatives, on the same Algorithm interface.
 
 DOWNPOUR family (asynchronous, on the simulated engine of
-``easgd.asynchronous``: same schedules, speeds and staleness as async EASGD):
+``easgd.asynchronous``: same schedules, speeds and staleness as async EASGD;
+pushes after local steps 0, tau, 2 tau, ... at the step's end, as in the
+authors' code, or ``push_timing="full_period"``):
   :func:`downpour`     push the accumulated update every tau steps, fetch x~.
   :func:`mdownpour`    Nesterov momentum on the master (paper: tau = 1).
   :func:`adownpour`    plus a running average z, rate 1/(t+1) (z is evaluated).
@@ -22,6 +24,8 @@ References:
   S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging SGD.
   NeurIPS 2015 (arXiv:1412.6651), Section 5 (comparators).
   J. Dean et al. Large scale distributed deep networks. NeurIPS 2012 (DOWNPOUR).
+  The authors' code: github.com/sixin-zh/mpiT (commit c359666),
+  ``asyncsgd/optim-downpour.lua``.
   B. T. Polyak, A. B. Juditsky. Acceleration of stochastic approximation by
   averaging. SIAM J. Control Optim. 1992 (ASGD).
   T. Lin et al. Don't use large mini-batches, use local SGD. ICLR 2020.
@@ -62,14 +66,22 @@ def check_average_rate(rate) -> float:
 
 
 def _average(z: Params, x: Params, rate) -> Params:
-  """(1 - a) z + a x, leaf by leaf (a a float or traced float32 scalar)."""
-  return jax.tree.map(lambda zz, xx: ((1 - rate) * zz + rate * xx).astype(zz.dtype),
-                      z, x)
+  """(1 - a) z + a x, leaf by leaf, in each leaf's dtype.
+
+  ``rate`` is a Python float (the constant rate, weakly typed: it takes the
+  leaf's dtype) or a function ``dtype -> scalar`` giving a in that dtype
+  (:func:`_polyak_rate`), so a and 1 - a are computed in the dtype of the
+  leaf they multiply (float64 parameters get float64 weights).
+  """
+  def leaf(zz, xx):
+    a = rate(zz.dtype) if callable(rate) else rate
+    return ((1 - a) * zz + a * xx).astype(zz.dtype)
+  return jax.tree.map(leaf, z, x)
 
 
 def _polyak_rate(clock):
-  """a_{t+1} = 1 / (t + 1) as float32, t the clock before the update."""
-  return 1.0 / (clock + 1).astype(jnp.float32)
+  """a_{t+1} = 1 / (t + 1), t the clock before the update, as ``dtype -> a``."""
+  return lambda dtype: 1 / (clock + 1).astype(dtype)
 
 
 # --------------------------------------------------------------------------
@@ -80,20 +92,31 @@ def _polyak_rate(clock):
 def downpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
              *, num_workers: int, tau: int = 1, learning_rate: float | None = None,
              schedule: asynchronous.ExchangeSchedule | None = None,
-             axis_name=WORKER_AXES) -> Algorithm:
+             push_timing: str = "authors", axis_name=WORKER_AXES) -> Algorithm:
   """DOWNPOUR with push period tau, as in the authors' code (simulated async).
 
-  Each local step of worker i, exchanges served one worker at a time in the
-  schedule's order (``easgd.asynchronous``):
+  Each local step of worker i (t^i its clock at the step's start), the push
+  served at the step's end, one worker at a time (``easgd.asynchronous``):
 
-      u^i <- u^i - eta g^i(x^i);   x^i <- x^i - eta g^i(x^i);   t^i <- t^i + 1
-      if tau divides t^i:
+      u^i <- u^i - eta g^i(x^i)
+      if tau divides t^i:     (push_timing="authors": after t^i = 0, tau, 2 tau, ...)
         x~ <- x~ + u^i         (the master adds the pushed update)
         x^i <- x~              (the worker overwrites its params with x~)
         u^i <- 0
+      else:
+        x^i <- x^i - eta g^i(x^i)
+      t^i <- t^i + 1
 
   ("-eta g" is the local optimizer's step.) With tau = 1 this is asynchronous
-  SGD. The center x~ is evaluated.
+  SGD. The center x~ is evaluated. Example (p = 1, tau = 2, x0 = 1,
+  F(x) = 1.5 x^2 / 2, eta = 0.1): step 0 pushes -0.15, x~ = x = 0.85; step 1
+  moves x to 0.7225 locally; x~ stays 0.85 until step 2 pushes.
+
+  Conventions (sources in :func:`easgd.asynchronous.async_push`): push
+  steps from the authors' code (``push_timing="full_period"``: after
+  t^i = tau - 1, 2 tau - 1, ..., our own earlier convention); the push at the
+  step's end (authors' code, the paper's loop); the fetch after the worker's
+  own push (our choice; the authors' code races the two).
 
   Args:
     loss_fn: ``loss_fn(params, batch, key) -> scalar``.
@@ -103,15 +126,18 @@ def downpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = N
     learning_rate: eta of the default SGD optimizer.
     schedule: exchange schedule; default round-robin, speeds 1, staleness 0
       (with staleness s the fetched center lacks the last s master updates).
+    push_timing: "authors" (default) or "full_period".
     axis_name: mapped axis enumerating all workers.
 
   Returns:
     An :class:`~easgd.algorithms.Algorithm` named ``"downpour"``.
 
   Raises:
-    HyperparameterError: tau < 1, learning_rate <= 0, bad schedule.
+    HyperparameterError: tau < 1, learning_rate <= 0, unknown push_timing,
+      bad schedule.
 
   References:
+    github.com/sixin-zh/mpiT (commit c359666), ``asyncsgd/optim-downpour.lua``;
     Dean et al. (2012); Zhang, Choromanska, LeCun (2015), Section 5.
   """
   optimizer = _local_optimizer(optimizer, learning_rate)
@@ -123,22 +149,25 @@ def downpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = N
   return asynchronous.async_push(
       "downpour", loss_fn, optimizer, num_workers=num_workers, tau=tau,
       schedule=schedule, master_rule=master_rule, init_master=lambda params: (),
-      center=lambda shared: shared.center, hyperparameters={}, axis_name=axis_name)
+      center=lambda shared: shared.center, hyperparameters={},
+      push_timing=push_timing, axis_name=axis_name)
 
 
 def mdownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
               *, num_workers: int, momentum: float, tau: int = 1,
               learning_rate: float | None = None,
               schedule: asynchronous.ExchangeSchedule | None = None,
-              axis_name=WORKER_AXES) -> Algorithm:
+              push_timing: str = "authors", axis_name=WORKER_AXES) -> Algorithm:
   """MDOWNPOUR: DOWNPOUR with Nesterov momentum on the master.
 
-  Workers as in :func:`downpour` (plain SGD steps u accumulated, pushed every
-  tau steps; the paper uses tau = 1, i.e. u = -eta g^i at the fetched center).
-  The master treats each push u as a step of Nesterov's method in the form of
-  Sutskever et al. / Torch's ``optim.sgd(nesterov=true)``, whose parameters
-  are the look-ahead point (so workers compute the Nesterov look-ahead
-  gradient at the center they fetch):
+  Workers as in :func:`downpour` (plain SGD steps u accumulated and pushed,
+  same push steps and timing; the paper uses tau = 1, i.e. u = -eta g^i at
+  the fetched center). The master treats each push u as a step of Nesterov's
+  method in the form of Sutskever et al. / Torch's
+  ``optim.sgd(nesterov=true)``, whose parameters are the look-ahead point (so
+  workers compute the Nesterov look-ahead gradient at the center they fetch);
+  the authors' released code has no MDOWNPOUR, so this form is our choice
+  for the paper's one-line description (Section 5):
 
       V  <- delta V + u
       x~ <- x~ + u + delta V
@@ -152,6 +181,7 @@ def mdownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = 
     tau: push period (paper: 1).
     learning_rate: eta of the default SGD optimizer.
     schedule: exchange schedule (see :func:`downpour`).
+    push_timing: as :func:`downpour`.
     axis_name: mapped axis enumerating all workers.
 
   Returns:
@@ -159,7 +189,8 @@ def mdownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = 
     x~ is evaluated.
 
   Raises:
-    HyperparameterError: momentum outside [0, 1), tau < 1, learning_rate <= 0.
+    HyperparameterError: momentum outside [0, 1), tau < 1, learning_rate <= 0,
+      unknown push_timing.
 
   References:
     Zhang, Choromanska, LeCun (2015), Section 5; Sutskever et al. (2013).
@@ -179,11 +210,12 @@ def mdownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = 
       schedule=schedule, master_rule=master_rule,
       init_master=lambda params: tree_zeros_like(params),
       center=lambda shared: shared.center,
-      hyperparameters=dict(momentum=momentum), axis_name=axis_name)
+      hyperparameters=dict(momentum=momentum), push_timing=push_timing,
+      axis_name=axis_name)
 
 
 def _averaged_downpour(name, loss_fn, optimizer, *, num_workers, tau, learning_rate,
-                       schedule, rate, axis_name):
+                       schedule, rate, push_timing, axis_name):
   optimizer = _local_optimizer(optimizer, learning_rate)
 
   def master_rule(center, average, update, read, clock):
@@ -197,13 +229,13 @@ def _averaged_downpour(name, loss_fn, optimizer, *, num_workers, tau, learning_r
       schedule=schedule, master_rule=master_rule, init_master=lambda params: params,
       center=lambda shared: shared.master,
       hyperparameters=dict(average_rate="1/(t+1)" if rate is None else rate),
-      axis_name=axis_name)
+      push_timing=push_timing, axis_name=axis_name)
 
 
 def adownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
               *, num_workers: int, tau: int = 1, learning_rate: float | None = None,
               schedule: asynchronous.ExchangeSchedule | None = None,
-              axis_name=WORKER_AXES) -> Algorithm:
+              push_timing: str = "authors", axis_name=WORKER_AXES) -> Algorithm:
   """ADOWNPOUR: DOWNPOUR plus a running average of the center (z is evaluated).
 
   At every master update (push of worker i, master clock t = number of
@@ -213,7 +245,10 @@ def adownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = 
       x~_{t+1} = x~_t + u^i;   x^i <- x~_{t+1};   u^i <- 0
 
   so z_t is the mean of x~_0 .. x~_{t-1} (z_0 = x~_0, the initial params).
-  Workers as in :func:`downpour`.
+  a_{t+1} and 1 - a_{t+1} are computed in the dtype of the parameters.
+  Workers as in :func:`downpour` (push steps, push at the step's end). The
+  average over master updates, from the pre-update center, is the paper's
+  description (Section 5; the authors' released code has no ADOWNPOUR).
 
   Args:
     As :func:`downpour`.
@@ -222,23 +257,29 @@ def adownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = 
     An :class:`~easgd.algorithms.Algorithm` named ``"adownpour"``; ``center``
     is z.
 
+  Raises:
+    HyperparameterError: as :func:`downpour`.
+
   References:
     Zhang, Choromanska, LeCun (2015), Section 5; Polyak & Juditsky (1992).
   """
   return _averaged_downpour("adownpour", loss_fn, optimizer, num_workers=num_workers,
                             tau=tau, learning_rate=learning_rate, schedule=schedule,
-                            rate=None, axis_name=axis_name)
+                            rate=None, push_timing=push_timing, axis_name=axis_name)
 
 
 def mvadownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
                 *, num_workers: int, tau: int = 1, average_rate: float = 0.001,
                 learning_rate: float | None = None,
                 schedule: asynchronous.ExchangeSchedule | None = None,
-                axis_name=WORKER_AXES) -> Algorithm:
+                push_timing: str = "authors", axis_name=WORKER_AXES) -> Algorithm:
   """MVADOWNPOUR: DOWNPOUR plus a constant-rate moving average (z is evaluated).
 
       z_{t+1}  = (1 - a) z_t + a x~_t            (a = average_rate, paper 0.001)
       x~_{t+1} = x~_t + u^i;   x^i <- x~_{t+1};   u^i <- 0
+
+  The paper's description (Section 5; not in the authors' released code);
+  workers as in :func:`downpour`.
 
   Args:
     As :func:`downpour`, and
@@ -258,7 +299,7 @@ def mvadownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None 
                             num_workers=num_workers, tau=tau,
                             learning_rate=learning_rate, schedule=schedule,
                             rate=check_average_rate(average_rate),
-                            axis_name=axis_name)
+                            push_timing=push_timing, axis_name=axis_name)
 
 
 # --------------------------------------------------------------------------
@@ -345,7 +386,8 @@ def asgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
       z_{t+1} = (1 - a_{t+1}) z_t + a_{t+1} x_t,   a_{t+1} = 1 / (t + 1)
       x_{t+1} = x_t - eta g(x_t)
 
-  so z_t is the mean of x_0 .. x_{t-1} (z_0 = x_0).
+  so z_t is the mean of x_0 .. x_{t-1} (z_0 = x_0). a_{t+1} and 1 - a_{t+1}
+  are computed in the dtype of the parameters.
 
   Args: as :func:`sgd`.
 

@@ -3,6 +3,9 @@
 Worker i fits y = X w + b (w: 3 numbers, b: 1) on its own data with its own
 targets; the NumPy reference implementations in the tests use ``np_grad``.
 """
+import math
+from fractions import Fraction
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -71,3 +74,35 @@ def trajectory(algo, xs, ys, num_devices, key, init=None):
     ct.append(flat(workers.first_copy(algo.center(shared))))
   assert workers.shared_copies_equal(shared)
   return np.stack(wt), np.stack(ct), worker, shared
+
+
+def local_steps_in_time_order(speeds, orders, num_slots, at):
+  """Every local step of the first ``num_slots`` slots, in the order the master meets them.
+
+  Written from the paper's loop, not from the package: worker i (speed k_i)
+  runs its m-th local step of tick n from time n + m / k_i to n + (m + 1) / k_i
+  (in ticks). Its exchange point is the step's start (``at="start"``: EASGD,
+  Algorithm 1, exchange before the gradient) or its end (``at="end"``:
+  DOWNPOUR, push after the gradient). Points are met in time order; points
+  at the same time in the order of their tick (``orders[n]``, a list of
+  workers). With K = max k_i, slot j of the run covers times j / K to
+  (j + 1) / K; the step belongs to (and takes its worker's mini-batch from)
+  the slot that holds its point, a slot's end counting as part of that slot.
+
+  Returns:
+    A list of (slot, worker), one per local step, in the order met.
+  """
+  big_k = max(speeds)
+  events = []
+  for n in range(-(-num_slots // big_k)):
+    for i, k in enumerate(speeds):
+      for m in range(k):
+        if at == "start":
+          point = n + Fraction(m, k)
+          slot = math.floor(point * big_k)
+        else:
+          point = n + Fraction(m + 1, k)
+          slot = math.ceil(point * big_k) - 1
+        if slot < num_slots:
+          events.append((point, orders[n].index(i), slot, i))
+  return [(slot, i) for _, _, slot, i in sorted(events)]

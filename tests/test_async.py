@@ -18,7 +18,8 @@ from easgd import algorithms, asynchronous, momentum, trainer, workers
 from easgd.config import ConfigError, TrainConfig
 from easgd.elastic import HyperparameterError
 import linear_problem
-from linear_problem import STEP_KINDS, THETA0, loss_fn, np_grad
+from linear_problem import (STEP_KINDS, THETA0, local_steps_in_time_order, loss_fn,
+                            np_grad)
 
 make_data = functools.partial(linear_problem.make_data, seed=1)
 
@@ -56,26 +57,23 @@ def ref_sync_eamsgd(xs, ys, tau, alpha, eta, delta):
   return np.stack(wt), np.stack(ct)
 
 
-def slot_events(speeds, slot, order):
-  """Workers with a local step in ``slot``: m-th step of worker i at floor(m K / k_i)."""
-  big_k = max(speeds)
-  return [i for i in order
-          if any((m * big_k) // speeds[i] == slot for m in range(speeds[i]))]
-
-
 def ref_async_elastic(xs, ys, tau, alpha, eta, delta, speeds, orders, staleness):
-  """Algorithms 1/2, one event at a time in (slot, schedule order)."""
+  """Algorithms 1/2, one event at a time, each exchange at its step's START.
+
+  Local steps are met in time order (``local_steps_in_time_order``: ties in
+  the tick's order); the state after slot j is the state after every step
+  that starts before the slot's end.
+  """
   T, p = xs.shape[:2]
-  big_k = max(speeds)
   x = [THETA0.copy() for _ in range(p)]
   v = [np.zeros(4) for _ in range(p)]
   clock = [0] * p
   centers = [THETA0.copy()]  # the center after each master update
   exchanges = [0] * p
   wt, ct = [], []
+  events = local_steps_in_time_order(speeds, orders, T, "start")
   for step in range(T):
-    tick, slot = divmod(step, big_k)
-    for i in slot_events(speeds, slot, orders[tick]):
+    for _, i in (e for e in events if e[0] == step):
       snap = x[i].copy()
       if clock[i] % tau == 0:
         read = centers[max(len(centers) - 1 - staleness, 0)]
@@ -161,6 +159,39 @@ def test_round_robin_async_easgd_reproduces_eq_12_13_exactly():
   assert len(set(x.tolist())) == p  # the workers really differ
 
 
+def test_async_easgd_serves_the_exchanges_of_a_slot_in_time_order():
+  # F(x) = x^2 / 2, p = 2, speeds (2, 3): K = 3 slots per tick; worker 0 starts
+  # its steps at 0 and 1/2 tick (slot 0 and slot 1 at 1.5 slots), worker 1 at
+  # 0, 1/3, 2/3 (slots 0, 1, 2). Round-robin, tau = 1, eta = 0.5, alpha = 0.25,
+  # all start at 1. Algorithm 1, exchange at the step's start:
+  #   slot 0, time 0 (tie, tick order 0, 1): d = 0 for both; x = (0.5, 0.5), c = 1
+  #   slot 1, worker 1 (time 1/3) BEFORE worker 0 (time 1/2):
+  #     w1: d = 0.25 (0.5 - 1) = -0.125;       c = 0.875;   x1 = 0.5 + 0.125 - 0.25 = 0.375
+  #     w0: d = 0.25 (0.5 - 0.875) = -0.09375; c = 0.78125; x0 = 0.5 + 0.09375 - 0.25 = 0.34375
+  #   slot 2, w1 (time 2/3): d = 0.25 (0.375 - 0.78125) = -0.1015625;
+  #     c = 0.6796875;  x1 = 0.375 + 0.1015625 - 0.1875 = 0.2890625
+  # (Serving slot 1 in the tick's order instead swaps x0 and x1 after slot 1.)
+  schedule = asynchronous.exchange_schedule(2, worker_speeds=(2, 3))
+  algo = asynchronous.async_easgd(lambda x, b, k: 0.5 * x ** 2, num_workers=2, tau=1,
+                                  alpha=0.25, learning_rate=0.5, schedule=schedule)
+  layout = workers.make_layout(2, 2)
+  worker, shared = algo.init(jnp.float32(1.0))
+  worker = workers.replicate_per_worker(worker, layout)
+  shared = workers.replicate_per_device(shared, layout)
+  step = workers.map_workers(algo.step, layout, *STEP_KINDS)
+  dummy = workers.split_workers(np.zeros(2, np.float32), layout)
+  expected = [((0.5, 0.5), 1.0), ((0.34375, 0.375), 0.78125),
+              ((0.34375, 0.2890625), 0.6796875)]
+  for x, c in expected:
+    worker, shared, _ = step(worker, shared, dummy, KEY)
+    np.testing.assert_array_equal(workers.merge_workers(worker.params), x)
+    np.testing.assert_array_equal(workers.first_copy(shared.center), c)
+  log = asynchronous.exchange_log(algo, KEY, 3)
+  assert [(r["slot"], r["worker"], r["local_step"]) for r in log] == [
+      (0, 0, 0), (0, 1, 0), (1, 1, 1), (1, 0, 1), (2, 1, 2)]
+  np.testing.assert_array_equal(log["time"], [0, 0, 1 / 3, 1 / 2, 2 / 3])
+
+
 # -- asynchronous EASGD / EAMSGD with schedules -----------------------------------
 
 def orders_for(schedule, num_ticks, key=KEY):
@@ -168,14 +199,17 @@ def orders_for(schedule, num_ticks, key=KEY):
           for t in range(num_ticks)]
 
 
-@pytest.mark.parametrize("order,speeds,staleness,delta", [
-    ("round_robin", (1, 1, 1, 1), 0, 0.0),
-    ("random", (1, 2, 1, 3), 2, 0.0),
-    ("random", (2, 1, 3, 1), 1, 0.9),
+@pytest.mark.parametrize("order,speeds,staleness,delta,tau", [
+    ("round_robin", (1, 1, 1, 1), 0, 0.0, 2),
+    ("random", (1, 2, 1, 3), 2, 0.0, 2),
+    ("random", (2, 1, 3, 1), 1, 0.9, 2),
+    # speeds 2 and 3 start steps at different times within one slot
+    ("random", (2, 3, 3, 1), 1, 0.0, 1),
+    ("round_robin", (3, 2, 2, 3), 0, 0.9, 1),
 ])
 def test_async_elastic_matches_event_by_event_reference(order, speeds, staleness,
-                                                        delta):
-  p, tau, alpha, eta = 4, 2, 0.2, 0.1
+                                                        delta, tau):
+  p, alpha, eta = 4, 0.2, 0.1
   schedule = asynchronous.exchange_schedule(p, order, speeds, staleness)
   num_steps = 6 * schedule.slots_per_tick  # the slowest worker: 6 steps, 3 periods
   xs, ys = make_data(num_steps, p)
@@ -230,6 +264,22 @@ def test_schedule_helpers():
   np.testing.assert_array_equal(table.sum(0), [1, 2, 4])
   # speeds 2 and 3 (K = 3): steps of the speed-2 worker at times 0, 1/2 -> slots 0, 1
   np.testing.assert_array_equal(asynchronous.active_slots((2, 3))[:, 0], [1, 1, 0])
+  # the same steps placed by their ends (DOWNPOUR's push): 1/2 -> slot 1 (1.5 slots),
+  # 1 -> slot 2; the speed-3 worker's ends 1/3, 2/3, 1 -> slots 0, 1, 2
+  end = asynchronous.slot_table((2, 3), "step_end")
+  np.testing.assert_array_equal(end.active, [[0, 1], [1, 1], [1, 1]])
+  # time ranks within the tick: ends 1/3 < 1/2 < 2/3 < 1
+  np.testing.assert_array_equal(end.rank, [[0, 0], [1, 2], [3, 3]])
+  start = asynchronous.slot_table((2, 3), "step_start")  # starts 0 < 1/3 < 1/2 < 2/3
+  np.testing.assert_array_equal(start.rank, [[0, 0], [2, 1], [0, 3]])
+  np.testing.assert_array_equal(
+      asynchronous.slot_table((1, 2, 4), "step_end").active,
+      [[0, 0, 1], [0, 1, 1], [0, 0, 1], [1, 1, 1]])
+  # served in time order; ties keep the tick's order (ranks are per worker)
+  np.testing.assert_array_equal(
+      asynchronous.served_order(np.array([2, 0, 1]), np.array([1, 0, 1])), [1, 2, 0])
+  np.testing.assert_array_equal(
+      asynchronous.served_order(np.array([2, 0, 1]), np.array([0, 0, 0])), [2, 0, 1])
   s = asynchronous.exchange_schedule(3, worker_speeds=(1, 2, 4))
   np.testing.assert_array_equal(asynchronous.local_steps_done(s, 6), [2, 3, 6])
   assert asynchronous.simulated_time(6, s) == 1.5
@@ -246,6 +296,8 @@ def test_schedule_helpers():
                      (dict(staleness=-1), "staleness")]:
     with pytest.raises(HyperparameterError, match=match):
       asynchronous.exchange_schedule(3, **bad)
+  with pytest.raises(HyperparameterError, match="unknown exchange_at 'middle'"):
+    asynchronous.slot_table((1, 2), "middle")
 
 
 def test_random_order_depends_on_the_seed_and_is_reproducible():

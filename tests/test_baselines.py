@@ -9,6 +9,7 @@ conformance check through the trainer's ``make_algorithm`` and the mapping.
 import functools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -18,7 +19,8 @@ from easgd.compare import compare
 from easgd.config import TrainConfig
 from easgd.elastic import HyperparameterError
 import linear_problem
-from linear_problem import STEP_KINDS, THETA0, flat, loss_fn, np_grad, params0
+from linear_problem import (STEP_KINDS, THETA0, flat, local_steps_in_time_order,
+                            loss_fn, np_grad, params0)
 
 make_data = functools.partial(linear_problem.make_data, seed=2)
 
@@ -37,43 +39,52 @@ def assert_close(actual, expected, tol=2e-5):
 
 # -- DOWNPOUR family: reference -------------------------------------------------
 
-def ref_downpour(xs, ys, tau, eta, speeds, orders, staleness, master):
-  """The authors' DOWNPOUR, one event at a time in (slot, schedule order).
+def ref_downpour(xs, ys, tau, eta, speeds, orders, staleness, master,
+                 push_timing="authors"):
+  """The authors' DOWNPOUR (``asyncsgd/optim-downpour.lua``), one event at a time.
+
+  Per local step: the gradient at the worker's params, ``dfdx = -eta g``,
+  accumulated; if ``pversion % su == 0`` (su = tau; tested before pversion is
+  incremented) the accumulated update is pushed, the master adds it and the
+  worker receives the center into its params; else the worker moves by dfdx.
+  ``push_timing="full_period"`` pushes when (pversion + 1) % su == 0 instead.
+  The push happens at the END of the step; steps are met in time order
+  (``local_steps_in_time_order``), the state after slot j is the state after
+  every step that ends by the slot's end.
 
   ``master`` is "downpour", "mdownpour:<delta>", "adownpour" or "mvadownpour:<a>".
   """
   T, p = xs.shape[:2]
-  big_k = max(speeds)
   x = [THETA0.copy() for _ in range(p)]
-  u = [np.zeros(4) for _ in range(p)]
-  clock = [0] * p
+  acc = [np.zeros(4) for _ in range(p)]
+  pversion = [0] * p
   centers = [THETA0.copy()]
   velocity, z = np.zeros(4), THETA0.copy()
   kind, _, arg = master.partition(":")
+  phase = 0 if push_timing == "authors" else 1
   wt, ct = [], []
+  events = local_steps_in_time_order(speeds, orders, T, "end")
   for step in range(T):
-    tick, slot = divmod(step, big_k)
-    for i in orders[tick]:
-      if not any((m * big_k) // speeds[i] == slot for m in range(speeds[i])):
-        continue  # worker i has no local step in this slot
-      g = np_grad(x[i], xs[step, i], ys[step, i])
-      x[i] = x[i] - eta * g
-      u[i] = u[i] - eta * g
-      clock[i] += 1
-      if clock[i] % tau == 0:  # push u, the master updates, the worker fetches
+    for _, i in (e for e in events if e[0] == step):
+      dfdx = -eta * np_grad(x[i], xs[step, i], ys[step, i])
+      acc[i] = acc[i] + dfdx
+      if (pversion[i] + phase) % tau == 0:  # push acc, the master updates, fetch
         c, t = centers[-1], len(centers) - 1  # t: the master clock
         if kind == "mdownpour":
-          velocity = float(arg) * velocity + u[i]
-          new = c + u[i] + float(arg) * velocity
+          velocity = float(arg) * velocity + acc[i]
+          new = c + acc[i] + float(arg) * velocity
         else:
           if kind == "adownpour":
             z = (1 - 1 / (t + 1)) * z + 1 / (t + 1) * c
           elif kind == "mvadownpour":
             z = (1 - float(arg)) * z + float(arg) * c
-          new = c + u[i]
+          new = c + acc[i]
         centers.append(new)
         x[i] = centers[max(len(centers) - 1 - staleness, 0)].copy()
-        u[i] = np.zeros(4)
+        acc[i] = np.zeros(4)
+      else:
+        x[i] = x[i] + dfdx  # move locally
+      pversion[i] += 1
     wt.append(np.stack(x))
     ct.append(z.copy() if kind in ("adownpour", "mvadownpour") else centers[-1].copy())
   return np.stack(wt), np.stack(ct)
@@ -81,6 +92,7 @@ def ref_downpour(xs, ys, tau, eta, speeds, orders, staleness, master):
 
 DOWNPOUR_CASES = [
     ("downpour", dict(), "downpour", 3),
+    ("downpour", dict(push_timing="full_period"), "downpour", 2),
     ("mdownpour", dict(momentum=0.9), "mdownpour:0.9", 1),
     ("adownpour", dict(), "adownpour", 2),
     ("mvadownpour", dict(average_rate=0.3), "mvadownpour:0.3", 2),
@@ -103,12 +115,110 @@ def test_downpour_family_matches_event_by_event_reference(name, kw, master, tau,
   orders = [np.asarray(asynchronous.exchange_order(schedule, KEY, t)).tolist()
             for t in range(ticks)]
   ref_w, ref_c = ref_downpour(xs, ys, tau, eta, schedule.worker_speeds, orders,
-                              staleness, master)
+                              staleness, master, kw.get("push_timing", "authors"))
   assert_close(wt, ref_w)
   assert_close(ct, ref_c)
   pushes = int(workers.first_copy(shared.master_clock))
   assert pushes == sum(3 * k for k in schedule.worker_speeds)
   assert algo.communication(num_steps, 10).all_reduces == round(pushes / p)
+
+
+def run_scalar(algo, num_workers, num_steps, x0=1.0, dtype=np.float32):
+  """Steps ``algo`` on a scalar parameter (the loss ignores the batch).
+
+  Returns per-step worker params [T, p], centers [T] and the final shared state.
+  """
+  layout = workers.make_layout(num_workers, 1)
+  worker, shared = algo.init(jnp.asarray(x0, dtype))
+  worker = workers.replicate_per_worker(worker, layout)
+  shared = workers.replicate_per_device(shared, layout)
+  step = workers.map_workers(algo.step, layout, *STEP_KINDS)
+  dummy = workers.split_workers(np.zeros(num_workers, np.float32), layout)
+  wt, ct = [], []
+  for _ in range(num_steps):
+    worker, shared, _ = step(worker, shared, dummy, KEY)
+    wt.append(workers.merge_workers(worker.params))
+    ct.append(workers.first_copy(algo.center(shared)))
+  return np.stack(wt), np.stack(ct), shared
+
+
+def ref_authors_downpour_scalar(h, eta, su, x0, num_steps, phase=0):
+  """``optim.downpour`` of the authors' code for one worker on F(x) = h x^2 / 2.
+
+  Written from ``asyncsgd/optim-downpour.lua`` (su: the push period tau):
+  dfdx = -lr * grad; su > 1: accumulate, push when pversion % su == 0 (and
+  receive the center into w), else w += dfdx; su == 1: push every step;
+  pversion += 1 after. ``phase`` 1 is the "full_period" option:
+  (pversion + 1) % su == 0.
+  """
+  w, center, dfdx_acc, pversion = x0, x0, 0.0, 0
+  ws, cs, pushes = [], [], []
+  for _ in range(num_steps):
+    dfdx = -eta * h * w
+    dfdx_acc += dfdx
+    if (pversion + phase) % su == 0:
+      center += dfdx_acc  # the server: p:add(g)
+      w = center  # pc:async_recv_param() into w
+      dfdx_acc = 0.0
+      pushes.append(pversion)
+    else:
+      w += dfdx
+    pversion += 1
+    ws.append(w)
+    cs.append(center)
+  return np.array(ws), np.array(cs), pushes
+
+
+def test_downpour_pushes_after_steps_0_tau_2tau_as_in_the_authors_code():
+  # The issue's example: p = 1, tau = 2, x0 = 1, F(x) = 1.5 x^2 / 2, eta = 0.1.
+  # Step 0 pushes -0.15: x~ = x = 0.85. Step 1 moves locally: x = 0.85 - 0.1275
+  # = 0.7225, x~ stays 0.85. (Pushing after steps 1, 3, ... gives x~ = 0.7225.)
+  loss = lambda x, b, k: 0.75 * x ** 2
+  algo = baselines.downpour(loss, num_workers=1, tau=2, learning_rate=0.1)
+  wt, ct, _ = run_scalar(algo, 1, 2)
+  np.testing.assert_allclose(ct, [0.85, 0.85], rtol=1e-6)
+  np.testing.assert_allclose(wt[:, 0], [0.85, 0.7225], rtol=1e-6)
+  for tau in (1, 2, 3):
+    for push_timing, phase in (("authors", 0), ("full_period", 1)):
+      algo = baselines.downpour(loss, num_workers=1, tau=tau, learning_rate=0.1,
+                                push_timing=push_timing)
+      num_steps = 3 * tau + 1
+      wt, ct, shared = run_scalar(algo, 1, num_steps)
+      ref_w, ref_c, pushes = ref_authors_downpour_scalar(1.5, 0.1, tau, 1.0, num_steps,
+                                                         phase)
+      np.testing.assert_allclose(wt[:, 0], ref_w, rtol=1e-6)
+      np.testing.assert_allclose(ct, ref_c, rtol=1e-6)
+      if push_timing == "authors":
+        assert pushes == list(range(0, num_steps, tau))  # 0, tau, 2 tau, ...
+      else:
+        assert pushes == list(range(tau - 1, num_steps, tau))
+      log = asynchronous.exchange_log(algo, KEY, num_steps)
+      assert log["local_step"].tolist() == pushes
+      assert int(workers.first_copy(shared.master_clock)) == len(pushes)
+      assert algo.communication(num_steps, 8).all_reduces == len(pushes)
+  with pytest.raises(HyperparameterError, match="unknown push_timing 'late'"):
+    baselines.downpour(loss, num_workers=1, learning_rate=0.1, push_timing="late")
+
+
+def test_downpour_pushes_at_the_end_of_the_step_with_unequal_speeds():
+  # F(x) = x^2 / 2, p = 2, speeds (1, 2): K = 2 slots per tick, tau = 1,
+  # eta = 0.5, round-robin, all start at 1. Worker 0's step runs over the
+  # whole tick and pushes at its END (time 1 = end of slot 1); worker 1's
+  # steps end at 1/2 (end of slot 0) and 1 (end of slot 1).
+  #   slot 0: w1 pushes -0.5 (gradient at 1):            x~ = 0.5,   x1 = 0.5
+  #   slot 1, time 1 (tie, tick order 0, 1):
+  #     w0 pushes -0.5 (gradient at its start value 1): x~ = 0.0,   x0 = 0.0
+  #     w1 pushes -0.25 (gradient at 0.5):              x~ = -0.25, x1 = -0.25
+  # (Serving w0's push in slot 0, where its step starts, gives x~ = 0, 0.)
+  algo = baselines.downpour(lambda x, b, k: 0.5 * x ** 2, num_workers=2, tau=1,
+                            learning_rate=0.5,
+                            schedule=asynchronous.exchange_schedule(2, worker_speeds=(1, 2)))
+  wt, ct, _ = run_scalar(algo, 2, 2)
+  np.testing.assert_array_equal(ct, [0.5, -0.25])
+  np.testing.assert_array_equal(wt, [[1.0, 0.5], [0.0, -0.25]])
+  log = asynchronous.exchange_log(algo, KEY, 2)
+  assert [(r["slot"], r["worker"], r["local_step"], r["time"]) for r in log] == [
+      (0, 1, 0, 0.5), (1, 0, 0, 1.0), (1, 1, 1, 1.0)]
 
 
 def test_downpour_with_tau_1_is_asynchronous_sgd():
@@ -172,6 +282,35 @@ def test_asgd_center_is_the_mean_of_the_previous_iterates():
   iterates = np.concatenate([THETA0[None], wt[:, 0]])  # x_0 .. x_5
   for t in range(5):
     assert_close(ct[t], iterates[:t + 1].mean(0))
+
+
+@pytest.mark.parametrize("name", ["adownpour", "asgd"])
+def test_polyak_averages_in_float64_match_a_float64_reference(name):
+  # a_{t+1} = 1/(t+1) and 1 - a_{t+1} must be computed in the parameters'
+  # dtype: in float32 the float64 average drifts by ~1e-7 within 3 periods.
+  xs, ys = (a.astype(np.float64) for a in make_data(9, 3))
+  with jax.enable_x64(True):
+    init = {"w": jnp.asarray(THETA0[:3], jnp.float64),
+            "b": jnp.asarray(THETA0[3], jnp.float64)}
+    if name == "adownpour":
+      schedule = asynchronous.exchange_schedule(3, "random", (1, 3, 2), 1)
+      algo = baselines.adownpour(loss_fn, num_workers=3, tau=2, learning_rate=0.1,
+                                 schedule=schedule)
+      xs, ys = (a[:3 * 2 * 3] for a in (xs, ys))
+    else:
+      algo = baselines.asgd(loss_fn, num_workers=3, learning_rate=0.1)
+    wt, ct, _, shared = linear_problem.trajectory(algo, xs, ys, 3, KEY, init)
+    assert workers.first_copy(algo.center(shared))["w"].dtype == np.float64
+  if name == "adownpour":
+    orders = [np.asarray(asynchronous.exchange_order(schedule, KEY, t)).tolist()
+              for t in range(6)]
+    ref_w, ref_c = ref_downpour(xs, ys, 2, 0.1, (1, 3, 2), orders, 1, "adownpour")
+    np.testing.assert_allclose(wt, ref_w, rtol=0, atol=1e-14)
+  else:
+    ref_x, ref_c = ref_sequential(xs, ys, 0.1, averaged=True)
+    np.testing.assert_allclose(wt[:, 0], ref_x, rtol=0, atol=1e-14)
+  # measured: <= 4.5e-16 (float32 weights: ~1e-7)
+  np.testing.assert_allclose(ct, ref_c, rtol=0, atol=1e-14)
 
 
 # -- local SGD and DiLoCo --------------------------------------------------------
