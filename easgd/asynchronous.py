@@ -110,7 +110,7 @@ from jax import lax
 from easgd import elastic, momentum as momentum_lib
 from easgd.algorithms import (Algorithm, Communication, LossFn, _local_optimizer,
                               every_tau_steps, reset_optimizer_state, worker_key)
-from easgd.workers import WORKER_AXES
+from easgd.elastic import WORKER_AXES
 
 Params = Any
 
@@ -433,11 +433,15 @@ def _tree_index(tree, i):
 def _gather(tree, index, num_workers, axis_name):
   """Every worker's value, [p, ...] in worker order, identical on all workers.
 
-  One all-reduce of a zero-padded buffer (exact: all other entries add zeros).
+  One all-reduce of a zero-padded buffer (exact: all other entries add zeros),
+  in ``easgd.elastic.reduction_dtype`` (float32 for bfloat16 values); none
+  for a single worker.
   """
+  reduce_over = elastic.reduce_axis(num_workers, axis_name)
+
   def gather(x):
     buf = jnp.zeros((num_workers,) + x.shape, x.dtype).at[index].set(x)
-    return lax.psum(buf, axis_name)
+    return elastic.worker_sum(buf, reduce_over)
   return jax.tree.map(gather, tree)
 
 
@@ -473,7 +477,9 @@ def simulate(name: str, *, schedule: ExchangeSchedule, local_step: Callable,
     finish: ``finish(worker, proposal, reply, exchanged) -> worker`` (without
       the clock); ``reply`` is zeros when the worker did not exchange.
     init_buffer, init_opt_state: ``f(params)`` for the worker state.
-    init_master: ``init_master(params)``, the master's extra state.
+    init_master: ``init_master(center)``, the master's extra state, from the
+      initial center (in ``easgd.elastic.reduction_dtype``: float32 for
+      bfloat16 parameters, like the center, its history and the messages).
     center: ``center(shared) -> params``, the evaluated model.
     communication: ``communication(num_steps, param_bytes)``.
     hyperparameters: for logs; the schedule's fields are added. Must hold
@@ -495,11 +501,12 @@ def simulate(name: str, *, schedule: ExchangeSchedule, local_step: Callable,
   table = slot_table(schedule.worker_speeds, exchange_at)
 
   def init(params):
-    history = (jax.tree.map(lambda x: jnp.stack([x] * (s + 1)), params)
+    center = elastic.to_reduction_dtype(params)  # float32 for bfloat16 params
+    history = (jax.tree.map(lambda x: jnp.stack([x] * (s + 1)), center)
                if s else ())
     return (AsyncWorker(params, init_opt_state(params), init_buffer(params),
                         jnp.zeros((), jnp.int32)),
-            AsyncShared(params, init_master(params), history,
+            AsyncShared(center, init_master(center), history,
                         jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32)))
 
   def read(history, clock):  # the center after max(clock - s, 0) updates
@@ -529,7 +536,7 @@ def simulate(name: str, *, schedule: ExchangeSchedule, local_step: Callable,
     return lax.scan(body, init, order)
 
   def step(worker, shared, batch, key):
-    index = lax.axis_index(axis_name)
+    index = elastic.worker_index(axis_name)
     tick, slot = shared.step // big_k, shared.step % big_k
     active = jnp.asarray(table.active)[slot, index]
     loss, proposal, message, due = local_step(
@@ -629,7 +636,8 @@ def _async_elastic(name, loss_fn, optimizer, *, num_workers, tau, alpha, beta,
   def finish(worker, proposal, diff, exchanged):
     del exchanged  # diff is zero when the worker did not exchange
     step, opt_state = proposal
-    params = elastic.tree_add(elastic.tree_sub(worker.params, diff), step)
+    params = elastic.cast_like(  # diff in float32 for bfloat16 parameters
+        elastic.tree_add(elastic.tree_sub(worker.params, diff), step), worker.params)
     return worker._replace(params=params, opt_state=opt_state,
                            buffer=() if momentum is None else step)
 
@@ -884,7 +892,7 @@ def async_push(name: str, loss_fn: LossFn, optimizer: optax.GradientTransformati
   def finish(worker, proposal, fetched, exchanged):
     params, acc, opt_state = proposal
     return worker._replace(
-        params=tree_where(exchanged, fetched, params),
+        params=tree_where(exchanged, elastic.cast_like(fetched, params), params),
         buffer=tree_where(exchanged, tree_zeros_like(acc), acc),
         opt_state=opt_state)
 
@@ -894,7 +902,8 @@ def async_push(name: str, loss_fn: LossFn, optimizer: optax.GradientTransformati
 
   return simulate(
       name, schedule=schedule, local_step=local_step, master_rule=master_rule,
-      finish=finish, init_buffer=lambda params: tree_zeros_like(params),
+      finish=finish,  # the accumulated update u is kept in float32 for bf16 params
+      init_buffer=lambda params: tree_zeros_like(elastic.to_reduction_dtype(params)),
       init_opt_state=optimizer.init, init_master=init_master, center=center,
       communication=communication,
       hyperparameters=dict(hyperparameters, num_workers=int(num_workers), tau=tau,
@@ -1012,8 +1021,9 @@ def write_exchange_log(path, algorithm: Algorithm, key: jax.Array,
 
   Each line is an object with the fields of :data:`EXCHANGE_RECORD`, e.g.
   ``{"slot": 3, "tick": 1, "time": 1.5, "worker": 2, "local_step": 3,
-  "version": 7, "read_version": 6}``. The file is rewritten, so calling it
-  again with a larger ``num_steps`` (after resuming) gives the whole run.
+  "version": 7, "read_version": 6}``. The file is replaced atomically, so
+  calling it again with a larger ``num_steps`` (after resuming) gives the
+  whole run, and an interrupted write leaves the previous file.
 
   Args:
     path: the file to write (str or path-like), e.g. ``<workdir>/exchanges.jsonl``.
@@ -1026,9 +1036,9 @@ def write_exchange_log(path, algorithm: Algorithm, key: jax.Array,
     ValueError: as :func:`exchange_log`.
     OSError: the file cannot be written.
   """
+  from easgd.checkpoint import write_text_atomic  # an interrupted write keeps the old file
   records = exchange_log(algorithm, key, num_steps)
   names = EXCHANGE_RECORD.names
-  with open(path, "w") as f:
-    for record in records.tolist():
-      f.write(json.dumps(dict(zip(names, record))) + "\n")
+  write_text_atomic(path, "".join(json.dumps(dict(zip(names, record))) + "\n"
+                                  for record in records.tolist()))
   return len(records)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from easgd import registry
-from easgd.asynchronous import SCHEDULES as EXCHANGE_SCHEDULES
+from easgd.asynchronous import PUSH_TIMINGS, SCHEDULES as EXCHANGE_SCHEDULES
 from easgd.data import DATASETS
 from easgd.models import BATCH_NORM_MODELS, DTYPES, MODELS
 from easgd.workers import BACKENDS as MAPPING_BACKENDS
@@ -88,6 +88,9 @@ class TrainConfig:
       the seed.
     staleness: asynchronous algorithms: the center a worker reads is this many
       master updates old (integer >= 0).
+    push_timing: the DOWNPOUR family: "authors" (push after local steps 0,
+      tau, 2 tau, ..., the authors' released code) or "full_period" (after
+      steps tau - 1, 2 tau - 1, ...: every push carries tau full steps).
     outer_learning_rate: DiLoCo's outer SGD step size (> 0; DiLoCo: 0.7).
     outer_momentum: DiLoCo's outer Nesterov momentum, in [0, 1) (0.9).
     average_rate: constant moving-average rate of mvadownpour and mvasgd, in
@@ -146,6 +149,7 @@ class TrainConfig:
   worker_speeds: tuple[float, ...] = ()
   max_worker_speed: int | None = None
   staleness: int = 0
+  push_timing: str = "authors"
   outer_learning_rate: float = 0.7
   outer_momentum: float = 0.9
   average_rate: float = 0.001
@@ -282,6 +286,7 @@ class TrainConfig:
     if self.max_worker_speed is not None:
       _int("max_worker_speed", self.max_worker_speed, 1, high=MAX_SPEED)
     _int("staleness", self.staleness, 0, what="in master updates", high=MAX_STALENESS)
+    _choice("push_timing", self.push_timing, PUSH_TIMINGS)
     _real("outer_learning_rate", self.outer_learning_rate, 0, open_low=True)
     _real("outer_momentum", self.outer_momentum, 0, 1, open_high=True)
     _real("average_rate", self.average_rate, 0, 1, open_low=True)

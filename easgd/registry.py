@@ -14,8 +14,8 @@ Which algorithm-specific config fields (:data:`ALGORITHM_FIELDS`) each one reads
   async_easgd                 tau, alpha/beta, reset_opt_state, schedule,
                               worker_speeds / max_worker_speed, staleness
   async_eamsgd                as async_easgd, and delta
-  downpour, adownpour         tau, schedule, worker_speeds / max_worker_speed,
-                              staleness
+  downpour, adownpour         tau, push_timing, schedule, worker_speeds /
+                              max_worker_speed, staleness
   mdownpour                   as downpour, and delta (on the master)
   mvadownpour                 as downpour, and average_rate
   pmean_sgd, sgd, asgd        (none)
@@ -51,13 +51,14 @@ parameters averaged over workers; push: DOWNPOUR-type, workers push updates to
 a master; sequential: one model (several workers share its mini-batch)."""
 
 ALGORITHM_FIELDS = ("tau", "alpha", "beta", "delta", "reset_opt_state", "schedule",
-                    "worker_speeds", "max_worker_speed", "staleness",
+                    "worker_speeds", "max_worker_speed", "staleness", "push_timing",
                     "outer_learning_rate", "outer_momentum", "average_rate",
                     "curvature")
 """The ``TrainConfig`` fields that only some algorithms read."""
 
 _ELASTIC = ("tau", "alpha", "beta", "reset_opt_state")
 _ASYNC = ("schedule", "worker_speeds", "max_worker_speed", "staleness")
+_PUSH = ("tau", "push_timing") + _ASYNC
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +108,8 @@ def _elastic_kw(c):
 
 
 def _push_kw(c):
-  return dict(num_workers=c.num_workers, tau=c.tau, schedule=exchange_schedule(c))
+  return dict(num_workers=c.num_workers, tau=c.tau, schedule=exchange_schedule(c),
+              push_timing=c.push_timing)
 
 
 def _spec(name, family, reads, build, asynchronous_=False, without_momentum=None,
@@ -138,18 +140,18 @@ TABLE: dict[str, AlgorithmSpec] = {s.name: s for s in (
               **_elastic_kw(c)),
           asynchronous_=True, without_momentum="async_easgd",
           summary="asynchronous EAMSGD, Algorithm 2"),
-    _spec("downpour", "push", ("tau",) + _ASYNC,
+    _spec("downpour", "push", _PUSH,
           lambda c, loss, opt, n: baselines.downpour(loss, opt, **_push_kw(c)),
           asynchronous_=True, summary="DOWNPOUR (push every tau steps)"),
-    _spec("mdownpour", "push", ("tau", "delta") + _ASYNC,
+    _spec("mdownpour", "push", _PUSH + ("delta",),
           lambda c, loss, opt, n: baselines.mdownpour(loss, opt, momentum=c.delta,
                                                       **_push_kw(c)),
           asynchronous_=True, without_momentum="downpour",
           summary="DOWNPOUR with Nesterov momentum on the master"),
-    _spec("adownpour", "push", ("tau",) + _ASYNC,
+    _spec("adownpour", "push", _PUSH,
           lambda c, loss, opt, n: baselines.adownpour(loss, opt, **_push_kw(c)),
           asynchronous_=True, summary="DOWNPOUR with a running average 1/(t+1)"),
-    _spec("mvadownpour", "push", ("tau", "average_rate") + _ASYNC,
+    _spec("mvadownpour", "push", _PUSH + ("average_rate",),
           lambda c, loss, opt, n: baselines.mvadownpour(
               loss, opt, average_rate=c.average_rate, **_push_kw(c)),
           asynchronous_=True, summary="DOWNPOUR with a constant-rate moving average"),

@@ -10,7 +10,13 @@ Files written to ``workdir`` (each replaced atomically, so an interrupted run
 never leaves a half-written file):
   ``metrics.jsonl``  one JSON object per evaluation (epoch 0 = the start);
   ``summary.json``   resolved config, layout, communication totals, final
-                     metrics, wall time.
+                     metrics, how many steps the center lags the workers
+                     (``center_lag_steps``), wall time;
+  ``exchanges.jsonl`` asynchronous algorithms only: every exchange served so
+                     far (worker, its local clock, the center version it
+                     read), rewritten at every checkpoint
+                     (``easgd.asynchronous.write_exchange_log``), so that an
+                     independent reference can replay the run.
 """
 
 from __future__ import annotations
@@ -36,9 +42,10 @@ from easgd.config import ConfigError, TrainConfig
 from easgd.workers import WORKER_AXES
 
 METRICS_FILE = "metrics.jsonl"
+EXCHANGES_FILE = "exchanges.jsonl"  # asynchronous algorithms: the realised exchanges
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "config.json"
-RUN_FILES = (METRICS_FILE, SUMMARY_FILE, CONFIG_FILE)
+RUN_FILES = (METRICS_FILE, SUMMARY_FILE, CONFIG_FILE, EXCHANGES_FILE)
 
 
 def make_schedule(config: TrainConfig, steps_per_epoch: int) -> optax.Schedule:
@@ -685,6 +692,10 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
     state = run.to_checkpoint(worker, shared, step_now, losses)
     run.check_finite(losses, step_now - len(losses), state)
     ckpt.save(step_now, state)
+    if primary and registry.TABLE[config.algorithm].asynchronous:
+      from easgd import asynchronous  # every exchange so far, for replays
+      asynchronous.write_exchange_log(workdir / EXCHANGES_FILE, run.algorithm,
+                                      run.step_key, step_now)
     return losses
 
   try:

@@ -71,6 +71,7 @@ def test_the_optimizers_momentum_is_not_the_algorithms_delta():
     ("pmean_sgd", dict(alpha=0.1)), ("sgd", dict(outer_momentum=0.5)),
     ("easgd", dict(average_rate=0.1)), ("pmean_sgd", dict(reset_opt_state=True)),
     ("local_sgd", dict(curvature=2.0)), ("diloco", dict(delta=0.5)),
+    ("async_easgd", dict(push_timing="full_period")),
 ])
 def test_a_setting_the_algorithm_does_not_read_is_refused(algorithm, changes):
   (name, value), = changes.items()
@@ -202,3 +203,20 @@ def test_an_exchange_outside_a_mapping_raises_the_packages_error():
   out = jax.vmap(lambda p: elastic.elastic_exchange(p, x, 0.1, None), axis_name="w")(
       {"w": np.ones((1, 3), np.float32)})
   np.testing.assert_array_equal(out[1]["w"][0], x["w"])
+
+
+# -- the realised exchanges of an asynchronous run are logged with it -------------
+
+def test_an_asynchronous_run_logs_every_exchange_it_served(tmp_path):
+  cfg = DIGITS.replace(algorithm="downpour", tau=2, worker_speeds=(1, 2, 1, 2),
+                       push_timing="full_period")
+  trainer.train_and_evaluate(cfg, tmp_path)
+  lines = [json.loads(l) for l in (tmp_path / "exchanges.jsonl").read_text().splitlines()]
+  _, _, state = center_and_workers(tmp_path)
+  assert len(lines) == int(state["shared"]["master_clock"]) > 0
+  assert set(lines[0]) == {"slot", "tick", "time", "worker", "local_step", "version",
+                           "read_version"}
+  assert [r["version"] for r in lines] == list(range(len(lines)))
+  assert not (tmp_path.parent / "sync").exists()
+  trainer.train_and_evaluate(DIGITS, tmp_path.parent / "sync")  # synchronous: no log
+  assert not (tmp_path.parent / "sync" / "exchanges.jsonl").exists()
