@@ -59,9 +59,7 @@ def main():
   algo = algorithms.easgd(loss_fn, optax.sgd(lr), num_workers=d, tau=10**9, beta=0.9)
 
   def library(f):
-    w, s = algo.init(params)
-    return common.step_loop(f, (workers.replicate_per_worker(w, layout),
-                                workers.replicate_per_device(s, layout)),
+    return common.step_loop(f, workers.place_state(algo, params, layout),
                             workers.split_workers((x, y), layout), key)[0]
 
   checked = workers.map_step(algo, layout).programs[False]

@@ -75,9 +75,7 @@ def main():
       cfg, _ = TrainConfig(num_workers=p, tau=tau, beta=0.9).for_algorithm(name)
       cfg = cfg.validate()
       algo = registry.make_algorithm(cfg, loss_fn, trainer.make_optimizer(cfg, 100))
-      worker, shared = algo.init(params)
-      worker = workers.replicate_per_worker(worker, layout)
-      shared = workers.replicate_per_device(shared, layout)
+      worker, shared = workers.place_state(algo, params, layout)
       programs = workers.map_step(algo, layout, donate_state=False).programs
       texts = {flag: f.lower(worker, shared, batch, jax.random.key(0)).compile().as_text()
                for flag, f in programs.items()}

@@ -67,11 +67,9 @@ def main():
   def library(p, x, y):
     algo = algorithms.easgd(loss_fn, optax.sgd(lr), num_workers=p, tau=args.tau, beta=0.9)
     layout = workers.make_layout(p, 1, devices=[device])
-    worker, shared = algo.init(params)
     batch = workers.split_workers((x.reshape(p, B, *shape), y.reshape(p, B)), layout)
     step_fn = workers.map_step(algo, layout)  # as the trainer runs it, every tau-th
-    return common.step_loop(step_fn, (workers.replicate_per_worker(worker, layout),
-                                      workers.replicate_per_device(shared, layout)),
+    return common.step_loop(step_fn, workers.place_state(algo, params, layout),
                             batch, key, clock=True)  # step exchanging
 
   def bare(x, y):

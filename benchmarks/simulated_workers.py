@@ -70,9 +70,7 @@ def main():
 
   def library(algo, p, batch_per_worker, x, y, per_worker=False):
     layout = workers.make_layout(p, 1, backend=args.backend)
-    worker, shared = algo.init(params)
-    state = {"w": workers.replicate_per_worker(worker, layout),
-             "s": workers.replicate_per_device(shared, layout)}
+    state = dict(zip("ws", workers.place_state(algo, params, layout)))
     batch = workers.split_workers((x.reshape(p, batch_per_worker, *x.shape[1:]),
                                    y.reshape(p, batch_per_worker)), layout)
     # the trainer's program for steps at clock >= 1 (no exchange with tau = 10**9)

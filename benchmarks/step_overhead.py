@@ -87,9 +87,7 @@ def main():
 
   def library(name, algo, backend, scheduled=True):
     layout = workers.make_layout(d, d, backend=backend)
-    worker, shared = algo.init(params)
-    w0 = workers.replicate_per_worker(worker, layout)
-    s0 = workers.replicate_per_device(shared, layout)
+    w0, s0 = workers.place_state(algo, params, layout)
     batch = workers.split_workers((x, y), layout)  # [d, 1, B, ...]
     if scheduled:  # the trainer's step: the program exchange_at(clock) names
       step_fn = workers.map_step(algo, layout)

@@ -34,20 +34,71 @@ dtype. With a single worker there is nothing to reduce and no collective runs.
 from __future__ import annotations
 
 import numbers
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
 import optax
-from jax import lax
 
 from easgd import elastic, momentum as momentum_lib
 from easgd.elastic import WORKER_AXES
 
 Params = Any
+WorkerState = Any   # one worker's state (a pytree; ``()`` for one-model methods)
+SharedState = Any   # the state all workers share (a pytree with an int32 ``step``)
 LossFn = Callable[[Params, Any, jax.Array], jax.Array]
 """``loss_fn(params, batch, key) -> float32 scalar``: mean loss of one worker's
 mini-batch; ``key`` is this worker's key for this step (dropout etc.)."""
+
+
+class InitFn(Protocol):
+  """``init(params) -> (worker_state, shared_state)`` for ONE worker."""
+
+  def __call__(self, params: Params) -> tuple[WorkerState, SharedState]: ...
+
+
+class StepFn(Protocol):
+  """``step(worker, shared, batch, key) -> (worker, shared, loss)``, per worker."""
+
+  def __call__(self, worker: WorkerState, shared: SharedState, batch: Any,
+               key: jax.Array) -> tuple[WorkerState, SharedState, jax.Array]: ...
+
+
+class ScheduledStepFn(Protocol):
+  """A step that also takes the host's exchange flag (``Algorithm.exchange_at``).
+
+  ``exchange=None`` decides on the device from the clock (``lax.cond``); a
+  Python bool fixes the branch when the step is traced (:func:`on_exchange`).
+  """
+
+  def __call__(self, worker: WorkerState, shared: SharedState, batch: Any,
+               key: jax.Array, exchange: bool | None = None
+               ) -> tuple[WorkerState, SharedState, jax.Array]: ...
+
+
+class CenterFn(Protocol):
+  """``center(shared) -> params``: the model the method evaluates."""
+
+  def __call__(self, shared: SharedState) -> Params: ...
+
+
+class WorkerParamsFn(Protocol):
+  """``worker_params(worker, shared) -> params``: one worker's iterate."""
+
+  def __call__(self, worker: WorkerState, shared: SharedState) -> Params: ...
+
+
+class CommunicationFn(Protocol):
+  """``communication(num_steps, param_bytes) -> Communication`` per worker."""
+
+  def __call__(self, num_steps: int, param_bytes: int) -> "Communication": ...
+
+
+class ExchangeSchedule(Protocol):
+  """``exchange_at(t) -> bool``: whether the step at clock t communicates (an
+  int on the host, or the state's int32 counter on the device)."""
+
+  def __call__(self, t: Any) -> Any: ...
 
 
 class Communication(NamedTuple):
@@ -97,13 +148,13 @@ class Algorithm(NamedTuple):
       such algorithms keep one) to check the host's clock on the device.
   """
   name: str
-  init: Callable
-  step: Callable
-  center: Callable
-  worker_params: Callable
-  communication: Callable
+  init: InitFn
+  step: StepFn | ScheduledStepFn
+  center: CenterFn
+  worker_params: WorkerParamsFn
+  communication: CommunicationFn
   hyperparameters: dict
-  exchange_at: Callable[[int], bool] | None = None
+  exchange_at: ExchangeSchedule | None = None
   shared_model: bool = False
 
 
@@ -126,7 +177,15 @@ def worker_key(key: jax.Array, step, axis_name=WORKER_AXES) -> jax.Array:
                             elastic.worker_index(axis_name))
 
 
-def _local_optimizer(optimizer, learning_rate):
+def local_optimizer(optimizer: optax.GradientTransformation | None,
+                    learning_rate) -> optax.GradientTransformation:
+  """The local optimizer a factory uses: ``optimizer``, else ``optax.sgd(learning_rate)``.
+
+  Raises:
+    TypeError: ``optimizer`` is not an ``optax.GradientTransformation``.
+    HyperparameterError: neither is given, or ``learning_rate`` (a Python
+      number) is not a finite real > 0.
+  """
   if optimizer is not None:
     if not isinstance(optimizer, optax.GradientTransformation):
       raise TypeError(f"optimizer must be an optax.GradientTransformation, "
@@ -305,7 +364,7 @@ def _synchronous_elastic(name, loss_fn, optimizer, *, num_workers, tau, alpha, b
   """The one body of :func:`easgd` (momentum None) and :func:`eamsgd`."""
   tau = elastic.check_tau(tau)
   alpha = elastic.resolve_alpha(num_workers, alpha, beta)
-  optimizer = _local_optimizer(optimizer, learning_rate)
+  optimizer = local_optimizer(optimizer, learning_rate)
   reduce_over = elastic.reduce_axis(num_workers, axis_name)  # None: one worker
 
   def init(params):
@@ -489,7 +548,7 @@ def pmean_sgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = 
     The synchronous baseline of the paper's Section 5 discussion; Dean et al.
     (2012) for the data-parallel setting.
   """
-  optimizer = _local_optimizer(optimizer, learning_rate)
+  optimizer = local_optimizer(optimizer, learning_rate)
   if num_workers is not None:
     check_num_workers(num_workers)
   return shared_model_algorithm(

@@ -108,7 +108,7 @@ from optax.tree_utils import tree_where, tree_zeros_like
 from jax import lax
 
 from easgd import elastic, momentum as momentum_lib
-from easgd.algorithms import (Algorithm, Communication, LossFn, _local_optimizer,
+from easgd.algorithms import (Algorithm, Communication, LossFn, local_optimizer,
                               every_tau_steps, reset_optimizer_state, worker_key)
 from easgd.elastic import WORKER_AXES
 
@@ -609,7 +609,7 @@ def _async_elastic(name, loss_fn, optimizer, *, num_workers, tau, alpha, beta,
                    learning_rate, schedule, momentum, reset_opt_state, axis_name):
   tau = elastic.check_tau(tau)
   alpha = elastic.resolve_alpha(num_workers, alpha, beta)
-  optimizer = _local_optimizer(optimizer, learning_rate)
+  optimizer = local_optimizer(optimizer, learning_rate)
   schedule = _resolve_schedule(schedule, num_workers)
 
   exchange_due = every_tau_steps(tau, offset=0)  # Algorithm 1: tau | t^i
@@ -943,7 +943,7 @@ def _exchange_records(schedule: ExchangeSchedule, key, num_steps: int, *, tau: i
   """:data:`EXCHANGE_RECORD` array of the first ``num_steps`` slots (see exchange_log)."""
   table = slot_table(schedule.worker_speeds, exchange_at)
   due_at = every_tau_steps(tau, offset)
-  p, big_k, s = schedule.num_workers, schedule.slots_per_tick, schedule.staleness
+  big_k, s = schedule.slots_per_tick, schedule.staleness
   speeds = np.asarray(schedule.worker_speeds, np.int64)
   before = np.cumsum(table.active, 0) - table.active  # [K, p] steps earlier in the tick
   time_in_tick = np.array([[float(t) if t is not None else 0.0 for t in row]

@@ -42,10 +42,9 @@ import jax
 import jax.numpy as jnp
 import optax
 from optax.tree_utils import tree_zeros_like
-from jax import lax
 
 from easgd import algorithms, asynchronous, elastic, momentum as momentum_lib
-from easgd.algorithms import (Algorithm, LossFn, _local_optimizer,
+from easgd.algorithms import (Algorithm, LossFn, local_optimizer,
                               check_exchange_flag, every_tau_steps,
                               periodic_communication, worker_key)
 from easgd.elastic import WORKER_AXES
@@ -140,7 +139,7 @@ def downpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = N
     github.com/sixin-zh/mpiT (commit c359666), ``asyncsgd/optim-downpour.lua``;
     Dean et al. (2012); Zhang, Choromanska, LeCun (2015), Section 5.
   """
-  optimizer = _local_optimizer(optimizer, learning_rate)
+  optimizer = local_optimizer(optimizer, learning_rate)
 
   def master_rule(center, master, update, read, clock):
     del read, clock
@@ -196,7 +195,7 @@ def mdownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = 
     Zhang, Choromanska, LeCun (2015), Section 5; Sutskever et al. (2013).
   """
   momentum = momentum_lib.check_momentum(momentum)
-  optimizer = _local_optimizer(optimizer, learning_rate)
+  optimizer = local_optimizer(optimizer, learning_rate)
 
   def master_rule(center, velocity, update, read, clock):
     del read, clock
@@ -216,7 +215,7 @@ def mdownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = 
 
 def _averaged_downpour(name, loss_fn, optimizer, *, num_workers, tau, learning_rate,
                        schedule, rate, push_timing, axis_name):
-  optimizer = _local_optimizer(optimizer, learning_rate)
+  optimizer = local_optimizer(optimizer, learning_rate)
 
   def master_rule(center, average, update, read, clock):
     del read
@@ -309,12 +308,10 @@ def mvadownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None 
 
 def _sequential(name, loss_fn, optimizer, *, num_workers, learning_rate, momentum,
                 rate, averaged, axis_name):
-  optimizer = _local_optimizer(optimizer, learning_rate)
+  optimizer = local_optimizer(optimizer, learning_rate)
   num_workers = algorithms.check_num_workers(num_workers)
-  average = None
-  if averaged:
-    def average(z, x, t):  # z_{t+1} from x_t, rate 1/(t+1) or constant
-      return _average(z, x, _polyak_rate(t) if rate is None else rate)
+  def average(z, x, t):  # z_{t+1} from x_t, rate 1/(t+1) or constant
+    return _average(z, x, _polyak_rate(t) if rate is None else rate)
   hyper = dict(num_workers=num_workers)
   if momentum is not None:
     hyper["momentum"] = momentum
@@ -322,7 +319,7 @@ def _sequential(name, loss_fn, optimizer, *, num_workers, learning_rate, momentu
     hyper["average_rate"] = "1/(t+1)" if rate is None else rate
   return algorithms.shared_model_algorithm(
       name, loss_fn, optimizer, num_workers=num_workers, axis_name=axis_name,
-      momentum=momentum, average=average, hyperparameters=hyper)
+      momentum=momentum, average=average if averaged else None, hyperparameters=hyper)
 
 
 def sgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None, *,
@@ -466,7 +463,7 @@ def _periodic(name, loss_fn, optimizer, *, num_workers, tau, learning_rate, oute
     last_step = int(num_steps) - 1
   # host and device use this schedule: every tau steps, and the run's last step
   exchange_at = every_tau_steps(tau, offset=1, last_step=last_step)
-  optimizer = _local_optimizer(optimizer, learning_rate)
+  optimizer = local_optimizer(optimizer, learning_rate)
   reduce_over = elastic.reduce_axis(num_workers, axis_name)  # None: one worker
 
   def init(params):
@@ -482,7 +479,7 @@ def _periodic(name, loss_fn, optimizer, *, num_workers, tau, learning_rate, oute
     update, opt_state = optimizer.update(grads, worker.opt_state, worker.params)
     params = optax.apply_updates(worker.params, update)
 
-    def sync(_):
+    def sync():
       mean = elastic.worker_mean(params, reduce_over)  # in the center's dtype
       if outer is None:
         return elastic.cast_like(mean, params), mean, shared.outer_state
@@ -492,13 +489,12 @@ def _periodic(name, loss_fn, optimizer, *, num_workers, tau, learning_rate, oute
       center = optax.apply_updates(shared.center, outer_update)
       return elastic.cast_like(center, params), center, outer_state
 
-    def keep(_):
+    def keep():
       return params, shared.center, shared.outer_state
 
-    if exchange is None:  # decided on the device; else fixed by the host
-      params, center, outer_state = lax.cond(exchange_at(shared.step), sync, keep, None)
-    else:
-      params, center, outer_state = (sync if exchange else keep)(None)
+    # decided on the device from the clock, or fixed by the host's flag
+    flag = exchange_at(shared.step) if exchange is None else exchange
+    params, center, outer_state = elastic.on_exchange(flag, sync, keep)
     return (LocalWorker(params, opt_state),
             LocalShared(center, outer_state, shared.step + 1), loss)
 

@@ -221,6 +221,30 @@ def is_exchange_step(clock, tau):
   return jnp.asarray(clock) % tau == 0
 
 
+def on_exchange(exchange, sync, keep):
+  """``sync()`` on an exchange step, ``keep()`` otherwise: the one switch of every
+  algorithm that communicates on some steps only.
+
+  A Python bool picks the branch while the step is traced (the host knows the
+  schedule: one program with the communication, one without, and no
+  conditional in either, see ``easgd.workers.map_step``); a bool scalar array
+  (the device's clock test) runs ``lax.cond``, so the communication in
+  ``sync`` happens only on exchange steps. Under ``vmap`` with a batched flag
+  the cond becomes a select (both branches run).
+
+  Args:
+    exchange: a Python bool or a bool scalar array.
+    sync, keep: functions of no argument returning pytrees of the same
+      structure, shapes and dtypes.
+
+  Returns:
+    What the chosen branch returns.
+  """
+  if isinstance(exchange, bool):
+    return sync() if exchange else keep()
+  return lax.cond(exchange, lambda _: sync(), lambda _: keep(), None)
+
+
 def elastic_difference(params: Params, center: Params, alpha) -> Params:
   """The elastic force alpha * (x^i - x~), leaf by leaf.
 
@@ -325,17 +349,15 @@ def easgd_update(params: Params, updates: Params, center: Params, alpha, exchang
   References:
     Eq. (5)-(6) of the paper, with the communication period of Algorithm 1.
   """
-  def exchange_branch(_):
+  def exchange_branch():
     diff = elastic_difference(params, center, alpha)
     new_params = cast_like(tree_add(tree_sub(params, diff), updates), params)
     return new_params, cast_like(tree_add(center, worker_sum(diff, axis_name)), center)
 
-  def local_branch(_):
+  def local_branch():
     return cast_like(tree_add(params, updates), params), center
 
-  if isinstance(exchange, bool):
-    return (exchange_branch if exchange else local_branch)(None)
-  return lax.cond(exchange, exchange_branch, local_branch, None)
+  return on_exchange(exchange, exchange_branch, local_branch)
 
 
 def tree_l2_distance(a: Params, b: Params) -> jax.Array:

@@ -34,9 +34,7 @@ import numbers
 from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
 import optax
-from optax.tree_utils import tree_zeros_like
 
 from easgd import elastic
 

@@ -382,9 +382,7 @@ class Run:
   # -- state ---------------------------------------------------------------
   def initial_state(self):
     """(worker_state, shared_state) on the devices: everyone starts equal."""
-    worker, shared = self.algorithm.init(self.init_params)
-    return (workers.replicate_per_worker(worker, self.layout),
-            workers.replicate_per_device(shared, self.layout))
+    return workers.place_state(self.algorithm, self.init_params, self.layout)
 
   def to_checkpoint(self, worker, shared, step, epoch_losses):
     """The layout-free checkpoint dict (see ``easgd.checkpoint``)."""

@@ -42,6 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from easgd.algorithms import Algorithm
 from easgd.elastic import DEVICE_AXIS, LOCAL_AXIS, WORKER_AXES
 
 KINDS = ("worker", "shared", "broadcast")
@@ -358,7 +359,7 @@ def map_step(algorithm, layout: WorkerLayout, donate_state: bool = True) -> Call
   References:
     Algorithm 1 of the paper ("if tau divides t"), decided on the host.
   """
-  if not (hasattr(algorithm, "step") and hasattr(algorithm, "exchange_at")):
+  if not isinstance(algorithm, Algorithm):
     raise TypeError(f"algorithm must be an easgd.algorithms.Algorithm, got "
                     f"{type(algorithm).__name__}")
   if not isinstance(layout, WorkerLayout):
@@ -367,7 +368,7 @@ def map_step(algorithm, layout: WorkerLayout, donate_state: bool = True) -> Call
   donate = (0, 1) if donate_state else ()
 
   def mapped(fn):
-    if getattr(algorithm, "shared_model", False):
+    if algorithm.shared_model:
       return _map_devices(_merged_workers_step(fn, layout.num_workers == 1), layout,
                           STEP_IN_KINDS, False, donate)
     return map_workers(fn, layout, STEP_IN_KINDS, STEP_OUT_KINDS, donate)
@@ -465,6 +466,27 @@ def replicate_per_device(tree, layout: WorkerLayout):
   d = layout.num_devices
   return _put(jax.tree.map(
       lambda x: np.broadcast_to(np.asarray(x), (d, *np.shape(x))), tree), layout)
+
+
+def place_state(algorithm, params, layout: WorkerLayout):
+  """An algorithm's initial state, placed on the layout's devices.
+
+  ``algorithm.init(params)`` gives one worker's state and the shared state
+  from the common initial parameters; every worker gets the same values
+  (:func:`replicate_per_worker`) and every device the same shared state
+  (:func:`replicate_per_device`).
+
+  Args:
+    algorithm: an ``easgd.algorithms.Algorithm``.
+    params: the initial parameters (a pytree of arrays), the same for all.
+    layout: the worker layout.
+
+  Returns:
+    ``(worker, shared)``: leaves [d, w, ...] and [d, ...] on the devices,
+    ready for :func:`map_step`'s ``step_fn``.
+  """
+  worker, shared = algorithm.init(params)
+  return replicate_per_worker(worker, layout), replicate_per_device(shared, layout)
 
 
 def split_workers(tree, layout: WorkerLayout):

@@ -59,9 +59,7 @@ def trajectory(algo, xs, ys, num_devices, key, init=None):
   """
   num_workers = xs.shape[1]
   layout = workers.make_layout(num_workers, num_devices)
-  worker, shared = algo.init(init if init is not None else params0())
-  worker = workers.replicate_per_worker(worker, layout)
-  shared = workers.replicate_per_device(shared, layout)
+  worker, shared = workers.place_state(algo, init if init is not None else params0(), layout)
   step = workers.map_workers(algo.step, layout, *STEP_KINDS)
   wt, ct = [], []
   for x, y in zip(xs, ys):

@@ -14,7 +14,7 @@ import numpy as np
 import optax
 import pytest
 
-from easgd import algorithms, asynchronous, momentum, trainer, workers
+from easgd import algorithms, asynchronous, trainer, workers
 from easgd.config import ConfigError, TrainConfig
 from easgd.elastic import HyperparameterError
 import linear_problem
@@ -134,9 +134,7 @@ def test_round_robin_async_easgd_reproduces_eq_12_13_exactly():
   algo = asynchronous.async_easgd(lambda x, b, k: 0.5 * x ** 2, num_workers=p, tau=1,
                                   alpha=0.25, learning_rate=0.5)
   layout = workers.make_layout(p, 3)
-  worker, shared = algo.init(jnp.float32(1.0))
-  worker = workers.replicate_per_worker(worker, layout)
-  shared = workers.replicate_per_device(shared, layout)
+  worker, shared = workers.place_state(algo, jnp.float32(1.0), layout)
   step = workers.map_workers(algo.step, layout, *STEP_KINDS)
   dummy = workers.split_workers(np.zeros(p, np.float32), layout)
   # float32, operation by operation, as written in eq. (12)-(13)
@@ -175,9 +173,7 @@ def test_async_easgd_serves_the_exchanges_of_a_slot_in_time_order():
   algo = asynchronous.async_easgd(lambda x, b, k: 0.5 * x ** 2, num_workers=2, tau=1,
                                   alpha=0.25, learning_rate=0.5, schedule=schedule)
   layout = workers.make_layout(2, 2)
-  worker, shared = algo.init(jnp.float32(1.0))
-  worker = workers.replicate_per_worker(worker, layout)
-  shared = workers.replicate_per_device(shared, layout)
+  worker, shared = workers.place_state(algo, jnp.float32(1.0), layout)
   step = workers.map_workers(algo.step, layout, *STEP_KINDS)
   dummy = workers.split_workers(np.zeros(2, np.float32), layout)
   expected = [((0.5, 0.5), 1.0), ((0.34375, 0.375), 0.78125),

@@ -19,9 +19,7 @@ from test_mapping import STEP_KINDS, mlp_setup, random_batches
 
 
 def run_steps(algo, params, layout, xs, ys, donate=True):
-  worker, shared = algo.init(params)
-  worker = workers.replicate_per_worker(worker, layout)
-  shared = workers.replicate_per_device(shared, layout)
+  worker, shared = workers.place_state(algo, params, layout)
   step = workers.map_workers(algo.step, layout, *STEP_KINDS,
                              donate_argnums=(0, 1) if donate else ())
   key = jax.random.key(3)
@@ -71,9 +69,7 @@ def test_shard_map_step_donates_and_compiles_once():
   xs, ys = random_batches(3, 4, 4)
   algo = algorithms.easgd(loss_fn, optax.sgd(0.3), num_workers=4, tau=2, beta=0.9)
   layout = workers.make_layout(4, 2, backend="shard_map")
-  worker, shared = algo.init(params)
-  worker = workers.replicate_per_worker(worker, layout)
-  shared = workers.replicate_per_device(shared, layout)
+  worker, shared = workers.place_state(algo, params, layout)
   step = workers.map_workers(algo.step, layout, *STEP_KINDS, donate_argnums=(0, 1))
   key = jax.random.key(0)
   for i, (x, y) in enumerate(zip(xs, ys)):

@@ -14,7 +14,7 @@ import numpy as np
 import optax
 import pytest
 
-from easgd import algorithms, asynchronous, baselines, registry, trainer, workers
+from easgd import algorithms, asynchronous, baselines, registry, workers
 from easgd.compare import compare
 from easgd.config import TrainConfig
 from easgd.elastic import HyperparameterError
@@ -129,9 +129,7 @@ def run_scalar(algo, num_workers, num_steps, x0=1.0, dtype=np.float32):
   Returns per-step worker params [T, p], centers [T] and the final shared state.
   """
   layout = workers.make_layout(num_workers, 1)
-  worker, shared = algo.init(jnp.asarray(x0, dtype))
-  worker = workers.replicate_per_worker(worker, layout)
-  shared = workers.replicate_per_device(shared, layout)
+  worker, shared = workers.place_state(algo, jnp.asarray(x0, dtype), layout)
   step = workers.map_workers(algo.step, layout, *STEP_KINDS)
   dummy = workers.split_workers(np.zeros(num_workers, np.float32), layout)
   wt, ct = [], []
@@ -440,9 +438,7 @@ def test_every_algorithm_runs_through_make_algorithm(name):
   assert algo.name == name
   xs, ys = make_data(8, 4)
   layout = workers.make_layout(4, 2)
-  worker, shared = algo.init(params0())
-  worker = workers.replicate_per_worker(worker, layout)
-  shared = workers.replicate_per_device(shared, layout)
+  worker, shared = workers.place_state(algo, params0(), layout)
   step = jax.jit(workers.map_workers(algo.step, layout, *STEP_KINDS))
   losses = []
   for x, y in zip(xs, ys):

@@ -17,9 +17,7 @@ def quadratic_loss(params, target, key):
 def run(algo, x0, targets, num_steps, num_devices):
   """Runs ``num_steps`` steps; returns per-step worker values and centers."""
   layout = workers.make_layout(len(targets), num_devices)
-  worker, shared = algo.init(jnp.float32(x0))
-  worker = workers.replicate_per_worker(worker, layout)
-  shared = workers.replicate_per_device(shared, layout)
+  worker, shared = workers.place_state(algo, jnp.float32(x0), layout)
   step = workers.map_workers(algo.step, layout,
                              ("worker", "shared", "worker", "broadcast"),
                              ("worker", "shared", "worker"))

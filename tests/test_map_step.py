@@ -18,7 +18,7 @@ import numpy as np
 import optax
 import pytest
 
-from easgd import algorithms, baselines, momentum, workers
+from easgd import algorithms, baselines, workers
 from test_mapping import STEP_KINDS, mlp_setup, random_batches
 
 TAU = 3
@@ -41,9 +41,7 @@ def make(name, loss_fn):
 
 
 def trajectory(step_fn, algo, params, layout, xs, ys, scheduled):
-  worker, shared = algo.init(params)
-  worker = workers.replicate_per_worker(worker, layout)
-  shared = workers.replicate_per_device(shared, layout)
+  worker, shared = workers.place_state(algo, params, layout)
   key = jax.random.key(5)
   states = []
   for t, (x, y) in enumerate(zip(xs, ys)):
@@ -91,9 +89,7 @@ def test_only_the_exchange_program_all_reduces_and_neither_has_a_conditional():
   params, loss_fn = mlp_setup()
   algo = make("easgd", loss_fn)
   layout = workers.make_layout(4, 2)
-  worker, shared = algo.init(params)
-  worker = workers.replicate_per_worker(worker, layout)
-  shared = workers.replicate_per_device(shared, layout)
+  worker, shared = workers.place_state(algo, params, layout)
   xs, ys = random_batches(1, 4, 4)
   batch = workers.split_workers((xs[0], ys[0]), layout)
   step = workers.map_step(algo, layout)
@@ -149,9 +145,7 @@ def test_the_programs_the_trainer_runs_communicate_what_the_accounting_counts(
   cfg = cfg.validate()
   algo = registry.make_algorithm(cfg, loss_fn, trainer.make_optimizer(cfg, 100), 10 * TAU)
   layout = workers.make_layout(num_workers, num_devices)
-  worker, shared = algo.init(params)
-  worker = workers.replicate_per_worker(worker, layout)
-  shared = workers.replicate_per_device(shared, layout)
+  worker, shared = workers.place_state(algo, params, layout)
   xs, ys = random_batches(1, num_workers, 4)
   batch = workers.split_workers((xs[0], ys[0]), layout)
   programs = workers.map_step(algo, layout, donate_state=False).programs
@@ -202,9 +196,7 @@ def test_a_clock_that_disagrees_with_the_state_gives_a_nan_loss(name):
   algo = make(name, loss_fn)
   layout = workers.make_layout(4, 2)
   step = workers.map_step(algo, layout, donate_state=False)
-  worker, shared = algo.init(params)
-  worker = workers.replicate_per_worker(worker, layout)
-  shared = workers.replicate_per_device(shared, layout)
+  worker, shared = workers.place_state(algo, params, layout)
   xs, ys = random_batches(1, 4, 4)
   batch = workers.split_workers((xs[0], ys[0]), layout)
   key = jax.random.key(0)

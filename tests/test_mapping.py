@@ -27,9 +27,7 @@ def random_batches(num_steps, num_workers, batch, seed=1):
 
 
 def run(algo, params, layout, xs, ys):
-  worker, shared = algo.init(params)
-  worker = workers.replicate_per_worker(worker, layout)
-  shared = workers.replicate_per_device(shared, layout)
+  worker, shared = workers.place_state(algo, params, layout)
   step = workers.map_workers(algo.step, layout, *STEP_KINDS)
   key = jax.random.key(3)
   for x, y in zip(xs, ys):

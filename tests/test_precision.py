@@ -74,8 +74,7 @@ def test_a_bfloat16_run_keeps_the_center_close_to_a_float64_run():
   def run(params, dtype):
     algo = algorithms.easgd(loss_fn, optax.sgd(0.05), num_workers=4, tau=1, beta=0.9)
     step = workers.map_step(algo, layout)
-    w, s = algo.init(params)
-    w, s = workers.replicate_per_worker(w, layout), workers.replicate_per_device(s, layout)
+    w, s = workers.place_state(algo, params, layout)
     for t in range(len(xs)):
       batch = workers.split_workers((xs[t].astype(dtype), ys[t].astype(dtype)), layout)
       w, s, _ = step(w, s, batch, jax.random.key(0), t)

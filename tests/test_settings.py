@@ -9,10 +9,10 @@ import jax
 import numpy as np
 import pytest
 
-from easgd import algorithms, checkpoint, elastic, registry, trainer, workers
+from easgd import algorithms, checkpoint, elastic, registry, trainer
 from easgd.compare import compare
 from easgd.config import ConfigError, TrainConfig
-from linear_problem import STEP_KINDS, loss_fn, params0
+from linear_problem import loss_fn, params0
 
 # digits: 1438 training images; global batch 64 -> 22 steps per epoch
 DIGITS = TrainConfig(dataset="digits", model="mlp", num_workers=4, global_batch_size=64,

@@ -48,8 +48,7 @@ def test_center_accuracy_matches_direct_evaluation(tmp_path):
   spe = data.steps_per_epoch(len(ds.train_y), 4, 16)
   algo = registry.make_algorithm(cfg, trainer.make_loss_fn(model),
                                  trainer.make_optimizer(cfg, spe), spe)
-  w, s = algo.init(params)
-  w, s = workers.replicate_per_worker(w, layout), workers.replicate_per_device(s, layout)
+  w, s = workers.place_state(algo, params, layout)
   step = workers.map_workers(algo.step, layout, ("worker", "shared", "worker", "broadcast"),
                              ("worker", "shared", "worker"))
   key = jax.random.split(jax.random.key(cfg.seed))[1]
