@@ -114,7 +114,7 @@ from easgd.elastic import WORKER_AXES
 
 Params = Any
 
-SCHEDULES = ("round_robin", "random")
+EXCHANGE_ORDERS = ("round_robin", "random")
 """Exchange orders within a tick."""
 
 ORDER_STREAM = 0x7FFFFFFF
@@ -173,9 +173,9 @@ def exchange_schedule(num_workers: int, order: str = "round_robin",
   if not _is_int(num_workers, 1):
     raise elastic.HyperparameterError(
         f"num_workers must be an integer >= 1, got {num_workers!r}")
-  if order not in SCHEDULES:
+  if order not in EXCHANGE_ORDERS:
     raise elastic.HyperparameterError(
-        f"unknown schedule {order!r}; allowed: {', '.join(SCHEDULES)}")
+        f"unknown exchange order {order!r}; allowed: {', '.join(EXCHANGE_ORDERS)}")
   if worker_speeds is None or len(worker_speeds) == 0:
     worker_speeds = (1,) * num_workers
   if len(worker_speeds) != num_workers:
@@ -491,7 +491,7 @@ def simulate(name: str, *, schedule: ExchangeSchedule, local_step: Callable,
 
   Returns:
     An :class:`~easgd.algorithms.Algorithm`; its hyperparameters gain
-    ``schedule``, ``worker_speeds``, ``staleness``, ``slots_per_tick`` and
+    ``exchange_order``, ``worker_speeds``, ``staleness``, ``slots_per_tick`` and
     ``exchange_at``.
 
   Raises:
@@ -558,7 +558,7 @@ def simulate(name: str, *, schedule: ExchangeSchedule, local_step: Callable,
       name=name, init=init, step=step, center=center,
       worker_params=lambda worker, shared: worker.params,
       communication=communication,
-      hyperparameters=dict(hyperparameters, schedule=schedule.order,
+      hyperparameters=dict(hyperparameters, exchange_order=schedule.order,
                            worker_speeds=list(schedule.worker_speeds),
                            staleness=schedule.staleness,
                            slots_per_tick=schedule.slots_per_tick,
@@ -987,7 +987,7 @@ def exchange_log(algorithm: Algorithm, key: jax.Array, num_steps: int) -> np.nda
 
   Args:
     algorithm: an algorithm of this module or of ``easgd.baselines``' DOWNPOUR
-      family (its ``hyperparameters`` hold ``schedule``, ``worker_speeds``,
+      family (its ``hyperparameters`` hold ``exchange_order``, ``worker_speeds``,
       ``staleness``, ``tau``, ``exchange_at`` and, for "step_end",
       ``push_timing``).
     key: the run's base key, the ``key`` given to ``Algorithm.step``.
@@ -1007,7 +1007,7 @@ def exchange_log(algorithm: Algorithm, key: jax.Array, num_steps: int) -> np.nda
                      f"schedule (not easgd.asynchronous)")
   if not _is_int(num_steps, 0):
     raise ValueError(f"num_steps must be an integer >= 0, got {num_steps!r}")
-  schedule = exchange_schedule(len(hyper["worker_speeds"]), hyper["schedule"],
+  schedule = exchange_schedule(len(hyper["worker_speeds"]), hyper["exchange_order"],
                                hyper["worker_speeds"], hyper["staleness"])
   offset = (push_offset(hyper["push_timing"])
             if hyper["exchange_at"] == "step_end" else 0)

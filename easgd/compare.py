@@ -40,7 +40,7 @@ DEFAULT_ALGORITHMS = ("easgd", "pmean_sgd")
 
 
 SETTINGS = ("optimizer", "learning_rate", "momentum", "delta", "weight_decay", "tau",
-            "beta", "reset_opt_state", "schedule", "worker_speeds", "max_worker_speed",
+            "beta", "reset_opt_state", "exchange_order", "worker_speeds", "max_worker_speed",
             "staleness", "outer_learning_rate", "outer_momentum", "average_rate",
             "lr_schedule", "param_dtype", "compute_dtype")
 """Config fields a comparison row can differ in (shown when they differ)."""

@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 
 from easgd import registry
-from easgd.asynchronous import PUSH_TIMINGS, SCHEDULES as EXCHANGE_SCHEDULES
+from easgd.asynchronous import EXCHANGE_ORDERS, PUSH_TIMINGS
 from easgd.data import DATASETS
 from easgd.models import BATCH_NORM_MODELS, DTYPES, MODELS
 from easgd.workers import BACKENDS as MAPPING_BACKENDS
 
 OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw")
-SCHEDULES = ("constant", "cosine", "step")
+LR_SCHEDULES = ("constant", "cosine", "step")
 
 
 class ConfigError(ValueError):
@@ -79,7 +79,7 @@ class TrainConfig:
     beta: EASGD center moving rate, beta = num_workers * alpha (paper: 0.9).
     reset_opt_state: EASGD/EAMSGD (sync and async): re-initialise the local
       optimizer state at every exchange (schedules keep their position).
-    schedule: asynchronous algorithms: order in which the exchanges of a tick
+    exchange_order: asynchronous algorithms: order in which the exchanges of a tick
       are served, "round_robin" or "random" (a permutation per tick).
     worker_speeds: asynchronous algorithms: local steps per tick of each
       worker, num_workers integers >= 1; () = all 1 (or drawn, below).
@@ -145,7 +145,7 @@ class TrainConfig:
   alpha: float | None = None
   beta: float | None = 0.9
   reset_opt_state: bool = False
-  schedule: str = "round_robin"
+  exchange_order: str = "round_robin"
   worker_speeds: tuple[float, ...] = ()
   max_worker_speed: int | None = None
   staleness: int = 0
@@ -211,7 +211,7 @@ class TrainConfig:
         raise ConfigError("crop_size crops images; dataset 'mnist1d' holds 1-D "
                           "signals; allowed: crop_size None")
     _choice("optimizer", self.optimizer, OPTIMIZERS)
-    _choice("lr_schedule", self.lr_schedule, SCHEDULES)
+    _choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
     _int("num_workers", self.num_workers, 1, high=MAX_WORKERS)
     if self.num_devices is not None:
       _int("num_devices", self.num_devices, 1)
@@ -250,7 +250,7 @@ class TrainConfig:
       _real("alpha", self.alpha, 0)
     else:
       _real("beta", self.beta, 0)
-    self._validate_schedule_fields()
+    self._validate_algorithm_fields()
     _int("seed", self.seed, 0, high=2**32 - 1)
     _int("eval_every_epochs", self.eval_every_epochs, 1)
     _int("eval_batch_size", self.eval_batch_size, 1)
@@ -265,9 +265,9 @@ class TrainConfig:
     self._refuse_unread()
     return self
 
-  def _validate_schedule_fields(self) -> None:
+  def _validate_algorithm_fields(self) -> None:
     """Ranges of the fields of the asynchronous and averaging algorithms."""
-    _choice("schedule", self.schedule, EXCHANGE_SCHEDULES)
+    _choice("exchange_order", self.exchange_order, EXCHANGE_ORDERS)
     if not isinstance(self.worker_speeds, (tuple, list)):
       raise ConfigError(f"worker_speeds must be a tuple (one integer per worker), "
                         f"got {self.worker_speeds!r}")

@@ -50,14 +50,14 @@ FAMILIES = ("elastic", "averaging", "push", "sequential")
 parameters averaged over workers; push: DOWNPOUR-type, workers push updates to
 a master; sequential: one model (several workers share its mini-batch)."""
 
-ALGORITHM_FIELDS = ("tau", "alpha", "beta", "delta", "reset_opt_state", "schedule",
+ALGORITHM_FIELDS = ("tau", "alpha", "beta", "delta", "reset_opt_state", "exchange_order",
                     "worker_speeds", "max_worker_speed", "staleness", "push_timing",
                     "outer_learning_rate", "outer_momentum", "average_rate",
                     "curvature")
 """The ``TrainConfig`` fields that only some algorithms read."""
 
 _ELASTIC = ("tau", "alpha", "beta", "reset_opt_state")
-_ASYNC = ("schedule", "worker_speeds", "max_worker_speed", "staleness")
+_ASYNC = ("exchange_order", "worker_speeds", "max_worker_speed", "staleness")
 _PUSH = ("tau", "push_timing") + _ASYNC
 
 
@@ -98,7 +98,7 @@ def exchange_schedule(config) -> asynchronous.ExchangeSchedule:
   """
   speeds = asynchronous.resolve_worker_speeds(
       config.num_workers, config.worker_speeds, config.max_worker_speed, config.seed)
-  return asynchronous.exchange_schedule(config.num_workers, config.schedule, speeds,
+  return asynchronous.exchange_schedule(config.num_workers, config.exchange_order, speeds,
                                         config.staleness)
 
 

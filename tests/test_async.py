@@ -285,7 +285,7 @@ def test_schedule_helpers():
   assert a == asynchronous.draw_worker_speeds(16, 4, seed=3)
   assert set(a) <= {1, 2, 3, 4} and len(set(a)) > 1
   assert a != asynchronous.draw_worker_speeds(16, 4, seed=4)
-  for bad, match in [(dict(order="fifo"), "unknown schedule"),
+  for bad, match in [(dict(order="fifo"), "unknown exchange order"),
                      (dict(worker_speeds=(1, 2)), "3 entries|2 entries"),
                      (dict(worker_speeds=(1, 0, 1)), "integers >= 1"),
                      (dict(worker_speeds=(1, 1.5, 1)), "integers >= 1"),
@@ -413,7 +413,7 @@ def test_reset_optimizer_state_keeps_the_schedule_count():
 ASYNC_TINY = TrainConfig(
     algorithm="async_easgd", dataset="digits", model="mlp", num_workers=4,
     num_devices=2, global_batch_size=64, num_epochs=1, learning_rate=0.1, tau=2,
-    beta=0.9, schedule="random", worker_speeds=(1.0, 2.0, 1.0, 3.0), staleness=1,
+    beta=0.9, exchange_order="random", worker_speeds=(1.0, 2.0, 1.0, 3.0), staleness=1,
     eval_batch_size=64, progress=False)
 
 
@@ -440,7 +440,7 @@ def test_async_training_is_reproducible_per_seed(tmp_path):
 def test_config_fields_are_validated():
   base = TrainConfig(num_workers=4)
   for changes, match in [
-      (dict(schedule="fifo"), "schedule"),
+      (dict(exchange_order="fifo"), "exchange_order"),
       (dict(worker_speeds=(1.0, 2.0)), "one per worker"),
       (dict(worker_speeds=(1.0, 2.5, 1.0, 1.0)), r"integers in \[1, 1024\]"),
       (dict(staleness=10**12), r"staleness \(in master updates\) must be an integer in \[0, 1024\]"),
@@ -462,9 +462,9 @@ def test_config_fields_are_validated():
 def test_cli_flags_of_the_new_fields():
   from easgd import cli
   args = cli.build_parser().parse_args([
-      "train", "--workdir", "w", "--algorithm", "async_easgd", "--schedule", "random",
+      "train", "--workdir", "w", "--algorithm", "async_easgd", "--exchange-order", "random",
       "--worker-speeds", "1,2,1,3", "--staleness", "2", "--reset-opt-state", "true",
       "--max-worker-speed", "none", "--average-rate", "0.01"])
   assert args.worker_speeds == (1.0, 2.0, 1.0, 3.0)
-  assert (args.schedule, args.staleness, args.reset_opt_state) == ("random", 2, True)
+  assert (args.exchange_order, args.staleness, args.reset_opt_state) == ("random", 2, True)
   assert args.max_worker_speed is None and args.average_rate == 0.01

@@ -432,7 +432,7 @@ NEW_ALGORITHMS = [a for a in registry.ALGORITHMS if a not in ("easgd", "pmean_sg
 def test_every_algorithm_runs_through_make_algorithm(name):
   cfg, _ = TrainConfig(num_workers=4, tau=2, beta=0.9, delta=0.5,
                        learning_rate=0.1, worker_speeds=(1.0, 2.0, 1.0, 1.0),
-                       schedule="random", staleness=1,
+                       exchange_order="random", staleness=1,
                        average_rate=0.5).for_algorithm(name)
   algo = registry.make_algorithm(cfg.validate(), loss_fn, optax.sgd(0.1))
   assert algo.name == name

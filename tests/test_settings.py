@@ -66,7 +66,7 @@ def test_the_optimizers_momentum_is_not_the_algorithms_delta():
     ("pmean_sgd", dict(tau=8)), ("sgd", dict(tau=8)), ("msgd", dict(tau=8)),
     ("asgd", dict(tau=8)), ("mvasgd", dict(tau=2)),
     ("easgd", dict(worker_speeds=(1, 2, 1, 1))), ("eamsgd", dict(staleness=2)),
-    ("local_sgd", dict(schedule="random")), ("pmean_sgd", dict(max_worker_speed=3)),
+    ("local_sgd", dict(exchange_order="random")), ("pmean_sgd", dict(max_worker_speed=3)),
     ("easgd", dict(delta=0.9)), ("downpour", dict(beta=0.5)),
     ("pmean_sgd", dict(alpha=0.1)), ("sgd", dict(outer_momentum=0.5)),
     ("easgd", dict(average_rate=0.1)), ("pmean_sgd", dict(reset_opt_state=True)),
