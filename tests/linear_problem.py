@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from easgd import workers
+from testutil import STEP_KINDS
 
-STEP_KINDS = (("worker", "shared", "worker", "broadcast"), ("worker", "shared", "worker"))
 THETA0 = np.array([0.5, -0.25, 1.0, 0.125])  # w (3) and b, flattened
 
 

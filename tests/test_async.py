@@ -18,7 +18,8 @@ from easgd import algorithms, asynchronous, trainer, workers
 from easgd.config import ConfigError, TrainConfig
 from easgd.elastic import HyperparameterError
 import linear_problem
-from linear_problem import (STEP_KINDS, THETA0, local_steps_in_time_order, loss_fn,
+from testutil import STEP_KINDS
+from linear_problem import (THETA0, local_steps_in_time_order, loss_fn,
                             np_grad)
 
 make_data = functools.partial(linear_problem.make_data, seed=1)

@@ -19,7 +19,8 @@ from easgd.compare import compare
 from easgd.config import TrainConfig
 from easgd.elastic import HyperparameterError
 import linear_problem
-from linear_problem import (STEP_KINDS, THETA0, flat, local_steps_in_time_order,
+from testutil import STEP_KINDS
+from linear_problem import (THETA0, flat, local_steps_in_time_order,
                             loss_fn, np_grad, params0)
 
 make_data = functools.partial(linear_problem.make_data, seed=2)

@@ -4,27 +4,8 @@ import numpy as np
 import optax
 import pytest
 
-from easgd import algorithms, models, workers
-
-STEP_KINDS = (("worker", "shared", "worker", "broadcast"), ("worker", "shared", "worker"))
-
-
-def mlp_setup(seed=0):
-  model = models.MLP(num_classes=3, hidden=(16,))
-  params = models.init_params(model, (5,), jax.random.key(seed))
-
-  def loss_fn(p, batch, key):
-    x, y = batch
-    return models.cross_entropy_loss(model.apply({"params": p}, x), y)
-  return params, loss_fn
-
-
-def random_batches(num_steps, num_workers, batch, seed=1):
-  rng = np.random.default_rng(seed)
-  x = rng.normal(size=(num_steps, num_workers, batch, 5)).astype(np.float32)
-  y = rng.integers(0, 3, size=(num_steps, num_workers, batch)).astype(np.int32)
-  return x, y
-
+from easgd import algorithms, workers
+from testutil import STEP_KINDS, mlp_setup, random_batches
 
 def run(algo, params, layout, xs, ys):
   worker, shared = workers.place_state(algo, params, layout)

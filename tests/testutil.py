@@ -1,0 +1,46 @@
+"""Helpers shared by the tests (test code, not library code).
+
+  STEP_KINDS           argument and output kinds of an algorithm step for
+                       ``workers.map_workers``;
+  mlp_setup, random_batches  a tiny MLP classifier and random batches for it;
+  max_abs_diff, assert_trees_close  leafwise comparison of two pytrees.
+"""
+import jax
+import numpy as np
+
+from easgd import models, workers
+
+STEP_KINDS = (workers.STEP_IN_KINDS, workers.STEP_OUT_KINDS)
+
+
+def mlp_setup(seed=0):
+  """(params, loss_fn) of an MLP 5 -> 16 -> 3 with the package's cross-entropy."""
+  model = models.MLP(num_classes=3, hidden=(16,))
+  params = models.init_params(model, (5,), jax.random.key(seed))
+
+  def loss_fn(p, batch, key):
+    x, y = batch
+    return models.cross_entropy_loss(model.apply({"params": p}, x), y)
+  return params, loss_fn
+
+
+def random_batches(num_steps, num_workers, batch, seed=1):
+  """x float32 [steps, workers, batch, 5], y int32 [steps, workers, batch] in {0, 1, 2}."""
+  rng = np.random.default_rng(seed)
+  x = rng.normal(size=(num_steps, num_workers, batch, 5)).astype(np.float32)
+  y = rng.integers(0, 3, size=(num_steps, num_workers, batch)).astype(np.int32)
+  return x, y
+
+
+def max_abs_diff(a, b) -> float:
+  """max |a - b| over all leaves (float64), for trees of the same structure."""
+  return max((float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)),
+                           initial=0.0))
+              for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)),
+             default=0.0)
+
+
+def assert_trees_close(a, b, atol, rtol=0.0):
+  """Every leaf of ``a`` within ``atol + rtol * |b|`` of the matching leaf of ``b``."""
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+    np.testing.assert_allclose(x, y, rtol=rtol, atol=atol)
