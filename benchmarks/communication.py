@@ -50,7 +50,7 @@ def main():
   import jax
 
   import common
-  from easgd import models, registry, trainer, workers
+  from easgd import models, optimizers, registry, workers
   from easgd.config import TrainConfig
 
   p, d, tau = args.workers, args.devices, args.tau
@@ -74,7 +74,7 @@ def main():
     try:
       cfg, _ = TrainConfig(num_workers=p, tau=tau, beta=0.9).for_algorithm(name)
       cfg = cfg.validate()
-      algo = registry.make_algorithm(cfg, loss_fn, trainer.make_optimizer(cfg, 100))
+      algo = registry.make_algorithm(cfg, loss_fn, optimizers.make_optimizer(cfg, 100))
       worker, shared = workers.place_state(algo, params, layout)
       programs = workers.map_step(algo, layout, donate_state=False).programs
       texts = {flag: f.lower(worker, shared, batch, jax.random.key(0)).compile().as_text()

@@ -10,8 +10,14 @@ Where things live:
   easgd.workers     the worker mapping (pmap or shard_map over devices of vmap
                     over workers)
   easgd.distributed multi-process runs: jax.distributed setup, peer watchdog
-  easgd.trainer     train_and_evaluate(config, workdir)
+  easgd.trainer     train_and_evaluate(config, workdir): Run, loss/eval, divergence
+                    checks, stability warning
+  easgd.optimizers  the local optimizer, its schedule counted in epochs
+  easgd.rundir      the run directory: file names, workdir checks, set-aside of
+                    an earlier run on overwrite, resume checks, metrics/summary
   easgd.checkpoint  layout-free Orbax checkpoints (resume, export)
+  easgd.export      export_center: the center as a plain Flax parameter file
+  easgd.files       the one atomic file writer (every layer may use it)
   easgd.compare     several algorithms on one data budget, plot + table
   easgd.stability   analysis: spectral radii, stable regions, ADMM (Section 4)
   easgd.quadratic   JAX simulation of the quadratic model

@@ -1036,7 +1036,7 @@ def write_exchange_log(path, algorithm: Algorithm, key: jax.Array,
     ValueError: as :func:`exchange_log`.
     OSError: the file cannot be written.
   """
-  from easgd.checkpoint import write_text_atomic  # an interrupted write keeps the old file
+  from easgd.files import write_text_atomic  # an interrupted write keeps the old file
   records = exchange_log(algorithm, key, num_steps)
   names = EXCHANGE_RECORD.names
   write_text_atomic(path, "".join(json.dumps(dict(zip(names, record))) + "\n"

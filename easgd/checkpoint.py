@@ -27,18 +27,14 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import numpy as np
+
+from easgd.workers import to_host
 
 CHECKPOINT_DIR = "checkpoints"
 
 
 def _quiet_orbax():
   logging.getLogger("absl").setLevel(logging.WARNING)
-
-
-def to_host(tree) -> Any:
-  """NumPy copies of every leaf (0-d leaves as 0-d arrays, which Orbax accepts)."""
-  return jax.tree.map(lambda x: np.asarray(x), tree)
 
 
 class CheckpointError(ValueError):
@@ -113,13 +109,3 @@ class Checkpointer:
   def close(self):
     """Waits for pending saves and releases Orbax's manager."""
     self.manager.close()
-
-
-def write_text_atomic(path, text: str) -> None:
-  """Writes ``text`` to ``path`` through a temporary file and a rename, so a
-  reader (or a crash) never sees a half-written file."""
-  import os
-  path = Path(path)
-  tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-  tmp.write_text(text)
-  os.replace(tmp, path)

@@ -240,13 +240,13 @@ def main(argv=None) -> int:
 
 
 def _run(args) -> int:
-  if not str(args.workdir).strip():
-    raise ConfigError(f"--workdir must be a non-empty path, got {args.workdir!r}")
+  from easgd.rundir import workdir_path
+  workdir_path(args.workdir, "--workdir")  # every command, before anything else
   if args.command == "sweep":
     from easgd.sweep import main_sweep
     return main_sweep(args)
   if args.command == "export":
-    from easgd.trainer import export_center
+    from easgd.export import export_center
     print(f"wrote {export_center(args.workdir, args.out)}")
     return 0
   if args.cpu_devices is not None:
@@ -267,7 +267,7 @@ def _run(args) -> int:
   if args.config:
     base = load_config_file(args.config)
   elif resume:
-    from easgd.trainer import saved_config
+    from easgd.rundir import saved_config
     base = saved_config(args.workdir)
   else:
     base = TrainConfig()

@@ -24,13 +24,13 @@ with equal speeds one tick is one step for every method).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any, Sequence
 
 from easgd import registry
 from easgd.config import ConfigError, TrainConfig
-from easgd.checkpoint import write_text_atomic
-from easgd.trainer import check_workdir, train_and_evaluate
+from easgd.files import write_text_atomic
+from easgd.rundir import check_workdir, workdir_path
+from easgd.trainer import train_and_evaluate
 
 RESULTS_MD = "results.md"
 RESULTS_JSON = "results.json"
@@ -186,9 +186,7 @@ def compare(config: TrainConfig, workdir,
                         f"{', '.join(registry.ALGORITHMS)}")
   if len(set(algorithms)) != len(algorithms):
     raise ConfigError(f"algorithms has repeats: {algorithms}")
-  if not str(workdir).strip():
-    raise ConfigError(f"workdir must be a non-empty path, got {str(workdir)!r}")
-  workdir = Path(workdir)
+  workdir = workdir_path(workdir)
   configs, notes = plan(config, algorithms)
   for a in algorithms:
     check_workdir(workdir / a, overwrite)

@@ -209,7 +209,7 @@ def make_algorithm(config, loss_fn, optimizer: optax.GradientTransformation,
   Args:
     config: a validated :class:`~easgd.config.TrainConfig`.
     loss_fn: ``loss_fn(params, batch, key) -> scalar``.
-    optimizer: the local optimizer (``easgd.trainer.make_optimizer``).
+    optimizer: the local optimizer (``easgd.optimizers.make_optimizer``).
     num_steps: the run's total number of steps (local SGD and DiLoCo average
       at the last one); None for a run of unknown length.
 

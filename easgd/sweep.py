@@ -1199,7 +1199,7 @@ class SweepConfig:
 
 def write_result(result: SweepResult, workdir, plots: bool = True) -> list[Path]:
   """Writes ``sweep.csv``, ``sweep.json`` and the heatmaps into ``workdir``."""
-  from easgd.checkpoint import write_text_atomic
+  from easgd.files import write_text_atomic
   workdir = Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   write_text_atomic(workdir / "sweep.csv", result.to_csv())
@@ -1231,7 +1231,7 @@ def run_sweep(config: SweepConfig, workdir, *, overwrite: bool = False,
     SweepError: invalid config. easgd.config.ConfigError: workdir holds a sweep
       and not ``overwrite``. DataError/ModelError: unknown data set or model.
   """
-  from easgd.checkpoint import write_text_atomic
+  from easgd.files import write_text_atomic
   from easgd.config import ConfigError
   config = config.validate()
   workdir = Path(workdir)

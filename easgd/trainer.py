@@ -6,118 +6,30 @@ and one mapped evaluation, and trains. It evaluates the CENTER on every test
 example exactly once, and records the mean worker training loss, the mean
 distance of the workers to the center and the communication so far.
 
-Files written to ``workdir`` (each replaced atomically, so an interrupted run
-never leaves a half-written file):
-  ``metrics.jsonl``  one JSON object per evaluation (epoch 0 = the start);
-  ``summary.json``   resolved config, layout, communication totals, final
-                     metrics, how many steps the center lags the workers
-                     (``center_lag_steps``), wall time;
-  ``exchanges.jsonl`` asynchronous algorithms only: every exchange served so
-                     far (worker, its local clock, the center version it
-                     read), rewritten at every checkpoint
-                     (``easgd.asynchronous.write_exchange_log``), so that an
-                     independent reference can replay the run.
+The files it writes to ``workdir`` (``config.json``, ``metrics.jsonl``,
+``summary.json``, ``exchanges.jsonl``, ``checkpoints/``), its checks before a
+run, the set-aside of an earlier run on overwrite and the resume checks live in
+``easgd.rundir``; the local optimizer in ``easgd.optimizers``; the export of
+the center in ``easgd.export``.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import time
 import warnings
-from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from tqdm.auto import tqdm
 from jax import lax
 
-from easgd import algorithms, checkpoint, data, distributed, elastic, models, registry, workers
-from easgd.checkpoint import write_text_atomic
+from easgd import (algorithms, data, distributed, elastic, models, registry, rundir,
+                   workers)
 from easgd.config import ConfigError, TrainConfig
+from easgd.optimizers import make_optimizer
 from easgd.workers import WORKER_AXES
-
-METRICS_FILE = "metrics.jsonl"
-EXCHANGES_FILE = "exchanges.jsonl"  # asynchronous algorithms: the realised exchanges
-SUMMARY_FILE = "summary.json"
-CONFIG_FILE = "config.json"
-RUN_FILES = (METRICS_FILE, SUMMARY_FILE, CONFIG_FILE, EXCHANGES_FILE)
-
-
-def make_schedule(config: TrainConfig, steps_per_epoch: int) -> optax.Schedule:
-  """The learning-rate schedule of ``config``, converted from epochs to steps.
-
-  Epoch-based settings (warm-up, decay points, total length) are multiplied by
-  ``steps_per_epoch``, so the schedule over epochs does not change with the
-  number of workers at a fixed global batch.
-
-  Args:
-    config: a validated config.
-    steps_per_epoch: optimizer steps per epoch (one per global batch).
-
-  Returns:
-    An ``optax.Schedule`` of the step count (per worker).
-
-  Raises:
-    ConfigError: two decay epochs fall on the same step, or one falls inside
-      the warm-up (they would be merged or lost silently).
-  """
-  lr = config.learning_rate
-  total = config.num_epochs * steps_per_epoch
-  warmup = int(round(config.warmup_epochs * steps_per_epoch))
-  if config.lr_schedule == "constant":
-    main = optax.constant_schedule(lr)
-  elif config.lr_schedule == "cosine":
-    main = optax.cosine_decay_schedule(lr, max(total - warmup, 1))
-  else:  # step
-    steps = [int(round(e * steps_per_epoch)) - warmup for e in config.lr_decay_epochs]
-    if len(set(steps)) != len(steps) or any(t <= 0 for t in steps):
-      raise ConfigError(
-          f"lr_decay_epochs={tuple(config.lr_decay_epochs)} fall on steps "
-          f"{[t + warmup for t in steps]} ({steps_per_epoch} steps per epoch, warm-up "
-          f"{warmup} steps); allowed: distinct steps after the warm-up")
-    main = optax.piecewise_constant_schedule(
-        lr, {t: config.lr_decay_factor for t in steps})
-  if warmup == 0:
-    return main
-  return optax.join_schedules(
-      [optax.linear_schedule(0.0, lr, warmup), main], [warmup])
-
-
-def make_optimizer(config: TrainConfig, steps_per_epoch: int
-                   ) -> optax.GradientTransformation:
-  """The local optimizer of ``config`` with its epoch-based schedule.
-
-  "sgd", "momentum" and "nesterov" are ``optax.sgd``; "adam" and "adamw" the
-  Optax ones. ``weight_decay`` is an L2 term added to the gradient
-  (``optax.add_decayed_weights``) except for "adamw", which decouples it.
-
-  Args:
-    config: a validated config (optimizer, momentum, weight_decay, schedule).
-    steps_per_epoch: optimizer steps per epoch, to convert the schedule.
-
-  Returns:
-    The ``optax.GradientTransformation`` each worker uses locally.
-
-  Raises:
-    ConfigError: from :func:`make_schedule`.
-  """
-  schedule = make_schedule(config, steps_per_epoch)
-  name = config.optimizer
-  if name == "adamw":
-    return optax.adamw(schedule, weight_decay=config.weight_decay)
-  if name == "adam":
-    opt = optax.adam(schedule)
-  else:
-    opt = optax.sgd(schedule, momentum=config.momentum if name != "sgd" else None,
-                    nesterov=name == "nesterov")
-  if config.weight_decay:
-    opt = optax.chain(optax.add_decayed_weights(config.weight_decay), opt)
-  return opt
 
 
 def make_loss_fn(model):
@@ -127,6 +39,13 @@ def make_loss_fn(model):
   mini-batch's own statistics; the updated ``batch_stats`` that Flax returns are
   discarded, so no BatchNorm state is trained, exchanged or checkpointed (the
   policy of ``easgd.models``; the center's statistics: :func:`make_eval_fn`).
+
+  Args:
+    model: a Flax classifier from ``easgd.models.make_model``.
+
+  Returns:
+    ``loss_fn``: per-worker params, x [b, ...], integer labels y [b] and a
+    dropout key -> the float32 scalar loss.
   """
   if models.has_batch_norm(model):
     def bn_loss_fn(params, batch, key):
@@ -164,6 +83,13 @@ def make_eval_fn(model, algo: algorithms.Algorithm):
   Izmailov et al., 2018). The center is then evaluated with
   ``train=False`` (``use_running_average=True``) and these statistics.
   Models without BatchNorm compile exactly as before (no extra pass).
+
+  Args:
+    model: a Flax classifier from ``easgd.models.make_model``.
+    algo: the run's algorithm (``center``, ``worker_params``).
+
+  Returns:
+    ``eval_fn`` as above, to be mapped over workers (``easgd.workers.map_workers``).
   """
   def evaluate(worker, shared, center, variables, x, y, mask):
     def body(carry, inputs):
@@ -202,8 +128,17 @@ def bn_stats_indices(num_examples: int, num_workers: int, bn_stats_examples: int
   ``n = max(1, min(bn_stats_examples, N) // W)``: equal shards, so pooled moments
   are exact. The same at every evaluation and at export.
 
+  Args:
+    num_examples: N, the training set's size.
+    num_workers: W.
+    bn_stats_examples: how many examples the statistics should use in all.
+    seed: the run's seed.
+
   Returns:
     int64 ``[W, n]`` indices into the training set.
+
+  Raises:
+    ConfigError: fewer training examples than workers.
   """
   n = max(1, min(bn_stats_examples, num_examples) // num_workers)
   if n * num_workers > num_examples:
@@ -215,103 +150,6 @@ def bn_stats_indices(num_examples: int, num_workers: int, bn_stats_examples: int
 
 class DivergenceError(RuntimeError):
   """Training produced a non-finite loss or parameters."""
-
-
-def check_workdir(workdir, overwrite: bool) -> Path:
-  """Refuses to write over a finished or started run unless ``overwrite``.
-
-  Raises:
-    ConfigError: workdir is a file, or holds a run and not overwrite.
-  """
-  workdir = Path(workdir)
-  if workdir.exists() and not workdir.is_dir():
-    raise ConfigError(f"workdir '{workdir}' exists and is not a directory")
-  if not overwrite and any((workdir / f).exists() for f in RUN_FILES):
-    raise ConfigError(f"workdir '{workdir}' already holds a run; choose another "
-                      "directory, pass overwrite (--overwrite) or resume (--resume)")
-  ensure_writable_dir(workdir)
-  return workdir
-
-
-def ensure_writable_dir(path) -> Path:
-  """Creates ``path`` (and parents) now, before anything is compiled.
-
-  Raises:
-    ConfigError: it cannot be created or written (names the path and why).
-  """
-  path = Path(path)
-  try:
-    path.mkdir(parents=True, exist_ok=True)
-    probe = path / f".easgd-write-test-{os.getpid()}"
-    probe.write_text("")
-    probe.unlink()
-  except OSError as e:
-    raise ConfigError(f"workdir '{path}' cannot be written: {e.strerror or e}") from None
-  return path
-
-
-PREVIOUS_RUN_DIR = "previous_run"
-
-
-def _set_aside_previous_run(workdir: Path, ckpt) -> None:
-  """--overwrite: moves an earlier run to ``workdir/previous_run`` (deleted when
-  the new run completes), so a new run that fails never destroys it.
-
-  If ``previous_run`` is already there and the workdir holds no summary, an
-  earlier --overwrite failed: ``previous_run`` still holds the last run that
-  finished, so it is kept and the failed run's files are dropped instead.
-  """
-  old = [workdir / f for f in RUN_FILES if (workdir / f).is_file()]
-  has_checkpoints = bool(ckpt.all_steps())
-  ckpt.close()
-  if not old and not has_checkpoints:
-    return
-  aside = workdir / PREVIOUS_RUN_DIR
-  if aside.exists() and not (workdir / SUMMARY_FILE).is_file():
-    for f in old:
-      f.unlink()
-    shutil.rmtree(workdir / checkpoint.CHECKPOINT_DIR, ignore_errors=True)
-    return
-  if aside.exists():
-    shutil.rmtree(aside)
-  aside.mkdir()
-  for f in old:
-    os.replace(f, aside / f.name)
-  if (workdir / checkpoint.CHECKPOINT_DIR).exists():
-    os.replace(workdir / checkpoint.CHECKPOINT_DIR, aside / checkpoint.CHECKPOINT_DIR)
-
-
-def saved_config(workdir) -> TrainConfig:
-  """The config a run in ``workdir`` was started with (``config.json``).
-
-  Raises:
-    ConfigError: there is no run in ``workdir``.
-  """
-  path = Path(workdir) / CONFIG_FILE
-  if not path.is_file():
-    raise ConfigError(f"workdir '{workdir}' holds no run ({CONFIG_FILE} is missing)")
-  try:
-    saved = json.loads(path.read_text())
-    return TrainConfig.from_dict(saved)
-  except (ValueError, TypeError, AttributeError) as e:
-    raise ConfigError(f"'{path}' is not a readable run config: "
-                      f"{type(e).__name__}: {e}") from None
-
-
-# Fields that may differ between a run and its resumption: where it runs and how
-# it reports, not what it computes.
-RESUMABLE_CHANGES = ("num_devices", "mapping_backend", "progress", "checkpoint_every_steps",
-                     "keep_checkpoints")
-
-
-def _check_resume_config(config: TrainConfig, workdir) -> None:
-  old = saved_config(workdir).to_dict()
-  new = config.to_dict()
-  changed = sorted(k for k in new if k not in RESUMABLE_CHANGES and old.get(k) != new[k])
-  if changed:
-    diffs = ", ".join(f"{k}: {old.get(k)!r} -> {new[k]!r}" for k in changed)
-    raise ConfigError(f"--resume with a different config ({diffs}); allowed to "
-                      f"change: {', '.join(RESUMABLE_CHANGES)}")
 
 
 class Run:
@@ -514,6 +352,12 @@ def stability_warning(config: TrainConfig) -> str | None:
   eigenvalue h, e.g. from ``easgd.hessian``) the check is at eta*h =
   learning_rate * curvature (``easgd.stability.stability_bound_message``);
   without it, only whether ANY eta*h is stable at this alpha, tau and p.
+
+  Args:
+    config: a validated config.
+
+  Returns:
+    The warning's text, or None.
   """
   spec = registry.TABLE[config.algorithm]
   if spec.family != "elastic":
@@ -551,40 +395,6 @@ def _stability_hint(config: TrainConfig) -> str | None:
           f"eigenvalue)")
 
 
-def _read_history(workdir: Path, up_to_step: int | None = None) -> list[dict[str, Any]]:
-  """The records of ``metrics.jsonl`` up to ``up_to_step`` (all if None).
-
-  Raises:
-    ConfigError: the file is missing or damaged (a resumed run would lose or
-      misreport its history).
-  """
-  path = workdir / METRICS_FILE
-  try:
-    text = path.read_text()
-  except OSError as e:
-    raise ConfigError(f"cannot resume: '{path}' (the run's evaluation history) cannot "
-                      f"be read: {e.strerror or e}") from None
-  except ValueError as e:  # not UTF-8
-    raise ConfigError(f"cannot resume: '{path}' is damaged ({type(e).__name__}); "
-                      "start the run again with --overwrite") from None
-  try:
-    records = [json.loads(l) for l in text.splitlines() if l.strip()]
-    steps = [r["step"] for r in records]
-    for r in records:
-      if not all(isinstance(r[k], (int, float)) and not isinstance(r[k], bool)
-                 for k in ("test_accuracy", "test_loss")):
-        raise ValueError(f"record of step {r['step']!r} without numeric test metrics")
-    if not all(isinstance(t, int) and not isinstance(t, bool) for t in steps):
-      raise ValueError(f"steps must be integers, got {steps}")
-  except (ValueError, KeyError, TypeError) as e:
-    raise ConfigError(f"cannot resume: '{path}' is damaged ({type(e).__name__}: {e}); "
-                      "start the run again with --overwrite") from None
-  if not records or steps[0] != 0:
-    raise ConfigError(f"cannot resume: '{path}' lacks the step-0 evaluation; start the "
-                      "run again with --overwrite")
-  return [r for r, t in zip(records, steps) if up_to_step is None or t <= up_to_step]
-
-
 def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
                        resume: bool = False, stop_after_steps: int | None = None
                        ) -> dict[str, Any]:
@@ -604,8 +414,9 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
       ``workdir/previous_run`` first and deleted only once the new run has
       written its summary, so a new run that fails leaves it recoverable.
     resume: continue the run in ``workdir`` from its latest checkpoint (the
-      config must equal the saved one up to ``RESUMABLE_CHANGES``; the device
-      count may differ). Without a checkpoint the run starts from the beginning.
+      config must equal the saved one up to ``easgd.rundir.RESUMABLE_CHANGES``;
+      the device count may differ). Without a checkpoint the run starts from
+      the beginning.
     stop_after_steps: stop (with a checkpoint) once this many global steps are
       done: a planned interruption, e.g. a time-limited job. None runs to the end.
 
@@ -628,55 +439,32 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
       isinstance(stop_after_steps, bool) or not isinstance(stop_after_steps, int)
       or stop_after_steps < 1):
     raise ConfigError(f"stop_after_steps must be an integer >= 1, got {stop_after_steps!r}")
-  if not str(workdir).strip():
-    raise ConfigError(f"workdir must be a non-empty path, got {str(workdir)!r}")
-  workdir = Path(workdir)
+  workdir = rundir.workdir_path(workdir)
   hint = stability_warning(config)
   if hint:
     warnings.warn(hint, StabilityWarning, stacklevel=2)
-  if resume:
-    _check_resume_config(config, workdir)
-    ckpt_dir = workdir / checkpoint.CHECKPOINT_DIR
-    if ckpt_dir.is_dir() and any(p.name.isdigit() for p in ckpt_dir.iterdir()):
-      _read_history(workdir)  # a checkpoint to go on from: its history must be whole
-  else:
-    check_workdir(workdir, overwrite)
+  rundir.check_start(config, workdir, overwrite=overwrite, resume=resume)
   distributed.barrier("easgd:workdir-checked")  # before process 0 writes to it
   run = Run(config)
   primary = distributed.is_primary()  # the process that writes files
-
-  def write_file(path, text):  # checkpoints: Orbax, with all processes
-    if primary:
-      write_text_atomic(path, text)
-  workdir.mkdir(parents=True, exist_ok=True)
-  ckpt = checkpoint.Checkpointer(workdir, config.keep_checkpoints)
-  if not resume:
-    if primary:
-      _set_aside_previous_run(workdir, ckpt)  # closes ckpt
-    else:
-      ckpt.close()
-    distributed.barrier("easgd:previous-run-set-aside")
-    ckpt = checkpoint.Checkpointer(workdir, config.keep_checkpoints)
-    write_file(workdir / CONFIG_FILE, config.to_json() + "\n")
+  ckpt = rundir.open_run(config, workdir, resume=resume)  # checkpoints: all processes
 
   start = time.perf_counter()
-  earlier_wall_time_s = _earlier_wall_time(workdir) if resume else 0.0
+  earlier_wall_time_s = rundir.earlier_wall_time(workdir) if resume else 0.0
   if resume and ckpt.latest_step() is not None:
     worker, shared, step, epoch_losses = run.from_checkpoint(
         ckpt.restore(target=run.checkpoint_target()))
-    history = _read_history(workdir, step)
-    expected = _evaluation_steps(config, run.steps_per_epoch, step)
-    if [r["step"] for r in history] != expected:
+    try:
+      history = rundir.resumed_history(config, workdir, run.steps_per_epoch, step)
+    except ConfigError:
       ckpt.close()
-      raise ConfigError(
-          f"cannot resume: '{workdir / METRICS_FILE}' holds evaluations at steps "
-          f"{[r['step'] for r in history]} up to the checkpoint at step {step}; "
-          f"expected {expected}; start the run again with --overwrite")
+      raise
   else:
     worker, shared = run.initial_state()
     step, epoch_losses, history = 0, [], []
     history.append(run.evaluate(worker, shared, 0, 0, None))
-    write_file(workdir / METRICS_FILE, _jsonl(history))
+    if primary:
+      rundir.write_metrics(workdir, history)
 
   spe, last = run.steps_per_epoch, run.total_steps
   if stop_after_steps is not None:
@@ -692,7 +480,7 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
     ckpt.save(step_now, state)
     if primary and registry.TABLE[config.algorithm].asynchronous:
       from easgd import asynchronous  # every exchange so far, for replays
-      asynchronous.write_exchange_log(workdir / EXCHANGES_FILE, run.algorithm,
+      asynchronous.write_exchange_log(workdir / rundir.EXCHANGES_FILE, run.algorithm,
                                       run.step_key, step_now)
     return losses
 
@@ -729,7 +517,8 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
         if epoch % config.eval_every_epochs == 0 or epoch == config.num_epochs:
           rec = run.evaluate(worker, shared, epoch, step, losses)
           history.append(rec)
-          write_file(workdir / METRICS_FILE, _jsonl(history))
+          if primary:
+            rundir.write_metrics(workdir, history)
           progress.set_postfix(test_acc=f"{rec['test_accuracy']:.4f}", refresh=False)
         epoch_losses = []
       else:  # a planned stop inside the epoch
@@ -757,9 +546,9 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
       # summed over this run's invocations that wrote a summary (resume adds up)
       wall_time_s=round(earlier_wall_time_s + time.perf_counter() - start, 3),
       shared_copies_equal=workers.shared_copies_equal(shared))
-  write_file(workdir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
-  if primary and (workdir / PREVIOUS_RUN_DIR).exists():  # the new run stands: drop the old
-    shutil.rmtree(workdir / PREVIOUS_RUN_DIR, ignore_errors=True)
+  if primary:
+    rundir.write_summary(workdir, summary)
+    rundir.drop_previous_run(workdir)  # the new run stands: drop the old
   summary["history"] = history
   return summary
 
@@ -776,6 +565,14 @@ def center_lag_steps(algorithm: algorithms.Algorithm, name: str, steps_done: int
   exchange, ``steps_done - t_e - 1`` (0 when the run ends on an average).
   The one-model methods (pmean SGD, sequential): 0. Asynchronous methods
   (each worker exchanges on its own clock): None.
+
+  Args:
+    algorithm: the run's algorithm (``exchange_at``).
+    name: its name in ``easgd.registry.TABLE``.
+    steps_done: global steps done.
+
+  Returns:
+    The lag in steps, or None (asynchronous, or no exchange yet).
   """
   spec = registry.TABLE[name]
   if spec.asynchronous:
@@ -806,84 +603,3 @@ def host_losses(epoch_losses, num_workers: int) -> np.ndarray:
   if not epoch_losses:
     return np.zeros((0, num_workers), np.float32)
   return np.stack([workers.to_host(l).reshape(-1) for l in epoch_losses]).astype(np.float32)
-
-
-def _earlier_wall_time(workdir: Path) -> float:
-  """wall_time_s of the summary an earlier invocation of this run wrote, else 0."""
-  try:
-    value = json.loads((workdir / SUMMARY_FILE).read_text())["wall_time_s"]
-  except (OSError, ValueError, KeyError, TypeError):
-    return 0.0
-  return float(value) if isinstance(value, (int, float)) and value >= 0 else 0.0
-
-
-def _evaluation_steps(config: TrainConfig, steps_per_epoch: int, up_to_step: int
-                      ) -> list[int]:
-  """The steps of the evaluations a run has recorded by ``up_to_step``: step 0
-  and the ends of the evaluated epochs (every ``eval_every_epochs``, and the
-  last epoch)."""
-  return [0] + [e * steps_per_epoch for e in range(1, up_to_step // steps_per_epoch + 1)
-                if e % config.eval_every_epochs == 0 or e == config.num_epochs]
-
-
-def _jsonl(records) -> str:
-  return "".join(json.dumps(r) + "\n" for r in records)
-
-
-def export_center(workdir, out_path) -> Path:
-  """Writes the center of the latest checkpoint as a plain Flax parameter file.
-
-  The file is ``flax.serialization.msgpack_serialize`` of the parameter tree
-  (load it with ``flax.serialization.msgpack_restore`` and pass it to
-  ``model.apply({"params": params}, x)``); ``<out_path>.json`` beside it names
-  the model, the data set, the number of classes and the input shape.
-
-  Models with BatchNorm (``"cnn_bn"``): the center's statistics are recomputed
-  exactly as the evaluation does (``Run.center_batch_stats``, the run's
-  ``bn_stats_examples``) and written to ``<out_path>.batch_stats.msgpack``
-  (named in the ``.json`` under ``"batch_stats"``); apply the model as
-  ``model.apply({"params": params, "batch_stats": stats}, x, train=False)``.
-
-  Raises:
-    ConfigError: no run or no checkpoint in ``workdir``.
-  """
-  from flax import serialization
-  config = saved_config(workdir)
-  out_path = Path(out_path)
-  if out_path.is_dir():
-    raise ConfigError(f"--out '{out_path}' is a directory; give a file name, e.g. "
-                      f"'{out_path / 'center.msgpack'}'")
-  ensure_writable_dir(out_path.parent)
-  ckpt = checkpoint.Checkpointer(workdir)
-  try:
-    step = ckpt.latest_step()
-    if step is None:
-      raise ConfigError(f"workdir '{workdir}' has no checkpoint to export")
-    center = ckpt.restore(step)["center"]
-  finally:
-    ckpt.close()
-  out_path = Path(out_path)
-  out_path.parent.mkdir(parents=True, exist_ok=True)
-
-  def write_msgpack(path, tree):
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(serialization.msgpack_serialize(jax.tree.map(np.asarray, tree)))
-    tmp.replace(path)
-  write_msgpack(out_path, center)
-  ds = data.load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
-  info = dict(
-      model=config.model, dataset=config.dataset, num_classes=ds.num_classes,
-      input_shape=list(data.cropped_shape(ds.input_shape, config.crop_size)),
-      step=int(step), algorithm=config.algorithm)
-  if models.has_batch_norm(models.make_model(config.model, ds.num_classes)):
-    # BatchNorm: the center's own statistics, as the evaluation computes them (on
-    # the run's layout when this machine has its devices).
-    if config.num_devices is not None and config.num_devices > jax.device_count():
-      config = config.replace(num_devices=None)
-    run = Run(config)
-    stats_path = Path(str(out_path) + ".batch_stats.msgpack")
-    write_msgpack(stats_path, run.center_batch_stats(center))
-    info.update(batch_stats=stats_path.name,  # and the number of examples used
-                bn_stats_examples=int(np.prod(run.bn_stats_data.shape[:3])))
-  write_text_atomic(Path(str(out_path) + ".json"), json.dumps(info, indent=2) + "\n")
-  return out_path

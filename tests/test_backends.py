@@ -13,7 +13,7 @@ import numpy as np
 import optax
 import pytest
 
-from easgd import algorithms, checkpoint, trainer, workers
+from easgd import algorithms, checkpoint, rundir, trainer, workers
 from easgd.config import ConfigError, TrainConfig
 from testutil import STEP_KINDS, mlp_setup, random_batches
 
@@ -126,7 +126,7 @@ def test_backend_is_validated():
     workers.make_layout(4, 2, backend="xmap")
   with pytest.raises(ConfigError, match="mapping_backend"):
     TrainConfig(mapping_backend="xmap").validate()
-  assert "mapping_backend" in trainer.RESUMABLE_CHANGES  # where it runs, not what
+  assert "mapping_backend" in rundir.RESUMABLE_CHANGES  # where it runs, not what
 
 
 FakeDevice = collections.namedtuple("FakeDevice", "id process_index platform")

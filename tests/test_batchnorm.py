@@ -14,6 +14,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from easgd import checkpoint, data, models, trainer, workers
 from easgd.config import ConfigError, TrainConfig
+from easgd.export import export_center
 
 # digits (1438 training images, 8x8x1): 64 per step = 22 steps per epoch;
 # the statistics over 512 training images, 128 per worker.
@@ -108,7 +109,7 @@ def test_trains_and_exported_center_reproduces_the_reported_accuracy(full_run, t
   workdir, summary = full_run
   acc = summary["final"]["test_accuracy"]
   assert acc > 0.5  # 10 classes: chance is 0.1
-  out = trainer.export_center(workdir, tmp_path / "center.msgpack")
+  out = export_center(workdir, tmp_path / "center.msgpack")
   info = json.loads((tmp_path / "center.msgpack.json").read_text())
   assert info["batch_stats"] == "center.msgpack.batch_stats.msgpack"
   assert info["bn_stats_examples"] == 512

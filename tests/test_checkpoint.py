@@ -14,6 +14,7 @@ from easgd import checkpoint, trainer
 from easgd.sweep import CompileCounter
 from easgd.registry import ALGORITHMS
 from easgd.config import ConfigError, TrainConfig
+from easgd.export import export_center
 
 # digits, tiny MLP: 1438 training images / 64 = 22 steps per epoch, 2 epochs
 TINY = TrainConfig(dataset="digits", model="mlp", num_workers=4, num_devices=2,
@@ -206,7 +207,7 @@ def test_sigkill_during_checkpoint_write_then_resume_finishes(tmp_path):
 def test_damaged_checkpoint_and_bad_export_path_are_clear_errors(tmp_path):
   trainer.train_and_evaluate(TINY.replace(num_epochs=1), tmp_path)
   with pytest.raises(ConfigError, match="is a directory"):
-    trainer.export_center(tmp_path, tmp_path)
+    export_center(tmp_path, tmp_path)
   step = checkpoint.Checkpointer(tmp_path).latest_step()
   damaged = 0
   for root, _, files in os.walk(tmp_path / "checkpoints" / str(step)):

@@ -136,12 +136,12 @@ def test_the_programs_the_trainer_runs_communicate_what_the_accounting_counts(
   the table at every p (per device = per worker: the vmapped workers' sum is
   formed before the cross-device all-reduce). A single worker has nothing to
   reduce: no all-reduce in its programs, none counted."""
-  from easgd import models, registry, trainer
+  from easgd import models, optimizers, registry
   from easgd.config import TrainConfig
   params, loss_fn = mlp_setup()
   cfg, _ = TrainConfig(num_workers=num_workers, tau=TAU).for_algorithm(name)
   cfg = cfg.validate()
-  algo = registry.make_algorithm(cfg, loss_fn, trainer.make_optimizer(cfg, 100), 10 * TAU)
+  algo = registry.make_algorithm(cfg, loss_fn, optimizers.make_optimizer(cfg, 100), 10 * TAU)
   layout = workers.make_layout(num_workers, num_devices)
   worker, shared = workers.place_state(algo, params, layout)
   xs, ys = random_batches(1, num_workers, 4)

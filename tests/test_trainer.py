@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 
-from easgd import checkpoint, data, models, registry, trainer, workers
+from easgd import checkpoint, data, models, optimizers, registry, rundir, trainer, workers
 from easgd.compare import compare
 from easgd.config import ConfigError, TrainConfig
 
@@ -47,7 +47,7 @@ def test_center_accuracy_matches_direct_evaluation(tmp_path):
                               jax.random.split(jax.random.key(cfg.seed))[0])
   spe = data.steps_per_epoch(len(ds.train_y), 4, 16)
   algo = registry.make_algorithm(cfg, trainer.make_loss_fn(model),
-                                 trainer.make_optimizer(cfg, spe), spe)
+                                 optimizers.make_optimizer(cfg, spe), spe)
   w, s = workers.place_state(algo, params, layout)
   step = workers.map_workers(algo.step, layout, ("worker", "shared", "worker", "broadcast"),
                              ("worker", "shared", "worker"))
@@ -71,12 +71,12 @@ def test_schedule_is_counted_in_epochs():
   cfg = TrainConfig(num_epochs=10, learning_rate=0.2, lr_schedule="step",
                     lr_decay_epochs=(5.0,), lr_decay_factor=0.1, warmup_epochs=1.0)
   for steps_per_epoch in (10, 40):  # e.g. 4 workers vs 1 worker at another batch
-    sched = trainer.make_schedule(cfg, steps_per_epoch)
+    sched = optimizers.make_schedule(cfg, steps_per_epoch)
     lr_at = lambda epoch: float(sched(int(epoch * steps_per_epoch)))
     assert lr_at(0.5) == pytest.approx(0.1)
     assert lr_at(3) == pytest.approx(0.2)
     assert lr_at(6) == pytest.approx(0.02)
-  cos = trainer.make_schedule(cfg.replace(lr_schedule="cosine", warmup_epochs=0.0), 7)
+  cos = optimizers.make_schedule(cfg.replace(lr_schedule="cosine", warmup_epochs=0.0), 7)
   assert float(cos(0)) == pytest.approx(0.2)
   assert float(cos(35)) == pytest.approx(0.1, rel=1e-5)
   assert float(cos(70)) == pytest.approx(0.0, abs=1e-7)
@@ -123,7 +123,7 @@ def test_overwrite_keeps_the_earlier_run_until_the_new_one_completes(tmp_path):
                            checkpoint_every_steps=1)
   with pytest.raises(trainer.DivergenceError):
     trainer.train_and_evaluate(diverging, tmp_path, overwrite=True)
-  aside = tmp_path / trainer.PREVIOUS_RUN_DIR
+  aside = tmp_path / rundir.PREVIOUS_RUN_DIR
   assert (aside / "summary.json").read_text() == before      # recoverable
   assert (aside / "checkpoints").is_dir()
   trainer.train_and_evaluate(TINY.replace(num_epochs=1), tmp_path, overwrite=True)
@@ -139,7 +139,7 @@ def test_two_failed_overwrites_in_a_row_keep_the_last_finished_run(tmp_path):
   for _ in range(2):
     with pytest.raises(trainer.DivergenceError):
       trainer.train_and_evaluate(diverging, tmp_path, overwrite=True)
-  aside = tmp_path / trainer.PREVIOUS_RUN_DIR
+  aside = tmp_path / rundir.PREVIOUS_RUN_DIR
   assert (aside / "metrics.jsonl").read_text() == before
   assert (aside / "summary.json").is_file()
 
@@ -159,12 +159,12 @@ def test_numpy_scalars_in_the_config_are_plain_values_in_the_written_files(tmp_p
 def test_decay_points_that_would_be_merged_or_ignored_are_refused():
   step = TINY.replace(lr_schedule="step")
   with pytest.raises(ConfigError, match="allowed: distinct steps after the warm-up"):
-    trainer.make_schedule(step.replace(lr_decay_epochs=(0.5, 0.51)), 10)
+    optimizers.make_schedule(step.replace(lr_decay_epochs=(0.5, 0.51)), 10)
   with pytest.raises(ConfigError, match="allowed: distinct steps after the warm-up"):
-    trainer.make_schedule(step.replace(lr_decay_epochs=(0.5,), warmup_epochs=1.0), 10)
+    optimizers.make_schedule(step.replace(lr_decay_epochs=(0.5,), warmup_epochs=1.0), 10)
   with pytest.raises(ConfigError, match="has no effect with lr_schedule 'constant'"):
     TINY.replace(lr_decay_epochs=(0.5,)).validate()
-  schedule = trainer.make_schedule(step.replace(lr_decay_epochs=(0.5, 0.8)), 10)
+  schedule = optimizers.make_schedule(step.replace(lr_decay_epochs=(0.5, 0.8)), 10)
   assert [float(schedule(t)) for t in (4, 5, 8)] == pytest.approx([0.1, 0.01, 0.001])
 
 
