@@ -174,6 +174,7 @@ def test_divergence_stops_with_step_and_worker_and_keeps_last_checkpoint(tmp_pat
   ckpt.close()
 
 
+@pytest.mark.slow
 def test_sigkill_during_checkpoint_write_then_resume_finishes(tmp_path):
   cfg = TINY.replace(checkpoint_every_steps=1, num_epochs=2)
   (tmp_path / "cfg.py").write_text(

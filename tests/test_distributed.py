@@ -27,6 +27,8 @@ import pytest
 from easgd import checkpoint, distributed, trainer
 from easgd.config import TrainConfig
 
+pytestmark = pytest.mark.slow  # every test here starts processes
+
 STEPS = 20
 CONFIG = TrainConfig(dataset="digits", model="mlp", num_workers=4, global_batch_size=64,
                      num_epochs=1, learning_rate=0.1, tau=4, beta=0.9,

@@ -14,6 +14,7 @@ def test_there_are_notebooks():
   assert len(nb_run.notebooks()) >= 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", nb_run.notebooks(), ids=lambda p: p.name)
 def test_notebook_runs_in_quick_mode(path, monkeypatch):
   # a fresh kernel: it must not inherit the 8 fake devices of this test process
