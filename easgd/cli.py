@@ -150,8 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu-devices", type=int, default=None, metavar="N",
                    help="fake N CPU devices (before JAX starts)")
     if name == "compare":
-      p.add_argument("--algorithms", default="easgd,pmean_sgd",
-                     help="comma-separated algorithm names (default: %(default)s)")
+      from easgd import registry
+      p.add_argument("--algorithms", default=",".join(registry.DEFAULT_COMPARISON),
+                     help=f"comma-separated algorithm names, of: "
+                          f"{', '.join(registry.ALGORITHMS)} (default: %(default)s)")
     _add_config_flags(p)
   p = sub.add_parser("export", help="write the center of a run's latest checkpoint "
                      "as a plain Flax parameter file (msgpack; cnn_bn: "

@@ -35,7 +35,7 @@ from easgd.trainer import train_and_evaluate
 RESULTS_MD = "results.md"
 RESULTS_JSON = "results.json"
 PLOT_FILE = "comparison.png"
-DEFAULT_ALGORITHMS = ("easgd", "pmean_sgd")
+DEFAULT_ALGORITHMS = registry.DEFAULT_COMPARISON
 """What ``compare`` runs when no names are given (the CLI's default too)."""
 
 

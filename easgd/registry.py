@@ -184,6 +184,10 @@ TABLE: dict[str, AlgorithmSpec] = {s.name: s for s in (
 ALGORITHMS = tuple(TABLE)
 """Every algorithm name, in the table's order."""
 
+DEFAULT_COMPARISON = ("easgd", "pmean_sgd")
+"""What ``easgd compare`` runs when no names are given: EASGD against the
+synchronous baseline it is measured against (the README's main job)."""
+
 
 def names_where(predicate: Callable[[AlgorithmSpec], bool]) -> tuple[str, ...]:
   """The names of the algorithms whose spec satisfies ``predicate``."""
