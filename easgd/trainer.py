@@ -193,7 +193,10 @@ class Run:
     self.algorithm = algo = registry.make_algorithm(
         config, make_loss_fn(self.model), make_optimizer(config, self.steps_per_epoch),
         self.total_steps)
-    self.step_fn = workers.map_step(algo, self.layout)  # (..., clock) -> ...
+    # (..., clock) -> ...; BatchNorm normalises each worker's own mini-batch, so a
+    # device's workers are not merged into one batch for such models
+    self.step_fn = workers.map_step(algo, self.layout,
+                                    merge_workers=not models.has_batch_norm(self.model))
     # BatchNorm models: the eval takes one more "worker" argument, bn_x.
     self.batch_norm = bn = models.has_batch_norm(self.model)
     self.eval_fn = workers.map_workers(

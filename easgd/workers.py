@@ -314,7 +314,8 @@ STEP_OUT_KINDS = ("worker", "shared", "worker")
 shared, loss)`` (``easgd.algorithms.Algorithm``)."""
 
 
-def map_step(algorithm, layout: WorkerLayout, donate_state: bool = True) -> Callable:
+def map_step(algorithm, layout: WorkerLayout, donate_state: bool = True,
+             merge_workers: bool = True) -> Callable:
   """An algorithm's step mapped over all workers, with its program chosen per step.
 
   The result is ``step_fn(worker, shared, batch, key, clock) -> (worker,
@@ -322,7 +323,10 @@ def map_step(algorithm, layout: WorkerLayout, donate_state: bool = True) -> Call
   (the value of the state's step counter). Algorithms with one shared model
   (``algorithm.shared_model``: pmean SGD, the sequential methods) run the
   workers of each device as one batch (:func:`_merged_workers_step`: one
-  gradient per device, equal to the workers' gradients averaged). For
+  gradient per device, equal to the workers' gradients averaged for a loss
+  that is a mean over its batch; ``merge_workers=False`` keeps one pass per
+  worker, as models whose forward pass depends on the batch need: BatchNorm
+  normalises each worker's own mini-batch, on any layout). For
   algorithms with a host-side
   schedule (``algorithm.exchange_at``: EASGD, EAMSGD, local SGD, DiLoCo) two
   programs are compiled, the step with its communication and the step
@@ -343,6 +347,8 @@ def map_step(algorithm, layout: WorkerLayout, donate_state: bool = True) -> Call
     algorithm: an ``easgd.algorithms.Algorithm``.
     layout: the worker layout.
     donate_state: donate the worker and shared state buffers (arguments 0, 1).
+    merge_workers: run a shared-model algorithm's workers of a device as one
+      batch (default); False: one pass per worker.
 
   Returns:
     ``step_fn`` as above; ``step_fn.programs`` maps the exchange flag
@@ -368,7 +374,7 @@ def map_step(algorithm, layout: WorkerLayout, donate_state: bool = True) -> Call
   donate = (0, 1) if donate_state else ()
 
   def mapped(fn):
-    if algorithm.shared_model:
+    if algorithm.shared_model and merge_workers:
       return _map_devices(_merged_workers_step(fn, layout.num_workers == 1), layout,
                           STEP_IN_KINDS, False, donate)
     return map_workers(fn, layout, STEP_IN_KINDS, STEP_OUT_KINDS, donate)

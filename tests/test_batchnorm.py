@@ -153,3 +153,23 @@ def test_training_state_holds_no_batch_statistics_and_config_is_checked():
   # fewer examples than workers: still one per worker
   assert trainer.bn_stats_indices(100, 4, 1, 0).shape == (4, 1)
   assert trainer.bn_stats_indices(100, 4, 10_000, 0).shape == (4, 25)
+
+
+def test_a_batchnorm_model_normalises_each_workers_batch_on_every_layout(tmp_path):
+  """pmean SGD runs a device's workers as one batch for ordinary models; with
+  BatchNorm that would normalise over the device's examples instead of each
+  worker's, so the trainer keeps one pass per worker: 4 workers on 1 device and
+  on 4 devices give the same model (float32 summation order only)."""
+  cfg = BN.for_algorithm("pmean_sgd")[0].replace(bn_stats_examples=512)
+  centers = {}
+  for d in (1, 4):
+    trainer.train_and_evaluate(cfg.replace(num_devices=d), tmp_path / f"d{d}",
+                               stop_after_steps=10)
+    ckpt = checkpoint.Checkpointer(tmp_path / f"d{d}")
+    try:
+      centers[d] = ckpt.restore(10)["center"]
+    finally:
+      ckpt.close()
+  gap = max(float(np.max(np.abs(a - b))) for a, b in zip(
+      jax.tree.leaves(centers[1]), jax.tree.leaves(centers[4])))
+  assert gap <= 1e-5, gap
