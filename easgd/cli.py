@@ -252,9 +252,8 @@ def _run(args) -> int:
     print(f"wrote {export_center(args.workdir, args.out)}")
     return 0
   if args.cpu_devices is not None:
-    if not 1 <= args.cpu_devices <= 1024:
-      raise ConfigError(f"--cpu-devices must be an integer in [1, 1024], got "
-                        f"{args.cpu_devices}")
+    from easgd import checks
+    checks.integer("--cpu-devices", args.cpu_devices, 1, 1024, error=ConfigError)
     import jax
     jax.config.update("jax_num_cpu_devices", args.cpu_devices)
   if args.command == "train":

@@ -9,14 +9,13 @@ allowed. The CLI turns it into ``easgd: error: ...`` and exit status 2.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
-import math
-import numbers
 from typing import Any
 
 import numpy as np
 
-from easgd import registry
+from easgd import checks, registry
 from easgd.asynchronous import EXCHANGE_ORDERS, PUSH_TIMINGS
 from easgd.data import DATASETS
 from easgd.models import BATCH_NORM_MODELS, DTYPES, MODELS
@@ -28,6 +27,12 @@ LR_SCHEDULES = ("constant", "cosine", "step")
 
 class ConfigError(ValueError):
   """A configuration value is outside its allowed range."""
+
+
+# The checks of easgd.checks, raising ConfigError (one message format).
+_int = functools.partial(checks.integer, error=ConfigError)
+_real = functools.partial(checks.real, error=ConfigError)
+_choice = functools.partial(checks.choice, error=ConfigError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,9 +203,8 @@ class TrainConfig:
     _choice("dataset", self.dataset, DATASETS)
     if self.data_dir is not None and not isinstance(self.data_dir, str):
       raise ConfigError(f"data_dir must be a path string or None, got {self.data_dir!r}")
-    for flag in ("progress", "reset_opt_state"):
-      if not isinstance(getattr(self, flag), bool):
-        raise ConfigError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
+    for name in ("progress", "reset_opt_state"):
+      checks.flag(name, getattr(self, name), error=ConfigError)
     _choice("model", self.model, MODELS)
     if self.dataset == "cifar10" and self.data_dir is None:
       raise ConfigError("dataset 'cifar10' needs data_dir, the directory of the "
@@ -276,11 +280,10 @@ class TrainConfig:
         raise ConfigError(
             f"worker_speeds has {len(self.worker_speeds)} entries; expected one per "
             f"worker (num_workers={self.num_workers})")
-      for k in self.worker_speeds:
-        if (isinstance(k, bool) or not isinstance(k, numbers.Real)
-            or not float(k).is_integer() or k < 1 or k > MAX_SPEED):
-          raise ConfigError(f"worker_speeds entries are local steps per tick, "
-                            f"integers in [1, {MAX_SPEED}]; got {k!r}")
+      for i, k in enumerate(self.worker_speeds):  # local steps per tick; 2.0 is 2
+        if checks.is_python_number(k) and float(k).is_integer():
+          k = int(k)
+        _int(f"worker_speeds[{i}]", k, 1, high=MAX_SPEED, what="local steps per tick")
       if self.max_worker_speed is not None:
         raise ConfigError("give worker_speeds or max_worker_speed, not both")
     if self.max_worker_speed is not None:
@@ -437,11 +440,6 @@ def _differs(config: TrainConfig, name: str) -> bool:
   return value != default
 
 
-def _choice(name, value, allowed):
-  if value not in allowed:
-    raise ConfigError(f"unknown {name} {value!r}; allowed: {', '.join(allowed)}")
-
-
 def _plain(value):
   """A NumPy scalar as the Python scalar, inside tuples and lists too; else value."""
   if isinstance(value, np.generic):
@@ -451,29 +449,3 @@ def _plain(value):
     if any(a is not b for a, b in zip(items, value)):
       return type(value)(items)
   return value
-
-
-def _int(name, value, low, what=None, high=None):
-  label = f"{name} ({what})" if what else name
-  ok = not isinstance(value, bool) and isinstance(value, numbers.Integral) and value >= low
-  if ok and high is not None:
-    ok = value <= high
-  if not ok:
-    allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
-    raise ConfigError(f"{label} must be {allowed}, got {value!r}")
-
-
-def _real(name, value, low, high=None, open_low=False, open_high=False):
-  ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-  try:
-    ok = ok and math.isfinite(value)
-  except OverflowError:  # an integer too large for a float
-    ok = False
-  if ok:
-    ok = (value > low if open_low else value >= low)
-    if high is not None:
-      ok = ok and (value < high if open_high else value <= high)
-  if not ok:
-    lo = f"{'(' if open_low else '['}{low}"
-    hi = f"{high}{')' if open_high else ']'}" if high is not None else "inf)"
-    raise ConfigError(f"{name} must be a finite real in {lo}, {hi}, got {value!r}")

@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gzip
-import operator
 import math
 import os
 import pickle
@@ -38,6 +37,8 @@ import random
 import struct
 
 import numpy as np
+
+from easgd import checks
 
 __all__ = [
     "CIFAR10_SUBDIR",
@@ -103,30 +104,14 @@ class DataError(ValueError):
 # --------------------------------------------------------------------------
 
 
-def _as_int(value, name: str) -> int:
-    """Returns ``value`` as a Python int; DataError if it is not an integer."""
-    if isinstance(value, (bool, np.bool_)):
-        raise DataError(f"{name}={value!r} is a bool; expected an integer")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise DataError(
-            f"{name}={value!r} has type {type(value).__name__}; expected an integer"
-        ) from None
-
-
 def _positive_int(value, name: str) -> int:
-    value = _as_int(value, name)
-    if value < 1:
-        raise DataError(f"{name}={value} must be a positive integer (>= 1)")
-    return value
+    """``value`` as a Python int >= 1; DataError otherwise."""
+    return checks.integer(name, value, 1, error=DataError)
 
 
 def _seed(value, name: str = "seed") -> int:
-    value = _as_int(value, name)
-    if not 0 <= value < _MAX_SEED:
-        raise DataError(f"{name}={value} must lie in [0, 2**32)")
-    return value
+    """``value`` as a seed in [0, 2**32 - 1]; DataError otherwise."""
+    return checks.integer(name, value, 0, _MAX_SEED - 1, error=DataError)
 
 
 # --------------------------------------------------------------------------
@@ -690,9 +675,8 @@ def crop_rng(seed: int, epoch: int, step: int) -> np.random.Generator:
       DataError: if an argument is out of range.
     """
     seed = _seed(seed)
-    epoch, step = _as_int(epoch, "epoch"), _as_int(step, "step")
-    if epoch < 0 or step < 0:
-        raise DataError(f"epoch={epoch}, step={step} must both be non-negative integers")
+    epoch = checks.integer("epoch", epoch, 0, error=DataError)
+    step = checks.integer("step", step, 0, error=DataError)
     return np.random.default_rng(
         np.random.SeedSequence((seed, epoch, step), spawn_key=(_CROP_STREAM,))
     )
@@ -826,10 +810,10 @@ def load_mnist1d(seed: int = 0, num_samples: int = 10000) -> Dataset:
     """
     seed = _seed(seed)
     num_samples = _positive_int(num_samples, "num_samples")
-    if num_samples % 10 or num_samples < 10:
+    if num_samples % 10:
         raise DataError(
-            f"num_samples={num_samples} must be a positive multiple of 10 (equal "
-            "examples per class)"
+            f"num_samples must be a positive multiple of 10 (equal examples per "
+            f"class), got {num_samples}"
         )
     return _load_mnist1d_cached(seed, num_samples)
 
@@ -913,17 +897,13 @@ def load_dataset(
       >>> ds.train_x.shape, ds.train_x.dtype, ds.num_classes
       ((1438, 8, 8, 1), dtype('float32'), 10)
     """
-    if name == "mnist1d":
-        return load_mnist1d(seed=seed)
-    if name == "fashion_mnist":
-        _seed(seed)  # Validated for uniformity, though the split is fixed.
-        return load_fashion_mnist(data_dir)
-    if name == "digits":
-        return load_digits(seed=seed)
-    if name == "cifar10":
-        _seed(seed)
-        return load_cifar10(data_dir)
-    raise DataError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
+    checks.choice("dataset", name, DATASETS, error=DataError)
+    seed = _seed(seed)  # validated for every data set, though some splits are fixed
+    loaders = dict(mnist1d=lambda: load_mnist1d(seed=seed),
+                   fashion_mnist=lambda: load_fashion_mnist(data_dir),
+                   digits=lambda: load_digits(seed=seed),
+                   cifar10=lambda: load_cifar10(data_dir))
+    return loaders[name]()
 
 
 # --------------------------------------------------------------------------
@@ -949,10 +929,8 @@ def epoch_permutation(num_examples: int, seed: int, epoch: int) -> np.ndarray:
         negative.
     """
     num_examples = _positive_int(num_examples, "num_examples")
-    seed = _as_int(seed, "seed")
-    epoch = _as_int(epoch, "epoch")
-    if seed < 0 or epoch < 0:
-        raise DataError(f"seed={seed}, epoch={epoch} must both be non-negative integers")
+    seed = checks.integer("seed", seed, 0, error=DataError)
+    epoch = checks.integer("epoch", epoch, 0, error=DataError)
     rng = np.random.default_rng((seed, epoch))
     return rng.permutation(num_examples).astype(np.int64)
 

@@ -63,6 +63,8 @@ from typing import Callable, Mapping
 
 import jax
 
+from easgd import checks
+
 ENV_COORDINATOR = "JAX_COORDINATOR_ADDRESS"
 ENV_NUM_PROCESSES = "JAX_NUM_PROCESSES"
 ENV_PROCESS_ID = "JAX_PROCESS_ID"
@@ -161,10 +163,8 @@ def resolve(coordinator_address: str | None = None, num_processes: int | None = 
   if unknown:
     raise TypeError(f"unknown setting(s) {sorted(unknown)}")
   for k, v in kw.items():
-    if (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0
-        or not math.isfinite(v)):
-      raise DistributedError(f"{k} ({_TIMEOUT_FLAGS[k]}) must be a finite number "
-                             f"of seconds > 0, got {v!r}")
+    kw[k] = checks.real(k, v, 0, open_low=True, error=DistributedError,
+                        what=f"{_TIMEOUT_FLAGS[k]}, seconds")
   if "heartbeat_timeout_s" in kw:  # JAX takes whole seconds
     kw["heartbeat_timeout_s"] = max(1, int(round(kw["heartbeat_timeout_s"])))
   return ProcessSetup(address, n, pid, **kw)
@@ -179,9 +179,7 @@ def _int_setting(value, env, var, flag, low):
       value = int(text)
     except ValueError:
       raise DistributedError(f"${var} must be an integer, got {text!r}") from None
-  if isinstance(value, bool) or not isinstance(value, int) or value < low:
-    raise DistributedError(f"{flag} must be an integer >= {low}, got {value!r}")
-  return value
+  return checks.integer(flag, value, low, error=DistributedError)
 
 
 _WATCHDOG: "Watchdog | None" = None

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 from typing import Any
 
 import flax.linen as nn
@@ -27,6 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+
+from easgd import checks
 
 __all__ = [
     "CNN",
@@ -60,20 +61,6 @@ Params = Any  # A pytree of float32 arrays (Flax's ``variables['params']``).
 
 class ModelError(ValueError):
     """A bad model choice or an input the model cannot take; one-line message."""
-
-
-def _positive_int(value, name: str) -> int:
-    if isinstance(value, (bool, np.bool_)):
-        raise ModelError(f"{name}={value!r} is a bool; expected a positive integer")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise ModelError(
-            f"{name}={value!r} has type {type(value).__name__}; expected a positive integer"
-        ) from None
-    if value < 1:
-        raise ModelError(f"{name}={value} must be a positive integer (>= 1)")
-    return value
 
 
 class MLP(nn.Module):
@@ -328,21 +315,15 @@ def make_model(name: str, num_classes: int, *, param_dtype: str = "float32",
       >>> count_params(params)
       85002
     """
-    num_classes = _positive_int(num_classes, "num_classes")
+    num_classes = checks.integer("num_classes", num_classes, 1, error=ModelError)
     for what, value in (("param_dtype", param_dtype), ("compute_dtype", compute_dtype)):
-        if value not in DTYPES:
-            raise ModelError(f"unknown {what} {value!r}; expected one of {', '.join(DTYPES)}")
+        checks.choice(what, value, DTYPES, error=ModelError)
+    checks.choice("model", name, MODELS, error=ModelError)
     kw = dict(num_classes=num_classes, param_dtype=jnp.dtype(param_dtype),
               dtype=jnp.dtype(compute_dtype))
-    if name == "mlp":
-        return MLP(**kw)
-    if name == "cnn":
-        return CNN(**kw)
-    if name == "cnn_bn":
-        return CNN(batch_norm=True, **kw)
-    if name == "cifar":
-        return CifarNet(**kw)
-    raise ModelError(f"unknown model {name!r}; expected one of {', '.join(MODELS)}")
+    build = dict(mlp=MLP, cnn=CNN, cnn_bn=functools.partial(CNN, batch_norm=True),
+                 cifar=CifarNet)
+    return build[name](**kw)
 
 
 def init_params(model: nn.Module, input_shape: tuple[int, ...], key: jax.Array) -> Params:

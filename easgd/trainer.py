@@ -25,7 +25,7 @@ import numpy as np
 from tqdm.auto import tqdm
 from jax import lax
 
-from easgd import (algorithms, data, distributed, elastic, models, registry, rundir,
+from easgd import (algorithms, checks, data, distributed, elastic, models, registry, rundir,
                    workers)
 from easgd.config import ConfigError, TrainConfig
 from easgd.optimizers import make_optimizer
@@ -436,12 +436,9 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
     DivergenceError: a non-finite loss or parameter (names step and worker).
   """
   config = config.validate()
-  if isinstance(stop_after_steps, np.integer):
-    stop_after_steps = int(stop_after_steps)
-  if stop_after_steps is not None and (
-      isinstance(stop_after_steps, bool) or not isinstance(stop_after_steps, int)
-      or stop_after_steps < 1):
-    raise ConfigError(f"stop_after_steps must be an integer >= 1, got {stop_after_steps!r}")
+  if stop_after_steps is not None:
+    stop_after_steps = checks.integer("stop_after_steps", stop_after_steps, 1,
+                                      error=ConfigError)
   workdir = rundir.workdir_path(workdir)
   hint = stability_warning(config)
   if hint:

@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import numbers
 from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from easgd import checks
 from easgd.algorithms import Algorithm
 from easgd.elastic import DEVICE_AXIS, LOCAL_AXIS, WORKER_AXES
 
@@ -145,9 +145,7 @@ def make_layout(num_workers: int, num_devices: int | None = None,
   if backend not in BACKENDS:
     raise LayoutError(f"unknown mapping backend {backend!r}; allowed: "
                       f"{', '.join(BACKENDS)}")
-  if (isinstance(num_workers, bool) or not isinstance(num_workers, numbers.Integral)
-      or num_workers < 1):
-    raise LayoutError(f"num_workers must be an integer >= 1, got {num_workers!r}")
+  checks.integer("num_workers", num_workers, 1, error=LayoutError)
   available = list(devices) if devices is not None else jax.devices()
   procs = sorted({d.process_index for d in available})
   if len(procs) > 1:
@@ -156,9 +154,7 @@ def make_layout(num_workers: int, num_devices: int | None = None,
   if num_devices is None:
     num_devices = max(d for d in range(1, min(num_workers, len(available)) + 1)
                       if num_workers % d == 0)
-  if (isinstance(num_devices, bool) or not isinstance(num_devices, numbers.Integral)
-      or num_devices < 1):
-    raise LayoutError(f"num_devices must be an integer >= 1, got {num_devices!r}")
+  checks.integer("num_devices", num_devices, 1, error=LayoutError)
   if num_devices > len(available):
     raise LayoutError(
         f"num_devices={num_devices} but only {len(available)} "
@@ -184,9 +180,7 @@ def _multiprocess_layout(num_workers, num_devices, available, procs, backend):
           f"num_workers={num_workers} cannot be spread over {len(procs)} "
           f"processes; allowed: a multiple of {len(procs)}")
     num_devices = max(fits)
-  if (isinstance(num_devices, bool) or not isinstance(num_devices, numbers.Integral)
-      or num_devices < 1):
-    raise LayoutError(f"num_devices must be an integer >= 1, got {num_devices!r}")
+  checks.integer("num_devices", num_devices, 1, error=LayoutError)
   if num_devices % len(procs) or num_devices > most:
     raise LayoutError(
         f"num_devices={num_devices} must be a multiple of the {len(procs)} "
@@ -394,10 +388,7 @@ def map_step(algorithm, layout: WorkerLayout, donate_state: bool = True,
     pick = lambda clock: bool(algorithm.exchange_at(clock))
 
   def step_fn(worker, shared, batch, key, clock):
-    if (isinstance(clock, bool) or not isinstance(clock, numbers.Integral)
-        or not 0 <= clock <= 2**31 - 1):
-      raise ValueError(f"clock must be the int number of steps taken, in "
-                       f"[0, 2**31 - 1], got {clock!r}")
+    checks.integer("clock", clock, 0, 2**31 - 1, what="the number of steps taken")
     return programs[pick(clock)](worker, shared, batch, key)
   step_fn.programs = programs
   return step_fn

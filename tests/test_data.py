@@ -208,7 +208,7 @@ def test_mnist1d_shapes_determinism_and_global_rng():
 
 
 def test_mnist1d_bad_num_samples():
-    with pytest.raises(data.DataError, match="num_samples=25"):
+    with pytest.raises(data.DataError, match="num_samples must be a positive multiple of 10 .*, got 25"):
         data.load_mnist1d(num_samples=25)
 
 
@@ -283,7 +283,7 @@ def test_worker_batch_indices_seed_and_epoch():
 def test_steps_per_epoch_too_large_batch():
     with pytest.raises(data.DataError, match="num_examples=30.*num_workers=4.*per_worker_batch=8"):
         data.steps_per_epoch(30, 4, 8)
-    with pytest.raises(data.DataError, match="num_workers=0"):
+    with pytest.raises(data.DataError, match="num_workers must be an integer >= 1, got 0"):
         data.worker_batch_indices(30, 0, 8, seed=0, epoch=0)
 
 

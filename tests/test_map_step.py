@@ -166,7 +166,8 @@ def test_a_clock_that_is_not_a_step_count_is_refused_before_running(clock):
   algo = make("easgd", loss_fn)
   layout = workers.make_layout(4, 2)
   step = workers.map_step(algo, layout)
-  with pytest.raises(ValueError, match="clock must be the int number of steps"):
+  with pytest.raises(ValueError, match=r"clock \(the number of steps taken\) must be an "
+                                       r"integer in \[0, 2147483647\]"):
     step(None, None, None, None, clock)
 
 

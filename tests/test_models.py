@@ -61,7 +61,7 @@ def test_make_model_unknown_name():
     with pytest.raises(models.ModelError, match="'resnet'.*mlp, cnn") as e:
         models.make_model("resnet", 10)
     assert isinstance(e.value, ValueError)
-    with pytest.raises(models.ModelError, match="num_classes=0"):
+    with pytest.raises(models.ModelError, match="num_classes must be an integer >= 1, got 0"):
         models.make_model("mlp", 0)
 
 

@@ -1,0 +1,191 @@
+"""One vocabulary for checking input values: integers, reals, choices, flags, arrays.
+
+Every module checks the values a user gives (config fields, flags, factory
+arguments) with these functions, at the boundary, before anything is loaded or
+compiled. Each takes the value's name as the user writes it, the value, what is
+allowed, and the error class to raise (the calling layer's ``ValueError``
+subclass: ``ConfigError``, ``HyperparameterError``, ``DataError``, ...), and
+every message has one of two forms:
+
+    {name} must be {what is allowed}, got {value!r}
+    unknown {name} {value!r}; allowed: {a}, {b}, ...
+
+e.g. ``tau (communication period) must be an integer in [1, 1073741824], got 0``
+or ``unknown dataset 'cifar100'; allowed: mnist1d, fashion_mnist, digits, cifar10``.
+Bools are never integers or reals here (``True`` is not a step count); NumPy
+scalars are accepted and returned as Python numbers. Arrays being traced by JAX
+are not checked by these functions: callers that accept traced
+hyperparameters check only Python values (see :func:`is_python_number`).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Sequence
+
+import numpy as np
+
+
+def _label(name: str, what: str | None) -> str:
+  return f"{name} ({what})" if what else name
+
+
+def _interval(low, high, open_low: bool, open_high: bool) -> str:
+  lo = "(-inf" if low is None else f"{'(' if open_low else '['}{low}"
+  hi = "inf)" if high is None else f"{high}{')' if open_high else ']'}"
+  return f"{lo}, {hi}"
+
+
+def is_python_number(value) -> bool:
+  """True for a Python or NumPy int or float scalar (not a bool, not an array)."""
+  return isinstance(value, (numbers.Real, np.generic)) and not isinstance(
+      value, (bool, np.bool_)) and np.ndim(value) == 0
+
+
+def integer(name: str, value, low: int | None = None, high: int | None = None, *,
+            error: type[Exception] = ValueError, what: str | None = None) -> int:
+  """``value`` as a Python int in [low, high].
+
+  Args:
+    name: the value's name as the user writes it (e.g. ``"tau"``).
+    value: the value to check.
+    low, high: the inclusive bounds (None: unbounded).
+    error: the exception class to raise.
+    what: a short unit or meaning shown after the name, e.g. "communication period".
+
+  Returns:
+    ``int(value)``.
+
+  Raises:
+    error: not an integer (bools and floats included), or outside [low, high].
+  """
+  ok = (isinstance(value, (numbers.Integral, np.integer))
+        and not isinstance(value, (bool, np.bool_)))
+  if ok:
+    value = int(value)
+    ok = (low is None or value >= low) and (high is None or value <= high)
+  if not ok:
+    allowed = ("an integer" if low is None and high is None else
+               f"an integer >= {low}" if high is None else
+               f"an integer in [{low if low is not None else '-inf'}, {high}]")
+    raise error(f"{_label(name, what)} must be {allowed}, got {value!r}")
+  return value
+
+
+def real(name: str, value, low: float | None = None, high: float | None = None, *,
+         open_low: bool = False, open_high: bool = False,
+         error: type[Exception] = ValueError, what: str | None = None) -> float:
+  """``value`` as a finite Python float in the interval from low to high.
+
+  Args:
+    name, what, error: as :func:`integer`.
+    value: the value to check (an int or float; not a bool).
+    low, high: the bounds (None: unbounded); ``open_low``/``open_high`` exclude
+      them.
+
+  Returns:
+    ``float(value)``.
+
+  Raises:
+    error: not a finite real, or outside the interval.
+  """
+  ok = is_python_number(value)
+  if ok:
+    try:
+      value = float(value)
+    except OverflowError:  # an integer too large for a float
+      ok = False
+  ok = ok and math.isfinite(value)
+  if ok:
+    if low is not None:
+      ok = value > low if open_low else value >= low
+    if high is not None:
+      ok = ok and (value < high if open_high else value <= high)
+  if not ok:
+    raise error(f"{_label(name, what)} must be a finite real in "
+                f"{_interval(low, high, open_low, open_high)}, got {value!r}")
+  return value
+
+
+def choice(name: str, value, allowed: Sequence[Any], *,
+           error: type[Exception] = ValueError):
+  """``value`` if it is one of ``allowed``.
+
+  Raises:
+    error: ``unknown {name} {value!r}; allowed: ...``.
+  """
+  try:
+    found = value in allowed
+  except TypeError:  # an unhashable value
+    found = False
+  if not found or isinstance(value, bool) and not any(a is value for a in allowed):
+    raise error(f"unknown {name} {value!r}; allowed: {', '.join(map(str, allowed))}")
+  return value
+
+
+def flag(name: str, value, *, error: type[Exception] = ValueError) -> bool:
+  """``value`` if it is a bool (``True``/``False``, NumPy's included).
+
+  Raises:
+    error: anything else (1 and "yes" are not flags).
+  """
+  if not isinstance(value, (bool, np.bool_)):
+    raise error(f"{name} must be a bool (True or False), got {value!r}")
+  return bool(value)
+
+
+def real_array(name: str, value, low: float | None = None, high: float | None = None,
+               *, open_low: bool = False, open_high: bool = False,
+               error: type[Exception] = ValueError) -> np.ndarray:
+  """``value`` (a scalar or array-like of reals) as a float64 NumPy array, every
+  entry finite and in the interval.
+
+  Raises:
+    error: an entry that is not a finite real in the interval (named with its
+      index), or a value that is not numeric.
+  """
+  try:
+    arr = np.asarray(value)
+  except (TypeError, ValueError):
+    raise error(f"{name} must be reals, got {value!r}") from None
+  if arr.dtype.kind not in "iuf" or arr.dtype.kind == "b":
+    raise error(f"{name} must be reals, got {value!r}")
+  arr = arr.astype(np.float64)
+  bad = ~np.isfinite(arr)
+  if low is not None:
+    bad |= (arr <= low) if open_low else (arr < low)
+  if high is not None:
+    bad |= (arr >= high) if open_high else (arr > high)
+  if bad.any():
+    index = tuple(int(i) for i in np.argwhere(bad)[0])
+    shown = f"{name}[{', '.join(map(str, index))}]" if arr.ndim else name
+    raise error(f"{shown} must be a finite real in "
+                f"{_interval(low, high, open_low, open_high)}, got {arr[bad][0]!r}")
+  return arr
+
+
+def integer_array(name: str, value, low: int | None = None, high: int | None = None,
+                  *, error: type[Exception] = ValueError) -> np.ndarray:
+  """``value`` (a scalar or array-like of integers) as an int64 NumPy array, every
+  entry in [low, high] (integral floats such as 2.0 are refused: give integers).
+
+  Raises:
+    error: an entry that is not an integer in the range, or a non-integer array.
+  """
+  arr = np.asarray(value)
+  if arr.dtype.kind not in "iu":
+    raise error(f"{name} must be integers, got {value!r}")
+  arr = arr.astype(np.int64)
+  bad = np.zeros(arr.shape, bool)
+  if low is not None:
+    bad |= arr < low
+  if high is not None:
+    bad |= arr > high
+  if bad.any():
+    index = tuple(int(i) for i in np.argwhere(bad)[0])
+    shown = f"{name}[{', '.join(map(str, index))}]" if arr.ndim else name
+    allowed = (f"an integer >= {low}" if high is None else
+               f"an integer in [{low if low is not None else '-inf'}, {high}]")
+    raise error(f"{shown} must be {allowed}, got {int(arr[bad][0])}")
+  return arr
