@@ -21,7 +21,8 @@ def export_center(workdir, out_path) -> Path:
   The file is ``flax.serialization.msgpack_serialize`` of the parameter tree
   (load it with ``flax.serialization.msgpack_restore`` and pass it to
   ``model.apply({"params": params}, x)``); ``<out_path>.json`` beside it names
-  the model, the data set, the number of classes and the input shape.
+  the model, the data set, the number of classes, the input shape and the dtypes
+  (parameters, computation, and the center's, float32 for bfloat16 workers).
 
   Models with BatchNorm (``"cnn_bn"``): the center's statistics are recomputed
   exactly as the evaluation does (``Run.center_batch_stats``, the run's
@@ -68,7 +69,10 @@ def export_center(workdir, out_path) -> Path:
   info = dict(
       model=config.model, dataset=config.dataset, num_classes=ds.num_classes,
       input_shape=list(data.cropped_shape(ds.input_shape, config.crop_size)),
-      step=int(step), algorithm=config.algorithm)
+      step=int(step), algorithm=config.algorithm,
+      # the center is kept in float32 for bfloat16 workers (the precision policy)
+      param_dtype=config.param_dtype, compute_dtype=config.compute_dtype,
+      center_dtype=sorted({str(np.asarray(x).dtype) for x in jax.tree.leaves(center)}))
   if models.has_batch_norm(models.make_model(config.model, ds.num_classes)):
     # BatchNorm: the center's own statistics, as the evaluation computes them (on
     # the run's layout when this machine has its devices).
