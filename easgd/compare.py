@@ -76,12 +76,32 @@ def _row(summary: dict[str, Any], config: TrainConfig) -> dict[str, Any]:
       wall_time_s=summary["wall_time_s"])
 
 
+IDENTITY = ("tau", "beta", "delta")
+"""Settings that tell the compared methods apart: a column whenever a row reads them."""
+
+
 def differing_settings(rows: Sequence[dict[str, Any]]) -> list[str]:
-  """The setting names whose value (or absence) differs between ``rows``."""
+  """The settings worth a column in a table of ``rows``.
+
+  A setting of :data:`IDENTITY` that any row reads; any other setting whose
+  value differs between the rows that read it, or that some row reads at a
+  value other than its default. So a setting at its default that only some
+  methods read (``reset_opt_state`` of EASGD beside pmean SGD) stays out, and
+  a learning rate that differs between rows gets a column.
+  """
+  from easgd.config import TrainConfig  # the defaults
+  defaults = TrainConfig()
   names = []
   for name in SETTINGS:
-    values = [json.dumps(r["settings"].get(name)) for r in rows]
-    if len(set(values)) > 1:
+    read = [r["settings"][name] for r in rows if name in r["settings"]]
+    if not read:
+      continue
+    default = getattr(defaults, name)
+    default = list(default) if isinstance(default, tuple) else default
+    if name == "beta":
+      default = read[0]  # resolved per row (beta = p alpha): compared between rows
+    if (name in IDENTITY or len({json.dumps(v) for v in read}) > 1
+        or any(v != default for v in read)):
       names.append(name)
   return names
 
