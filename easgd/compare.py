@@ -84,10 +84,11 @@ def differing_settings(rows: Sequence[dict[str, Any]]) -> list[str]:
   """The settings worth a column in a table of ``rows``.
 
   A setting of :data:`IDENTITY` that any row reads; any other setting whose
-  value differs between the rows that read it, or that some row reads at a
-  value other than its default. So a setting at its default that only some
-  methods read (``reset_opt_state`` of EASGD beside pmean SGD) stays out, and
-  a learning rate that differs between rows gets a column.
+  value differs between the rows that read it, or that only some rows read,
+  at a value other than its default. So a setting at its default that only
+  some methods read (``reset_opt_state`` of EASGD beside pmean SGD) and a
+  setting every row shares (the optimizer of all rows) stay out, and a
+  learning rate that differs between rows gets a column.
   """
   from easgd.config import TrainConfig  # the defaults
   defaults = TrainConfig()
@@ -100,8 +101,9 @@ def differing_settings(rows: Sequence[dict[str, Any]]) -> list[str]:
     default = list(default) if isinstance(default, tuple) else default
     if name == "beta":
       default = read[0]  # resolved per row (beta = p alpha): compared between rows
-    if (name in IDENTITY or len({json.dumps(v) for v in read}) > 1
-        or any(v != default for v in read)):
+    differ = len({json.dumps(v) for v in read}) > 1
+    partly_read = len(read) < len(rows) and any(v != default for v in read)
+    if name in IDENTITY or differ or partly_read:
       names.append(name)
   return names
 
