@@ -37,6 +37,7 @@ Run:  .venv/bin/python benchmarks/sweep_vs_sequential.py [--num-steps 100]
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import statistics
 import time
@@ -45,7 +46,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from easgd import algorithms, data, models, sweep_engine, sweep_network
+from easgd import algorithms, data, flags, models, sweep_engine, sweep_network
+from easgd.flags import option
 from easgd.sweep_engine import CompileCounter
 from easgd.sweep_grid import SweepGrid
 
@@ -53,14 +55,20 @@ TAU = (1, 2, 4, 8, 16, 32, 64, 128)
 ALPHA = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8)
 
 
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """The benchmark's settings (flags from the fields, ``easgd.flags``)."""
+  num_steps: int = option(100, "steps per configuration")
+  repeats: int = option(3, "timed rounds of (A, B, C) after the warm-up")
+  learning_rate: float = option(0.2, "eta of every configuration")
+  num_workers: int = option(4, "p")
+  batch: int = option(32, "examples per worker per step")
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--num-steps", type=int, default=100)
-  parser.add_argument("--repeats", type=int, default=3)
-  parser.add_argument("--learning-rate", type=float, default=0.2)
-  parser.add_argument("--num-workers", type=int, default=4)
-  parser.add_argument("--batch", type=int, default=32)
-  args = parser.parse_args()
+  flags.add_flags(parser, Options)
+  args = Options(**flags.overrides(parser.parse_args(), Options))
   p, steps = args.num_workers, args.num_steps
 
   ds = data.load_dataset("mnist1d")

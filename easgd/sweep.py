@@ -1,6 +1,6 @@
 """``easgd sweep``: the tau x alpha grid of EASGD, its files and heatmaps.
 
-A :class:`SweepConfig` (one flag per field) names the grid
+A :class:`SweepConfig` (flags from its fields, ``easgd.flags``) names the grid
 and the problem; :func:`run_sweep` runs it, on the quadratic
 (``easgd.quadratic.sweep_quadratic``) and/or a network
 (``easgd.sweep_network.sweep_network``), each grid as one compiled program per
@@ -24,9 +24,10 @@ from pathlib import Path
 
 import jax
 
-from easgd import data, models, quadratic, sweep_network, sweep_report
+from easgd import data, flags, models, quadratic, sweep_network, sweep_report
 from easgd.checkpoint import write_text_atomic
 from easgd.config import ConfigError
+from easgd.flags import option
 from easgd.sweep_engine import SweepError, check_factor, check_int, check_real
 from easgd.sweep_grid import SweepGrid, SweepResult
 
@@ -37,49 +38,36 @@ PROBLEMS = ("quadratic", "network", "both")
 class SweepConfig:
   """Everything ``easgd sweep`` runs; written to ``sweep_config.json``.
 
-  Attributes:
-    problem: ``"quadratic"``, ``"network"`` or ``"both"`` (subdirectories).
-    tau: communication periods (local steps).
-    alpha: moving rates (beta = num_workers * alpha).
-    learning_rate: eta values (local SGD step size).
-    num_workers: p values (one compiled program each).
-    num_steps: local steps per worker.
-    per_worker_batch_size: examples per worker per step (network).
-    dataset: data set name (network).
-    model: ``"mlp"`` or ``"cnn"`` (network).
-    curvature: h of the quadratic.
-    quadratic_spread: relative spread of the quadratic's worker starts.
-    quadratic_sigma: gradient-noise std of the quadratic.
-    divergence_factor: loss ratio that counts as diverged: the workers' mean
-      loss to its step-0 value, the center's final loss to its initial one.
-    hessian_iterations: budget of Hessian-vector products for h (0: skip;
-      network).
-    hessian_tol: relative residual tolerance of h: certified when
-      ||H v - h v|| <= hessian_tol |h| (> 0).
-    hessian_examples: training examples in the Hessian's loss.
-    hessian_at_trained: also estimate h at the best final center.
-    seed: seed of data order, initialisation and noise.
-    data_dir: Fashion-MNIST directory, or None.
+  Each field's meaning and unit is its ``metadata["help"]`` (also the help
+  of its flag, ``easgd sweep --help``).
   """
-  problem: str = "network"
-  tau: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
-  alpha: tuple[float, ...] = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8)
-  learning_rate: tuple[float, ...] = (0.1,)
-  num_workers: tuple[int, ...] = (4,)
-  num_steps: int = 300
-  per_worker_batch_size: int = 32
-  dataset: str = "mnist1d"
-  model: str = "mlp"
-  curvature: float = 1.0
-  quadratic_spread: float = 0.5
-  quadratic_sigma: float = 0.0
-  divergence_factor: float = 1e3
-  hessian_iterations: int = 100
-  hessian_tol: float = 1e-4
-  hessian_examples: int = 2000
-  hessian_at_trained: bool = True
-  seed: int = 0
-  data_dir: str | None = None
+  problem: str = option("network", "quadratic, network or both (subdirectories)",
+                        choices=PROBLEMS)
+  tau: tuple[int, ...] = option((1, 2, 4, 8, 16, 32, 64, 128),
+                                "communication periods (local steps)")
+  alpha: tuple[float, ...] = option((0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8),
+                                    "moving rates (beta = num_workers * alpha)")
+  learning_rate: tuple[float, ...] = option((0.1,), "eta values (local SGD step size)")
+  num_workers: tuple[int, ...] = option((4,), "p values (one compiled program each)")
+  num_steps: int = option(300, "local steps per worker")
+  per_worker_batch_size: int = option(32, "examples per worker per step (network)")
+  dataset: str = option("mnist1d", "data set name (network)")
+  model: str = option("mlp", "mlp or cnn (network)")
+  curvature: float = option(1.0, "h of the quadratic")
+  quadratic_spread: float = option(0.5, "relative spread of the quadratic's worker starts")
+  quadratic_sigma: float = option(0.0, "gradient-noise std of the quadratic")
+  divergence_factor: float = option(
+      1e3, "loss ratio that counts as diverged: the workers' mean loss to its step-0 "
+      "value, the center's final loss to its initial one")
+  hessian_iterations: int = option(
+      100, "budget of Hessian-vector products for h (0: skip; network)")
+  hessian_tol: float = option(
+      1e-4, "relative residual tolerance of h: certified when ||H v - h v|| <= "
+      "hessian_tol |h| (> 0)")
+  hessian_examples: int = option(2000, "training examples in the Hessian's loss")
+  hessian_at_trained: bool = option(True, "also estimate h at the best final center")
+  seed: int = option(0, "seed of data order, initialisation and noise")
+  data_dir: str | None = option(None, "Fashion-MNIST directory, or none")
 
   @property
   def grid(self) -> SweepGrid:
@@ -162,57 +150,20 @@ def run_sweep(config: SweepConfig, workdir, *, overwrite: bool = False,
   return results
 
 
-def int_list(text: str) -> tuple[int, ...]:
-  """``"1,2,4"`` -> (1, 2, 4) (argparse type; ranges are checked later)."""
-  return tuple(int(t) for t in text.split(",") if t.strip())
-
-
-def float_list(text: str) -> tuple[float, ...]:
-  """``"0.1,0.5"`` -> (0.1, 0.5) (argparse type; ranges are checked later)."""
-  return tuple(float(t) for t in text.split(",") if t.strip())
-
-
-def _bool(text: str) -> bool:
-  if text.lower() in ("1", "true", "yes", "on"):
-    return True
-  if text.lower() in ("0", "false", "no", "off"):
-    return False
-  raise ValueError(text)
-
-
-def _optional_str(text: str) -> str | None:
-  return None if text.lower() == "none" else text
-
-
-_FLAG_TYPES = {"tau": int_list, "num_workers": int_list, "alpha": float_list,
-               "learning_rate": float_list, "hessian_at_trained": _bool,
-               "data_dir": _optional_str}
-
-
-def add_sweep_arguments(parser) -> None:
+def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
   """Adds the ``easgd sweep`` flags: --workdir, --overwrite, --no-plots and one
-  flag per :class:`SweepConfig` field (lists comma-separated)."""
+  flag per :class:`SweepConfig` field (``easgd.flags``; lists comma-separated)."""
   parser.add_argument("--workdir", required=True, help="output directory")
   parser.add_argument("--overwrite", action="store_true",
                       help="replace an earlier sweep in --workdir")
   parser.add_argument("--no-plots", action="store_true", help="CSV and JSON only")
-  group = parser.add_argument_group("sweep (SweepConfig fields; lists: 1,2,4)")
-  defaults = SweepConfig()
-  for f in dataclasses.fields(SweepConfig):
-    default = getattr(defaults, f.name)
-    kind = _FLAG_TYPES.get(f.name, type(default))
-    extra = dict(choices=PROBLEMS) if f.name == "problem" else {}
-    shown = ",".join(f"{v:g}" for v in default) if isinstance(default, tuple) else default
-    group.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=kind,
-                       default=argparse.SUPPRESS, metavar=f.name.upper(),
-                       help=f"default: {shown}", **extra)
+  flags.add_flags(parser, SweepConfig,
+                  title="sweep (SweepConfig fields; lists: 1,2,4; 'none' for no value)")
 
 
 def main_sweep(args: argparse.Namespace) -> int:
   """Runs ``easgd sweep`` from parsed arguments; prints a summary; returns 0."""
-  overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(SweepConfig)
-               if hasattr(args, f.name)}
-  config = SweepConfig(**overrides).validate()
+  config = SweepConfig(**flags.overrides(args, SweepConfig)).validate()
   results = run_sweep(config, args.workdir, overwrite=args.overwrite,
                       plots=not args.no_plots)
   for res in results.values():

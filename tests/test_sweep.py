@@ -3,6 +3,7 @@
 Everything is tiny (scalar quadratics, an 8-unit MLP on random data) so the file
 runs in well under a minute on two CPU cores.
 """
+import dataclasses
 import functools
 import json
 import sys
@@ -14,8 +15,8 @@ import pytest
 import optax
 from jax.flatten_util import ravel_pytree
 
-from easgd import (algorithms, asynchronous, baselines, cli, hessian, models, quadratic,
-                   stability, sweep_engine, sweep_network, sweep_report)
+from easgd import (algorithms, asynchronous, baselines, cli, flags, hessian, models,
+                   quadratic, stability, sweep, sweep_engine, sweep_network, sweep_report)
 from easgd.sweep_engine import CompileCounter
 from easgd.sweep_grid import SweepGrid
 
@@ -386,3 +387,16 @@ def test_the_sweep_and_the_simulator_run_the_algorithms_own_step(monkeypatch):
   traced.clear()
   quadratic.sweep_quadratic(SweepGrid(tau=(1, 2), alpha=(0.1,), num_workers=(5,)), 13)
   assert traced
+
+
+def test_sweep_flags_are_generated_from_the_config_fields(capsys):
+  args = cli.build_parser().parse_args(
+      ["sweep", "--workdir", "w", "--no-hessian-at-trained", "--data-dir", "none",
+       "--tau", "1,2", "--alpha", "0.5"])
+  assert flags.overrides(args, sweep.SweepConfig) == dict(
+      hessian_at_trained=False, data_dir=None, tau=(1, 2), alpha=(0.5,))
+  with pytest.raises(SystemExit):
+    cli.build_parser().parse_args(["sweep", "--help"])
+  text = capsys.readouterr().out
+  for f in dataclasses.fields(sweep.SweepConfig):
+    assert f.metadata["help"] and "--" + f.name.replace("_", "-") in text
