@@ -101,6 +101,7 @@ def _run_one(eta_h, alpha, tau, noise_scale, state0, key, *, num_workers,
       jnp.arange(num_steps, dtype=jnp.int32))
   return params_of(worker, shared), algorithm.center(shared), centers, log_norms
 
+
 @functools.partial(jax.jit, static_argnames=("num_workers", "num_steps", "noisy",
                                              "trajectory"))
 def _simulate_flat(eta_h, alpha, tau, noise_scale, state0, keys, *, num_workers,

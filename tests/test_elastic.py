@@ -156,6 +156,7 @@ def test_what_needs_a_python_value_is_defined_for_array_hyperparameters():
   algo = algorithms.easgd(quadratic_loss, learning_rate=0.1, num_workers=4,
                           tau=jnp.int32(4), beta=0.9)
   assert algo.exchange_at is None  # map_step runs the device-chosen program
+  assert list(workers.map_step(algo, workers.make_layout(4, 2)).programs) == [None]
   with pytest.raises(TypeError, match="counted on the host from a Python tau"):
     algo.communication(10, 100)
   # Python values are still checked; arrays are the caller's to check
