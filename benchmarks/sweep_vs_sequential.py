@@ -10,12 +10,13 @@ so that they share the machine's load):
   2,000 test signals. Every variant sees the same initial parameters and the
   same batches.
 
-  A  one program   easgd.sweep.make_sweep_fn: all 64 configurations vmapped in
-                   one jitted program (tau, alpha traced).
+  A  one program   easgd.sweep_engine.make_sweep_fn: all 64 configurations
+                   vmapped in one jitted program, each building
+                   easgd.algorithms.easgd from its traced tau, alpha, eta.
                    "cold" = the first call (trace + compile + run);
                    "warm" = later calls (run only).
-  B  sequential,   easgd.sweep.run_with_algorithm for each configuration in
-     own program   turn: easgd.algorithms.easgd + optax.sgd with tau and alpha
+  B  sequential,   easgd.sweep_engine.run_with_algorithm for each configuration
+     own program   in turn: easgd.algorithms.easgd + optax.sgd with tau and alpha
                    Python constants, vmapped over workers, scanned over steps,
                    jitted; every configuration is its own compiled program
                    (what one gets by looping over the trainer's pieces), so
@@ -36,61 +37,77 @@ Run:  .venv/bin/python benchmarks/sweep_vs_sequential.py [--num-steps 100]
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import statistics
 import time
 
 import jax
 import jax.numpy as jnp
+import optax
 
-from easgd import data, models, sweep
+from easgd import algorithms, data, flags, models, sweep_engine, sweep_network
+from easgd.flags import option
+from easgd.sweep_engine import CompileCounter
+from easgd.sweep_grid import SweepGrid
 
 TAU = (1, 2, 4, 8, 16, 32, 64, 128)
 ALPHA = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8)
 
 
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """The benchmark's settings (flags from the fields, ``easgd.flags``)."""
+  num_steps: int = option(100, "steps per configuration")
+  repeats: int = option(3, "timed rounds of (A, B, C) after the warm-up")
+  learning_rate: float = option(0.2, "eta of every configuration")
+  num_workers: int = option(4, "p")
+  batch: int = option(32, "examples per worker per step")
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--num-steps", type=int, default=100)
-  parser.add_argument("--repeats", type=int, default=3)
-  parser.add_argument("--learning-rate", type=float, default=0.2)
-  parser.add_argument("--num-workers", type=int, default=4)
-  parser.add_argument("--batch", type=int, default=32)
-  args = parser.parse_args()
+  flags.add_flags(parser, Options)
+  args = Options(**flags.overrides(parser.parse_args(), Options))
   p, steps = args.num_workers, args.num_steps
 
   ds = data.load_dataset("mnist1d")
   model = models.make_model("mlp", ds.num_classes)
   init_key, key = jax.random.split(jax.random.key(0))
   params0 = models.init_params(model, ds.input_shape, init_key)
-  x, y = sweep.network_batches(ds, p, args.batch, steps, seed=0)
+  x, y = sweep_network.network_batches(ds, p, args.batch, steps, seed=0)
   batches = (jnp.asarray(x), jnp.asarray(y))
   test = (jnp.asarray(ds.test_x), jnp.asarray(ds.test_y))
-  loss_fn, eval_fn = sweep.network_fns(model)
-  grid = sweep.SweepGrid(TAU, ALPHA, (args.learning_rate,), (p,)).validate()
-  lr, tau, alpha = grid.flat()
+  loss_fn, eval_fn = sweep_network.network_fns(model)
+  grid = SweepGrid(TAU, ALPHA, (args.learning_rate,), (p,)).validate()
+  hyper = grid.hyperparameters()
+  lr, tau, alpha = hyper["learning_rate"], hyper["tau"], hyper["alpha"]
   n = lr.size
   workers0 = jax.tree.map(lambda a: jnp.broadcast_to(a, (p, *a.shape)), params0)
-  run = sweep.make_sweep_fn(loss_fn, p, steps, eval_fn)
+  run = sweep_engine.make_sweep_fn(
+      functools.partial(algorithms.easgd, loss_fn, num_workers=p), p, steps, eval_fn)
 
   def one_program():
-    return jax.block_until_ready(run(lr, tau, alpha, workers0, params0, batches,
-                                     test, key, 1e3))
+    return jax.block_until_ready(run(hyper, workers0, params0, batches, test, key, 1e3))
 
   def own_programs(indices=range(n)):
     for i in indices:
-      sweep.run_with_algorithm(loss_fn, params0, batches, key, num_workers=p,
-                               tau=int(tau[i]), alpha=float(alpha[i]),
-                               learning_rate=float(lr[i]), eval_fn=eval_fn,
-                               eval_data=test)
+      algo = algorithms.easgd(loss_fn, optax.sgd(float(lr[i])), num_workers=p,
+                              tau=int(tau[i]), alpha=float(alpha[i]))
+      sweep_engine.run_with_algorithm(algo, params0, batches, key, num_workers=p,
+                                      eval_fn=eval_fn, eval_data=test)
+
+  def one_config(i):
+    return {k: v[i:i + 1] for k, v in hyper.items()}
 
   def one_compiled_program_each():
     for i in range(n):
-      jax.block_until_ready(run(lr[i:i + 1], tau[i:i + 1], alpha[i:i + 1], workers0,
-                                params0, batches, test, key, 1e3))
+      jax.block_until_ready(run(one_config(i), workers0, params0, batches, test, key,
+                                1e3))
 
   def timed(fn):
     start = time.perf_counter()
-    with sweep.CompileCounter() as cc:
+    with CompileCounter() as cc:
       fn()
     return time.perf_counter() - start, cc.count
 
@@ -103,7 +120,7 @@ def main():
   print(f"warm-up: A cold {cold:.2f} s ({cold_compiles} compilations)", flush=True)
   t_b1, _ = timed(lambda: own_programs([0]))
   t_c1, _ = timed(lambda: jax.block_until_ready(
-      run(lr[:1], tau[:1], alpha[:1], workers0, params0, batches, test, key, 1e3)))
+      run(one_config(0), workers0, params0, batches, test, key, 1e3)))
   print(f"warm-up: B one configuration {t_b1:.2f} s, C compile {t_c1:.2f} s",
         flush=True)
   times = {"A": [], "B": [], "C": []}

@@ -20,8 +20,16 @@ Where things live:
   easgd.files       the one atomic file writer (every layer may use it)
   easgd.compare     several algorithms on one data budget, plot + table
   easgd.stability   analysis: spectral radii, stable regions, ADMM (Section 4)
-  easgd.quadratic   JAX simulation of the quadratic model
-  easgd.sweep       the tau x alpha grid as one compiled program; easgd.hessian
+  easgd.sweep_engine  many configurations of an algorithm's own step as one
+                    compiled program (vmap over configurations, divergence flags)
+  easgd.sweep_grid  the (learning rate, tau, alpha) grid and its results
+  easgd.quadratic   the quadratic model simulated (and swept) with EASGD's step
+  easgd.hessian     the largest Hessian eigenvalue (the curvature h)
+  easgd.sweep_network  the network problem of the sweep (model, data, h)
+  easgd.sweep_report   the sweep's files, theory contour and heatmaps
+  easgd.sweep       the ``easgd sweep`` command (SweepConfig, run_sweep)
+  easgd.flags       command-line flags from a dataclass's fields
+  easgd.checks      one-line input checks of the analysis modules
   easgd.data, easgd.models, easgd.config, easgd.cli
 """
 

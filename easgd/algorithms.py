@@ -1,10 +1,23 @@
 """Distributed training algorithms as per-worker (init, step) pairs.
 
-Each factory validates its hyperparameters in Python and returns an
-:class:`Algorithm`: pure functions written for ONE worker, which use collectives
-over ``axis_name`` (default :data:`easgd.elastic.WORKER_AXES`) to talk to the
-others. ``easgd.workers.map_workers`` runs them over all workers; nothing here
-compiles or places anything.
+Each factory checks the hyperparameters it is given as Python numbers and
+returns an :class:`Algorithm`: pure functions written for ONE worker, which use
+collectives over ``axis_name`` (default :data:`easgd.elastic.WORKER_AXES`) to
+talk to the others. ``easgd.workers.map_workers`` runs them over all workers;
+nothing here compiles or places anything.
+
+Array hyperparameters: as optax's transformations take ``ArrayLike`` rates,
+the factories take learning_rate, alpha/beta, the momentum delta and (for the
+synchronous algorithms, whose exchange the step can decide on the device)
+tau as JAX arrays too, unchecked (``easgd.elastic.is_array_hyperparameter``):
+built inside a ``jax.vmap`` over configurations they are traced, and one
+compiled program runs every configuration (``easgd.sweep_engine``). Their
+ranges are checked where they enter (a config, the command line, a sweep's
+grid). What needs a Python value on the host follows the rule of each
+factory's docstring: with an array tau, ``exchange_at`` is None (so
+``easgd.workers.map_step`` runs the one program that decides the exchange on
+the device) and ``communication`` raises (it counts from a Python tau);
+``hyperparameters`` holds the values as given (arrays for logs to convert).
 
 State is split in two:
   worker state  one value per worker (EASGD: the worker's parameters x^i and its
@@ -181,6 +194,9 @@ def local_optimizer(optimizer: optax.GradientTransformation | None,
                     learning_rate) -> optax.GradientTransformation:
   """The local optimizer a factory uses: ``optimizer``, else ``optax.sgd(learning_rate)``.
 
+  ``learning_rate`` may be a JAX array (not checked, may be traced) or an
+  optax schedule, as ``optax.sgd`` takes.
+
   Raises:
     TypeError: ``optimizer`` is not an ``optax.GradientTransformation``.
     HyperparameterError: neither is given, or ``learning_rate`` (a Python
@@ -235,7 +251,8 @@ def elastic_step_setup(optimizer: optax.GradientTransformation, params: Params, 
   Args:
     optimizer: the local optimizer; params: this worker's parameters x^i;
     opt_state: its optimizer state; step: the int32 worker clock t^i;
-    key: the run's base key; tau: communication period (>= 1);
+    key: the run's base key; tau: communication period (>= 1, an int or an
+    int32 array);
     reset_opt_state: re-initialise ``opt_state`` on exchange steps (Python bool);
     axis_name: the mapped axis enumerating all workers;
     exchange: ``None`` to compute the flag from the clock, or the host's
@@ -265,7 +282,9 @@ def every_tau_steps(tau: int, offset: int = 0, last_step: int | None = None
   on an average.
 
   Args:
-    tau: communication period in steps, an integer >= 1.
+    tau: communication period in steps, an integer >= 1, or an int32 JAX
+      array (unchecked; the schedule is then for the device only, its value
+      at a host int is an array).
     offset: 0 or 1 (see above).
     last_step: the clock of the run's last step (steps - 1), which then
       exchanges too; None: the schedule is periodic only.
@@ -273,7 +292,8 @@ def every_tau_steps(tau: int, offset: int = 0, last_step: int | None = None
   Returns:
     ``exchange_at(t) -> bool`` for the step at clock t (steps taken); given an
     int32 array (the state's counter, traced) it returns a bool array, which
-    ``easgd.workers.map_step`` uses to check the host's clock on the device.
+    the steps use to decide the exchange on the device and
+    ``easgd.workers.map_step`` to check the host's clock there.
 
   Raises:
     HyperparameterError: tau is not an integer >= 1, offset not 0 or 1, or
@@ -282,7 +302,7 @@ def every_tau_steps(tau: int, offset: int = 0, last_step: int | None = None
   References:
     Algorithm 1 of the paper ("if tau divides t^i").
   """
-  tau = elastic.check_tau(tau)
+  tau = elastic.check_tau(tau, allow_array=True)
   if offset not in (0, 1) or isinstance(offset, bool):
     raise elastic.HyperparameterError(f"offset must be 0 or 1, got {offset!r}")
   if last_step is None:
@@ -308,7 +328,9 @@ def periodic_communication(tau: int, offset: int = 0, *, num_workers: int,
   periodic. A single worker has nothing to reduce: 0.
 
   Args:
-    tau: communication period in steps, an integer >= 1.
+    tau: communication period in steps, an integer >= 1; or a JAX array,
+      with which nothing can be counted on the host (the function returned
+      raises a TypeError when called).
     offset: 0 or 1, as in :func:`every_tau_steps`.
     num_workers: p; with p = 1 nothing is communicated.
     last_step: as in :func:`every_tau_steps`.
@@ -317,6 +339,13 @@ def periodic_communication(tau: int, offset: int = 0, *, num_workers: int,
     ``communication(num_steps, param_bytes) -> Communication`` per worker
     (bytes = exchanges * param_bytes).
   """
+  if elastic.is_array_hyperparameter(tau):
+    def not_counted(num_steps, param_bytes):
+      raise TypeError("communication is counted on the host from a Python tau; this "
+                      "algorithm was built with an array tau (count with the "
+                      "configuration's Python value)")
+    return not_counted
+
   def communication(num_steps, param_bytes):
     n = int(num_steps)
     if num_workers == 1 or n <= 0:
@@ -362,10 +391,12 @@ class EASGDShared(NamedTuple):
 def _synchronous_elastic(name, loss_fn, optimizer, *, num_workers, tau, alpha, beta,
                          learning_rate, reset_opt_state, momentum, axis_name):
   """The one body of :func:`easgd` (momentum None) and :func:`eamsgd`."""
-  tau = elastic.check_tau(tau)
+  tau = elastic.check_tau(tau, allow_array=True)
   alpha = elastic.resolve_alpha(num_workers, alpha, beta)
   optimizer = local_optimizer(optimizer, learning_rate)
   reduce_over = elastic.reduce_axis(num_workers, axis_name)  # None: one worker
+  # Algorithm 1: tau divides t (t = 0 included); the host's copy only for a Python tau
+  exchange_at = None if elastic.is_array_hyperparameter(tau) else every_tau_steps(tau)
 
   def init(params):
     velocity = () if momentum is None else jax.tree.map(jnp.zeros_like, params)
@@ -394,7 +425,8 @@ def _synchronous_elastic(name, loss_fn, optimizer, *, num_workers, tau, alpha, b
       center=lambda shared: shared.center,
       worker_params=lambda worker, shared: worker.params,
       communication=periodic_communication(tau, num_workers=num_workers),
-      hyperparameters=hyper, exchange_at=every_tau_steps(tau))
+      hyperparameters=hyper,
+      exchange_at=exchange_at)
 
 
 def easgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
@@ -421,10 +453,15 @@ def easgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None
     loss_fn: ``loss_fn(params, batch, key) -> scalar`` (see :data:`LossFn`).
     optimizer: the local optimizer; default ``optax.sgd(learning_rate)``.
     num_workers: number of workers p (for beta -> alpha and validation).
-    tau: communication period in local steps, integer >= 1.
+    tau: communication period in local steps, integer >= 1; or an int32 JAX
+      array (unchecked, may be traced): then ``exchange_at`` is None, the
+      step decides the exchange on the device, and ``communication`` raises
+      (it counts from a Python tau).
     alpha: moving rate; or give ``beta`` = num_workers * alpha (paper: 0.9).
+      Either may be a JAX array (unchecked, may be traced).
     beta: center moving rate; alpha = beta / num_workers.
-    learning_rate: eta of the default plain-SGD optimizer (> 0).
+    learning_rate: eta of the default plain-SGD optimizer (> 0), or a JAX
+      array (unchecked, may be traced).
     reset_opt_state: re-initialise the local optimizer state at every exchange,
       before that step's update (see :func:`reset_optimizer_state`; schedules
       keep their position). Default False: the state persists across exchanges.
@@ -432,8 +469,9 @@ def easgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None
 
   Returns:
     An :class:`Algorithm` named ``"easgd"``, with the host-side schedule
-    ``exchange_at(t) = (t % tau == 0)`` (so ``easgd.workers.map_step`` runs an
-    exchange program and a local program without communication).
+    ``exchange_at(t) = (t % tau == 0)`` for a Python tau (so
+    ``easgd.workers.map_step`` runs an exchange program and a local program
+    without communication).
 
   Raises:
     HyperparameterError (a ValueError): tau < 1 or not an integer; alpha or beta
@@ -478,11 +516,13 @@ def eamsgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = Non
       ``optax.sgd(learning_rate)`` (then u = -eta g, eq. 7 exactly). It
       receives the look-ahead point as params; its state stays per worker.
     num_workers: number of workers p.
-    momentum: delta in [0, 1) (paper: 0.99).
-    tau: communication period in local steps, >= 1.
-    alpha: moving rate; or give ``beta`` = num_workers * alpha (paper: 0.9).
+    momentum: delta in [0, 1) (paper: 0.99), or a JAX array (unchecked).
+    tau: communication period in local steps, >= 1, or an int32 JAX array
+      (as :func:`easgd`).
+    alpha: moving rate; or give ``beta`` = num_workers * alpha (paper: 0.9);
+      either may be a JAX array (unchecked).
     beta: center moving rate.
-    learning_rate: eta of the default SGD optimizer (> 0).
+    learning_rate: eta of the default SGD optimizer (> 0), or a JAX array.
     reset_opt_state: re-initialise the optimizer state at every exchange
       (before that step's update; the velocity is NOT reset, and learning-rate
       schedules keep their position). Default False: the state persists.
@@ -533,7 +573,8 @@ def pmean_sgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = 
     optimizer: the optimizer; default ``optax.sgd(learning_rate)``.
     num_workers: p, an integer >= 1; with p = 1 nothing is averaged (no
       collective, no communication counted). None: unknown, counted as p > 1.
-    learning_rate: eta of the default plain-SGD optimizer (> 0).
+    learning_rate: eta of the default plain-SGD optimizer (> 0), or a JAX
+      array (unchecked, may be traced).
     axis_name: mapped axis enumerating all workers.
 
   Returns:
@@ -609,7 +650,8 @@ def shared_model_algorithm(name: str, loss_fn: LossFn,
     num_workers: p; with p = 1 no collective runs and nothing is counted;
       None: counted as p > 1.
     axis_name: mapped axis enumerating all workers.
-    momentum: Nesterov delta in [0, 1) (``easgd.momentum``), or None.
+    momentum: Nesterov delta in [0, 1) (``easgd.momentum``; a JAX array
+      unchecked), or None.
     average: ``average(z, x, t) -> z``, or None for no average.
     hyperparameters: for logs.
 

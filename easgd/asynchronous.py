@@ -85,6 +85,11 @@ The same engine serves the DOWNPOUR family (``easgd.baselines``), whose
 workers push an accumulated update and fetch the center after their push
 (:func:`async_push`).
 
+Array hyperparameters (``easgd.algorithms``): learning_rate, alpha/beta and
+the momentum delta may be JAX arrays, taken unchecked (they may be traced);
+tau and the schedule stay Python values, from which the exchange table, the
+exchange log and the communication count are built on the host.
+
 References:
   S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging SGD.
   NeurIPS 2015 (arXiv:1412.6651), Algorithms 1 and 2, eq. (12)-(13).

@@ -20,6 +20,13 @@ Synchronous periodic averaging:
 For the averaged methods ``Algorithm.center`` returns the average (what the
 trainer evaluates) and ``worker_params`` the iterate.
 
+Array hyperparameters (``easgd.algorithms``): learning_rate, the momentum
+delta, average_rate, DiLoCo's outer_learning_rate and outer_momentum, and the
+tau of local SGD and DiLoCo (whose step decides the average on the device) may
+be JAX arrays, taken unchecked (they may be traced, e.g. vmapped over
+configurations). The DOWNPOUR family's tau stays a Python int: its exchange
+table and communication count are built on the host.
+
 References:
   S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging SGD.
   NeurIPS 2015 (arXiv:1412.6651), Section 5 (comparators).
@@ -52,12 +59,15 @@ from easgd.elastic import WORKER_AXES
 Params = Any
 
 
-def check_average_rate(rate) -> float:
-  """Checks a constant moving-average rate a in (0, 1]; returns it as a float.
+def check_average_rate(rate) -> float | jax.Array:
+  """Checks a constant moving-average rate a in (0, 1]; returns it as a float
+  (a JAX array is returned unchecked, ``easgd.elastic.is_array_hyperparameter``).
 
   Raises:
     HyperparameterError: rate not a real in (0, 1].
   """
+  if elastic.is_array_hyperparameter(rate):
+    return rate
   if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not 0 < rate <= 1:
     raise elastic.HyperparameterError(
         f"average_rate must be a real in (0, 1], got {rate!r}")
@@ -68,7 +78,7 @@ def _average(z: Params, x: Params, rate) -> Params:
   """(1 - a) z + a x, leaf by leaf, in each leaf's dtype.
 
   ``rate`` is a Python float (the constant rate, weakly typed: it takes the
-  leaf's dtype) or a function ``dtype -> scalar`` giving a in that dtype
+  leaf's dtype), a JAX array, or a function ``dtype -> scalar`` giving a in that dtype
   (:func:`_polyak_rate`), so a and 1 - a are computed in the dtype of the
   leaf they multiply (float64 parameters get float64 weights).
   """
@@ -451,7 +461,7 @@ class LocalShared(NamedTuple):
 
 def _periodic(name, loss_fn, optimizer, *, num_workers, tau, learning_rate, outer,
               hyperparameters, num_steps, axis_name):
-  tau = elastic.check_tau(tau)
+  tau = elastic.check_tau(tau, allow_array=True)
   num_workers = algorithms.check_num_workers(num_workers)
   last_step = None
   if num_steps is not None:
@@ -461,8 +471,9 @@ def _periodic(name, loss_fn, optimizer, *, num_workers, tau, learning_rate, oute
           f"num_steps (the run's length in steps) must be an integer >= 1, got "
           f"{num_steps!r}")
     last_step = int(num_steps) - 1
-  # host and device use this schedule: every tau steps, and the run's last step
-  exchange_at = every_tau_steps(tau, offset=1, last_step=last_step)
+  # every tau steps, and the run's last step: on the device, and on the host
+  # (Algorithm.exchange_at) for a Python tau
+  schedule = every_tau_steps(tau, offset=1, last_step=last_step)
   optimizer = local_optimizer(optimizer, learning_rate)
   reduce_over = elastic.reduce_axis(num_workers, axis_name)  # None: one worker
 
@@ -493,7 +504,7 @@ def _periodic(name, loss_fn, optimizer, *, num_workers, tau, learning_rate, oute
       return params, shared.center, shared.outer_state
 
     # decided on the device from the clock, or fixed by the host's flag
-    flag = exchange_at(shared.step) if exchange is None else exchange
+    flag = schedule(shared.step) if exchange is None else exchange
     params, center, outer_state = elastic.on_exchange(flag, sync, keep)
     return (LocalWorker(params, opt_state),
             LocalShared(center, outer_state, shared.step + 1), loss)
@@ -505,7 +516,7 @@ def _periodic(name, loss_fn, optimizer, *, num_workers, tau, learning_rate, oute
                                            last_step=last_step),
       hyperparameters=dict(hyperparameters, num_workers=num_workers, tau=tau,
                            **({} if num_steps is None else dict(num_steps=int(num_steps)))),
-      exchange_at=exchange_at)
+      exchange_at=None if elastic.is_array_hyperparameter(tau) else schedule)
 
 
 def local_sgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
@@ -527,8 +538,11 @@ def local_sgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = 
     loss_fn: ``loss_fn(params, batch, key) -> scalar``.
     optimizer: the local optimizer; default ``optax.sgd(learning_rate)``.
     num_workers: p.
-    tau: averaging period in steps (>= 1); tau = 1 with SGD is pmean SGD.
-    learning_rate: eta of the default SGD optimizer.
+    tau: averaging period in steps (>= 1); tau = 1 with SGD is pmean SGD. An
+      int32 JAX array is taken unchecked (may be traced): then
+      ``exchange_at`` is None (the step decides the average on the device)
+      and ``communication`` raises (it counts from a Python tau).
+    learning_rate: eta of the default SGD optimizer (a JAX array unchecked).
     num_steps: the run's total number of steps (>= 1), whose last one
       averages too; None: periodic averaging only.
     axis_name: mapped axis enumerating all workers.
@@ -568,12 +582,15 @@ def diloco(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = Non
     optimizer: the inner optimizer (state per worker, never reset); default
       ``optax.sgd(learning_rate)``.
     num_workers: p.
-    tau: inner steps per round (>= 1).
-    outer_learning_rate: eta_out > 0 (DiLoCo: 0.7).
-    outer_momentum: Nesterov momentum mu in [0, 1) of the outer SGD (0.9).
+    tau: inner steps per round (>= 1), or an int32 JAX array (as
+      :func:`local_sgd`).
+    outer_learning_rate: eta_out > 0 (DiLoCo: 0.7), or a JAX array (unchecked).
+    outer_momentum: Nesterov momentum mu in [0, 1) of the outer SGD (0.9), or
+      a JAX array (unchecked; the momentum trace is then kept even at 0).
     outer_optimizer: any Optax optimizer instead of the outer SGD (then the
       two outer_* values are ignored).
-    learning_rate: eta of the default inner SGD optimizer.
+    learning_rate: eta of the default inner SGD optimizer (a JAX array
+      unchecked).
     num_steps: the run's total number of steps (>= 1); its last step ends a
       (possibly shorter) round with an outer step, so the run ends on the
       outer model; None: periodic rounds only.
@@ -592,16 +609,18 @@ def diloco(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = Non
     Douillard et al. (2023), Algorithm 1.
   """
   if outer_optimizer is None:
-    if (isinstance(outer_learning_rate, bool)
-        or not isinstance(outer_learning_rate, numbers.Real)
-        or not 0 < outer_learning_rate < float("inf")):
-      raise elastic.HyperparameterError(
-          f"outer_learning_rate must be a finite real > 0, got {outer_learning_rate!r}")
+    if not elastic.is_array_hyperparameter(outer_learning_rate):  # arrays: unchecked
+      if (isinstance(outer_learning_rate, bool)
+          or not isinstance(outer_learning_rate, numbers.Real)
+          or not 0 < outer_learning_rate < float("inf")):
+        raise elastic.HyperparameterError(
+            f"outer_learning_rate must be a finite real > 0, got {outer_learning_rate!r}")
+      outer_learning_rate = float(outer_learning_rate)
     outer_momentum = momentum_lib.check_momentum(outer_momentum)
-    outer_optimizer = optax.sgd(float(outer_learning_rate),
-                                momentum=outer_momentum or None, nesterov=True)
-    hyper = dict(outer_learning_rate=float(outer_learning_rate),
-                 outer_momentum=outer_momentum)
+    trace = (outer_momentum if elastic.is_array_hyperparameter(outer_momentum)
+             else outer_momentum or None)  # a Python 0: no momentum trace
+    outer_optimizer = optax.sgd(outer_learning_rate, momentum=trace, nesterov=True)
+    hyper = dict(outer_learning_rate=outer_learning_rate, outer_momentum=outer_momentum)
   elif not isinstance(outer_optimizer, optax.GradientTransformation):
     raise TypeError(f"outer_optimizer must be an optax.GradientTransformation, "
                     f"got {type(outer_optimizer).__name__}")

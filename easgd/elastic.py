@@ -116,13 +116,7 @@ def worker_sum(tree: Params, axis_name: AxisName | None = WORKER_AXES) -> Params
   Raises:
     MappingError: ``axis_name`` is not bound (called outside a mapping).
   """
-  tree = to_reduction_dtype(tree)
-  if axis_name is None:
-    return tree
-  try:
-    return lax.psum(tree, axis_name)
-  except NameError:
-    raise _unmapped(axis_name) from None
+  return _all_reduce(lax.psum, tree, axis_name)
 
 
 def worker_mean(tree: Params, axis_name: AxisName | None = WORKER_AXES) -> Params:
@@ -132,11 +126,17 @@ def worker_mean(tree: Params, axis_name: AxisName | None = WORKER_AXES) -> Param
   Raises:
     MappingError: ``axis_name`` is not bound (called outside a mapping).
   """
+  return _all_reduce(lax.pmean, tree, axis_name)
+
+
+def _all_reduce(reduce, tree: Params, axis_name: AxisName | None) -> Params:
+  """``reduce(tree, axis_name)`` (psum or pmean) in :func:`reduction_dtype`; the
+  cast tree itself for ``axis_name=None``; MappingError when the axis is unbound."""
   tree = to_reduction_dtype(tree)
   if axis_name is None:
     return tree
   try:
-    return lax.pmean(tree, axis_name)
+    return reduce(tree, axis_name)
   except NameError:
     raise _unmapped(axis_name) from None
 
@@ -151,26 +151,48 @@ def _is_real(value) -> bool:
   return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def check_tau(tau) -> int:
+def is_array_hyperparameter(value) -> bool:
+  """True for a hyperparameter given as a JAX array (a concrete array or a tracer).
+
+  The factories of this package check hyperparameters given as Python
+  numbers (raising :class:`HyperparameterError` with the allowed range) and
+  take JAX arrays unchecked, as optax's transformations take ``ArrayLike``
+  rates: an array may be traced (``jit``, ``vmap`` over configurations,
+  ``optax.inject_hyperparams``), so its range is checked where it enters
+  (a config, the command line, a sweep's grid). Whatever needs a Python
+  value on the host (an exchange schedule picked per step, communication
+  counts) is documented by each factory for array values.
+  """
+  return isinstance(value, jax.Array)
+
+
+def check_tau(tau, *, allow_array: bool = False) -> int | jax.Array:
   """Checks the communication period and returns it as an int.
 
   Args:
-    tau: communication period in local steps; an integer >= 1.
+    tau: communication period in local steps; an integer >= 1, or (with
+      ``allow_array``) an integer JAX array, returned unchecked (see
+      :func:`is_array_hyperparameter`).
+    allow_array: accept a JAX array (for algorithms whose exchange is also
+      decided on the device from the clock).
 
   Returns:
-    ``int(tau)``.
+    ``int(tau)``, or the array.
 
   Raises:
-    HyperparameterError: if ``tau`` is not an integer >= 1.
+    HyperparameterError: if ``tau`` is not an integer >= 1 (nor an allowed
+      array).
   """
+  if allow_array and is_array_hyperparameter(tau):
+    return tau
   if isinstance(tau, bool) or not isinstance(tau, numbers.Integral) or tau < 1:
     raise HyperparameterError(
         f"tau (communication period) must be an integer >= 1, got {tau!r}")
   return int(tau)
 
 
-def resolve_alpha(num_workers: int, alpha: float | None = None,
-                  beta: float | None = None) -> float:
+def resolve_alpha(num_workers: int, alpha: float | jax.Array | None = None,
+                  beta: float | jax.Array | None = None) -> float | jax.Array:
   """Returns the moving rate alpha from either alpha or beta = num_workers * alpha.
 
   The paper (Section 3, "elastic symmetry") ties the center's moving rate to the
@@ -180,15 +202,18 @@ def resolve_alpha(num_workers: int, alpha: float | None = None,
 
   Args:
     num_workers: number of workers p; an integer >= 1.
-    alpha: moving rate of each worker, a real >= 0.
-    beta: moving rate of the center, a real >= 0.
+    alpha: moving rate of each worker, a real >= 0 or a JAX array (unchecked,
+      see :func:`is_array_hyperparameter`).
+    beta: moving rate of the center, a real >= 0 or a JAX array (unchecked).
 
   Returns:
-    alpha as a Python float.
+    alpha as a Python float, or as an array (``beta / num_workers`` for an
+    array beta).
 
   Raises:
     HyperparameterError: if both or neither of alpha and beta are given, if
-      either is negative or not finite, or if num_workers is not an integer >= 1.
+      a Python value is negative or not finite, or if num_workers is not an
+      integer >= 1.
   """
   if (isinstance(num_workers, bool) or not isinstance(num_workers, numbers.Integral)
       or num_workers < 1):
@@ -199,6 +224,8 @@ def resolve_alpha(num_workers: int, alpha: float | None = None,
         f"give exactly one of alpha and beta (beta = num_workers * alpha), "
         f"got alpha={alpha!r}, beta={beta!r}")
   name, value = ("alpha", alpha) if alpha is not None else ("beta", beta)
+  if is_array_hyperparameter(value):
+    return value if alpha is not None else value / num_workers
   if not _is_real(value) or not value >= 0 or value == float("inf"):
     raise HyperparameterError(
         f"{name} must be a finite real >= 0, got {value!r}")

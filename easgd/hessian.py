@@ -33,6 +33,11 @@ Functions:
                                  (pure; no ``jit`` inside).
   :func:`top_hessian_eigenvalue` host-side estimate of lambda_max with its
                                  residual (jitted products, SciPy ARPACK).
+  :func:`curvature_estimate`     the same as a JSON-ready record (what the
+                                 sweeps store), :func:`certified_curvature`
+                                 its h only when certified, and
+                                 :func:`warn_unconverged` (a
+                                 :class:`CurvatureWarning` when not).
 
 References:
   B. Pearlmutter. Fast exact multiplication by the Hessian. Neural Computation
@@ -48,7 +53,8 @@ References:
 from __future__ import annotations
 
 import math
-import numbers
+import time
+import warnings
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -57,6 +63,8 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from scipy.sparse.linalg import (ArpackError, ArpackNoConvergence, LinearOperator,
                                  eigsh)
+
+from easgd import checks
 
 Params = Any
 
@@ -195,12 +203,8 @@ def top_hessian_eigenvalue(loss: Callable[[Params], jax.Array], params: Params,
     Pearlmutter (1994) for H v; Lehoucq, Sorensen, Yang, ARPACK Users' Guide
     (1998); Parlett (1998), Theorem 4.5.1 for the residual bound.
   """
-  if (isinstance(num_iterations, bool) or not isinstance(num_iterations, numbers.Integral)
-      or num_iterations < 1):
-    raise ValueError(f"num_iterations must be an integer >= 1, got {num_iterations!r}")
-  if (isinstance(tol, bool) or not isinstance(tol, numbers.Real)
-      or not (math.isfinite(tol) and tol > 0)):
-    raise ValueError(f"tol must be a finite real > 0, got {tol!r}")
+  checks.integer("num_iterations", num_iterations, 1)
+  checks.real("tol", tol, 0, open_low=True)
   if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(params)):
     raise ValueError("top_hessian_eigenvalue runs on the host (SciPy ARPACK) and "
                      "cannot be traced; call it outside jax.jit/vmap")
@@ -255,3 +259,73 @@ def top_hessian_eigenvalue(loss: Callable[[Params], jax.Array], params: Params,
   converged = bool(residual <= tol * abs(lam))  # False for NaN
   eigenvector = unravel(jnp.asarray(v, dtype))
   return HessianEigen(lam, eigenvector, used, converged, residual, method)
+
+
+def curvature_estimate(loss: Callable[[Params], jax.Array], params: Params,
+                       key: jax.Array, num_iterations: int = 100, tol: float = 1e-4,
+                       *, examples: int | None = None) -> dict[str, Any]:
+  """:func:`top_hessian_eigenvalue` as a JSON-ready record, timed.
+
+  ``h`` is a certified eigenvalue only when ``converged``: ||H v - h v||_2 <=
+  tol |h|; :func:`certified_curvature` returns it only then.
+
+  Args:
+    loss, params, key, num_iterations, tol: as :func:`top_hessian_eigenvalue`.
+    examples: the number of examples in ``loss``, recorded when given.
+
+  Returns:
+    dict(h (None if no estimate), converged, residual (None if no estimate),
+    tol, products (Hessian-vector products used), method, [examples,]
+    seconds).
+
+  Raises:
+    ValueError: as :func:`top_hessian_eigenvalue`.
+  """
+  start = time.perf_counter()
+  r = top_hessian_eigenvalue(loss, params, key, num_iterations, tol)
+  finite = lambda v: v if math.isfinite(v) else None
+  record = dict(h=finite(r.eigenvalue), converged=r.converged,
+                residual=finite(r.residual), tol=tol, products=r.iterations,
+                method=r.method)
+  if examples is not None:
+    record["examples"] = int(examples)
+  record["seconds"] = round(time.perf_counter() - start, 3)
+  return record
+
+
+def certified_curvature(estimate: dict[str, Any] | None) -> float | None:
+  """h of a :func:`curvature_estimate` record if it converged, else None.
+
+  The theory columns and the heatmaps' boundary of the sweeps use only
+  certified values: an estimate with ||H v - h v||_2 > tol |h| need not be
+  near an eigenvalue.
+
+  Args:
+    estimate: a :func:`curvature_estimate` record, or None (no estimate made).
+
+  Returns:
+    ``estimate["h"]`` (float) when ``estimate["converged"]``, else None.
+  """
+  if not estimate or not estimate.get("converged"):
+    return None
+  return estimate["h"]
+
+
+class CurvatureWarning(UserWarning):
+  """A Hessian estimate did not converge; the theory it feeds is left out."""
+
+
+def warn_unconverged(estimate: dict[str, Any], where: str) -> None:
+  """Issues a :class:`CurvatureWarning` when the :func:`curvature_estimate`
+  record ``estimate`` (made at ``where``, e.g. "the initial parameters") did
+  not converge; nothing otherwise."""
+  if estimate.get("converged"):
+    return
+  residual = estimate.get("residual")
+  got = ("no Ritz value" if estimate.get("h") is None else
+         f"h={estimate['h']:.4g} with residual {residual:.3g} > tol*|h| = "
+         f"{estimate['tol'] * abs(estimate['h']):.3g}")
+  warnings.warn(f"Hessian estimate at {where} did not converge within "
+                f"{estimate['products']} Hessian-vector products ({got}); its theory "
+                f"columns are left empty (raise hessian_iterations or hessian_tol)",
+                CurvatureWarning, stacklevel=3)

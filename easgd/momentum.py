@@ -42,18 +42,22 @@ Params = Any
 LossFn = Callable[[Params, Any, jax.Array], jax.Array]
 
 
-def check_momentum(momentum) -> float:
+def check_momentum(momentum) -> float | jax.Array:
   """Checks the Nesterov momentum delta and returns it as a float.
 
   Args:
-    momentum: delta, a real in [0, 1). The paper uses 0.99.
+    momentum: delta, a real in [0, 1) (the paper uses 0.99), or a JAX array,
+      returned unchecked (``easgd.elastic.is_array_hyperparameter``: it may be
+      traced, e.g. vmapped over configurations).
 
   Returns:
-    ``float(momentum)``.
+    ``float(momentum)``, or the array.
 
   Raises:
-    HyperparameterError: if ``momentum`` is not a real in [0, 1).
+    HyperparameterError: if ``momentum`` is not a real in [0, 1) (nor an array).
   """
+  if elastic.is_array_hyperparameter(momentum):
+    return momentum
   if (isinstance(momentum, bool) or not isinstance(momentum, numbers.Real)
       or not 0 <= momentum < 1):
     raise elastic.HyperparameterError(
@@ -74,7 +78,8 @@ def velocity_update(velocity: Params, step: Params, momentum) -> Params:
 
 
 def nesterov_velocity(loss_fn: LossFn, optimizer: optax.GradientTransformation,
-                      momentum: float | None, params: Params, velocity: Params, opt_state,
+                      momentum: float | jax.Array | None, params: Params,
+                      velocity: Params, opt_state,
                       batch, key, grad_fn=None):
   """The new velocity of eq. (7) from the look-ahead gradient; params unchanged.
 
@@ -95,14 +100,17 @@ def nesterov_velocity(loss_fn: LossFn, optimizer: optax.GradientTransformation,
     grad_fn: optional ``grad_fn(grads) -> grads`` applied before the optimizer
       (e.g. ``lax.pmean`` for the data-parallel sequential baseline).
 
-  With momentum = 0 the look-ahead and the zero terms are skipped (y = x and
-  v = u exactly), so EAMSGD then runs EASGD's very float computation.
+  With a Python momentum = 0 the look-ahead and the zero terms are skipped
+  (y = x and v = u exactly), so EAMSGD then runs EASGD's very float
+  computation. An array momentum (possibly traced) always takes the look-ahead
+  path: at delta = 0 that gives the same values for finite velocities.
 
   Returns:
     ``(loss, new_velocity, new_opt_state)``; ``loss`` is the mini-batch loss at
     the look-ahead point y, where the gradient is taken (no extra forward pass).
   """
-  if momentum is None or momentum == 0:
+  if momentum is None or (not elastic.is_array_hyperparameter(momentum)
+                          and momentum == 0):
     # delta = 0: y = x and v = u exactly; the same float graph as EASGD, so that
     # XLA's fusion (it contracts a * b + c into FMAs) cannot tell them apart.
     loss, grads = jax.value_and_grad(loss_fn)(params, batch, key)

@@ -77,7 +77,7 @@ def plot_tau_alpha_heatmap(values, tau, alpha, path, *, title: str = "",
       written in their cell as integers (e.g. the divergence step).
     contours: dicts with ``x`` [nx], ``y`` [ny] (cell coordinates),
       ``radius`` [ny, nx], ``label`` and ``linestyle``: the level radius = 1
-      is drawn (e.g. ``easgd.sweep.theory_contour``), and the region
+      is drawn (e.g. ``easgd.sweep_report.theory_contour``), and the region
       radius >= 1 of the first one is shaded.
     cmap: a Matplotlib colormap or its name (NaN cells are light grey).
 

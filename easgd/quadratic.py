@@ -1,18 +1,22 @@
-"""JAX simulations of synchronous EASGD on the quadratic F(x) = h x^2 / 2.
+"""Synchronous EASGD on the quadratic F(x) = h x^2 / 2, simulated in JAX.
 
 The same problem as :mod:`easgd.stability`, simulated instead of solved: p
-scalar workers and a scalar center run the rule of :func:`easgd.elastic.
-easgd_update` (eq. 5-6 with communication period tau), with the gradient step
-u = -(eta h) x^i - eta xi^i (xi the gradient noise, variance sigma^2). The
-workers are a ``jax.vmap`` with a named axis (the rule's ``psum`` runs over
-it), the steps a ``lax.scan``, and an outer ``jax.vmap`` runs many
-configurations at once: eta*h, alpha, tau, sigma, eta and the start are traced
-arrays, so one compiled program serves every configuration of a given count.
+scalar workers and a scalar center run ``easgd.algorithms.easgd``'s own step
+(eq. 5-6 with communication period tau, plain-SGD local steps) on the loss
+:func:`quadratic_loss`, u x^2 / 2 + xi x per worker. The workers are
+``easgd.workers.vmap_workers`` (the step's all-reduce runs over them), the
+steps a ``lax.scan``, and an outer ``jax.vmap`` runs many configurations at
+once: the algorithm is built inside it from the configuration's traced
+alpha and tau (``easgd.sweep_engine``), so one compiled program serves every
+configuration of a given count.
 
 Functions:
   :func:`simulate_sync_easgd`       center trajectories (or final values).
   :func:`estimate_spectral_radius`  empirical period spectral radius (power
                                     iteration on the simulated dynamics).
+  :func:`sweep_quadratic`           the (learning_rate, tau, alpha) grid with
+                                    its divergence flags and theory columns
+                                    (``easgd.sweep_engine``, ``easgd.sweep_grid``).
 
 The compiled kernels (module-level ``jax.jit``) are specialised on
 ``num_workers``, ``num_steps`` and the number of configurations only.
@@ -25,6 +29,8 @@ References:
 from __future__ import annotations
 
 import functools
+import math
+import numbers
 from typing import NamedTuple
 
 import jax
@@ -32,60 +38,68 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from easgd import elastic, stability
-
-WORKER_AXIS = "quadratic_workers"
-"""Axis name of the simulated workers (the rule's all-reduce runs over it)."""
-
-
-# The same input checks as the analytic module, so both raise the same messages.
-_check_int = stability._int_scalar
-_check_reals = stability._real_array
+from easgd import algorithms, checks, sweep_engine
+from easgd.sweep_engine import SweepError, check_factor, check_int, check_real
+from easgd.sweep_grid import SweepGrid, SweepResult, records, run_grid
 
 
-def _check_tau(tau) -> np.ndarray:
-  return stability._int_array("tau", tau, 1)
+def quadratic_loss(x, batch, key):
+  """u x^2 / 2 + xi x for one scalar worker, ``batch = (u, xi)``; gradient u x + xi.
+
+  With ``optax.sgd(eta)`` and u = h, xi the gradient noise, this is SGD on
+  F(x) = h x^2 / 2 with noisy gradients; with ``optax.sgd(1)``, u = eta h and
+  xi = eta times the noise it is the same step (the loss scaled by eta),
+  which is how :func:`simulate_sync_easgd` runs a configuration given eta*h.
+  """
+  del key
+  u, noise = batch
+  return 0.5 * u * x * x + noise * x
 
 
-def _worker_step(x, center, eta_h, alpha, exchange, noise):
-  """One worker's step of eq. (5)-(6) on h x^2/2: update = -(eta h) x - eta xi."""
-  updates = -eta_h * x - noise
-  return elastic.easgd_update(x, updates, center, alpha, exchange, WORKER_AXIS)
-
-
-_all_workers_step = jax.vmap(_worker_step, in_axes=(0, None, None, None, None, 0),
-                             out_axes=(0, None), axis_name=WORKER_AXIS)
+def _sync_easgd(alpha, tau, num_workers):
+  """EASGD with plain-SGD step 1 on :func:`quadratic_loss` (eta folded into u and xi)."""
+  return algorithms.easgd(quadratic_loss, num_workers=num_workers, learning_rate=1.0,
+                          tau=tau, alpha=alpha)
 
 
 def _run_one(eta_h, alpha, tau, noise_scale, state0, key, *, num_workers,
              num_steps, noisy, normalize):
   """Scans ``num_steps`` steps of one configuration (scalars, state (p + 1,)).
 
-  Returns per-step outputs (center after step t + 1, cumulative log-norm) and
-  the final state. With ``normalize`` the state is rescaled to unit norm after
-  every step (valid for the noise-free linear dynamics: power iteration).
+  Returns the final workers and center, the per-step outputs (center after
+  step t + 1, cumulative log-norm). With ``normalize`` the state (every float
+  leaf of the algorithm's states) is rescaled to unit norm of (x^1, ..., x^p,
+  x~) after every step (valid for the noise-free linear dynamics: power
+  iteration).
   """
   p = num_workers
+  algorithm = _sync_easgd(alpha, tau, p)
+  step = sweep_engine.simulated_step(algorithm, p)
+  params_of = sweep_engine.simulated_params(algorithm, p)
+  step_key = jax.random.key(0)  # the loss draws nothing; the noise comes as batch
+  curvature = jnp.broadcast_to(eta_h, (p,))
 
   def body(carry, t):
-    x, c, log_norm = carry
+    worker, shared, log_norm = carry
     if noisy:
       noise = noise_scale * jax.random.normal(jax.random.fold_in(key, t), (p,),
-                                              x.dtype)
+                                              state0.dtype)
     else:
-      noise = jnp.zeros_like(x)
-    x, c = _all_workers_step(x, c, eta_h, alpha,
-                             elastic.is_exchange_step(t, tau), noise)
+      noise = jnp.zeros((p,), state0.dtype)
+    worker, shared, _ = step(worker, shared, (curvature, noise), step_key)
     if normalize:
-      norm = jnp.sqrt(jnp.sum(x * x) + c * c)
-      norm = jnp.maximum(norm, jnp.finfo(x.dtype).tiny)
-      x, c, log_norm = x / norm, c / norm, log_norm + jnp.log(norm)
-    return (x, c, log_norm), (c, log_norm)
+      x, c = params_of(worker, shared), algorithm.center(shared)
+      norm = jnp.maximum(jnp.sqrt(jnp.sum(x * x) + c * c), jnp.finfo(x.dtype).tiny)
+      scale = lambda a: a / norm if jnp.issubdtype(a.dtype, jnp.floating) else a
+      worker, shared = jax.tree.map(scale, (worker, shared))
+      log_norm = log_norm + jnp.log(norm)
+    return (worker, shared, log_norm), (algorithm.center(shared), log_norm)
 
-  init = (state0[:p], state0[p], jnp.zeros((), state0.dtype))
-  (x, c, _), (centers, log_norms) = lax.scan(
-      body, init, jnp.arange(num_steps, dtype=jnp.int32))
-  return x, c, centers, log_norms
+  worker, shared = sweep_engine.start_state(algorithm, state0[:p], state0[p])
+  (worker, shared, _), (centers, log_norms) = lax.scan(
+      body, (worker, shared, jnp.zeros((), state0.dtype)),
+      jnp.arange(num_steps, dtype=jnp.int32))
+  return params_of(worker, shared), algorithm.center(shared), centers, log_norms
 
 
 @functools.partial(jax.jit, static_argnames=("num_workers", "num_steps", "noisy",
@@ -145,9 +159,12 @@ def simulate_sync_easgd(eta_h, alpha, tau, num_workers: int, num_steps: int,
                            x~_{t+1}  = x~_t + alpha sum_i (x^i_t - x~_t)           (6)
       otherwise:           x^i_{t+1} = x^i_t - eta g^i_t,  x~_{t+1} = x~_t
 
-  through :func:`easgd.elastic.easgd_update` (workers vmapped over
-  :data:`WORKER_AXIS`, steps in ``lax.scan``, configurations in an outer vmap).
-  Only eta*h enters the noise-free part; eta scales the noise.
+  as the step of ``easgd.algorithms.easgd`` with ``optax.sgd(1)`` on
+  :func:`quadratic_loss` with u = eta h and the noise scaled by eta (eta
+  times F: the same step as SGD of size eta on F), built inside the
+  configurations' ``vmap`` from the traced alpha and tau; the workers are
+  ``easgd.workers.vmap_workers``, the steps a ``lax.scan``. Only eta*h enters
+  the noise-free part; eta scales the noise.
 
   Args:
     eta_h: u = eta * h, finite reals, any shape.
@@ -182,12 +199,12 @@ def simulate_sync_easgd(eta_h, alpha, tau, num_workers: int, num_steps: int,
   References:
     Zhang, Choromanska, LeCun (2015), eq. (5)-(6), Algorithm 1 (period tau).
   """
-  p = _check_int("num_workers", num_workers, 1)
-  num_steps = _check_int("num_steps", num_steps, 0)
-  u = _check_reals("eta_h", eta_h)
-  a = _check_reals("alpha", alpha)
-  t = _check_tau(tau)
-  s = _check_reals("sigma", sigma, minimum=0.0)
+  p = checks.integer("num_workers", num_workers, 1)
+  num_steps = checks.integer("num_steps", num_steps, 0)
+  u = checks.real_array("eta_h", eta_h)
+  a = checks.real_array("alpha", alpha)
+  t = checks.integer_array("tau", tau, 1)
+  s = checks.real_array("sigma", sigma, 0.0)
   noisy = bool(np.any(s > 0))
   if noisy:
     if key is None:
@@ -195,8 +212,8 @@ def simulate_sync_easgd(eta_h, alpha, tau, num_workers: int, num_steps: int,
     if eta is None:
       raise ValueError("eta (learning rate > 0) is required when sigma > 0, "
                        "got None")
-  e = _check_reals("eta", 1.0 if eta is None else eta, minimum=0.0, strictly=True)
-  x0 = _check_reals("x0", x0)
+  e = checks.real_array("eta", 1.0 if eta is None else eta, 0.0, open_low=True)
+  x0 = checks.real_array("x0", x0)
   try:
     shape = np.broadcast_shapes(u.shape, a.shape, t.shape, s.shape, e.shape,
                                 x0.shape[:-1] if x0.ndim else ())
@@ -253,11 +270,11 @@ def estimate_spectral_radius(eta_h, alpha, tau, num_workers: int,
   References:
     Zhang, Choromanska, LeCun (2015), eq. (5)-(6), Section 4.
   """
-  p = _check_int("num_workers", num_workers, 1)
-  num_periods = _check_int("num_periods", num_periods, 2)
-  u = _check_reals("eta_h", eta_h)
-  a = _check_reals("alpha", alpha)
-  t = _check_tau(tau)
+  p = checks.integer("num_workers", num_workers, 1)
+  num_periods = checks.integer("num_periods", num_periods, 2)
+  u = checks.real_array("eta_h", eta_h)
+  a = checks.real_array("alpha", alpha)
+  t = checks.integer_array("tau", tau, 1)
   shape = np.broadcast_shapes(u.shape, a.shape, t.shape)
   n = int(np.prod(shape))
   key = jax.random.key(0) if key is None else key
@@ -267,3 +284,106 @@ def estimate_spectral_radius(eta_h, alpha, tau, num_workers: int,
                         flat(t, jnp.int32), state0, num_workers=p,
                         num_periods=num_periods, max_tau=int(t.max()))
   return radius.reshape(shape)
+
+
+# ----------------------------------------------------------------------------
+# The (learning_rate, tau, alpha) sweep on F(x) = h x^2 / 2
+# ----------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=16)
+def _quadratic_program(num_workers: int, num_steps: int):
+  def eval_fn(center, h):
+    return dict(center_loss=0.5 * h * center * center)
+
+  build = functools.partial(algorithms.easgd, quadratic_loss, num_workers=num_workers)
+  return sweep_engine.make_sweep_fn(build, num_workers, num_steps, eval_fn)
+
+
+def quadratic_start(num_workers: int, x0: float = 1.0, spread: float = 0.5
+                    ) -> tuple[np.ndarray, float]:
+  """Start of the quadratic sweep: workers spread evenly around x0, center x0.
+
+      x^i_0 = x0 (1 + spread (2 i / (p - 1) - 1)),  i = 0..p-1   (x0 for p = 1)
+      x~_0  = x0
+
+  Unequal workers excite the deviation modes x^i - mean(x) of the period map
+  as well as the (mean, center) pair, so the simulation diverges wherever the
+  analytic radius exceeds 1.
+
+  Returns:
+    (float32 [p] worker starts, center start).
+  """
+  if num_workers == 1:
+    return np.full((1,), x0, np.float32), float(x0)
+  i = np.arange(num_workers, dtype=np.float64)
+  return (x0 * (1.0 + spread * (2.0 * i / (num_workers - 1) - 1.0))).astype(
+      np.float32), float(x0)
+
+
+def sweep_quadratic(grid: SweepGrid, num_steps: int, *, curvature: float = 1.0,
+                    x0: float = 1.0, spread: float = 0.5, sigma: float = 0.0,
+                    seed: int = 0, divergence_factor: float = 1e3) -> SweepResult:
+  """Sweeps synchronous EASGD on F(x) = h x^2 / 2 over a grid, one program per p.
+
+  Each configuration runs ``easgd.algorithms.easgd``'s step (eq. 5-6 with
+  communication period tau, plain-SGD step eta) on scalar workers with the
+  loss :func:`quadratic_loss` (u = h), gradient g^i_t = h x^i_t + xi^i_t with
+  xi ~ N(0, sigma^2) iid over workers and steps (the same draws for every
+  configuration), from :func:`quadratic_start`, in one program of
+  ``easgd.sweep_engine.make_sweep_fn`` (divergence flags there).
+  ``center_loss`` is F(x~) = h x~^2 / 2 at the end; ``theory_radius`` is the
+  period spectral radius at eta*h (``easgd.stability.sync_easgd_spectral_radius``).
+
+  Args:
+    grid: the configurations (validated here).
+    num_steps: local steps, an integer >= 1.
+    curvature: h > 0.
+    x0: start value (finite, non-zero so that the loss can grow).
+    spread: relative spread of the worker starts, finite >= 0.
+    sigma: gradient-noise standard deviation >= 0.
+    seed: seed of the noise draws.
+    divergence_factor: c > 1; a configuration diverges when its mean worker
+      loss exceeds c x its step-0 value, or its center's loss F(x~) after the
+      last step exceeds c x F(x0) (``easgd.sweep_engine``: ``workers_diverged``,
+      ``center_diverged``).
+
+  Returns:
+    A :class:`~easgd.sweep_grid.SweepResult` with ``problem="quadratic"``.
+
+  Raises:
+    SweepError: invalid grid or settings (named in the message).
+
+  Example:
+    >>> res = sweep_quadratic(SweepGrid(tau=(1, 4), alpha=(0.1, 0.9)), 200)
+    >>> [r["diverged"] for r in res.records]
+    [False, True, False, True]
+
+  References:
+    Zhang, Choromanska, LeCun (2015), eq. (5)-(6) and Section 4.
+  """
+  grid = grid.validate()
+  num_steps = check_int("num_steps", num_steps, 1)
+  h = check_real("curvature", curvature, 0.0, True)
+  check_real("spread", spread, 0.0, False)
+  check_real("sigma", sigma, 0.0, False)
+  factor = check_factor(divergence_factor)
+  if not (isinstance(x0, numbers.Real) and math.isfinite(x0) and x0 != 0):
+    raise SweepError(f"x0 must be a finite non-zero real, got {x0!r}")
+
+  def inputs(p):
+    w0, c0 = quadratic_start(p, x0, spread)
+    noise = sigma * jax.random.normal(jax.random.key(seed), (num_steps, p), jnp.float32)
+    hs = jnp.full((num_steps, p), h, jnp.float32)
+    return (jnp.asarray(w0), jnp.float32(c0), (hs, noise), jnp.float32(h),
+            jax.random.key(seed))
+
+  outputs, programs = run_grid(grid, lambda p: _quadratic_program(p, num_steps), inputs,
+                               factor)
+  result = SweepResult("quadratic", grid, [], h, dict(programs=programs))
+  for p, out in outputs.items():
+    result.records += records("quadratic", grid, p, out, h, None)
+    result.centers[p] = np.asarray(out["center"])
+  result.info.update(num_steps=num_steps, curvature=h, x0=x0, spread=spread,
+                     sigma=sigma, seed=seed, divergence_factor=factor)
+  return result

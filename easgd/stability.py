@@ -46,72 +46,12 @@ References:
 
 from __future__ import annotations
 
-import numbers
 from typing import NamedTuple
 
 import numpy as np
 import scipy.linalg
 
-# ----------------------------------------------------------------------------
-# Input validation
-# ----------------------------------------------------------------------------
-
-
-def _first_bad(arr: np.ndarray, bad: np.ndarray):
-  idx = np.argwhere(bad)[0]
-  return arr[tuple(idx)] if arr.ndim else arr[()]
-
-
-def _real_array(name: str, value, *, minimum: float | None = None,
-                strictly: bool = False) -> np.ndarray:
-  """float64 array of finite reals (>= or > ``minimum``) or ValueError."""
-  try:
-    raw = np.asarray(value)
-    if raw.dtype.kind not in "iuf":
-      raise TypeError
-    arr = raw.astype(np.float64)
-  except (TypeError, ValueError):
-    raise ValueError(
-        f"{name} must be a finite real or an array of finite reals, "
-        f"got {value!r}") from None
-  bad = ~np.isfinite(arr)
-  if minimum is not None:
-    bad |= (arr <= minimum) if strictly else (arr < minimum)
-  if np.any(bad):
-    allowed = ("a finite real" if minimum is None else
-               f"a finite real {'>' if strictly else '>='} {minimum:g}")
-    raise ValueError(f"{name} must be {allowed}, got {_first_bad(arr, bad)!r}")
-  return arr
-
-
-def _int_array(name: str, value, minimum: int = 1) -> np.ndarray:
-  """int64 array of integers >= ``minimum`` or ValueError (no bools, no floats)."""
-  raw = np.asarray(value)
-  if raw.dtype.kind not in "iu":
-    raise ValueError(f"{name} must be an integer >= {minimum} (or an integer "
-                     f"array), got {value!r}")
-  arr = raw.astype(np.int64)
-  bad = arr < minimum
-  if np.any(bad):
-    raise ValueError(
-        f"{name} must be an integer >= {minimum}, got {_first_bad(arr, bad)!r}")
-  return arr
-
-
-def _int_scalar(name: str, value, minimum: int = 1) -> int:
-  if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
-      or value < minimum):
-    raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-  return int(value)
-
-
-def _real_scalar(name: str, value, *, minimum: float | None = None,
-                 strictly: bool = False) -> float:
-  if isinstance(value, bool) or not isinstance(value, numbers.Real):
-    if not (isinstance(value, np.ndarray) and value.ndim == 0):
-      raise ValueError(f"{name} must be a finite real scalar, got {value!r}")
-  return float(_real_array(name, value, minimum=minimum, strictly=strictly))
-
+from easgd import checks
 
 def _radius_2x2(a11, a12, a21, a22) -> np.ndarray:
   """max |eigenvalue| of [[a11, a12], [a21, a22]], elementwise over arrays.
@@ -165,9 +105,9 @@ def sync_easgd_step_matrices(eta_h: float, alpha: float, num_workers: int
   References:
     Zhang, Choromanska, LeCun (2015), eq. (5)-(6).
   """
-  u = _real_scalar("eta_h", eta_h)
-  a = _real_scalar("alpha", alpha)
-  p = _int_scalar("num_workers", num_workers)
+  u = checks.real("eta_h", eta_h)
+  a = checks.real("alpha", alpha)
+  p = checks.integer("num_workers", num_workers, 1)
   elastic = np.zeros((p + 1, p + 1))
   elastic[:p, :p] = (1.0 - u - a) * np.eye(p)
   elastic[:p, p] = a
@@ -206,7 +146,7 @@ def sync_easgd_period_matrix(eta_h: float, alpha: float, tau: int,
   References:
     Zhang, Choromanska, LeCun (2015), eq. (5)-(6) and Algorithm 1 (period tau).
   """
-  tau = _int_scalar("tau", tau)
+  tau = checks.integer("tau", tau, 1)
   elastic, plain = sync_easgd_step_matrices(eta_h, alpha, num_workers)
   return np.linalg.matrix_power(plain, tau - 1) @ elastic
 
@@ -250,10 +190,10 @@ def sync_easgd_spectral_radius(eta_h, alpha, tau, num_workers) -> np.ndarray:
   References:
     Zhang, Choromanska, LeCun (2015), eq. (5)-(6) and Section 4.
   """
-  u = _real_array("eta_h", eta_h)
-  a = _real_array("alpha", alpha)
-  tau = _int_array("tau", tau)
-  p = _int_array("num_workers", num_workers)
+  u = checks.real_array("eta_h", eta_h)
+  a = checks.real_array("alpha", alpha)
+  tau = checks.integer_array("tau", tau, 1)
+  p = checks.integer_array("num_workers", num_workers, 1)
   u, a, tau, p = np.broadcast_arrays(u, a, tau, p)
   with np.errstate(all="ignore"):
     k = np.power(1.0 - u, tau - 1)
@@ -349,13 +289,13 @@ def sync_easgd_stable_region(eta_h_grid, alpha_grid, tau: int, num_workers: int
   References:
     Zhang, Choromanska, LeCun (2015), eq. (5)-(6) and Section 4.
   """
-  u = _real_array("eta_h_grid", eta_h_grid)
-  a = _real_array("alpha_grid", alpha_grid)
+  u = checks.real_array("eta_h_grid", eta_h_grid)
+  a = checks.real_array("alpha_grid", alpha_grid)
   for name, g in (("eta_h_grid", u), ("alpha_grid", a)):
     if g.ndim != 1:
       raise ValueError(f"{name} must be a 1-D array, got shape {g.shape}")
-  return sync_easgd_stable(u[None, :], a[:, None], _int_scalar("tau", tau),
-                           _int_scalar("num_workers", num_workers))
+  return sync_easgd_stable(u[None, :], a[:, None], checks.integer("tau", tau, 1),
+                           checks.integer("num_workers", num_workers, 1))
 
 
 def sync_easgd_stable_region_tau_alpha(tau_grid, alpha_grid, eta_h: float,
@@ -380,13 +320,13 @@ def sync_easgd_stable_region_tau_alpha(tau_grid, alpha_grid, eta_h: float,
   References:
     Zhang, Choromanska, LeCun (2015), eq. (5)-(6), Algorithm 1, Section 4.
   """
-  t = _int_array("tau_grid", tau_grid)
-  a = _real_array("alpha_grid", alpha_grid)
+  t = checks.integer_array("tau_grid", tau_grid, 1)
+  a = checks.real_array("alpha_grid", alpha_grid)
   for name, g in (("tau_grid", t), ("alpha_grid", a)):
     if g.ndim != 1:
       raise ValueError(f"{name} must be a 1-D array, got shape {g.shape}")
-  return sync_easgd_stable(_real_scalar("eta_h", eta_h), a[:, None], t[None, :],
-                           _int_scalar("num_workers", num_workers))
+  return sync_easgd_stable(checks.real("eta_h", eta_h), a[:, None], t[None, :],
+                           checks.integer("num_workers", num_workers, 1))
 
 
 class StationaryCovariance(NamedTuple):
@@ -440,10 +380,10 @@ def sync_easgd_stationary_covariance(eta_h: float, alpha: float,
     Zhang, Choromanska, LeCun (2015), eq. (5)-(6); the noisy quadratic is the
     paper's Section 4 model with additive gradient noise (derived).
   """
-  p = _int_scalar("num_workers", num_workers)
-  tau = _int_scalar("tau", tau)
-  eta = _real_scalar("eta", eta, minimum=0.0, strictly=True)
-  sigma = _real_scalar("sigma", sigma, minimum=0.0)
+  p = checks.integer("num_workers", num_workers, 1)
+  tau = checks.integer("tau", tau, 1)
+  eta = checks.real("eta", eta, 0.0, open_low=True)
+  sigma = checks.real("sigma", sigma, 0.0)
   elastic, plain = sync_easgd_step_matrices(eta_h, alpha, p)
   radius = float(sync_easgd_spectral_radius(eta_h, alpha, tau, p))
   if not radius < 1.0:
@@ -534,10 +474,10 @@ def stability_bound_message(eta_h: float, alpha: float, tau: int,
   References:
     Zhang, Choromanska, LeCun (2015), eq. (5)-(6) and Section 4.
   """
-  u = _real_scalar("eta_h", eta_h)
-  a = _real_scalar("alpha", alpha)
-  tau = _int_scalar("tau", tau)
-  p = _int_scalar("num_workers", num_workers)
+  u = checks.real("eta_h", eta_h)
+  a = checks.real("alpha", alpha)
+  tau = checks.integer("tau", tau, 1)
+  p = checks.integer("num_workers", num_workers, 1)
   radius = float(sync_easgd_spectral_radius(u, a, tau, p))
   if radius < 1.0:
     return None
@@ -586,9 +526,9 @@ def stable_eta_h_interval(alpha: float, tau: int, num_workers: int
   References:
     Zhang, Choromanska, LeCun (2015), eq. (5)-(6) and Section 4 (derived).
   """
-  a = _real_scalar("alpha", alpha)
-  tau = _int_scalar("tau", tau)
-  p = _int_scalar("num_workers", num_workers)
+  a = checks.real("alpha", alpha)
+  tau = checks.integer("tau", tau, 1)
+  p = checks.integer("num_workers", num_workers, 1)
   etas = np.linspace(0.0, 4.0, 8001)
   stable = sync_easgd_stable(etas, a, tau, p)
   found = _stable_interval(lambda x: bool(sync_easgd_stable(x, a, tau, p)),
@@ -625,8 +565,8 @@ def round_robin_easgd_matrix(eta, alpha) -> np.ndarray:
   References:
     Zhang, Choromanska, LeCun (2015), eq. (12)-(13), Section 4.
   """
-  eta = _real_array("eta", eta)
-  a = _real_array("alpha", alpha)
+  eta = checks.real_array("eta", eta)
+  a = checks.real_array("alpha", alpha)
   eta, a = np.broadcast_arrays(eta, a)
   return np.stack([np.stack([1.0 - eta - a, a], -1),
                    np.stack([a, 1.0 - a], -1)], -2)
@@ -650,8 +590,8 @@ def round_robin_easgd_spectral_radius(eta, alpha) -> np.ndarray:
   References:
     Zhang, Choromanska, LeCun (2015), eq. (12)-(13), Section 4.
   """
-  eta = _real_array("eta", eta)
-  a = _real_array("alpha", alpha)
+  eta = checks.real_array("eta", eta)
+  a = checks.real_array("alpha", alpha)
   return _radius_2x2(1.0 - eta - a, a, a + 0.0 * eta, 1.0 - a + 0.0 * eta)
 
 
@@ -679,8 +619,8 @@ def round_robin_easgd_condition(eta, alpha) -> np.ndarray:
   References:
     Zhang, Choromanska, LeCun (2015), Section 4 (round-robin EASGD).
   """
-  eta = _real_array("eta", eta)
-  a = _real_array("alpha", alpha)
+  eta = checks.real_array("eta", eta)
+  a = checks.real_array("alpha", alpha)
   with np.errstate(all="ignore"):
     bound = (4.0 - 2.0 * eta) / (4.0 - eta)
   return (eta >= 0) & (eta <= 2) & (a >= 0) & (a <= bound)
@@ -722,10 +662,10 @@ def round_robin_easgd_worker_map(eta: float, alpha: float, i: int,
   References:
     Zhang, Choromanska, LeCun (2015), eq. (12)-(13).
   """
-  eta = _real_scalar("eta", eta)
-  a = _real_scalar("alpha", alpha)
-  p = _int_scalar("num_workers", num_workers)
-  i = _int_scalar("i", i, minimum=0)
+  eta = checks.real("eta", eta)
+  a = checks.real("alpha", alpha)
+  p = checks.integer("num_workers", num_workers, 1)
+  i = checks.integer("i", i, 0)
   if i >= p:
     raise ValueError(f"i must be an integer in [0, {p - 1}], got {i!r}")
   return _rr_worker_maps(np.asarray(eta), np.asarray(a), p)[i]
@@ -750,9 +690,9 @@ def round_robin_easgd_round_map(eta, alpha, num_workers: int) -> np.ndarray:
   References:
     Zhang, Choromanska, LeCun (2015), eq. (12)-(13).
   """
-  eta = _real_array("eta", eta)
-  a = _real_array("alpha", alpha)
-  p = _int_scalar("num_workers", num_workers)
+  eta = checks.real_array("eta", eta)
+  a = checks.real_array("alpha", alpha)
+  p = checks.integer("num_workers", num_workers, 1)
   eta, a = np.broadcast_arrays(eta, a)
   out = None
   for m in _rr_worker_maps(eta, a, p):
@@ -853,10 +793,10 @@ def admm_worker_map(eta: float, rho: float, i: int, num_workers: int
   References:
     Zhang, Choromanska, LeCun (2015), eq. (9)-(11), Section 4.
   """
-  eta = _real_scalar("eta", eta)
-  rho = _real_scalar("rho", rho)
-  p = _int_scalar("num_workers", num_workers)
-  i = _int_scalar("i", i, minimum=0)
+  eta = checks.real("eta", eta)
+  rho = checks.real("rho", rho)
+  p = checks.integer("num_workers", num_workers, 1)
+  i = checks.integer("i", i, 0)
   if i >= p:
     raise ValueError(f"i must be an integer in [0, {p - 1}], got {i!r}")
   _check_eta_rho(np.asarray(eta), np.asarray(rho))
@@ -866,9 +806,10 @@ def admm_worker_map(eta: float, rho: float, i: int, num_workers: int
 def _check_eta_rho(eta, rho):
   bad = eta * rho == -1.0
   if np.any(bad):
+    first = tuple(np.argwhere(bad)[0])
     raise ValueError(f"eta * rho must not be -1 (division by 1 + eta * rho), "
-                     f"got eta={_first_bad(np.broadcast_to(eta, bad.shape), bad)!r}, "
-                     f"rho={_first_bad(np.broadcast_to(rho, bad.shape), bad)!r}")
+                     f"got eta={np.broadcast_to(eta, bad.shape)[first]!r}, "
+                     f"rho={np.broadcast_to(rho, bad.shape)[first]!r}")
 
 
 def admm_round_map(eta, rho, num_workers: int) -> np.ndarray:
@@ -889,9 +830,9 @@ def admm_round_map(eta, rho, num_workers: int) -> np.ndarray:
   References:
     Zhang, Choromanska, LeCun (2015), eq. (9)-(11), Section 4.
   """
-  eta = _real_array("eta", eta)
-  rho = _real_array("rho", rho)
-  p = _int_scalar("num_workers", num_workers)
+  eta = checks.real_array("eta", eta)
+  rho = checks.real_array("rho", rho)
+  p = checks.integer("num_workers", num_workers, 1)
   eta, rho = np.broadcast_arrays(eta, rho)
   _check_eta_rho(eta, rho)
   out = None
@@ -961,11 +902,11 @@ def admm_simulate(eta: float, rho: float, num_workers: int, num_rounds: int,
     Zhang, Choromanska, LeCun (2015), eq. (9)-(11); the divergence example
     eta = 0.001, rho = 2.5 from 1000 in Section 4.
   """
-  eta = _real_scalar("eta", eta)
-  rho = _real_scalar("rho", rho)
-  p = _int_scalar("num_workers", num_workers)
-  num_rounds = _int_scalar("num_rounds", num_rounds, minimum=0)
-  x0 = _real_scalar("x0", x0)
+  eta = checks.real("eta", eta)
+  rho = checks.real("rho", rho)
+  p = checks.integer("num_workers", num_workers, 1)
+  num_rounds = checks.integer("num_rounds", num_rounds, 0)
+  x0 = checks.real("x0", x0)
   _check_eta_rho(np.asarray(eta), np.asarray(rho))
   lam = [0.0] * p
   x = [x0] * p

@@ -28,6 +28,10 @@ by ``WorkerLayout.backend`` (:func:`make_layout`, ``TrainConfig.mapping_backend`
                    (``easgd.distributed``) work: each process holds the shards of
                    its own devices. pmap is single-process only here.
 
+:func:`vmap_workers` binds the same axes with ``vmap`` alone (one simulated
+device), so that an algorithm's step also runs inside a ``vmap`` over
+configurations (``easgd.sweep_engine``).
+
 This is the only module that knows about devices.
 """
 
@@ -233,8 +237,43 @@ def map_workers(fn: Callable, layout: WorkerLayout, in_kinds: Sequence[str],
   return _map_devices(inner, layout, in_kinds, single, tuple(donate_argnums))
 
 
-def _vmap_local(fn, in_kinds, out_kinds, alone: bool):
-  """``vmap(fn)`` over the workers of one device (axis :data:`LOCAL_AXIS`).
+def vmap_workers(fn: Callable, num_workers: int, in_kinds: Sequence[str],
+                 out_kinds: Sequence[str]) -> Callable:
+  """Maps per-worker ``fn`` over ``num_workers`` simulated workers with ``vmap`` only.
+
+  The same binding of :data:`WORKER_AXES` as :func:`map_workers` on one
+  device (a ``vmap`` of size 1 over :data:`DEVICE_AXIS` around the ``vmap``
+  over :data:`LOCAL_AXIS`), without ``pmap``, ``shard_map`` or placement: the
+  result composes with ``jax.vmap`` (e.g. over configurations), ``lax.scan``
+  and ``jax.jit``, and runs an algorithm's own step, unchanged, on the
+  simulated workers of one program (``easgd.sweep_engine``).
+
+  Args:
+    fn: per-worker function (collectives over :data:`WORKER_AXES`).
+    num_workers: p, the size of the worker axis (a Python int >= 1).
+    in_kinds, out_kinds: ``"worker"`` (leading axis [p]), ``"shared"`` (no
+      worker axis; outputs formed by collectives) or ``"broadcast"`` (inputs
+      only), as :func:`map_workers` without the device axis.
+
+  Returns:
+    The mapped function; "worker" outputs have the leading axis [p].
+
+  Raises:
+    ValueError: for an unknown kind.
+  """
+  _check_kinds(in_kinds, out_kinds)
+  local = _vmap_local(fn, in_kinds, out_kinds, alone=num_workers == 1,
+                      axis_size=num_workers)
+  # one simulated device: the device axis (size 1) binds the name; no input is
+  # batched along it, so only what depends on the device index (the workers'
+  # keys, through worker_index) is computed with a leading axis of size 1
+  device = jax.vmap(local, in_axes=None, out_axes=0, axis_name=DEVICE_AXIS, axis_size=1)
+  return lambda *args: jax.tree.map(lambda x: x[0], device(*args))
+
+
+def _vmap_local(fn, in_kinds, out_kinds, alone: bool, axis_size: int | None = None):
+  """``vmap(fn)`` over the workers of one device (axis :data:`LOCAL_AXIS`; its
+  size ``axis_size``, if given, for functions without a "worker" input).
 
   "shared" outputs are unbatched (per-worker code forms them with
   collectives over all workers, which vmap checks). A single worker in all
@@ -245,7 +284,8 @@ def _vmap_local(fn, in_kinds, out_kinds, alone: bool):
   single = len(out_kinds) == 1
   out_axes = tuple(0 if alone else _vmap_axis(k) for k in out_kinds)
   inner = jax.vmap(fn, in_axes=tuple(_vmap_axis(k) for k in in_kinds),
-                   out_axes=out_axes[0] if single else out_axes, axis_name=LOCAL_AXIS)
+                   out_axes=out_axes[0] if single else out_axes, axis_name=LOCAL_AXIS,
+                   axis_size=axis_size)
   if not alone:
     return inner
 

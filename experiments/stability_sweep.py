@@ -10,7 +10,7 @@ is the same as
 """
 import argparse
 
-from easgd import sweep
+from easgd import sweep, sweep_report
 
 
 def get_sweep_config() -> sweep.SweepConfig:
@@ -28,4 +28,4 @@ if __name__ == "__main__":
   parser.add_argument("--workdir", required=True)
   args = parser.parse_args()
   for result in sweep.run_sweep(get_sweep_config(), args.workdir).values():
-    print(sweep.summarize(result))
+    print(sweep_report.summarize(result))

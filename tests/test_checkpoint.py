@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from easgd import checkpoint, trainer
-from easgd.sweep import CompileCounter
+from easgd.sweep_engine import CompileCounter
 from easgd.registry import ALGORITHMS
 from easgd.config import ConfigError, TrainConfig
 from easgd.export import export_center

@@ -1,4 +1,6 @@
 """The command line: bad input gets one line naming the value, exit status 2."""
+import argparse
+import dataclasses
 import os
 import subprocess
 import sys
@@ -6,6 +8,7 @@ import sys
 import pytest
 
 from easgd import cli
+from easgd.flags import add_flags, option, overrides
 
 BAD_INPUTS = [
     (["--tau", "0"], "tau (communication period) must be an integer in [1, 1073741824], got 0"),
@@ -106,3 +109,66 @@ def test_blank_workdir_is_refused_by_every_command(command, workdir, tmp_path, c
   assert err.startswith("easgd: error:") and "non-empty path" in err
   assert repr(workdir) in err and len(err.splitlines()) == 1
   assert not any(tmp_path.iterdir())
+
+
+# ---------------------------------------------------------------------------
+# easgd.flags: flags from a dataclass's fields (easgd sweep uses it)
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Toy:
+  steps: int = option(10, "steps to run")
+  rate: float = option(0.5, "a rate, 100% at most")
+  name: str = option("a", "one of a, b", choices=("a", "b"))
+  plots: bool = option(True, "draw plots")
+  limit: int | None = option(None, "a bound or none")
+  taus: tuple[int, ...] = option((1, 4), "periods")
+  rates: tuple[float, ...] = option((), "rates")
+  plain: str = "x"
+
+
+def _toy_parser():
+  parser = argparse.ArgumentParser(prog="toy")
+  add_flags(parser, _Toy, exclude=("plain",))
+  return parser
+
+
+def test_flags_from_a_dataclass_override_only_what_is_given():
+  parse = lambda *a: overrides(_toy_parser().parse_args(list(a)), _Toy)
+  assert parse() == {}
+  assert parse("--steps", "3", "--rate", "0.25", "--name", "b", "--no-plots",
+               "--limit", "none", "--taus", "1,2,8", "--rates", "0.1, 0.2") == dict(
+      steps=3, rate=0.25, name="b", plots=False, limit=None, taus=(1, 2, 8),
+      rates=(0.1, 0.2))
+  assert parse("--plots", "--limit", "7", "--taus", "") == dict(plots=True, limit=7,
+                                                                 taus=())
+  assert _Toy(**parse("--steps", "3")) == _Toy(steps=3)
+  text = _toy_parser().format_help()
+  assert "steps to run (default: 10)" in text and "--no-plots" in text
+  assert "a rate, 100% at most (default: 0.5)" in text and "--plain" not in text
+  assert "periods (default: 1,4)" in text and "(default: none)" in text
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--steps", "x"], "argument --steps: invalid int value: 'x'"),
+    (["--taus", "1,x"], "argument --taus: invalid int_list value: '1,x'"),
+    (["--limit", "y"], "argument --limit: invalid int value: 'y'"),
+    (["--name", "c"], "argument --name: invalid choice: 'c'"),
+    (["--plain", "z"], "unrecognized arguments: --plain z"),
+])
+def test_flags_refuse_bad_values_in_one_line(argv, message, capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    _toy_parser().parse_args(argv)
+  assert exit_info.value.code == 2
+  assert message in capsys.readouterr().err
+
+
+def test_flags_refuse_annotations_they_cannot_parse():
+  @dataclasses.dataclass(frozen=True)
+  class Bad:
+    pair: tuple[int, int] = (1, 2)
+  with pytest.raises(TypeError, match="tuple"):
+    add_flags(argparse.ArgumentParser(), Bad)
+  with pytest.raises(TypeError, match="needs a dataclass"):
+    add_flags(argparse.ArgumentParser(), dict)

@@ -51,10 +51,14 @@ HAND_WORKERS = [(0.5, 2.5), (0.25, 3.25), (0.3125, 3.0625), (0.15625, 3.53125),
 HAND_CENTER = [1.0, 1.0, 1.375, 1.375, 1.609375, 1.609375]
 
 
-@pytest.mark.parametrize("num_devices", [1, 2])
-def test_two_workers_tau2_matches_hand_trajectory(num_devices):
-  algo = algorithms.easgd(quadratic_loss, learning_rate=0.5, num_workers=2, tau=2,
-                          alpha=0.25)
+@pytest.mark.parametrize("num_devices,arrays", [(1, False), (2, False), (2, True)])
+def test_two_workers_tau2_matches_hand_trajectory(num_devices, arrays):
+  # arrays: the hyperparameters as JAX arrays (unchecked, as optax takes them);
+  # with an array tau the step decides the exchange on the device
+  value = jnp.asarray if arrays else (lambda v: v)
+  algo = algorithms.easgd(quadratic_loss, learning_rate=value(0.5), num_workers=2,
+                          tau=value(2), alpha=value(0.25))
+  assert (algo.exchange_at is None) == arrays
   xs, cs = run(algo, 1.0, [0.0, 4.0], 6, num_devices)
   np.testing.assert_array_equal(xs, np.array(HAND_WORKERS, np.float32))
   np.testing.assert_array_equal(cs, np.array(HAND_CENTER, np.float32))
@@ -113,3 +117,51 @@ def test_communication_counts():
   assert algo.communication(10, 100) == algorithms.Communication(3, 300)
   base = algorithms.pmean_sgd(quadratic_loss, optax.sgd(0.1))
   assert base.communication(10, 100) == algorithms.Communication(10, 1000)
+
+
+def test_array_hyperparameters_are_traced_and_vmapped_over_configurations():
+  # One program for three configurations of (eta, tau, beta), the algorithm built
+  # inside the vmap from traced values; each equals its own Python-valued run.
+  def trajectory(lr, tau, beta):
+    algo = algorithms.easgd(quadratic_loss, learning_rate=lr, num_workers=2, tau=tau,
+                            beta=beta)
+    step = workers.vmap_workers(algo.step, 2, workers.STEP_IN_KINDS,
+                                workers.STEP_OUT_KINDS)
+    worker = jax.vmap(lambda x: algo.init(x)[0])(jnp.ones(2))
+    shared = algo.init(jnp.float32(1.0))[1]
+
+    def body(carry, _):
+      worker, shared, _ = step(*carry, jnp.array([0.0, 4.0]), jax.random.key(0))
+      return (worker, shared), algo.center(shared)
+    return jax.lax.scan(body, (worker, shared), None, length=6)[1]
+
+  configs = (jnp.array([0.5, 0.3, 0.5]), jnp.array([2, 1, 3], jnp.int32),
+             jnp.array([0.5, 0.9, 0.2]))
+  centers = jax.jit(jax.vmap(trajectory))(*configs)
+  np.testing.assert_array_equal(centers[0], np.array(HAND_CENTER, np.float32))
+  for i in (1, 2):
+    algo = algorithms.easgd(quadratic_loss, learning_rate=float(configs[0][i]),
+                            num_workers=2, tau=int(configs[1][i]),
+                            beta=float(configs[2][i]))
+    _, cs = run(algo, 1.0, [0.0, 4.0], 6, 1)
+    np.testing.assert_allclose(centers[i], cs, rtol=1e-6)
+
+
+def test_what_needs_a_python_value_is_defined_for_array_hyperparameters():
+  algo = algorithms.easgd(quadratic_loss, learning_rate=jnp.float32(0.1), num_workers=4,
+                          tau=4, beta=jnp.float32(0.9))
+  # a Python tau keeps the host schedule and the communication count
+  assert algo.exchange_at(4) and algo.communication(10, 100) == (3, 300)
+  assert float(algo.hyperparameters["alpha"]) == pytest.approx(0.225)
+  algo = algorithms.easgd(quadratic_loss, learning_rate=0.1, num_workers=4,
+                          tau=jnp.int32(4), beta=0.9)
+  assert algo.exchange_at is None  # map_step runs the device-chosen program
+  assert list(workers.map_step(algo, workers.make_layout(4, 2)).programs) == [None]
+  with pytest.raises(TypeError, match="counted on the host from a Python tau"):
+    algo.communication(10, 100)
+  # Python values are still checked; arrays are the caller's to check
+  with pytest.raises(elastic.HyperparameterError, match="tau"):
+    algorithms.easgd(quadratic_loss, learning_rate=0.1, num_workers=4, tau=0, beta=0.9)
+  with pytest.raises(elastic.HyperparameterError, match="learning_rate"):
+    algorithms.easgd(quadratic_loss, learning_rate=-1.0, num_workers=4, tau=4,
+                     alpha=jnp.float32(0.1))

@@ -1,0 +1,172 @@
+"""Command-line flags from a frozen dataclass: one ``--field-name`` per field.
+
+A leaf utility (argparse and dataclasses only; imports nothing from easgd),
+so a config of any layer can declare its fields with :func:`option` and the
+command line (``easgd.cli``) turn them into flags with :func:`add_flags`:
+
+    @dataclasses.dataclass(frozen=True)
+    class SweepConfig:
+      tau: tuple[int, ...] = option((1, 2, 4), "communication periods (steps)")
+      problem: str = option("network", "what to sweep", choices=("quadratic", "network"))
+
+    add_flags(parser, SweepConfig)            # --tau 1,2,4  --problem quadratic
+    config = SweepConfig(**overrides(parser.parse_args(), SweepConfig))
+
+Flag types come from the field annotations:
+
+  int, float, str      ``--x 3`` (argparse's ``int``/``float``/``str``)
+  bool                 ``--x`` / ``--no-x`` (``argparse.BooleanOptionalAction``)
+  X | None             as X, and ``none`` (any case) for None
+  tuple[X, ...]        comma-separated, ``--x 1,2,4`` (``""``: the empty tuple);
+                       the parse function is named ``int_list``, ``float_list``,
+                       ``str_list`` (argparse names it in its error message)
+
+The help text is the field's ``metadata["help"]`` followed by its default;
+``metadata["choices"]`` restricts the values. Every flag has
+``default=argparse.SUPPRESS``, so the namespace holds only the flags given and
+:func:`overrides` returns just those: defaults stay the dataclass's (or a
+config file's) own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from typing import Any, Callable, Iterable, Sequence
+
+HELP = "help"
+"""``dataclasses.field`` metadata key of a field's help text."""
+CHOICES = "choices"
+"""``dataclasses.field`` metadata key of a field's allowed values."""
+
+
+def option(default: Any, help: str, *, choices: Sequence[Any] | None = None) -> Any:
+  """A dataclass field with a default, its help text and optional choices.
+
+  Args:
+    default: the field's default (immutable: tuples, not lists).
+    help: one line for ``--help``: what the value is and its unit.
+    choices: the allowed values, or None.
+
+  Returns:
+    ``dataclasses.field(default=default, metadata={"help": ..., ["choices": ...]})``.
+  """
+  metadata = {HELP: help}
+  if choices is not None:
+    metadata[CHOICES] = tuple(choices)
+  return dataclasses.field(default=default, metadata=metadata)
+
+
+def _list_parser(element: type) -> Callable[[str], tuple]:
+  def parse(text: str) -> tuple:
+    return tuple(element(t.strip()) for t in text.split(",") if t.strip())
+  parse.__name__ = f"{element.__name__}_list"
+  return parse
+
+
+def _optional_parser(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+  def parse_optional(text: str):
+    return None if text.strip().lower() == "none" else parse(text)
+  parse_optional.__name__ = getattr(parse, "__name__", "value")
+  return parse_optional
+
+
+def flag_type(hint: Any) -> Callable[[str], Any] | None:
+  """The argparse ``type`` of a field annotated ``hint`` (None for bool).
+
+  Raises:
+    TypeError: an annotation this module does not turn into a flag (a union
+      other than ``X | None``, ``bool | None``, a tuple that is not
+      ``tuple[X, ...]``, a type other than int, float, str, bool).
+  """
+  args = typing.get_args(hint)
+  if typing.get_origin(hint) in (typing.Union, types.UnionType):
+    rest = [a for a in args if a is not type(None)]
+    if len(rest) != 1 or len(args) != 2 or rest[0] is bool:
+      raise TypeError(f"cannot make a flag of the annotation {hint!r} "
+                      "(unions other than 'X | None', or 'bool | None')")
+    return _optional_parser(flag_type(rest[0]))
+  if typing.get_origin(hint) is tuple:
+    if len(args) != 2 or args[1] is not Ellipsis or args[0] not in (int, float, str):
+      raise TypeError(f"cannot make a flag of the annotation {hint!r} "
+                      "(tuples must be tuple[int | float | str, ...])")
+    return _list_parser(args[0])
+  if hint is bool:
+    return None
+  if hint in (int, float, str):
+    return hint
+  raise TypeError(f"cannot make a flag of the annotation {hint!r}")
+
+
+def _shown(value: Any) -> str:
+  if value is None:
+    return "none"
+  if isinstance(value, tuple):
+    return ",".join(_shown(v) for v in value) if value else '""'
+  if isinstance(value, float):
+    return format(value, "g")
+  return str(value)
+
+
+def _default(field: dataclasses.Field) -> Any:
+  if field.default is not dataclasses.MISSING:
+    return field.default
+  if field.default_factory is not dataclasses.MISSING:
+    return field.default_factory()
+  return dataclasses.MISSING
+
+
+def add_flags(parser: argparse.ArgumentParser, cls: type, *, title: str | None = None,
+              exclude: Iterable[str] = ()) -> argparse._ArgumentGroup:
+  """Adds one flag per field of the dataclass ``cls`` to ``parser``.
+
+  ``--field-name`` (underscores become dashes), ``dest`` the field name,
+  ``metavar`` the name in capitals, type from the annotation (module
+  docstring), help ``metadata["help"]`` plus the default, choices
+  ``metadata["choices"]``, ``default=argparse.SUPPRESS``.
+
+  Args:
+    parser: the parser (or sub-command parser) to add to.
+    cls: a dataclass (usually frozen).
+    title: the title of the argument group holding the flags; default
+      ``"<cls name> fields"``.
+    exclude: names of fields that get no flag.
+
+  Returns:
+    The argument group.
+
+  Raises:
+    TypeError: ``cls`` is not a dataclass, or a field's annotation has no
+      flag type (:func:`flag_type`).
+  """
+  if not dataclasses.is_dataclass(cls):
+    raise TypeError(f"add_flags needs a dataclass, got {cls!r}")
+  hints = typing.get_type_hints(cls)
+  group = parser.add_argument_group(title or f"{cls.__name__} fields")
+  skip = set(exclude)
+  for field in dataclasses.fields(cls):
+    if field.name in skip:
+      continue
+    kind = flag_type(hints[field.name])
+    default = _default(field)
+    text = field.metadata.get(HELP, "")
+    if default is not dataclasses.MISSING:
+      text = f"{text} (default: {_shown(default)})" if text else f"default: {_shown(default)}"
+    kwargs = dict(dest=field.name, default=argparse.SUPPRESS, help=text.replace("%", "%%"))
+    if CHOICES in field.metadata:
+      kwargs["choices"] = field.metadata[CHOICES]
+    flag = "--" + field.name.replace("_", "-")
+    if kind is None:
+      group.add_argument(flag, action=argparse.BooleanOptionalAction, **kwargs)
+    else:
+      group.add_argument(flag, type=kind, metavar=field.name.upper(), **kwargs)
+  return group
+
+
+def overrides(args: argparse.Namespace, cls: type) -> dict[str, Any]:
+  """The fields of ``cls`` given on the command line: ``{name: value}``, for
+  ``cls(**overrides(args, cls))`` or ``dataclasses.replace(config, **...)``."""
+  return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
+          if hasattr(args, f.name)}
