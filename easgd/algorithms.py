@@ -46,14 +46,13 @@ dtype. With a single worker there is nothing to reduce and no collective runs.
 
 from __future__ import annotations
 
-import numbers
 from typing import Any, Callable, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from easgd import elastic, momentum as momentum_lib
+from easgd import checks, elastic, momentum as momentum_lib
 from easgd.elastic import WORKER_AXES
 
 Params = Any
@@ -211,10 +210,9 @@ def local_optimizer(optimizer: optax.GradientTransformation | None,
     raise elastic.HyperparameterError(
         "give an optimizer (optax.GradientTransformation) or a learning_rate "
         "for plain SGD")
-  if (isinstance(learning_rate, numbers.Real) and
-      not (learning_rate > 0 and learning_rate < float("inf"))):
-    raise elastic.HyperparameterError(
-        f"learning_rate must be a finite real > 0, got {learning_rate!r}")
+  if not elastic.is_array_hyperparameter(learning_rate):  # arrays: unchecked
+    learning_rate = checks.real("learning_rate", learning_rate, 0, open_low=True,
+                                error=elastic.HyperparameterError)
   return optax.sgd(learning_rate)
 
 
@@ -303,16 +301,11 @@ def every_tau_steps(tau: int, offset: int = 0, last_step: int | None = None
     Algorithm 1 of the paper ("if tau divides t^i").
   """
   tau = elastic.check_tau(tau, allow_array=True)
-  if offset not in (0, 1) or isinstance(offset, bool):
-    raise elastic.HyperparameterError(f"offset must be 0 or 1, got {offset!r}")
+  checks.integer("offset", offset, 0, 1, error=elastic.HyperparameterError)
   if last_step is None:
     return lambda t: (t + offset) % tau == 0
-  if isinstance(last_step, bool) or not isinstance(last_step, numbers.Integral) \
-      or last_step < 0:
-    raise elastic.HyperparameterError(
-        f"last_step must be an integer >= 0 (the clock of the run's last step), "
-        f"got {last_step!r}")
-  last_step = int(last_step)
+  last_step = checks.integer("last_step", last_step, 0, error=elastic.HyperparameterError,
+                             what="the clock of the run's last step")
   return lambda t: ((t + offset) % tau == 0) | (t == last_step)
 
 
@@ -602,11 +595,7 @@ def check_num_workers(num_workers) -> int:
   Raises:
     HyperparameterError: not an integer >= 1.
   """
-  if (isinstance(num_workers, bool) or not isinstance(num_workers, numbers.Integral)
-      or num_workers < 1):
-    raise elastic.HyperparameterError(
-        f"num_workers must be an integer >= 1, got {num_workers!r}")
-  return int(num_workers)
+  return checks.integer("num_workers", num_workers, 1, error=elastic.HyperparameterError)
 
 
 class SharedModel(NamedTuple):

@@ -42,7 +42,6 @@ References:
 
 from __future__ import annotations
 
-import numbers
 from typing import Any, NamedTuple
 
 import jax
@@ -50,7 +49,7 @@ import jax.numpy as jnp
 import optax
 from optax.tree_utils import tree_zeros_like
 
-from easgd import algorithms, asynchronous, elastic, momentum as momentum_lib
+from easgd import algorithms, asynchronous, checks, elastic, momentum as momentum_lib
 from easgd.algorithms import (Algorithm, LossFn, local_optimizer,
                               check_exchange_flag, every_tau_steps,
                               periodic_communication, worker_key)
@@ -68,10 +67,8 @@ def check_average_rate(rate) -> float | jax.Array:
   """
   if elastic.is_array_hyperparameter(rate):
     return rate
-  if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not 0 < rate <= 1:
-    raise elastic.HyperparameterError(
-        f"average_rate must be a real in (0, 1], got {rate!r}")
-  return float(rate)
+  return checks.real("average_rate", rate, 0, 1, open_low=True,
+                     error=elastic.HyperparameterError)
 
 
 def _average(z: Params, x: Params, rate) -> Params:
@@ -465,12 +462,8 @@ def _periodic(name, loss_fn, optimizer, *, num_workers, tau, learning_rate, oute
   num_workers = algorithms.check_num_workers(num_workers)
   last_step = None
   if num_steps is not None:
-    if (isinstance(num_steps, bool) or not isinstance(num_steps, numbers.Integral)
-        or num_steps < 1):
-      raise elastic.HyperparameterError(
-          f"num_steps (the run's length in steps) must be an integer >= 1, got "
-          f"{num_steps!r}")
-    last_step = int(num_steps) - 1
+    last_step = checks.integer("num_steps", num_steps, 1, error=elastic.HyperparameterError,
+                               what="the run's length in steps") - 1
   # every tau steps, and the run's last step: on the device, and on the host
   # (Algorithm.exchange_at) for a Python tau
   schedule = every_tau_steps(tau, offset=1, last_step=last_step)
@@ -610,12 +603,8 @@ def diloco(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = Non
   """
   if outer_optimizer is None:
     if not elastic.is_array_hyperparameter(outer_learning_rate):  # arrays: unchecked
-      if (isinstance(outer_learning_rate, bool)
-          or not isinstance(outer_learning_rate, numbers.Real)
-          or not 0 < outer_learning_rate < float("inf")):
-        raise elastic.HyperparameterError(
-            f"outer_learning_rate must be a finite real > 0, got {outer_learning_rate!r}")
-      outer_learning_rate = float(outer_learning_rate)
+      outer_learning_rate = checks.real("outer_learning_rate", outer_learning_rate, 0,
+                                        open_low=True, error=elastic.HyperparameterError)
     outer_momentum = momentum_lib.check_momentum(outer_momentum)
     trace = (outer_momentum if elastic.is_array_hyperparameter(outer_momentum)
              else outer_momentum or None)  # a Python 0: no momentum trace

@@ -20,13 +20,14 @@ References:
 
 from __future__ import annotations
 
-import numbers
 from typing import Any, Hashable, Sequence
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 from optax.tree_utils import tree_add, tree_sub  # leafwise a + b and a - b
+
+from easgd import checks
 
 Params = Any  # a pytree of arrays
 AxisName = Hashable | Sequence[Hashable]
@@ -147,10 +148,6 @@ def reduce_axis(num_workers: int, axis_name: AxisName) -> AxisName | None:
   return None if num_workers == 1 else axis_name
 
 
-def _is_real(value) -> bool:
-  return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
 def is_array_hyperparameter(value) -> bool:
   """True for a hyperparameter given as a JAX array (a concrete array or a tracer).
 
@@ -185,10 +182,8 @@ def check_tau(tau, *, allow_array: bool = False) -> int | jax.Array:
   """
   if allow_array and is_array_hyperparameter(tau):
     return tau
-  if isinstance(tau, bool) or not isinstance(tau, numbers.Integral) or tau < 1:
-    raise HyperparameterError(
-        f"tau (communication period) must be an integer >= 1, got {tau!r}")
-  return int(tau)
+  return checks.integer("tau", tau, 1, error=HyperparameterError,
+                        what="communication period")
 
 
 def resolve_alpha(num_workers: int, alpha: float | jax.Array | None = None,
@@ -215,10 +210,7 @@ def resolve_alpha(num_workers: int, alpha: float | jax.Array | None = None,
       a Python value is negative or not finite, or if num_workers is not an
       integer >= 1.
   """
-  if (isinstance(num_workers, bool) or not isinstance(num_workers, numbers.Integral)
-      or num_workers < 1):
-    raise HyperparameterError(
-        f"num_workers must be an integer >= 1, got {num_workers!r}")
+  checks.integer("num_workers", num_workers, 1, error=HyperparameterError)
   if (alpha is None) == (beta is None):
     raise HyperparameterError(
         f"give exactly one of alpha and beta (beta = num_workers * alpha), "
@@ -226,10 +218,8 @@ def resolve_alpha(num_workers: int, alpha: float | jax.Array | None = None,
   name, value = ("alpha", alpha) if alpha is not None else ("beta", beta)
   if is_array_hyperparameter(value):
     return value if alpha is not None else value / num_workers
-  if not _is_real(value) or not value >= 0 or value == float("inf"):
-    raise HyperparameterError(
-        f"{name} must be a finite real >= 0, got {value!r}")
-  return float(alpha) if alpha is not None else float(beta) / num_workers
+  value = checks.real(name, value, 0, error=HyperparameterError)
+  return value if alpha is not None else value / num_workers
 
 
 def is_exchange_step(clock, tau):

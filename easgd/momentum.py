@@ -30,13 +30,12 @@ References:
 
 from __future__ import annotations
 
-import numbers
 from typing import Any, Callable
 
 import jax
 import optax
 
-from easgd import elastic
+from easgd import checks, elastic
 
 Params = Any
 LossFn = Callable[[Params, Any, jax.Array], jax.Array]
@@ -58,11 +57,8 @@ def check_momentum(momentum) -> float | jax.Array:
   """
   if elastic.is_array_hyperparameter(momentum):
     return momentum
-  if (isinstance(momentum, bool) or not isinstance(momentum, numbers.Real)
-      or not 0 <= momentum < 1):
-    raise elastic.HyperparameterError(
-        f"momentum (delta) must be a real in [0, 1), got {momentum!r}")
-  return float(momentum)
+  return checks.real("momentum", momentum, 0, 1, open_high=True,
+                     error=elastic.HyperparameterError, what="Nesterov delta")
 
 
 def lookahead_point(params: Params, velocity: Params, momentum) -> Params:

@@ -443,7 +443,7 @@ def test_config_fields_are_validated():
   for changes, match in [
       (dict(exchange_order="fifo"), "exchange_order"),
       (dict(worker_speeds=(1.0, 2.0)), "one per worker"),
-      (dict(worker_speeds=(1.0, 2.5, 1.0, 1.0)), r"integers in \[1, 1024\]"),
+      (dict(worker_speeds=(1.0, 2.5, 1.0, 1.0)), r"worker_speeds\[1\] \(local steps per tick\) must be an integer in \[1, 1024\]"),
       (dict(staleness=10**12), r"staleness \(in master updates\) must be an integer in \[0, 1024\]"),
       (dict(worker_speeds=(1.0,) * 4, max_worker_speed=3), "not both"),
       (dict(max_worker_speed=0), "max_worker_speed"),

@@ -230,16 +230,16 @@ def test_network_sweep_uses_only_certified_curvature():
 
 
 BAD_INPUTS = [
-    (["--tau", "0,1"], "tau grid values must be integers >= 1, got 0"),
-    (["--alpha=-0.1,0.2"], "alpha grid values must be finite reals >= 0, got -0.1"),
-    (["--alpha", "-0.5"], "alpha grid values must be finite reals >= 0, got -0.5"),
-    (["--learning-rate", "0"], "learning_rate grid values must be finite reals > 0"),
-    (["--num-workers", "0"], "num_workers grid values must be integers >= 1, got 0"),
+    (["--tau", "0,1"], "tau grid value must be an integer >= 1, got 0"),
+    (["--alpha=-0.1,0.2"], "alpha grid value must be a finite real in [0.0, inf), got -0.1"),
+    (["--alpha", "-0.5"], "alpha grid value must be a finite real in [0.0, inf), got -0.5"),
+    (["--learning-rate", "0"], "learning_rate grid value must be a finite real in (0.0, inf)"),
+    (["--num-workers", "0"], "num_workers grid value must be an integer >= 1, got 0"),
     (["--tau", "2,2"], "tau grid has the value 2 twice"),
     (["--tau", "1,x"], "argument --tau: invalid int_list value: '1,x'"),
     (["--num-steps", "0"], "num_steps must be an integer >= 1, got 0"),
-    (["--divergence-factor", "0.5"], "divergence_factor must be a finite real > 1"),
-    (["--hessian-tol", "0"], "hessian_tol must be a finite real > 0, got 0.0"),
+    (["--divergence-factor", "0.5"], "divergence_factor must be a finite real in (1, inf)"),
+    (["--hessian-tol", "0"], "hessian_tol must be a finite real in (0.0, inf), got 0.0"),
     (["--problem", "quad"], "argument --problem: invalid choice: 'quad'"),
 ]
 
