@@ -24,13 +24,12 @@ process is lost later, the others stop within ``--peer-timeout`` seconds with
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.util
 import json
 import sys
-import typing
 from pathlib import Path
 
+from easgd import flags
 from easgd.config import ConfigError, TrainConfig
 
 
@@ -41,57 +40,13 @@ class _Parser(argparse.ArgumentParser):
     self.exit(2, f"easgd: error: {message}\n")
 
 
-def _convert(field: dataclasses.Field):
-  hint = typing.get_type_hints(TrainConfig)[field.name]
-  optional = type(None) in typing.get_args(hint)
-  # unwrap "X | None" only: tuple[float, ...] has type arguments of its own
-  base = [a for a in typing.get_args(hint) if a is not type(None)][0] if optional \
-      else hint
-  origin = typing.get_origin(base)
-
-  def parse(text: str):
-    if optional and text.lower() == "none":
-      return None
-    if origin is tuple:
-      return tuple(float(t) for t in text.split(",") if t.strip())
-    if base is bool:
-      if text.lower() in ("1", "true", "yes", "on"):
-        return True
-      if text.lower() in ("0", "false", "no", "off"):
-        return False
-      raise ValueError(text)
-    return base(text)
-  parse.__name__ = getattr(base, "__name__", "value")
-  return parse
-
-
-def _field_help() -> dict[str, str]:
-  """Each field's description, from the ``Attributes:`` of TrainConfig's docstring."""
-  import re
-  doc = (TrainConfig.__doc__ or "").split("Attributes:", 1)[-1]
-  out, name = {}, None
-  for line in doc.splitlines():
-    m = re.match(r"^    (\w+): (.*)", line)
-    if m:
-      name, out[m.group(1)] = m.group(1), m.group(2).strip()
-    elif name and line.startswith("      "):
-      out[name] += " " + line.strip()
-  return out
-
-
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
-  group = parser.add_argument_group(
-      "config (TrainConfig fields; tuples comma-separated, e.g. 10,15; booleans "
-      "true/false; 'none' for an optional value)")
-  descriptions = _field_help()
-  for f in dataclasses.fields(TrainConfig):
-    if f.name == "algorithm" and parser.prog.endswith("compare"):
-      continue
-    group.add_argument("--" + f.name.replace("_", "-"), dest=f.name,
-                       type=_convert(f), default=argparse.SUPPRESS,
-                       metavar=f.name.upper(),
-                       help=f"{descriptions.get(f.name, '')} (default: {f.default!r})"
-                       .replace("%", "%%"))
+  """One flag per TrainConfig field (``easgd.flags``: help from the field's metadata)."""
+  flags.add_flags(
+      parser, TrainConfig,
+      title="config (TrainConfig fields; tuples comma-separated, e.g. 10,15; booleans "
+            "--x / --no-x; 'none' for an optional value)",
+      exclude=("algorithm",) if parser.prog.endswith("compare") else ())
 
 
 def load_config_file(path) -> TrainConfig:
@@ -262,8 +217,7 @@ def _run(args) -> int:
         args.coordinator_address, args.num_processes, args.process_id,
         heartbeat_timeout_s=args.heartbeat_timeout, peer_timeout_s=args.peer_timeout,
         initialization_timeout_s=args.startup_timeout))
-  overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
-               if hasattr(args, f.name)}
+  overrides = flags.overrides(args, TrainConfig)
   resume = getattr(args, "resume", False)
   if args.config:
     base = load_config_file(args.config)

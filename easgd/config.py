@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from easgd import checks, registry
+from easgd.flags import option
 from easgd.asynchronous import EXCHANGE_ORDERS, PUSH_TIMINGS
 from easgd.data import DATASETS
 from easgd.models import BATCH_NORM_MODELS, DTYPES, MODELS
@@ -39,136 +40,165 @@ _choice = functools.partial(checks.choice, error=ConfigError)
 class TrainConfig:
   """Everything a training run depends on.
 
-  Attributes:
-    algorithm: a name of the algorithm table ``easgd.registry.ALGORITHMS``
-      ("easgd", "pmean_sgd", "eamsgd", ...); the table lists the fields each
-      one reads, and a field it does not read must keep its default.
-    dataset: "mnist1d" (generated locally; the default), "fashion_mnist"
-      (Debian's IDX files), "digits" (scikit-learn's 8x8 digits), or
-      "cifar10" (the CIFAR-10 python batches in data_dir; never downloaded).
-    data_dir: directory of the Fashion-MNIST IDX files (None: the Debian
-      location /usr/share/datasets/fashion-mnist) or of the CIFAR-10 python
-      batches (required for "cifar10"); the other data sets read none. Its
-      contents are checked when the data are loaded, not by validate().
-    crop_size: side of the square image crops, in pixels: random crops for
-      training (fixed by seed, epoch and step), the centre crop for evaluation
-      (paper, CIFAR-10: 28 of 32); None = whole images. Images only.
-    model: "cnn", "cnn_bn" (the CNN with BatchNorm), "mlp" or "cifar" (the
-      paper's 7-layer CIFAR-10 net).
-    num_workers: number of workers p.
-    num_devices: devices to spread the workers over (must divide num_workers);
-      None = the largest available count that divides num_workers.
-    global_batch_size: examples per step summed over all workers; each worker
-      takes global_batch_size / num_workers. The examples of global step t are
-      fixed by (seed, epoch, t) alone; worker i reads rows i*B..(i+1)*B-1 of
-      them (``easgd.data.worker_batch_indices``).
-    num_epochs: passes over the training set (integer).
-    learning_rate: peak local step size eta (per step of a worker).
-    lr_schedule: "constant", "cosine" (to 0 at the end) or "step" (times
-      lr_decay_factor at each epoch of lr_decay_epochs).
-    warmup_epochs: linear warm-up from 0, in epochs.
-    lr_decay_epochs: epochs at which the "step" schedule decays.
-    lr_decay_factor: multiplier of the "step" schedule, in (0, 1] (read by
-      lr_schedule "step" only).
-    optimizer: local optimizer: "sgd", "momentum" (heavy ball), "nesterov",
-      "adam", "adamw".
-    momentum: momentum coefficient of the local optimizer "momentum" or
-      "nesterov", in [0, 1); read by no other optimizer.
-    delta: the Nesterov momentum delta built into eamsgd, async_eamsgd, msgd
-      and mdownpour (eq. 7; paper: 0.99), in (0, 1); read by those four only
-      (they need optimizer "sgd"). delta = 0 would turn each into easgd,
-      async_easgd, sgd and downpour and is refused.
-    weight_decay: L2 coefficient (added to the gradient; decoupled for adamw).
-    tau: EASGD communication period, in local steps (>= 1).
-    alpha: EASGD moving rate; give alpha or beta, not both.
-    beta: EASGD center moving rate, beta = num_workers * alpha (paper: 0.9).
-    reset_opt_state: EASGD/EAMSGD (sync and async): re-initialise the local
-      optimizer state at every exchange (schedules keep their position).
-    exchange_order: asynchronous algorithms: order in which the exchanges of a tick
-      are served, "round_robin" or "random" (a permutation per tick).
-    worker_speeds: asynchronous algorithms: local steps per tick of each
-      worker, num_workers integers >= 1; () = all 1 (or drawn, below).
-    max_worker_speed: asynchronous algorithms: if set (and worker_speeds is
-      empty), speeds are drawn uniformly from {1, ..., max_worker_speed} with
-      the seed.
-    staleness: asynchronous algorithms: the center a worker reads is this many
-      master updates old (integer >= 0).
-    push_timing: the DOWNPOUR family: "authors" (push after local steps 0,
-      tau, 2 tau, ..., the authors' released code) or "full_period" (after
-      steps tau - 1, 2 tau - 1, ...: every push carries tau full steps).
-    outer_learning_rate: DiLoCo's outer SGD step size (> 0; DiLoCo: 0.7).
-    outer_momentum: DiLoCo's outer Nesterov momentum, in [0, 1) (0.9).
-    average_rate: constant moving-average rate of mvadownpour and mvasgd, in
-      (0, 1] (paper: 0.001).
-    seed: seeds the initial parameters, the data order and the worker keys.
-    eval_every_epochs: evaluate the center every this many epochs (and last).
-    eval_batch_size: test examples per worker per evaluation batch.
-    bn_stats_examples: models with BatchNorm only: training examples (centre
-      crops) over which the center's BatchNorm statistics are recomputed
-      before each evaluation and at export: the first of a seeded
-      permutation, split equally over the workers (min(this, training set)
-      // num_workers each, at least 1), the same every time
-      (``easgd.trainer.bn_stats_indices``).
-    curvature: optional estimate of the loss's largest Hessian eigenvalue h
-      (1 / parameter units squared, e.g. from
-      ``easgd.hessian.top_hessian_eigenvalue``); with it the trainer checks
-      eta*h = learning_rate * curvature against synchronous EASGD's stable
-      region on the quadratic model and warns once when outside (easgd only).
-    checkpoint_every_steps: also checkpoint every this many global steps inside
-      an epoch (0: only at epoch ends, where a checkpoint is always written).
-    keep_checkpoints: number of most recent checkpoints kept (>= 1).
-    progress: show a progress bar.
-    mapping_backend: how workers are mapped onto devices (``easgd.workers``):
-      "pmap" (pmap of vmap) or "shard_map" (jit of shard_map of vmap; needed
-      for multi-process runs). Same results and array layouts.
-    param_dtype: dtype of the workers' parameters and optimizer state,
-      "float32" or "bfloat16" (Flax's ``param_dtype``). The center, the
-      elastic differences and every sum across workers are kept in float32
-      whatever this is (``easgd.elastic.reduction_dtype``).
-    compute_dtype: dtype of the model's forward and backward computation,
-      "float32" or "bfloat16" (Flax's ``dtype``); the loss is float32.
+  Every field carries its meaning, unit and range in its help text
+  (``dataclasses.fields(TrainConfig)[i].metadata["help"]``, what ``easgd train
+  --help`` prints); the algorithm table (``easgd.registry``) says which
+  algorithm-specific fields each algorithm reads. :meth:`validate` checks every
+  value, and refuses a setting the run would not read.
   """
-  algorithm: str = "easgd"
-  dataset: str = "mnist1d"
-  data_dir: str | None = None
-  crop_size: int | None = None
-  model: str = "cnn"
-  num_workers: int = 4
-  num_devices: int | None = None
-  global_batch_size: int = 128
-  num_epochs: int = 40
-  learning_rate: float = 0.1
-  lr_schedule: str = "constant"
-  warmup_epochs: float = 0.0
-  lr_decay_epochs: tuple[float, ...] = ()
-  lr_decay_factor: float = 0.1
-  optimizer: str = "sgd"
-  momentum: float = 0.0
-  delta: float = 0.99
-  weight_decay: float = 0.0
-  tau: int = 4
-  alpha: float | None = None
-  beta: float | None = 0.9
-  reset_opt_state: bool = False
-  exchange_order: str = "round_robin"
-  worker_speeds: tuple[float, ...] = ()
-  max_worker_speed: int | None = None
-  staleness: int = 0
-  push_timing: str = "authors"
-  outer_learning_rate: float = 0.7
-  outer_momentum: float = 0.9
-  average_rate: float = 0.001
-  seed: int = 0
-  eval_every_epochs: int = 1
-  eval_batch_size: int = 500
-  bn_stats_examples: int = 2048
-  curvature: float | None = None
-  checkpoint_every_steps: int = 0
-  keep_checkpoints: int = 2
-  progress: bool = True
-  mapping_backend: str = "pmap"
-  param_dtype: str = "float32"
-  compute_dtype: str = "float32"
+  algorithm: str = option(
+      "easgd",
+      f"the algorithm, one of: {', '.join(registry.ALGORITHMS)} (the table "
+      "easgd.registry lists the settings each one reads; a setting it does "
+      "not read must keep its default).")
+  dataset: str = option(
+      "mnist1d",
+      "'mnist1d' (generated locally; the default), 'fashion_mnist' "
+      "(Debian's IDX files), 'digits' (scikit-learn's 8x8 digits), or "
+      "'cifar10' (the CIFAR-10 python batches in data_dir; never "
+      "downloaded).")
+  data_dir: str | None = option(
+      None,
+      "directory of the Fashion-MNIST IDX files (None: the Debian location "
+      "/usr/share/datasets/fashion-mnist) or of the CIFAR-10 python batches "
+      "(required for 'cifar10'); the other data sets read none. Its "
+      "contents are checked when the data are loaded, not by validate().")
+  crop_size: int | None = option(
+      None,
+      "side of the square image crops, in pixels: random crops for training "
+      "(fixed by seed, epoch and step), the centre crop for evaluation "
+      "(paper, CIFAR-10: 28 of 32); None = whole images. Images only.")
+  model: str = option(
+      "cnn",
+      "'cnn', 'cnn_bn' (the CNN with BatchNorm), 'mlp' or 'cifar' "
+      "(the paper's 7-layer CIFAR-10 net).")
+  num_workers: int = option(
+      4, "number of workers p.")
+  num_devices: int | None = option(
+      None,
+      "devices to spread the workers over (must divide num_workers); None = "
+      "the largest available count that divides num_workers.")
+  global_batch_size: int = option(
+      128,
+      "examples per step summed over all workers; each worker takes "
+      "global_batch_size / num_workers. The examples of global step t are "
+      "fixed by (seed, epoch, t) alone; worker i reads rows i*B..(i+1)*B-1 of "
+      "them (``easgd.data.worker_batch_indices``).")
+  num_epochs: int = option(
+      40, "passes over the training set (integer).")
+  learning_rate: float = option(
+      0.1, "peak local step size eta (per step of a worker).")
+  lr_schedule: str = option(
+      "constant",
+      "'constant', 'cosine' (to 0 at the end) or 'step' (times "
+      "lr_decay_factor at each epoch of lr_decay_epochs).")
+  warmup_epochs: float = option(
+      0.0, "linear warm-up from 0, in epochs.")
+  lr_decay_epochs: tuple[float, ...] = option(
+      (), "epochs at which the 'step' schedule decays.")
+  lr_decay_factor: float = option(
+      0.1,
+      "multiplier of the 'step' schedule, in (0, 1] (read by lr_schedule "
+      "'step' only).")
+  optimizer: str = option(
+      "sgd",
+      "local optimizer: 'sgd', 'momentum' (heavy ball), 'nesterov', "
+      "'adam', 'adamw'.")
+  momentum: float = option(
+      0.0,
+      "momentum coefficient of the local optimizer 'momentum' or "
+      "'nesterov', in [0, 1); read by no other optimizer.")
+  delta: float = option(
+      0.99,
+      "the Nesterov momentum delta built into eamsgd, async_eamsgd, msgd and "
+      "mdownpour (eq. 7; paper: 0.99), in (0, 1); read by those four only "
+      "(they need optimizer 'sgd'). delta = 0 would turn each into easgd, "
+      "async_easgd, sgd and downpour and is refused.")
+  weight_decay: float = option(
+      0.0, "L2 coefficient (added to the gradient; decoupled for adamw).")
+  tau: int = option(
+      4, "EASGD communication period, in local steps (>= 1).")
+  alpha: float | None = option(
+      None, "EASGD moving rate; give alpha or beta, not both.")
+  beta: float | None = option(
+      0.9, "EASGD center moving rate, beta = num_workers * alpha (paper: 0.9).")
+  reset_opt_state: bool = option(
+      False,
+      "EASGD/EAMSGD (sync and async): re-initialise the local optimizer state "
+      "at every exchange (schedules keep their position).")
+  exchange_order: str = option(
+      "round_robin",
+      "asynchronous algorithms: order in which the exchanges of a tick are "
+      "served, 'round_robin' or 'random' (a permutation per tick).")
+  worker_speeds: tuple[float, ...] = option(
+      (),
+      "asynchronous algorithms: local steps per tick of each worker, "
+      "num_workers integers >= 1; () = all 1 (or drawn, below).")
+  max_worker_speed: int | None = option(
+      None,
+      "asynchronous algorithms: if set (and worker_speeds is empty), speeds "
+      "are drawn uniformly from {1, ..., max_worker_speed} with the seed.")
+  staleness: int = option(
+      0,
+      "asynchronous algorithms: the center a worker reads is this many master "
+      "updates old (integer >= 0).")
+  push_timing: str = option(
+      "authors",
+      "the DOWNPOUR family: 'authors' (push after local steps 0, tau, 2 "
+      "tau, ..., the authors' released code) or 'full_period' (after steps "
+      "tau - 1, 2 tau - 1, ...: every push carries tau full steps).")
+  outer_learning_rate: float = option(
+      0.7, "DiLoCo's outer SGD step size (> 0; DiLoCo: 0.7).")
+  outer_momentum: float = option(
+      0.9, "DiLoCo's outer Nesterov momentum, in [0, 1) (0.9).")
+  average_rate: float = option(
+      0.001,
+      "constant moving-average rate of mvadownpour and mvasgd, in (0, 1] "
+      "(paper: 0.001).")
+  seed: int = option(
+      0, "seeds the initial parameters, the data order and the worker keys.")
+  eval_every_epochs: int = option(
+      1, "evaluate the center every this many epochs (and last).")
+  eval_batch_size: int = option(
+      500, "test examples per worker per evaluation batch.")
+  bn_stats_examples: int = option(
+      2048,
+      "models with BatchNorm only: training examples (centre crops) over "
+      "which the center's BatchNorm statistics are recomputed before each "
+      "evaluation and at export: the first of a seeded permutation, split "
+      "equally over the workers (min(this, training set) // num_workers each, "
+      "at least 1), the same every time (``easgd.trainer.bn_stats_indices``).")
+  curvature: float | None = option(
+      None,
+      "optional estimate of the loss's largest Hessian eigenvalue h (1 / "
+      "parameter units squared, e.g. from "
+      "``easgd.hessian.top_hessian_eigenvalue``); with it the trainer checks "
+      "eta*h = learning_rate * curvature against synchronous EASGD's stable "
+      "region on the quadratic model and warns once when outside (easgd "
+      "only).")
+  checkpoint_every_steps: int = option(
+      0,
+      "also checkpoint every this many global steps inside an epoch (0: only "
+      "at epoch ends, where a checkpoint is always written).")
+  keep_checkpoints: int = option(
+      2, "number of most recent checkpoints kept (>= 1).")
+  progress: bool = option(
+      True, "show a progress bar.")
+  mapping_backend: str = option(
+      "pmap",
+      "how workers are mapped onto devices (``easgd.workers``): 'pmap' "
+      "(pmap of vmap) or 'shard_map' (jit of shard_map of vmap; needed for "
+      "multi-process runs). Same results and array layouts.")
+  param_dtype: str = option(
+      "float32",
+      "dtype of the workers' parameters and optimizer state, 'float32' or "
+      "'bfloat16' (Flax's ``param_dtype``). The center, the elastic "
+      "differences and every sum across workers are kept in float32 whatever "
+      "this is (``easgd.elastic.reduction_dtype``).")
+  compute_dtype: str = option(
+      "float32",
+      "dtype of the model's forward and backward computation, 'float32' or "
+      "'bfloat16' (Flax's ``dtype``); the loss is float32.")
 
   def replace(self, **changes) -> "TrainConfig":
     """A copy with ``changes``; unknown field names raise ConfigError."""

@@ -54,7 +54,7 @@ def run(flags, tmp):
     work = str(Path(tmp) / "resumed")
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
       cli.main(["train", "--workdir", work, "--dataset", "digits", "--model", "mlp",
-                "--num-epochs", "1", "--progress", "false"])
+                "--num-epochs", "1", "--no-progress"])
     flags = ["--resume", "--num-epochs", "5"]
   err = io.StringIO()
   with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):

@@ -464,7 +464,7 @@ def test_cli_flags_of_the_new_fields():
   from easgd import cli
   args = cli.build_parser().parse_args([
       "train", "--workdir", "w", "--algorithm", "async_easgd", "--exchange-order", "random",
-      "--worker-speeds", "1,2,1,3", "--staleness", "2", "--reset-opt-state", "true",
+      "--worker-speeds", "1,2,1,3", "--staleness", "2", "--reset-opt-state",
       "--max-worker-speed", "none", "--average-rate", "0.01"])
   assert args.worker_speeds == (1.0, 2.0, 1.0, 3.0)
   assert (args.exchange_order, args.staleness, args.reset_opt_state) == ("random", 2, True)

@@ -35,7 +35,7 @@ CONFIG = TrainConfig(dataset="digits", model="mlp", num_workers=4, global_batch_
                      eval_batch_size=64, progress=False)
 FLAGS = ["--dataset", "digits", "--model", "mlp", "--num-workers", "4",
          "--global-batch-size", "64", "--learning-rate", "0.1", "--tau", "4",
-         "--beta", "0.9", "--eval-batch-size", "64", "--progress", "false",
+         "--beta", "0.9", "--eval-batch-size", "64", "--no-progress",
          "--mapping-backend", "shard_map"]
 
 
