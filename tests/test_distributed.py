@@ -131,10 +131,11 @@ def test_killing_a_process_stops_the_other_with_an_error(tmp_path, victim):
     killed_at = time.monotonic()
     code = survivor.wait(timeout=45)
     elapsed = time.monotonic() - killed_at
+    print(f"victim {victim}: the survivor stopped {elapsed:.1f} s after the kill")
   finally:
     wait_all(procs, timeout=1)
   text = log_text(work, 1 - victim)
-  assert code != 0 and elapsed < 45
+  assert code != 0 and elapsed < 4 + 6  # peer timeout 4 s; measured 4.3 s and 0.3 s
   if victim == 1:
     # the watchdog names the lost process; exit status 3
     assert code == distributed.EXIT_PEER_LOST, text[-3000:]
