@@ -10,6 +10,11 @@ Where things live:
   easgd.workers     the worker mapping (pmap or shard_map over devices of vmap
                     over workers)
   easgd.distributed multi-process runs: jax.distributed setup, peer watchdog
+  easgd.async_shared, async_threads, async_ray, async_driver
+                    real asynchronous workers (runtime "threads" or "ray"): the
+                    compiled rules, the center store and exchange log, the
+                    threads and Ray backends, the scheduler; easgd.async_trainer
+                    their training loop
   easgd.trainer     train_and_evaluate(config, workdir): Run, loss/eval, divergence
                     checks, stability warning
   easgd.optimizers  the local optimizer, its schedule counted in epochs

@@ -158,6 +158,12 @@ class Algorithm(NamedTuple):
       run two programs, picked per step on the host; it also evaluates
       ``exchange_at`` on the shared state's int32 counter ``shared.step`` (so
       such algorithms keep one) to check the host's clock on the device.
+    async_rules: ``None``, or for the asynchronous methods (async EASGD and
+      EAMSGD, the DOWNPOUR family) their ``easgd.asynchronous.AsyncRules``: the
+      pure worker-local computation, master rule and finishing rule that
+      ``step`` simulates in SPMD code, exposed so that the explicit-order
+      replay (``easgd.asynchronous.replay``) and the real runtimes (threads,
+      Ray) run exactly these functions.
   """
   name: str
   init: InitFn
@@ -168,6 +174,7 @@ class Algorithm(NamedTuple):
   hyperparameters: dict
   exchange_at: ExchangeSchedule | None = None
   shared_model: bool = False
+  async_rules: Any = None
 
 
 def worker_key(key: jax.Array, step, axis_name=WORKER_AXES) -> jax.Array:

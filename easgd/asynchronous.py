@@ -457,12 +457,50 @@ before the update (stale by ``staleness``); ``reply`` is a params-like tree
 sent back, or None to send the center read after the update (a fetch)."""
 
 
+class AsyncRules(NamedTuple):
+  """The pure rules an asynchronous method is built from (``Algorithm.async_rules``).
+
+  :func:`simulate` runs them in one SPMD program per slot; :func:`replay` runs
+  them one event at a time in the order of an exchange log; the real runtimes
+  (``easgd.async_threads``, ``easgd.async_ray``) run them on threads or Ray
+  actors. All three call these same functions (none of them uses a
+  collective or an axis name).
+
+  Attributes:
+    local_step: ``local_step(worker, batch, key) -> (loss, proposal, message,
+      due)``: the worker's local computation at its snapshot (see
+      :func:`simulate`); ``key`` is this worker's key for this local step.
+    master_rule: see :data:`MasterRule`.
+    finish: ``finish(worker, proposal, reply, exchanged) -> worker`` (the clock
+      is not advanced); ``reply`` is zeros (center-like) without an exchange.
+    init_buffer, init_opt_state: ``f(params)`` for the worker state.
+    init_master: ``init_master(center)``, the master's extra state.
+    center: ``center(shared) -> params``, the evaluated model.
+    exchange_at: "step_start" (EASGD, EAMSGD) or "step_end" (DOWNPOUR push).
+    due: the host-side schedule ``due(t) -> bool``: whether the local step at
+      clock t exchanges (``easgd.algorithms.every_tau_steps``); also accepts
+      the traced int32 clock.
+    hyperparameters: the method's own hyperparameters (without the simulated
+      schedule's fields).
+  """
+  local_step: Callable
+  master_rule: MasterRule
+  finish: Callable
+  init_buffer: Callable
+  init_opt_state: Callable
+  init_master: Callable
+  center: Callable
+  exchange_at: str
+  due: Callable
+  hyperparameters: dict
+
+
 def simulate(name: str, *, schedule: ExchangeSchedule, local_step: Callable,
              master_rule: MasterRule, finish: Callable, init_buffer: Callable,
              init_opt_state: Callable, init_master: Callable, center: Callable,
              communication: Callable, hyperparameters: dict,
              exchange_at: str = "step_start",
-             axis_name=WORKER_AXES) -> Algorithm:
+             axis_name=WORKER_AXES, due: Callable | None = None) -> Algorithm:
   """Builds a simulated asynchronous algorithm from its local and master rules.
 
   One call of ``step`` is one slot (module docstring): the workers active in
@@ -493,6 +531,10 @@ def simulate(name: str, *, schedule: ExchangeSchedule, local_step: Callable,
       where in a local step the exchange happens, which decides the slot of
       each step and the serving order (:func:`slot_table`).
     axis_name: mapped axis enumerating all workers.
+    due: the host-side schedule ``due(t) -> bool`` of the local step at clock
+      t (the same test ``local_step`` makes on the device); given, the
+      rules are exposed as ``Algorithm.async_rules`` (:class:`AsyncRules`) for
+      :func:`replay` and the real runtimes. None: not exposed.
 
   Returns:
     An :class:`~easgd.algorithms.Algorithm`; its hyperparameters gain
@@ -559,6 +601,9 @@ def simulate(name: str, *, schedule: ExchangeSchedule, local_step: Callable,
     return (new, AsyncShared(center, master, history, clock, shared.step + 1),
             loss)
 
+  rules = None if due is None else AsyncRules(
+      local_step, master_rule, finish, init_buffer, init_opt_state, init_master,
+      center, exchange_at, due, dict(hyperparameters))
   return Algorithm(
       name=name, init=init, step=step, center=center,
       worker_params=lambda worker, shared: worker.params,
@@ -567,7 +612,8 @@ def simulate(name: str, *, schedule: ExchangeSchedule, local_step: Callable,
                            worker_speeds=list(schedule.worker_speeds),
                            staleness=schedule.staleness,
                            slots_per_tick=schedule.slots_per_tick,
-                           exchange_at=exchange_at))
+                           exchange_at=exchange_at),
+      async_rules=rules)
 
 
 def mean_exchanges(schedule: ExchangeSchedule, num_steps: int, tau: int,
@@ -661,7 +707,8 @@ def _async_elastic(name, loss_fn, optimizer, *, num_workers, tau, alpha, beta,
       (lambda params: tree_zeros_like(params)),
       init_opt_state=optimizer.init, init_master=lambda params: (),
       center=lambda shared: shared.center, communication=communication,
-      hyperparameters=hyper, exchange_at="step_start", axis_name=axis_name)
+      hyperparameters=hyper, exchange_at="step_start", axis_name=axis_name,
+      due=exchange_due)
 
 
 def async_easgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
@@ -913,7 +960,7 @@ def async_push(name: str, loss_fn: LossFn, optimizer: optax.GradientTransformati
       communication=communication,
       hyperparameters=dict(hyperparameters, num_workers=int(num_workers), tau=tau,
                            push_timing=push_timing),
-      exchange_at="step_end", axis_name=axis_name)
+      exchange_at="step_end", axis_name=axis_name, due=push_due)
 
 
 # --------------------------------------------------------------------------
@@ -1047,3 +1094,317 @@ def write_exchange_log(path, algorithm: Algorithm, key: jax.Array,
   write_text_atomic(path, "".join(json.dumps(dict(zip(names, record))) + "\n"
                                   for record in records.tolist()))
   return len(records)
+
+
+# --------------------------------------------------------------------------
+# The rules one event at a time: per-event functions and the explicit-order
+# replay (the simulator with the exchange order given by a log).
+# --------------------------------------------------------------------------
+
+
+LOG_EVENTS = ("exchange", "restart", "fault")
+"""Kinds of record in an exchange log (the record's ``event``; a record without
+one, as :func:`exchange_log` writes them, is an exchange): ``"exchange"`` (the
+master served worker ``worker`` at its local step ``local_step``),
+``"restart"`` (the worker restarted from the center after ``read_version``
+master updates, its next local step being ``local_step``), ``"fault"`` (the
+worker failed before its local step ``local_step``; informational)."""
+
+
+def async_rules(algorithm: Algorithm) -> AsyncRules:
+  """The :class:`AsyncRules` of an asynchronous algorithm.
+
+  Args:
+    algorithm: an algorithm of this module or of ``easgd.baselines``' DOWNPOUR
+      family.
+
+  Returns:
+    ``algorithm.async_rules``.
+
+  Raises:
+    ValueError: the algorithm has none (a synchronous or one-model method).
+  """
+  rules = getattr(algorithm, "async_rules", None)
+  if not isinstance(rules, AsyncRules):
+    raise ValueError(
+        f"algorithm {algorithm.name!r} has no asynchronous rules "
+        f"(Algorithm.async_rules): only the asynchronous methods (async EASGD and "
+        f"EAMSGD, the DOWNPOUR family) run outside the SPMD program")
+  return rules
+
+
+def local_key(key: jax.Array, worker, clock) -> jax.Array:
+  """The key of worker ``worker``'s local step at clock ``clock``.
+
+  ``fold_in(fold_in(key, clock), worker)``: the same construction as
+  ``easgd.algorithms.worker_key`` with the worker's own clock in place of the
+  common step count, so it is a function of (key, worker, local step) only.
+
+  Args:
+    key: the run's base key.
+    worker: the worker's index (int or int32 scalar).
+    clock: its local clock t^i (int or int32 scalar).
+
+  Returns:
+    A PRNG key of the type of ``key``.
+  """
+  return jax.random.fold_in(jax.random.fold_in(key, clock), worker)
+
+
+def init_worker(rules: AsyncRules, params: Params, clock=0) -> AsyncWorker:
+  """One worker's state at ``params`` (fresh optimizer state and buffer).
+
+  Args:
+    rules: the method's rules.
+    params: the worker's parameters.
+    clock: its local clock (0 at the start; a restarted worker keeps counting).
+
+  Returns:
+    An :class:`AsyncWorker`, as ``Algorithm.init`` builds it.
+  """
+  return AsyncWorker(params, rules.init_opt_state(params), rules.init_buffer(params),
+                     jnp.asarray(clock, jnp.int32))
+
+
+def restart_worker(rules: AsyncRules, center: Params, like: Params, clock
+                   ) -> AsyncWorker:
+  """A worker restarted from the center: ``init_worker(center cast like like)``.
+
+  Args:
+    rules: the method's rules.
+    center: the center x~ the worker restarts from (``AsyncShared.center``).
+    like: parameters of the workers' dtypes (e.g. the initial parameters).
+    clock: the local clock the worker goes on from.
+
+  Returns:
+    An :class:`AsyncWorker` with params x~, fresh optimizer state and buffer.
+  """
+  return init_worker(rules, elastic.cast_like(center, like), clock)
+
+
+def init_shared(rules: AsyncRules, params: Params) -> AsyncShared:
+  """The master's state of a run without staleness (``history`` is ``()``).
+
+  Args:
+    rules: the method's rules.
+    params: the common initial parameters.
+
+  Returns:
+    An :class:`AsyncShared` equal to ``Algorithm.init``'s with staleness 0.
+  """
+  center = elastic.to_reduction_dtype(params)
+  return AsyncShared(center, rules.init_master(center), (), jnp.zeros((), jnp.int32),
+                     jnp.zeros((), jnp.int32))
+
+
+class RulePrograms:
+  """The per-event functions of an asynchronous method, uncompiled.
+
+  One local step of worker i at its clock t is, without an exchange,
+  ``local``; with one (``rules.due(t)``), ``propose`` on the worker, ``serve``
+  on the master (atomic: nothing else touches the master in between) and
+  ``finish`` on the worker. These are :func:`simulate`'s rules for one worker
+  and one exchange; the key of the step is :func:`local_key` of the worker's
+  clock. :func:`replay` calls them in the log's order; the real runtimes
+  compile the same functions (``easgd.async_shared.WorkerPrograms``), and a
+  replay given those compiled programs repeats a run bit for bit.
+
+  Args:
+    rules: the method's :class:`AsyncRules`.
+  """
+
+  def __init__(self, rules: AsyncRules):
+    self.rules = rules
+
+  def local(self, worker: AsyncWorker, batch, key: jax.Array, index
+            ) -> tuple[AsyncWorker, jax.Array]:
+    """A local step without exchange: ``(worker after the step, its loss)``."""
+    loss, proposal, _, _ = self.rules.local_step(
+        worker, batch, local_key(key, index, worker.clock))
+    none = tree_zeros_like(elastic.to_reduction_dtype(worker.params))
+    new = self.rules.finish(worker, proposal, none, False)
+    return new._replace(clock=worker.clock + 1), loss
+
+  def propose(self, worker: AsyncWorker, batch, key: jax.Array, index):
+    """The worker's half of an exchange step: ``(loss, proposal, message)``.
+
+    The message is in ``easgd.elastic.reduction_dtype`` (float32 for bfloat16
+    parameters), as the simulation's master receives it.
+    """
+    loss, proposal, message, _ = self.rules.local_step(
+        worker, batch, local_key(key, index, worker.clock))
+    return loss, proposal, elastic.to_reduction_dtype(message)
+
+  def serve(self, shared: AsyncShared, message, read) -> tuple[AsyncShared, Params]:
+    """The master's half: ``(master state after the update, reply)``.
+
+    Args:
+      shared: the master's state.
+      message: the worker's message (:meth:`propose`).
+      read: the center the worker reads (``shared.center`` in a real run;
+        an older one for a stale read in a replay of the simulation).
+
+    Returns:
+      The new state (``master_clock`` + 1) and the reply: the rule's, or the
+      center after the update for a fetch (DOWNPOUR).
+    """
+    center, master, reply = self.rules.master_rule(
+        shared.center, shared.master, message, read, shared.master_clock)
+    new = shared._replace(center=center, master=master,
+                          master_clock=shared.master_clock + 1)
+    return new, center if reply is None else reply
+
+  def finish(self, worker: AsyncWorker, proposal, reply) -> AsyncWorker:
+    """The worker's end of an exchange step (clock + 1)."""
+    new = self.rules.finish(worker, proposal, reply, True)
+    return new._replace(clock=worker.clock + 1)
+
+
+class Replayed(NamedTuple):
+  """What :func:`replay` returns.
+
+  Attributes:
+    workers: the final :class:`AsyncWorker` of every worker, in worker order.
+    shared: the master's final :class:`AsyncShared` (``history`` ``()``).
+    centers: with ``keep_centers``, the center after each master update
+      (entry v holds it after v updates, entry 0 the initial one); else None.
+  """
+  workers: list
+  shared: AsyncShared
+  centers: list | None
+
+
+def _log_record(record) -> dict:
+  if isinstance(record, dict):
+    r = dict(record)
+  else:  # a row of exchange_log's structured array
+    r = {name: record[name].item() for name in record.dtype.names}
+  r.setdefault("event", "exchange")
+  if r["event"] not in LOG_EVENTS:
+    raise ValueError(f"unknown log event {r['event']!r}; allowed: {', '.join(LOG_EVENTS)}")
+  return r
+
+
+def replay(algorithm: Algorithm, log, params: Params, batch_fn: Callable, key: jax.Array,
+           final_clocks: Sequence[int], *, programs=None,
+           keep_centers: bool = False) -> Replayed:
+  """Runs an asynchronous method's rules in the exchange order of a log.
+
+  This is the simulator with the exchange order made explicit: every worker
+  starts from ``params``; the records are taken in order; for an exchange of
+  worker i at its local step t, the worker first takes its local steps up to
+  t (``programs.local``: each depends on the worker's own state only, so
+  their order relative to other workers does not matter), then the exchange
+  step (``propose``, ``serve`` reading the center after ``read_version``
+  master updates, ``finish``). A restart resets the worker to the center
+  (:func:`restart_worker`). At the end every worker takes its remaining
+  local steps up to ``final_clocks``. The log may come from a real run
+  (``easgd.async_shared``, read versions of an atomic exchange) or from
+  :func:`exchange_log` (any staleness).
+
+  Worker i's local step at clock t reads ``batch_fn(i, t)`` and the key
+  :func:`local_key` ``(key, i, t)``. A real run's batches are a function of
+  (seed, worker, local step) only, so the replay rebuilds every one.
+
+  Args:
+    algorithm: the asynchronous algorithm (:func:`async_rules`).
+    log: the records in serving order (dicts with ``worker``, ``local_step``,
+      ``version``, ``read_version`` and optionally ``event``, see
+      :data:`LOG_EVENTS`; or :func:`exchange_log`'s array).
+    params: the common initial parameters.
+    batch_fn: ``batch_fn(worker, clock) -> batch``.
+    key: the run's base key.
+    final_clocks: each worker's local clock at the end of the run.
+    programs: the per-event functions; default :class:`RulePrograms`
+      (uncompiled, op by op). Give a run's compiled programs
+      (``easgd.async_shared.WorkerPrograms``) to repeat it bit for bit.
+    keep_centers: also return the center after every master update.
+
+  Returns:
+    A :class:`Replayed`.
+
+  Raises:
+    ValueError: the algorithm has no rules; the log is not in serving order,
+      names a worker out of range, exchanges at a local step that is not due,
+      lacks an exchange that is due, or reads a center version that does not
+      exist yet.
+  """
+  rules = async_rules(algorithm)
+  programs = RulePrograms(rules) if programs is None else programs
+  records = [_log_record(r) for r in log]
+  p = len(final_clocks)
+  step_end = rules.exchange_at == "step_end"
+
+  def needs(r):  # the center versions a record reads
+    if r["event"] == "restart":
+      return r["read_version"]
+    if r["event"] == "fault":
+      return None
+    return max(r["read_version"] - 1, 0) if step_end else r["read_version"]
+  suffix_min, low = [0] * (len(records) + 1), None
+  suffix_min[-1] = None
+  for k in range(len(records) - 1, -1, -1):
+    n = needs(records[k])
+    low = n if low is None else (low if n is None else min(low, n))
+    suffix_min[k] = low
+
+  shared = init_shared(rules, params)
+  workers_ = [init_worker(rules, params) for _ in range(p)]
+  clocks = [0] * p
+  index = [np.int32(i) for i in range(p)]
+  centers = {0: shared.center}
+  history = [shared.center] if keep_centers else None
+  version = 0
+
+  def advance(i, until):
+    while clocks[i] < until:
+      if bool(rules.due(clocks[i])):
+        raise ValueError(f"the log lacks worker {i}'s exchange at its local step "
+                         f"{clocks[i]} (due by the method's schedule)")
+      workers_[i], _ = programs.local(workers_[i], batch_fn(i, clocks[i]), key,
+                                      index[i])
+      clocks[i] += 1
+
+  for k, r in enumerate(records):
+    i, t = int(r["worker"]), int(r["local_step"])
+    if not 0 <= i < p:
+      raise ValueError(f"log record {k} names worker {i}; the run has {p} workers")
+    if r["event"] == "fault":
+      continue
+    if r["event"] == "restart":
+      if r["read_version"] != version:
+        raise ValueError(f"log record {k}: a restart reads the center after "
+                         f"{r['read_version']} updates, but {version} were served")
+      workers_[i] = restart_worker(rules, centers[version], params, t)
+      clocks[i] = t
+    else:
+      if r["version"] != version:
+        raise ValueError(f"log record {k} has version {r['version']}; expected "
+                         f"{version} (records must be in serving order)")
+      if not 0 <= r["read_version"] <= version + step_end:
+        raise ValueError(f"log record {k} reads center version {r['read_version']} "
+                         f"at master update {version}")
+      advance(i, t)
+      if clocks[i] != t or not bool(rules.due(t)):
+        raise ValueError(f"log record {k}: worker {i} exchanges at local step {t}, "
+                         f"which is not due or already passed (its clock is "
+                         f"{clocks[i]})")
+      loss, proposal, message = programs.propose(workers_[i], batch_fn(i, t), key,
+                                                 index[i])
+      del loss
+      shared, reply = programs.serve(shared, message, centers[needs(r)])
+      version += 1
+      centers[version] = shared.center
+      if keep_centers:
+        history.append(shared.center)
+      if step_end and r["read_version"] != version:
+        reply = centers[r["read_version"]]  # a stale fetch (simulated staleness)
+      workers_[i] = programs.finish(workers_[i], proposal, reply)
+      clocks[i] += 1
+    keep = suffix_min[k + 1]
+    keep = version if keep is None else min(keep, version)
+    for v in [v for v in centers if v < keep]:
+      del centers[v]
+  for i in range(p):
+    advance(i, int(final_clocks[i]))
+  return Replayed(workers_, shared, history)

@@ -157,18 +157,22 @@ def _user_errors():
 
 
 def _run_errors():
+  from easgd.async_driver import WorkersLostError
   from easgd.trainer import DivergenceError
-  return (DivergenceError,)
+  return (DivergenceError, WorkersLostError)
 
 
 def main(argv=None) -> int:
   """Entry point of the ``easgd`` command; returns the exit status.
 
-  Exit status: 0 done; 2 bad input (one line ``easgd: error: ...`` on stderr,
-  before anything is compiled); 1 a run that failed (divergence); 3
+  Exit status: 0 done (also a real asynchronous run in which some workers
+  failed: the summary lists them); 2 bad input (one line ``easgd: error:
+  ...`` on stderr, before anything is compiled); 1 a run that failed
+  (divergence, or every worker of a real asynchronous run stopped); 3
   (``easgd.distributed.EXIT_PEER_LOST``) a multi-process run whose processes did
-  not all join within ``--startup-timeout``, that could not start, or that lost
-  a process; 130 interrupted (Ctrl-C).
+  not all join within ``--startup-timeout``, that could not start, that lost
+  a process, or a Ray cluster (``--runtime ray``) that cannot be reached; 130
+  interrupted (Ctrl-C).
   """
   parser = build_parser()
   args = parser.parse_args(argv)

@@ -199,6 +199,25 @@ class TrainConfig:
       "float32",
       "dtype of the model's forward and backward computation, 'float32' or "
       "'bfloat16' (Flax's ``dtype``); the loss is float32.")
+  runtime: str = option(
+      "spmd",
+      "where the workers run (easgd.registry.RUNTIMES): 'spmd' (one SPMD "
+      "program: the synchronous methods, and the asynchronous ones simulated "
+      "deterministically with exchange_order, worker_speeds and staleness), "
+      "'threads' (real asynchronous workers, one thread each, in this "
+      "process) or 'ray' (real asynchronous workers as Ray actors; needs pip "
+      "install 'easgd[ray]'). The real runtimes run the asynchronous "
+      "algorithms (the table's runtimes).")
+  ray_address: str | None = option(
+      None,
+      "runtime 'ray' only: the address of a running Ray cluster (e.g. "
+      "'ray://head:10001', 'head:6379' or 'auto'); None starts a local Ray "
+      "instance on this machine.")
+  worker_delays: tuple[float, ...] = option(
+      (),
+      "real runtimes only: seconds each worker waits after each of its local "
+      "steps, num_workers reals >= 0 (an injected straggler, e.g. "
+      "0,0,0,0.01); () = none.")
 
   def replace(self, **changes) -> "TrainConfig":
     """A copy with ``changes``; unknown field names raise ConfigError."""
@@ -285,6 +304,7 @@ class TrainConfig:
     else:
       _real("beta", self.beta, 0)
     self._validate_algorithm_fields()
+    self._validate_runtime_fields()
     _int("seed", self.seed, 0, high=2**32 - 1)
     _int("eval_every_epochs", self.eval_every_epochs, 1)
     _int("eval_batch_size", self.eval_batch_size, 1)
@@ -324,6 +344,36 @@ class TrainConfig:
     _real("outer_momentum", self.outer_momentum, 0, 1, open_high=True)
     _real("average_rate", self.average_rate, 0, 1, open_low=True)
 
+  def _validate_runtime_fields(self) -> None:
+    """Where the workers run, the Ray address and the injected delays."""
+    _choice("runtime", self.runtime, registry.RUNTIMES)
+    if self.runtime not in registry.TABLE[self.algorithm].runtimes:
+      raise ConfigError(
+          f"algorithm {self.algorithm!r} does not run on runtime {self.runtime!r} "
+          f"(it runs on: {', '.join(registry.TABLE[self.algorithm].runtimes)}); "
+          f"runtime {self.runtime!r} runs: {', '.join(registry.runs_on(self.runtime))}")
+    if self.ray_address is not None:
+      text = self.ray_address if isinstance(self.ray_address, str) else ""
+      host, sep, port = text.removeprefix("ray://").rpartition(":")
+      if text not in ("auto", "local") and not (sep and host and port.isdigit()):
+        raise ConfigError(f"ray_address must be [ray://]host:port (e.g. "
+                          f"'ray://head:10001'), 'auto' or None, got "
+                          f"{self.ray_address!r}")
+    if not isinstance(self.worker_delays, (tuple, list)):
+      raise ConfigError(f"worker_delays must be a tuple (seconds per local step, one "
+                        f"per worker), got {self.worker_delays!r}")
+    if self.worker_delays and len(self.worker_delays) != self.num_workers:
+      raise ConfigError(
+          f"worker_delays has {len(self.worker_delays)} entries; expected one per "
+          f"worker (num_workers={self.num_workers})")
+    for d in self.worker_delays:
+      _real("worker_delays entry (seconds per local step)", d, 0, MAX_DELAY_S)
+    if self.runtime == "ray":
+      import importlib.util
+      if importlib.util.find_spec("ray") is None:
+        raise ConfigError("runtime 'ray' needs Ray, which is not installed; "
+                          "pip install 'easgd[ray]'")
+
   def unread_fields(self) -> dict[str, Any]:
     """The fields set away from their default that this config's run never reads.
 
@@ -353,6 +403,14 @@ class TrainConfig:
       out["bn_stats_examples"] = self.bn_stats_examples
     if self.dataset not in ("fashion_mnist", "cifar10") and self.data_dir is not None:
       out["data_dir"] = self.data_dir
+    real = self.runtime in registry.REAL_RUNTIMES
+    for name in registry.SCHEDULE_FIELDS if real else ():
+      if name in spec.reads and _differs(self, name):
+        out[name] = getattr(self, name)  # the simulated schedule: spmd only
+    if not real and _differs(self, "worker_delays"):
+      out["worker_delays"] = self.worker_delays
+    if self.runtime != "ray" and self.ray_address is not None:
+      out["ray_address"] = self.ray_address
     return out
 
   def _refuse_unread(self) -> None:
@@ -390,6 +448,18 @@ class TrainConfig:
     if name == "data_dir":
       raise ConfigError(f"data_dir={value!r} is not read by dataset {self.dataset!r} "
                         "(generated or shipped); allowed: data_dir None")
+    if name == "worker_delays":
+      raise ConfigError(f"worker_delays={value!r} is not read by runtime "
+                        f"{self.runtime!r} (the simulation's stragglers are "
+                        "worker_speeds); use runtime 'threads' or 'ray'")
+    if name == "ray_address":
+      raise ConfigError(f"ray_address={value!r} is not read by runtime "
+                        f"{self.runtime!r}; use runtime 'ray' or leave it None")
+    if name in registry.SCHEDULE_FIELDS and name in spec.reads:
+      raise ConfigError(
+          f"{name}={value!r} sets the simulated exchange schedule (runtime 'spmd'); "
+          f"runtime {self.runtime!r} runs the workers for real, their order and "
+          "staleness come from timing; for a straggler use worker_delays")
     readers = registry.readers("alpha" if name == "beta" else name)
     default = _DEFAULTS[name]
     raise ConfigError(
@@ -440,6 +510,8 @@ class TrainConfig:
       kw["lr_decay_epochs"] = tuple(kw["lr_decay_epochs"])
     if "worker_speeds" in kw:
       kw["worker_speeds"] = tuple(kw["worker_speeds"])
+    if "worker_delays" in kw:
+      kw["worker_delays"] = tuple(kw["worker_delays"])
     return cls(**kw)
 
   def to_dict_fields(self) -> dict[str, Any]:
@@ -456,6 +528,7 @@ MAX_STEPS = 2**30        # tau, in steps (the clocks are int32)
 MAX_WORKERS = 2**16      # num_workers
 MAX_SPEED = 1024         # local steps per tick of the asynchronous schedules
 MAX_STALENESS = 1024     # master updates (a buffer of that many centers is kept)
+MAX_DELAY_S = 3600.0     # seconds: an injected delay per local step
 
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}

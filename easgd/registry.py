@@ -50,6 +50,16 @@ FAMILIES = ("elastic", "averaging", "push", "sequential")
 parameters averaged over workers; push: DOWNPOUR-type, workers push updates to
 a master; sequential: one model (several workers share its mini-batch)."""
 
+RUNTIMES = ("spmd", "threads", "ray")
+"""Where a run's workers execute (``TrainConfig.runtime``): ``"spmd"``, one
+SPMD program over devices (``easgd.workers``; synchronous methods, and the
+asynchronous ones simulated deterministically); ``"threads"``, real
+asynchronous workers on threads of one process (``easgd.async_threads``);
+``"ray"``, real asynchronous workers as Ray actors (``easgd.async_ray``)."""
+
+REAL_RUNTIMES = RUNTIMES[1:]
+"""The runtimes whose workers run for real, each at its own pace."""
+
 ALGORITHM_FIELDS = ("tau", "alpha", "beta", "delta", "reset_opt_state", "exchange_order",
                     "worker_speeds", "max_worker_speed", "staleness", "push_timing",
                     "outer_learning_rate", "outer_momentum", "average_rate",
@@ -58,6 +68,9 @@ ALGORITHM_FIELDS = ("tau", "alpha", "beta", "delta", "reset_opt_state", "exchang
 
 _ELASTIC = ("tau", "alpha", "beta", "reset_opt_state")
 _ASYNC = ("exchange_order", "worker_speeds", "max_worker_speed", "staleness")
+SCHEDULE_FIELDS = _ASYNC
+"""The fields of the simulated exchange schedule: read on runtime "spmd" only
+(on a real runtime, order and staleness come from timing)."""
 _PUSH = ("tau", "push_timing") + _ASYNC
 
 
@@ -75,6 +88,9 @@ class AlgorithmSpec:
       end on an average).
     without_momentum: the algorithm this one becomes at delta = 0, or None.
     summary: one line for help texts.
+    runtimes: the :data:`RUNTIMES` it runs on: every algorithm on "spmd"; the
+      asynchronous ones (their ``Algorithm.async_rules``) also on the real
+      runtimes.
   """
   name: str
   family: str
@@ -83,6 +99,7 @@ class AlgorithmSpec:
   build: Callable[..., Algorithm]
   without_momentum: str | None = None
   summary: str = ""
+  runtimes: tuple[str, ...] = RUNTIMES[:1]
 
 
 def exchange_schedule(config) -> asynchronous.ExchangeSchedule:
@@ -114,8 +131,10 @@ def _push_kw(c):
 
 def _spec(name, family, reads, build, asynchronous_=False, without_momentum=None,
           summary=""):
+  # the asynchronous methods expose their rules: they also run for real
+  runtimes = RUNTIMES if asynchronous_ else RUNTIMES[:1]
   return AlgorithmSpec(name, family, asynchronous_, tuple(reads), build,
-                       without_momentum, summary)
+                       without_momentum, summary, runtimes)
 
 
 TABLE: dict[str, AlgorithmSpec] = {s.name: s for s in (
@@ -206,6 +225,11 @@ ASYNC_ALGORITHMS = names_where(lambda s: s.asynchronous)
 """Algorithms simulated with an exchange schedule (``easgd.asynchronous``)."""
 
 
+def runs_on(runtime: str) -> tuple[str, ...]:
+  """The algorithms that run on ``runtime`` (one of :data:`RUNTIMES`)."""
+  return names_where(lambda s: runtime in s.runtimes)
+
+
 def make_algorithm(config, loss_fn, optimizer: optax.GradientTransformation,
                    num_steps: int | None = None) -> Algorithm:
   """The algorithm ``config.algorithm`` with the local optimizer ``optimizer``.
@@ -246,4 +270,5 @@ def describe(name: str) -> dict[str, Any]:
   """The spec of ``name`` as plain data (for logs and summaries)."""
   s = TABLE[name]
   return dict(name=s.name, family=s.family, asynchronous=s.asynchronous,
-              reads=list(s.reads), without_momentum=s.without_momentum)
+              reads=list(s.reads), without_momentum=s.without_momentum,
+              runtimes=list(s.runtimes))

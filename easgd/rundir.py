@@ -42,7 +42,7 @@ PREVIOUS_RUN_DIR = "previous_run"
 # Fields that may differ between a run and its resumption: where it runs and how
 # it reports, not what it computes.
 RESUMABLE_CHANGES = ("num_devices", "mapping_backend", "progress", "checkpoint_every_steps",
-                     "keep_checkpoints")
+                     "keep_checkpoints", "ray_address")
 
 
 # -- checks before a run ------------------------------------------------------

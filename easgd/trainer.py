@@ -404,7 +404,10 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
   """Trains ``config`` and writes metrics, checkpoints and a summary to ``workdir``.
 
   Everything is validated first (config values, the worker/device layout, the
-  data set and the workdir), before any compilation. Checkpoints (see
+  data set and the workdir), before any compilation. A config whose ``runtime``
+  is "threads" or "ray" runs with real asynchronous workers
+  (``easgd.async_trainer.train_and_evaluate_async``, the same files and
+  contract); "spmd" (the default) runs the one SPMD program described here. Checkpoints (see
   ``easgd.checkpoint``) are saved every ``config.checkpoint_every_steps`` steps
   and at every epoch end, after checking that losses and parameters are finite;
   a run that diverges stops with :class:`DivergenceError` and leaves the last
@@ -439,6 +442,11 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
   if stop_after_steps is not None:
     stop_after_steps = checks.integer("stop_after_steps", stop_after_steps, 1,
                                       error=ConfigError)
+  if config.runtime in registry.REAL_RUNTIMES:  # real asynchronous workers
+    from easgd import async_trainer
+    return async_trainer.train_and_evaluate_async(
+        config, workdir, overwrite=overwrite, resume=resume,
+        stop_after_steps=stop_after_steps)
   workdir = rundir.workdir_path(workdir)
   hint = stability_warning(config)
   if hint:

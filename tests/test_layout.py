@@ -21,14 +21,16 @@ from easgd import registry
 PACKAGE = Path(__file__).resolve().parents[1] / "easgd"
 LAYERS = ("core", "parallel", "analysis", "training", "face")
 MODULES = {
-    "files": "core", "checks": "core", "flags": "core", "elastic": "core", "momentum": "core", "algorithms": "core",
-    "asynchronous": "core", "baselines": "core", "registry": "core",
+    "files": "core", "checks": "core", "flags": "core", "elastic": "core",
+    "momentum": "core", "algorithms": "core", "asynchronous": "core", "baselines": "core", "registry": "core",
     "workers": "parallel", "distributed": "parallel",
+    "async_shared": "parallel", "async_driver": "parallel", "async_threads": "parallel",
+    "async_ray": "parallel",
     "stability": "analysis", "hessian": "analysis", "quadratic": "analysis",
     "sweep_engine": "analysis", "sweep_grid": "analysis",
     "config": "training", "data": "training", "models": "training",
     "optimizers": "training", "checkpoint": "training", "rundir": "training",
-    "trainer": "training", "export": "training",
+    "trainer": "training", "export": "training", "async_trainer": "training",
     "compare": "face", "plotting": "face", "cli": "face",
     "sweep": "face", "sweep_network": "face", "sweep_report": "face",
 }

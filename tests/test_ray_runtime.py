@@ -1,0 +1,65 @@
+"""The Ray runtime: workers and the center as actors of a local Ray with 2 CPUs.
+
+A worker whose process is killed (it exits before its local step 7) is
+restarted by Ray and from the current center, at its clock after its last
+exchange; the other workers never stop and the run finishes. The whole log
+(exchanges, the fault and the restart) replays the final checkpoint bit for
+bit in this process, and each worker exchanged at exactly its due local steps.
+A cluster address that cannot be reached is one line, exit status 3.
+"""
+import jax
+import pytest
+
+from easgd import async_ray, async_shared, async_trainer, cli, trainer
+from test_real_async import P, TINY, assert_bitwise, restore
+
+ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+  ray.init(num_cpus=2, include_dashboard=False)
+  yield
+  ray.shutdown()
+
+
+def test_an_unreachable_cluster_is_one_line_and_exit_status_3(tmp_path, capsys):
+  # first in this file: connect() reuses a Ray this process has already started
+  assert not ray.is_initialized()
+  status = cli.main(["train", "--workdir", str(tmp_path / "w"), "--runtime", "ray",
+                     "--algorithm", "async_easgd", "--ray-address", "127.0.0.1:1",
+                     "--dataset", "digits", "--model", "mlp"])
+  err = capsys.readouterr().err
+  assert status == 3 and err.count("\n") == 1
+  assert err.startswith("easgd: error: cannot reach the Ray cluster at '127.0.0.1:1'")
+  with pytest.raises(async_ray.distributed.StartupError):
+    async_ray.connect("ray://127.0.0.1:1")
+
+
+def test_a_killed_worker_is_restarted_from_the_center_and_the_run_replays(tmp_path,
+                                                                         local_ray):
+  cfg = TINY.replace(runtime="ray", worker_delays=())
+  s = async_trainer.train_and_evaluate_async(cfg, tmp_path, faults={2: 7})
+  assert s["status"] == "complete" and s["steps_done"] == 44
+  assert s["layout"] == "4 workers = 4 Ray actors [local Ray, ray]"
+  (fault,) = s["faults"]
+  assert fault["worker"] == 2 and "process died" in fault["error"]
+  assert fault["restarted_at"] == fault["local_step"] >= 7  # after its last exchange
+  log = async_shared.read_log(tmp_path / "exchanges.jsonl")
+  events = [(r["event"], r["worker"], r["local_step"]) for r in log
+            if r["event"] != "exchange"]
+  assert events == [("fault", 2, fault["local_step"]), ("restart", 2, fault["local_step"])]
+  run = trainer.Run(cfg)
+  final = restore(tmp_path, run)
+  clocks = final["worker"].clock.tolist()
+  assert sum(clocks) == 44 * P
+  for i, n in enumerate(clocks):  # no exchange repeated or lost by the restart
+    assert [r["local_step"] for r in log
+            if r["event"] == "exchange" and r["worker"] == i] == list(range(0, n, 2))
+  # four worker processes and the center's, replayed here: the same bits
+  out = async_shared.replay_run(async_trainer.make_setup(run), log, clocks)
+  assert_bitwise(jax.device_get(out.workers),
+                 async_shared.unstack_workers(final["worker"], P))
+  assert_bitwise(out.shared.center, final["shared"].center)
+  assert s["final"]["test_accuracy"] > 0.8
