@@ -58,15 +58,26 @@ from easgd.elastic import WORKER_AXES
 Params = Any
 WorkerState = Any   # one worker's state (a pytree; ``()`` for one-model methods)
 SharedState = Any   # the state all workers share (a pytree with an int32 ``step``)
-LossFn = Callable[[Params, Any, jax.Array], jax.Array]
+LossFn = Callable[..., Any]
 """``loss_fn(params, batch, key) -> float32 scalar``: mean loss of one worker's
-mini-batch; ``key`` is this worker's key for this step (dropout etc.)."""
+mini-batch; ``key`` is this worker's key for this step (dropout etc.). A model
+with state (BatchNorm statistics) takes and returns it:
+``loss_fn(params, batch, key, model_state) -> (loss, new_model_state)``, used
+when the algorithm's ``init`` was given a ``model_state``
+(``easgd.momentum.loss_and_grad``)."""
 
 
 class InitFn(Protocol):
-  """``init(params) -> (worker_state, shared_state)`` for ONE worker."""
+  """``init(params, model_state=()) -> (worker_state, shared_state)`` for ONE worker.
 
-  def __call__(self, params: Params) -> tuple[WorkerState, SharedState]: ...
+  ``model_state`` (e.g. a Flax model's ``{"batch_stats": ...}``) is carried by
+  every worker (by the shared state for the one-model methods, averaged over
+  the workers at each step); with it the loss function takes and returns the
+  state (``easgd.momentum.loss_and_grad``).
+  """
+
+  def __call__(self, params: Params, model_state: Any = ()
+               ) -> tuple[WorkerState, SharedState]: ...
 
 
 class StepFn(Protocol):
@@ -380,6 +391,7 @@ class ElasticWorker(NamedTuple):
   params: Params
   velocity: Any
   opt_state: Any
+  model_state: Any = ()
 
 
 class EASGDShared(NamedTuple):
@@ -398,22 +410,23 @@ def _synchronous_elastic(name, loss_fn, optimizer, *, num_workers, tau, alpha, b
   # Algorithm 1: tau divides t (t = 0 included); the host's copy only for a Python tau
   exchange_at = None if elastic.is_array_hyperparameter(tau) else every_tau_steps(tau)
 
-  def init(params):
+  def init(params, model_state=()):
     velocity = () if momentum is None else jax.tree.map(jnp.zeros_like, params)
-    return (ElasticWorker(params, velocity, optimizer.init(params)),
+    return (ElasticWorker(params, velocity, optimizer.init(params), model_state),
             EASGDShared(elastic.to_reduction_dtype(params), jnp.zeros((), jnp.int32)))
 
   def step(worker, shared, batch, key, exchange=None):
     key, exchange, opt_state = elastic_step_setup(
         optimizer, worker.params, worker.opt_state, shared.step, key, tau,
         reset_opt_state, axis_name, exchange)
-    loss, update, opt_state = momentum_lib.nesterov_velocity(
+    loss, update, opt_state, model_state = momentum_lib.nesterov_velocity(
         loss_fn, optimizer, momentum, worker.params, worker.velocity, opt_state,
-        batch, key)  # update: the optimizer step u (EASGD) or the new velocity
+        batch, key, model_state=worker.model_state)
+    # update: the optimizer step u (EASGD) or the new velocity (EAMSGD)
     params, center = elastic.easgd_update(
         worker.params, update, shared.center, alpha, exchange, reduce_over)
     velocity = () if momentum is None else update
-    return (ElasticWorker(params, velocity, opt_state),
+    return (ElasticWorker(params, velocity, opt_state, model_state),
             EASGDShared(center, shared.step + 1), loss)
 
   hyper = dict(num_workers=int(num_workers), tau=tau, alpha=alpha,
@@ -620,6 +633,7 @@ class SharedModel(NamedTuple):
   velocity: Any = ()
   average: Any = ()
   step: Any = None
+  model_state: Any = ()
 
 
 def shared_model_algorithm(name: str, loss_fn: LossFn,
@@ -660,29 +674,29 @@ def shared_model_algorithm(name: str, loss_fn: LossFn,
   def mean(grads):
     return elastic.cast_like(elastic.worker_mean(grads, reduce_over), grads)
 
-  def init(params):
+  def init(params, model_state=()):
     zeros = jax.tree.map(jnp.zeros_like, params)
     return (), SharedModel(params, optimizer.init(params),
                            zeros if momentum is not None else (),
                            elastic.to_reduction_dtype(params) if average is not None
-                           else (), jnp.zeros((), jnp.int32))
+                           else (), jnp.zeros((), jnp.int32), model_state)
 
   def step(worker, shared, batch, key):
     key = worker_key(key, shared.step, axis_name)
     velocity = shared.velocity
-    if momentum is None:
-      loss, grads = jax.value_and_grad(loss_fn)(shared.params, batch, key)
-      update, opt_state = optimizer.update(mean(grads), shared.opt_state, shared.params)
-    else:
-      loss, velocity, opt_state = momentum_lib.nesterov_velocity(
-          loss_fn, optimizer, momentum, shared.params, velocity, shared.opt_state,
-          batch, key, grad_fn=mean)
-      update = velocity
+    loss, update, opt_state, model_state = momentum_lib.nesterov_velocity(
+        loss_fn, optimizer, momentum, shared.params, velocity, shared.opt_state,
+        batch, key, grad_fn=mean, model_state=shared.model_state)
+    if momentum is not None:
+      velocity = update
+    if momentum_lib.has_model_state(model_state):  # each worker's own statistics,
+      model_state = mean(model_state)              # averaged: one shared state
     z = shared.average
     if average is not None:
       z = average(z, shared.params, shared.step)
     params = optax.apply_updates(shared.params, update)
-    return worker, SharedModel(params, opt_state, velocity, z, shared.step + 1), loss
+    return worker, SharedModel(params, opt_state, velocity, z, shared.step + 1,
+                               model_state), loss
 
   def communication(num_steps, param_bytes):
     if num_workers == 1:

@@ -405,11 +405,14 @@ class AsyncWorker(NamedTuple):
     buffer: EAMSGD: the velocity v^i; DOWNPOUR: the accumulated update u;
       EASGD: ``()``.
     clock: int32 scalar, the worker's local step count t^i.
+    model_state: the model's state (e.g. BatchNorm statistics), ``()``
+      without (``easgd.momentum.loss_and_grad``).
   """
   params: Params
   opt_state: Any
   buffer: Any
   clock: jax.Array
+  model_state: Any = ()
 
 
 class AsyncShared(NamedTuple):
@@ -547,12 +550,12 @@ def simulate(name: str, *, schedule: ExchangeSchedule, local_step: Callable,
   p, big_k, s = schedule.num_workers, schedule.slots_per_tick, schedule.staleness
   table = slot_table(schedule.worker_speeds, exchange_at)
 
-  def init(params):
+  def init(params, model_state=()):
     center = elastic.to_reduction_dtype(params)  # float32 for bfloat16 params
     history = (jax.tree.map(lambda x: jnp.stack([x] * (s + 1)), center)
                if s else ())
     return (AsyncWorker(params, init_opt_state(params), init_buffer(params),
-                        jnp.zeros((), jnp.int32)),
+                        jnp.zeros((), jnp.int32), model_state),
             AsyncShared(center, init_master(center), history,
                         jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32)))
 
@@ -670,14 +673,10 @@ def _async_elastic(name, loss_fn, optimizer, *, num_workers, tau, alpha, beta,
     opt_state = worker.opt_state
     if reset_opt_state:
       opt_state = reset_optimizer_state(optimizer, opt_state, worker.params, due)
-    if momentum is None:
-      loss, grads = jax.value_and_grad(loss_fn)(worker.params, batch, key)
-      step, opt_state = optimizer.update(grads, opt_state, worker.params)
-    else:
-      loss, step, opt_state = momentum_lib.nesterov_velocity(
-          loss_fn, optimizer, momentum, worker.params, worker.buffer, opt_state,
-          batch, key)
-    return loss, (step, opt_state), worker.params, due
+    loss, step, opt_state, model_state = momentum_lib.nesterov_velocity(
+        loss_fn, optimizer, momentum, worker.params, worker.buffer, opt_state,
+        batch, key, model_state=worker.model_state)
+    return loss, (step, opt_state, model_state), worker.params, due
 
   def master_rule(center, master, x, read, clock):
     del clock
@@ -686,11 +685,12 @@ def _async_elastic(name, loss_fn, optimizer, *, num_workers, tau, alpha, beta,
 
   def finish(worker, proposal, diff, exchanged):
     del exchanged  # diff is zero when the worker did not exchange
-    step, opt_state = proposal
+    step, opt_state, model_state = proposal
     params = elastic.cast_like(  # diff in float32 for bfloat16 parameters
         elastic.tree_add(elastic.tree_sub(worker.params, diff), step), worker.params)
     return worker._replace(params=params, opt_state=opt_state,
-                           buffer=() if momentum is None else step)
+                           buffer=() if momentum is None else step,
+                           model_state=model_state)
 
   def communication(num_steps, param_bytes):
     n = mean_exchanges(schedule, num_steps, tau, "step_start", offset=0)
@@ -935,18 +935,19 @@ def async_push(name: str, loss_fn: LossFn, optimizer: optax.GradientTransformati
   push_due = every_tau_steps(tau, offset)
 
   def local_step(worker, batch, key):
-    loss, grads = jax.value_and_grad(loss_fn)(worker.params, batch, key)
+    loss, grads, model_state = momentum_lib.loss_and_grad(
+        loss_fn, worker.params, batch, key, worker.model_state)
     step, opt_state = optimizer.update(grads, worker.opt_state, worker.params)
     params = optax.apply_updates(worker.params, step)
     acc = elastic.tree_add(worker.buffer, step)
-    return loss, (params, acc, opt_state), acc, push_due(worker.clock)
+    return loss, (params, acc, opt_state, model_state), acc, push_due(worker.clock)
 
   def finish(worker, proposal, fetched, exchanged):
-    params, acc, opt_state = proposal
+    params, acc, opt_state, model_state = proposal
     return worker._replace(
         params=tree_where(exchanged, elastic.cast_like(fetched, params), params),
         buffer=tree_where(exchanged, tree_zeros_like(acc), acc),
-        opt_state=opt_state)
+        opt_state=opt_state, model_state=model_state)
 
   def communication(num_steps, param_bytes):
     n = mean_exchanges(schedule, num_steps, tau, "step_end", offset)

@@ -437,9 +437,11 @@ def mvasgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = Non
 
 
 class LocalWorker(NamedTuple):
-  """Per-worker state of local SGD / DiLoCo: x^i and the inner optimizer state."""
+  """Per-worker state of local SGD / DiLoCo: x^i, the inner optimizer state and
+  the model's state (``()`` without, see ``easgd.momentum.loss_and_grad``)."""
   params: Params
   opt_state: Any
+  model_state: Any = ()
 
 
 class LocalShared(NamedTuple):
@@ -470,16 +472,17 @@ def _periodic(name, loss_fn, optimizer, *, num_workers, tau, learning_rate, oute
   optimizer = local_optimizer(optimizer, learning_rate)
   reduce_over = elastic.reduce_axis(num_workers, axis_name)  # None: one worker
 
-  def init(params):
+  def init(params, model_state=()):
     center = elastic.to_reduction_dtype(params)
-    return (LocalWorker(params, optimizer.init(params)),
+    return (LocalWorker(params, optimizer.init(params), model_state),
             LocalShared(center, () if outer is None else outer.init(center),
                         jnp.zeros((), jnp.int32)))
 
   def step(worker, shared, batch, key, exchange=None):
     check_exchange_flag(exchange)
     key = worker_key(key, shared.step, axis_name)
-    loss, grads = jax.value_and_grad(loss_fn)(worker.params, batch, key)
+    loss, grads, model_state = momentum_lib.loss_and_grad(
+        loss_fn, worker.params, batch, key, worker.model_state)
     update, opt_state = optimizer.update(grads, worker.opt_state, worker.params)
     params = optax.apply_updates(worker.params, update)
 
@@ -499,7 +502,7 @@ def _periodic(name, loss_fn, optimizer, *, num_workers, tau, learning_rate, oute
     # decided on the device from the clock, or fixed by the host's flag
     flag = schedule(shared.step) if exchange is None else exchange
     params, center, outer_state = elastic.on_exchange(flag, sync, keep)
-    return (LocalWorker(params, opt_state),
+    return (LocalWorker(params, opt_state, model_state),
             LocalShared(center, outer_state, shared.step + 1), loss)
 
   return Algorithm(

@@ -73,10 +73,50 @@ def velocity_update(velocity: Params, step: Params, momentum) -> Params:
                       velocity, step)
 
 
+def has_model_state(model_state) -> bool:
+  """Whether a worker carries model state (e.g. BatchNorm statistics): a pytree
+  with at least one leaf. ``()`` (the default everywhere) means no state."""
+  return bool(jax.tree.leaves(model_state))
+
+
+def loss_and_grad(loss_fn, params: Params, batch, key, model_state=()):
+  """The mini-batch loss, its gradient and the updated model state: the one
+  place every algorithm evaluates a worker's loss.
+
+  Two kinds of loss function:
+
+    loss_fn(params, batch, key) -> loss                        (no model state)
+    loss_fn(params, batch, key, model_state) -> (loss, new_model_state)
+
+  the second when ``model_state`` has leaves (:func:`has_model_state`), e.g.
+  a Flax model's ``batch_stats`` updated by a train-mode BatchNorm
+  (``model.apply({"params": p, **model_state}, x, train=True,
+  mutable=["batch_stats"])``). The gradient is with respect to ``params``
+  only; the new state is returned as the loss function computes it.
+
+  Args:
+    loss_fn: as above.
+    params: the parameters (a pytree).
+    batch: the mini-batch.
+    key: this worker's key for this step.
+    model_state: the model's state (a pytree), or ``()``.
+
+  Returns:
+    ``(loss, grads, new_model_state)``: a float scalar, a pytree like
+    ``params``, and a pytree like ``model_state`` (``()`` without state).
+  """
+  if not has_model_state(model_state):
+    loss, grads = jax.value_and_grad(loss_fn)(params, batch, key)
+    return loss, grads, model_state
+  (loss, new_state), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+      params, batch, key, model_state)
+  return loss, grads, new_state
+
+
 def nesterov_velocity(loss_fn: LossFn, optimizer: optax.GradientTransformation,
                       momentum: float | jax.Array | None, params: Params,
                       velocity: Params, opt_state,
-                      batch, key, grad_fn=None):
+                      batch, key, grad_fn=None, model_state=()):
   """The new velocity of eq. (7) from the look-ahead gradient; params unchanged.
 
       y = x + delta v
@@ -95,6 +135,7 @@ def nesterov_velocity(loss_fn: LossFn, optimizer: optax.GradientTransformation,
     key: this worker's key for this step.
     grad_fn: optional ``grad_fn(grads) -> grads`` applied before the optimizer
       (e.g. ``lax.pmean`` for the data-parallel sequential baseline).
+    model_state: the model's state, or ``()`` (see :func:`loss_and_grad`).
 
   With a Python momentum = 0 the look-ahead and the zero terms are skipped
   (y = x and v = u exactly), so EAMSGD then runs EASGD's very float
@@ -102,21 +143,22 @@ def nesterov_velocity(loss_fn: LossFn, optimizer: optax.GradientTransformation,
   path: at delta = 0 that gives the same values for finite velocities.
 
   Returns:
-    ``(loss, new_velocity, new_opt_state)``; ``loss`` is the mini-batch loss at
-    the look-ahead point y, where the gradient is taken (no extra forward pass).
+    ``(loss, new_velocity, new_opt_state, new_model_state)``; ``loss`` is the
+    mini-batch loss at the look-ahead point y, where the gradient is taken (no
+    extra forward pass), and the model state is the one that pass computed.
   """
   if momentum is None or (not elastic.is_array_hyperparameter(momentum)
                           and momentum == 0):
     # delta = 0: y = x and v = u exactly; the same float graph as EASGD, so that
     # XLA's fusion (it contracts a * b + c into FMAs) cannot tell them apart.
-    loss, grads = jax.value_and_grad(loss_fn)(params, batch, key)
+    loss, grads, model_state = loss_and_grad(loss_fn, params, batch, key, model_state)
     if grad_fn is not None:
       grads = grad_fn(grads)
     step, opt_state = optimizer.update(grads, opt_state, params)
-    return loss, step, opt_state
+    return loss, step, opt_state, model_state
   y = lookahead_point(params, velocity, momentum)
-  loss, grads = jax.value_and_grad(loss_fn)(y, batch, key)
+  loss, grads, model_state = loss_and_grad(loss_fn, y, batch, key, model_state)
   if grad_fn is not None:
     grads = grad_fn(grads)
   step, opt_state = optimizer.update(grads, opt_state, y)
-  return loss, velocity_update(velocity, step, momentum), opt_state
+  return loss, velocity_update(velocity, step, momentum), opt_state, model_state

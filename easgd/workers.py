@@ -330,8 +330,13 @@ def _merged_workers_step(step: Callable, alone: bool) -> Callable:
   folded with the device's index (dropout masks are drawn per device).
   """
   inner = _vmap_local(step, STEP_IN_KINDS, STEP_OUT_KINDS, alone)
+  per_worker = _vmap_local(step, STEP_IN_KINDS, STEP_OUT_KINDS, alone)
 
   def per_device(worker, shared, batch, key):
+    if jax.tree.leaves(getattr(shared, "model_state", ())):
+      # model state (BatchNorm statistics) depends on each worker's own batch:
+      # one pass per worker, the states averaged by the algorithm
+      return per_worker(worker, shared, batch, key)
     w = jax.tree.leaves(batch)[0].shape[0]
     merged = jax.tree.map(lambda x: x.reshape(1, w * x.shape[1], *x.shape[2:]), batch)
     one = jax.tree.map(lambda x: x[:1], worker)
