@@ -305,7 +305,7 @@ def _train(config, workdir, resume, stop_after_steps, faults):
       num_params=models.count_params(run.init_params), param_bytes=run.param_bytes,
       train_examples=len(run.dataset.train_y), test_examples=len(run.dataset.test_y),
       steps_per_epoch=spe, total_steps=run.total_steps, steps_done=step,
-      center_lag_steps=None,
+      resolved=run.resolved, center_lag_steps=None,
       communication=dict(all_reduces=mean, bytes=mean * run.param_bytes,
                          all_reduces_per_step=mean / max(step, 1),
                          bytes_per_step=mean * run.param_bytes / max(step, 1)),

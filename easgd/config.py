@@ -24,6 +24,8 @@ from easgd.workers import BACKENDS as MAPPING_BACKENDS
 
 OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw")
 LR_SCHEDULES = ("constant", "cosine", "step")
+LR_SCALINGS = ("none", "linear", "sqrt")
+"""``lr_scaling``: the peak learning rate's dependence on the global batch."""
 
 
 class ConfigError(ValueError):
@@ -218,6 +220,34 @@ class TrainConfig:
       "real runtimes only: seconds each worker waits after each of its local "
       "steps, num_workers reals >= 0 (an injected straggler, e.g. "
       "0,0,0,0.01); () = none.")
+  sync_warmup_steps: int = option(
+      0,
+      "synchronous warm-up, in global steps K: the first K steps run pmean SGD "
+      "(the workers' gradients averaged every step, one model), then the "
+      "algorithm starts from that model, with the local optimizer's state, and "
+      "its exchange schedule counted from step K (post-local SGD, Lin et al. "
+      "2020; easgd.warmup); 0 = none. Read by the synchronous elastic and "
+      "averaging algorithms (the table easgd.registry); K must be below the "
+      "run's total steps.")
+  lr_scaling: str = option(
+      "none",
+      "how the peak learning rate scales with the global batch G (examples per "
+      "step, all workers): 'none' (eta = learning_rate), 'linear' (eta = "
+      "learning_rate * G / lr_reference_batch, Goyal et al. 2017) or 'sqrt' "
+      "(eta = learning_rate * sqrt(G / lr_reference_batch)); the resolved eta "
+      "is in summary.json ('resolved') and in every metrics record.")
+  lr_reference_batch: int | None = option(
+      None,
+      "the global batch (examples per step, all workers) at which "
+      "learning_rate is stated; needed by lr_scaling 'linear' and 'sqrt', read "
+      "by nothing else.")
+  validation_examples: int = option(
+      0,
+      "examples held out of the training set for validation, never trained "
+      "on: a seeded choice fixed by the training set's size alone "
+      "(easgd.data.validation_split); the runs train on the rest, and every "
+      "evaluation also reports the center's val_loss and val_error on them. "
+      "0 = none.")
 
   def replace(self, **changes) -> "TrainConfig":
     """A copy with ``changes``; unknown field names raise ConfigError."""
@@ -232,6 +262,23 @@ class TrainConfig:
   @property
   def per_worker_batch_size(self) -> int:
     return self.global_batch_size // self.num_workers
+
+  @property
+  def lr_scale(self) -> float:
+    """The factor ``lr_scaling`` applies to ``learning_rate`` (1 for 'none').
+
+    'linear': G / G0, 'sqrt': sqrt(G / G0), with G = ``global_batch_size`` and
+    G0 = ``lr_reference_batch``.
+    """
+    if self.lr_scaling == "none":
+      return 1.0
+    ratio = self.global_batch_size / self.lr_reference_batch
+    return ratio if self.lr_scaling == "linear" else float(np.sqrt(ratio))
+
+  @property
+  def resolved_learning_rate(self) -> float:
+    """The peak local step size the run uses: ``learning_rate * lr_scale``."""
+    return self.learning_rate * self.lr_scale
 
   @property
   def resolved_alpha(self) -> float:
@@ -316,6 +363,18 @@ class TrainConfig:
     _choice("mapping_backend", self.mapping_backend, MAPPING_BACKENDS)
     _choice("param_dtype", self.param_dtype, DTYPES)
     _choice("compute_dtype", self.compute_dtype, DTYPES)
+    _int("sync_warmup_steps", self.sync_warmup_steps, 0, high=MAX_STEPS,
+         what="global steps of synchronous warm-up")
+    _choice("lr_scaling", self.lr_scaling, LR_SCALINGS)
+    if self.lr_reference_batch is not None:
+      _int("lr_reference_batch", self.lr_reference_batch, 1,
+           what="global batch at which learning_rate is stated")
+    elif self.lr_scaling != "none":
+      raise ConfigError(f"lr_scaling {self.lr_scaling!r} scales learning_rate from a "
+                        "reference batch; give lr_reference_batch (the global batch "
+                        "at which learning_rate is stated)")
+    _int("validation_examples", self.validation_examples, 0,
+         what="examples held out of the training set")
     self._refuse_unread()
     return self
 
@@ -411,6 +470,8 @@ class TrainConfig:
       out["worker_delays"] = self.worker_delays
     if self.runtime != "ray" and self.ray_address is not None:
       out["ray_address"] = self.ray_address
+    if self.lr_scaling == "none" and self.lr_reference_batch is not None:
+      out["lr_reference_batch"] = self.lr_reference_batch
     return out
 
   def _refuse_unread(self) -> None:
@@ -455,6 +516,9 @@ class TrainConfig:
     if name == "ray_address":
       raise ConfigError(f"ray_address={value!r} is not read by runtime "
                         f"{self.runtime!r}; use runtime 'ray' or leave it None")
+    if name == "lr_reference_batch":
+      raise ConfigError(f"lr_reference_batch={value!r} has no effect with lr_scaling "
+                        f"'none'; use lr_scaling 'linear' or 'sqrt', or leave it None")
     if name in registry.SCHEDULE_FIELDS and name in spec.reads:
       raise ConfigError(
           f"{name}={value!r} sets the simulated exchange schedule (runtime 'spmd'); "
@@ -499,6 +563,8 @@ class TrainConfig:
     d["resolved_alpha"] = self.resolved_alpha
     d["resolved_beta"] = self.resolved_alpha * self.num_workers
     d["per_worker_batch_size"] = self.per_worker_batch_size
+    d["lr_scale"] = self.lr_scale
+    d["resolved_learning_rate"] = self.resolved_learning_rate
     return {k: _plain(v) for k, v in d.items()}  # NumPy scalars as Python numbers
 
   @classmethod

@@ -62,7 +62,9 @@ __all__ = [
     "read_cifar10_batch",
     "read_idx",
     "steps_per_epoch",
+    "validation_split",
     "worker_batch_indices",
+    "with_validation_split",
 ]
 
 DATASETS = ("mnist1d", "fashion_mnist", "digits", "cifar10")
@@ -1022,6 +1024,72 @@ def worker_batch_indices(
     used = steps * num_workers * per_worker_batch
     out = perm[:used].reshape(steps, num_workers, per_worker_batch)
     return np.ascontiguousarray(out, dtype=np.int64)
+
+
+_VALIDATION_STREAM = 0x76616C69  # "vali": the held-out split's own random stream.
+
+
+def validation_split(num_examples: int, num_held_out: int) -> tuple[np.ndarray, np.ndarray]:
+    """Which training examples are held out for validation, and which are trained on.
+
+    The held-out examples are the first ``num_held_out`` entries of a permutation
+    drawn from ``np.random.default_rng(SeedSequence(0, spawn_key=(S,)))`` with a
+    constant stream ``S``: a seeded choice fixed by the training set's size alone,
+    the same for every run seed, independent of :func:`epoch_permutation`. Both
+    index sets are returned sorted, so a data set reduced to the training part
+    keeps the original order of its examples.
+
+    Args:
+      num_examples: the training set's size ``N`` (examples).
+      num_held_out: ``n``, examples held out, an integer in ``[1, N - 1]``.
+
+    Returns:
+      ``(train_idx, val_idx)``: int64 ``[N - n]`` and ``[n]``, disjoint, together
+      ``arange(N)``.
+
+    Raises:
+      DataError: ``num_examples`` not positive, or ``num_held_out`` outside
+        ``[1, N - 1]`` (at least one example must remain to train on).
+
+    Example:
+      >>> train, val = validation_split(10, 3)
+      >>> len(train), len(val), sorted(set(train) | set(val)) == list(range(10))
+      (7, 3, True)
+    """
+    num_examples = _positive_int(num_examples, "num_examples")
+    num_held_out = checks.integer(
+        "validation_examples", num_held_out, 1, num_examples - 1, error=DataError,
+        what="examples held out of the training set")
+    seq = np.random.SeedSequence(0, spawn_key=(_VALIDATION_STREAM,))
+    perm = np.random.default_rng(seq).permutation(num_examples)
+    return (np.sort(perm[num_held_out:]).astype(np.int64),
+            np.sort(perm[:num_held_out]).astype(np.int64))
+
+
+def with_validation_split(dataset: Dataset, num_held_out: int
+                          ) -> tuple[Dataset, tuple[np.ndarray, np.ndarray]]:
+    """``dataset`` reduced to its training part, and the held-out examples.
+
+    Args:
+      dataset: a :class:`Dataset`.
+      num_held_out: examples held out of its training set (0: none).
+
+    Returns:
+      ``(train_dataset, (val_x, val_y))``: a :class:`Dataset` whose training
+      arrays hold only the examples :func:`validation_split` keeps (test split
+      unchanged), and the held-out inputs and labels (empty ``[0, ...]`` arrays
+      for 0). With 0 the dataset itself is returned.
+
+    Raises:
+      DataError: as :func:`validation_split`.
+    """
+    if num_held_out == 0:
+        return dataset, (dataset.train_x[:0], dataset.train_y[:0])
+    train_idx, val_idx = validation_split(dataset.num_train, num_held_out)
+    reduced = Dataset(name=dataset.name, train_x=dataset.train_x[train_idx],
+                      train_y=dataset.train_y[train_idx], test_x=dataset.test_x,
+                      test_y=dataset.test_y, num_classes=dataset.num_classes)
+    return reduced, (dataset.train_x[val_idx], dataset.train_y[val_idx])
 
 
 def eval_shards(

@@ -13,16 +13,66 @@ import optax
 from easgd.config import ConfigError, TrainConfig
 
 
-def make_schedule(config: TrainConfig, steps_per_epoch: int) -> optax.Schedule:
-  """The learning-rate schedule of ``config``, converted from epochs to steps.
-
-  Epoch-based settings (warm-up, decay points, total length) are multiplied by
-  ``steps_per_epoch``, so the schedule over epochs does not change with the
-  number of workers at a fixed global batch.
+def schedule_lengths(config: TrainConfig, steps_per_epoch: int,
+                     total_steps: int | None = None) -> dict:
+  """The schedule's lengths resolved to steps, and the resolved peak rate.
 
   Args:
     config: a validated config.
     steps_per_epoch: optimizer steps per epoch (one per global batch).
+    total_steps: the run's length in steps (default ``num_epochs *
+      steps_per_epoch``).
+
+  Returns:
+    dict(learning_rate (the config's), lr_scaling, lr_reference_batch,
+    lr_scale, resolved_learning_rate (the peak eta the run uses),
+    steps_per_epoch, total_steps, lr_warmup_steps (the linear warm-up from 0),
+    lr_decay_steps (the 'step' schedule's decay points, [] otherwise),
+    cosine_decay_steps (the cosine's length, None otherwise),
+    sync_warmup_steps (the synchronous warm-up's K)): what summary.json
+    records under "resolved".
+
+  Raises:
+    ConfigError: as :func:`make_schedule`.
+  """
+  total = config.num_epochs * steps_per_epoch if total_steps is None else total_steps
+  warmup = int(round(config.warmup_epochs * steps_per_epoch))
+  decay = []
+  if config.lr_schedule == "step":
+    decay = [int(round(e * steps_per_epoch)) for e in config.lr_decay_epochs]
+    after = [t - warmup for t in decay]
+    if len(set(after)) != len(after) or any(t <= 0 for t in after):
+      raise ConfigError(
+          f"lr_decay_epochs={tuple(config.lr_decay_epochs)} fall on steps "
+          f"{decay} ({steps_per_epoch} steps per epoch, warm-up "
+          f"{warmup} steps); allowed: distinct steps after the warm-up")
+  return dict(
+      learning_rate=config.learning_rate, lr_scaling=config.lr_scaling,
+      lr_reference_batch=config.lr_reference_batch, lr_scale=config.lr_scale,
+      resolved_learning_rate=config.resolved_learning_rate,
+      steps_per_epoch=int(steps_per_epoch), total_steps=int(total),
+      lr_warmup_steps=warmup, lr_decay_steps=decay,
+      cosine_decay_steps=(max(total - warmup, 1) if config.lr_schedule == "cosine"
+                          else None),
+      sync_warmup_steps=config.sync_warmup_steps)
+
+
+def make_schedule(config: TrainConfig, steps_per_epoch: int,
+                  learning_rate=None) -> optax.Schedule:
+  """The learning-rate schedule of ``config``, converted from epochs to steps.
+
+  Epoch-based settings (warm-up, decay points, total length) are multiplied by
+  ``steps_per_epoch``, so the schedule over epochs does not change with the
+  number of workers at a fixed global batch. The peak rate is
+  ``config.resolved_learning_rate`` (``learning_rate`` scaled by
+  ``lr_scaling``).
+
+  Args:
+    config: a validated config.
+    steps_per_epoch: optimizer steps per epoch (one per global batch).
+    learning_rate: the peak rate instead of ``config.resolved_learning_rate``,
+      e.g. a JAX array (traced under a vmap over configurations,
+      ``easgd.protocol``); taken as given (no scaling applied).
 
   Returns:
     An ``optax.Schedule`` of the step count (per worker).
@@ -31,29 +81,23 @@ def make_schedule(config: TrainConfig, steps_per_epoch: int) -> optax.Schedule:
     ConfigError: two decay epochs fall on the same step, or one falls inside
       the warm-up (they would be merged or lost silently).
   """
-  lr = config.learning_rate
-  total = config.num_epochs * steps_per_epoch
-  warmup = int(round(config.warmup_epochs * steps_per_epoch))
+  lengths = schedule_lengths(config, steps_per_epoch)
+  lr = config.resolved_learning_rate if learning_rate is None else learning_rate
+  total, warmup = lengths["total_steps"], lengths["lr_warmup_steps"]
   if config.lr_schedule == "constant":
     main = optax.constant_schedule(lr)
   elif config.lr_schedule == "cosine":
     main = optax.cosine_decay_schedule(lr, max(total - warmup, 1))
   else:  # step
-    steps = [int(round(e * steps_per_epoch)) - warmup for e in config.lr_decay_epochs]
-    if len(set(steps)) != len(steps) or any(t <= 0 for t in steps):
-      raise ConfigError(
-          f"lr_decay_epochs={tuple(config.lr_decay_epochs)} fall on steps "
-          f"{[t + warmup for t in steps]} ({steps_per_epoch} steps per epoch, warm-up "
-          f"{warmup} steps); allowed: distinct steps after the warm-up")
     main = optax.piecewise_constant_schedule(
-        lr, {t: config.lr_decay_factor for t in steps})
+        lr, {t - warmup: config.lr_decay_factor for t in lengths["lr_decay_steps"]})
   if warmup == 0:
     return main
   return optax.join_schedules(
       [optax.linear_schedule(0.0, lr, warmup), main], [warmup])
 
 
-def make_optimizer(config: TrainConfig, steps_per_epoch: int
+def make_optimizer(config: TrainConfig, steps_per_epoch: int, learning_rate=None
                    ) -> optax.GradientTransformation:
   """The local optimizer of ``config`` with its epoch-based schedule.
 
@@ -64,6 +108,8 @@ def make_optimizer(config: TrainConfig, steps_per_epoch: int
   Args:
     config: a validated config (optimizer, momentum, weight_decay, schedule).
     steps_per_epoch: optimizer steps per epoch, to convert the schedule.
+    learning_rate: the peak rate instead of ``config.resolved_learning_rate``
+      (:func:`make_schedule`), e.g. a traced JAX array.
 
   Returns:
     The ``optax.GradientTransformation`` each worker uses locally.
@@ -71,7 +117,7 @@ def make_optimizer(config: TrainConfig, steps_per_epoch: int
   Raises:
     ConfigError: from :func:`make_schedule`.
   """
-  schedule = make_schedule(config, steps_per_epoch)
+  schedule = make_schedule(config, steps_per_epoch, learning_rate)
   name = config.optimizer
   if name == "adamw":
     return optax.adamw(schedule, weight_decay=config.weight_decay)

@@ -9,8 +9,10 @@ one entry here plus its module.
 
 Which algorithm-specific config fields (:data:`ALGORITHM_FIELDS`) each one reads:
 
-  easgd                       tau, alpha/beta, reset_opt_state, curvature
-  eamsgd                      tau, alpha/beta, delta, reset_opt_state
+  easgd                       tau, alpha/beta, reset_opt_state, curvature,
+                              sync_warmup_steps
+  eamsgd                      tau, alpha/beta, delta, reset_opt_state,
+                              sync_warmup_steps
   async_easgd                 tau, alpha/beta, reset_opt_state, schedule,
                               worker_speeds / max_worker_speed, staleness
   async_eamsgd                as async_easgd, and delta
@@ -21,8 +23,17 @@ Which algorithm-specific config fields (:data:`ALGORITHM_FIELDS`) each one reads
   pmean_sgd, sgd, asgd        (none)
   msgd                        delta
   mvasgd                      average_rate
-  local_sgd                   tau
-  diloco                      tau, outer_learning_rate, outer_momentum
+  local_sgd                   tau, sync_warmup_steps
+  diloco                      tau, outer_learning_rate, outer_momentum,
+                              sync_warmup_steps
+
+The synchronous elastic and averaging algorithms read ``sync_warmup_steps``
+(``easgd.warmup``: pmean SGD for the first K steps). Each spec also names
+its ``array_fields``: the fields its factory takes as JAX arrays, so that
+configurations differing only in them (and in the learning rate, which every
+algorithm takes as an array through its optimizer) run in one compiled
+program vmapped over configurations (``easgd.protocol``); the DOWNPOUR
+family's tau is not one of them (its exchange table is built on the host).
 
 Every algorithm reads the common fields (data, model, num_workers, batch,
 epochs, the local optimizer ``optimizer``/``learning_rate``/schedule/
@@ -42,7 +53,7 @@ from typing import Any, Callable
 
 import optax
 
-from easgd import algorithms, asynchronous, baselines
+from easgd import algorithms, asynchronous, baselines, warmup
 from easgd.algorithms import Algorithm
 
 FAMILIES = ("elastic", "averaging", "push", "sequential")
@@ -63,7 +74,7 @@ REAL_RUNTIMES = RUNTIMES[1:]
 ALGORITHM_FIELDS = ("tau", "alpha", "beta", "delta", "reset_opt_state", "exchange_order",
                     "worker_speeds", "max_worker_speed", "staleness", "push_timing",
                     "outer_learning_rate", "outer_momentum", "average_rate",
-                    "curvature")
+                    "curvature", "sync_warmup_steps")
 """The ``TrainConfig`` fields that only some algorithms read."""
 
 _ELASTIC = ("tau", "alpha", "beta", "reset_opt_state")
@@ -91,6 +102,10 @@ class AlgorithmSpec:
     runtimes: the :data:`RUNTIMES` it runs on: every algorithm on "spmd"; the
       asynchronous ones (their ``Algorithm.async_rules``) also on the real
       runtimes.
+    array_fields: the fields of ``reads`` that ``build`` passes to the
+      factory as they are, so that a JAX array there (traced under a vmap
+      over configurations) builds the algorithm; the others must be Python
+      values (they set shapes or host-side schedules).
   """
   name: str
   family: str
@@ -100,6 +115,7 @@ class AlgorithmSpec:
   without_momentum: str | None = None
   summary: str = ""
   runtimes: tuple[str, ...] = RUNTIMES[:1]
+  array_fields: tuple[str, ...] = ()
 
 
 def exchange_schedule(config) -> asynchronous.ExchangeSchedule:
@@ -130,25 +146,39 @@ def _push_kw(c):
 
 
 def _spec(name, family, reads, build, asynchronous_=False, without_momentum=None,
-          summary=""):
+          summary="", array_fields=()):
   # the asynchronous methods expose their rules: they also run for real
   runtimes = RUNTIMES if asynchronous_ else RUNTIMES[:1]
   return AlgorithmSpec(name, family, asynchronous_, tuple(reads), build,
-                       without_momentum, summary, runtimes)
+                       without_momentum, summary, runtimes, tuple(array_fields))
+
+
+def _warmed(c, loss, opt, n, make):
+  """``make(num_steps)``, the algorithm, after ``c.sync_warmup_steps`` steps of
+  pmean SGD (``easgd.warmup``) when that is > 0; its own run is then n - K
+  steps long."""
+  k = c.sync_warmup_steps
+  if not k:
+    return make(n)
+  return warmup.sync_warmup(make(None if n is None else n - k), loss, opt,
+                            num_workers=c.num_workers, warmup_steps=k)
 
 
 TABLE: dict[str, AlgorithmSpec] = {s.name: s for s in (
-    _spec("easgd", "elastic", _ELASTIC + ("curvature",),
-          lambda c, loss, opt, n: algorithms.easgd(loss, opt, **_elastic_kw(c)),
-          summary="synchronous EASGD, eq. (5)-(6)"),
+    _spec("easgd", "elastic", _ELASTIC + ("curvature", "sync_warmup_steps"),
+          lambda c, loss, opt, n: _warmed(
+              c, loss, opt, n, lambda m: algorithms.easgd(loss, opt, **_elastic_kw(c))),
+          summary="synchronous EASGD, eq. (5)-(6)", array_fields=("tau", "alpha", "beta")),
     _spec("pmean_sgd", "averaging", (),
           lambda c, loss, opt, n: algorithms.pmean_sgd(loss, opt,
                                                        num_workers=c.num_workers),
           summary="data-parallel SGD, gradients averaged every step"),
-    _spec("eamsgd", "elastic", _ELASTIC + ("delta",),
-          lambda c, loss, opt, n: algorithms.eamsgd(loss, opt, momentum=c.delta,
-                                                  **_elastic_kw(c)),
-          without_momentum="easgd", summary="synchronous EAMSGD, eq. (7)"),
+    _spec("eamsgd", "elastic", _ELASTIC + ("delta", "sync_warmup_steps"),
+          lambda c, loss, opt, n: _warmed(
+              c, loss, opt, n, lambda m: algorithms.eamsgd(loss, opt, momentum=c.delta,
+                                                           **_elastic_kw(c))),
+          without_momentum="easgd", summary="synchronous EAMSGD, eq. (7)",
+          array_fields=("tau", "alpha", "beta", "delta")),
     _spec("async_easgd", "elastic", _ELASTIC + _ASYNC,
           lambda c, loss, opt, n: asynchronous.async_easgd(
               loss, opt, schedule=exchange_schedule(c), **_elastic_kw(c)),
@@ -166,38 +196,47 @@ TABLE: dict[str, AlgorithmSpec] = {s.name: s for s in (
           lambda c, loss, opt, n: baselines.mdownpour(loss, opt, momentum=c.delta,
                                                       **_push_kw(c)),
           asynchronous_=True, without_momentum="downpour",
-          summary="DOWNPOUR with Nesterov momentum on the master"),
+          summary="DOWNPOUR with Nesterov momentum on the master",
+          array_fields=("delta",)),
     _spec("adownpour", "push", _PUSH,
           lambda c, loss, opt, n: baselines.adownpour(loss, opt, **_push_kw(c)),
           asynchronous_=True, summary="DOWNPOUR with a running average 1/(t+1)"),
     _spec("mvadownpour", "push", _PUSH + ("average_rate",),
           lambda c, loss, opt, n: baselines.mvadownpour(
               loss, opt, average_rate=c.average_rate, **_push_kw(c)),
-          asynchronous_=True, summary="DOWNPOUR with a constant-rate moving average"),
+          asynchronous_=True, summary="DOWNPOUR with a constant-rate moving average",
+          array_fields=("average_rate",)),
     _spec("sgd", "sequential", (),
           lambda c, loss, opt, n: baselines.sgd(loss, opt, num_workers=c.num_workers),
           summary="sequential SGD"),
     _spec("msgd", "sequential", ("delta",),
           lambda c, loss, opt, n: baselines.msgd(loss, opt, num_workers=c.num_workers,
                                                  momentum=c.delta),
-          without_momentum="sgd", summary="sequential Nesterov momentum SGD"),
+          without_momentum="sgd", summary="sequential Nesterov momentum SGD",
+          array_fields=("delta",)),
     _spec("asgd", "sequential", (),
           lambda c, loss, opt, n: baselines.asgd(loss, opt, num_workers=c.num_workers),
           summary="averaged SGD, rate 1/(t+1)"),
     _spec("mvasgd", "sequential", ("average_rate",),
           lambda c, loss, opt, n: baselines.mvasgd(loss, opt, num_workers=c.num_workers,
                                                    average_rate=c.average_rate),
-          summary="SGD with a constant-rate moving average"),
-    _spec("local_sgd", "averaging", ("tau",),
-          lambda c, loss, opt, n: baselines.local_sgd(loss, opt, num_workers=c.num_workers,
-                                                      tau=c.tau, num_steps=n),
-          summary="local SGD: workers averaged every tau steps and at the end"),
-    _spec("diloco", "averaging", ("tau", "outer_learning_rate", "outer_momentum"),
-          lambda c, loss, opt, n: baselines.diloco(
-              loss, opt, num_workers=c.num_workers, tau=c.tau, num_steps=n,
-              outer_learning_rate=c.outer_learning_rate,
-              outer_momentum=c.outer_momentum),
-          summary="DiLoCo: outer Nesterov step every tau steps and at the end"),
+          summary="SGD with a constant-rate moving average",
+          array_fields=("average_rate",)),
+    _spec("local_sgd", "averaging", ("tau", "sync_warmup_steps"),
+          lambda c, loss, opt, n: _warmed(
+              c, loss, opt, n, lambda m: baselines.local_sgd(
+                  loss, opt, num_workers=c.num_workers, tau=c.tau, num_steps=m)),
+          summary="local SGD: workers averaged every tau steps and at the end",
+          array_fields=("tau",)),
+    _spec("diloco", "averaging",
+          ("tau", "outer_learning_rate", "outer_momentum", "sync_warmup_steps"),
+          lambda c, loss, opt, n: _warmed(
+              c, loss, opt, n, lambda m: baselines.diloco(
+                  loss, opt, num_workers=c.num_workers, tau=c.tau, num_steps=m,
+                  outer_learning_rate=c.outer_learning_rate,
+                  outer_momentum=c.outer_momentum)),
+          summary="DiLoCo: outer Nesterov step every tau steps and at the end",
+          array_fields=("tau", "outer_learning_rate", "outer_momentum")),
 )}
 
 ALGORITHMS = tuple(TABLE)
@@ -271,4 +310,4 @@ def describe(name: str) -> dict[str, Any]:
   s = TABLE[name]
   return dict(name=s.name, family=s.family, asynchronous=s.asynchronous,
               reads=list(s.reads), without_momentum=s.without_momentum,
-              runtimes=list(s.runtimes))
+              runtimes=list(s.runtimes), array_fields=list(s.array_fields))

@@ -28,7 +28,7 @@ from jax import lax
 from easgd import (algorithms, checks, data, distributed, elastic, models, registry, rundir,
                    workers)
 from easgd.config import ConfigError, TrainConfig
-from easgd.optimizers import make_optimizer
+from easgd.optimizers import make_optimizer, make_schedule, schedule_lengths
 from easgd.workers import WORKER_AXES
 
 
@@ -172,8 +172,11 @@ class Run:
     self.config = config = config.validate()
     self.layout = workers.make_layout(config.num_workers, config.num_devices,
                                       backend=config.mapping_backend)
-    self.dataset = ds = data.load_dataset(config.dataset, data_dir=config.data_dir,
-                                          seed=config.seed)
+    full = data.load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
+    # validation_examples: held out of the training set, never trained on
+    self.dataset, self.validation = data.with_validation_split(
+        full, config.validation_examples)
+    ds = self.dataset
     self.steps_per_epoch = data.steps_per_epoch(
         len(ds.train_y), config.num_workers, config.per_worker_batch_size)
     self.total_steps = self.steps_per_epoch * config.num_epochs
@@ -182,6 +185,17 @@ class Run:
           f"tau={config.tau} (communication period) is longer than the whole run "
           f"({self.total_steps} steps = {config.num_epochs} epochs x "
           f"{self.steps_per_epoch} steps); allowed: tau <= {self.total_steps}")
+    if config.sync_warmup_steps >= self.total_steps:
+      raise ConfigError(
+          f"sync_warmup_steps={config.sync_warmup_steps} (global steps of synchronous "
+          f"warm-up) leaves nothing of the run ({self.total_steps} steps = "
+          f"{config.num_epochs} epochs x {self.steps_per_epoch} steps); allowed: "
+          f"sync_warmup_steps < {self.total_steps}")
+    # the resolved learning rate and schedule lengths (summary.json, metrics)
+    self.resolved = schedule_lengths(config, self.steps_per_epoch, self.total_steps)
+    self.resolved.update(validation_examples=config.validation_examples,
+                         train_examples=len(ds.train_y))
+    self.schedule = make_schedule(config, self.steps_per_epoch)
     self.model = models.make_model(config.model, ds.num_classes,
                                    param_dtype=config.param_dtype,
                                    compute_dtype=config.compute_dtype)
@@ -208,6 +222,14 @@ class Run:
     test_x = data.center_crop(ds.test_x, config.crop_size)  # evaluation: centre crop
     self.test_data = workers.split_workers((test_x[idx], ds.test_y[idx], mask),
                                            self.layout)
+    self.val_data = None  # validation_examples: the held-out examples, sharded alike
+    if config.validation_examples:
+      val_x, val_y = self.validation
+      val_batch = min(config.eval_batch_size, -(-len(val_y) // config.num_workers))
+      vidx, vmask = data.eval_shards(len(val_y), config.num_workers, val_batch)
+      self.val_data = workers.split_workers(
+          (data.center_crop(val_x, config.crop_size)[vidx], val_y[vidx], vmask),
+          self.layout)
     self.bn_stats_data = self.batch_stats_fn = None  # BatchNorm models only
     if bn:
       bn_idx = bn_stats_indices(len(ds.train_y), config.num_workers,
@@ -270,12 +292,20 @@ class Run:
         workers.replicate_per_device(center, self.layout), self.bn_stats_data))
 
   def evaluate(self, worker, shared, epoch, step, epoch_losses):
-    """One metrics record: the center on every test example exactly once."""
+    """One metrics record: the center on every test example exactly once (and
+    on every held-out validation example, with ``validation_examples``)."""
     bn_x = (self.bn_stats_data,) if self.batch_norm else ()
     loss_sum, correct, count, dist = workers.to_host(self.eval_fn(
         worker, shared, *bn_x, *self.test_data))  # all workers, gathered across processes
     count = int(count.sum())
     comm = self.algorithm.communication(step, self.param_bytes)
+    val = {}
+    if self.val_data is not None:
+      v_loss, v_correct, v_count, _ = workers.to_host(self.eval_fn(
+          worker, shared, *bn_x, *self.val_data))
+      v_count = int(v_count.sum())
+      val = dict(val_loss=float(v_loss.astype(np.float64).sum() / v_count),
+                 val_error=1.0 - int(v_correct.sum()) / v_count, val_count=v_count)
     return dict(
         epoch=epoch, step=step,
         test_loss=float(loss_sum.astype(np.float64).sum() / count),
@@ -285,7 +315,11 @@ class Run:
         train_loss=(None if epoch_losses is None or not len(epoch_losses) else float(
             np.mean(host_losses(epoch_losses, self.config.num_workers).astype(np.float64)))),
         worker_center_distance=float(np.mean(dist)),
-        all_reduces=comm.all_reduces, bytes_communicated=comm.bytes)
+        all_reduces=comm.all_reduces, bytes_communicated=comm.bytes,
+        # the local step size of the next step (lr_scaling resolved) and how
+        # many of the steps so far were synchronous warm-up
+        learning_rate=float(self.schedule(step)),
+        sync_warmup_steps_done=min(step, self.config.sync_warmup_steps), **val)
 
   def check_finite(self, epoch_losses, first_step, state=None):
     """Raises DivergenceError at the first non-finite loss or state value.
@@ -545,6 +579,7 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
       num_params=models.count_params(run.init_params), param_bytes=run.param_bytes,
       train_examples=len(run.dataset.train_y), test_examples=len(run.dataset.test_y),
       steps_per_epoch=spe, total_steps=run.total_steps, steps_done=step,
+      resolved=run.resolved,
       center_lag_steps=center_lag_steps(run.algorithm, config.algorithm, step),
       communication=dict(all_reduces=comm.all_reduces, bytes=comm.bytes,
                          all_reduces_per_step=comm.all_reduces / max(step, 1),

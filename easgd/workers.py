@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from easgd import checks
+from easgd import checks, warmup
 from easgd.algorithms import Algorithm
 from easgd.elastic import DEVICE_AXIS, LOCAL_AXIS, WORKER_AXES
 
@@ -391,8 +391,10 @@ def map_step(algorithm, layout: WorkerLayout, donate_state: bool = True,
 
   Returns:
     ``step_fn`` as above; ``step_fn.programs`` maps the exchange flag
-    (``False``/``True``, or ``None`` for a single program) to the mapped
-    function, e.g. for ``.lower(...)``.
+    (``False``/``True``, or ``None`` for a single program; and ``"warmup"``
+    for an algorithm with a synchronous warm-up, ``easgd.warmup``, whose
+    first K steps run its pmean program and the later ones its
+    ``WarmupStep.main``) to the mapped function, e.g. for ``.lower(...)``.
 
   Raises:
     TypeError: ``algorithm`` is not an ``easgd.algorithms.Algorithm``, or
@@ -418,19 +420,29 @@ def map_step(algorithm, layout: WorkerLayout, donate_state: bool = True,
                           STEP_IN_KINDS, False, donate)
     return map_workers(fn, layout, STEP_IN_KINDS, STEP_OUT_KINDS, donate)
 
+  phased = warmup.phases(algorithm)  # a synchronous warm-up: its own program
   if algorithm.exchange_at is None:
     programs = {None: mapped(algorithm.step)}
     pick = lambda clock: None
   else:
+    step_of = algorithm.step if phased is None else phased.main
+    after = 0 if phased is None else phased.warmup_steps
+
     def checked(flag):  # the step with the exchange fixed to flag, clock checked
       def step(worker, shared, batch, key):
-        worker_out, shared_out, loss = algorithm.step(worker, shared, batch, key,
-                                                      exchange=flag)
-        right = algorithm.exchange_at(shared.step) == flag  # this program's steps
+        worker_out, shared_out, loss = step_of(worker, shared, batch, key,
+                                               exchange=flag)
+        right = (algorithm.exchange_at(shared.step) == flag) & (shared.step >= after)
         return worker_out, shared_out, jnp.where(right, loss, jnp.nan)
       return step
     programs = {flag: mapped(checked(flag)) for flag in (False, True)}
     pick = lambda clock: bool(algorithm.exchange_at(clock))
+    if phased is not None:  # t < K: the warm-up's pmean step, no branch
+      def warm(worker, shared, batch, key):
+        worker_out, shared_out, loss = phased.warm(worker, shared, batch, key)
+        return worker_out, shared_out, jnp.where(shared.step < after, loss, jnp.nan)
+      programs["warmup"] = mapped(warm)
+      pick = lambda clock: "warmup" if clock < after else bool(algorithm.exchange_at(clock))
 
   def step_fn(worker, shared, batch, key, clock):
     checks.integer("clock", clock, 0, 2**31 - 1, what="the number of steps taken")
