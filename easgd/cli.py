@@ -1,4 +1,4 @@
-"""Command line: ``easgd train``, ``compare``, ``export`` and ``sweep``.
+"""Command line: ``easgd train``, ``compare``, ``export``, ``sweep`` and ``protocol``.
 
 Every :class:`~easgd.config.TrainConfig` field is a flag (``--num-workers 4``,
 ``--tau 16``, ``--beta 0.9``, ``--lr-decay-epochs 10,15``; ``none`` for an
@@ -115,6 +115,21 @@ def build_parser() -> argparse.ArgumentParser:
                      "and its BatchNorm statistics)")
   p.add_argument("--workdir", required=True, help="the run directory")
   p.add_argument("--out", required=True, help="output file, e.g. center.msgpack")
+  p = sub.add_parser(
+      "protocol", help="tuned rates, seeds, intervals, time to target: the comparison "
+      "protocol of a config file (easgd.protocol); results.json, results.md, curves.png",
+      description="For each arm of the protocol file: its learning-rate grid x tuning "
+                  "seeds on the validation split, the best rate rerun on fresh seeds "
+                  "on the test set; one compiled program per group of arms")
+  p.add_argument("--config", required=True,
+                 help="Python file with get_protocol() -> ProtocolConfig "
+                      "(e.g. experiments/protocol_fig2.py)")
+  p.add_argument("--workdir", required=True, help="output directory")
+  p.add_argument("--report-only", action="store_true",
+                 help="rewrite results.md and curves.png from --workdir's results.json "
+                      "without running anything")
+  p.add_argument("--group-by", default="tau", choices=("tau", "num_workers", ""),
+                 help="the panels of curves.png (default: %(default)s)")
   from easgd.sweep import add_sweep_arguments  # easgd sweep: see easgd.sweep
   add_sweep_arguments(sub.add_parser(
       "sweep", help="tau x alpha grid as one compiled program; CSV, JSON, heatmaps",
@@ -206,6 +221,8 @@ def _run(args) -> int:
   if args.command == "sweep":
     from easgd.sweep import main_sweep
     return main_sweep(args)
+  if args.command == "protocol":
+    return _run_protocol(args)
   if args.command == "export":
     from easgd.export import export_center
     print(f"wrote {export_center(args.workdir, args.out)}")
@@ -248,6 +265,23 @@ def _run(args) -> int:
   compare(config, args.workdir, algorithms, overwrite=args.overwrite)
   print((Path(args.workdir) / RESULTS_MD).read_text(), end="")
   print(f"plot: {Path(args.workdir) / 'comparison.png'}")
+  return 0
+
+
+def _run_protocol(args) -> int:
+  from easgd import protocol_report
+  from easgd.protocol_config import load_protocol_file
+  workdir = Path(args.workdir)
+  config = load_protocol_file(args.config).validate()  # before anything runs
+  if not args.report_only:
+    from easgd.protocol import run_protocol
+    run_protocol(config, workdir, log=lambda line: print(line, file=sys.stderr,
+                                                          flush=True))
+  elif not (workdir / "results.json").is_file():
+    raise ConfigError(f"--report-only: '{workdir}' holds no results.json; run the "
+                      "protocol first")
+  protocol_report.write_report(workdir, args.group_by)
+  print((workdir / protocol_report.RESULTS_MD).read_text(), end="")
   return 0
 
 

@@ -2,7 +2,8 @@
 
 Layers, bottom to top (README, "Architecture"):
 
-  core       the paper's rules as pure per-worker (init, step) pairs; knows no device
+  core       the paper's rules as pure per-worker (init, step) pairs (and the
+             synchronous warm-up that wraps them); knows no device
   parallel   where workers run (devices, processes)
   analysis   theory and grids (stability, Hessian, quadratic simulation, sweep engine)
   training   configs, data, models, the trainer and its run directory
@@ -23,16 +24,20 @@ LAYERS = ("core", "parallel", "analysis", "training", "face")
 MODULES = {
     "files": "core", "checks": "core", "flags": "core", "elastic": "core",
     "momentum": "core", "algorithms": "core", "asynchronous": "core", "baselines": "core", "registry": "core",
+    "warmup": "core",
     "workers": "parallel", "distributed": "parallel",
     "async_shared": "parallel", "async_driver": "parallel", "async_threads": "parallel",
     "async_ray": "parallel",
     "stability": "analysis", "hessian": "analysis", "quadratic": "analysis",
     "sweep_engine": "analysis", "sweep_grid": "analysis",
+    "sweep_curves": "analysis", "protocol_stats": "analysis",
     "config": "training", "data": "training", "models": "training",
     "optimizers": "training", "checkpoint": "training", "rundir": "training",
     "trainer": "training", "export": "training", "async_trainer": "training",
+    "protocol_config": "training", "protocol": "training",
     "compare": "face", "plotting": "face", "cli": "face",
     "sweep": "face", "sweep_network": "face", "sweep_report": "face",
+    "protocol_report": "face",
 }
 
 

@@ -1,0 +1,594 @@
+"""The comparison protocol: tuned rates, seeds, intervals, time to target.
+
+:func:`run_protocol` runs a :class:`~easgd.protocol_config.ProtocolConfig` the
+way the paper chose its numbers, at whatever scale the machine allows:
+
+1. **Tune.** For every arm with a learning-rate grid, every (rate, tuning
+   seed) runs for the arm's budget; the center's error on the validation
+   split (``TrainConfig.validation_examples`` held out of the training set,
+   never trained on) is recorded along the way. The test set is not passed to
+   these programs at all.
+2. **Choose.** Each arm's rate is the one with the lowest mean final
+   validation error over the tuning seeds (a diverged run counts as error 1);
+   an arm with ``lr_from`` takes the chosen base rate of another arm, scaled
+   by its own ``lr_scaling``. A rate at the edge of its grid is flagged.
+3. **Report.** Each arm reruns at its chosen rate on the fresh report seeds;
+   these runs evaluate the center on the test set along the way (final,
+   best, time to a target error) and every worker at the end.
+
+Grids as one program: the configurations of an arm (rate x seed) and of the
+arms that differ only in fields their algorithm takes as arrays (the
+table's ``array_fields``: tau of EASGD, EAMSGD, local SGD and DiLoCo, beta,
+delta, ...) run as ONE compiled program (``easgd.sweep_curves``): the
+algorithm's ``Algorithm.step`` built by ``easgd.registry`` from traced
+hyperparameters and vmapped over configurations. Arms that differ in
+anything else (p or the batch: array shapes; the epochs: the scan's length;
+the DOWNPOUR family's tau: a host-side exchange table; the warm-up's K:
+the program's control flow) run as separate programs, and the results name
+the fields that kept them apart.
+
+Every run is the run ``easgd train`` makes of the arm's config with that rate
+and seed: the same initial parameters and step key (``split(key(seed))``),
+the same data set (MNIST-1D is generated from the seed), the same training
+examples (the validation split removed, ``easgd.data.validation_split``),
+the same data order (``easgd.data.worker_batch_indices``, epochs 1, 2, ...),
+the same local optimizer and schedule (``easgd.optimizers``), the same
+algorithm (``easgd.registry``); ``tests/test_protocol.py`` checks the
+per-configuration equality with ``train_and_evaluate``.
+
+Time to target: for each report seed, the first evaluation step whose center
+test error is at or below a target, and at that step the samples processed
+(steps x global batch), the all-reduces and bytes per worker
+(``Algorithm.communication``) and a modelled wall-clock time per network:
+steps x the measured compute time of one worker's local step on this machine,
+plus ``latency + 2 (p - 1) / p x bytes / bandwidth`` per all-reduce
+(``easgd.protocol_stats``).
+
+References:
+  S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging
+  SGD. NeurIPS 2015, Section 5 (learning rates from a grid per method,
+  repeated runs, the center's test error against time).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from easgd import data, elastic, models, protocol_stats, registry
+from easgd.config import TrainConfig
+from easgd.files import write_text_atomic
+from easgd.optimizers import make_optimizer
+from easgd.protocol_config import (Arm, ProtocolConfig, ProtocolError, lr_grid_edges,
+                                   to_dict)
+from easgd.sweep_curves import make_curve_fn
+from easgd.sweep_engine import CompileCounter
+from easgd.trainer import make_loss_fn
+
+RESULTS_JSON = "results.json"
+
+TRACED_ALWAYS = ("learning_rate", "seed", "lr_scaling", "lr_reference_batch")
+"""Fields every program takes per configuration: the rate (resolved with the
+arm's scaling, traced) and the seed (initial parameters, data, key)."""
+
+WHY_STATIC = {
+    "num_workers": "p sets the workers' array shapes",
+    "global_batch_size": "the batch sets the array shapes",
+    "num_epochs": "the budget sets the scan's length",
+    "sync_warmup_steps": "the warm-up's K sets the program's control flow",
+    "tau": "its tau is a Python int (a host-side exchange table or schedule)",
+}
+"""Why arms that differ in a field run as separate programs."""
+
+
+# ----------------------------------------------------------------------------
+# Arms resolved to runs
+# ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class ArmRun:
+  """An arm with what its runs need: config, steps, evaluation steps."""
+  arm: Arm
+  config: TrainConfig          # the arm's config (learning rate: the base's)
+  steps_per_epoch: int
+  num_steps: int
+  eval_steps: np.ndarray
+
+
+def eval_steps_of(num_steps: int, every: int) -> np.ndarray:
+  """0, every, 2 every, ... and num_steps (once)."""
+  steps = list(range(0, num_steps, every)) + [num_steps]
+  return np.asarray(sorted(set(steps)), np.int64)
+
+
+def prepare(config: ProtocolConfig, num_train: int) -> dict[str, ArmRun]:
+  """Each arm's run length and evaluation steps; checks tau and K against it.
+
+  Raises:
+    ProtocolError: tau or sync_warmup_steps not below the run's steps.
+  """
+  runs = {}
+  for arm in config.arms:
+    cfg = arm.config(config.base).validate()
+    spe = data.steps_per_epoch(num_train, cfg.num_workers, cfg.per_worker_batch_size)
+    total = spe * cfg.num_epochs
+    reads = registry.TABLE[cfg.algorithm].reads
+    if "tau" in reads and cfg.tau > total:
+      raise ProtocolError(f"arm {arm.name!r}: tau={cfg.tau} is longer than its run "
+                          f"({total} steps); allowed: tau <= {total}")
+    if cfg.sync_warmup_steps >= total:
+      raise ProtocolError(f"arm {arm.name!r}: sync_warmup_steps={cfg.sync_warmup_steps} "
+                          f"leaves nothing of its run ({total} steps)")
+    runs[arm.name] = ArmRun(arm, cfg, spe, total,
+                            eval_steps_of(total, config.eval_every_steps))
+  return runs
+
+
+def program_key(run: ArmRun) -> tuple:
+  """Arms with equal keys run in one program: everything but the rate, the
+  seed and the algorithm's array fields is equal."""
+  traced = set(TRACED_ALWAYS) | set(registry.TABLE[run.config.algorithm].array_fields)
+  fields = run.config.to_dict_fields()
+  return tuple(sorted((k, v) for k, v in fields.items() if k not in traced))
+
+
+def group_programs(runs: list[ArmRun]) -> list[list[ArmRun]]:
+  """The arms of each program, in the order of ``runs``."""
+  groups: dict[tuple, list[ArmRun]] = {}
+  for r in runs:
+    groups.setdefault(program_key(r), []).append(r)
+  return list(groups.values())
+
+
+def why_separate(groups: list[list[ArmRun]]) -> list[str]:
+  """For each program, why its arms do not run with another program's arms of
+  the same algorithm ("" when it is its algorithm's only program)."""
+  out = []
+  for g in groups:
+    algo = g[0].config.algorithm
+    mine = dict(program_key(g[0]))
+    reasons = set()
+    for other in groups:
+      if other is g or other[0].config.algorithm != algo:
+        continue
+      theirs = dict(program_key(other[0]))
+      for k in sorted(set(mine) | set(theirs)):
+        if mine.get(k) != theirs.get(k):
+          why = WHY_STATIC.get(k, f"{k} is not an array field of {algo} "
+                                  "(easgd.registry)")
+          reasons.add(f"{k} differs: {why}")
+    out.append("; ".join(sorted(reasons)))
+  return out
+
+
+# ----------------------------------------------------------------------------
+# Data of the seeds
+# ----------------------------------------------------------------------------
+
+
+class SeedData:
+  """The data sets of some seeds, stacked once per distinct data set.
+
+  MNIST-1D is generated from the seed (one data set per seed); Fashion-MNIST
+  and the others are the same for every seed (one slot). ``slot[seed]`` is
+  the seed's index into the stacked arrays; the training and validation
+  indices are :func:`easgd.data.validation_split`'s (the same for every seed:
+  they depend on the training set's size only).
+  """
+
+  def __init__(self, base: TrainConfig, seeds):
+    sets, self.slot = [], {}
+    for s in seeds:
+      ds = data.load_dataset(base.dataset, data_dir=base.data_dir, seed=s)
+      for i, other in enumerate(sets):
+        if other is ds:
+          self.slot[s] = i
+          break
+      else:
+        self.slot[s] = len(sets)
+        sets.append(ds)
+    first = sets[0]
+    self.num_classes, self.input_shape = first.num_classes, first.input_shape
+    self.train_idx, self.val_idx = data.validation_split(first.num_train,
+                                                         base.validation_examples)
+    self.num_train = len(self.train_idx)
+    self.sets = sets
+
+  def train(self):
+    """(x [S, N, ...], y [S, N]): every training example (the held-out ones
+    too: the runs gather only their training indices)."""
+    return (np.stack([d.train_x for d in self.sets]),
+            np.stack([d.train_y for d in self.sets]))
+
+  def chunks(self, split: str, chunk: int):
+    """(x [S, C, chunk, ...], y [S, C, chunk], mask [C, chunk]) of the
+    validation ("val") or test ("test") examples, padded to C chunks."""
+    if split == "val":
+      xs = [d.train_x[self.val_idx] for d in self.sets]
+      ys = [d.train_y[self.val_idx] for d in self.sets]
+    else:
+      xs = [d.test_x for d in self.sets]
+      ys = [d.test_y for d in self.sets]
+    n = len(ys[0])
+    chunk = min(chunk, n)
+    c = -(-n // chunk)
+    pad = c * chunk - n
+    x = np.stack([np.concatenate([v, np.zeros((pad, *v.shape[1:]), v.dtype)]) for v in xs])
+    y = np.stack([np.concatenate([v, np.zeros((pad,), v.dtype)]) for v in ys])
+    mask = (np.arange(c * chunk) < n).reshape(c, chunk)
+    return (x.reshape(len(xs), c, chunk, *x.shape[2:]), y.reshape(len(ys), c, chunk),
+            mask)
+
+
+def batch_indices(seed_data: SeedData, run: ArmRun, seed: int) -> np.ndarray:
+  """int32 [T, p, B]: the run's examples at every step, as indices into the
+  full training set (the trainer's order: epochs 1, 2, ... of
+  ``worker_batch_indices`` over the training part)."""
+  c = run.config
+  idx = np.concatenate([
+      data.worker_batch_indices(seed_data.num_train, c.num_workers,
+                                c.per_worker_batch_size, seed, epoch)
+      for epoch in range(1, c.num_epochs + 1)])[:run.num_steps]
+  return seed_data.train_idx[idx].astype(np.int32)
+
+
+# ----------------------------------------------------------------------------
+# One program
+# ----------------------------------------------------------------------------
+
+
+def make_eval(model, split: str):
+  """``eval_fn(center, data, config_data, j)``: the center's summed loss, number
+  of correct predictions and number of examples on chunk j of the config's
+  validation ("val") or test ("test") examples (additive over the chunks)."""
+  def eval_fn(params, shared, cfg, j):
+    x, y, mask = shared[split]
+    m = mask[j]
+    loss, correct = models.per_example_stats(
+        model.apply({"params": params}, x[cfg["slot"], j], train=False), y[cfg["slot"], j])
+    return {f"{split}_loss_sum": jnp.sum(jnp.where(m, loss, 0.0)),
+            f"{split}_correct": jnp.sum(jnp.where(m, correct, 0).astype(jnp.float32)),
+            f"{split}_count": jnp.sum(m).astype(jnp.float32)}
+  return eval_fn
+
+
+def make_final(model):
+  """``final_fn``: every worker's correct test predictions (additive over the
+  chunks), and its distance to the center (only chunk 0 counts it)."""
+  test_eval = make_eval(model, "test")
+
+  def final_fn(worker_params, center, shared, cfg, j):
+    correct = jax.vmap(lambda w: test_eval(w, shared, cfg, j)["test_correct"])(worker_params)
+    dist = jax.vmap(lambda w: elastic.tree_l2_distance(w, center))(worker_params)
+    return dict(worker_test_correct=correct,
+                worker_center_distance=jnp.where(j == 0, jnp.mean(dist), 0.0))
+  return final_fn
+
+
+def batch_fn(shared, cfg, t):
+  """The configuration's worker batches of step t: ([p, B, ...], [p, B]), one
+  gather from its data set's slot (no copy of the data set)."""
+  x, y = shared["train"]
+  idx = cfg["idx"][t]  # [p, B] indices into the full training set
+  return x[cfg["slot"], idx], y[cfg["slot"], idx]
+
+
+def means(curves: dict, split: str) -> tuple[np.ndarray, np.ndarray]:
+  """(mean loss, error) from a program's summed curves of ``split``."""
+  count = curves[f"{split}_count"]
+  return curves[f"{split}_loss_sum"] / count, 1.0 - curves[f"{split}_correct"] / count
+
+
+def run_program(group: list[ArmRun], configs: list[dict], seed_data: SeedData,
+                model, kind: str, protocol: ProtocolConfig, *,
+                return_center: bool = False) -> tuple[dict, dict]:
+  """Runs the configurations of one program.
+
+  Args:
+    group: the program's arms (one algorithm, one static config).
+    configs: one dict per configuration: arm (name), learning_rate (base),
+      seed, and the arm's values of the varying array fields.
+    seed_data: the seeds' data.
+    model: the Flax model.
+    kind: "tune" (validation curves; the test set is not given to the
+      program) or "report" (test curves, every worker's test error at the end).
+    protocol: the protocol (chunking, evaluation steps).
+    return_center: also return the final centers (tests).
+
+  Returns:
+    (host outputs of :func:`easgd.sweep_curves.make_curve_fn`'s program,
+    info: configs, wall_s, compiles, compile_s, arms).
+  """
+  first = group[0]
+  static = first.config
+  spec = registry.TABLE[static.algorithm]
+  by_name = {r.arm.name: r for r in group}
+  varying = [f for f in spec.array_fields
+             if len({getattr(r.config, f) for r in group}) > 1]
+  loss_fn = make_loss_fn(model)
+
+  def build(learning_rate, **fields):
+    cfg = dataclasses.replace(static, **fields)  # traced values, not validated
+    opt = make_optimizer(static, first.steps_per_epoch, learning_rate=learning_rate)
+    return spec.build(cfg, loss_fn, opt, first.num_steps)
+
+  hyper = {"learning_rate": np.asarray(
+      [c["learning_rate"] * by_name[c["arm"]].config.lr_scale for c in configs],
+      np.float32)}
+  for f in varying:
+    values = [getattr(by_name[c["arm"]].config, f) for c in configs]
+    hyper[f] = np.asarray(values, np.int32 if f == "tau" else np.float32)
+  keys, params = [], []
+  for c in configs:
+    init_key, step_key = jax.random.split(jax.random.key(c["seed"]))
+    keys.append(step_key)
+    params.append(models.init_params(model, seed_data.input_shape, init_key))
+  params0 = jax.tree.map(lambda *a: jnp.stack(a), *params)
+  cfg_data = dict(slot=np.asarray([seed_data.slot[c["seed"]] for c in configs], np.int32),
+                  idx=np.stack([batch_indices(seed_data, by_name[c["arm"]], c["seed"])
+                                for c in configs]))
+  shared = dict(train=seed_data.train())
+  split = "val" if kind == "tune" else "test"
+  shared[split] = seed_data.chunks(split, protocol.eval_chunk)
+  program = make_curve_fn(
+      build, static.num_workers, first.num_steps, first.eval_steps,
+      batch_fn=batch_fn, eval_fn=make_eval(model, split),
+      eval_chunks=shared[split][2].shape[0],
+      final_fn=make_final(model) if kind == "report" else None,
+      configs_per_batch=protocol.configs_per_batch,
+      warmup_steps=static.sync_warmup_steps, return_center=return_center)
+  keys = jnp.stack(keys)
+  start = time.perf_counter()
+  with CompileCounter() as cc:
+    out = program(hyper, params0, keys, cfg_data, shared)
+  loss, error = means(out["curves"], split)
+  out["curves"] = {f"{split}_loss": loss, f"{split}_error": error}
+  if kind == "report":
+    count = float(shared["test"][2].sum())
+    out["final"]["worker_test_error"] = 1.0 - out["final"].pop("worker_test_correct") / count
+  info = dict(kind=kind, algorithm=static.algorithm, arms=[r.arm.name for r in group],
+              configs=len(configs), traced_fields=["learning_rate", "seed"] + varying,
+              num_workers=static.num_workers, num_steps=first.num_steps,
+              wall_s=round(time.perf_counter() - start, 3),
+              # the grid's programs (init, step per phase, evaluation, end); the
+              # others are JAX's small placement helpers
+              compiles=sum(str(n).endswith("_one)") for n in cc.names),
+              compiles_all=cc.count, compile_s=round(cc.seconds, 3))
+  return out, info
+
+
+# ----------------------------------------------------------------------------
+# The protocol
+# ----------------------------------------------------------------------------
+
+
+def _diverged(loss_curve: np.ndarray, factor: float) -> bool:
+  last, first = loss_curve[-1], loss_curve[0]
+  return bool(not np.isfinite(last) or last > factor * abs(first))
+
+
+def measure_step_seconds(model, input_shape, batch_size: int, repeats: int = 30) -> float:
+  """Median seconds of one worker's local SGD step (forward, backward, update)
+  at ``batch_size`` on this machine, jitted, after two warm-up calls."""
+  params = models.init_params(model, input_shape, jax.random.key(0))
+  loss_fn = make_loss_fn(model)
+  opt = optax.sgd(0.01)
+
+  @jax.jit
+  def step(params, state, x, y, key):
+    grads = jax.grad(loss_fn)(params, (x, y), key)
+    updates, state = opt.update(grads, state, params)
+    return optax.apply_updates(params, updates), state
+
+  x = jnp.zeros((batch_size, *input_shape), jnp.float32)
+  y = jnp.zeros((batch_size,), jnp.int32)
+  state, key = opt.init(params), jax.random.key(1)
+  for _ in range(2):
+    params, state = jax.block_until_ready(step(params, state, x, y, key))
+  times = []
+  for _ in range(repeats):
+    t = time.perf_counter()
+    params, state = jax.block_until_ready(step(params, state, x, y, key))
+    times.append(time.perf_counter() - t)
+  return float(np.median(times))
+
+
+def _communication(run: ArmRun, model, input_shape, param_bytes: int) -> Callable:
+  """``comm(steps) -> (all_reduces, bytes)`` per worker of the arm (Python tau)."""
+  algo = registry.make_algorithm(run.config, make_loss_fn(model), optax.sgd(0.1),
+                                 run.num_steps)
+  return lambda t: tuple(algo.communication(int(t), param_bytes))
+
+
+def run_protocol(config: ProtocolConfig, workdir=None, *, log: Callable = print
+                 ) -> dict[str, Any]:
+  """Tunes, chooses and reruns every arm of ``config``; returns (and writes) the results.
+
+  Args:
+    config: the protocol (validated here, before anything is loaded).
+    workdir: if given, ``results.json`` is written there (created if
+      missing).
+    log: called with one line per program (progress).
+
+  Returns:
+    JSON-ready dict: ``protocol`` (the resolved config), ``machine``,
+    ``arms`` (per arm: config, grid, tuning results per rate, chosen rate,
+    report per seed, summaries with intervals, time to target), ``programs``
+    (each compiled program: kind, arms, configurations, wall and compile
+    seconds, the fields traced per configuration and why its arms run apart
+    from others), ``compute_per_step_s``, ``wall_time_s``.
+
+  Raises:
+    ProtocolError, ConfigError: a bad setting (before anything runs).
+    easgd.data.DataError: missing data files.
+  """
+  config = config.validate()
+  start = time.perf_counter()
+  base = config.base
+  tune = SeedData(base, config.tune_seeds)
+  runs = prepare(config, tune.num_train)
+  model = models.make_model(base.model, tune.num_classes, param_dtype=base.param_dtype,
+                            compute_dtype=base.compute_dtype)
+  params = models.init_params(model, tune.input_shape, jax.random.key(0))
+  param_bytes = models.param_bytes(params)
+  programs: list[dict] = []
+  results: dict[str, dict] = {}
+
+  # 1. tune: every (rate, tuning seed) of the arms with a grid, on validation
+  tuned = [runs[a.name] for a in config.arms if a.lr_from is None]
+  groups = group_programs(tuned)
+  for group, reason in zip(groups, why_separate(groups)):
+    configs = [dict(arm=r.arm.name, learning_rate=lr, seed=s)
+               for r in group for lr in r.arm.learning_rates for s in config.tune_seeds]
+    out, info = run_program(group, configs, tune, model, "tune", config)
+    info["separate_because"] = reason
+    programs.append(info)
+    log(f"tune  {info['algorithm']:12s} {len(group):2d} arm(s) {info['configs']:4d} "
+        f"configs  {info['wall_s']:7.1f} s ({info['compile_s']:.1f} s compiling)")
+    for r in group:
+      rows = [i for i, c in enumerate(configs) if c["arm"] == r.arm.name]
+      per_rate = []
+      for lr in r.arm.learning_rates:
+        idx = [i for i in rows if configs[i]["learning_rate"] == lr]
+        final = [float(out["curves"]["val_error"][i, -1]) for i in idx]
+        best = [float(np.nanmin(out["curves"]["val_error"][i])) for i in idx]
+        div = [_diverged(out["curves"]["val_loss"][i], config.divergence_factor)
+               for i in idx]
+        scored = [1.0 if d or not np.isfinite(e) else e for e, d in zip(final, div)]
+        per_rate.append(dict(learning_rate=lr,
+                             resolved_learning_rate=lr * r.config.lr_scale,
+                             val_error_final=final, val_error_best=best, diverged=div,
+                             score=float(np.mean(scored)),
+                             val_error_curve=[out["curves"]["val_error"][i].tolist()
+                                              for i in idx]))
+      best_i = int(np.argmin([p["score"] for p in per_rate]))
+      chosen = per_rate[best_i]["learning_rate"]
+      results[r.arm.name] = dict(tuning=per_rate, chosen_learning_rate=chosen,
+                                 grid_edge=lr_grid_edges(r.arm, chosen))
+
+  # 2. choose: the arms with lr_from take their source's base rate
+  for a in config.arms:
+    if a.lr_from is not None:
+      results[a.name] = dict(tuning=None, lr_from=a.lr_from, grid_edge=None,
+                             chosen_learning_rate=results[a.lr_from]["chosen_learning_rate"])
+
+  # 3. report: every arm at its chosen rate on the fresh seeds, on test
+  report = SeedData(base, config.report_seeds)
+  groups = group_programs([runs[a.name] for a in config.arms])
+  for group, reason in zip(groups, why_separate(groups)):
+    configs = [dict(arm=r.arm.name, learning_rate=results[r.arm.name]["chosen_learning_rate"],
+                    seed=s) for r in group for s in config.report_seeds]
+    out, info = run_program(group, configs, report, model, "report", config)
+    info["separate_because"] = reason
+    programs.append(info)
+    log(f"report {info['algorithm']:11s} {len(group):2d} arm(s) {info['configs']:4d} "
+        f"configs  {info['wall_s']:7.1f} s ({info['compile_s']:.1f} s compiling)")
+    for r in group:
+      idx = [i for i, c in enumerate(configs) if c["arm"] == r.arm.name]
+      results[r.arm.name]["report"] = dict(
+          seeds=list(config.report_seeds), eval_steps=r.eval_steps.tolist(),
+          test_error_curve=[out["curves"]["test_error"][i].tolist() for i in idx],
+          test_loss_curve=[out["curves"]["test_loss"][i].tolist() for i in idx],
+          train_loss_curve=[out["train_loss"][i].tolist() for i in idx],
+          worker_test_error=[out["final"]["worker_test_error"][i].tolist() for i in idx],
+          worker_center_distance=[float(out["final"]["worker_center_distance"][i])
+                                  for i in idx])
+
+  # 4. statistics: intervals over the report seeds, time to target
+  step_s = {}
+  arms_out = {}
+  for a in config.arms:
+    r = runs[a.name]
+    res = results[a.name]
+    key = (r.config.per_worker_batch_size,)
+    if key not in step_s:
+      step_s[key] = measure_step_seconds(model, tune.input_shape, key[0])
+    arms_out[a.name] = summarize_arm(r, res, config, step_s[key],
+                                     _communication(r, model, tune.input_shape, param_bytes))
+  return _finish(config, arms_out, programs, step_s, param_bytes,
+                 models.count_params(params), time.perf_counter() - start, workdir)
+
+
+def summarize_arm(run: ArmRun, res: dict, config: ProtocolConfig, step_s: float,
+                  comm: Callable) -> dict:
+  """The arm's reported numbers with 95% intervals over the report seeds."""
+  rep = res["report"]
+  c = run.config
+  curves = np.asarray(rep["test_error_curve"], np.float64)
+  final = np.nan_to_num(curves[:, -1], nan=1.0)
+  best = np.nan_to_num(np.nanmin(np.where(np.isfinite(curves), curves, np.inf), axis=1),
+                       posinf=1.0)
+  workers_final = np.asarray(rep["worker_test_error"], np.float64).mean(axis=1)
+  steps = run.eval_steps
+  ttt = {}
+  for target in config.targets:
+    hits = [protocol_stats.first_reach(curve, steps, target) for curve in curves]
+    entry = dict(steps=hits, reached=sum(h is not None for h in hits), n=len(hits))
+    if all(h is not None for h in hits):
+      comms = [comm(h) for h in hits]
+      entry["summary"] = dict(
+          steps=protocol_stats.mean_interval(hits),
+          samples=protocol_stats.mean_interval([h * c.global_batch_size for h in hits]),
+          all_reduces=protocol_stats.mean_interval([a for a, _ in comms]),
+          bytes=protocol_stats.mean_interval([b for _, b in comms]),
+          modelled_s={n.name: protocol_stats.mean_interval([
+              protocol_stats.modelled_seconds(h, step_s, a, b, c.num_workers,
+                                              n.bandwidth_bytes_per_s, n.latency_s)
+              for h, (a, b) in zip(hits, comms)]) for n in config.networks})
+    ttt[str(target)] = entry
+  total = comm(run.num_steps)
+  at_evals = [comm(t) for t in steps]
+  return dict(
+      algorithm=c.algorithm, config=c.to_dict(), num_steps=run.num_steps,
+      steps_per_epoch=run.steps_per_epoch, epochs=c.num_epochs,
+      learning_rates=list(run.arm.learning_rates), lr_from=run.arm.lr_from,
+      chosen_learning_rate=res["chosen_learning_rate"],
+      resolved_learning_rate=res["chosen_learning_rate"] * c.lr_scale,
+      lr_scale=c.lr_scale, grid_edge=res["grid_edge"], tuning=res["tuning"],
+      report=rep,
+      final_test_error=protocol_stats.mean_interval(final),
+      best_test_error=protocol_stats.mean_interval(best),
+      final_worker_test_error=protocol_stats.mean_interval(workers_final),
+      final_test_errors=final.tolist(), best_test_errors=best.tolist(),
+      final_worker_test_errors=workers_final.tolist(),
+      diverged=[bool(not np.isfinite(v)) for v in curves[:, -1]],
+      time_to_target=ttt, compute_per_step_s=step_s,
+      communication_curve=dict(all_reduces=[a for a, _ in at_evals],
+                               bytes=[b for _, b in at_evals]),
+      all_reduces=total[0], bytes_per_worker=total[1],
+      samples=run.num_steps * c.global_batch_size)
+
+
+def _finish(config, arms, programs, step_s, param_bytes, num_params, seconds, workdir):
+  results = dict(
+      protocol=to_dict(config),
+      machine=dict(platform=jax.devices()[0].platform, jax_version=jax.__version__,
+                   cpu_count=os.cpu_count(), processor=platform.processor() or None,
+                   note="wall times from this machine, shared with other jobs"),
+      num_params=num_params, param_bytes=param_bytes,
+      compute_per_step_s={str(k[0]): v for k, v in step_s.items()},
+      arms=arms, programs=programs, wall_time_s=round(seconds, 1))
+  if workdir is not None:
+    path = Path(workdir)
+    path.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path / RESULTS_JSON, json.dumps(results, indent=1, default=_plain))
+  return results
+
+
+def _plain(value):
+  if isinstance(value, np.generic):
+    return value.item()
+  if isinstance(value, np.ndarray):
+    return value.tolist()
+  raise TypeError(f"not JSON serialisable: {type(value).__name__}")

@@ -1,0 +1,91 @@
+"""The paper's Figure 2 setting under the comparison protocol (MNIST-1D, CNN, p = 4).
+
+    easgd protocol --config experiments/protocol_fig2.py \
+        --workdir paper_notes/figures/protocol_fig2
+
+Section 5.1, Figure 2 of the paper: p = 4 workers, tau in {1, 4, 16, 64},
+EASGD, EAMSGD (delta 0.99), DOWNPOUR, MDOWNPOUR (tau = 1 only, as in the
+paper), sequential SGD and MSGD (one worker), and beside them local SGD,
+DiLoCo and pmean SGD. Here at the scale of a 2-core CPU: MNIST-1D (8000
+training signals, of which 1000 are held out for validation; 2000 test
+signals) and the small 1-D CNN (45k parameters) instead of CIFAR-10 and the
+7-layer net; the synchronous EASGD/EAMSGD (the paper ran them
+asynchronously); DOWNPOUR on the package's deterministic asynchronous
+simulation.
+
+Budget: 8 epochs of the 7000 training signals at 32 examples per worker
+per step, 432 local steps per worker (p = 4: 54 steps per epoch); the
+sequential methods run one worker at 32 examples per step for 2 epochs
+(436 steps: the same local steps, a quarter of the samples). The center is
+evaluated every 27 steps (half an epoch at p = 4).
+
+Learning rates: 5 log-spaced rates over two decades per method, chosen on the
+validation split by the mean final validation error of 3 seeds; reported on 3
+fresh seeds: plain SGD steps (EASGD, DOWNPOUR, local SGD, DiLoCo's inner
+steps, pmean SGD, SGD) 0.01 .. 1; Nesterov delta = 0.99 methods (EAMSGD,
+MSGD) 1e-4 .. 1e-2 (the same range of the effective step eta / (1 - delta));
+MDOWNPOUR 1e-5 .. 1e-3 (its master adds all p workers' pushes to a momentum
+of 0.99). beta = 0.9 (alpha = 0.225); DiLoCo's outer SGD: rate 0.7,
+Nesterov 0.9.
+"""
+from easgd.config import TrainConfig
+from easgd.protocol_config import (Arm, GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET,
+                                   ProtocolConfig, log_grid)
+
+TAUS = (1, 4, 16, 64)                  # communication periods, local steps (paper)
+SGD_RATES = log_grid(0.01, 1.0, 5)     # plain SGD steps
+MOMENTUM_RATES = log_grid(1e-4, 1e-2, 5)   # delta = 0.99: eta / (1 - delta) over 0.01 .. 1
+MDOWNPOUR_RATES = log_grid(1e-5, 1e-3, 5)  # master momentum over all p pushes
+DELTA = 0.99                           # Nesterov momentum of EAMSGD, MSGD, MDOWNPOUR
+
+
+def get_config() -> TrainConfig:
+  """The base setting every arm starts from (``easgd train --config`` runs it)."""
+  return TrainConfig(
+      algorithm="easgd",           # synchronous EASGD, eq. (5)-(6)
+      dataset="mnist1d",           # 8000 train / 2000 test signals, generated from the seed
+      model="cnn",                 # the small 1-D CNN (45k parameters)
+      num_workers=4,               # p
+      global_batch_size=128,       # examples per step, all workers (32 per worker)
+      num_epochs=8,                # the budget: 8 x 54 = 432 local steps per worker
+      learning_rate=0.1,           # replaced by each arm's chosen rate
+      optimizer="sgd",             # plain local SGD (the momentum methods need it)
+      tau=4,                       # communication period, local steps
+      beta=0.9,                    # center moving rate; alpha = beta / p (paper)
+      validation_examples=1000,    # held out of the 8000 training signals
+      keep_checkpoints=1,
+      progress=False,
+  )
+
+
+def get_protocol() -> ProtocolConfig:
+  arms = []
+  for tau in TAUS:
+    arms += [
+        Arm(f"easgd tau={tau}", "easgd", dict(tau=tau), SGD_RATES),
+        Arm(f"eamsgd tau={tau}", "eamsgd", dict(tau=tau, delta=DELTA), MOMENTUM_RATES),
+        Arm(f"downpour tau={tau}", "downpour", dict(tau=tau), SGD_RATES),
+        Arm(f"local_sgd tau={tau}", "local_sgd", dict(tau=tau), SGD_RATES),
+        Arm(f"diloco tau={tau}", "diloco", dict(tau=tau), SGD_RATES),
+    ]
+  arms += [
+      Arm("mdownpour tau=1", "mdownpour", dict(tau=1, delta=DELTA), MDOWNPOUR_RATES),
+      Arm("pmean_sgd", "pmean_sgd", {}, SGD_RATES),
+      Arm("sgd (1 worker)", "sgd", dict(num_workers=1, global_batch_size=32, num_epochs=2),
+          SGD_RATES),
+      Arm("msgd (1 worker)", "msgd",
+          dict(num_workers=1, global_batch_size=32, num_epochs=2, delta=DELTA),
+          MOMENTUM_RATES),
+  ]
+  return ProtocolConfig(
+      name="fig2_mnist1d",
+      description=("The paper's Figure 2 setting (p = 4, tau in {1, 4, 16, 64}) on "
+                   "MNIST-1D with the small CNN, 432 local steps per worker, every "
+                   "method's rate tuned on a validation split."),
+      base=get_config(), arms=tuple(arms),
+      tune_seeds=(0, 1, 2),          # 5 rates x 3 seeds per arm, on validation
+      report_seeds=(100, 101, 102),  # fresh seeds at the chosen rate, on test
+      eval_every_steps=27,           # half an epoch at p = 4
+      targets=(0.5, 0.3, 0.2),       # test errors of "time to target"
+      networks=(GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET),
+      configs_per_batch=4)           # configurations per call of the step program
