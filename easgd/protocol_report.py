@@ -14,6 +14,8 @@ Everything here is computed from a protocol's ``results.json``
                              inconclusive at this scale).
   :func:`claims_markdown`    the claims as a Markdown table.
   :func:`write_report`       results.md and curves.png beside results.json.
+  :func:`compact_markdown`   the short table of one experiment (README).
+  :func:`differences_markdown`  every arm against a reference arm (Welch).
 
 References:
   S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging SGD.
@@ -148,6 +150,59 @@ def results_markdown(results: dict[str, Any]) -> str:
   return "\n".join(lines) + "\n"
 
 
+def compact_markdown(results: dict[str, Any], target: float | None = None,
+                     network: str | None = None, arms: Sequence[str] | None = None) -> str:
+  """A short table of one experiment (the README's): chosen rate, final and best
+  center test error (mean \u00b1 95% half-width over the report seeds), steps and
+  modelled seconds to ``target`` (default: the protocol's middle target) on
+  ``network`` (default: the first), all-reduces and MB per worker."""
+  proto = results["protocol"]
+  targets = proto["targets"]
+  target = targets[len(targets) // 2] if target is None else target
+  network = proto["networks"][0]["name"] if network is None else network
+  lines = [f"| arm | rate | final test err % | best test err % | steps to {100 * target:g}% "
+           f"| {network} s to {100 * target:g}% | all-reduces / MB per worker |",
+           "|---|---|---|---|---|---|---|"]
+  for name, a in results["arms"].items():
+    if arms is not None and name not in arms:
+      continue
+    rate = f"{a['resolved_learning_rate']:.3g}" + (f" ({a['grid_edge']} edge)"
+                                                    if a["grid_edge"] else "")
+    lines.append(f"| {name} | {rate} | {format_interval(a['final_test_error'])} | "
+                 f"{format_interval(a['best_test_error'])} | {_ttt(a, target)} | "
+                 f"{_ttt(a, target, 'modelled_s', network, digits=2)} | "
+                 f"{a['all_reduces']} / {a['bytes_per_worker'] / 1e6:.1f} |")
+  return "\n".join(lines) + "\n"
+
+
+def differences(results: dict[str, Any], reference: str,
+                metric: str = "final_test_errors") -> dict[str, dict]:
+  """Each arm's ``metric`` minus the reference arm's: Welch's 95% interval over
+  the report seeds (``easgd.protocol_stats.difference_interval``)."""
+  ref = results["arms"][reference][metric]
+  return {name: protocol_stats.difference_interval(a[metric], ref)
+          for name, a in results["arms"].items() if name != reference}
+
+
+def differences_markdown(results: dict[str, Any], reference: str) -> str:
+  """The seeds question's table: every arm's final test error and its
+  difference to ``reference`` (percentage points, Welch's 95% interval)."""
+  diffs = differences(results, reference)
+  ref = results["arms"][reference]
+  lines = [f"| arm | rate (resolved) | final test err % | minus '{reference}' (pp, 95% CI) "
+           f"| verdict |", "|---|---|---|---|---|",
+           f"| {reference} | {ref['resolved_learning_rate']:.3g} | "
+           f"{format_interval(ref['final_test_error'])} | - | - |"]
+  for name, d in diffs.items():
+    a = results["arms"][name]
+    v = protocol_stats.verdict(d, holds_if="positive")
+    word = {"holds": "worse", "does not hold": "better", "inconclusive": "no difference "
+            "resolved"}[v]
+    lines.append(f"| {name} | {a['resolved_learning_rate']:.3g} | "
+                 f"{format_interval(a['final_test_error'])} | {_fmt_diff(d)} | {word} |")
+  return "\n".join(lines) + "\n"
+
+
 def plot_curves(results: dict[str, Any], path, group_by: str = "tau") -> None:
   """Center test error (mean over report seeds, 95% band) against local steps,
   one panel per value of ``group_by`` ("tau", "num_workers", or "" for one panel)."""
@@ -236,6 +291,18 @@ def _censored_times(arm: dict, target: float, network: str) -> list[float]:
   return out
 
 
+def _resolution(arm: dict, network: str) -> float:
+  """Modelled seconds of the longest interval between two evaluations."""
+  c = arm["config"]
+  net = next(n for n in arm["_networks"] if n["name"] == network)
+  steps, comm = arm["report"]["eval_steps"], arm["communication_curve"]
+  return max(protocol_stats.modelled_seconds(
+      steps[i + 1] - steps[i], arm["compute_per_step_s"],
+      comm["all_reduces"][i + 1] - comm["all_reduces"][i],
+      comm["bytes"][i + 1] - comm["bytes"][i], c["num_workers"],
+      net["bandwidth_bytes_per_s"], net["latency_s"]) for i in range(len(steps) - 1))
+
+
 def _fmt_diff(d: dict, scale: float = 100.0, unit: str = " pp") -> str:
   return (f"{scale * d['difference']:+.2f}{unit} [{scale * d['low']:+.2f}, "
           f"{scale * d['high']:+.2f}]")
@@ -255,7 +322,9 @@ def claims(fig2: dict | None, fig3: dict | None) -> list[dict[str, Any]]:
   1. EAMSGD is fastest to a given test error (:data:`CLAIMS_TARGET`, modelled
      time on :data:`CLAIMS_NETWORK`): at each tau, EAMSGD's time minus each
      other arm's at that tau and of the tau-free references (a seed that never
-     reaches the target counts the run's whole time, a lower bound).
+     reaches the target counts the run's whole time, a lower bound); a time
+     is known to one evaluation interval, so each interval is widened by the
+     longer of the two arms' modelled time between evaluations.
   2. EASGD and EAMSGD are robust to large tau where DOWNPOUR breaks down: at
      tau = 16 and 64, DOWNPOUR's final test error minus EASGD's and EAMSGD's.
   3. More workers help EASGD (and EAMSGD): at the same local steps, the best
@@ -300,13 +369,17 @@ def _claim_fastest(res):
     others.update(refs)
     for other, b in others.items():
       d = protocol_stats.difference_interval(mine, _censored_times(b, target, net))
+      # a time to target is known to one evaluation interval: widen by it
+      res = max(_resolution(a, net), _resolution(b, net))
+      d = dict(d, low=d["low"] - res, high=d["high"] + res, resolution=res)
       parts.append(dict(what=f"{name} - {other}", interval=d,
                         text=_fmt_diff(d, 1.0, " s"),
                         verdict=protocol_stats.verdict(d, holds_if="negative")))
   n = len(res["protocol"]["report_seeds"])
   return _finish("EAMSGD reaches a given test error fastest, at every tau",
                  f"modelled time to {100 * target:g}% test error on {net} (EAMSGD minus "
-                 f"each other method at the same tau and the tau-free references; "
+                 f"each other method at the same tau and the tau-free references, "
+                 f"intervals widened by one evaluation interval; "
                  f"{sum(p['verdict'] == 'holds' for p in parts)}/{len(parts)} "
                  f"comparisons hold)", parts, n, res["protocol"]["name"])
 
@@ -377,12 +450,26 @@ def _claim_center(res):
                  res["protocol"]["name"])
 
 
-def claims_markdown(items: Sequence[dict]) -> str:
-  """The claims table: claim, measurement, parts with intervals, n, verdict."""
+def claims_markdown(items: Sequence[dict], detail: bool = True, max_parts: int = 6) -> str:
+  """The claims table: claim, measurement, differences with intervals, n, verdict.
+
+  Args:
+    items: :func:`claims`' output.
+    detail: every part of every claim; False: a claim with more than
+      ``max_parts`` parts shows its counts and only the parts that do not hold.
+  """
   lines = ["| claim (paper, Section 5) | our measurement | differences, 95% interval | n | "
            "verdict at this scale |", "|---|---|---|---|---|"]
   for c in items:
-    parts = "<br>".join(f"{p['what']}: {p['text']} ({p['verdict']})" for p in c["parts"])
-    lines.append(f"| {c['claim']} | {c['measurement']} ({c['source']}) | {parts} | "
-                 f"{c['n']} per arm | **{c['verdict']}** |")
+    parts = c["parts"]
+    shown = parts
+    prefix = ""
+    if not detail and len(parts) > max_parts:
+      counts = {v: sum(p["verdict"] == v for p in parts) for v in protocol_stats.VERDICTS}
+      prefix = (f"{counts['holds']} of {len(parts)} hold, {counts['does not hold']} do "
+                f"not, {counts['inconclusive']} inconclusive; not holding:<br>")
+      shown = [p for p in parts if p["verdict"] != "holds"][:max_parts]
+    text = prefix + "<br>".join(f"{p['what']}: {p['text']} ({p['verdict']})" for p in shown)
+    lines.append(f"| {c['claim']} | {c['measurement']} ({c['source']}) | {text} | "
+                 f"{c['n']} seeds per arm | **{c['verdict']}** |")
   return "\n".join(lines) + "\n"

@@ -25,6 +25,7 @@ References:
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Sequence
 
 import numpy as np
@@ -97,8 +98,10 @@ def difference_interval(a: Sequence[float], b: Sequence[float],
   if np.ptp(a) == 0 and np.ptp(b) == 0:
     return dict(difference=diff, low=diff, high=diff, n_a=len(a), n_b=len(b),
                 p_value=None)
-  test = stats.ttest_ind(a, b, equal_var=False)
-  ci = test.confidence_interval(confidence)
+  with warnings.catch_warnings():  # nearly equal samples: scipy warns, the values stand
+    warnings.simplefilter("ignore", RuntimeWarning)
+    test = stats.ttest_ind(a, b, equal_var=False)
+    ci = test.confidence_interval(confidence)
   return dict(difference=diff, low=float(ci.low), high=float(ci.high), n_a=len(a),
               n_b=len(b), p_value=float(test.pvalue))
 
