@@ -240,12 +240,7 @@ class RayBackend:
     self._worker_of = {}
 
   def _get(self, ref, worker):
-    try:
-      return self._ray.get(ref)
-    except self._ray.exceptions.RayActorError as e:
-      text = str(e).strip().splitlines()
-      raise WorkerLost(f"worker {worker}'s process died ({type(e).__name__}: "
-                       f"{(text[0] if text else '')[:200]})") from None
+    return self._fetch(ref, WorkerLost, f"worker {worker}'s process")
 
   def submit(self, worker: int, num_steps: int):
     ref = self.actors[worker].run.remote(num_steps)
@@ -260,12 +255,16 @@ class RayBackend:
     return self._get(handle, self._worker_of.pop(handle))
 
   def _center(self, ref):
+    return self._fetch(ref, WorkersLostError, "the center's process")
+
+  def _fetch(self, ref, error, whose: str):
+    """``ray.get(ref)``; a dead actor's process becomes ``error`` (one line)."""
     try:
       return self._ray.get(ref)
     except self._ray.exceptions.RayActorError as e:
       text = str(e).strip().splitlines()
-      raise WorkersLostError(f"the center's process died ({type(e).__name__}: "
-                             f"{(text[0] if text else '')[:200]})") from None
+      raise error(f"{whose} died ({type(e).__name__}: "
+                  f"{(text[0] if text else '')[:200]})") from None
 
   def fault(self, worker: int, clock: int) -> int:
     """Logs the fault at the worker's clock after its last exchange, if later."""
