@@ -211,7 +211,7 @@ def compare(config: TrainConfig, workdir,
   workdir = workdir_path(workdir)
   configs, notes = plan(config, algorithms)
   for a in algorithms:
-    check_workdir(workdir / a, overwrite)
+    check_workdir(workdir / a, overwrite, resumable=False)  # compare cannot resume
   if not overwrite and any((workdir / f).exists() for f in (RESULTS_MD, RESULTS_JSON, PLOT_FILE)):
     raise ConfigError(f"workdir '{workdir}' already holds a comparison; choose another "
                       "directory or pass overwrite (--overwrite)")

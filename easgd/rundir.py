@@ -87,12 +87,14 @@ def ensure_writable_dir(path) -> Path:
   return path
 
 
-def check_workdir(workdir, overwrite: bool) -> Path:
+def check_workdir(workdir, overwrite: bool, resumable: bool = True) -> Path:
   """Refuses to write over a finished or started run unless ``overwrite``.
 
   Args:
     workdir: the run directory (created if missing).
     overwrite: allow a directory that already holds a run's files.
+    resumable: whether the caller can resume a run (``easgd train``, not
+      ``easgd compare``): the message suggests only what the caller offers.
 
   Returns:
     ``Path(workdir)``, an existing writable directory.
@@ -106,7 +108,8 @@ def check_workdir(workdir, overwrite: bool) -> Path:
     raise ConfigError(f"workdir '{workdir}' exists and is not a directory")
   if not overwrite and any((workdir / f).exists() for f in RUN_FILES):
     raise ConfigError(f"workdir '{workdir}' already holds a run; choose another "
-                      "directory, pass overwrite (--overwrite) or resume (--resume)")
+                      "directory, pass overwrite (--overwrite)"
+                      + (" or resume (--resume)" if resumable else ""))
   ensure_writable_dir(workdir)
   return workdir
 

@@ -84,9 +84,16 @@ def test_schedule_is_counted_in_epochs():
 
 def test_workdir_with_a_run_is_not_overwritten(tmp_path):
   (tmp_path / "summary.json").write_text('{"keep": true}')
-  with pytest.raises(ConfigError, match="already holds a run"):
+  with pytest.raises(ConfigError, match=r"already holds a run; .*\(--overwrite\) or "
+                                        r"resume \(--resume\)$"):
     trainer.train_and_evaluate(TINY, tmp_path)
   assert json.loads((tmp_path / "summary.json").read_text()) == {"keep": True}
+  # compare cannot resume: its message offers only what it has
+  (tmp_path / "easgd").mkdir()
+  (tmp_path / "easgd" / "summary.json").write_text("{}")
+  with pytest.raises(ConfigError, match=r"already holds a run; choose another "
+                                        r"directory, pass overwrite \(--overwrite\)$"):
+    compare(TINY.replace(num_epochs=1), tmp_path, ["easgd"])
 
 
 def test_compare_writes_plot_and_table(tmp_path):
