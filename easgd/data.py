@@ -40,30 +40,6 @@ import numpy as np
 
 from easgd import checks
 
-__all__ = [
-    "CIFAR10_SUBDIR",
-    "CIFAR10_TEST_FILE",
-    "CIFAR10_TRAIN_FILES",
-    "DATASETS",
-    "DEFAULT_FASHION_MNIST_DIR",
-    "DataError",
-    "Dataset",
-    "center_crop",
-    "crop_rng",
-    "cropped_shape",
-    "epoch_permutation",
-    "eval_shards",
-    "load_cifar10",
-    "load_dataset",
-    "load_digits",
-    "load_fashion_mnist",
-    "load_mnist1d",
-    "random_crop",
-    "read_cifar10_batch",
-    "read_idx",
-    "steps_per_epoch",
-    "worker_batch_indices",
-]
 
 DATASETS = ("mnist1d", "fashion_mnist", "digits", "cifar10")
 """Names accepted by :func:`load_dataset`."""
