@@ -8,8 +8,10 @@ face; README "Architecture"):
                     loss-and-gradient of every algorithm (model state included)
   easgd.algorithms  per-worker (init, step) pairs: EASGD and EAMSGD (one rule),
                     the one-model core of pmean SGD and the sequential methods
-  easgd.asynchronous  Algorithms 1-2 simulated with exchange schedules, their
-                    rules, exchange logs and their replay
+  easgd.async_schedule  the simulated time model: ticks, speeds, exchange orders
+  easgd.asynchronous  Algorithms 1-2 (and the DOWNPOUR engine) simulated on it,
+                    and their per-event rules
+  easgd.async_log   the exchange log of a run and its replay
   easgd.baselines   DOWNPOUR family, sequential SGD/MSGD/ASGD/MVASGD, local
                     SGD, DiLoCo
   easgd.registry    the algorithm table: factories, the settings each reads

@@ -17,7 +17,7 @@ import numpy as np
 
 from easgd import checks, registry
 from easgd.flags import option
-from easgd.asynchronous import EXCHANGE_ORDERS, PUSH_TIMINGS
+from easgd.async_schedule import EXCHANGE_ORDERS, PUSH_TIMINGS
 from easgd.data import DATASETS
 from easgd.models import BATCH_NORM_MODELS, DTYPES, MODELS
 from easgd.workers import BACKENDS as MAPPING_BACKENDS

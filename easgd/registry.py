@@ -42,7 +42,7 @@ from typing import Any, Callable
 
 import optax
 
-from easgd import algorithms, asynchronous, baselines
+from easgd import algorithms, async_schedule, asynchronous, baselines
 from easgd.algorithms import Algorithm
 
 FAMILIES = ("elastic", "averaging", "push", "sequential")
@@ -102,7 +102,7 @@ class AlgorithmSpec:
   runtimes: tuple[str, ...] = RUNTIMES[:1]
 
 
-def exchange_schedule(config) -> asynchronous.ExchangeSchedule:
+def exchange_schedule(config) -> async_schedule.ExchangeSchedule:
   """The exchange schedule of ``config`` (order, speeds, staleness).
 
   Args:
@@ -110,12 +110,12 @@ def exchange_schedule(config) -> asynchronous.ExchangeSchedule:
       max_worker_speed, staleness, seed).
 
   Returns:
-    The ``easgd.asynchronous.ExchangeSchedule`` of the asynchronous algorithms
+    The ``easgd.async_schedule.ExchangeSchedule`` of the asynchronous algorithms
     (Algorithms 1-2 of the paper, simulated).
   """
-  speeds = asynchronous.resolve_worker_speeds(
+  speeds = async_schedule.resolve_worker_speeds(
       config.num_workers, config.worker_speeds, config.max_worker_speed, config.seed)
-  return asynchronous.exchange_schedule(config.num_workers, config.exchange_order, speeds,
+  return async_schedule.exchange_schedule(config.num_workers, config.exchange_order, speeds,
                                         config.staleness)
 
 
@@ -259,7 +259,7 @@ def simulated_ticks(num_steps: int, config) -> float:
   for the slowest worker at every step: ``num_steps / min_i k_i`` ticks (with
   the default speeds 1, a step is a tick for every algorithm).
   """
-  speeds = asynchronous.resolve_worker_speeds(
+  speeds = async_schedule.resolve_worker_speeds(
       config.num_workers, config.worker_speeds, config.max_worker_speed, config.seed)
   if TABLE[config.algorithm].asynchronous:
     return num_steps / max(speeds)

@@ -10,7 +10,7 @@ A run directory (``workdir``) holds, each file replaced atomically
   ``exchanges.jsonl`` asynchronous algorithms only: every exchange served so
                       far (worker, its local clock, the center version it
                       read), rewritten at every checkpoint
-                      (``easgd.asynchronous.write_exchange_log``), so that an
+                      (``easgd.async_log.write_exchange_log``), so that an
                       independent reference can replay the run;
   ``checkpoints/``    the layout-free Orbax checkpoints (``easgd.checkpoint``);
   ``previous_run/``   with overwrite only: the earlier run, kept until the new

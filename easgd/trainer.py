@@ -487,9 +487,9 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
     run.check_finite(losses, step_now - len(losses), state)
     ckpt.save(step_now, state)
     if primary and registry.TABLE[config.algorithm].asynchronous:
-      from easgd import asynchronous  # every exchange so far, for replays
-      asynchronous.write_exchange_log(workdir / rundir.EXCHANGES_FILE, run.algorithm,
-                                      run.step_key, step_now)
+      from easgd import async_log  # every exchange so far, for replays
+      async_log.write_exchange_log(workdir / rundir.EXCHANGES_FILE, run.algorithm,
+                                   run.step_key, step_now)
     return losses
 
   try:

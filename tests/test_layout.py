@@ -22,7 +22,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "easgd"
 LAYERS = ("core", "parallel", "analysis", "training", "face")
 MODULES = {
     "files": "core", "checks": "core", "flags": "core", "elastic": "core",
-    "momentum": "core", "algorithms": "core", "asynchronous": "core", "baselines": "core", "registry": "core",
+    "momentum": "core", "algorithms": "core", "async_schedule": "core",
+    "asynchronous": "core", "async_log": "core", "baselines": "core", "registry": "core",
     "workers": "parallel", "distributed": "parallel",
     "async_shared": "parallel", "async_driver": "parallel", "async_threads": "parallel",
     "async_ray": "parallel",

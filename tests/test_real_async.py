@@ -5,7 +5,7 @@ each, on two fake CPU devices, two of them slowed down by injected delays), on
 the quadratic F(x) = sum_k h_k x_k^2 / 2 + xi . x (gradient noise xi fixed by
 worker and local step, as in ``easgd.quadratic``) and on a small MLP. Then:
 
-* the run's exchange log, replayed by ``easgd.asynchronous.replay`` with the
+* the run's exchange log, replayed by ``easgd.async_log.replay`` with the
   same compiled programs, gives every worker's state and the center bit for
   bit; replayed op by op (uncompiled) it gives them to float32 rounding;
 * no exchange is lost: the center is its initial value plus the sum of the
@@ -25,8 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from easgd import (asynchronous, async_driver, async_shared, async_threads,
-                   async_trainer, baselines, checkpoint, cli, data, trainer)
+from easgd import (async_driver, async_log, async_shared, async_threads, async_trainer,
+                   asynchronous, baselines, checkpoint, cli, data, trainer)
 from easgd.config import ConfigError, TrainConfig
 from testutil import mlp_setup, random_batches
 
@@ -186,7 +186,7 @@ TINY = TrainConfig(algorithm="async_easgd", dataset="digits", model="mlp",
 def restore(workdir, run):
   ckpt = checkpoint.Checkpointer(workdir)
   try:
-    rules = asynchronous.async_rules(run.algorithm)
+    rules = async_log.async_rules(run.algorithm)
     return ckpt.restore(target=async_trainer._checkpoint_target(run, rules))
   finally:
     ckpt.close()
