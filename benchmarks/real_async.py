@@ -103,7 +103,7 @@ def _center_error(run):
 def _sync_run(args, algorithm, delay):
   """(times, errors) of an SPMD run, evaluating every eval_every steps."""
   import jax
-  from easgd import data, trainer, workers
+  from easgd import batches, trainer, workers
   run = trainer.Run(_config(args, algorithm))
   error = _center_error(run)
   spe, p = run.steps_per_epoch, run.config.num_workers
@@ -111,7 +111,7 @@ def _sync_run(args, algorithm, delay):
 
   def batch(step):
     epoch = step // spe + 1
-    ix = data.worker_batch_indices(len(run.dataset.train_y), p, cfg.per_worker_batch_size,
+    ix = batches.worker_batch_indices(len(run.dataset.train_y), p, cfg.per_worker_batch_size,
                                    cfg.seed, epoch)[step % spe]
     return workers.split_workers((run.dataset.train_x[ix], run.dataset.train_y[ix]),
                                  run.layout)

@@ -43,7 +43,9 @@ face; README "Architecture"):
   easgd.sweep       the ``easgd sweep`` command (SweepConfig, run_sweep)
   easgd.flags       command-line flags from a dataclass's fields
   easgd.checks      the one vocabulary of input checks (one message form)
-  easgd.data, easgd.models, easgd.config, easgd.cli
+  easgd.data        the data sets (MNIST-1D, Fashion-MNIST, digits, CIFAR-10)
+  easgd.batches     which examples each worker reads at each step; crops
+  easgd.models, easgd.config, easgd.cli
 """
 
 from easgd.algorithms import Algorithm, Communication, easgd, pmean_sgd

@@ -8,7 +8,7 @@ model and evaluation as the SPMD trainer) with real asynchronous workers:
 ``easgd.async_ray`` (Ray actors, on this machine or a cluster).
 
 Data: worker i's local step at its clock t reads worker i's rows of global
-batch t of the SPMD trainer's order (``easgd.data.worker_batch_indices`` of
+batch t of the SPMD trainer's order (``easgd.batches.worker_batch_indices`` of
 epoch t // steps_per_epoch + 1, its step t % steps_per_epoch; the crops of
 ``crop_rng(seed, epoch, t)``), and the key
 ``easgd.async_log.local_key(step_key, i, t)``: a function of (seed, worker,
@@ -55,7 +55,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from easgd import (async_driver, async_log, async_shared, async_threads, data,
+from easgd import (async_driver, async_log, async_shared, async_threads, batches, data,
                    distributed, models, rundir, trainer, workers)
 from easgd.config import ConfigError, TrainConfig
 
@@ -81,15 +81,15 @@ def make_batch_fn(dataset: data.Dataset, config: TrainConfig, steps_per_epoch: i
 
   @functools.lru_cache(maxsize=2 * p + 2)  # workers may be in different epochs
   def epoch_indices(epoch):
-    return data.worker_batch_indices(n, p, b, seed, epoch)
+    return batches.worker_batch_indices(n, p, b, seed, epoch)
 
   def batch_fn(worker, clock):
     epoch, t = clock // steps_per_epoch + 1, clock % steps_per_epoch
     ix = epoch_indices(epoch)[t]  # [p, B]: global batch `clock`
     if config.crop_size is None:
       return dataset.train_x[ix[worker]], dataset.train_y[ix[worker]]
-    x = data.random_crop(dataset.train_x[ix], config.crop_size,
-                         data.crop_rng(seed, epoch, clock))
+    x = batches.random_crop(dataset.train_x[ix], config.crop_size,
+                         batches.crop_rng(seed, epoch, clock))
     return x[worker], dataset.train_y[ix[worker]]
   return batch_fn
 

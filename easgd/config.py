@@ -83,7 +83,7 @@ class TrainConfig:
       "examples per step summed over all workers; each worker takes "
       "global_batch_size / num_workers. The examples of global step t are "
       "fixed by (seed, epoch, t) alone; worker i reads rows i*B..(i+1)*B-1 of "
-      "them (``easgd.data.worker_batch_indices``).")
+      "them (``easgd.batches.worker_batch_indices``).")
   num_epochs: int = option(
       40, "passes over the training set (integer).")
   learning_rate: float = option(

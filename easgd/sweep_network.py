@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from easgd import algorithms, data, hessian, models, sweep_engine
+from easgd import algorithms, batches, data, hessian, models, sweep_engine
 from easgd.sweep_engine import check_factor, check_int, check_real
 from easgd.sweep_grid import SweepGrid, SweepResult, grid_config, records, run_grid
 
@@ -63,15 +63,15 @@ def network_batches(dataset, num_workers: int, per_worker_batch_size: int,
   """The training batches of every step, as the trainer draws them.
 
   Epoch e (1-based, as ``easgd.trainer``) uses
-  ``easgd.data.worker_batch_indices(N, p, B, seed, e)``; steps run on across
+  ``easgd.batches.worker_batch_indices(N, p, B, seed, e)``; steps run on across
   epochs until ``num_steps``.
 
   Returns:
     (x float32 [num_steps, p, B, ...], y int32 [num_steps, p, B]) host arrays.
   """
-  spe = data.steps_per_epoch(len(dataset.train_y), num_workers, per_worker_batch_size)
+  spe = batches.steps_per_epoch(len(dataset.train_y), num_workers, per_worker_batch_size)
   idx = np.concatenate([
-      data.worker_batch_indices(len(dataset.train_y), num_workers,
+      batches.worker_batch_indices(len(dataset.train_y), num_workers,
                                 per_worker_batch_size, seed, epoch)
       for epoch in range(1, -(-num_steps // spe) + 1)])[:num_steps]
   return dataset.train_x[idx], dataset.train_y[idx]

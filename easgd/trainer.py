@@ -25,8 +25,8 @@ import numpy as np
 from tqdm.auto import tqdm
 from jax import lax
 
-from easgd import (algorithms, checks, data, distributed, elastic, models, registry, rundir,
-                   workers)
+from easgd import (algorithms, batches, checks, data, distributed, elastic, models,
+                   registry, rundir, workers)
 from easgd.config import ConfigError, TrainConfig
 from easgd.optimizers import make_optimizer
 from easgd.workers import WORKER_AXES
@@ -123,7 +123,7 @@ def bn_stats_indices(num_examples: int, num_workers: int, bn_stats_examples: int
                      seed: int) -> np.ndarray:
   """The training examples of the center's BatchNorm statistics, per worker.
 
-  The first ``W * n`` entries of ``data.epoch_permutation(N, seed, 0)`` (epoch 0
+  The first ``W * n`` entries of ``batches.epoch_permutation(N, seed, 0)`` (epoch 0
   is never a training epoch), worker i taking the i-th block of n, with
   ``n = max(1, min(bn_stats_examples, N) // W)``: equal shards, so pooled moments
   are exact. The same at every evaluation and at export.
@@ -144,7 +144,7 @@ def bn_stats_indices(num_examples: int, num_workers: int, bn_stats_examples: int
   if n * num_workers > num_examples:
     raise ConfigError(f"num_workers={num_workers} exceeds the {num_examples} training "
                       "examples; BatchNorm statistics need one per worker")
-  perm = data.epoch_permutation(num_examples, seed, 0)
+  perm = batches.epoch_permutation(num_examples, seed, 0)
   return perm[:n * num_workers].reshape(num_workers, n)
 
 
@@ -174,7 +174,7 @@ class Run:
                                       backend=config.mapping_backend)
     self.dataset = ds = data.load_dataset(config.dataset, data_dir=config.data_dir,
                                           seed=config.seed)
-    self.steps_per_epoch = data.steps_per_epoch(
+    self.steps_per_epoch = batches.steps_per_epoch(
         len(ds.train_y), config.num_workers, config.per_worker_batch_size)
     self.total_steps = self.steps_per_epoch * config.num_epochs
     if "tau" in registry.TABLE[config.algorithm].reads and config.tau > self.total_steps:
@@ -186,7 +186,7 @@ class Run:
                                    param_dtype=config.param_dtype,
                                    compute_dtype=config.compute_dtype)
     # crop_size: the model sees crop x crop images (None: ds.input_shape).
-    self.input_shape = data.cropped_shape(ds.input_shape, config.crop_size)
+    self.input_shape = batches.cropped_shape(ds.input_shape, config.crop_size)
     init_key, self.step_key = jax.random.split(jax.random.key(config.seed))
     self.init_params = models.init_params(self.model, self.input_shape, init_key)
     self.param_bytes = models.param_bytes(self.init_params)
@@ -204,8 +204,8 @@ class Run:
         ("worker", "shared") + ("worker",) * (4 if bn else 3), ("worker",) * 4)
     # at most the examples a worker evaluates: a huge eval_batch_size pads nothing
     eval_batch = min(config.eval_batch_size, -(-len(ds.test_y) // config.num_workers))
-    idx, mask = data.eval_shards(len(ds.test_y), config.num_workers, eval_batch)
-    test_x = data.center_crop(ds.test_x, config.crop_size)  # evaluation: centre crop
+    idx, mask = batches.eval_shards(len(ds.test_y), config.num_workers, eval_batch)
+    test_x = batches.center_crop(ds.test_x, config.crop_size)  # evaluation: centre crop
     self.test_data = workers.split_workers((test_x[idx], ds.test_y[idx], mask),
                                            self.layout)
     self.bn_stats_data = self.batch_stats_fn = None  # BatchNorm models only
@@ -214,7 +214,7 @@ class Run:
                                 config.bn_stats_examples, config.seed)
       # training images, centre-cropped like the test images: [d, w, n, ...]
       self.bn_stats_data = workers.split_workers(
-          data.center_crop(ds.train_x[bn_idx], config.crop_size), self.layout)
+          batches.center_crop(ds.train_x[bn_idx], config.crop_size), self.layout)
       self.batch_stats_fn = workers.map_workers(
           lambda center, bn_x: models.compute_batch_stats(self.model, center, bn_x,
                                                           WORKER_AXES),
@@ -495,15 +495,14 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
   try:
     while step < last:
       epoch = step // spe + 1
-      batches = data.worker_batch_indices(len(run.dataset.train_y), config.num_workers,
-                                          config.per_worker_batch_size, config.seed,
-                                          epoch)
+      order = batches.worker_batch_indices(len(run.dataset.train_y), config.num_workers,
+                                           config.per_worker_batch_size, config.seed, epoch)
       while step < min(epoch * spe, last):
-        ix = batches[step % spe]
+        ix = order[step % spe]
         x = run.dataset.train_x[ix]
         if config.crop_size is not None:  # random crops, fixed by (seed, epoch, step)
-          x = data.random_crop(x, config.crop_size,
-                               data.crop_rng(config.seed, epoch, step))
+          x = batches.random_crop(x, config.crop_size,
+                               batches.crop_rng(config.seed, epoch, step))
         local = run.layout.local_workers  # each process feeds only its own workers
         batch = workers.split_local_workers((x[local], run.dataset.train_y[ix][local]),
                                             run.layout)

@@ -29,7 +29,7 @@ MODULES = {
     "async_ray": "parallel",
     "stability": "analysis", "hessian": "analysis", "quadratic": "analysis",
     "sweep_engine": "analysis", "sweep_grid": "analysis",
-    "config": "training", "data": "training", "models": "training",
+    "config": "training", "data": "training", "batches": "training", "models": "training",
     "optimizers": "training", "checkpoint": "training", "rundir": "training",
     "trainer": "training", "export": "training", "async_trainer": "training",
     "compare": "face", "plotting": "face", "cli": "face",

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from easgd import (async_driver, async_log, async_shared, async_threads, async_trainer,
-                   asynchronous, baselines, checkpoint, cli, data, trainer)
+                   asynchronous, baselines, batches, checkpoint, cli, trainer)
 from easgd.config import ConfigError, TrainConfig
 from testutil import mlp_setup, random_batches
 
@@ -236,7 +236,7 @@ def test_the_batches_are_the_spmd_trainers(tmp_path):
   batch_fn = async_trainer.make_batch_fn(run.dataset, TINY, run.steps_per_epoch)
   for t in (0, 5, 21, 22, 50):
     epoch, k = t // 22 + 1, t % 22
-    ix = data.worker_batch_indices(len(run.dataset.train_y), P, 16, TINY.seed, epoch)[k]
+    ix = batches.worker_batch_indices(len(run.dataset.train_y), P, 16, TINY.seed, epoch)[k]
     for i in range(P):
       x, y = batch_fn(i, t)
       np.testing.assert_array_equal(x, run.dataset.train_x[ix[i]])
