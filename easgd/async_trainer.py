@@ -322,11 +322,14 @@ def _train(config, workdir, resume, stop_after_steps, faults):
 
 
 def _describe(config, run) -> str:
+  """The layout line: where the workers run, and the mapping that evaluates."""
   p = config.num_workers
+  evaluation = f"evaluation: {run.layout.backend}"  # mapping_backend is read here
   if config.runtime == "threads":
     return (f"{p} workers = {p} threads on {run.layout.num_devices} device(s) "
-            f"[{run.layout.devices[0].platform}, threads]")
-  return f"{p} workers = {p} Ray actors [{config.ray_address or 'local Ray'}, ray]"
+            f"[{run.layout.devices[0].platform}, threads; {evaluation}]")
+  return (f"{p} workers = {p} Ray actors [{config.ray_address or 'local Ray'}, ray; "
+          f"{evaluation}]")
 
 
 def _check_finite(run, driver, stacked, shared, step) -> None:

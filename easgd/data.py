@@ -275,11 +275,16 @@ def _standardise_uint8(train: np.ndarray, test: np.ndarray, scale: float, name: 
     return apply(train), apply(test)
 
 
+def _not_a_dir(path: str) -> str:
+    """How a data directory that is not one fails: for the error messages."""
+    return "is a file, not a directory" if os.path.exists(path) else "does not exist"
+
+
 @functools.lru_cache(maxsize=2)
 def _load_fashion_mnist_cached(data_dir: str) -> Dataset:
     if not os.path.isdir(data_dir):
         raise DataError(
-            f"data directory '{data_dir}' does not exist; expected the IDX files of "
+            f"data directory '{data_dir}' {_not_a_dir(data_dir)}; expected the IDX files of "
             "Debian's dataset-fashion-mnist (apt install dataset-fashion-mnist)"
         )
     arrays = {key: read_idx(_find_idx(data_dir, stem)) for key, stem in _FASHION_FILES.items()}
@@ -399,7 +404,9 @@ def _cifar_expected() -> str:
 def _cifar_dir(data_dir: str) -> str:
     """The directory that holds the batch files: data_dir or data_dir/cifar-10-batches-py."""
     if not os.path.isdir(data_dir):
-        raise DataError(f"CIFAR-10 data directory '{data_dir}' does not exist; {_cifar_expected()}")
+        raise DataError(
+            f"CIFAR-10 data directory '{data_dir}' {_not_a_dir(data_dir)}; {_cifar_expected()}"
+        )
     nested = os.path.join(data_dir, CIFAR10_SUBDIR)
     if not os.path.isfile(os.path.join(data_dir, CIFAR10_TEST_FILE)) and os.path.isdir(nested):
         return nested

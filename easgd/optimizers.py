@@ -29,7 +29,8 @@ def make_schedule(config: TrainConfig, steps_per_epoch: int) -> optax.Schedule:
 
   Raises:
     ConfigError: two decay epochs fall on the same step, or one falls inside
-      the warm-up (they would be merged or lost silently).
+      the warm-up or at the end of the run (they would be merged or lost
+      silently).
   """
   lr = config.learning_rate
   total = config.num_epochs * steps_per_epoch
@@ -40,11 +41,12 @@ def make_schedule(config: TrainConfig, steps_per_epoch: int) -> optax.Schedule:
     main = optax.cosine_decay_schedule(lr, max(total - warmup, 1))
   else:  # step
     steps = [int(round(e * steps_per_epoch)) - warmup for e in config.lr_decay_epochs]
-    if len(set(steps)) != len(steps) or any(t <= 0 for t in steps):
+    if len(set(steps)) != len(steps) or any(not 0 < t < total - warmup for t in steps):
       raise ConfigError(
           f"lr_decay_epochs={tuple(config.lr_decay_epochs)} fall on steps "
           f"{[t + warmup for t in steps]} ({steps_per_epoch} steps per epoch, warm-up "
-          f"{warmup} steps); allowed: distinct steps after the warm-up")
+          f"{warmup} steps, {total} steps in all); allowed: distinct steps after the "
+          f"warm-up and before the end of the run")
     main = optax.piecewise_constant_schedule(
         lr, {t: config.lr_decay_factor for t in steps})
   if warmup == 0:

@@ -27,7 +27,7 @@ from jax import lax
 
 from easgd import (algorithms, batches, checks, data, distributed, elastic, models,
                    registry, rundir, workers)
-from easgd.config import ConfigError, TrainConfig
+from easgd.config import MAX_TOTAL_STEPS, ConfigError, TrainConfig, as_train_config
 from easgd.optimizers import make_optimizer
 from easgd.workers import WORKER_AXES
 
@@ -177,6 +177,11 @@ class Run:
     self.steps_per_epoch = batches.steps_per_epoch(
         len(ds.train_y), config.num_workers, config.per_worker_batch_size)
     self.total_steps = self.steps_per_epoch * config.num_epochs
+    if self.total_steps > MAX_TOTAL_STEPS:
+      raise ConfigError(
+          f"num_epochs={config.num_epochs} gives {self.total_steps} steps "
+          f"({self.steps_per_epoch} per epoch); the step clocks are int32: allowed "
+          f"num_epochs <= {MAX_TOTAL_STEPS // self.steps_per_epoch}")
     if "tau" in registry.TABLE[config.algorithm].reads and config.tau > self.total_steps:
       raise ConfigError(
           f"tau={config.tau} (communication period) is longer than the whole run "
@@ -432,13 +437,14 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
     ``metrics.jsonl``.
 
   Raises:
-    ConfigError: a bad config value or workdir, or a resume with another config.
+    ConfigError: ``config`` not a TrainConfig, a bad config value or workdir,
+      overwrite with resume, or a resume with another config.
     easgd.workers.LayoutError: num_workers not a multiple of the devices used.
     easgd.data.DataError: unknown or missing data set files, or a batch larger
       than the data.
     DivergenceError: a non-finite loss or parameter (names step and worker).
   """
-  config = config.validate()
+  config = as_train_config(config).validate()
   if stop_after_steps is not None:
     stop_after_steps = checks.integer("stop_after_steps", stop_after_steps, 1,
                                       error=ConfigError)

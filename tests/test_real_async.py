@@ -219,7 +219,7 @@ def test_an_interrupted_run_resumes_and_continues_its_log(tmp_path):
   metrics = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
   assert metrics[-1]["exchanges"] == len(log) and metrics[-1]["faults"] == 0
   assert metrics[-1]["test_accuracy"] > 0.8  # it learned (10 classes)
-  assert done["layout"] == "4 workers = 4 threads on 2 device(s) [cpu, threads]"
+  assert done["layout"] == "4 workers = 4 threads on 2 device(s) [cpu, threads; evaluation: pmap]"
 
 
 def test_a_worker_fault_is_reported_not_raised(tmp_path):

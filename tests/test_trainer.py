@@ -199,7 +199,7 @@ def test_compare_refuses_to_overwrite_an_earlier_comparison(tmp_path):
 
 @pytest.mark.parametrize("changes,match", [
     (dict(lr_decay_epochs=5.0), "lr_decay_epochs must be a tuple"),
-    (dict(worker_speeds=3), "worker_speeds must be a tuple"),
+    (dict(worker_speeds=3), "worker_speeds must be a sequence"),
     (dict(learning_rate=10**400), "learning_rate must be a finite real"),
     (dict(progress="no"), "progress must be a bool"),
     (dict(data_dir=123), "data_dir must be a path string"),
