@@ -103,8 +103,7 @@ def _center_error(run):
 def _sync_run(args, algorithm, delay):
   """(times, errors) of an SPMD run, evaluating every eval_every steps."""
   import jax
-  import numpy as np
-  from easgd import data, trainer, workers
+  from easgd import batches, trainer, workers
   run = trainer.Run(_config(args, algorithm))
   error = _center_error(run)
   spe, p = run.steps_per_epoch, run.config.num_workers
@@ -112,7 +111,7 @@ def _sync_run(args, algorithm, delay):
 
   def batch(step):
     epoch = step // spe + 1
-    ix = data.worker_batch_indices(len(run.dataset.train_y), p, cfg.per_worker_batch_size,
+    ix = batches.worker_batch_indices(len(run.dataset.train_y), p, cfg.per_worker_batch_size,
                                    cfg.seed, epoch)[step % spe]
     return workers.split_workers((run.dataset.train_x[ix], run.dataset.train_y[ix]),
                                  run.layout)
@@ -252,7 +251,7 @@ def part_b(args):
   import jax
   import optax
   import common
-  from easgd import asynchronous, async_shared, async_trainer, trainer
+  from easgd import async_log, async_shared, async_trainer, asynchronous, trainer
   from easgd.optimizers import make_optimizer
   print(f"# B. local step, one worker on one device: the threads runtime's "
         f"WorkerLoop.run against a bare jax.jit SGD step, same batches, both waiting one "
@@ -269,12 +268,12 @@ def part_b(args):
     algo = asynchronous.async_easgd(loss_fn, opt, num_workers=1, tau=2**30, beta=0.9)
     batch_fn = async_trainer.make_batch_fn(run.dataset, cfg, run.steps_per_epoch)
     setup = async_shared.AsyncSetup(algo, run.init_params, batch_fn, run.step_key)
-    rules = asynchronous.async_rules(algo)
+    rules = async_log.async_rules(algo)
     programs = async_shared.WorkerPrograms(rules)
     device = jax.devices()[0]
-    center = async_shared.CenterStore(rules, programs, asynchronous.init_shared(
+    center = async_shared.CenterStore(rules, programs, async_log.init_shared(
         rules, run.init_params), device)
-    loop = async_shared.WorkerLoop(0, programs, setup, asynchronous.init_worker(
+    loop = async_shared.WorkerLoop(0, programs, setup, async_log.init_worker(
         rules, run.init_params), center.exchange, device)
     loop.warm_up()
     loop.run(1)  # clock 0 exchanges; every later step is local

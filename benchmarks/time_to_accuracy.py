@@ -66,7 +66,7 @@ def main():
   import jax
 
   import common
-  from easgd import data, workers
+  from easgd import batches, workers
   from easgd.config import TrainConfig
   from easgd.trainer import Run
 
@@ -87,9 +87,9 @@ def main():
     curve = [(0, run.evaluate(worker, shared, 0, 0, None)["test_accuracy"])]
     step, last = 0, None
     for epoch in range(1, cfg.num_epochs + 1):
-      batches = data.worker_batch_indices(len(run.dataset.train_y), cfg.num_workers,
-                                          cfg.per_worker_batch_size, cfg.seed, epoch)
-      for ix in batches:
+      order = batches.worker_batch_indices(len(run.dataset.train_y), cfg.num_workers,
+                                           cfg.per_worker_batch_size, cfg.seed, epoch)
+      for ix in order:
         batch = workers.split_workers((run.dataset.train_x[ix], run.dataset.train_y[ix]),
                                       run.layout)
         worker, shared, loss = run.step_fn(worker, shared, batch, run.step_key, step)

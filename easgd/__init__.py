@@ -1,12 +1,20 @@
 """easgd: Elastic Averaging SGD (Zhang, Choromanska & LeCun, NeurIPS 2015) on JAX.
 
-Where things live:
-  easgd.elastic     the update rules (eq. 5-6), pure pytree functions
-  easgd.algorithms  per-worker (init, step) pairs: EASGD, pmean SGD
-  easgd.momentum    EAMSGD (eq. 7): Nesterov momentum local to each worker
-  easgd.asynchronous  Algorithms 1-2 simulated with exchange schedules
+Where things live (the layers, bottom up: core, parallel, analysis, training,
+face; README "Architecture"):
+  easgd.elastic     the update rules (eq. 5-6), the worker axis names, sums
+                    across workers in float32, pure pytree functions
+  easgd.momentum    the local step: Nesterov momentum (eq. 7) and the one
+                    loss-and-gradient of every algorithm (model state included)
+  easgd.algorithms  per-worker (init, step) pairs: EASGD and EAMSGD (one rule),
+                    the one-model core of pmean SGD and the sequential methods
+  easgd.async_schedule  the simulated time model: ticks, speeds, exchange orders
+  easgd.asynchronous  Algorithms 1-2 (and the DOWNPOUR engine) simulated on it,
+                    and their per-event rules
+  easgd.async_log   the exchange log of a run and its replay
   easgd.baselines   DOWNPOUR family, sequential SGD/MSGD/ASGD/MVASGD, local
-                    SGD, DiLoCo; easgd.registry builds them from a config
+                    SGD, DiLoCo
+  easgd.registry    the algorithm table: factories, the settings each reads
   easgd.workers     the worker mapping (pmap or shard_map over devices of vmap
                     over workers)
   easgd.distributed multi-process runs: jax.distributed setup, peer watchdog
@@ -34,8 +42,10 @@ Where things live:
   easgd.sweep_report   the sweep's files, theory contour and heatmaps
   easgd.sweep       the ``easgd sweep`` command (SweepConfig, run_sweep)
   easgd.flags       command-line flags from a dataclass's fields
-  easgd.checks      one-line input checks of the analysis modules
-  easgd.data, easgd.models, easgd.config, easgd.cli
+  easgd.checks      the one vocabulary of input checks (one message form)
+  easgd.data        the data sets (MNIST-1D, Fashion-MNIST, digits, CIFAR-10)
+  easgd.batches     which examples each worker reads at each step; crops
+  easgd.models, easgd.config, easgd.cli
 """
 
 from easgd.algorithms import Algorithm, Communication, easgd, pmean_sgd

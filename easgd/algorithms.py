@@ -173,7 +173,7 @@ class Algorithm(NamedTuple):
       EAMSGD, the DOWNPOUR family) their ``easgd.asynchronous.AsyncRules``: the
       pure worker-local computation, master rule and finishing rule that
       ``step`` simulates in SPMD code, exposed so that the explicit-order
-      replay (``easgd.asynchronous.replay``) and the real runtimes (threads,
+      replay (``easgd.async_log.replay``) and the real runtimes (threads,
       Ray) run exactly these functions.
   """
   name: str

@@ -37,7 +37,7 @@ from typing import Callable, Sequence
 
 import jax
 
-from easgd import asynchronous, distributed
+from easgd import async_log, distributed
 from easgd.async_driver import WorkerLost, WorkersLostError
 from easgd.async_shared import AsyncSetup, CenterStore, ChunkResult, WorkerLoop, WorkerPrograms
 
@@ -124,9 +124,9 @@ class CenterActor:
 
   def __init__(self, factory: Callable[[], AsyncSetup], shared, log, elapsed_s):
     setup = factory()
-    rules = asynchronous.async_rules(setup.algorithm)
+    rules = async_log.async_rules(setup.algorithm)
     if shared is None:
-      shared = asynchronous.init_shared(rules, setup.params)
+      shared = async_log.init_shared(rules, setup.params)
     self.store = CenterStore(rules, WorkerPrograms(rules), shared, None, log, elapsed_s)
 
   def exchange(self, worker, clock, message):
@@ -170,8 +170,8 @@ class WorkerActor:
     import ray
     center = ray.get_actor(center_name)  # by name: a restart finds it again
     self.setup = factory()
-    self.rules = asynchronous.async_rules(self.setup.algorithm)
-    state = asynchronous.init_worker(self.rules, self.setup.params)
+    self.rules = async_log.async_rules(self.setup.algorithm)
+    state = async_log.init_worker(self.rules, self.setup.params)
 
     def exchange(worker, clock, message):
       return ray.get(center.exchange.remote(worker, clock, jax.device_get(message)))
@@ -188,7 +188,7 @@ class WorkerActor:
     self.loop.arm_fault(clock, lambda t: os._exit(1))  # the process dies
 
   def restart_from(self, center, clock):
-    self.loop.set_state(asynchronous.restart_worker(self.rules, center, self.setup.params,
+    self.loop.set_state(async_log.restart_worker(self.rules, center, self.setup.params,
                                                     clock))
 
   def set_state(self, state):
@@ -240,12 +240,7 @@ class RayBackend:
     self._worker_of = {}
 
   def _get(self, ref, worker):
-    try:
-      return self._ray.get(ref)
-    except self._ray.exceptions.RayActorError as e:
-      text = str(e).strip().splitlines()
-      raise WorkerLost(f"worker {worker}'s process died ({type(e).__name__}: "
-                       f"{(text[0] if text else '')[:200]})") from None
+    return self._fetch(ref, WorkerLost, f"worker {worker}'s process")
 
   def submit(self, worker: int, num_steps: int):
     ref = self.actors[worker].run.remote(num_steps)
@@ -260,12 +255,16 @@ class RayBackend:
     return self._get(handle, self._worker_of.pop(handle))
 
   def _center(self, ref):
+    return self._fetch(ref, WorkersLostError, "the center's process")
+
+  def _fetch(self, ref, error, whose: str):
+    """``ray.get(ref)``; a dead actor's process becomes ``error`` (one line)."""
     try:
       return self._ray.get(ref)
     except self._ray.exceptions.RayActorError as e:
       text = str(e).strip().splitlines()
-      raise WorkersLostError(f"the center's process died ({type(e).__name__}: "
-                             f"{(text[0] if text else '')[:200]})") from None
+      raise error(f"{whose} died ({type(e).__name__}: "
+                  f"{(text[0] if text else '')[:200]})") from None
 
   def fault(self, worker: int, clock: int) -> int:
     """Logs the fault at the worker's clock after its last exchange, if later."""

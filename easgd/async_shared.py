@@ -8,7 +8,7 @@ and each exchange with the center happens when that worker reaches it. Both
 are made of the pieces here:
 
   :class:`WorkerPrograms`  the per-event functions of
-                           ``easgd.asynchronous.RulePrograms`` compiled with
+                           ``easgd.async_log.RulePrograms`` compiled with
                            ``jax.jit`` (no collective, no axis name): ``local``
                            (a local step without exchange), ``propose``,
                            ``serve``, ``finish`` (an exchange step);
@@ -18,7 +18,7 @@ are made of the pieces here:
                            lock, so exchanges are never interleaved;
   :class:`WorkerLoop`      one worker: its state on its device, its local clock,
                            ``run(n)`` takes n local steps;
-  :func:`replay_run`       a run's log through ``easgd.asynchronous.replay``
+  :func:`replay_run`       a run's log through ``easgd.async_log.replay``
                            with these same compiled programs (bit for bit);
   :func:`write_log`, :func:`read_log`  the log as JSON lines.
 
@@ -34,7 +34,7 @@ which center version is read depends on timing, and the log records it.
 
 The exchange log: one record per event, in the order the center served them,
 ``{"event", "worker", "local_step", "version", "read_version", "time_s"}``
-(``easgd.asynchronous.LOG_EVENTS``). ``version`` is the number of master
+(``easgd.async_log.LOG_EVENTS``). ``version`` is the number of master
 updates before this one, ``read_version`` the number contained in the center
 the worker read: ``version`` for EASGD/EAMSGD (the center before its update),
 ``version + 1`` for the DOWNPOUR family (the fetch after its own push). A real
@@ -56,7 +56,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import jax
 import numpy as np
 
-from easgd import asynchronous
+from easgd import async_log, asynchronous
 from easgd.algorithms import Algorithm
 from easgd.files import write_text_atomic
 
@@ -76,7 +76,7 @@ class AsyncSetup(NamedTuple):
       ``worker``'s local step at its clock ``clock``; a function of (worker,
       clock) only, so that a replay can rebuild every batch.
     key: the run's base key; the step's key is
-      ``easgd.asynchronous.local_key(key, worker, clock)``.
+      ``easgd.async_log.local_key(key, worker, clock)``.
   """
   algorithm: Algorithm
   params: Params
@@ -87,7 +87,7 @@ class AsyncSetup(NamedTuple):
 class WorkerPrograms:
   """The per-event functions of an asynchronous method, compiled.
 
-  ``jax.jit`` of ``easgd.asynchronous.RulePrograms``' methods: ``local``,
+  ``jax.jit`` of ``easgd.async_log.RulePrograms``' methods: ``local``,
   ``propose``, ``serve``, ``finish`` (see there). A program runs on the device
   of the state it is given (compiled once per device). Threads may call them
   concurrently.
@@ -97,7 +97,7 @@ class WorkerPrograms:
   """
 
   def __init__(self, rules: asynchronous.AsyncRules):
-    base = asynchronous.RulePrograms(rules)
+    base = async_log.RulePrograms(rules)
     self.rules = rules
     self.local = jax.jit(base.local)
     self.propose = jax.jit(base.propose)
@@ -175,7 +175,7 @@ class CenterStore:
 
     Returns:
       ``shared.center`` as served so far (on the center's device): the
-      parameters the worker restarts from (``easgd.asynchronous.restart_worker``).
+      parameters the worker restarts from (``easgd.async_log.restart_worker``).
     """
     with self._lock:
       self._record("restart", worker, clock, self.version)
@@ -371,8 +371,8 @@ def _finished_losses(losses) -> np.ndarray:
 
 def replay_run(setup: AsyncSetup, log: Sequence[dict], final_clocks: Sequence[int], *,
                compiled: bool = True, device=None, keep_centers: bool = False
-               ) -> asynchronous.Replayed:
-  """Replays a real run from its exchange log (``easgd.asynchronous.replay``).
+               ) -> async_log.Replayed:
+  """Replays a real run from its exchange log (``easgd.async_log.replay``).
 
   Args:
     setup: the run's :class:`AsyncSetup` (the same algorithm, initial
@@ -386,12 +386,12 @@ def replay_run(setup: AsyncSetup, log: Sequence[dict], final_clocks: Sequence[in
     keep_centers: also return the center after every master update.
 
   Returns:
-    The ``easgd.asynchronous.Replayed`` final states.
+    The ``easgd.async_log.Replayed`` final states.
   """
-  rules = asynchronous.async_rules(setup.algorithm)
+  rules = async_log.async_rules(setup.algorithm)
   programs = WorkerPrograms(rules) if compiled else None
   params = jax.device_put(setup.params, device)
-  return asynchronous.replay(setup.algorithm, log, params, setup.batch_fn,
+  return async_log.replay(setup.algorithm, log, params, setup.batch_fn,
                              jax.device_put(setup.key, device), final_clocks,
                              programs=programs, keep_centers=keep_centers)
 

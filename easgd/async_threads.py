@@ -29,7 +29,7 @@ from typing import Sequence
 
 import jax
 
-from easgd import asynchronous
+from easgd import async_log, asynchronous
 from easgd.async_shared import (AsyncSetup, CenterStore, ChunkResult, WorkerLoop,
                                 WorkerPrograms)
 
@@ -60,20 +60,20 @@ class ThreadBackend:
                delays_s: Sequence[float] = (), workers: Sequence | None = None,
                shared: asynchronous.AsyncShared | None = None, log: Sequence[dict] = (),
                elapsed_s: float = 0.0, record: bool = False):
-    rules = asynchronous.async_rules(setup.algorithm)
+    rules = async_log.async_rules(setup.algorithm)
     self.num_workers = p = int(num_workers)
     self.devices = list(devices) if devices is not None else [None] * p
     if center_device is None:
       center_device = self.devices[0]
     self.programs = WorkerPrograms(rules)
     if shared is None:
-      shared = asynchronous.init_shared(rules, setup.params)
+      shared = async_log.init_shared(rules, setup.params)
     self.center = CenterStore(rules, self.programs, shared, center_device, log,
                               elapsed_s)
     self._elapsed_s = float(elapsed_s)
     delays = list(delays_s) or [0.0] * p
     if workers is None:
-      workers = [asynchronous.init_worker(rules, setup.params)] * p
+      workers = [async_log.init_worker(rules, setup.params)] * p
     self.loops = [WorkerLoop(i, self.programs, setup, workers[i], self.center.exchange,
                              self.devices[i], delays[i], record) for i in range(p)]
     self._pools = [futures.ThreadPoolExecutor(1, thread_name_prefix=f"easgd-worker-{i}")

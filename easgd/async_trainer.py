@@ -8,10 +8,10 @@ model and evaluation as the SPMD trainer) with real asynchronous workers:
 ``easgd.async_ray`` (Ray actors, on this machine or a cluster).
 
 Data: worker i's local step at its clock t reads worker i's rows of global
-batch t of the SPMD trainer's order (``easgd.data.worker_batch_indices`` of
+batch t of the SPMD trainer's order (``easgd.batches.worker_batch_indices`` of
 epoch t // steps_per_epoch + 1, its step t % steps_per_epoch; the crops of
 ``crop_rng(seed, epoch, t)``), and the key
-``easgd.asynchronous.local_key(step_key, i, t)``: a function of (seed, worker,
+``easgd.async_log.local_key(step_key, i, t)``: a function of (seed, worker,
 local step) only, so a replay rebuilds every batch (:func:`make_setup`). A
 worker that runs ahead reads later global batches.
 
@@ -55,7 +55,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from easgd import (asynchronous, async_driver, async_shared, async_threads, data,
+from easgd import (async_driver, async_log, async_shared, async_threads, batches, data,
                    distributed, models, rundir, trainer, workers)
 from easgd.config import ConfigError, TrainConfig
 
@@ -81,15 +81,15 @@ def make_batch_fn(dataset: data.Dataset, config: TrainConfig, steps_per_epoch: i
 
   @functools.lru_cache(maxsize=2 * p + 2)  # workers may be in different epochs
   def epoch_indices(epoch):
-    return data.worker_batch_indices(n, p, b, seed, epoch)
+    return batches.worker_batch_indices(n, p, b, seed, epoch)
 
   def batch_fn(worker, clock):
     epoch, t = clock // steps_per_epoch + 1, clock % steps_per_epoch
     ix = epoch_indices(epoch)[t]  # [p, B]: global batch `clock`
     if config.crop_size is None:
       return dataset.train_x[ix[worker]], dataset.train_y[ix[worker]]
-    x = data.random_crop(dataset.train_x[ix], config.crop_size,
-                         data.crop_rng(seed, epoch, clock))
+    x = batches.random_crop(dataset.train_x[ix], config.crop_size,
+                         batches.crop_rng(seed, epoch, clock))
     return x[worker], dataset.train_y[ix[worker]]
   return batch_fn
 
@@ -109,8 +109,8 @@ def ray_setup(fields: Mapping[str, Any]) -> async_shared.AsyncSetup:
 
 def _checkpoint_target(run: trainer.Run, rules) -> dict:
   p = run.config.num_workers
-  worker = asynchronous.init_worker(rules, run.init_params)
-  shared = asynchronous.init_shared(rules, run.init_params)
+  worker = async_log.init_worker(rules, run.init_params)
+  shared = async_log.init_shared(rules, run.init_params)
   return dict(
       worker=jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (p, *np.shape(x))),
                           worker),
@@ -207,7 +207,7 @@ def train_and_evaluate_async(config: TrainConfig, workdir, *, overwrite: bool = 
 
 def _train(config, workdir, resume, stop_after_steps, faults):
   run = trainer.Run(config)
-  rules = asynchronous.async_rules(run.algorithm)
+  rules = async_log.async_rules(run.algorithm)
   setup = make_setup(run)
   p, spe = config.num_workers, run.steps_per_epoch
   ckpt = rundir.open_run(config, workdir, resume=resume)
@@ -230,8 +230,8 @@ def _train(config, workdir, resume, stop_after_steps, faults):
   else:
     step, log, worker_states, shared = 0, [], None, None
     loss_sum, loss_count, train_seconds = np.zeros(p), np.zeros(p, np.int64), 0.0
-    init_worker = asynchronous.init_worker(rules, run.init_params)
-    init_shared = asynchronous.init_shared(rules, run.init_params)
+    init_worker = async_log.init_worker(rules, run.init_params)
+    init_shared = async_log.init_shared(rules, run.init_params)
     history = [_evaluate(run, async_shared.stack_workers([init_worker] * p),
                          jax.device_get(init_shared), 0, 0, None, [], [0] * p, 0.0)]
     rundir.write_metrics(workdir, history)
@@ -322,11 +322,14 @@ def _train(config, workdir, resume, stop_after_steps, faults):
 
 
 def _describe(config, run) -> str:
+  """The layout line: where the workers run, and the mapping that evaluates."""
   p = config.num_workers
+  evaluation = f"evaluation: {run.layout.backend}"  # mapping_backend is read here
   if config.runtime == "threads":
     return (f"{p} workers = {p} threads on {run.layout.num_devices} device(s) "
-            f"[{run.layout.devices[0].platform}, threads]")
-  return f"{p} workers = {p} Ray actors [{config.ray_address or 'local Ray'}, ray]"
+            f"[{run.layout.devices[0].platform}, threads; {evaluation}]")
+  return (f"{p} workers = {p} Ray actors [{config.ray_address or 'local Ray'}, ray; "
+          f"{evaluation}]")
 
 
 def _check_finite(run, driver, stacked, shared, step) -> None:

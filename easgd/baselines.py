@@ -49,7 +49,8 @@ import jax.numpy as jnp
 import optax
 from optax.tree_utils import tree_zeros_like
 
-from easgd import algorithms, asynchronous, checks, elastic, momentum as momentum_lib
+from easgd import (algorithms, async_schedule, asynchronous, checks, elastic,
+                   momentum as momentum_lib)
 from easgd.algorithms import (Algorithm, LossFn, local_optimizer,
                               check_exchange_flag, every_tau_steps,
                               periodic_communication, worker_key)
@@ -97,7 +98,7 @@ def _polyak_rate(clock):
 
 def downpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
              *, num_workers: int, tau: int = 1, learning_rate: float | None = None,
-             schedule: asynchronous.ExchangeSchedule | None = None,
+             schedule: async_schedule.ExchangeSchedule | None = None,
              push_timing: str = "authors", axis_name=WORKER_AXES) -> Algorithm:
   """DOWNPOUR with push period tau, as in the authors' code (simulated async).
 
@@ -162,7 +163,7 @@ def downpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = N
 def mdownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
               *, num_workers: int, momentum: float, tau: int = 1,
               learning_rate: float | None = None,
-              schedule: asynchronous.ExchangeSchedule | None = None,
+              schedule: async_schedule.ExchangeSchedule | None = None,
               push_timing: str = "authors", axis_name=WORKER_AXES) -> Algorithm:
   """MDOWNPOUR: DOWNPOUR with Nesterov momentum on the master.
 
@@ -240,7 +241,7 @@ def _averaged_downpour(name, loss_fn, optimizer, *, num_workers, tau, learning_r
 
 def adownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
               *, num_workers: int, tau: int = 1, learning_rate: float | None = None,
-              schedule: asynchronous.ExchangeSchedule | None = None,
+              schedule: async_schedule.ExchangeSchedule | None = None,
               push_timing: str = "authors", axis_name=WORKER_AXES) -> Algorithm:
   """ADOWNPOUR: DOWNPOUR plus a running average of the center (z is evaluated).
 
@@ -277,7 +278,7 @@ def adownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = 
 def mvadownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
                 *, num_workers: int, tau: int = 1, average_rate: float = 0.001,
                 learning_rate: float | None = None,
-                schedule: asynchronous.ExchangeSchedule | None = None,
+                schedule: async_schedule.ExchangeSchedule | None = None,
                 push_timing: str = "authors", axis_name=WORKER_AXES) -> Algorithm:
   """MVADOWNPOUR: DOWNPOUR plus a constant-rate moving average (z is evaluated).
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import jax
 
+from easgd.files import interrupts_deferred
 from easgd.workers import to_host
 
 CHECKPOINT_DIR = "checkpoints"
@@ -67,9 +68,14 @@ class Checkpointer:
     return list(self.manager.all_steps())
 
   def save(self, step: int, state: dict[str, Any]) -> None:
-    """Writes ``state`` (a pytree of host arrays) as checkpoint ``step``; waits."""
-    self.manager.save(int(step), args=self._ocp.args.StandardSave(to_host(state)))
-    self.manager.wait_until_finished()
+    """Writes ``state`` (a pytree of host arrays) as checkpoint ``step``; waits.
+
+    Ctrl-C during the save is held back until it is complete (older
+    checkpoints beyond ``max_to_keep`` deleted too), then raised.
+    """
+    with interrupts_deferred():
+      self.manager.save(int(step), args=self._ocp.args.StandardSave(to_host(state)))
+      self.manager.wait_until_finished()
 
   def restore(self, step: int | None = None, target: dict[str, Any] | None = None):
     """Restores checkpoint ``step`` (default: the latest) as host arrays.

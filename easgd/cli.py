@@ -27,6 +27,7 @@ import argparse
 import importlib.util
 import json
 import sys
+import warnings
 from pathlib import Path
 
 from easgd import flags
@@ -106,9 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fake N CPU devices (before JAX starts)")
     if name == "compare":
       from easgd import registry
-      p.add_argument("--algorithms", default=",".join(registry.DEFAULT_COMPARISON),
+      p.add_argument("--algorithms", type=flags.list_parser(str),
+                     default=registry.DEFAULT_COMPARISON, metavar="NAMES",
                      help=f"comma-separated algorithm names, of: "
-                          f"{', '.join(registry.ALGORITHMS)} (default: %(default)s)")
+                          f"{', '.join(registry.ALGORITHMS)} (default: "
+                          f"{','.join(registry.DEFAULT_COMPARISON)})")
     _add_config_flags(p)
   p = sub.add_parser("export", help="write the center of a run's latest checkpoint "
                      "as a plain Flax parameter file (msgpack; cnn_bn: "
@@ -192,6 +195,18 @@ def main(argv=None) -> int:
   parser = build_parser()
   args = parser.parse_args(argv)
   from easgd import distributed
+  with warnings.catch_warnings():
+    warnings.showwarning = _show_warning
+    return _main(args, distributed)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+  """A warning as one line in the package's words: ``easgd: warning: ...``."""
+  kind = "" if category.__module__.startswith("easgd") else f"{category.__name__}: "
+  print(f"easgd: warning: {kind}{message}", file=file or sys.stderr)
+
+
+def _main(args, distributed) -> int:
   try:
     try:
       status = _run(args)
@@ -261,8 +276,7 @@ def _run(args) -> int:
                           wall_time_s=summary["wall_time_s"])))
     return 0
   from easgd.compare import RESULTS_MD, compare
-  algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
-  compare(config, args.workdir, algorithms, overwrite=args.overwrite)
+  compare(config, args.workdir, list(args.algorithms), overwrite=args.overwrite)
   print((Path(args.workdir) / RESULTS_MD).read_text(), end="")
   print(f"plot: {Path(args.workdir) / 'comparison.png'}")
   return 0

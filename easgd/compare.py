@@ -24,12 +24,15 @@ with equal speeds one tick is one step for every method).
 from __future__ import annotations
 
 import json
+import os
+import shutil
+from pathlib import Path
 from typing import Any, Sequence
 
-from easgd import registry
-from easgd.config import ConfigError, TrainConfig
+from easgd import checks, registry
+from easgd.config import ConfigError, TrainConfig, as_train_config
 from easgd.files import write_text_atomic
-from easgd.rundir import check_workdir, workdir_path
+from easgd.rundir import PREVIOUS_RUN_DIR, check_workdir, drop_previous_run, workdir_path
 from easgd.trainer import train_and_evaluate
 
 RESULTS_MD = "results.md"
@@ -186,18 +189,26 @@ def compare(config: TrainConfig, workdir,
     workdir: output directory; each run goes to ``workdir/<algorithm>``.
     algorithms: names from ``easgd.registry.ALGORITHMS``, no repeats;
       default :data:`DEFAULT_ALGORITHMS`.
-    overwrite: allow replacing earlier runs in these directories.
+    overwrite: replace an earlier comparison in ``workdir``: it is moved to
+      ``workdir/previous_run`` (table, plot and runs together) and deleted only
+      once the new comparison is complete, so one that fails leaves it whole.
 
   Returns:
     One table row (dict) per algorithm, also in ``results.json`` (with the
     notes: ``{"rows": [...], "notes": [...]}``).
 
   Raises:
-    ConfigError: unknown or repeated algorithm names, bad config values, a
+    ConfigError: ``config`` not a TrainConfig, ``algorithms`` not a list of
+      names, unknown or repeated algorithm names, bad config values, a
       shared setting none of them reads, or a workdir that already holds runs
       (without ``overwrite``); checked for every algorithm before the first
       one starts.
   """
+  config = as_train_config(config)
+  overwrite = checks.flag("overwrite", overwrite, error=ConfigError)
+  if isinstance(algorithms, str) or not isinstance(algorithms, Sequence):
+    raise ConfigError(f"algorithms must be a list of names (e.g. "
+                      f"['easgd', 'pmean_sgd']), got {algorithms!r}")
   algorithms = list(algorithms)
   if not algorithms:
     raise ConfigError(f"algorithms must name at least one of "
@@ -211,16 +222,13 @@ def compare(config: TrainConfig, workdir,
   workdir = workdir_path(workdir)
   configs, notes = plan(config, algorithms)
   for a in algorithms:
-    check_workdir(workdir / a, overwrite)
+    check_workdir(workdir / a, overwrite, resumable=False)  # compare cannot resume
   if not overwrite and any((workdir / f).exists() for f in (RESULTS_MD, RESULTS_JSON, PLOT_FILE)):
     raise ConfigError(f"workdir '{workdir}' already holds a comparison; choose another "
                       "directory or pass overwrite (--overwrite)")
-  summaries = [train_and_evaluate(c, workdir / c.algorithm, overwrite=overwrite)
-               for c in configs]
+  _set_aside_comparison(workdir)
+  summaries = [train_and_evaluate(c, workdir / c.algorithm) for c in configs]
   rows = [_row(s, c) for s, c in zip(summaries, configs)]
-  write_text_atomic(workdir / RESULTS_JSON,
-                    json.dumps(dict(rows=rows, notes=notes), indent=2) + "\n")
-  write_text_atomic(workdir / RESULTS_MD, results_table(rows, notes))
   from easgd.plotting import plot_comparison
   # simulated time: with the shared worker speeds, a synchronous method waits
   # for the slowest worker at every step (registry.simulated_ticks)
@@ -228,7 +236,44 @@ def compare(config: TrainConfig, workdir,
       r["step"], config.replace(algorithm=c.algorithm))) for r in s["history"]]
       for c, s in zip(configs, summaries)}
   plot_comparison(histories, workdir / PLOT_FILE, title=_title(config))
+  write_text_atomic(workdir / RESULTS_MD, results_table(rows, notes))
+  write_text_atomic(workdir / RESULTS_JSON,  # last: it marks the comparison complete
+                    json.dumps(dict(rows=rows, notes=notes), indent=2) + "\n")
+  drop_previous_run(workdir)
   return rows
+
+
+def _set_aside_comparison(workdir: Path) -> None:
+  """Moves an earlier comparison in ``workdir`` to ``workdir/previous_run``.
+
+  Its table, plot and every algorithm's run directory move together, and are
+  deleted only once the new comparison has written ``results.json``: a new
+  comparison that fails part-way leaves the earlier one whole (and no table
+  mixing old and new rows). If ``previous_run`` is already there and
+  ``results.json`` is not, an earlier overwrite failed: ``previous_run`` still
+  holds the last complete comparison, so it is kept and the failed attempt's
+  files are dropped instead. Empty directories (made by the checks) are removed.
+  """
+  entries = [workdir / f for f in (RESULTS_MD, RESULTS_JSON, PLOT_FILE)]
+  entries += [workdir / a for a in registry.ALGORITHMS]
+  old = []
+  for e in entries:
+    if e.is_dir() and not any(e.iterdir()):
+      e.rmdir()
+    elif e.exists():
+      old.append(e)
+  if not old:
+    return
+  aside = workdir / PREVIOUS_RUN_DIR
+  if aside.exists() and not (workdir / RESULTS_JSON).exists():
+    for e in old:
+      shutil.rmtree(e) if e.is_dir() else e.unlink()
+    return
+  if aside.exists():
+    shutil.rmtree(aside)
+  aside.mkdir()
+  for e in old:
+    os.replace(e, aside / e.name)
 
 
 def _title(config: TrainConfig) -> str:

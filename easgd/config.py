@@ -17,7 +17,7 @@ import numpy as np
 
 from easgd import checks, registry
 from easgd.flags import option
-from easgd.asynchronous import EXCHANGE_ORDERS, PUSH_TIMINGS
+from easgd.async_schedule import EXCHANGE_ORDERS, PUSH_TIMINGS
 from easgd.data import DATASETS
 from easgd.models import BATCH_NORM_MODELS, DTYPES, MODELS
 from easgd.workers import BACKENDS as MAPPING_BACKENDS
@@ -30,6 +30,18 @@ LR_SCALINGS = ("none", "linear", "sqrt")
 
 class ConfigError(ValueError):
   """A configuration value is outside its allowed range."""
+
+
+def as_train_config(value) -> "TrainConfig":
+  """``value`` if it is a :class:`TrainConfig` (not validated here).
+
+  Raises:
+    ConfigError: anything else, e.g. a dict (use ``TrainConfig.from_dict(d)``).
+  """
+  if not isinstance(value, TrainConfig):
+    raise ConfigError(f"config must be an easgd.TrainConfig (from a dict: "
+                      f"TrainConfig.from_dict(d)), got {type(value).__name__}")
+  return value
 
 
 # The checks of easgd.checks, raising ConfigError (one message format).
@@ -85,7 +97,7 @@ class TrainConfig:
       "examples per step summed over all workers; each worker takes "
       "global_batch_size / num_workers. The examples of global step t are "
       "fixed by (seed, epoch, t) alone; worker i reads rows i*B..(i+1)*B-1 of "
-      "them (``easgd.data.worker_batch_indices``).")
+      "them (``easgd.batches.worker_batch_indices``).")
   num_epochs: int = option(
       40, "passes over the training set (integer).")
   learning_rate: float = option(
@@ -97,7 +109,8 @@ class TrainConfig:
   warmup_epochs: float = option(
       0.0, "linear warm-up from 0, in epochs.")
   lr_decay_epochs: tuple[float, ...] = option(
-      (), "epochs at which the 'step' schedule decays.")
+      (), "epochs at which the 'step' schedule decays, increasing, each in "
+      "(0, num_epochs) (read by lr_schedule 'step' only).")
   lr_decay_factor: float = option(
       0.1,
       "multiplier of the 'step' schedule, in (0, 1] (read by lr_schedule "
@@ -121,9 +134,11 @@ class TrainConfig:
   tau: int = option(
       4, "EASGD communication period, in local steps (>= 1).")
   alpha: float | None = option(
-      None, "EASGD moving rate; give alpha or beta, not both.")
+      None, "EASGD moving rate, the elastic coefficient of each worker; giving "
+      "alpha replaces the default beta (alpha = beta / num_workers).")
   beta: float | None = option(
-      0.9, "EASGD center moving rate, beta = num_workers * alpha (paper: 0.9).")
+      0.9, "EASGD center moving rate, beta = num_workers * alpha (paper: 0.9); "
+      "used when alpha is not given. Giving both is refused.")
   reset_opt_state: bool = option(
       False,
       "EASGD/EAMSGD (sync and async): re-initialise the local optimizer state "
@@ -132,7 +147,7 @@ class TrainConfig:
       "round_robin",
       "asynchronous algorithms: order in which the exchanges of a tick are "
       "served, 'round_robin' or 'random' (a permutation per tick).")
-  worker_speeds: tuple[float, ...] = option(
+  worker_speeds: tuple[int, ...] = option(
       (),
       "asynchronous algorithms: local steps per tick of each worker, "
       "num_workers integers >= 1; () = all 1 (or drawn, below).")
@@ -325,7 +340,7 @@ class TrainConfig:
           f"global_batch_size={self.global_batch_size} does not split over "
           f"num_workers={self.num_workers}; allowed: a multiple of {self.num_workers}")
     _int("num_epochs", self.num_epochs, 1)
-    _real("learning_rate", self.learning_rate, 0, open_low=True)
+    _real("learning_rate", self.learning_rate, 0, MAX_REAL, open_low=True)
     _real("warmup_epochs", self.warmup_epochs, 0)
     if self.warmup_epochs >= self.num_epochs and self.warmup_epochs > 0:
       raise ConfigError(f"warmup_epochs={self.warmup_epochs} must be less than "
@@ -334,22 +349,32 @@ class TrainConfig:
       raise ConfigError(f"lr_decay_epochs must be a tuple of epochs, got "
                         f"{self.lr_decay_epochs!r}")
     for e in self.lr_decay_epochs:
-      _real("lr_decay_epochs entry", e, 0, open_low=True)
+      _real("lr_decay_epochs entry", e, 0, self.num_epochs, open_low=True,
+            open_high=True, what="a decay inside the run")
+    if list(self.lr_decay_epochs) != sorted(set(self.lr_decay_epochs)):
+      raise ConfigError(f"lr_decay_epochs must be strictly increasing, got "
+                        f"{tuple(self.lr_decay_epochs)}")
     if self.lr_decay_epochs and self.lr_schedule != "step":
       raise ConfigError(f"lr_decay_epochs={tuple(self.lr_decay_epochs)} has no effect "
                         f"with lr_schedule {self.lr_schedule!r}; use lr_schedule 'step'")
     _real("lr_decay_factor", self.lr_decay_factor, 0, 1, open_low=True)
     _real("momentum", self.momentum, 0, 1, open_high=True)
-    _real("delta", self.delta, 0, 1, open_high=True)
-    _real("weight_decay", self.weight_decay, 0)
+    spec = registry.TABLE[self.algorithm]
+    if spec.without_momentum is not None and self.delta == 0:
+      raise ConfigError(
+          f"delta=0 turns {self.algorithm} into {spec.without_momentum} (eq. 7 with "
+          f"delta = 0 is the plain step); use algorithm {spec.without_momentum!r}, "
+          f"or delta in (0, 1) (paper: 0.99)")
+    _real("delta", self.delta, 0, 1, open_low=True, open_high=True)
+    _real("weight_decay", self.weight_decay, 0, MAX_REAL)
     _int("tau", self.tau, 1, what="communication period", high=MAX_STEPS)
     if (self.alpha is None) == (self.beta is None):
       raise ConfigError(f"give exactly one of alpha and beta (beta = num_workers * "
                         f"alpha), got alpha={self.alpha!r}, beta={self.beta!r}")
     if self.alpha is not None:
-      _real("alpha", self.alpha, 0)
+      _real("alpha", self.alpha, 0, MAX_REAL)
     else:
-      _real("beta", self.beta, 0)
+      _real("beta", self.beta, 0, MAX_REAL)
     self._validate_algorithm_fields()
     self._validate_runtime_fields()
     _int("seed", self.seed, 0, high=2**32 - 1)
@@ -357,7 +382,7 @@ class TrainConfig:
     _int("eval_batch_size", self.eval_batch_size, 1)
     _int("bn_stats_examples", self.bn_stats_examples, 1)
     if self.curvature is not None:
-      _real("curvature", self.curvature, 0, open_low=True)
+      _real("curvature", self.curvature, 0, MAX_REAL, open_low=True)
     _int("checkpoint_every_steps", self.checkpoint_every_steps, 0)
     _int("keep_checkpoints", self.keep_checkpoints, 1)
     _choice("mapping_backend", self.mapping_backend, MAPPING_BACKENDS)
@@ -382,7 +407,7 @@ class TrainConfig:
     """Ranges of the fields of the asynchronous and averaging algorithms."""
     _choice("exchange_order", self.exchange_order, EXCHANGE_ORDERS)
     if not isinstance(self.worker_speeds, (tuple, list)):
-      raise ConfigError(f"worker_speeds must be a tuple (one integer per worker), "
+      raise ConfigError(f"worker_speeds must be a sequence (one integer per worker), "
                         f"got {self.worker_speeds!r}")
     if self.worker_speeds:
       if len(self.worker_speeds) != self.num_workers:
@@ -399,7 +424,7 @@ class TrainConfig:
       _int("max_worker_speed", self.max_worker_speed, 1, high=MAX_SPEED)
     _int("staleness", self.staleness, 0, what="in master updates", high=MAX_STALENESS)
     _choice("push_timing", self.push_timing, PUSH_TIMINGS)
-    _real("outer_learning_rate", self.outer_learning_rate, 0, open_low=True)
+    _real("outer_learning_rate", self.outer_learning_rate, 0, MAX_REAL, open_low=True)
     _real("outer_momentum", self.outer_momentum, 0, 1, open_high=True)
     _real("average_rate", self.average_rate, 0, 1, open_low=True)
 
@@ -478,11 +503,6 @@ class TrainConfig:
     """A setting the run would not read is refused, never silently ignored."""
     spec = registry.TABLE[self.algorithm]
     if spec.without_momentum is not None:
-      if self.delta == 0:
-        raise ConfigError(
-            f"delta=0 turns {self.algorithm} into {spec.without_momentum} (eq. 7 with "
-            f"delta = 0 is the plain step); use algorithm {spec.without_momentum!r}, "
-            f"or delta in (0, 1) (paper: 0.99)")
       if self.optimizer != "sgd":
         raise ConfigError(
             f"algorithm {self.algorithm!r} has its own Nesterov momentum (delta); it "
@@ -595,6 +615,8 @@ MAX_WORKERS = 2**16      # num_workers
 MAX_SPEED = 1024         # local steps per tick of the asynchronous schedules
 MAX_STALENESS = 1024     # master updates (a buffer of that many centers is kept)
 MAX_DELAY_S = 3600.0     # seconds: an injected delay per local step
+MAX_TOTAL_STEPS = 2**31 - 1  # the steps of a whole run (int32 step clocks)
+MAX_REAL = 1e38          # rates and coefficients: finite in float32 arithmetic
 
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
@@ -613,6 +635,8 @@ def _plain(value):
   """A NumPy scalar as the Python scalar, inside tuples and lists too; else value."""
   if isinstance(value, np.generic):
     return value.item()
+  if isinstance(value, np.ndarray) and value.ndim == 1:  # a sequence field
+    return tuple(v.item() for v in value)
   if isinstance(value, (tuple, list)):
     items = [_plain(v) for v in value]
     if any(a is not b for a, b in zip(items, value)):

@@ -8,7 +8,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from easgd import checkpoint, data, models
+from easgd import batches, checkpoint, data, models
 from easgd.config import ConfigError
 from easgd.files import write_bytes_atomic, write_text_atomic
 from easgd.rundir import ensure_writable_dir, saved_config
@@ -68,7 +68,7 @@ def export_center(workdir, out_path) -> Path:
   ds = data.load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
   info = dict(
       model=config.model, dataset=config.dataset, num_classes=ds.num_classes,
-      input_shape=list(data.cropped_shape(ds.input_shape, config.crop_size)),
+      input_shape=list(batches.cropped_shape(ds.input_shape, config.crop_size)),
       step=int(step), algorithm=config.algorithm,
       # the center is kept in float32 for bfloat16 workers (the precision policy)
       param_dtype=config.param_dtype, compute_dtype=config.compute_dtype,

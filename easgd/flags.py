@@ -59,9 +59,25 @@ def option(default: Any, help: str, *, choices: Sequence[Any] | None = None) -> 
   return dataclasses.field(default=default, metadata=metadata)
 
 
-def _list_parser(element: type) -> Callable[[str], tuple]:
+def list_parser(element: type) -> Callable[[str], tuple]:
+  """The argparse ``type`` of a comma-separated list of ``element``.
+
+  ``""`` (or blanks) is the empty tuple; an empty entry (``"1,,2"``, a
+  trailing comma) is refused rather than dropped, so the count typed is the
+  count read.
+
+  Raises:
+    argparse.ArgumentTypeError: an empty entry (argparse shows it as
+      ``argument --x: ...``); ValueError from ``element`` on a bad entry.
+  """
   def parse(text: str) -> tuple:
-    return tuple(element(t.strip()) for t in text.split(",") if t.strip())
+    if not text.strip():
+      return ()
+    items = [t.strip() for t in text.split(",")]
+    if not all(items):
+      raise argparse.ArgumentTypeError(
+          f"empty entry in {text!r}; give values separated by single commas")
+    return tuple(element(t) for t in items)
   parse.__name__ = f"{element.__name__}_list"
   return parse
 
@@ -92,7 +108,7 @@ def flag_type(hint: Any) -> Callable[[str], Any] | None:
     if len(args) != 2 or args[1] is not Ellipsis or args[0] not in (int, float, str):
       raise TypeError(f"cannot make a flag of the annotation {hint!r} "
                       "(tuples must be tuple[int | float | str, ...])")
-    return _list_parser(args[0])
+    return list_parser(args[0])
   if hint is bool:
     return None
   if hint in (int, float, str):

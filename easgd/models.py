@@ -29,22 +29,6 @@ import optax
 
 from easgd import checks
 
-__all__ = [
-    "CNN",
-    "CifarNet",
-    "MLP",
-    "MODELS",
-    "ModelError",
-    "compute_batch_stats",
-    "count_params",
-    "cross_entropy_loss",
-    "has_batch_norm",
-    "init_params",
-    "init_variables",
-    "make_model",
-    "param_bytes",
-    "per_example_stats",
-]
 
 MODELS = ("mlp", "cnn", "cnn_bn", "cifar")
 """Names accepted by :func:`make_model`."""

@@ -41,11 +41,12 @@ def schedule_lengths(config: TrainConfig, steps_per_epoch: int,
   if config.lr_schedule == "step":
     decay = [int(round(e * steps_per_epoch)) for e in config.lr_decay_epochs]
     after = [t - warmup for t in decay]
-    if len(set(after)) != len(after) or any(t <= 0 for t in after):
+    if len(set(after)) != len(after) or any(not 0 < t < total - warmup for t in after):
       raise ConfigError(
           f"lr_decay_epochs={tuple(config.lr_decay_epochs)} fall on steps "
           f"{decay} ({steps_per_epoch} steps per epoch, warm-up "
-          f"{warmup} steps); allowed: distinct steps after the warm-up")
+          f"{warmup} steps, {total} steps in all); allowed: distinct steps after the "
+          f"warm-up and before the end of the run")
   return dict(
       learning_rate=config.learning_rate, lr_scaling=config.lr_scaling,
       lr_reference_batch=config.lr_reference_batch, lr_scale=config.lr_scale,
@@ -79,7 +80,8 @@ def make_schedule(config: TrainConfig, steps_per_epoch: int,
 
   Raises:
     ConfigError: two decay epochs fall on the same step, or one falls inside
-      the warm-up (they would be merged or lost silently).
+      the warm-up or at the end of the run (they would be merged or lost
+      silently).
   """
   lengths = schedule_lengths(config, steps_per_epoch)
   lr = config.resolved_learning_rate if learning_rate is None else learning_rate

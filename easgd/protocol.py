@@ -31,7 +31,7 @@ Every run is the run ``easgd train`` makes of the arm's config with that rate
 and seed: the same initial parameters and step key (``split(key(seed))``),
 the same data set (MNIST-1D is generated from the seed), the same training
 examples (the validation split removed, ``easgd.data.validation_split``),
-the same data order (``easgd.data.worker_batch_indices``, epochs 1, 2, ...),
+the same data order (``easgd.batches.worker_batch_indices``, epochs 1, 2, ...),
 the same local optimizer and schedule (``easgd.optimizers``), the same
 algorithm (``easgd.registry``); ``tests/test_protocol.py`` checks the
 per-configuration equality with ``train_and_evaluate``.
@@ -65,7 +65,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from easgd import data, elastic, models, protocol_stats, registry
+from easgd import batches, data, elastic, models, protocol_stats, registry
 from easgd.config import TrainConfig
 from easgd.files import write_text_atomic
 from easgd.optimizers import make_optimizer
@@ -121,7 +121,7 @@ def prepare(config: ProtocolConfig, num_train: int) -> dict[str, ArmRun]:
   runs = {}
   for arm in config.arms:
     cfg = arm.config(config.base).validate()
-    spe = data.steps_per_epoch(num_train, cfg.num_workers, cfg.per_worker_batch_size)
+    spe = batches.steps_per_epoch(num_train, cfg.num_workers, cfg.per_worker_batch_size)
     total = spe * cfg.num_epochs
     reads = registry.TABLE[cfg.algorithm].reads
     if "tau" in reads and cfg.tau > total:
@@ -237,7 +237,7 @@ def batch_indices(seed_data: SeedData, run: ArmRun, seed: int) -> np.ndarray:
   ``worker_batch_indices`` over the training part)."""
   c = run.config
   idx = np.concatenate([
-      data.worker_batch_indices(seed_data.num_train, c.num_workers,
+      batches.worker_batch_indices(seed_data.num_train, c.num_workers,
                                 c.per_worker_batch_size, seed, epoch)
       for epoch in range(1, c.num_epochs + 1)])[:run.num_steps]
   return seed_data.train_idx[idx].astype(np.int32)

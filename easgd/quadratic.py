@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 from typing import NamedTuple
 
 import jax
@@ -40,7 +39,8 @@ from jax import lax
 
 from easgd import algorithms, checks, sweep_engine
 from easgd.sweep_engine import SweepError, check_factor, check_int, check_real
-from easgd.sweep_grid import SweepGrid, SweepResult, records, run_grid
+from easgd.sweep_grid import (SweepGrid, SweepResult, check_memory, check_num_steps,
+                              records, run_grid)
 
 
 def quadratic_loss(x, batch, key):
@@ -321,6 +321,30 @@ def quadratic_start(num_workers: int, x0: float = 1.0, spread: float = 0.5
       np.float32), float(x0)
 
 
+def check_quadratic(grid: SweepGrid, num_steps) -> int:
+  """Checks the length and memory of a quadratic sweep, before anything is built.
+
+  Every step's inputs are held at once: the curvature and the noise draw of
+  each worker (two float32, 8 bytes; ``easgd.sweep_grid.check_memory``).
+
+  Args:
+    grid: a validated grid.
+    num_steps: local steps per worker.
+
+  Returns:
+    ``int(num_steps)``.
+
+  Raises:
+    SweepError: num_steps not an integer in [1, 2**31 - 1], a tau above it
+      (``easgd.sweep_grid.check_num_steps``), or the sweep's memory estimate
+      above ``easgd.sweep_grid.MAX_SWEEP_BYTES``.
+  """
+  num_steps = check_num_steps(grid, num_steps)
+  check_memory("quadratic", grid, num_steps, 8, 4,
+               "curvature and noise (2 float32)")
+  return num_steps
+
+
 def sweep_quadratic(grid: SweepGrid, num_steps: int, *, curvature: float = 1.0,
                     x0: float = 1.0, spread: float = 0.5, sigma: float = 0.0,
                     seed: int = 0, divergence_factor: float = 1e3) -> SweepResult:
@@ -337,12 +361,13 @@ def sweep_quadratic(grid: SweepGrid, num_steps: int, *, curvature: float = 1.0,
 
   Args:
     grid: the configurations (validated here).
-    num_steps: local steps, an integer >= 1.
+    num_steps: local steps, an integer in [1, 2**31 - 1], at least every tau of
+      the grid (:func:`check_quadratic`).
     curvature: h > 0.
     x0: start value (finite, non-zero so that the loss can grow).
     spread: relative spread of the worker starts, finite >= 0.
     sigma: gradient-noise standard deviation >= 0.
-    seed: seed of the noise draws.
+    seed: seed of the noise draws, an integer in [0, 2**32 - 1].
     divergence_factor: c > 1; a configuration diverges when its mean worker
       loss exceeds c x its step-0 value, or its center's loss F(x~) after the
       last step exceeds c x F(x0) (``easgd.sweep_engine``: ``workers_diverged``,
@@ -352,7 +377,9 @@ def sweep_quadratic(grid: SweepGrid, num_steps: int, *, curvature: float = 1.0,
     A :class:`~easgd.sweep_grid.SweepResult` with ``problem="quadratic"``.
 
   Raises:
-    SweepError: invalid grid or settings (named in the message).
+    SweepError: invalid grid or settings (named in the message), a tau of
+      the grid longer than num_steps, or a sweep above the memory limit
+      (:func:`check_quadratic`); all before anything is compiled.
 
   Example:
     >>> res = sweep_quadratic(SweepGrid(tau=(1, 4), alpha=(0.1, 0.9)), 200)
@@ -363,13 +390,15 @@ def sweep_quadratic(grid: SweepGrid, num_steps: int, *, curvature: float = 1.0,
     Zhang, Choromanska, LeCun (2015), eq. (5)-(6) and Section 4.
   """
   grid = grid.validate()
-  num_steps = check_int("num_steps", num_steps, 1)
+  num_steps = check_quadratic(grid, num_steps)
   h = check_real("curvature", curvature, 0.0, True)
-  check_real("spread", spread, 0.0, False)
-  check_real("sigma", sigma, 0.0, False)
+  spread = check_real("spread", spread, 0.0, False)
+  sigma = check_real("sigma", sigma, 0.0, False)
   factor = check_factor(divergence_factor)
-  if not (isinstance(x0, numbers.Real) and math.isfinite(x0) and x0 != 0):
+  seed = check_int("seed", seed, 0, 2**32 - 1)
+  if not (checks.is_python_number(x0) and math.isfinite(x0) and x0 != 0):
     raise SweepError(f"x0 must be a finite non-zero real, got {x0!r}")
+  x0 = float(x0)
 
   def inputs(p):
     w0, c0 = quadratic_start(p, x0, spread)

@@ -53,7 +53,7 @@ from typing import Any, Callable
 
 import optax
 
-from easgd import algorithms, asynchronous, baselines, warmup
+from easgd import algorithms, async_schedule, asynchronous, baselines, warmup
 from easgd.algorithms import Algorithm
 
 FAMILIES = ("elastic", "averaging", "push", "sequential")
@@ -118,7 +118,7 @@ class AlgorithmSpec:
   array_fields: tuple[str, ...] = ()
 
 
-def exchange_schedule(config) -> asynchronous.ExchangeSchedule:
+def exchange_schedule(config) -> async_schedule.ExchangeSchedule:
   """The exchange schedule of ``config`` (order, speeds, staleness).
 
   Args:
@@ -126,12 +126,12 @@ def exchange_schedule(config) -> asynchronous.ExchangeSchedule:
       max_worker_speed, staleness, seed).
 
   Returns:
-    The ``easgd.asynchronous.ExchangeSchedule`` of the asynchronous algorithms
+    The ``easgd.async_schedule.ExchangeSchedule`` of the asynchronous algorithms
     (Algorithms 1-2 of the paper, simulated).
   """
-  speeds = asynchronous.resolve_worker_speeds(
+  speeds = async_schedule.resolve_worker_speeds(
       config.num_workers, config.worker_speeds, config.max_worker_speed, config.seed)
-  return asynchronous.exchange_schedule(config.num_workers, config.exchange_order, speeds,
+  return async_schedule.exchange_schedule(config.num_workers, config.exchange_order, speeds,
                                         config.staleness)
 
 
@@ -298,7 +298,7 @@ def simulated_ticks(num_steps: int, config) -> float:
   for the slowest worker at every step: ``num_steps / min_i k_i`` ticks (with
   the default speeds 1, a step is a tick for every algorithm).
   """
-  speeds = asynchronous.resolve_worker_speeds(
+  speeds = async_schedule.resolve_worker_speeds(
       config.num_workers, config.worker_speeds, config.max_worker_speed, config.seed)
   if TABLE[config.algorithm].asynchronous:
     return num_steps / max(speeds)

@@ -10,7 +10,7 @@ A run directory (``workdir``) holds, each file replaced atomically
   ``exchanges.jsonl`` asynchronous algorithms only: every exchange served so
                       far (worker, its local clock, the center version it
                       read), rewritten at every checkpoint
-                      (``easgd.asynchronous.write_exchange_log``), so that an
+                      (``easgd.async_log.write_exchange_log``), so that an
                       independent reference can replay the run;
   ``checkpoints/``    the layout-free Orbax checkpoints (``easgd.checkpoint``);
   ``previous_run/``   with overwrite only: the earlier run, kept until the new
@@ -28,7 +28,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from easgd import checkpoint, distributed
+from easgd import checks, checkpoint, distributed
 from easgd.config import ConfigError, TrainConfig
 from easgd.files import write_text_atomic
 
@@ -57,8 +57,11 @@ def workdir_path(workdir, name: str = "workdir") -> Path:
     ``Path(workdir)``.
 
   Raises:
-    ConfigError: ``workdir`` is empty or only white space.
+    ConfigError: ``workdir`` is not a str or path-like, or is empty or only
+      white space.
   """
+  if not isinstance(workdir, (str, os.PathLike)):
+    raise ConfigError(f"{name} must be a path (str or os.PathLike), got {workdir!r}")
   if not str(workdir).strip():
     raise ConfigError(f"{name} must be a non-empty path, got {str(workdir)!r}")
   return Path(workdir)
@@ -87,12 +90,14 @@ def ensure_writable_dir(path) -> Path:
   return path
 
 
-def check_workdir(workdir, overwrite: bool) -> Path:
+def check_workdir(workdir, overwrite: bool, resumable: bool = True) -> Path:
   """Refuses to write over a finished or started run unless ``overwrite``.
 
   Args:
     workdir: the run directory (created if missing).
     overwrite: allow a directory that already holds a run's files.
+    resumable: whether the caller can resume a run (``easgd train``, not
+      ``easgd compare``): the message suggests only what the caller offers.
 
   Returns:
     ``Path(workdir)``, an existing writable directory.
@@ -106,7 +111,8 @@ def check_workdir(workdir, overwrite: bool) -> Path:
     raise ConfigError(f"workdir '{workdir}' exists and is not a directory")
   if not overwrite and any((workdir / f).exists() for f in RUN_FILES):
     raise ConfigError(f"workdir '{workdir}' already holds a run; choose another "
-                      "directory, pass overwrite (--overwrite) or resume (--resume)")
+                      "directory, pass overwrite (--overwrite)"
+                      + (" or resume (--resume)" if resumable else ""))
   ensure_writable_dir(workdir)
   return workdir
 
@@ -164,15 +170,25 @@ def check_start(config: TrainConfig, workdir: Path, *, overwrite: bool,
     workdir: the run directory (:func:`workdir_path`).
     overwrite: as :func:`check_workdir` (a new run only).
     resume: go on from the run in ``workdir``: its config must match
-      (:func:`check_resume_config`), and if it has a checkpoint its whole
-      evaluation history must be readable (:func:`read_history`).
+      (:func:`check_resume_config`), ``workdir`` (and its checkpoints) must be
+      writable, and if it has a checkpoint its whole evaluation history must be
+      readable (:func:`read_history`).
 
   Raises:
-    ConfigError: from :func:`check_workdir`, :func:`check_resume_config` or
-      :func:`read_history`.
+    ConfigError: ``overwrite`` or ``resume`` not a bool, or both true; from
+      :func:`check_workdir`, :func:`check_resume_config`,
+      :func:`ensure_writable_dir` or :func:`read_history`.
   """
+  overwrite = checks.flag("overwrite", overwrite, error=ConfigError)
+  resume = checks.flag("resume", resume, error=ConfigError)
+  if overwrite and resume:
+    raise ConfigError("overwrite and resume exclude each other (resume goes on from "
+                      f"the run in '{workdir}', overwrite replaces it); pass one")
   if resume:
     check_resume_config(config, workdir)
+    ensure_writable_dir(workdir)
+    if (workdir / checkpoint.CHECKPOINT_DIR).is_dir():
+      ensure_writable_dir(workdir / checkpoint.CHECKPOINT_DIR)
     ckpt_dir = workdir / checkpoint.CHECKPOINT_DIR
     if ckpt_dir.is_dir() and any(p.name.isdigit() for p in ckpt_dir.iterdir()):
       read_history(workdir)  # a checkpoint to go on from: its history must be whole

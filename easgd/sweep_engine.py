@@ -91,15 +91,23 @@ Params = Any
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 RUN_ARGUMENTS = ("worker_params", "center", "batches", "eval_data", "key")
 """The arguments of a sweep program that ``per_config`` may batch."""
+MAX_STEPS = 2**31 - 1
+"""The most steps of one sweep: the step counter and ``diverged_step`` are int32."""
 
 
 class SweepError(elastic.HyperparameterError):
   """A sweep grid or setting is outside its allowed range (one-line message)."""
 
 
-def check_int(name: str, value, minimum: int) -> int:
-  """``int(value)`` for an integer >= ``minimum``; else :class:`SweepError`."""
-  return checks.integer(name, value, minimum, error=SweepError)
+def check_int(name: str, value, minimum: int, maximum: int | None = None, *,
+              what: str | None = None) -> int:
+  """``int(value)`` for an integer in [minimum, maximum] (None: unbounded above).
+
+  Raises:
+    SweepError: anything else (bools and floats included), in the words of
+      ``easgd.checks.integer``.
+  """
+  return checks.integer(name, value, minimum, maximum, error=SweepError, what=what)
 
 
 def check_real(name: str, value, minimum: float, strictly: bool) -> float:
@@ -277,7 +285,8 @@ def make_sweep_fn(build: Callable[..., Algorithm], num_workers: int, num_steps: 
       num_workers=p)``; called inside the configurations' ``vmap`` with one
       configuration's values (0-d arrays).
     num_workers: p, an integer >= 1 (static: it sets shapes).
-    num_steps: steps per configuration, an integer >= 1 (static).
+    num_steps: steps per configuration, an integer in [1, :data:`MAX_STEPS`]
+      (static).
     eval_fn: optional ``eval_fn(center, eval_data) -> dict of float32
       scalars`` holding ``center_loss`` (used by the center's end test),
       evaluated on the start center and on each configuration's final
@@ -302,7 +311,8 @@ def make_sweep_fn(build: Callable[..., Algorithm], num_workers: int, num_steps: 
     centers, leading axis [n]). Compiled once per shape.
 
   Raises:
-    SweepError: num_workers or num_steps not an integer >= 1, an unknown
+    SweepError: num_workers not an integer >= 1, num_steps not an integer in
+      [1, :data:`MAX_STEPS`], an unknown
       ``per_config`` name; ``eval_fn`` without a ``center_loss`` (when the
       program is traced).
 
@@ -310,7 +320,7 @@ def make_sweep_fn(build: Callable[..., Algorithm], num_workers: int, num_steps: 
     Zhang, Choromanska, LeCun (2015), eq. (5)-(6).
   """
   num_workers = check_int("num_workers", num_workers, 1)
-  num_steps = check_int("num_steps", num_steps, 1)
+  num_steps = check_int("num_steps", num_steps, 1, MAX_STEPS, what="int32 step counter")
   unknown = set(per_config) - set(RUN_ARGUMENTS)
   if unknown:
     raise SweepError(f"per_config names unknown arguments {sorted(unknown)}; allowed: "

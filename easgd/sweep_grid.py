@@ -34,7 +34,7 @@ from typing import Any, Callable
 import numpy as np
 
 from easgd import checks, stability
-from easgd.sweep_engine import SweepError, run_timed
+from easgd.sweep_engine import MAX_STEPS, SweepError, run_timed
 
 CSV_COLUMNS = ("problem", "num_workers", "learning_rate", "tau", "alpha", "beta",
                "diverged", "workers_diverged", "center_diverged", "diverged_step",
@@ -44,10 +44,16 @@ CSV_COLUMNS = ("problem", "num_workers", "learning_rate", "tau", "alpha", "beta"
                "theory_radius_trained")
 """The keys of a record, in the CSV's column order."""
 
+MAX_SWEEP_BYTES = 4 * 2**30
+"""The most bytes (4 GiB) a sweep may hold in its inputs and state, as
+:func:`check_memory` estimates them; a larger sweep is refused before it starts."""
+
 
 def _as_tuple(name, values) -> tuple:
-  if isinstance(values, (numbers.Number, np.number)):
+  if isinstance(values, (numbers.Number, np.generic)):
     values = (values,)
+  if not isinstance(values, (tuple, list, np.ndarray)) or np.ndim(values) != 1:
+    raise SweepError(f"{name} grid must be a tuple of numbers, got {values!r}")
   values = tuple(v.item() if isinstance(v, np.generic) else v for v in values)
   if not values:
     raise SweepError(f"{name} grid must have at least one value, got none")
@@ -97,7 +103,8 @@ class SweepGrid:
     """The grid with sorted tuples of Python numbers.
 
     Raises:
-      SweepError: empty axis, duplicate value, tau or num_workers not integers
+      SweepError: an axis that is not a number or a tuple (list, 1-D array)
+        of numbers, empty axis, duplicate value, tau or num_workers not integers
         >= 1 (tau at most 2**30: int32 clocks), alpha negative or not finite,
         learning_rate not a finite real > 0.
     """
@@ -132,6 +139,70 @@ class SweepGrid:
     ``easgd.sweep_engine.make_sweep_fn`` program)."""
     lr, tau, alpha = self.flat()
     return dict(learning_rate=lr, tau=tau, alpha=alpha)
+
+
+def check_num_steps(grid: SweepGrid, num_steps) -> int:
+  """``num_steps`` as a Python int in [1, MAX_STEPS], and at least every tau.
+
+  A tau longer than the run would exchange only at step 0 (as ``easgd
+  train`` refuses a tau longer than its run).
+
+  Args:
+    grid: a validated grid.
+    num_steps: local steps per worker.
+
+  Returns:
+    ``int(num_steps)``.
+
+  Raises:
+    SweepError: num_steps not an integer in [1, 2**31 - 1] (int32 step
+      counter), or a tau of the grid above it (names that tau).
+  """
+  num_steps = checks.integer("num_steps", num_steps, 1, MAX_STEPS, error=SweepError,
+                             what="local steps per worker; int32 step counter")
+  checks.integer("tau grid value", max(grid.tau), 1, num_steps, error=SweepError,
+                 what=f"communication period, at most the run's num_steps={num_steps}")
+  return num_steps
+
+
+def check_memory(problem: str, grid: SweepGrid, num_steps: int, worker_step_bytes: int,
+                 state_bytes: int, inputs: str) -> int:
+  """Refuses a sweep whose memory estimate exceeds :data:`MAX_SWEEP_BYTES`.
+
+  A program (one num_workers value p) holds every step's inputs at once
+  (``num_steps`` x (p x ``worker_step_bytes`` + a 4-byte step index)) and,
+  for each of the grid's configurations, the state of p workers and a center
+  ((p + 1) x ``state_bytes``). Nothing is recorded per step (only the end
+  values and divergence flags), so the steps do not multiply with the
+  configurations. The estimate is the largest program's; buffers of the
+  computation itself (gradients, activations) come on top.
+
+  Args:
+    problem: ``"quadratic"`` or ``"network"`` (for the message).
+    grid: a validated grid.
+    num_steps: a checked step count (:func:`check_num_steps`).
+    worker_step_bytes: input bytes of one worker's step.
+    state_bytes: bytes of one parameter copy.
+    inputs: what a worker's step input is (for the message).
+
+  Returns:
+    The estimate in bytes.
+
+  Raises:
+    SweepError: the estimate exceeds :data:`MAX_SWEEP_BYTES` (names both).
+  """
+  n = grid.configs_per_program
+  need, p = max((num_steps * (p * worker_step_bytes + 4) + n * (p + 1) * state_bytes, p)
+                for p in grid.num_workers)
+  if need > MAX_SWEEP_BYTES:
+    raise SweepError(
+        f"the {problem} sweep needs about {need / 2**30:.3g} GiB ({need} bytes: "
+        f"num_steps={num_steps} x ({p} workers x {worker_step_bytes} bytes of {inputs} "
+        f"+ a 4-byte step index) + {n} configurations x {p + 1} parameter copies x "
+        f"{state_bytes} bytes); "
+        f"allowed: at most {MAX_SWEEP_BYTES / 2**30:g} GiB (easgd.sweep_grid."
+        f"MAX_SWEEP_BYTES); use fewer steps, configurations or workers")
+  return need
 
 
 def grid_config(grid: SweepGrid, index: int) -> dict[str, Any]:

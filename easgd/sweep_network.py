@@ -10,6 +10,8 @@ training loss (``easgd.hessian``):
   :func:`network_fns`        (loss_fn, eval_fn) of a classifier.
   :func:`network_batches`    every step's worker batches, as the trainer draws them.
   :func:`hessian_curvature`  the largest Hessian eigenvalue on some examples.
+  :func:`check_network`      loads the data and checks every setting against it,
+                             before anything is compiled.
   :func:`sweep_network`      the (learning_rate, tau, alpha) grid of EASGD on it.
 
 References:
@@ -19,16 +21,23 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import os
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from easgd import algorithms, data, hessian, models, sweep_engine
-from easgd.sweep_engine import check_factor, check_int, check_real
-from easgd.sweep_grid import SweepGrid, SweepResult, grid_config, records, run_grid
+from easgd import algorithms, batches, checks, data, hessian, models, sweep_engine
+from easgd.sweep_engine import SweepError, check_factor, check_int, check_real
+from easgd.sweep_grid import (SweepGrid, SweepResult, check_memory, check_num_steps,
+                              grid_config, records, run_grid)
+
+HESSIAN_EXAMPLES = 2000
+"""Training examples of the Hessian's loss when none are given (fewer if the
+data set has fewer)."""
 
 
 def network_fns(model):
@@ -63,15 +72,15 @@ def network_batches(dataset, num_workers: int, per_worker_batch_size: int,
   """The training batches of every step, as the trainer draws them.
 
   Epoch e (1-based, as ``easgd.trainer``) uses
-  ``easgd.data.worker_batch_indices(N, p, B, seed, e)``; steps run on across
+  ``easgd.batches.worker_batch_indices(N, p, B, seed, e)``; steps run on across
   epochs until ``num_steps``.
 
   Returns:
     (x float32 [num_steps, p, B, ...], y int32 [num_steps, p, B]) host arrays.
   """
-  spe = data.steps_per_epoch(len(dataset.train_y), num_workers, per_worker_batch_size)
+  spe = batches.steps_per_epoch(len(dataset.train_y), num_workers, per_worker_batch_size)
   idx = np.concatenate([
-      data.worker_batch_indices(len(dataset.train_y), num_workers,
+      batches.worker_batch_indices(len(dataset.train_y), num_workers,
                                 per_worker_batch_size, seed, epoch)
       for epoch in range(1, -(-num_steps // spe) + 1)])[:num_steps]
   return dataset.train_x[idx], dataset.train_y[idx]
@@ -133,11 +142,126 @@ def _best_center(outputs: dict[int, dict]) -> tuple[int, int] | None:
   return None if best is None else best[1:]
 
 
+SWEEP_MODELS = tuple(m for m in models.MODELS if m not in models.BATCH_NORM_MODELS)
+"""The ``easgd.models.MODELS`` the sweep runs (it keeps no BatchNorm statistics)."""
+_BATCH_NORM = ("model {!r} has BatchNorm, which the sweep does not support (it keeps "
+               "no BatchNorm statistics; train it with easgd.trainer); allowed: "
+               + ", ".join(SWEEP_MODELS))
+
+
+def check_model_name(name) -> str:
+  """``name`` if it is one of :data:`SWEEP_MODELS`.
+
+  Raises:
+    easgd.models.ModelError: an unknown model, or one with BatchNorm.
+  """
+  checks.choice("model", name, models.MODELS, error=models.ModelError)
+  if name in models.BATCH_NORM_MODELS:
+    raise models.ModelError(_BATCH_NORM.format(name))
+  return name
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkSetup:
+  """What :func:`check_network` loaded and checked.
+
+  Attributes:
+    dataset: the loaded ``easgd.data.Dataset``.
+    model: the Flax module.
+    model_name: its name (``"mlp"``, or the module's class name).
+    per_worker_batch_size, hessian_iterations, hessian_examples: the checked
+      Python ints (hessian_examples resolved: never None).
+    memory_bytes: the sweep's memory estimate (``easgd.sweep_grid.check_memory``).
+  """
+  dataset: data.Dataset
+  model: Any
+  model_name: str
+  per_worker_batch_size: int
+  hessian_iterations: int
+  hessian_examples: int
+  memory_bytes: int
+
+
+def check_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
+                  model="mlp", per_worker_batch_size: int = 32, seed: int = 0,
+                  data_dir=None, hessian_iterations: int = 100,
+                  hessian_examples: int | None = None) -> NetworkSetup:
+  """Loads the data set and checks the network sweep against it; compiles nothing.
+
+  Everything :func:`sweep_network` could refuse is refused here, before any
+  Hessian estimate or compilation: the data set must load, the model must be
+  known, without BatchNorm and able to take the data set's inputs (its
+  parameters are built abstractly, ``jax.eval_shape``), one step's global
+  batch (largest num_workers x per_worker_batch_size) and the Hessian's
+  examples must fit in the training set, and the memory estimate must stay
+  within ``easgd.sweep_grid.MAX_SWEEP_BYTES`` (every step's batches are held
+  at once: float32 inputs and int32 labels).
+
+  Args:
+    grid: a validated grid.
+    num_steps, dataset, model, per_worker_batch_size, seed, data_dir,
+      hessian_iterations, hessian_examples: as :func:`sweep_network`.
+
+  Returns:
+    A :class:`NetworkSetup`.
+
+  Raises:
+    SweepError: num_steps, a tau above it, per_worker_batch_size or
+      hessian_examples out of range (the message names the data set's size),
+      or the memory estimate above the limit. easgd.data.DataError: unknown
+      data set, or its files are missing or damaged. easgd.models.ModelError:
+      unknown model, a BatchNorm model, or one that cannot take the data
+      set's inputs.
+  """
+  num_steps = check_num_steps(grid, num_steps)
+  batch_size = check_int("per_worker_batch_size", per_worker_batch_size, 1)
+  hessian_iterations = check_int("hessian_iterations", hessian_iterations, 0)
+  if hessian_examples is not None:
+    check_int("hessian_examples", hessian_examples, 1)
+  if data_dir is not None and not isinstance(data_dir, (str, os.PathLike)):
+    raise SweepError(f"data_dir must be a path string or None, got {data_dir!r}")
+  if isinstance(model, str):
+    check_model_name(model)
+  ds = data.load_dataset(dataset, data_dir=data_dir, seed=seed)
+  model_name = model if isinstance(model, str) else type(model).__name__
+  if isinstance(model, str):
+    model = models.make_model(model, ds.num_classes)
+  if models.has_batch_norm(model):
+    raise models.ModelError(_BATCH_NORM.format(model_name))
+  try:
+    shapes = jax.eval_shape(lambda k: models.init_params(model, ds.input_shape, k),
+                            jax.random.key(0))
+  except models.ModelError:
+    raise
+  except Exception as e:  # a Flax shape error: one line, the model and the data named
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    raise models.ModelError(
+        f"model {model_name!r} cannot take the inputs of dataset {dataset!r} (shape "
+        f"{ds.input_shape}): {type(e).__name__}: {first}") from None
+  n, p = ds.num_train, max(grid.num_workers)
+  check_int("per_worker_batch_size", batch_size, 1, n // p,
+            what=f"examples per worker per step; one step of {p} workers must fit "
+                 f"in the {n} training examples of dataset {dataset!r}")
+  if hessian_examples is None:
+    hessian_examples = min(HESSIAN_EXAMPLES, n)
+  else:
+    check_int("hessian_examples", hessian_examples, 1, n,
+              what=f"training examples in the Hessian's loss; dataset {dataset!r} "
+                   f"has {n}")
+  example_bytes = 4 * int(np.prod(ds.input_shape)) + 4
+  param_bytes = sum(int(np.prod(a.shape)) * a.dtype.itemsize
+                    for a in jax.tree.leaves(shapes))
+  need = check_memory("network", grid, num_steps, batch_size * example_bytes, param_bytes,
+                      f"a batch of {batch_size} examples")
+  return NetworkSetup(ds, model, model_name, batch_size, hessian_iterations,
+                      hessian_examples, need)
+
+
 def sweep_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
                   model="mlp", per_worker_batch_size: int = 32, seed: int = 0,
                   divergence_factor: float = 1e3, data_dir=None,
                   hessian_iterations: int = 100, hessian_tol: float = 1e-4,
-                  hessian_examples: int = 2000, hessian_at_trained: bool = True
+                  hessian_examples: int | None = None, hessian_at_trained: bool = True
                   ) -> SweepResult:
   """Sweeps synchronous EASGD on a Flax classifier, one program per p.
 
@@ -163,44 +287,50 @@ def sweep_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
 
   Args:
     grid: the configurations (validated here).
-    num_steps: local steps per worker, an integer >= 1.
+    num_steps: local steps per worker, an integer in [1, 2**31 - 1], at least
+      every tau of the grid.
     dataset: an ``easgd.data.DATASETS`` name.
-    model: ``"mlp"``/``"cnn"`` (``easgd.models.make_model``) or a Flax module.
-    per_worker_batch_size: examples per worker per step.
-    seed: data-order and initialisation seed (as the trainer: init key and
-      step key are ``split(key(seed))``).
+    model: one of :data:`SWEEP_MODELS` (``easgd.models.make_model``) or a Flax
+      module without BatchNorm.
+    per_worker_batch_size: examples per worker per step; num_workers x it
+      must fit in the training set.
+    seed: data-order and initialisation seed, in [0, 2**32 - 1] (as the
+      trainer: init key and step key are ``split(key(seed))``).
     divergence_factor: see ``easgd.quadratic.sweep_quadratic``.
-    data_dir: Fashion-MNIST directory (``easgd.data.load_dataset``).
+    data_dir: Fashion-MNIST or CIFAR-10 directory (``easgd.data.load_dataset``).
     hessian_iterations, hessian_tol, hessian_examples: budget of
       Hessian-vector products (an integer >= 0; 0 skips the estimate),
       relative residual tolerance (a finite real > 0) and number of training
-      examples of the Hessian's loss.
-    hessian_at_trained: also estimate h at the best final center.
+      examples of the Hessian's loss (at most the training set's size; None:
+      :data:`HESSIAN_EXAMPLES`, or the whole training set if smaller).
+    hessian_at_trained: also estimate h at the best final center (a bool).
 
   Returns:
     A :class:`~easgd.sweep_grid.SweepResult` with ``problem="network"``.
 
   Raises:
-    SweepError: invalid grid or settings. easgd.data.DataError,
-      easgd.models.ModelError: unknown data set or model.
+    SweepError: invalid grid or settings, sizes that do not fit the data set,
+      a sweep above the memory limit. easgd.data.DataError,
+      easgd.models.ModelError: unknown or unloadable data set, unknown or
+      incompatible model. All from :func:`check_network` or the checks
+      before it, before any Hessian estimate or compilation.
 
   References:
     Zhang, Choromanska, LeCun (2015), eq. (5)-(6); Section 4 for the theory.
   """
   grid = grid.validate()
-  num_steps = check_int("num_steps", num_steps, 1)
-  batch_size = check_int("per_worker_batch_size", per_worker_batch_size, 1)
   factor = check_factor(divergence_factor)
-  hessian_iterations = check_int("hessian_iterations", hessian_iterations, 0)
-  hessian_examples = check_int("hessian_examples", hessian_examples, 1)
   check_real("hessian_tol", hessian_tol, 0.0, True)
-  ds = data.load_dataset(dataset, data_dir=data_dir, seed=seed)
-  model_name = model if isinstance(model, str) else type(model).__name__
-  if isinstance(model, str):
-    model = models.make_model(model, ds.num_classes)
-  if models.has_batch_norm(model):  # the sweep keeps no BatchNorm statistics
-    raise models.ModelError(f"the sweep does not support BatchNorm models "
-                            f"({model_name}); train them with easgd.trainer")
+  checks.flag("hessian_at_trained", hessian_at_trained, error=SweepError)
+  seed = check_int("seed", seed, 0, 2**32 - 1)
+  setup = check_network(grid, num_steps, dataset=dataset, model=model,
+                        per_worker_batch_size=per_worker_batch_size, seed=seed,
+                        data_dir=data_dir, hessian_iterations=hessian_iterations,
+                        hessian_examples=hessian_examples)
+  num_steps = int(num_steps)
+  ds, model, model_name = setup.dataset, setup.model, setup.model_name
+  batch_size, hessian_iterations = setup.per_worker_batch_size, setup.hessian_iterations
+  hessian_examples = setup.hessian_examples
   init_key, step_key = jax.random.split(jax.random.key(seed))
   params0 = models.init_params(model, ds.input_shape, init_key)
   hx = jnp.asarray(ds.train_x[:hessian_examples])

@@ -25,9 +25,9 @@ import numpy as np
 from tqdm.auto import tqdm
 from jax import lax
 
-from easgd import (algorithms, checks, data, distributed, elastic, models, registry, rundir,
-                   workers)
-from easgd.config import ConfigError, TrainConfig
+from easgd import (algorithms, batches, checks, data, distributed, elastic, models,
+                   registry, rundir, workers)
+from easgd.config import MAX_TOTAL_STEPS, ConfigError, TrainConfig, as_train_config
 from easgd.optimizers import make_optimizer, make_schedule, schedule_lengths
 from easgd.workers import WORKER_AXES
 
@@ -123,7 +123,7 @@ def bn_stats_indices(num_examples: int, num_workers: int, bn_stats_examples: int
                      seed: int) -> np.ndarray:
   """The training examples of the center's BatchNorm statistics, per worker.
 
-  The first ``W * n`` entries of ``data.epoch_permutation(N, seed, 0)`` (epoch 0
+  The first ``W * n`` entries of ``batches.epoch_permutation(N, seed, 0)`` (epoch 0
   is never a training epoch), worker i taking the i-th block of n, with
   ``n = max(1, min(bn_stats_examples, N) // W)``: equal shards, so pooled moments
   are exact. The same at every evaluation and at export.
@@ -144,7 +144,7 @@ def bn_stats_indices(num_examples: int, num_workers: int, bn_stats_examples: int
   if n * num_workers > num_examples:
     raise ConfigError(f"num_workers={num_workers} exceeds the {num_examples} training "
                       "examples; BatchNorm statistics need one per worker")
-  perm = data.epoch_permutation(num_examples, seed, 0)
+  perm = batches.epoch_permutation(num_examples, seed, 0)
   return perm[:n * num_workers].reshape(num_workers, n)
 
 
@@ -177,9 +177,14 @@ class Run:
     self.dataset, self.validation = data.with_validation_split(
         full, config.validation_examples)
     ds = self.dataset
-    self.steps_per_epoch = data.steps_per_epoch(
+    self.steps_per_epoch = batches.steps_per_epoch(
         len(ds.train_y), config.num_workers, config.per_worker_batch_size)
     self.total_steps = self.steps_per_epoch * config.num_epochs
+    if self.total_steps > MAX_TOTAL_STEPS:
+      raise ConfigError(
+          f"num_epochs={config.num_epochs} gives {self.total_steps} steps "
+          f"({self.steps_per_epoch} per epoch); the step clocks are int32: allowed "
+          f"num_epochs <= {MAX_TOTAL_STEPS // self.steps_per_epoch}")
     if "tau" in registry.TABLE[config.algorithm].reads and config.tau > self.total_steps:
       raise ConfigError(
           f"tau={config.tau} (communication period) is longer than the whole run "
@@ -200,7 +205,7 @@ class Run:
                                    param_dtype=config.param_dtype,
                                    compute_dtype=config.compute_dtype)
     # crop_size: the model sees crop x crop images (None: ds.input_shape).
-    self.input_shape = data.cropped_shape(ds.input_shape, config.crop_size)
+    self.input_shape = batches.cropped_shape(ds.input_shape, config.crop_size)
     init_key, self.step_key = jax.random.split(jax.random.key(config.seed))
     self.init_params = models.init_params(self.model, self.input_shape, init_key)
     self.param_bytes = models.param_bytes(self.init_params)
@@ -218,17 +223,17 @@ class Run:
         ("worker", "shared") + ("worker",) * (4 if bn else 3), ("worker",) * 4)
     # at most the examples a worker evaluates: a huge eval_batch_size pads nothing
     eval_batch = min(config.eval_batch_size, -(-len(ds.test_y) // config.num_workers))
-    idx, mask = data.eval_shards(len(ds.test_y), config.num_workers, eval_batch)
-    test_x = data.center_crop(ds.test_x, config.crop_size)  # evaluation: centre crop
+    idx, mask = batches.eval_shards(len(ds.test_y), config.num_workers, eval_batch)
+    test_x = batches.center_crop(ds.test_x, config.crop_size)  # evaluation: centre crop
     self.test_data = workers.split_workers((test_x[idx], ds.test_y[idx], mask),
                                            self.layout)
     self.val_data = None  # validation_examples: the held-out examples, sharded alike
     if config.validation_examples:
       val_x, val_y = self.validation
       val_batch = min(config.eval_batch_size, -(-len(val_y) // config.num_workers))
-      vidx, vmask = data.eval_shards(len(val_y), config.num_workers, val_batch)
+      vidx, vmask = batches.eval_shards(len(val_y), config.num_workers, val_batch)
       self.val_data = workers.split_workers(
-          (data.center_crop(val_x, config.crop_size)[vidx], val_y[vidx], vmask),
+          (batches.center_crop(val_x, config.crop_size)[vidx], val_y[vidx], vmask),
           self.layout)
     self.bn_stats_data = self.batch_stats_fn = None  # BatchNorm models only
     if bn:
@@ -236,7 +241,7 @@ class Run:
                                 config.bn_stats_examples, config.seed)
       # training images, centre-cropped like the test images: [d, w, n, ...]
       self.bn_stats_data = workers.split_workers(
-          data.center_crop(ds.train_x[bn_idx], config.crop_size), self.layout)
+          batches.center_crop(ds.train_x[bn_idx], config.crop_size), self.layout)
       self.batch_stats_fn = workers.map_workers(
           lambda center, bn_x: models.compute_batch_stats(self.model, center, bn_x,
                                                           WORKER_AXES),
@@ -466,13 +471,14 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
     ``metrics.jsonl``.
 
   Raises:
-    ConfigError: a bad config value or workdir, or a resume with another config.
+    ConfigError: ``config`` not a TrainConfig, a bad config value or workdir,
+      overwrite with resume, or a resume with another config.
     easgd.workers.LayoutError: num_workers not a multiple of the devices used.
     easgd.data.DataError: unknown or missing data set files, or a batch larger
       than the data.
     DivergenceError: a non-finite loss or parameter (names step and worker).
   """
-  config = config.validate()
+  config = as_train_config(config).validate()
   if stop_after_steps is not None:
     stop_after_steps = checks.integer("stop_after_steps", stop_after_steps, 1,
                                       error=ConfigError)
@@ -521,23 +527,22 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
     run.check_finite(losses, step_now - len(losses), state)
     ckpt.save(step_now, state)
     if primary and registry.TABLE[config.algorithm].asynchronous:
-      from easgd import asynchronous  # every exchange so far, for replays
-      asynchronous.write_exchange_log(workdir / rundir.EXCHANGES_FILE, run.algorithm,
-                                      run.step_key, step_now)
+      from easgd import async_log  # every exchange so far, for replays
+      async_log.write_exchange_log(workdir / rundir.EXCHANGES_FILE, run.algorithm,
+                                   run.step_key, step_now)
     return losses
 
   try:
     while step < last:
       epoch = step // spe + 1
-      batches = data.worker_batch_indices(len(run.dataset.train_y), config.num_workers,
-                                          config.per_worker_batch_size, config.seed,
-                                          epoch)
+      order = batches.worker_batch_indices(len(run.dataset.train_y), config.num_workers,
+                                           config.per_worker_batch_size, config.seed, epoch)
       while step < min(epoch * spe, last):
-        ix = batches[step % spe]
+        ix = order[step % spe]
         x = run.dataset.train_x[ix]
         if config.crop_size is not None:  # random crops, fixed by (seed, epoch, step)
-          x = data.random_crop(x, config.crop_size,
-                               data.crop_rng(config.seed, epoch, step))
+          x = batches.random_crop(x, config.crop_size,
+                               batches.crop_rng(config.seed, epoch, step))
         local = run.layout.local_workers  # each process feeds only its own workers
         batch = workers.split_local_workers((x[local], run.dataset.train_y[ix][local]),
                                             run.layout)

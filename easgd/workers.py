@@ -522,7 +522,7 @@ def replicate_per_device(tree, layout: WorkerLayout):
       lambda x: np.broadcast_to(np.asarray(x), (d, *np.shape(x))), tree), layout)
 
 
-def place_state(algorithm, params, layout: WorkerLayout):
+def place_state(algorithm, params, layout: WorkerLayout, model_state=()):
   """An algorithm's initial state, placed on the layout's devices.
 
   ``algorithm.init(params)`` gives one worker's state and the shared state
@@ -534,12 +534,14 @@ def place_state(algorithm, params, layout: WorkerLayout):
     algorithm: an ``easgd.algorithms.Algorithm``.
     params: the initial parameters (a pytree of arrays), the same for all.
     layout: the worker layout.
+    model_state: the model's initial state (e.g. ``{"batch_stats": ...}``),
+      the same for all, or ``()`` (``Algorithm.init``).
 
   Returns:
     ``(worker, shared)``: leaves [d, w, ...] and [d, ...] on the devices,
     ready for :func:`map_step`'s ``step_fn``.
   """
-  worker, shared = algorithm.init(params)
+  worker, shared = algorithm.init(params, model_state)
   return replicate_per_worker(worker, layout), replicate_per_device(shared, layout)
 
 

@@ -32,7 +32,16 @@ CASES = [
     ("communication period longer than the run",
      ["--dataset", "digits", "--model", "mlp", "--num-epochs", "1", "--algorithm",
       "local_sgd", "--tau", "12"]),
+    ("learning rate that overflows float32", ["--learning-rate", "1e300"]),
+    ("a step decay after the last epoch",
+     ["--num-epochs", "3", "--lr-schedule", "step", "--lr-decay-epochs", "10"]),
+    ("a run longer than the int32 step clock", ["--num-epochs", "100000000000"]),
+    ("an empty entry in a list", ["--algorithm", "async_easgd", "--worker-speeds", "1,,1,1"]),
     ("unknown parameter dtype", ["--param-dtype", "float8"]),
+    ("a synchronous algorithm on real asynchronous workers",
+     ["--runtime", "threads", "--algorithm", "easgd"]),
+    ("an injected delay on the simulated runtime",
+     ["--algorithm", "async_easgd", "--worker-delays", "0,0,0,0.01"]),
     ("start-up wait of 0 s", ["--coordinator-address", "127.0.0.1:1234", "--num-processes",
                               "2", "--process-id", "1", "--startup-timeout", "0"]),
     ("coordinator port out of range", ["--coordinator-address", "h:70000",
@@ -41,6 +50,7 @@ CASES = [
     ("not a number", ["--tau", "two"]),
     ("workdir that holds a run", ["--workdir-holds-run"]),
     ("resume with a changed config", ["--resume-changed"]),
+    ("resume and overwrite together", ["--resume-overwrite"]),
 ]
 
 
@@ -56,6 +66,9 @@ def run(flags, tmp):
       cli.main(["train", "--workdir", work, "--dataset", "digits", "--model", "mlp",
                 "--num-epochs", "1", "--no-progress"])
     flags = ["--resume", "--num-epochs", "5"]
+  elif flags == ["--resume-overwrite"]:
+    work = str(Path(tmp) / "resumed")
+    flags = ["--resume", "--overwrite"]
   err = io.StringIO()
   with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
     try:
@@ -72,7 +85,8 @@ def main():
     for what, flags in CASES:
       code, msg = run(flags, tmp)
       shown = {"--workdir-holds-run": "(--workdir DIR with a summary.json)",
-               "--resume-changed": "--resume --num-epochs 5 (run had 1)"}.get(
+               "--resume-changed": "--resume --num-epochs 5 (run had 1)",
+               "--resume-overwrite": "--resume --overwrite"}.get(
                    flags[0], " ".join(flags).replace("{tmp}", "DIR"))
       print(f"| {what} | `{shown}` | {code} | `{msg}` |")
   return 0

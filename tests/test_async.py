@@ -14,7 +14,7 @@ import numpy as np
 import optax
 import pytest
 
-from easgd import algorithms, asynchronous, trainer, workers
+from easgd import algorithms, async_log, async_schedule, asynchronous, trainer, workers
 from easgd.config import ConfigError, TrainConfig
 from easgd.elastic import HyperparameterError
 import linear_problem
@@ -170,7 +170,7 @@ def test_async_easgd_serves_the_exchanges_of_a_slot_in_time_order():
   #   slot 2, w1 (time 2/3): d = 0.25 (0.375 - 0.78125) = -0.1015625;
   #     c = 0.6796875;  x1 = 0.375 + 0.1015625 - 0.1875 = 0.2890625
   # (Serving slot 1 in the tick's order instead swaps x0 and x1 after slot 1.)
-  schedule = asynchronous.exchange_schedule(2, worker_speeds=(2, 3))
+  schedule = async_schedule.exchange_schedule(2, worker_speeds=(2, 3))
   algo = asynchronous.async_easgd(lambda x, b, k: 0.5 * x ** 2, num_workers=2, tau=1,
                                   alpha=0.25, learning_rate=0.5, schedule=schedule)
   layout = workers.make_layout(2, 2)
@@ -183,7 +183,7 @@ def test_async_easgd_serves_the_exchanges_of_a_slot_in_time_order():
     worker, shared, _ = step(worker, shared, dummy, KEY)
     np.testing.assert_array_equal(workers.merge_workers(worker.params), x)
     np.testing.assert_array_equal(workers.first_copy(shared.center), c)
-  log = asynchronous.exchange_log(algo, KEY, 3)
+  log = async_log.exchange_log(algo, KEY, 3)
   assert [(r["slot"], r["worker"], r["local_step"]) for r in log] == [
       (0, 0, 0), (0, 1, 0), (1, 1, 1), (1, 0, 1), (2, 1, 2)]
   np.testing.assert_array_equal(log["time"], [0, 0, 1 / 3, 1 / 2, 2 / 3])
@@ -192,7 +192,7 @@ def test_async_easgd_serves_the_exchanges_of_a_slot_in_time_order():
 # -- asynchronous EASGD / EAMSGD with schedules -----------------------------------
 
 def orders_for(schedule, num_ticks, key=KEY):
-  return [np.asarray(asynchronous.exchange_order(schedule, key, t)).tolist()
+  return [np.asarray(async_schedule.exchange_order(schedule, key, t)).tolist()
           for t in range(num_ticks)]
 
 
@@ -207,7 +207,7 @@ def orders_for(schedule, num_ticks, key=KEY):
 def test_async_elastic_matches_event_by_event_reference(order, speeds, staleness,
                                                         delta, tau):
   p, alpha, eta = 4, 0.2, 0.1
-  schedule = asynchronous.exchange_schedule(p, order, speeds, staleness)
+  schedule = async_schedule.exchange_schedule(p, order, speeds, staleness)
   num_steps = 6 * schedule.slots_per_tick  # the slowest worker: 6 steps, 3 periods
   xs, ys = make_data(num_steps, p)
   if delta:
@@ -231,7 +231,7 @@ def test_async_elastic_matches_event_by_event_reference(order, speeds, staleness
 
 
 def test_async_eamsgd_with_zero_momentum_is_async_easgd_bit_for_bit():
-  schedule = asynchronous.exchange_schedule(4, "random", (1, 2, 2, 1), 1)
+  schedule = async_schedule.exchange_schedule(4, "random", (1, 2, 2, 1), 1)
   xs, ys = make_data(8, 4)
   kw = dict(num_workers=4, tau=2, beta=0.9, learning_rate=0.1, schedule=schedule)
   wa, ca, _, _ = run(asynchronous.async_eamsgd(loss_fn, momentum=0.0, **kw), xs, ys, 1)
@@ -242,7 +242,7 @@ def test_async_eamsgd_with_zero_momentum_is_async_easgd_bit_for_bit():
 
 @pytest.mark.parametrize("name", ["async_easgd", "async_eamsgd"])
 def test_async_runs_agree_on_4_1_and_2_devices(name):
-  schedule = asynchronous.exchange_schedule(4, "random", (1, 3, 2, 1), 2)
+  schedule = async_schedule.exchange_schedule(4, "random", (1, 3, 2, 1), 2)
   xs, ys = make_data(9, 4)
   kw = dict(num_workers=4, tau=2, beta=0.9, learning_rate=0.1, schedule=schedule)
   if name == "async_eamsgd":
@@ -256,49 +256,49 @@ def test_async_runs_agree_on_4_1_and_2_devices(name):
 
 def test_schedule_helpers():
   # speeds (1, 2, 4): K = 4 slots; worker 1 at slots 0, 2; worker 2 every slot
-  table = asynchronous.active_slots((1, 2, 4))
+  table = async_schedule.active_slots((1, 2, 4))
   np.testing.assert_array_equal(table, [[1, 1, 1], [0, 0, 1], [0, 1, 1], [0, 0, 1]])
   np.testing.assert_array_equal(table.sum(0), [1, 2, 4])
   # speeds 2 and 3 (K = 3): steps of the speed-2 worker at times 0, 1/2 -> slots 0, 1
-  np.testing.assert_array_equal(asynchronous.active_slots((2, 3))[:, 0], [1, 1, 0])
+  np.testing.assert_array_equal(async_schedule.active_slots((2, 3))[:, 0], [1, 1, 0])
   # the same steps placed by their ends (DOWNPOUR's push): 1/2 -> slot 1 (1.5 slots),
   # 1 -> slot 2; the speed-3 worker's ends 1/3, 2/3, 1 -> slots 0, 1, 2
-  end = asynchronous.slot_table((2, 3), "step_end")
+  end = async_schedule.slot_table((2, 3), "step_end")
   np.testing.assert_array_equal(end.active, [[0, 1], [1, 1], [1, 1]])
   # time ranks within the tick: ends 1/3 < 1/2 < 2/3 < 1
   np.testing.assert_array_equal(end.rank, [[0, 0], [1, 2], [3, 3]])
-  start = asynchronous.slot_table((2, 3), "step_start")  # starts 0 < 1/3 < 1/2 < 2/3
+  start = async_schedule.slot_table((2, 3), "step_start")  # starts 0 < 1/3 < 1/2 < 2/3
   np.testing.assert_array_equal(start.rank, [[0, 0], [2, 1], [0, 3]])
   np.testing.assert_array_equal(
-      asynchronous.slot_table((1, 2, 4), "step_end").active,
+      async_schedule.slot_table((1, 2, 4), "step_end").active,
       [[0, 0, 1], [0, 1, 1], [0, 0, 1], [1, 1, 1]])
   # served in time order; ties keep the tick's order (ranks are per worker)
   np.testing.assert_array_equal(
-      asynchronous.served_order(np.array([2, 0, 1]), np.array([1, 0, 1])), [1, 2, 0])
+      async_schedule.served_order(np.array([2, 0, 1]), np.array([1, 0, 1])), [1, 2, 0])
   np.testing.assert_array_equal(
-      asynchronous.served_order(np.array([2, 0, 1]), np.array([0, 0, 0])), [2, 0, 1])
-  s = asynchronous.exchange_schedule(3, worker_speeds=(1, 2, 4))
-  np.testing.assert_array_equal(asynchronous.local_steps_done(s, 6), [2, 3, 6])
-  assert asynchronous.simulated_time(6, s) == 1.5
-  assert asynchronous.exchange_schedule(
+      async_schedule.served_order(np.array([2, 0, 1]), np.array([0, 0, 0])), [2, 0, 1])
+  s = async_schedule.exchange_schedule(3, worker_speeds=(1, 2, 4))
+  np.testing.assert_array_equal(async_schedule.local_steps_done(s, 6), [2, 3, 6])
+  assert async_schedule.simulated_time(6, s) == 1.5
+  assert async_schedule.exchange_schedule(
       2, worker_speeds=(2.0, 1.0)).worker_speeds == (2, 1)
-  a = asynchronous.draw_worker_speeds(16, 4, seed=3)
-  assert a == asynchronous.draw_worker_speeds(16, 4, seed=3)
+  a = async_schedule.draw_worker_speeds(16, 4, seed=3)
+  assert a == async_schedule.draw_worker_speeds(16, 4, seed=3)
   assert set(a) <= {1, 2, 3, 4} and len(set(a)) > 1
-  assert a != asynchronous.draw_worker_speeds(16, 4, seed=4)
+  assert a != async_schedule.draw_worker_speeds(16, 4, seed=4)
   for bad, match in [(dict(order="fifo"), "unknown exchange order"),
                      (dict(worker_speeds=(1, 2)), "3 entries|2 entries"),
-                     (dict(worker_speeds=(1, 0, 1)), "integers >= 1"),
-                     (dict(worker_speeds=(1, 1.5, 1)), "integers >= 1"),
+                     (dict(worker_speeds=(1, 0, 1)), r"worker_speeds\[1\] \(local steps per tick\) must be an integer >= 1, got 0"),
+                     (dict(worker_speeds=(1, 1.5, 1)), r"worker_speeds\[1\] \(local steps per tick\) must be an integer >= 1, got 1.5"),
                      (dict(staleness=-1), "staleness")]:
     with pytest.raises(HyperparameterError, match=match):
-      asynchronous.exchange_schedule(3, **bad)
+      async_schedule.exchange_schedule(3, **bad)
   with pytest.raises(HyperparameterError, match="unknown exchange_at 'middle'"):
-    asynchronous.slot_table((1, 2), "middle")
+    async_schedule.slot_table((1, 2), "middle")
 
 
 def test_random_order_depends_on_the_seed_and_is_reproducible():
-  s = asynchronous.exchange_schedule(8, "random")
+  s = async_schedule.exchange_schedule(8, "random")
   # the trainer's key: jax.random.split(jax.random.key(seed))[1]
   keys = [jax.random.split(jax.random.key(seed))[1] for seed in (0, 0, 1)]
   o0, o0b, o1 = (orders_for(s, 5, k) for k in keys)
@@ -306,7 +306,7 @@ def test_random_order_depends_on_the_seed_and_is_reproducible():
   assert o0 != o1
   assert all(sorted(o) == list(range(8)) for o in o0 + o1)
   assert len({tuple(o) for o in o0}) > 1  # a fresh permutation per tick
-  rr = asynchronous.exchange_schedule(8)
+  rr = async_schedule.exchange_schedule(8)
   assert orders_for(rr, 2) == [list(range(8))] * 2
 
 
@@ -385,7 +385,7 @@ def test_reset_differs_from_persistent_state_and_applies_to_eamsgd():
   eam = run(algorithms.eamsgd(loss_fn, opt(), momentum=0.0, reset_opt_state=True, **kw),
             xs, ys, 1)[0]
   np.testing.assert_array_equal(eam, reset)
-  schedule = asynchronous.exchange_schedule(2)
+  schedule = async_schedule.exchange_schedule(2)
   asy = asynchronous.async_easgd(loss_fn, opt(), schedule=schedule,
                                  reset_opt_state=True, **kw)
   assert asy.hyperparameters["reset_opt_state"] is True

@@ -14,7 +14,7 @@ import numpy as np
 import optax
 import pytest
 
-from easgd import algorithms, asynchronous, baselines, registry, workers
+from easgd import algorithms, async_log, async_schedule, baselines, registry, workers
 from easgd.compare import compare
 from easgd.config import TrainConfig
 from easgd.elastic import HyperparameterError
@@ -106,14 +106,14 @@ DOWNPOUR_CASES = [
 def test_downpour_family_matches_event_by_event_reference(name, kw, master, tau, order,
                                                           speeds, staleness):
   p, eta = 3, 0.1
-  schedule = asynchronous.exchange_schedule(p, order, speeds, staleness)
+  schedule = async_schedule.exchange_schedule(p, order, speeds, staleness)
   ticks = 3 * tau  # the slowest worker pushes 3 times
   num_steps = ticks * schedule.slots_per_tick
   xs, ys = make_data(num_steps, p)
   algo = getattr(baselines, name)(loss_fn, num_workers=p, tau=tau, learning_rate=eta,
                                   schedule=schedule, **kw)
   wt, ct, shared = run(algo, xs, ys, num_devices=p)
-  orders = [np.asarray(asynchronous.exchange_order(schedule, KEY, t)).tolist()
+  orders = [np.asarray(async_schedule.exchange_order(schedule, KEY, t)).tolist()
             for t in range(ticks)]
   ref_w, ref_c = ref_downpour(xs, ys, tau, eta, schedule.worker_speeds, orders,
                               staleness, master, kw.get("push_timing", "authors"))
@@ -191,7 +191,7 @@ def test_downpour_pushes_after_steps_0_tau_2tau_as_in_the_authors_code():
         assert pushes == list(range(0, num_steps, tau))  # 0, tau, 2 tau, ...
       else:
         assert pushes == list(range(tau - 1, num_steps, tau))
-      log = asynchronous.exchange_log(algo, KEY, num_steps)
+      log = async_log.exchange_log(algo, KEY, num_steps)
       assert log["local_step"].tolist() == pushes
       assert int(workers.first_copy(shared.master_clock)) == len(pushes)
       assert algo.communication(num_steps, 8).all_reduces == len(pushes)
@@ -211,11 +211,11 @@ def test_downpour_pushes_at_the_end_of_the_step_with_unequal_speeds():
   # (Serving w0's push in slot 0, where its step starts, gives x~ = 0, 0.)
   algo = baselines.downpour(lambda x, b, k: 0.5 * x ** 2, num_workers=2, tau=1,
                             learning_rate=0.5,
-                            schedule=asynchronous.exchange_schedule(2, worker_speeds=(1, 2)))
+                            schedule=async_schedule.exchange_schedule(2, worker_speeds=(1, 2)))
   wt, ct, _ = run_scalar(algo, 2, 2)
   np.testing.assert_array_equal(ct, [0.5, -0.25])
   np.testing.assert_array_equal(wt, [[1.0, 0.5], [0.0, -0.25]])
-  log = asynchronous.exchange_log(algo, KEY, 2)
+  log = async_log.exchange_log(algo, KEY, 2)
   assert [(r["slot"], r["worker"], r["local_step"], r["time"]) for r in log] == [
       (0, 1, 0, 0.5), (1, 0, 0, 1.0), (1, 1, 1, 1.0)]
 
@@ -292,7 +292,7 @@ def test_polyak_averages_in_float64_match_a_float64_reference(name):
     init = {"w": jnp.asarray(THETA0[:3], jnp.float64),
             "b": jnp.asarray(THETA0[3], jnp.float64)}
     if name == "adownpour":
-      schedule = asynchronous.exchange_schedule(3, "random", (1, 3, 2), 1)
+      schedule = async_schedule.exchange_schedule(3, "random", (1, 3, 2), 1)
       algo = baselines.adownpour(loss_fn, num_workers=3, tau=2, learning_rate=0.1,
                                  schedule=schedule)
       xs, ys = (a[:3 * 2 * 3] for a in (xs, ys))
@@ -301,7 +301,7 @@ def test_polyak_averages_in_float64_match_a_float64_reference(name):
     wt, ct, _, shared = linear_problem.trajectory(algo, xs, ys, 3, KEY, init)
     assert workers.first_copy(algo.center(shared))["w"].dtype == np.float64
   if name == "adownpour":
-    orders = [np.asarray(asynchronous.exchange_order(schedule, KEY, t)).tolist()
+    orders = [np.asarray(async_schedule.exchange_order(schedule, KEY, t)).tolist()
               for t in range(6)]
     ref_w, ref_c = ref_downpour(xs, ys, 2, 0.1, (1, 3, 2), orders, 1, "adownpour")
     np.testing.assert_allclose(wt, ref_w, rtol=0, atol=1e-14)
@@ -399,7 +399,7 @@ def test_diloco_with_outer_sgd_1_no_momentum_is_local_sgd():
 def test_same_results_on_4_and_1_devices(name):
   xs, ys = make_data(8, 4)
   if name == "downpour":
-    schedule = asynchronous.exchange_schedule(4, "random", (2, 1, 1, 2), 1)
+    schedule = async_schedule.exchange_schedule(4, "random", (2, 1, 1, 2), 1)
     algo = baselines.downpour(loss_fn, num_workers=4, tau=2, learning_rate=0.1,
                               schedule=schedule)
   else:
@@ -421,7 +421,7 @@ def test_hyperparameters_are_validated():
     baselines.mdownpour(loss_fn, num_workers=2, momentum=1.0, learning_rate=0.1)
   with pytest.raises(HyperparameterError, match="schedule is for 3 workers"):
     baselines.downpour(loss_fn, num_workers=2, learning_rate=0.1,
-                       schedule=asynchronous.exchange_schedule(3))
+                       schedule=async_schedule.exchange_schedule(3))
 
 
 # -- every registered algorithm through the trainer's factory -------------------

@@ -12,7 +12,7 @@ import pytest
 from flax import serialization
 from numpy.lib.stride_tricks import sliding_window_view
 
-from easgd import checkpoint, data, models, trainer, workers
+from easgd import batches, checkpoint, data, models, trainer, workers
 from easgd.config import ConfigError, TrainConfig
 from easgd.export import export_center
 
@@ -59,7 +59,7 @@ def test_center_statistics_belong_to_the_center_not_to_a_worker():
   ds = run.dataset
   worker, shared = run.initial_state()
   # 6 steps: exchanges at steps 0 and 4, so workers and center have moved apart
-  for t, ix in enumerate(data.worker_batch_indices(len(ds.train_y), 4, 16, BN.seed, 1)[:6]):
+  for t, ix in enumerate(batches.worker_batch_indices(len(ds.train_y), 4, 16, BN.seed, 1)[:6]):
     batch = workers.split_workers((ds.train_x[ix], ds.train_y[ix]), run.layout)
     worker, shared, _ = run.step_fn(worker, shared, batch, run.step_key, t)
   shared_host = workers.first_copy(shared)
@@ -71,7 +71,7 @@ def test_center_statistics_belong_to_the_center_not_to_a_worker():
   assert set(stats) == {"BatchNorm_0", "BatchNorm_1"}
   # the same examples, chosen independently: the first 4 * 128 of the seeded
   # permutation of "epoch 0" (never a training epoch)
-  x = ds.train_x[data.epoch_permutation(len(ds.train_y), BN.seed, 0)[:512]]
+  x = ds.train_x[batches.epoch_permutation(len(ds.train_y), BN.seed, 0)[:512]]
   np.testing.assert_array_equal(
       np.asarray(workers.merge_workers(run.bn_stats_data)).reshape(x.shape), x)
 

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from easgd import data, models, trainer
+from easgd import batches, data, models, trainer
 from easgd.config import ConfigError, TrainConfig
 
 TRAIN_PER_BATCH, NUM_TEST = 4, 3
@@ -152,9 +152,9 @@ def test_malformed_batch_names_the_path(tmp_path, content, message):
 
 def test_random_crop_is_a_window_of_the_right_size_and_deterministic():
   x = np.random.default_rng(0).normal(size=(2, 3, 32, 32, 3)).astype(np.float32)
-  a = data.random_crop(x, 28, data.crop_rng(seed=0, epoch=1, step=5))
-  b = data.random_crop(x, 28, data.crop_rng(seed=0, epoch=1, step=5))
-  c = data.random_crop(x, 28, data.crop_rng(seed=0, epoch=1, step=6))
+  a = batches.random_crop(x, 28, batches.crop_rng(seed=0, epoch=1, step=5))
+  b = batches.random_crop(x, 28, batches.crop_rng(seed=0, epoch=1, step=5))
+  c = batches.random_crop(x, 28, batches.crop_rng(seed=0, epoch=1, step=6))
   assert a.shape == (2, 3, 28, 28, 3) and a.dtype == np.float32
   np.testing.assert_array_equal(a, b)
   assert not np.array_equal(a, c)
@@ -170,14 +170,14 @@ def test_random_crop_is_a_window_of_the_right_size_and_deterministic():
 
 def test_center_crop_and_bad_sizes():
   x = np.arange(2 * 32 * 32 * 3, dtype=np.float32).reshape(2, 32, 32, 3)
-  np.testing.assert_array_equal(data.center_crop(x, 28), x[:, 2:30, 2:30])
-  assert data.center_crop(x, None) is x
-  assert data.cropped_shape((32, 32, 3), 28) == (28, 28, 3)
-  assert data.cropped_shape((32, 32, 3), None) == (32, 32, 3)
+  np.testing.assert_array_equal(batches.center_crop(x, 28), x[:, 2:30, 2:30])
+  assert batches.center_crop(x, None) is x
+  assert batches.cropped_shape((32, 32, 3), 28) == (28, 28, 3)
+  assert batches.cropped_shape((32, 32, 3), None) == (32, 32, 3)
   with pytest.raises(data.DataError, match="crop_size=33 exceeds the 32x32 images"):
-    data.random_crop(x, 33, data.crop_rng(0, 0, 0))
+    batches.random_crop(x, 33, batches.crop_rng(0, 0, 0))
   with pytest.raises(data.DataError, match="needs images"):
-    data.cropped_shape((40, 1), 28)
+    batches.cropped_shape((40, 1), 28)
 
 
 def test_config_crop_and_data_dir_checks():

@@ -8,7 +8,7 @@ import struct
 import numpy as np
 import pytest
 
-from easgd import data
+from easgd import batches, data
 
 FASHION_DIR = data.DEFAULT_FASHION_MNIST_DIR
 
@@ -232,22 +232,22 @@ def test_unknown_dataset():
 
 
 def test_epoch_permutation_deterministic():
-    p = data.epoch_permutation(50, seed=1, epoch=2)
+    p = batches.epoch_permutation(50, seed=1, epoch=2)
     assert p.dtype == np.int64
     np.testing.assert_array_equal(np.sort(p), np.arange(50))
-    np.testing.assert_array_equal(p, data.epoch_permutation(50, seed=1, epoch=2))
-    assert not np.array_equal(p, data.epoch_permutation(50, seed=1, epoch=3))
-    assert not np.array_equal(p, data.epoch_permutation(50, seed=2, epoch=2))
+    np.testing.assert_array_equal(p, batches.epoch_permutation(50, seed=1, epoch=2))
+    assert not np.array_equal(p, batches.epoch_permutation(50, seed=1, epoch=3))
+    assert not np.array_equal(p, batches.epoch_permutation(50, seed=2, epoch=2))
 
 
 @pytest.mark.parametrize("num_examples", [103, 96])
 def test_worker_batch_indices_split_one_global_batch(num_examples):
     W, B, seed, epoch = 4, 5, 7, 1
-    idx = data.worker_batch_indices(num_examples, W, B, seed, epoch)
+    idx = batches.worker_batch_indices(num_examples, W, B, seed, epoch)
     steps = num_examples // (W * B)  # 5 and 4 global batches of 20
-    assert steps == data.steps_per_epoch(num_examples, W, B)
+    assert steps == batches.steps_per_epoch(num_examples, W, B)
     assert idx.shape == (steps, W, B) and idx.dtype == np.int64
-    perm = data.epoch_permutation(num_examples, seed, epoch)
+    perm = batches.epoch_permutation(num_examples, seed, epoch)
     for t in range(steps):  # step t reads perm[20t:20t+20]; worker i rows 5i..5i+4
         for i in range(W):
             np.testing.assert_array_equal(idx[t, i], perm[t * 20 + i * B: t * 20 + (i + 1) * B])
@@ -260,31 +260,31 @@ def test_worker_batch_indices_split_one_global_batch(num_examples):
 def test_the_examples_of_a_step_do_not_depend_on_how_the_global_batch_is_split(num_examples):
     # The global batch of step t is a function of (seed, epoch, t) only: 1, 2, 4 or 8
     # workers of 16 / W examples see the same 16 examples, worker i rows i*B..(i+1)*B-1.
-    one = data.worker_batch_indices(num_examples, 1, 16, seed=3, epoch=2)
+    one = batches.worker_batch_indices(num_examples, 1, 16, seed=3, epoch=2)
     for W in (2, 4, 8):
-        idx = data.worker_batch_indices(num_examples, W, 16 // W, seed=3, epoch=2)
-        assert data.steps_per_epoch(num_examples, W, 16 // W) == len(one)
+        idx = batches.worker_batch_indices(num_examples, W, 16 // W, seed=3, epoch=2)
+        assert batches.steps_per_epoch(num_examples, W, 16 // W) == len(one)
         np.testing.assert_array_equal(idx.reshape(len(one), 16), one[:, 0])
 
 
 def test_worker_batch_indices_full_epoch_when_divisible():
-    idx = data.worker_batch_indices(120, num_workers=4, per_worker_batch=6, seed=0, epoch=0)
+    idx = batches.worker_batch_indices(120, num_workers=4, per_worker_batch=6, seed=0, epoch=0)
     assert idx.shape == (5, 4, 6)
     np.testing.assert_array_equal(np.sort(idx.reshape(-1)), np.arange(120))
 
 
 def test_worker_batch_indices_seed_and_epoch():
-    a = data.worker_batch_indices(120, 4, 6, seed=0, epoch=0)
-    np.testing.assert_array_equal(a, data.worker_batch_indices(120, 4, 6, seed=0, epoch=0))
-    assert not np.array_equal(a, data.worker_batch_indices(120, 4, 6, seed=0, epoch=1))
-    assert not np.array_equal(a, data.worker_batch_indices(120, 4, 6, seed=1, epoch=0))
+    a = batches.worker_batch_indices(120, 4, 6, seed=0, epoch=0)
+    np.testing.assert_array_equal(a, batches.worker_batch_indices(120, 4, 6, seed=0, epoch=0))
+    assert not np.array_equal(a, batches.worker_batch_indices(120, 4, 6, seed=0, epoch=1))
+    assert not np.array_equal(a, batches.worker_batch_indices(120, 4, 6, seed=1, epoch=0))
 
 
 def test_steps_per_epoch_too_large_batch():
     with pytest.raises(data.DataError, match="num_examples=30.*num_workers=4.*per_worker_batch=8"):
-        data.steps_per_epoch(30, 4, 8)
+        batches.steps_per_epoch(30, 4, 8)
     with pytest.raises(data.DataError, match="num_workers must be an integer >= 1, got 0"):
-        data.worker_batch_indices(30, 0, 8, seed=0, epoch=0)
+        batches.worker_batch_indices(30, 0, 8, seed=0, epoch=0)
 
 
 # --------------------------------------------------------------------------
@@ -296,7 +296,7 @@ def test_steps_per_epoch_too_large_batch():
     "num_examples,num_workers,eval_batch", [(1003, 4, 64), (1024, 4, 64), (5, 8, 3), (1, 1, 1)]
 )
 def test_eval_shards_exact_coverage(num_examples, num_workers, eval_batch):
-    idx, mask = data.eval_shards(num_examples, num_workers, eval_batch)
+    idx, mask = batches.eval_shards(num_examples, num_workers, eval_batch)
     per_worker = -(-num_examples // num_workers)
     num_batches = -(-per_worker // eval_batch)
     assert idx.shape == mask.shape == (num_workers, num_batches, eval_batch)
@@ -310,7 +310,7 @@ def test_eval_shards_exact_coverage(num_examples, num_workers, eval_batch):
 
 
 def test_eval_shards_1003():
-    idx, mask = data.eval_shards(1003, 4, 64)
+    idx, mask = batches.eval_shards(1003, 4, 64)
     assert idx.shape == (4, 4, 64)  # ceil(1003/4) = 251 per worker -> 4 batches of 64
     assert int(mask.sum()) == 1003
     counts = np.bincount(idx[mask], minlength=1003)

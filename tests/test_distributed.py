@@ -276,7 +276,7 @@ def test_resolve_reads_flags_then_environment():
   assert s.initialization_timeout_s == 2.5
   for bad in (0, -1, float("inf"), float("nan")):
     with pytest.raises(distributed.DistributedError,
-                       match="initialization_timeout_s \\(--startup-timeout\\)"):
+                       match="initialization_timeout_s \\(--startup-timeout, seconds\\)"):
       distributed.resolve("h:1", 2, 0, env={}, initialization_timeout_s=bad)
   with pytest.raises(distributed.DistributedError, match="port in \\[1, 65535\\]"):
     distributed.resolve("h:70000", 2, 0, env={})
@@ -328,6 +328,6 @@ def test_cli_rejects_incomplete_process_flags(tmp_path, capsys):
   assert cli.main(["train", "--workdir", str(tmp_path), "--coordinator-address",
                    "127.0.0.1:1", "--num-processes", "2", "--process-id", "1",
                    "--startup-timeout", "0"]) == 2
-  assert ("initialization_timeout_s (--startup-timeout) must be a finite number of "
-          "seconds > 0, got 0.0") in capsys.readouterr().err
+  assert ("initialization_timeout_s (--startup-timeout, seconds) must be a finite real "
+          "in (0, inf), got 0.0") in capsys.readouterr().err
   assert not any(tmp_path.iterdir())  # nothing written

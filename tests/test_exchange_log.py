@@ -1,6 +1,6 @@
 """The exchange log of a simulated asynchronous run replays the run.
 
-``easgd.asynchronous.write_exchange_log`` writes every exchange of a run
+``easgd.async_log.write_exchange_log`` writes every exchange of a run
 (slot, worker, its local clock, the center version it read) without running
 the model. A float64 NumPy reference that reads only that file (and the data
 and the method's published rule: Algorithm 1/2 for EASGD/EAMSGD, the authors'
@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from easgd import algorithms, asynchronous, baselines
+from easgd import algorithms, async_log, async_schedule, asynchronous, baselines
 from easgd import workers
 import linear_problem
 from linear_problem import THETA0, loss_fn, np_grad
@@ -91,7 +91,7 @@ def replay(records, kind, xs, ys, final_clocks):
                                       ("downpour", 3), ("mdownpour", 1)])
 def test_a_float64_replay_from_the_log_reproduces_the_device_run(name, tau, tmp_path):
   p = 4
-  schedule = asynchronous.exchange_schedule(p, "random", (1, 3, 2, 2), staleness=1)
+  schedule = async_schedule.exchange_schedule(p, "random", (1, 3, 2, 2), staleness=1)
   num_steps = 6 * schedule.slots_per_tick
   xs, ys = (a.astype(np.float64) for a in make_data(num_steps, p))
   if tau > 1:  # every slot's batch of a worker equals its slot-0 batch
@@ -110,7 +110,7 @@ def test_a_float64_replay_from_the_log_reproduces_the_device_run(name, tau, tmp_
             "b": jnp.asarray(THETA0[3], jnp.float64)}
     wt, ct, worker, shared = linear_problem.trajectory(algo, xs, ys, 2, KEY, init)
   path = tmp_path / "exchanges.jsonl"
-  count = asynchronous.write_exchange_log(path, algo, KEY, num_steps)
+  count = async_log.write_exchange_log(path, algo, KEY, num_steps)
   records = [json.loads(line) for line in path.read_text().splitlines()]
   assert count == len(records) == int(workers.first_copy(shared.master_clock))
   assert len({r["worker"] for r in records}) == p
@@ -130,27 +130,27 @@ def test_exchange_log_fields_and_errors():
   # p = 2, speeds (1, 2), tau = 2, staleness 1, round-robin, DOWNPOUR: pushes
   # after local steps 0, 2, 4, ... at the step's end. Worker 0's steps end at
   # ticks 1, 2, 3 (slots 1, 3, 5), worker 1's at 0.5, 1, 1.5, ... (slots 0..5).
-  schedule = asynchronous.exchange_schedule(2, worker_speeds=(1, 2), staleness=1)
+  schedule = async_schedule.exchange_schedule(2, worker_speeds=(1, 2), staleness=1)
   algo = baselines.downpour(loss_fn, num_workers=2, tau=2, learning_rate=0.1,
                             schedule=schedule)
-  log = asynchronous.exchange_log(algo, KEY, 6)
-  assert log.dtype == asynchronous.EXCHANGE_RECORD
+  log = async_log.exchange_log(algo, KEY, 6)
+  assert log.dtype == async_log.EXCHANGE_RECORD
   assert [(r["slot"], r["worker"], r["local_step"], r["time"]) for r in log] == [
       (0, 1, 0, 0.5), (1, 0, 0, 1.0), (2, 1, 2, 1.5), (4, 1, 4, 2.5), (5, 0, 2, 3.0)]
   assert log["version"].tolist() == [0, 1, 2, 3, 4]
   assert log["read_version"].tolist() == [0, 1, 2, 3, 4]  # fetch after own push, 1 late
   assert log["tick"].tolist() == [0, 0, 1, 2, 2]
-  assert len(asynchronous.exchange_log(algo, KEY, 0)) == 0
+  assert len(async_log.exchange_log(algo, KEY, 0)) == 0
   easgd = asynchronous.async_easgd(loss_fn, num_workers=2, tau=2, alpha=0.1,
                                    learning_rate=0.1, schedule=schedule)
   # at the step's start, clocks 0, 2, ...: worker 0 starts at ticks 0, 1, 2
   # (slots 0, 2, 4), worker 1 at 0, 0.5, 1, ... (slots 0..5); ties in tick order
-  log = asynchronous.exchange_log(easgd, KEY, 6)
+  log = async_log.exchange_log(easgd, KEY, 6)
   assert [(r["slot"], r["worker"], r["local_step"]) for r in log] == [
       (0, 0, 0), (0, 1, 0), (2, 1, 2), (4, 0, 2), (4, 1, 4)]
   assert log["read_version"].tolist() == [0, 0, 1, 2, 3]  # before its update, 1 late
   with pytest.raises(ValueError, match="no simulated exchange schedule"):
-    asynchronous.exchange_log(algorithms.easgd(loss_fn, num_workers=2, tau=2, alpha=0.1,
+    async_log.exchange_log(algorithms.easgd(loss_fn, num_workers=2, tau=2, alpha=0.1,
                                                learning_rate=0.1), KEY, 6)
   with pytest.raises(ValueError, match="num_steps"):
-    asynchronous.exchange_log(algo, KEY, -1)
+    async_log.exchange_log(algo, KEY, -1)

@@ -39,6 +39,16 @@ def test_config_file_validates(path, monkeypatch):
   assert config.validate() is config
 
 
+@pytest.mark.parametrize("path", [p for p in CONFIG_FILES if "def get_grid" in p.read_text()],
+                         ids=lambda p: p.name)
+def test_every_config_of_a_grid_validates(path, monkeypatch):
+  monkeypatch.delenv("CIFAR10_DIR", raising=False)
+  grid = runpy.run_path(str(path))["get_grid"]()
+  assert grid
+  for name, config in grid.items():
+    assert config.validate() == config, name
+
+
 def test_cifar10_config_and_grid(monkeypatch, tmp_path):
   monkeypatch.setenv("CIFAR10_DIR", str(tmp_path / "not-there"))
   module = runpy.run_path(str(EXPERIMENTS / "cifar10.py"))

@@ -23,7 +23,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "easgd"
 LAYERS = ("core", "parallel", "analysis", "training", "face")
 MODULES = {
     "files": "core", "checks": "core", "flags": "core", "elastic": "core",
-    "momentum": "core", "algorithms": "core", "asynchronous": "core", "baselines": "core", "registry": "core",
+    "momentum": "core", "algorithms": "core", "async_schedule": "core",
+    "asynchronous": "core", "async_log": "core", "baselines": "core", "registry": "core",
     "warmup": "core",
     "workers": "parallel", "distributed": "parallel",
     "async_shared": "parallel", "async_driver": "parallel", "async_threads": "parallel",
@@ -31,7 +32,7 @@ MODULES = {
     "stability": "analysis", "hessian": "analysis", "quadratic": "analysis",
     "sweep_engine": "analysis", "sweep_grid": "analysis",
     "sweep_curves": "analysis", "protocol_stats": "analysis",
-    "config": "training", "data": "training", "models": "training",
+    "config": "training", "data": "training", "batches": "training", "models": "training",
     "optimizers": "training", "checkpoint": "training", "rundir": "training",
     "trainer": "training", "export": "training", "async_trainer": "training",
     "protocol_config": "training", "protocol": "training",

@@ -42,7 +42,7 @@ def test_a_killed_worker_is_restarted_from_the_center_and_the_run_replays(tmp_pa
   cfg = TINY.replace(runtime="ray", worker_delays=())
   s = async_trainer.train_and_evaluate_async(cfg, tmp_path, faults={2: 7})
   assert s["status"] == "complete" and s["steps_done"] == 44
-  assert s["layout"] == "4 workers = 4 Ray actors [local Ray, ray]"
+  assert s["layout"] == "4 workers = 4 Ray actors [local Ray, ray; evaluation: pmap]"
   (fault,) = s["faults"]
   assert fault["worker"] == 2 and "process died" in fault["error"]
   assert fault["restarted_at"] == fault["local_step"] >= 7  # after its last exchange

@@ -5,7 +5,7 @@ each, on two fake CPU devices, two of them slowed down by injected delays), on
 the quadratic F(x) = sum_k h_k x_k^2 / 2 + xi . x (gradient noise xi fixed by
 worker and local step, as in ``easgd.quadratic``) and on a small MLP. Then:
 
-* the run's exchange log, replayed by ``easgd.asynchronous.replay`` with the
+* the run's exchange log, replayed by ``easgd.async_log.replay`` with the
   same compiled programs, gives every worker's state and the center bit for
   bit; replayed op by op (uncompiled) it gives them to float32 rounding;
 * no exchange is lost: the center is its initial value plus the sum of the
@@ -25,8 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from easgd import (asynchronous, async_driver, async_shared, async_threads,
-                   async_trainer, baselines, checkpoint, cli, data, trainer)
+from easgd import (async_driver, async_log, async_shared, async_threads, async_trainer,
+                   asynchronous, baselines, batches, checkpoint, cli, trainer)
 from easgd.config import ConfigError, TrainConfig
 from testutil import mlp_setup, random_batches
 
@@ -186,7 +186,7 @@ TINY = TrainConfig(algorithm="async_easgd", dataset="digits", model="mlp",
 def restore(workdir, run):
   ckpt = checkpoint.Checkpointer(workdir)
   try:
-    rules = asynchronous.async_rules(run.algorithm)
+    rules = async_log.async_rules(run.algorithm)
     return ckpt.restore(target=async_trainer._checkpoint_target(run, rules))
   finally:
     ckpt.close()
@@ -219,7 +219,7 @@ def test_an_interrupted_run_resumes_and_continues_its_log(tmp_path):
   metrics = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
   assert metrics[-1]["exchanges"] == len(log) and metrics[-1]["faults"] == 0
   assert metrics[-1]["test_accuracy"] > 0.8  # it learned (10 classes)
-  assert done["layout"] == "4 workers = 4 threads on 2 device(s) [cpu, threads]"
+  assert done["layout"] == "4 workers = 4 threads on 2 device(s) [cpu, threads; evaluation: pmap]"
 
 
 def test_a_worker_fault_is_reported_not_raised(tmp_path):
@@ -236,7 +236,7 @@ def test_the_batches_are_the_spmd_trainers(tmp_path):
   batch_fn = async_trainer.make_batch_fn(run.dataset, TINY, run.steps_per_epoch)
   for t in (0, 5, 21, 22, 50):
     epoch, k = t // 22 + 1, t % 22
-    ix = data.worker_batch_indices(len(run.dataset.train_y), P, 16, TINY.seed, epoch)[k]
+    ix = batches.worker_batch_indices(len(run.dataset.train_y), P, 16, TINY.seed, epoch)[k]
     for i in range(P):
       x, y = batch_fn(i, t)
       np.testing.assert_array_equal(x, run.dataset.train_x[ix[i]])

@@ -1,6 +1,6 @@
 """The explicit-order replay: the simulator's rules run in the order of a log.
 
-``easgd.asynchronous.replay`` takes the rules an asynchronous method is built
+``easgd.async_log.replay`` takes the rules an asynchronous method is built
 from (``Algorithm.async_rules``) and runs them one event at a time in the order
 of an exchange log. Given the SPMD simulation's own log it reproduces the
 simulation (any speeds, staleness and serving order); a hand-computed
@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from easgd import asynchronous, baselines, workers
+from easgd import async_log, async_schedule, asynchronous, baselines, workers
 import linear_problem
 from linear_problem import flat, loss_fn, params0
 
@@ -38,16 +38,16 @@ def make(name, schedule, tau, p=4):
 @pytest.mark.parametrize("staleness", [0, 2])
 def test_replaying_the_simulations_own_log_reproduces_the_simulation(name, staleness):
   p = 4
-  schedule = asynchronous.exchange_schedule(p, "random", (1, 3, 2, 2), staleness=staleness)
+  schedule = async_schedule.exchange_schedule(p, "random", (1, 3, 2, 2), staleness=staleness)
   num_steps = 6 * schedule.slots_per_tick
   xs, ys = linear_problem.make_data(num_steps, p, seed=3)
   algo = make(name, schedule, tau=2)
   wt, ct, worker, shared = linear_problem.trajectory(algo, xs, ys, 2, KEY)
-  log = asynchronous.exchange_log(algo, KEY, num_steps)
+  log = async_log.exchange_log(algo, KEY, num_steps)
   # worker i's local step at clock t is computed in the slot of its m-th step of
   # tick n, t = n k_i + m; the replay reads that slot's batch (the loss ignores
   # the key, which the simulation derives from the slot)
-  active = asynchronous.slot_table(schedule.worker_speeds,
+  active = async_schedule.slot_table(schedule.worker_speeds,
                                    algo.hyperparameters["exchange_at"]).active
   big_k = schedule.slots_per_tick
 
@@ -56,7 +56,7 @@ def test_replaying_the_simulations_own_log_reproduces_the_simulation(name, stale
     slot = tick * big_k + np.flatnonzero(active[:, i])[m]
     return xs[slot, i], ys[slot, i]
   final_clocks = workers.merge_workers(worker.clock).tolist()
-  out = asynchronous.replay(algo, log, params0(), batch_fn, KEY, final_clocks,
+  out = async_log.replay(algo, log, params0(), batch_fn, KEY, final_clocks,
                             keep_centers=True)
   # the replay runs the rules op by op, the simulation vmapped in one program:
   # equal up to float32 rounding (measured: <= 1.07e-6, MDOWNPOUR, values up to 7)
@@ -88,7 +88,7 @@ def test_a_hand_computed_order_of_events():
   log = [dict(worker=1, local_step=0, version=0, read_version=0),
          dict(worker=1, local_step=1, version=1, read_version=1),
          dict(worker=0, local_step=0, version=2, read_version=2)]
-  out = asynchronous.replay(algo, log, jnp.float32(1.0), lambda i, t: None, KEY, (1, 2),
+  out = async_log.replay(algo, log, jnp.float32(1.0), lambda i, t: None, KEY, (1, 2),
                             keep_centers=True)
   assert [float(w.params) for w in out.workers] == [0.46875, 0.375]
   assert [float(c) for c in out.centers] == [1.0, 1.0, 0.875, 0.90625]
@@ -96,13 +96,13 @@ def test_a_hand_computed_order_of_events():
   other = [dict(worker=0, local_step=0, version=0, read_version=0),
            dict(worker=1, local_step=0, version=1, read_version=1),
            dict(worker=1, local_step=1, version=2, read_version=2)]
-  out2 = asynchronous.replay(algo, other, jnp.float32(1.0), lambda i, t: None, KEY,
+  out2 = async_log.replay(algo, other, jnp.float32(1.0), lambda i, t: None, KEY,
                              (1, 2))
   assert float(out2.shared.center) != 0.90625
   # a restart puts the worker at the center it reads, its clock going on
   restart = log + [dict(event="restart", worker=0, local_step=1, version=3,
                         read_version=3)]
-  out3 = asynchronous.replay(algo, restart, jnp.float32(1.0), lambda i, t: None, KEY,
+  out3 = async_log.replay(algo, restart, jnp.float32(1.0), lambda i, t: None, KEY,
                              (1, 2))
   assert float(out3.workers[0].params) == 0.90625 and int(out3.workers[0].clock) == 1
 
@@ -110,7 +110,7 @@ def test_a_hand_computed_order_of_events():
 def test_a_log_that_contradicts_the_schedule_is_refused():
   algo = asynchronous.async_easgd(lambda x, b, k: 0.5 * x ** 2, num_workers=2, tau=2,
                                   alpha=0.25, learning_rate=0.5)
-  run = lambda log, clocks=(0, 0): asynchronous.replay(
+  run = lambda log, clocks=(0, 0): async_log.replay(
       algo, log, jnp.float32(1.0), lambda i, t: None, KEY, clocks)
   e = dict(worker=0, local_step=0, version=0, read_version=0)
   with pytest.raises(ValueError, match="lacks worker 1's exchange at its local step 0"):
@@ -124,7 +124,7 @@ def test_a_log_that_contradicts_the_schedule_is_refused():
   with pytest.raises(ValueError, match="unknown log event"):
     run([dict(e, event="push")])
   with pytest.raises(ValueError, match="no asynchronous rules"):
-    asynchronous.async_rules(linear_problem_sync())
+    async_log.async_rules(linear_problem_sync())
   assert algo.async_rules.due(2) and not algo.async_rules.due(3)
 
 

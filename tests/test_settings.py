@@ -163,7 +163,7 @@ def test_compare_refuses_a_setting_that_no_compared_algorithm_reads(tmp_path):
 @pytest.mark.parametrize("algorithm", ["pmean_sgd", "sgd", "msgd"])
 def test_a_diverging_one_model_method_stops_and_never_saves_a_non_finite_state(
     tmp_path, algorithm):
-  cfg, _ = DIGITS.replace(num_epochs=2, learning_rate=1e300).for_algorithm(algorithm)
+  cfg, _ = DIGITS.replace(num_epochs=2, learning_rate=1e38).for_algorithm(algorithm)
   with pytest.raises(trainer.DivergenceError, match="training diverged"):
     trainer.train_and_evaluate(cfg, tmp_path)
   ckpt = checkpoint.Checkpointer(tmp_path)

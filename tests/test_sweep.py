@@ -237,7 +237,8 @@ BAD_INPUTS = [
     (["--num-workers", "0"], "num_workers grid value must be an integer >= 1, got 0"),
     (["--tau", "2,2"], "tau grid has the value 2 twice"),
     (["--tau", "1,x"], "argument --tau: invalid int_list value: '1,x'"),
-    (["--num-steps", "0"], "num_steps must be an integer >= 1, got 0"),
+    (["--num-steps", "0"], "num_steps (local steps per worker; int32 step counter) must "
+                           "be an integer in [1, 2147483647], got 0"),
     (["--divergence-factor", "0.5"], "divergence_factor must be a finite real in (1, inf)"),
     (["--hessian-tol", "0"], "hessian_tol must be a finite real in (0.0, inf), got 0.0"),
     (["--problem", "quad"], "argument --problem: invalid choice: 'quad'"),

@@ -5,7 +5,8 @@ import jax
 import numpy as np
 import pytest
 
-from easgd import checkpoint, data, models, optimizers, registry, rundir, trainer, workers
+from easgd import (batches, checkpoint, data, models, optimizers, registry, rundir,
+                   trainer, workers)
 from easgd.compare import compare
 from easgd.config import ConfigError, TrainConfig
 
@@ -26,7 +27,7 @@ def test_train_writes_metrics_and_exact_center_evaluation(tmp_path):
   # resolved config and communication are recorded
   assert on_disk["config"]["resolved_alpha"] == pytest.approx(0.9 / 4)
   steps = on_disk["total_steps"]
-  assert steps == 2 * data.steps_per_epoch(len(ds.train_y), 4, 16)
+  assert steps == 2 * batches.steps_per_epoch(len(ds.train_y), 4, 16)
   assert on_disk["communication"]["all_reduces"] == -(-steps // 3)
   assert on_disk["communication"]["bytes"] == -(-steps // 3) * on_disk["param_bytes"]
   assert on_disk["shared_copies_equal"] is True
@@ -45,14 +46,14 @@ def test_center_accuracy_matches_direct_evaluation(tmp_path):
   layout = workers.make_layout(4, 2)
   params = models.init_params(model, ds.input_shape,
                               jax.random.split(jax.random.key(cfg.seed))[0])
-  spe = data.steps_per_epoch(len(ds.train_y), 4, 16)
+  spe = batches.steps_per_epoch(len(ds.train_y), 4, 16)
   algo = registry.make_algorithm(cfg, trainer.make_loss_fn(model),
                                  optimizers.make_optimizer(cfg, spe), spe)
   w, s = workers.place_state(algo, params, layout)
   step = workers.map_workers(algo.step, layout, ("worker", "shared", "worker", "broadcast"),
                              ("worker", "shared", "worker"))
   key = jax.random.split(jax.random.key(cfg.seed))[1]
-  for ix in data.worker_batch_indices(len(ds.train_y), 4, 16, cfg.seed, 1):
+  for ix in batches.worker_batch_indices(len(ds.train_y), 4, 16, cfg.seed, 1):
     w, s, _ = step(w, s, workers.split_workers((ds.train_x[ix], ds.train_y[ix]), layout), key)
   center = workers.first_copy(algo.center(s))
   logits = model.apply({"params": center}, ds.test_x)
@@ -84,9 +85,16 @@ def test_schedule_is_counted_in_epochs():
 
 def test_workdir_with_a_run_is_not_overwritten(tmp_path):
   (tmp_path / "summary.json").write_text('{"keep": true}')
-  with pytest.raises(ConfigError, match="already holds a run"):
+  with pytest.raises(ConfigError, match=r"already holds a run; .*\(--overwrite\) or "
+                                        r"resume \(--resume\)$"):
     trainer.train_and_evaluate(TINY, tmp_path)
   assert json.loads((tmp_path / "summary.json").read_text()) == {"keep": True}
+  # compare cannot resume: its message offers only what it has
+  (tmp_path / "easgd").mkdir()
+  (tmp_path / "easgd" / "summary.json").write_text("{}")
+  with pytest.raises(ConfigError, match=r"already holds a run; choose another "
+                                        r"directory, pass overwrite \(--overwrite\)$"):
+    compare(TINY.replace(num_epochs=1), tmp_path, ["easgd"])
 
 
 def test_compare_writes_plot_and_table(tmp_path):
@@ -191,7 +199,7 @@ def test_compare_refuses_to_overwrite_an_earlier_comparison(tmp_path):
 
 @pytest.mark.parametrize("changes,match", [
     (dict(lr_decay_epochs=5.0), "lr_decay_epochs must be a tuple"),
-    (dict(worker_speeds=3), "worker_speeds must be a tuple"),
+    (dict(worker_speeds=3), "worker_speeds must be a sequence"),
     (dict(learning_rate=10**400), "learning_rate must be a finite real"),
     (dict(progress="no"), "progress must be a bool"),
     (dict(data_dir=123), "data_dir must be a path string"),
