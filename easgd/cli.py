@@ -124,10 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
       description="For each arm of the protocol file: its learning-rate grid x tuning "
                   "seeds on the validation split, the best rate rerun on fresh seeds "
                   "on the test set; one compiled program per group of arms")
-  p.add_argument("--config", required=True,
+  p.add_argument("--config", default=None,
                  help="Python file with get_protocol() -> ProtocolConfig "
-                      "(e.g. experiments/protocol_fig2.py)")
+                      "(e.g. experiments/protocol_fig2.py); required unless --report-only")
   p.add_argument("--workdir", required=True, help="output directory")
+  p.add_argument("--overwrite", action="store_true",
+                 help="replace the results already in --workdir (they stay in place "
+                      "until the new run is complete)")
   p.add_argument("--report-only", action="store_true",
                  help="rewrite results.md and curves.png from --workdir's results.json "
                       "without running anything")
@@ -283,17 +286,33 @@ def _run(args) -> int:
 
 
 def _run_protocol(args) -> int:
-  from easgd import protocol_report
+  from easgd import protocol_report, rundir
   from easgd.protocol_config import load_protocol_file
-  workdir = Path(args.workdir)
-  config = load_protocol_file(args.config).validate()  # before anything runs
-  if not args.report_only:
+  workdir = rundir.workdir_path(args.workdir, "--workdir")
+  results = workdir / protocol_report.RESULTS_JSON
+  if args.report_only:
+    if args.config is not None or args.overwrite:
+      raise ConfigError("--report-only reads --workdir's results.json and runs nothing; "
+                        "it takes no --config or --overwrite")
+    if not results.is_file():
+      raise ConfigError(f"--report-only: '{workdir}' holds no results.json; run the "
+                        "protocol first")
+  else:
+    if args.config is None:
+      raise ConfigError("--config is required (a Python file defining get_protocol(), "
+                        "e.g. experiments/protocol_fig2.py) unless --report-only")
+    config = load_protocol_file(args.config).validate()  # before anything runs
+    if workdir.exists() and not workdir.is_dir():
+      raise ConfigError(f"workdir '{workdir}' exists and is not a directory")
+    if results.exists() and not args.overwrite:
+      raise ConfigError(f"workdir '{workdir}' already holds a protocol's results; "
+                        "choose another directory or pass --overwrite")
+    rundir.ensure_writable_dir(workdir)
     from easgd.protocol import run_protocol
+    # results.json is replaced atomically once every arm has run: a failed or
+    # interrupted run leaves the earlier results as they were
     run_protocol(config, workdir, log=lambda line: print(line, file=sys.stderr,
                                                           flush=True))
-  elif not (workdir / "results.json").is_file():
-    raise ConfigError(f"--report-only: '{workdir}' holds no results.json; run the "
-                      "protocol first")
   protocol_report.write_report(workdir, args.group_by)
   print((workdir / protocol_report.RESULTS_MD).read_text(), end="")
   return 0

@@ -69,13 +69,11 @@ from easgd import batches, data, elastic, models, protocol_stats, registry
 from easgd.config import TrainConfig
 from easgd.files import write_text_atomic
 from easgd.optimizers import make_optimizer
-from easgd.protocol_config import (Arm, ProtocolConfig, ProtocolError, lr_grid_edges,
-                                   to_dict)
+from easgd.protocol_config import (RESULTS_JSON, Arm, ProtocolConfig, ProtocolError,
+                                   lr_grid_edges, to_dict)
 from easgd.sweep_curves import make_curve_fn
 from easgd.sweep_engine import CompileCounter
 from easgd.trainer import make_loss_fn
-
-RESULTS_JSON = "results.json"
 
 TRACED_ALWAYS = ("learning_rate", "seed", "lr_scaling", "lr_reference_batch")
 """Fields every program takes per configuration: the rate (resolved with the

@@ -46,6 +46,9 @@ class ProtocolError(ConfigError):
 _int = functools.partial(checks.integer, error=ProtocolError)
 _real = functools.partial(checks.real, error=ProtocolError)
 
+RESULTS_JSON = "results.json"
+"""The file a protocol's results are written to (``easgd protocol --workdir``)."""
+
 MIN_SEEDS = 3
 """Seeds per grid point and per reported rerun (an interval needs n >= 3)."""
 

@@ -33,6 +33,7 @@ import numpy as np
 
 from easgd import protocol_stats, registry
 from easgd.files import write_text_atomic
+from easgd.protocol_config import RESULTS_JSON
 from easgd.protocol_stats import format_interval
 
 RESULTS_MD = "results.md"
@@ -47,7 +48,7 @@ def load_results(path) -> dict[str, Any]:
   """A protocol's results.json (a directory holding it, or the file)."""
   path = Path(path)
   if path.is_dir():
-    path = path / "results.json"
+    path = path / RESULTS_JSON
   return json.loads(path.read_text())
 
 

@@ -191,8 +191,28 @@ def test_cli_protocol_writes_results_and_refuses_bad_files(tmp_path, capsys):
   assert cli.main(["protocol", "--config", str(good), "--workdir", str(out)]) == 0
   text = (out / "results.md").read_text()
   assert "| easgd |" in text and "\u00b1" in text and (out / "curves.png").is_file()
-  assert cli.main(["protocol", "--config", str(good), "--workdir", str(out),
-                   "--report-only"]) == 0
+  assert cli.main(["protocol", "--workdir", str(out), "--report-only"]) == 0
+  before = (out / "results.json").read_bytes()
+  # a second run into the same directory: refused, the results untouched
+  assert cli.main(["protocol", "--config", str(good), "--workdir", str(out)]) == 2
+  assert "already holds a protocol's results" in capsys.readouterr().err
+  assert (out / "results.json").read_bytes() == before
+
+
+def test_cli_protocol_refuses_bad_arguments_before_running(tmp_path, capsys):
+  assert cli.main(["protocol", "--workdir", str(tmp_path / "o")]) == 2
+  assert "--config is required" in capsys.readouterr().err
+  assert cli.main(["protocol", "--workdir", str(tmp_path / "o"), "--report-only"]) == 2
+  assert "holds no results.json" in capsys.readouterr().err
+  assert cli.main(["protocol", "--config", "experiments/protocol_fig2.py",
+                   "--workdir", " "]) == 2
+  assert "--workdir must be a non-empty path" in capsys.readouterr().err
+  a_file = tmp_path / "f"
+  a_file.write_text("")
+  assert cli.main(["protocol", "--config", "experiments/protocol_fig2.py",
+                   "--workdir", str(a_file)]) == 2
+  assert "exists and is not a directory" in capsys.readouterr().err
+  assert not (tmp_path / "o").exists()
 
 
 # ----------------------------------------------------------------------------
