@@ -35,6 +35,7 @@ import numpy as np
 
 from easgd import checks, registry
 from easgd.config import ConfigError, TrainConfig
+from easgd.data import DATASETS
 from easgd.flags import option
 from easgd.models import BATCH_NORM_MODELS
 
@@ -48,6 +49,17 @@ _real = functools.partial(checks.real, error=ProtocolError)
 
 RESULTS_JSON = "results.json"
 """The file a protocol's results are written to (``easgd protocol --workdir``)."""
+
+FIXED_BY_BASE = ("learning_rate", "seed", "validation_examples", "dataset", "data_dir",
+                 "model", "param_dtype", "compute_dtype", "crop_size", "runtime")
+"""Fields an arm may not override: one data set, split, model and runtime for
+every arm (the programs share them); the rate and seed come from the protocol."""
+
+SEEDED_SPLITS = ("digits",)
+"""Data sets whose train/test split is a permutation drawn from the seed (the
+same examples for every seed): refused, since a report seed's test examples
+would be among a tuning seed's validation examples. MNIST-1D generates new
+signals for every seed, so its seeds share no example."""
 
 MIN_SEEDS = 3
 """Seeds per grid point and per reported rerun (an interval needs n >= 3)."""
@@ -189,6 +201,11 @@ class ProtocolConfig:
     if base.crop_size is not None:
       raise ProtocolError("crop_size: the protocol gathers whole examples inside the "
                           "program; allowed: crop_size None")
+    if base.dataset in SEEDED_SPLITS:
+      raise ProtocolError(
+          f"dataset {base.dataset!r} draws its train/test split from the seed: a "
+          "tuning seed's validation examples would be test examples of a report "
+          f"seed; allowed: {', '.join(d for d in DATASETS if d not in SEEDED_SPLITS)}")
     if base.runtime != "spmd":
       raise ProtocolError(f"runtime {base.runtime!r}: the protocol simulates the "
                           "workers in one program; allowed: runtime 'spmd'")
@@ -228,6 +245,7 @@ class ProtocolConfig:
     if not self.arms:
       raise ProtocolError("arms must hold at least one Arm")
     names = [a.name for a in self.arms]
+    gives: dict[str, dict[str, str]] = {}  # algorithm -> "alpha"/"beta" -> an arm
     for a in self.arms:
       if not isinstance(a, Arm):
         raise ProtocolError(f"arms entries must be easgd.protocol_config.Arm, got {a!r}")
@@ -236,13 +254,21 @@ class ProtocolConfig:
       if names.count(a.name) > 1:
         raise ProtocolError(f"two arms are called {a.name!r}; give each a unique name")
       checks.choice("algorithm", a.algorithm, registry.ALGORITHMS, error=ProtocolError)
-      fixed = sorted({"learning_rate", "seed", "validation_examples", "dataset",
-                      "data_dir", "model", "runtime"} & set(a.overrides))
+      fixed = sorted(set(FIXED_BY_BASE) & set(a.overrides))
       if fixed:
         raise ProtocolError(f"arm {a.name!r} overrides {fixed}: the learning rate comes "
                             "from the grid, the seed from the protocol's seeds, and the "
-                            "data, split, model and runtime are the base's for every arm")
+                            "data, split, crop, model, its dtypes and the runtime are "
+                            "the base's for every arm")
       arm_config = a.config(base).validate()  # tau, K vs the run's length: easgd.protocol
+      if "alpha" in registry.TABLE[a.algorithm].reads:
+        given = "alpha" if arm_config.alpha is not None else "beta"
+        gives.setdefault(a.algorithm, {}).setdefault(given, a.name)
+        if len(gives[a.algorithm]) > 1:
+          raise ProtocolError(
+              f"arms of {a.algorithm} give alpha ({gives[a.algorithm]['alpha']!r}) and "
+              f"beta ({gives[a.algorithm]['beta']!r}); their grids share one program: "
+              "give the same one of the two in every arm")
       if arm_config.max_worker_speed is not None:
         raise ProtocolError(f"arm {a.name!r}: max_worker_speed draws the speeds from the "
                             "seed, which a program over seeds cannot follow; give "

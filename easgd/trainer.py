@@ -372,7 +372,9 @@ class Run:
   def _divergence_message(self, what: str) -> str:
     c = self.config
     msg = (f"training diverged: {what}; algorithm={c.algorithm}, "
-           f"learning_rate={c.learning_rate}")
+           f"learning_rate={c.learning_rate}"
+           + (f" (resolved {c.resolved_learning_rate:g}: lr_scaling {c.lr_scaling!r})"
+              if c.lr_scaling != "none" else ""))
     if "curvature" in registry.TABLE[c.algorithm].reads:  # synchronous EASGD
       msg += f", alpha={c.resolved_alpha:g}, tau={c.tau}, num_workers={c.num_workers}"
       hint = _stability_hint(c)
@@ -392,7 +394,8 @@ def stability_warning(config: TrainConfig) -> str | None:
 
   With ``config.curvature`` (an estimate of the loss's largest Hessian
   eigenvalue h, e.g. from ``easgd.hessian``) the check is at eta*h =
-  learning_rate * curvature (``easgd.stability.stability_bound_message``);
+  the resolved learning rate (``lr_scaling`` applied) * curvature
+  (``easgd.stability.stability_bound_message``);
   without it, only whether ANY eta*h is stable at this alpha, tau and p.
 
   Args:
@@ -413,7 +416,7 @@ def stability_warning(config: TrainConfig) -> str | None:
     return None
   from easgd import stability
   if config.curvature is not None:
-    return stability.stability_bound_message(config.learning_rate * config.curvature,
+    return stability.stability_bound_message(config.resolved_learning_rate * config.curvature,
                                              a, tau, p)
   if stability.stable_eta_h_interval(a, tau, p) is None:
     return (f"EASGD with alpha={a:g} (beta={a * p:g}), tau={tau}, num_workers={p} is "
@@ -433,7 +436,7 @@ def _stability_hint(config: TrainConfig) -> str | None:
     return (f"the quadratic model is unstable at alpha={a:g}, tau={tau}, "
             f"num_workers={p} for every eta*h in [0, 4]")
   return (f"the quadratic model is stable at alpha={a:g}, tau={tau}, num_workers={p} "
-          f"only for eta*h < {interval[1]:.4g} (learning_rate * largest Hessian "
+          f"only for eta*h < {interval[1]:.4g} (resolved learning rate * largest Hessian "
           f"eigenvalue)")
 
 

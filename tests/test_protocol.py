@@ -13,12 +13,24 @@ from easgd import TrainConfig, cli, data, models, protocol, protocol_stats, trai
 from easgd.config import ConfigError
 from easgd.protocol_config import Arm, ProtocolConfig, ProtocolError, log_grid
 
-BASE = TrainConfig(dataset="digits", model="mlp", num_epochs=2, global_batch_size=64,
-                   num_workers=4, validation_examples=200, progress=False)
+BASE = TrainConfig(dataset="mnist1d", model="mlp", num_epochs=2, global_batch_size=384,
+                   num_workers=4, validation_examples=1000, progress=False)
+"""18 steps per epoch (7000 training signals, 1000 held out, 4 x 96 per step)."""
 LOSS_RTOL = 1e-6
-"""Relative tolerance on the test and validation losses, one program against
-separate ``train_and_evaluate`` runs (float32; measured: at most 2.1e-7 over the
-38 steps of these runs on this machine's CPU)."""
+"""Relative tolerance on the test and validation losses, one program with one
+configuration per call against separate ``train_and_evaluate`` runs (float32;
+measured: at most 2.5e-7 over the 36 steps of these runs on this machine's CPU)."""
+BATCHED_LOSS_RTOL = 1e-4
+"""The same with two configurations per call (the protocol's batching). XLA
+compiles the batched program with other fusions, so its float32 rounding
+differs by an ulp; where a ReLU pre-activation lies within rounding of zero
+(1e-8), that ulp decides the side of the kink, and the run moves by a step of
+the unit's gradient. Measured here: at most 2.2e-5 in a loss, from DOWNPOUR,
+seed 5, whose flip was traced to step 4 (worker 2, example 18, unit 82 of the
+MLP's second layer; 1.2e-5 in its test loss after 36 steps). A float64 run of
+the same program agrees with the batched run to 1.3e-8, so neither is wrong;
+the kink picks one float32 rounding. 1e-4 admits such events, not a wrong step (a
+mini-batch or exchange off by one moves the loss by 1e-3 or more)."""
 
 
 def tiny_protocol(**changes):
@@ -26,10 +38,10 @@ def tiny_protocol(**changes):
           Arm("easgd tau=4", "easgd", dict(tau=4), log_grid(0.03, 0.3, 3)),
           Arm("pmean", "pmean_sgd", {}, log_grid(0.03, 0.3, 3)),
           Arm("pmean linear", "pmean_sgd", dict(lr_scaling="linear",
-                                                 lr_reference_batch=32),
+                                                 lr_reference_batch=192),
               lr_from="pmean"))
   return dataclasses.replace(
-      ProtocolConfig("tiny", "a test", BASE, arms, eval_every_steps=19,
+      ProtocolConfig("tiny", "a test", BASE, arms, eval_every_steps=18,
                      configs_per_batch=2), **changes)
 
 
@@ -82,32 +94,36 @@ def test_one_program_gives_each_configuration_its_train_and_evaluate_run():
           Arm("local_sgd K=4", "local_sgd", dict(tau=4, sync_warmup_steps=4), (0.1,)),
           Arm("diloco", "diloco", dict(tau=4), (0.1,)),
           Arm("pmean", "pmean_sgd", {}, (0.1,)))
-  config = ProtocolConfig("eq", "", BASE, arms, eval_every_steps=19,
-                          configs_per_batch=2).validate()
+  config = ProtocolConfig("eq", "", BASE, arms, eval_every_steps=18).validate()
   seeds = protocol.SeedData(BASE, (5, 6))
   runs = protocol.prepare(config, seeds.num_train)
   model = models.make_model("mlp", seeds.num_classes)
-  worst = 0.0
+  worst = {1: 0.0, 2: 0.0}
   for group in protocol.group_programs(list(runs.values())):
     configs = [dict(arm=r.arm.name, learning_rate=r.arm.learning_rates[0], seed=s)
                for r in group for s in (5, 6)]
+    summaries = [train_and_evaluate(runs[c["arm"]].config.replace(
+        learning_rate=c["learning_rate"], seed=c["seed"]), tempfile.mkdtemp())
+        for c in configs]
     for kind, split in (("tune", "val"), ("report", "test")):
-      out, info = protocol.run_program(group, configs, seeds, model, kind, config)
-      assert info["compiles"] <= 5  # init, step (x2 phases with a warm-up), eval, final
-      for i, c in enumerate(configs):
-        r = runs[c["arm"]]
-        summary = train_and_evaluate(r.config.replace(learning_rate=c["learning_rate"],
-                                                      seed=c["seed"]), tempfile.mkdtemp())
-        steps = list(r.eval_steps)
-        for rec in summary["history"]:  # epoch ends: steps 0, 19, 38
-          k = steps.index(rec["step"])
-          got_loss = out["curves"][f"{split}_loss"][i, k]
-          want_loss = rec[f"{split}_loss"]
-          worst = max(worst, abs(got_loss - want_loss) / want_loss)
-          assert got_loss == pytest.approx(want_loss, rel=LOSS_RTOL)
-          assert out["curves"][f"{split}_error"][i, k] == pytest.approx(
-              rec[f"{split}_error"], abs=1e-6)
-  print(f"\nmeasured: relative loss difference, one program vs separate runs: {worst:.2e}")
+      for per_call, rtol in ((1, LOSS_RTOL), (2, BATCHED_LOSS_RTOL)):
+        out, info = protocol.run_program(
+            group, configs, seeds, model, kind,
+            dataclasses.replace(config, configs_per_batch=per_call))
+        assert info["compiles"] <= 5  # init, step (x2 phases with a warm-up), eval, final
+        for i, (c, summary) in enumerate(zip(configs, summaries)):
+          steps = list(runs[c["arm"]].eval_steps)
+          for rec in summary["history"]:  # epoch ends: steps 0, 18, 36
+            k = steps.index(rec["step"])
+            got_loss = out["curves"][f"{split}_loss"][i, k]
+            want_loss = rec[f"{split}_loss"]
+            worst[per_call] = max(worst[per_call], abs(got_loss - want_loss) / want_loss)
+            assert got_loss == pytest.approx(want_loss, rel=rtol), (c, per_call)
+            if per_call == 1:
+              assert out["curves"][f"{split}_error"][i, k] == pytest.approx(
+                  rec[f"{split}_error"], abs=1e-6)
+  print(f"\nmeasured: relative loss difference, one program vs separate runs: "
+        f"{worst[1]:.2e} (one configuration per call), {worst[2]:.2e} (two)")
 
 
 def test_the_values_do_not_depend_on_how_many_configurations_share_a_call():
@@ -167,6 +183,16 @@ def test_protocol_settings_are_checked_before_anything_runs():
     dataclasses.replace(good, arms=(Arm("a", "easgd", {}, lr_from="b"),)).validate()
   with pytest.raises(ProtocolError, match="validation_examples \\(of base\\)"):
     dataclasses.replace(good, base=BASE.replace(validation_examples=0)).validate()
+  with pytest.raises(ProtocolError, match="dataset 'digits' draws its train/test split "
+                                          "from the seed"):
+    dataclasses.replace(good, base=BASE.replace(dataset="digits")).validate()
+  with pytest.raises(ProtocolError, match="overrides \\['compute_dtype'\\]"):
+    dataclasses.replace(good, arms=(Arm("a", "easgd", dict(compute_dtype="bfloat16"),
+                                        (0.1,)),)).validate()
+  with pytest.raises(ProtocolError, match="give alpha .* and beta"):
+    dataclasses.replace(good, arms=(
+        Arm("a", "easgd", dict(beta=0.9), (0.1,)),
+        Arm("b", "easgd", dict(alpha=0.2, beta=None), (0.1,)))).validate()
   with pytest.raises(ConfigError, match="is not read by algorithm 'pmean_sgd'"):
     dataclasses.replace(good, arms=(Arm("a", "pmean_sgd", dict(sync_warmup_steps=3),
                                         (0.1,)),)).validate()
@@ -182,11 +208,11 @@ def test_cli_protocol_writes_results_and_refuses_bad_files(tmp_path, capsys):
       "from easgd import TrainConfig\n"
       "from easgd.protocol_config import Arm, ProtocolConfig, log_grid\n"
       "def get_protocol():\n"
-      "  base = TrainConfig(dataset='digits', model='mlp', num_epochs=1, "
-      "global_batch_size=64, validation_examples=200, progress=False)\n"
+      "  base = TrainConfig(dataset='mnist1d', model='mlp', num_epochs=1, "
+      "global_batch_size=384, validation_examples=1000, progress=False)\n"
       "  return ProtocolConfig('cli', 'cli test', base, (Arm('easgd', 'easgd', {}, "
       "log_grid(0.05, 0.2, 3)), Arm('pmean', 'pmean_sgd', {}, log_grid(0.05, 0.2, 3))), "
-      "eval_every_steps=5, targets=(0.5,))\n")
+      "eval_every_steps=6, targets=(0.7,))\n")
   out = tmp_path / "out"
   assert cli.main(["protocol", "--config", str(good), "--workdir", str(out)]) == 0
   text = (out / "results.md").read_text()
@@ -262,3 +288,52 @@ def test_time_to_target_and_the_network_model():
   assert protocol_stats.allreduce_seconds(10, 1_000_000, 1, 125e6, 50e-6) == 0.0
   assert protocol_stats.modelled_seconds(100, 0.01, 10, 1_000_000, 4, 125e6, 50e-6) == \
       pytest.approx(1.0 + s)
+
+
+# ----------------------------------------------------------------------------
+# The claims
+# ----------------------------------------------------------------------------
+
+
+def _claims_arm(algorithm, tau, hits, final=(0.2, 0.21, 0.22), all_reduces_per_step=1.0):
+  """A results.json arm for protocol_report.claims: 3 seeds, evaluations every
+  10 of 100 steps, first reaching the claims' target at ``hits`` (None: never)."""
+  steps = list(range(0, 101, 10))
+  return dict(
+      algorithm=algorithm, config=dict(tau=tau, num_workers=4),
+      time_to_target={"0.3": dict(steps=list(hits), n=3,
+                                  reached=sum(h is not None for h in hits))},
+      report=dict(eval_steps=steps), compute_per_step_s=0.01,
+      communication_curve=dict(all_reduces=[int(all_reduces_per_step * s) for s in steps],
+                               bytes=[int(all_reduces_per_step * s) * 10**7 for s in steps]),
+      final_test_errors=list(final), best_test_errors=list(final),
+      final_worker_test_errors=[e + 0.01 for e in final])
+
+
+def _claims_results(arms):
+  return dict(protocol=dict(name="synthetic", report_seeds=[100, 101, 102],
+                            networks=[dict(name="1GbE", bandwidth_bytes_per_s=125e6,
+                                           latency_s=50e-6)]), arms=arms)
+
+
+def test_a_method_that_never_reaches_the_target_is_never_fastest():
+  from easgd import protocol_report
+  # EAMSGD misses the target on every seed: its censored time (the whole run,
+  # with few exchanges) is BELOW pmean SGD's, whose every step all-reduces
+  missing = _claims_results({
+      "eamsgd tau=64": _claims_arm("eamsgd", 64, (None, None, None), all_reduces_per_step=0.02),
+      "pmean_sgd": _claims_arm("pmean_sgd", 1, (70, 80, 90))})
+  fastest, *_ = protocol_report.claims(missing, None)
+  (part,) = fastest["parts"]
+  assert part["interval"]["high"] < 0             # the lower bounds look faster
+  assert part["verdict"] == "inconclusive"        # but a lower bound cannot show it
+  assert "missed the target on 3 seed(s)" in part["text"]
+  # reaching it first on every seed, with the same communication: holds
+  reached = _claims_results({
+      "eamsgd tau=64": _claims_arm("eamsgd", 64, (20, 20, 30)),
+      "pmean_sgd": _claims_arm("pmean_sgd", 1, (70, 80, 90))})
+  fastest, tau_claim, center = protocol_report.claims(reached, None)
+  assert fastest["verdict"] == "holds"
+  assert center["verdict"] == "holds"             # the center 1 point below its workers
+  assert tau_claim["parts"] == [] and tau_claim["verdict"] == "inconclusive"  # no DOWNPOUR
+  assert "EAMSGD" in protocol_report.claims_markdown([fastest, tau_claim, center])
