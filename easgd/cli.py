@@ -297,6 +297,7 @@ def _run_protocol(args) -> int:
     if not results.is_file():
       raise ConfigError(f"--report-only: '{workdir}' holds no results.json; run the "
                         "protocol first")
+    protocol_report.write_report(workdir, args.group_by)
   else:
     if args.config is None:
       raise ConfigError("--config is required (a Python file defining get_protocol(), "
@@ -307,13 +308,18 @@ def _run_protocol(args) -> int:
     if results.exists() and not args.overwrite:
       raise ConfigError(f"workdir '{workdir}' already holds a protocol's results; "
                         "choose another directory or pass --overwrite")
+    for name in (protocol_report.RESULTS_JSON, protocol_report.RESULTS_MD,
+                 protocol_report.CURVES_PNG):
+      if (workdir / name).exists() and not (workdir / name).is_file():
+        raise ConfigError(f"'{workdir / name}' exists and is not a file; the protocol "
+                          "writes its results there")
     rundir.ensure_writable_dir(workdir)
     from easgd.protocol import run_protocol
-    # results.json is replaced atomically once every arm has run: a failed or
-    # interrupted run leaves the earlier results as they were
-    run_protocol(config, workdir, log=lambda line: print(line, file=sys.stderr,
-                                                          flush=True))
-  protocol_report.write_report(workdir, args.group_by)
+    # nothing is written until every arm has run; then each file is replaced
+    # whole, so a failed or interrupted run leaves the earlier results as they were
+    fresh = run_protocol(config, None, log=lambda line: print(line, file=sys.stderr,
+                                                               flush=True))
+    protocol_report.write_report(workdir, args.group_by, fresh)
   print((workdir / protocol_report.RESULTS_MD).read_text(), end="")
   return 0
 

@@ -88,6 +88,11 @@ WHY_STATIC = {
 }
 """Why arms that differ in a field run as separate programs."""
 
+MAX_INDEX_BYTES = 2 * 2**30
+"""The most bytes (2 GiB) of batch indices an arm's grid may hold (every step's
+examples of every configuration are gathered on the host before its program
+runs); a larger budget is refused before anything is compiled."""
+
 
 # ----------------------------------------------------------------------------
 # Arms resolved to runs
@@ -114,7 +119,9 @@ def prepare(config: ProtocolConfig, num_train: int) -> dict[str, ArmRun]:
   """Each arm's run length and evaluation steps; checks tau and K against it.
 
   Raises:
-    ProtocolError: tau or sync_warmup_steps not below the run's steps.
+    ProtocolError: tau or sync_warmup_steps not below the run's steps, or an
+      arm's batch indices (int32, every step of every configuration of its
+      grid) beyond :data:`MAX_INDEX_BYTES`.
   """
   runs = {}
   for arm in config.arms:
@@ -128,6 +135,16 @@ def prepare(config: ProtocolConfig, num_train: int) -> dict[str, ArmRun]:
     if cfg.sync_warmup_steps >= total:
       raise ProtocolError(f"arm {arm.name!r}: sync_warmup_steps={cfg.sync_warmup_steps} "
                           f"leaves nothing of its run ({total} steps)")
+    # every configuration of a program holds its batch indices of every step
+    configs = max(len(arm.learning_rates) * len(config.tune_seeds),
+                  len(config.report_seeds))
+    index_bytes = configs * total * cfg.global_batch_size * 4
+    if index_bytes > MAX_INDEX_BYTES:
+      raise ProtocolError(
+          f"arm {arm.name!r}: {configs} configurations x {total} steps x "
+          f"{cfg.global_batch_size} examples of batch indices need "
+          f"{index_bytes / 2**30:.1f} GiB; allowed: at most {MAX_INDEX_BYTES / 2**30:g} "
+          f"GiB (fewer epochs, rates or seeds)")
     runs[arm.name] = ArmRun(arm, cfg, spe, total,
                             eval_steps_of(total, config.eval_every_steps))
   return runs
@@ -581,8 +598,13 @@ def _finish(config, arms, programs, step_s, param_bytes, num_params, seconds, wo
   if workdir is not None:
     path = Path(workdir)
     path.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path / RESULTS_JSON, json.dumps(results, indent=1, default=_plain))
+    write_text_atomic(path / RESULTS_JSON, results_json(results))
   return results
+
+
+def results_json(results: dict[str, Any]) -> str:
+  """``results`` as the text of ``results.json`` (NumPy values as Python ones)."""
+  return json.dumps(results, indent=1, default=_plain)
 
 
 def _plain(value):

@@ -28,13 +28,14 @@ import dataclasses
 import functools
 import importlib.util
 import math
+import os
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
 from easgd import checks, registry
-from easgd.config import ConfigError, TrainConfig
+from easgd.config import MAX_REAL, ConfigError, TrainConfig
 from easgd.data import DATASETS
 from easgd.flags import option
 from easgd.models import BATCH_NORM_MODELS
@@ -50,16 +51,21 @@ _real = functools.partial(checks.real, error=ProtocolError)
 RESULTS_JSON = "results.json"
 """The file a protocol's results are written to (``easgd protocol --workdir``)."""
 
-FIXED_BY_BASE = ("learning_rate", "seed", "validation_examples", "dataset", "data_dir",
-                 "model", "param_dtype", "compute_dtype", "crop_size", "runtime")
-"""Fields an arm may not override: one data set, split, model and runtime for
-every arm (the programs share them); the rate and seed come from the protocol."""
+FIXED_BY_BASE = ("algorithm", "learning_rate", "seed", "validation_examples", "dataset",
+                 "data_dir", "model", "param_dtype", "compute_dtype", "crop_size", "runtime")
+"""Fields an arm may not override: its algorithm is ``Arm.algorithm``; one data
+set, split, model and runtime for every arm (the programs share them); the rate
+and seed come from the protocol."""
 
 SEEDED_SPLITS = ("digits",)
 """Data sets whose train/test split is a permutation drawn from the seed (the
 same examples for every seed): refused, since a report seed's test examples
 would be among a tuning seed's validation examples. MNIST-1D generates new
 signals for every seed, so its seeds share no example."""
+
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)
+"""The smallest learning rate a grid may hold (float32's smallest normal number;
+the programs compute in float32, where a smaller rate is 0 or denormal)."""
 
 MIN_SEEDS = 3
 """Seeds per grid point and per reported rerun (an interval needs n >= 3)."""
@@ -190,6 +196,13 @@ class ProtocolConfig:
     """
     if not isinstance(self.name, str) or not self.name or "/" in self.name:
       raise ProtocolError(f"name must be a non-empty string without '/', got {self.name!r}")
+    if not isinstance(self.description, str):
+      raise ProtocolError(f"description must be a string, got {self.description!r}")
+    for field in ("arms", "tune_seeds", "report_seeds", "targets", "networks"):
+      value = getattr(self, field)
+      if not isinstance(value, tuple):
+        raise ProtocolError(f"{field} must be a tuple, got {type(value).__name__} "
+                            f"{value!r}")
     if not isinstance(self.base, TrainConfig):
       raise ProtocolError(f"base must be an easgd.TrainConfig, got {type(self.base).__name__}")
     base = self.base.validate()
@@ -226,14 +239,22 @@ class ProtocolConfig:
       raise ProtocolError("targets must hold at least one test error")
     for t in self.targets:
       _real("targets entry (test error)", t, 0, 1, open_low=True, open_high=True)
+    if len(set(self.targets)) != len(self.targets):
+      raise ProtocolError(f"targets has a test error twice: {self.targets!r}")
     if not self.networks:
       raise ProtocolError("networks must hold at least one Network")
     for n in self.networks:
       if not isinstance(n, Network):
         raise ProtocolError(f"networks entries must be easgd.protocol_config.Network, got {n!r}")
+      if not isinstance(n.name, str) or not n.name:
+        raise ProtocolError(f"a network's name must be a non-empty string, got {n.name!r}")
       _real(f"bandwidth_bytes_per_s of network {n.name!r}", n.bandwidth_bytes_per_s, 0,
             open_low=True)
       _real(f"latency_s of network {n.name!r}", n.latency_s, 0)
+    names = [n.name for n in self.networks]
+    if len(set(names)) != len(names):
+      raise ProtocolError(f"two networks share a name: {names}; the modelled times are "
+                          "keyed by it")
     _real("divergence_factor", self.divergence_factor, 1, open_low=True)
     if self.configs_per_batch is not None:
       _int("configs_per_batch", self.configs_per_batch, 1)
@@ -244,11 +265,21 @@ class ProtocolConfig:
   def _validate_arms(self, base: TrainConfig) -> None:
     if not self.arms:
       raise ProtocolError("arms must hold at least one Arm")
-    names = [a.name for a in self.arms]
-    gives: dict[str, dict[str, str]] = {}  # algorithm -> "alpha"/"beta" -> an arm
     for a in self.arms:
       if not isinstance(a, Arm):
         raise ProtocolError(f"arms entries must be easgd.protocol_config.Arm, got {a!r}")
+      if not isinstance(a.overrides, Mapping):
+        raise ProtocolError(f"overrides of arm {a.name!r} must be a dict of TrainConfig "
+                            f"fields, got {a.overrides!r}")
+      if not isinstance(a.learning_rates, tuple):
+        raise ProtocolError(f"learning_rates of arm {a.name!r} must be a tuple (e.g. "
+                            f"log_grid(0.01, 1, 5)), got {a.learning_rates!r}")
+      if a.lr_from is not None and not isinstance(a.lr_from, str):
+        raise ProtocolError(f"lr_from of arm {a.name!r} must be an arm's name or None, "
+                            f"got {a.lr_from!r}")
+    names = [a.name for a in self.arms]
+    gives: dict[str, dict[str, str]] = {}  # algorithm -> "alpha"/"beta" -> an arm
+    for a in self.arms:
       if not isinstance(a.name, str) or not a.name:
         raise ProtocolError(f"an arm's name must be a non-empty string, got {a.name!r}")
       if names.count(a.name) > 1:
@@ -256,10 +287,10 @@ class ProtocolConfig:
       checks.choice("algorithm", a.algorithm, registry.ALGORITHMS, error=ProtocolError)
       fixed = sorted(set(FIXED_BY_BASE) & set(a.overrides))
       if fixed:
-        raise ProtocolError(f"arm {a.name!r} overrides {fixed}: the learning rate comes "
-                            "from the grid, the seed from the protocol's seeds, and the "
-                            "data, split, crop, model, its dtypes and the runtime are "
-                            "the base's for every arm")
+        raise ProtocolError(f"arm {a.name!r} overrides {fixed}: the algorithm is the "
+                            "arm's own field, the learning rate comes from the grid, the "
+                            "seed from the protocol's seeds, and the data, split, crop, "
+                            "model, its dtypes and the runtime are the base's for every arm")
       arm_config = a.config(base).validate()  # tau, K vs the run's length: easgd.protocol
       if "alpha" in registry.TABLE[a.algorithm].reads:
         given = "alpha" if arm_config.alpha is not None else "beta"
@@ -277,7 +308,7 @@ class ProtocolConfig:
         if not a.learning_rates:
           raise ProtocolError(f"arm {a.name!r} needs learning_rates (a log-spaced grid, "
                               "easgd.protocol_config.log_grid) or lr_from")
-        values = [_real(f"learning rate of arm {a.name!r}", v, 0, open_low=True)
+        values = [_real(f"learning rate of arm {a.name!r}", v, FLOAT32_TINY, MAX_REAL)
                   for v in a.learning_rates]
         if len(set(values)) != len(values):
           raise ProtocolError(f"arm {a.name!r} has a learning rate twice: {a.learning_rates}")
@@ -308,9 +339,17 @@ def load_protocol_file(path) -> ProtocolConfig:
     ProtocolError: the file is missing, is not Python, fails to load, or has
       no ``get_protocol`` returning a ProtocolConfig.
   """
+  if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
+    raise ProtocolError(f"the protocol file must be a path to a .py file, got {path!r}")
   path = Path(path)
-  if not path.is_file():
+  if path.is_dir():
+    raise ProtocolError(f"protocol file '{path}' is a directory; give a .py file "
+                        "defining get_protocol()")
+  if not path.exists():
     raise ProtocolError(f"protocol file '{path}' does not exist")
+  if not path.is_file():
+    raise ProtocolError(f"protocol file '{path}' is not a regular file; give a .py file "
+                        "defining get_protocol()")
   spec = importlib.util.spec_from_file_location(f"_easgd_protocol_{path.stem}", path)
   if spec is None or path.suffix != ".py":
     raise ProtocolError(f"protocol file '{path}' must be a Python file (.py) defining "
@@ -319,9 +358,10 @@ def load_protocol_file(path) -> ProtocolConfig:
   try:
     spec.loader.exec_module(module)
     config = getattr(module, "get_protocol", lambda: None)()
-  except Exception as e:  # a user's file: one line
+  except (Exception, SystemExit) as e:  # a user's file: one line
+    text = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
     raise ProtocolError(f"protocol file '{path}' failed to load: "
-                        f"{type(e).__name__}: {e}") from None
+                        f"{type(e).__name__}: {text}") from None
   if not isinstance(config, ProtocolConfig):
     raise ProtocolError(f"protocol file '{path}' must define get_protocol() returning "
                         "an easgd.protocol_config.ProtocolConfig")

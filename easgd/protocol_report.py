@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -33,7 +34,7 @@ import numpy as np
 
 from easgd import protocol_stats, registry
 from easgd.files import write_text_atomic
-from easgd.protocol_config import RESULTS_JSON
+from easgd.protocol_config import RESULTS_JSON, ProtocolError
 from easgd.protocol_stats import format_interval
 
 RESULTS_MD = "results.md"
@@ -45,11 +46,24 @@ CLAIMS_NETWORK = "1GbE"
 
 
 def load_results(path) -> dict[str, Any]:
-  """A protocol's results.json (a directory holding it, or the file)."""
+  """A protocol's results.json (a directory holding it, or the file).
+
+  Raises:
+    ProtocolError: the file is missing, unreadable, not JSON, or not a
+      protocol's results (no "protocol" and "arms").
+  """
   path = Path(path)
   if path.is_dir():
     path = path / RESULTS_JSON
-  return json.loads(path.read_text())
+  try:
+    results = json.loads(path.read_text())
+  except (OSError, UnicodeDecodeError, ValueError) as e:
+    raise ProtocolError(f"'{path}' is not a readable protocol results file: "
+                        f"{type(e).__name__}: {e}") from None
+  if not isinstance(results, dict) or not {"protocol", "arms"} <= set(results):
+    raise ProtocolError(f"'{path}' is not a protocol's results (no 'protocol' and "
+                        "'arms'); write it with easgd protocol")
+  return results
 
 
 def _setting(arm: dict) -> str:
@@ -245,12 +259,39 @@ def plot_curves(results: dict[str, Any], path, group_by: str = "tau") -> None:
   plt.close(fig)
 
 
-def write_report(workdir, group_by: str = "tau") -> dict:
-  """results.md and curves.png from ``workdir/results.json``; returns the results."""
+def write_report(workdir, group_by: str = "tau", results: dict | None = None) -> dict:
+  """results.md and curves.png (and, given ``results``, results.json) in ``workdir``.
+
+  Each file is written beside its final name and then renamed over it, the
+  report first and results.json last, so an interrupted or failed write
+  leaves the earlier files whole.
+
+  Args:
+    workdir: the protocol's directory.
+    group_by: the panels of curves.png (:func:`plot_curves`).
+    results: a run's results (``easgd.protocol.run_protocol``) to write;
+      None: read ``workdir/results.json``.
+
+  Returns:
+    The results.
+
+  Raises:
+    ProtocolError: no readable results.json (``results`` None).
+  """
+  from easgd.protocol import results_json
   workdir = Path(workdir)
-  results = load_results(workdir)
-  write_text_atomic(workdir / RESULTS_MD, results_markdown(results))
-  plot_curves(results, workdir / CURVES_PNG, group_by)
+  fresh = results is not None
+  if not fresh:
+    results = load_results(workdir)
+  texts = {RESULTS_MD: results_markdown(results)}
+  if fresh:
+    texts[RESULTS_JSON] = results_json(results)
+  new_png = workdir / f".new-{CURVES_PNG}"
+  plot_curves(results, new_png, group_by)
+  os.replace(new_png, workdir / CURVES_PNG)
+  for name in (RESULTS_MD, RESULTS_JSON):
+    if name in texts:
+      write_text_atomic(workdir / name, texts[name])
   return results
 
 
@@ -337,9 +378,18 @@ def claims(fig2: dict | None, fig3: dict | None) -> list[dict[str, Any]]:
   Returns:
     One dict per claim: claim, measurement (text), parts (each with its
     interval and verdict), n (seeds per arm), verdict, source.
+
+  Raises:
+    ValueError: ``fig2`` has no time to :data:`CLAIMS_TARGET` (not among its
+      targets).
   """
   out = []
   if fig2 is not None:
+    targets = fig2["protocol"]["targets"]
+    if not any(abs(t - CLAIMS_TARGET) < 1e-12 for t in targets):
+      raise ValueError(f"the claim 'EAMSGD is fastest' is measured at test error "
+                       f"{CLAIMS_TARGET}, which is not among the protocol's targets "
+                       f"{targets}; add it to ProtocolConfig.targets")
     for a in fig2["arms"].values():
       a["_networks"] = fig2["protocol"]["networks"]
     out.append(_claim_fastest(fig2))

@@ -193,6 +193,19 @@ def test_protocol_settings_are_checked_before_anything_runs():
     dataclasses.replace(good, arms=(
         Arm("a", "easgd", dict(beta=0.9), (0.1,)),
         Arm("b", "easgd", dict(alpha=0.2, beta=None), (0.1,)))).validate()
+  for bad, message in (
+      (dict(description=None), "description must be a string"),
+      (dict(arms=[tiny_protocol().arms[0]]), "arms must be a tuple"),
+      (dict(targets=0.5), "targets must be a tuple"),
+      (dict(targets=(0.5, 0.5)), "targets has a test error twice"),
+      (dict(arms=(Arm("a", "easgd", dict(algorithm="sgd"), (0.1,)),)),
+       "overrides \\['algorithm'\\]"),
+      (dict(arms=(Arm("a", "easgd", None, (0.1,)),)), "overrides of arm 'a' must be a dict"),
+      (dict(arms=(Arm("a", "easgd", {}, 0.1),)), "learning_rates of arm 'a' must be a tuple"),
+      (dict(arms=(Arm("a", "easgd", {}, (1e300, 1e301)),)), "learning rate of arm 'a'"),
+      (dict(arms=(Arm("a", "easgd", {}, (1e-320,)),)), "learning rate of arm 'a'")):
+    with pytest.raises(ProtocolError, match=message):
+      dataclasses.replace(good, **bad).validate()
   with pytest.raises(ConfigError, match="is not read by algorithm 'pmean_sgd'"):
     dataclasses.replace(good, arms=(Arm("a", "pmean_sgd", dict(sync_warmup_steps=3),
                                         (0.1,)),)).validate()
@@ -225,6 +238,13 @@ def test_cli_protocol_writes_results_and_refuses_bad_files(tmp_path, capsys):
   assert (out / "results.json").read_bytes() == before
 
 
+def test_a_budget_beyond_memory_is_refused_before_anything_runs():
+  config = dataclasses.replace(tiny_protocol(), arms=(
+      Arm("long", "easgd", dict(tau=2, num_epochs=10**6), (0.1,)),)).validate()
+  with pytest.raises(ProtocolError, match="of batch indices need .* GiB; allowed: at most 2"):
+    protocol.prepare(config, 7000)
+
+
 def test_cli_protocol_refuses_bad_arguments_before_running(tmp_path, capsys):
   assert cli.main(["protocol", "--workdir", str(tmp_path / "o")]) == 2
   assert "--config is required" in capsys.readouterr().err
@@ -239,6 +259,23 @@ def test_cli_protocol_refuses_bad_arguments_before_running(tmp_path, capsys):
                    "--workdir", str(a_file)]) == 2
   assert "exists and is not a directory" in capsys.readouterr().err
   assert not (tmp_path / "o").exists()
+  damaged = tmp_path / "damaged"
+  damaged.mkdir()
+  (damaged / "results.json").write_text('{"protocol": ')
+  assert cli.main(["protocol", "--workdir", str(damaged), "--report-only"]) == 2
+  assert "is not a readable protocol results file" in capsys.readouterr().err
+  (damaged / "results.json").unlink()
+  (damaged / "results.json").mkdir()
+  assert cli.main(["protocol", "--config", "experiments/protocol_fig2.py", "--workdir",
+                   str(damaged), "--overwrite"]) == 2
+  assert "exists and is not a file" in capsys.readouterr().err
+  exits = tmp_path / "exits.py"
+  exits.write_text("raise SystemExit('bye\\nsecond line')\n")
+  assert cli.main(["protocol", "--config", str(exits), "--workdir", str(tmp_path / "o")]) == 2
+  err = capsys.readouterr().err
+  assert "failed to load: SystemExit: bye; second line" in err and err.count("\n") == 1
+  assert cli.main(["protocol", "--config", str(tmp_path), "--workdir", str(tmp_path / "o")]) == 2
+  assert "is a directory" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------
@@ -311,7 +348,7 @@ def _claims_arm(algorithm, tau, hits, final=(0.2, 0.21, 0.22), all_reduces_per_s
 
 
 def _claims_results(arms):
-  return dict(protocol=dict(name="synthetic", report_seeds=[100, 101, 102],
+  return dict(protocol=dict(name="synthetic", report_seeds=[100, 101, 102], targets=[0.3],
                             networks=[dict(name="1GbE", bandwidth_bytes_per_s=125e6,
                                            latency_s=50e-6)]), arms=arms)
 
@@ -337,3 +374,6 @@ def test_a_method_that_never_reaches_the_target_is_never_fastest():
   assert center["verdict"] == "holds"             # the center 1 point below its workers
   assert tau_claim["parts"] == [] and tau_claim["verdict"] == "inconclusive"  # no DOWNPOUR
   assert "EAMSGD" in protocol_report.claims_markdown([fastest, tau_claim, center])
+  reached["protocol"]["targets"] = [0.5]
+  with pytest.raises(ValueError, match="not among the protocol's targets"):
+    protocol_report.claims(reached, None)
