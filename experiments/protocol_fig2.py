@@ -25,9 +25,10 @@ error of 3 seeds; reported on 3 fresh seeds: plain SGD steps (EASGD, local
 SGD, DiLoCo's inner steps, pmean SGD, SGD) 0.01 .. 1; DOWNPOUR 0.001 .. 0.32
 (its center adds every worker's push); Nesterov delta = 0.99 methods (EAMSGD,
 MSGD) 0.001 .. 0.1; MDOWNPOUR 1e-4 .. 1e-2 (its master adds all p workers'
-pushes to a momentum of 0.99). A pilot run with EAMSGD/MSGD at 1e-4 .. 1e-2,
-MDOWNPOUR at 1e-5 .. 1e-3 and DOWNPOUR at 0.01 .. 1 chose rates at the grids'
-edges, so the grids were moved before the committed run. beta = 0.9 (alpha = 0.225); DiLoCo's outer SGD: rate 0.7,
+pushes to a momentum of 0.99). The grids are placed where the validation
+split put the best rates: with EAMSGD/MSGD at 1e-4 .. 1e-2, MDOWNPOUR at
+1e-5 .. 1e-3 and DOWNPOUR at 0.01 .. 1, this protocol chose rates at the
+grids' edges. beta = 0.9 (alpha = 0.225); DiLoCo's outer SGD: rate 0.7,
 Nesterov 0.9.
 """
 from easgd.config import TrainConfig
