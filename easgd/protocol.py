@@ -600,7 +600,7 @@ def _finish(config, arms, programs, step_s, param_bytes, num_params, seconds, wo
       protocol=to_dict(config),
       machine=dict(platform=jax.devices()[0].platform, jax_version=jax.__version__,
                    cpu_count=os.cpu_count(), processor=platform.processor() or None,
-                   note="wall times from this machine, shared with other jobs"),
+                   note="wall times from this machine, which other jobs may share"),
       num_params=num_params, param_bytes=param_bytes,
       compute_per_step_s={str(k[0]): v for k, v in step_s.items()},
       arms=arms, programs=programs, wall_time_s=round(seconds, 1))

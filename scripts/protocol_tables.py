@@ -7,7 +7,7 @@ Reads ``paper_notes/figures/protocol_{fig2,fig3,fashion,seeds}/results.json``
 (written by ``easgd protocol``), rewrites each experiment's results.md and
 curves.png (``--rewrite``), and prints: the claims table of the paper's
 Section 5 (``easgd.protocol_report.claims``), the comparison table of each
-experiment with 95% intervals, the seeds question's table, and a how-to.
+experiment with 95% intervals and the seeds question's table.
 Nothing here is typed by hand: every number comes from the results files.
 """
 from __future__ import annotations
