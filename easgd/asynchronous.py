@@ -543,8 +543,7 @@ def async_push(name: str, loss_fn: LossFn, optimizer: optax.GradientTransformati
       the first push carries one step and the later ones tau steps. With
       tau = 1 every step pushes (asynchronous SGD). ``"full_period"``
       (offset 1): pushes after t = tau - 1, 2 tau - 1, ..., so every push
-      carries exactly tau steps; our own convention (the package's rule
-      before it followed the authors' code), kept to reproduce earlier runs.
+      carries exactly tau steps; a convention of ours, not the authors'.
     * The pushed update includes the step just taken, and on a push step the
       worker's own move is replaced by the fetched center: authors' code
       (``config.dfdx:add(dfdx)`` before the send; ``w:add(dfdx)`` only on

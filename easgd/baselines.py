@@ -121,7 +121,7 @@ def downpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = N
 
   Conventions (sources in :func:`easgd.asynchronous.async_push`): push
   steps from the authors' code (``push_timing="full_period"``: after
-  t^i = tau - 1, 2 tau - 1, ..., our own earlier convention); the push at the
+  t^i = tau - 1, 2 tau - 1, ..., a convention of ours); the push at the
   step's end (authors' code, the paper's loop); the fetch after the worker's
   own push (our choice; the authors' code races the two).
 

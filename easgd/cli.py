@@ -24,7 +24,6 @@ process is lost later, the others stop within ``--peer-timeout`` seconds with
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import warnings
@@ -54,31 +53,10 @@ def load_config_file(path) -> TrainConfig:
   """``get_config()`` of a Python file, e.g. ``experiments/fashion_mnist.py``.
 
   Raises:
-    ConfigError: the file is missing or has no ``get_config`` returning a
-      TrainConfig.
+    ConfigError: the file is missing, fails to load, or has no ``get_config``
+      returning a TrainConfig (``easgd.flags.call_config_file``).
   """
-  path = Path(path)
-  if not path.is_file():
-    raise ConfigError(f"config file '{path}' does not exist")
-  spec = importlib.util.spec_from_file_location(f"_easgd_config_{path.stem}", path)
-  if spec is None or path.suffix != ".py":
-    raise ConfigError(f"config file '{path}' must be a Python file (.py) defining "
-                      "get_config()")
-  module = importlib.util.module_from_spec(spec)
-  try:
-    spec.loader.exec_module(module)
-  except Exception as e:  # a user's file: report it in one line
-    raise ConfigError(f"config file '{path}' failed to load: "
-                      f"{type(e).__name__}: {e}") from None
-  try:
-    config = getattr(module, "get_config", lambda: None)()
-  except Exception as e:
-    raise ConfigError(f"config file '{path}': get_config() raised "
-                      f"{type(e).__name__}: {e}") from None
-  if not isinstance(config, TrainConfig):
-    raise ConfigError(f"config file '{path}' must define get_config() returning "
-                      "an easgd.TrainConfig")
-  return config
+  return flags.call_config_file(path, "get_config", TrainConfig, "config file", ConfigError)
 
 
 def build_parser() -> argparse.ArgumentParser:

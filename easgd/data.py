@@ -35,6 +35,12 @@ from easgd import checks
 DATASETS = ("mnist1d", "fashion_mnist", "digits", "cifar10")
 """Names accepted by :func:`load_dataset`."""
 
+SEEDED_SPLITS = ("digits",)
+"""Data sets whose train/test split is a permutation drawn from the seed (the
+same examples for every seed), so one seed's test examples are another's
+training examples. MNIST-1D generates new signals for every seed; Fashion-MNIST
+and CIFAR-10 have fixed splits."""
+
 DEFAULT_FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 """Where Debian's ``dataset-fashion-mnist`` package installs its IDX files."""
 

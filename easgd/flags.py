@@ -32,8 +32,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
+import os
 import types
 import typing
+from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 HELP = "help"
@@ -186,3 +189,55 @@ def overrides(args: argparse.Namespace, cls: type) -> dict[str, Any]:
   ``cls(**overrides(args, cls))`` or ``dataclasses.replace(config, **...)``."""
   return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
           if hasattr(args, f.name)}
+
+
+def call_config_file(path, function: str, returns: type, what: str,
+                     error: type[Exception]) -> Any:
+  """``function()`` of a Python file given as ``--config FILE.py``.
+
+  The one loader of the command line's config files (``easgd train --config``:
+  ``get_config``; ``easgd protocol --config``: ``get_protocol``). The file is
+  executed as a module of its own; whatever it raises (``SystemExit``
+  included) becomes one line.
+
+  Args:
+    path: the file (str or path-like), a ``.py`` file.
+    function: the name of the function the file defines, called with no
+      arguments.
+    returns: the type the function must return.
+    what: how messages name the file, e.g. ``"config file"``.
+    error: the exception class raised.
+
+  Returns:
+    The function's value, an instance of ``returns``.
+
+  Raises:
+    error: the path is blank, missing, a directory or not a regular file, not
+      a ``.py`` file, the file fails to load or its function raises (one line:
+      the exception's type and message), or it does not define ``function``
+      returning ``returns``.
+  """
+  if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
+    raise error(f"the {what} must be a path to a .py file, got {path!r}")
+  path = Path(path)
+  defining = f"defining {function}()"
+  if path.is_dir():
+    raise error(f"{what} '{path}' is a directory; give a .py file {defining}")
+  if not path.exists():
+    raise error(f"{what} '{path}' does not exist")
+  if not path.is_file():
+    raise error(f"{what} '{path}' is not a regular file; give a .py file {defining}")
+  spec = importlib.util.spec_from_file_location(f"_easgd_{function}_{path.stem}", path)
+  if spec is None or path.suffix != ".py":
+    raise error(f"{what} '{path}' must be a Python file (.py) {defining}")
+  module = importlib.util.module_from_spec(spec)
+  try:
+    spec.loader.exec_module(module)
+    value = getattr(module, function, lambda: None)()
+  except (Exception, SystemExit) as e:  # a user's file: one line
+    text = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
+    raise error(f"{what} '{path}' failed to load: {type(e).__name__}: {text}") from None
+  if not isinstance(value, returns):
+    raise error(f"{what} '{path}' must define {function}() returning "
+                f"{returns.__module__}.{returns.__name__}")
+  return value

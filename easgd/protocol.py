@@ -119,7 +119,15 @@ class ArmRun:
 
 
 def eval_steps_of(num_steps: int, every: int) -> np.ndarray:
-  """0, every, 2 every, ... and num_steps (once)."""
+  """The steps after which the center is evaluated.
+
+  Args:
+    num_steps: the run's local steps T (> 0).
+    every: the evaluation period in local steps (> 0).
+
+  Returns:
+    int64 [E]: 0, every, 2 every, ... below T, and T, sorted and distinct.
+  """
   steps = list(range(0, num_steps, every)) + [num_steps]
   return np.asarray(sorted(set(steps)), np.int64)
 
@@ -309,7 +317,17 @@ def batch_fn(shared, cfg, t):
 
 
 def means(curves: dict, split: str) -> tuple[np.ndarray, np.ndarray]:
-  """(mean loss, error) from a program's summed curves of ``split``."""
+  """(mean loss, error) from a program's summed curves of ``split``.
+
+  Args:
+    curves: the program's curves: ``{split}_loss_sum``, ``{split}_correct``
+      and ``{split}_count``, each float64 [n, E] (n configurations, E
+      evaluations), summed over the evaluation chunks.
+    split: "val" or "test".
+
+  Returns:
+    (mean cross-entropy in nats, error as a fraction in [0, 1]), float64 [n, E].
+  """
   count = curves[f"{split}_count"]
   return curves[f"{split}_loss_sum"] / count, 1.0 - curves[f"{split}_correct"] / count
 
@@ -404,7 +422,18 @@ def _diverged(loss_curve: np.ndarray, factor: float) -> bool:
 
 def measure_step_seconds(model, input_shape, batch_size: int, repeats: int = 30) -> float:
   """Median seconds of one worker's local SGD step (forward, backward, update)
-  at ``batch_size`` on this machine, jitted, after two warm-up calls."""
+  at ``batch_size`` on this machine, jitted, after two warm-up calls.
+
+  Args:
+    model: the Flax model.
+    input_shape: one example's shape, e.g. (40, 1).
+    batch_size: examples per step (one worker's mini-batch).
+    repeats: timed calls; the median is returned.
+
+  Returns:
+    Seconds (float) of one step: the compute term of the modelled wall clock
+    (``easgd.protocol_stats.modelled_seconds``).
+  """
   params = models.init_params(model, input_shape, jax.random.key(0))
   loss_fn = make_loss_fn(model)
   opt = optax.sgd(0.01)
@@ -475,11 +504,7 @@ def run_protocol(config: ProtocolConfig, workdir=None, *, log: Callable = print
   for group, reason in zip(groups, why_separate(groups)):
     configs = [dict(arm=r.arm.name, learning_rate=lr, seed=s)
                for r in group for lr in r.arm.learning_rates for s in config.tune_seeds]
-    out, info = run_program(group, configs, tune, model, "tune", config)
-    info["separate_because"] = reason
-    programs.append(info)
-    log(f"tune  {info['algorithm']:12s} {len(group):2d} arm(s) {info['configs']:4d} "
-        f"configs  {info['wall_s']:7.1f} s ({info['compile_s']:.1f} s compiling)")
+    out = _run_logged(group, reason, configs, tune, model, "tune", config, programs, log)
     for r in group:
       rows = [i for i, c in enumerate(configs) if c["arm"] == r.arm.name]
       per_rate = []
@@ -513,11 +538,8 @@ def run_protocol(config: ProtocolConfig, workdir=None, *, log: Callable = print
   for group, reason in zip(groups, why_separate(groups)):
     configs = [dict(arm=r.arm.name, learning_rate=results[r.arm.name]["chosen_learning_rate"],
                     seed=s) for r in group for s in config.report_seeds]
-    out, info = run_program(group, configs, report, model, "report", config)
-    info["separate_because"] = reason
-    programs.append(info)
-    log(f"report {info['algorithm']:11s} {len(group):2d} arm(s) {info['configs']:4d} "
-        f"configs  {info['wall_s']:7.1f} s ({info['compile_s']:.1f} s compiling)")
+    out = _run_logged(group, reason, configs, report, model, "report", config, programs,
+                      log)
     for r in group:
       idx = [i for i, c in enumerate(configs) if c["arm"] == r.arm.name]
       results[r.arm.name]["report"] = dict(
@@ -542,6 +564,17 @@ def run_protocol(config: ProtocolConfig, workdir=None, *, log: Callable = print
                                      _communication(r, model, tune.input_shape, param_bytes))
   return _finish(config, arms_out, programs, step_s, param_bytes,
                  models.count_params(params), time.perf_counter() - start, workdir)
+
+
+def _run_logged(group, reason, configs, seed_data, model, kind, config, programs, log):
+  """:func:`run_program`, its info (and why its arms run apart) appended to
+  ``programs`` and one progress line logged; returns its outputs."""
+  out, info = run_program(group, configs, seed_data, model, kind, config)
+  info["separate_because"] = reason
+  programs.append(info)
+  log(f"{kind:6s} {info['algorithm']:11s} {len(group):2d} arm(s) {info['configs']:4d} "
+      f"configs  {info['wall_s']:7.1f} s ({info['compile_s']:.1f} s compiling)")
+  return out
 
 
 def summarize_arm(run: ArmRun, res: dict, config: ProtocolConfig, step_s: float,

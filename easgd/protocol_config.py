@@ -26,18 +26,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.util
 import math
-import os
-from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
 from easgd import checks, registry
 from easgd.config import MAX_REAL, ConfigError, TrainConfig
-from easgd.data import DATASETS
-from easgd.flags import option
+from easgd.data import DATASETS, SEEDED_SPLITS
+from easgd.flags import call_config_file, option
 from easgd.models import BATCH_NORM_MODELS
 
 
@@ -56,12 +53,6 @@ FIXED_BY_BASE = ("algorithm", "learning_rate", "seed", "validation_examples", "d
 """Fields an arm may not override: its algorithm is ``Arm.algorithm``; one data
 set, split, model and runtime for every arm (the programs share them); the rate
 and seed come from the protocol."""
-
-SEEDED_SPLITS = ("digits",)
-"""Data sets whose train/test split is a permutation drawn from the seed (the
-same examples for every seed): refused, since a report seed's test examples
-would be among a tuning seed's validation examples. MNIST-1D generates new
-signals for every seed, so its seeds share no example."""
 
 FLOAT32_TINY = float(np.finfo(np.float32).tiny)
 """The smallest learning rate a grid may hold (float32's smallest normal number;
@@ -337,35 +328,11 @@ def load_protocol_file(path) -> ProtocolConfig:
 
   Raises:
     ProtocolError: the file is missing, is not Python, fails to load, or has
-      no ``get_protocol`` returning a ProtocolConfig.
+      no ``get_protocol`` returning a ProtocolConfig
+      (``easgd.flags.call_config_file``).
   """
-  if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
-    raise ProtocolError(f"the protocol file must be a path to a .py file, got {path!r}")
-  path = Path(path)
-  if path.is_dir():
-    raise ProtocolError(f"protocol file '{path}' is a directory; give a .py file "
-                        "defining get_protocol()")
-  if not path.exists():
-    raise ProtocolError(f"protocol file '{path}' does not exist")
-  if not path.is_file():
-    raise ProtocolError(f"protocol file '{path}' is not a regular file; give a .py file "
-                        "defining get_protocol()")
-  spec = importlib.util.spec_from_file_location(f"_easgd_protocol_{path.stem}", path)
-  if spec is None or path.suffix != ".py":
-    raise ProtocolError(f"protocol file '{path}' must be a Python file (.py) defining "
-                        "get_protocol()")
-  module = importlib.util.module_from_spec(spec)
-  try:
-    spec.loader.exec_module(module)
-    config = getattr(module, "get_protocol", lambda: None)()
-  except (Exception, SystemExit) as e:  # a user's file: one line
-    text = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
-    raise ProtocolError(f"protocol file '{path}' failed to load: "
-                        f"{type(e).__name__}: {text}") from None
-  if not isinstance(config, ProtocolConfig):
-    raise ProtocolError(f"protocol file '{path}' must define get_protocol() returning "
-                        "an easgd.protocol_config.ProtocolConfig")
-  return config
+  return call_config_file(path, "get_protocol", ProtocolConfig, "protocol file",
+                          ProtocolError)
 
 
 def to_dict(config: ProtocolConfig) -> dict[str, Any]:
