@@ -56,7 +56,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from easgd import (async_driver, async_log, async_shared, async_threads, batches, data,
-                   distributed, models, rundir, trainer, workers)
+                   distributed, models, rundir, runlock, trainer, workers)
 from easgd.config import ConfigError, TrainConfig
 
 CHUNK_STEPS = {"threads": 8, "ray": 32}
@@ -178,6 +178,7 @@ def train_and_evaluate_async(config: TrainConfig, workdir, *, overwrite: bool = 
   Raises:
     ConfigError: bad config or workdir (before anything starts); a runtime
       that is "spmd"; several JAX processes.
+    easgd.runlock.WorkdirInUseError: another command holds ``workdir``.
     easgd.distributed.StartupError: the Ray cluster cannot be reached.
     easgd.trainer.DivergenceError: a non-finite loss or state.
     easgd.async_driver.WorkersLostError: every worker stopped.
@@ -193,16 +194,17 @@ def train_and_evaluate_async(config: TrainConfig, workdir, *, overwrite: bool = 
   hint = trainer.stability_warning(config)
   if hint:
     warnings.warn(hint, trainer.StabilityWarning, stacklevel=3)
-  rundir.check_start(config, workdir, overwrite=overwrite, resume=resume)
-  connection = None
-  if config.runtime == "ray":
-    from easgd import async_ray
-    connection = async_ray.connect(config.ray_address)
-  try:
-    return _train(config, workdir, resume, stop_after_steps, faults)
-  finally:
-    if connection is not None:
-      connection.close()
+  with runlock.hold_workdir(workdir, "train"):  # one run per workdir, before its checks
+    rundir.check_start(config, workdir, overwrite=overwrite, resume=resume)
+    connection = None
+    if config.runtime == "ray":
+      from easgd import async_ray
+      connection = async_ray.connect(config.ray_address)
+    try:
+      return _train(config, workdir, resume, stop_after_steps, faults)
+    finally:
+      if connection is not None:
+        connection.close()
 
 
 def _train(config, workdir, resume, stop_after_steps, faults):

@@ -264,7 +264,7 @@ def _run(args) -> int:
 
 
 def _run_protocol(args) -> int:
-  from easgd import protocol_report, rundir
+  from easgd import protocol_report, rundir, runlock
   from easgd.protocol_config import load_protocol_file
   workdir = rundir.workdir_path(args.workdir, "--workdir")
   results = workdir / protocol_report.RESULTS_JSON
@@ -275,31 +275,37 @@ def _run_protocol(args) -> int:
     if not results.is_file():
       raise ConfigError(f"--report-only: '{workdir}' holds no results.json; run the "
                         "protocol first")
-    protocol_report.write_report(workdir, args.group_by)
+    with runlock.hold_workdir(workdir, "protocol --report-only"):
+      protocol_report.write_report(workdir, args.group_by)
   else:
     if args.config is None:
       raise ConfigError("--config is required (a Python file defining get_protocol(), "
                         "e.g. experiments/protocol_fig2.py) unless --report-only")
     config = load_protocol_file(args.config).validate()  # before anything runs
-    if workdir.exists() and not workdir.is_dir():
-      raise ConfigError(f"workdir '{workdir}' exists and is not a directory")
-    if results.exists() and not args.overwrite:
-      raise ConfigError(f"workdir '{workdir}' already holds a protocol's results; "
-                        "choose another directory or pass --overwrite")
-    for name in (protocol_report.RESULTS_JSON, protocol_report.RESULTS_MD,
-                 protocol_report.CURVES_PNG):
-      if (workdir / name).exists() and not (workdir / name).is_file():
-        raise ConfigError(f"'{workdir / name}' exists and is not a file; the protocol "
-                          "writes its results there")
-    rundir.ensure_writable_dir(workdir)
-    from easgd.protocol import run_protocol
-    # nothing is written until every arm has run; then each file is replaced
-    # whole, so a failed or interrupted run leaves the earlier results as they were
-    fresh = run_protocol(config, None, log=lambda line: print(line, file=sys.stderr,
-                                                               flush=True))
-    protocol_report.write_report(workdir, args.group_by, fresh)
+    with runlock.hold_workdir(workdir, "protocol"):  # before the checks of workdir
+      _check_protocol_workdir(workdir, args.overwrite)
+      from easgd.protocol import run_protocol
+      # nothing is written until every arm has run; then each file is replaced
+      # whole, so a failed or interrupted run leaves the earlier results as they were
+      fresh = run_protocol(config, None, log=lambda line: print(line, file=sys.stderr,
+                                                                 flush=True))
+      protocol_report.write_report(workdir, args.group_by, fresh)
   print((workdir / protocol_report.RESULTS_MD).read_text(), end="")
   return 0
+
+
+def _check_protocol_workdir(workdir: Path, overwrite: bool) -> None:
+  """Refuses a workdir with a protocol's results (unless ``overwrite``) or with a
+  directory where a result file goes; the lock has created ``workdir``."""
+  from easgd import protocol_report
+  if (workdir / protocol_report.RESULTS_JSON).exists() and not overwrite:
+    raise ConfigError(f"workdir '{workdir}' already holds a protocol's results; "
+                      "choose another directory or pass --overwrite")
+  for name in (protocol_report.RESULTS_JSON, protocol_report.RESULTS_MD,
+               protocol_report.CURVES_PNG):
+    if (workdir / name).exists() and not (workdir / name).is_file():
+      raise ConfigError(f"'{workdir / name}' exists and is not a file; the protocol "
+                        "writes its results there")
 
 
 if __name__ == "__main__":

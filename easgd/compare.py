@@ -33,6 +33,7 @@ from easgd import checks, registry
 from easgd.config import ConfigError, TrainConfig, as_train_config
 from easgd.files import write_text_atomic
 from easgd.rundir import PREVIOUS_RUN_DIR, check_workdir, drop_previous_run, workdir_path
+from easgd.runlock import LOCK_FILES, hold_workdir
 from easgd.trainer import train_and_evaluate
 
 RESULTS_MD = "results.md"
@@ -203,6 +204,8 @@ def compare(config: TrainConfig, workdir,
       shared setting none of them reads, or a workdir that already holds runs
       (without ``overwrite``); checked for every algorithm before the first
       one starts.
+    easgd.runlock.WorkdirInUseError: another command holds ``workdir`` or one
+      of its runs' directories.
   """
   config = as_train_config(config)
   overwrite = checks.flag("overwrite", overwrite, error=ConfigError)
@@ -221,6 +224,12 @@ def compare(config: TrainConfig, workdir,
     raise ConfigError(f"algorithms has repeats: {algorithms}")
   workdir = workdir_path(workdir)
   configs, notes = plan(config, algorithms)
+  with hold_workdir(workdir, "compare"):  # its own directory; each run locks its own
+    return _compare(config, workdir, algorithms, configs, notes, overwrite)
+
+
+def _compare(config, workdir, algorithms, configs, notes, overwrite) -> list[dict[str, Any]]:
+  """:func:`compare` in ``workdir``, whose lock the caller holds."""
   for a in algorithms:
     check_workdir(workdir / a, overwrite, resumable=False)  # compare cannot resume
   if not overwrite and any((workdir / f).exists() for f in (RESULTS_MD, RESULTS_JSON, PLOT_FILE)):
@@ -258,8 +267,9 @@ def _set_aside_comparison(workdir: Path) -> None:
   entries += [workdir / a for a in registry.ALGORITHMS]
   old = []
   for e in entries:
-    if e.is_dir() and not any(e.iterdir()):
-      e.rmdir()
+    if e.is_dir() and all(p.name in LOCK_FILES for p in e.iterdir()):
+      if not any(e.iterdir()):
+        e.rmdir()  # a dead run's lock is taken over by the new run
     elif e.exists():
       old.append(e)
   if not old:

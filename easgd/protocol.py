@@ -74,7 +74,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from easgd import batches, data, elastic, models, protocol_stats, registry
+from easgd import batches, data, elastic, models, protocol_stats, registry, runlock
 from easgd.config import TrainConfig
 from easgd.files import write_text_atomic
 from easgd.optimizers import make_optimizer
@@ -471,7 +471,7 @@ def run_protocol(config: ProtocolConfig, workdir=None, *, log: Callable = print
   Args:
     config: the protocol (validated here, before anything is loaded).
     workdir: if given, ``results.json`` is written there (created if
-      missing).
+      missing); its lock is held for the whole run (``easgd.runlock``).
     log: called with one line per program (progress).
 
   Returns:
@@ -484,9 +484,18 @@ def run_protocol(config: ProtocolConfig, workdir=None, *, log: Callable = print
 
   Raises:
     ProtocolError, ConfigError: a bad setting (before anything runs).
+    easgd.runlock.WorkdirInUseError: another command holds ``workdir``.
     easgd.data.DataError: missing data files.
   """
   config = config.validate()
+  if workdir is None:
+    return _run_protocol(config, None, log)
+  with runlock.hold_workdir(workdir, "protocol"):
+    return _run_protocol(config, workdir, log)
+
+
+def _run_protocol(config: ProtocolConfig, workdir, log: Callable) -> dict[str, Any]:
+  """:func:`run_protocol` of a validated config (``workdir``'s lock held, if any)."""
   start = time.perf_counter()
   base = config.base
   tune = SeedData(base, config.tune_seeds)

@@ -31,7 +31,7 @@ from typing import Any
 
 import jax
 
-from easgd import (checks, data, flags, quadratic, rundir, sweep_network,
+from easgd import (checks, data, flags, quadratic, rundir, runlock, sweep_network,
                    sweep_report)
 from easgd.files import write_text_atomic
 from easgd.config import ConfigError
@@ -231,7 +231,8 @@ def run_sweep(config: SweepConfig, workdir, *, overwrite: bool = False,
   (:meth:`SweepConfig.validate`), the network's data set, model, sizes and
   memory (``easgd.sweep_network.check_network``), then the workdir
   (``easgd.rundir.ensure_writable_dir``; no earlier sweep unless
-  ``overwrite``). The sweep then writes into ``workdir/.sweep-new``, and only
+  ``overwrite``), whose lock is held from then on (``easgd.runlock``: one
+  command per workdir). The sweep then writes into ``workdir/.sweep-new``, and only
   once every part has finished are its files moved in: an earlier sweep's
   files (``sweep_config.json``, ``sweep.csv``, ``sweep.json``, heatmaps,
   ``quadratic/``, ``network/``) are moved to ``workdir/previous_sweep``, the
@@ -246,6 +247,7 @@ def run_sweep(config: SweepConfig, workdir, *, overwrite: bool = False,
       config, or one the data set or model cannot run (before anything is
       compiled). easgd.config.ConfigError: workdir is blank, a file, cannot
       be written, or holds a sweep and not ``overwrite``.
+      easgd.runlock.WorkdirInUseError: another command holds ``workdir``.
   """
   config = config.validate()
   setup = None
@@ -256,11 +258,8 @@ def run_sweep(config: SweepConfig, workdir, *, overwrite: bool = False,
         data_dir=config.data_dir, hessian_iterations=config.hessian_iterations,
         hessian_examples=config.hessian_examples)
   workdir = rundir.workdir_path(workdir)
-  if workdir.exists() and not workdir.is_dir():
-    raise ConfigError(f"workdir '{workdir}' exists and is not a directory")
-  created = not workdir.exists()
-  rundir.ensure_writable_dir(workdir)
-  try:
+  # the lock creates workdir, and removes it again if the sweep fails in it
+  with runlock.hold_workdir(workdir, "sweep"):
     _recover(workdir)
     if not overwrite and _holds_sweep(workdir):
       raise ConfigError(f"workdir '{workdir}' already holds a sweep; choose another "
@@ -277,10 +276,6 @@ def run_sweep(config: SweepConfig, workdir, *, overwrite: bool = False,
       _install(new, workdir)
     finally:
       shutil.rmtree(new, ignore_errors=True)
-  except BaseException:
-    if created and workdir.is_dir() and not any(workdir.iterdir()):
-      workdir.rmdir()
-    raise
   return results
 
 

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from jax import lax
 
 from easgd import (algorithms, batches, checks, data, distributed, elastic, models,
-                   registry, rundir, workers)
+                   registry, rundir, runlock, workers)
 from easgd.config import MAX_TOTAL_STEPS, ConfigError, TrainConfig, as_train_config
 from easgd.optimizers import make_optimizer, make_schedule, schedule_lengths
 from easgd.workers import WORKER_AXES
@@ -476,6 +476,8 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
   Raises:
     ConfigError: ``config`` not a TrainConfig, a bad config value or workdir,
       overwrite with resume, or a resume with another config.
+    easgd.runlock.WorkdirInUseError: another command holds ``workdir``
+      (``easgd.runlock``: one run per workdir, taken before its checks).
     easgd.workers.LayoutError: num_workers not a multiple of the devices used.
     easgd.data.DataError: unknown or missing data set files, or a batch larger
       than the data.
@@ -494,6 +496,13 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
   hint = stability_warning(config)
   if hint:
     warnings.warn(hint, StabilityWarning, stacklevel=2)
+  primary = distributed.is_primary()  # the process that writes files
+  with runlock.hold_workdir(workdir, "train", primary=primary):  # before its checks
+    return _train(config, workdir, overwrite, resume, stop_after_steps)
+
+
+def _train(config, workdir, overwrite, resume, stop_after_steps) -> dict[str, Any]:
+  """:func:`train_and_evaluate` in ``workdir``, whose lock the caller holds."""
   rundir.check_start(config, workdir, overwrite=overwrite, resume=resume)
   distributed.barrier("easgd:workdir-checked")  # before process 0 writes to it
   run = Run(config)

@@ -34,6 +34,7 @@ MODULES = {
     "sweep_curves": "analysis", "protocol_stats": "analysis",
     "config": "training", "data": "training", "batches": "training", "models": "training",
     "optimizers": "training", "checkpoint": "training", "rundir": "training",
+    "runlock": "training",
     "trainer": "training", "export": "training", "async_trainer": "training",
     "protocol_config": "training", "protocol": "training",
     "compare": "face", "plotting": "face", "cli": "face",
