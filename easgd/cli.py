@@ -165,8 +165,9 @@ def main(argv=None) -> int:
   """Entry point of the ``easgd`` command; returns the exit status.
 
   Exit status: 0 done (also a real asynchronous run in which some workers
-  failed: the summary lists them); 2 bad input (one line ``easgd: error:
-  ...`` on stderr, before anything is compiled); 1 a run that failed
+  failed: the summary lists them); 2 bad input, or a workdir another command
+  holds (``easgd.runlock``) (one line ``easgd: error: ...`` on stderr, before
+  anything is compiled); 1 a run that failed
   (divergence, or every worker of a real asynchronous run stopped); 3
   (``easgd.distributed.EXIT_PEER_LOST``) a multi-process run whose processes did
   not all join within ``--startup-timeout``, that could not start, that lost

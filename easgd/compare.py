@@ -261,15 +261,16 @@ def _set_aside_comparison(workdir: Path) -> None:
   mixing old and new rows). If ``previous_run`` is already there and
   ``results.json`` is not, an earlier overwrite failed: ``previous_run`` still
   holds the last complete comparison, so it is kept and the failed attempt's
-  files are dropped instead. Empty directories (made by the checks) are removed.
+  files are dropped instead. Empty directories (made by the checks) are removed;
+  the lock files of a killed run (``easgd.runlock.LOCK_FILES``) are no run.
   """
   entries = [workdir / f for f in (RESULTS_MD, RESULTS_JSON, PLOT_FILE)]
   entries += [workdir / a for a in registry.ALGORITHMS]
   old = []
   for e in entries:
     if e.is_dir() and all(p.name in LOCK_FILES for p in e.iterdir()):
-      if not any(e.iterdir()):
-        e.rmdir()  # a dead run's lock is taken over by the new run
+      if not any(e.iterdir()):  # made by the checks; a dead run's lock is no run,
+        e.rmdir()               # its new run takes it over (easgd.runlock)
     elif e.exists():
       old.append(e)
   if not old:

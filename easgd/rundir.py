@@ -14,7 +14,9 @@ A run directory (``workdir``) holds, each file replaced atomically
                       independent reference can replay the run;
   ``checkpoints/``    the layout-free Orbax checkpoints (``easgd.checkpoint``);
   ``previous_run/``   with overwrite only: the earlier run, kept until the new
-                      one has written its summary (:func:`set_aside_previous_run`).
+                      one has written its summary (:func:`set_aside_previous_run`);
+  ``.easgd.lock``, ``.easgd.lock.json``  while a command runs in it: its lock
+                      and holder (``easgd.runlock``), never part of the run.
 
 Everything here runs before anything is compiled (the checks) or between the
 trainer's steps (the writers); the training itself is ``easgd.trainer``.

@@ -130,7 +130,7 @@ def hold_workdir(workdir, command: str, *, primary: bool = True) -> Iterator[Pat
 def _lock(workdir: Path) -> int | None:
   """The descriptor of ``workdir``'s locked lock file; None where flock is missing."""
   path = workdir / LOCK_FILE
-  for _ in range(100):  # the path moves on only when a holder removes it on release
+  for _ in range(10):  # the path changes only when a holder removes it on release
     try:
       fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:

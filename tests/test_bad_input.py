@@ -198,7 +198,7 @@ def test_resume_checks_that_the_workdir_can_be_written(tmp_path, monkeypatch):
   no_compile(monkeypatch)
   with pytest.raises(AssertionError, match="reached Run"):
     trainer.train_and_evaluate(DIGITS, tmp_path / "run", resume=True)
-  assert checked == ["run", checkpoint.CHECKPOINT_DIR]
+  assert checked == ["run", "run", checkpoint.CHECKPOINT_DIR]  # the lock's, then resume's
 
 
 # -- a failing comparison leaves the earlier one whole ----------------------------
