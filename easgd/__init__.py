@@ -31,6 +31,8 @@ face; README "Architecture"):
   easgd.checkpoint  layout-free Orbax checkpoints (resume, export)
   easgd.export      export_center: the center as a plain Flax parameter file
   easgd.files       the one atomic file writer (every layer may use it)
+  easgd.progress    the training loops' progress: a bar on a terminal, one line
+                    per epoch in a file, a pipe or a notebook
   easgd.compare     several algorithms on one data budget, plot + table
   easgd.stability   analysis: spectral radii, stable regions, ADMM (Section 4)
   easgd.sweep_engine  many configurations of an algorithm's own step as one

@@ -53,11 +53,11 @@ from typing import Any, Mapping
 
 import jax
 import numpy as np
-from tqdm.auto import tqdm
 
 from easgd import (async_driver, async_log, async_shared, async_threads, batches, data,
                    distributed, models, rundir, runlock, trainer, workers)
 from easgd.config import ConfigError, TrainConfig
+from easgd.progress import progress_bar
 
 CHUNK_STEPS = {"threads": 8, "ray": 32}
 """Local steps handed to a worker at a time (``easgd.async_driver.Driver``): a
@@ -243,9 +243,9 @@ def _train(config, workdir, resume, stop_after_steps, faults):
 
   last = run.total_steps if stop_after_steps is None else min(run.total_steps,
                                                               stop_after_steps)
-  progress = tqdm(total=run.total_steps, initial=step, unit="step",
-                  desc=f"{config.algorithm} p={p} [{config.runtime}]",
-                  disable=not (config.progress and step < last))
+  progress = progress_bar(run.total_steps, spe, initial=step,
+                          desc=f"{config.algorithm} p={p} [{config.runtime}]",
+                          disable=not (config.progress and step < last))
   backend = _make_backend(config, run, setup, worker_states, shared, log, train_seconds)
   try:
     for worker, clock in (faults or {}).items():

@@ -45,20 +45,37 @@ CHOICES = "choices"
 """``dataclasses.field`` metadata key of a field's allowed values."""
 
 
-def option(default: Any, help: str, *, choices: Sequence[Any] | None = None) -> Any:
+REQUIRED = dataclasses.MISSING
+"""``option(REQUIRED, help)``: a field without a default (the caller gives it)."""
+
+
+def option(default: Any, help: str, *, choices: Sequence[Any] | None = None,
+           factory: Callable[[], Any] | None = None) -> Any:
   """A dataclass field with a default, its help text and optional choices.
 
   Args:
-    default: the field's default (immutable: tuples, not lists).
-    help: one line for ``--help``: what the value is and its unit.
+    default: the field's default (immutable: tuples, not lists), or
+      :data:`REQUIRED` for a field without one.
+    help: one line for ``--help`` and the README's tables: what the value is
+      and its unit.
     choices: the allowed values, or None.
+    factory: instead of ``default`` (then pass ``REQUIRED``), a function
+      called for each instance's default (e.g. ``dict``).
 
   Returns:
-    ``dataclasses.field(default=default, metadata={"help": ..., ["choices": ...]})``.
+    ``dataclasses.field(default=default, metadata={"help": ..., ["choices": ...]})``
+    (``default_factory=factory`` with a factory).
+
+  Raises:
+    TypeError: both ``default`` and ``factory`` given.
   """
   metadata = {HELP: help}
   if choices is not None:
     metadata[CHOICES] = tuple(choices)
+  if factory is not None:
+    if default is not REQUIRED:
+      raise TypeError("option: give a default or a factory, not both")
+    return dataclasses.field(default_factory=factory, metadata=metadata)
   return dataclasses.field(default=default, metadata=metadata)
 
 
@@ -129,7 +146,8 @@ def _shown(value: Any) -> str:
   return str(value)
 
 
-def _default(field: dataclasses.Field) -> Any:
+def field_default(field: dataclasses.Field) -> Any:
+  """A dataclass field's default (its factory called), or ``dataclasses.MISSING``."""
   if field.default is not dataclasses.MISSING:
     return field.default
   if field.default_factory is not dataclasses.MISSING:
@@ -169,7 +187,7 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, *, title: str | None =
     if field.name in skip:
       continue
     kind = flag_type(hints[field.name])
-    default = _default(field)
+    default = field_default(field)
     text = field.metadata.get(HELP, "")
     if default is not dataclasses.MISSING:
       text = f"{text} (default: {_shown(default)})" if text else f"default: {_shown(default)}"

@@ -6,24 +6,26 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 
-def plot_comparison(histories: Mapping[str, Sequence[Mapping[str, Any]]], path,
-                    title: str = "") -> Path:
-  """Center test error against epochs, MB per worker and simulated time.
+def comparison_figure(histories: Mapping[str, Sequence[Mapping[str, Any]]],
+                      title: str = ""):
+  """The figure of :func:`plot_comparison` (a Matplotlib ``Figure``, open).
+
+  The error axes are logarithmic and span every error of every history, from
+  the start (epoch 0, near chance) to the lowest, so neither the first epochs
+  nor the differences between the final errors are cut off.
 
   Args:
-    histories: algorithm name -> list of metric records (``metrics.jsonl``
-      rows with ``epoch``, ``test_error``, ``bytes_communicated``; with a
-      ``simulated_time`` in every record of every history, in ticks, a third
-      panel shows the error against it: asynchronous schedules).
-    path: the PNG file to write.
-    title: figure title.
+    histories, title: as :func:`plot_comparison`.
 
   Returns:
-    ``Path(path)``.
+    The figure; its axes in order: error against epochs, against MB per
+    worker, and (asynchronous schedules) against simulated time. Close it with
+    ``matplotlib.pyplot.close(fig)``.
   """
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+  from matplotlib.ticker import FuncFormatter
 
   timed = bool(histories) and all(
       "simulated_time" in r for h in histories.values() for r in h)
@@ -42,14 +44,41 @@ def plot_comparison(histories: Mapping[str, Sequence[Mapping[str, Any]]], path,
   ax_b.set(xlabel="MB communicated per worker", ylabel="center test error (%)")
   if timed:
     axes[2].set(xlabel="simulated time (ticks)", ylabel="center test error (%)")
+  errors = [100 * r["test_error"] for h in histories.values() for r in h]
+  positive = [e for e in errors if e > 0]
+  percent = FuncFormatter(lambda v, _: f"{v:g}")
+  some = FuncFormatter(lambda v, _: f"{v:g}" if f"{v:g}"[0] in "235" else "")  # minor ticks
   for ax in axes:
-    ax.grid(alpha=0.3)
+    ax.grid(alpha=0.3, which="both")
     ax.legend()
-    lows = [100 * min(r["test_error"] for r in h) for h in histories.values()]
-    if lows:
-      ax.set_ylim(max(0, min(lows) - 2), min(100, 4 * max(lows) + 5))
+    if positive:  # log scale: every error from the start's to the lowest (0: at the floor)
+      ax.set_yscale("log")
+      ax.set_ylim(0.8 * min(positive), min(100.0, 1.25 * max(positive)))
+      ax.yaxis.set_major_formatter(percent)
+      ax.yaxis.set_minor_formatter(some)
   if title:
     fig.suptitle(title)
+  return fig
+
+
+def plot_comparison(histories: Mapping[str, Sequence[Mapping[str, Any]]], path,
+                    title: str = "") -> Path:
+  """Center test error against epochs, MB per worker and simulated time.
+
+  Args:
+    histories: algorithm name -> list of metric records (``metrics.jsonl``
+      rows with ``epoch``, ``test_error``, ``bytes_communicated``; with a
+      ``simulated_time`` in every record of every history, in ticks, a third
+      panel shows the error against it: asynchronous schedules).
+    path: the PNG file to write.
+    title: figure title.
+
+  Returns:
+    ``Path(path)``.
+  """
+  import matplotlib.pyplot as plt
+
+  fig = comparison_figure(histories, title)
   path = Path(path)
   fig.savefig(path, dpi=110)
   plt.close(fig)

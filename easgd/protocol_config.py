@@ -34,7 +34,7 @@ import numpy as np
 from easgd import checks, registry
 from easgd.config import MAX_REAL, ConfigError, TrainConfig
 from easgd.data import DATASETS, SEEDED_SPLITS
-from easgd.flags import call_config_file, option
+from easgd.flags import REQUIRED, call_config_file, option
 from easgd.models import BATCH_NORM_MODELS
 
 
@@ -82,15 +82,11 @@ class Network:
   """A network of the modelled wall-clock time.
 
   One all-reduce of b bytes per worker costs ``latency_s + 2 (p - 1) / p * b /
-  bandwidth_bytes_per_s`` (ring all-reduce traffic per worker).
-
-  Attributes:
-    name: e.g. "1GbE".
-    bandwidth_bytes_per_s: link bandwidth per worker, bytes per second.
-    latency_s: seconds added to every all-reduce.
+  bandwidth_bytes_per_s`` (ring all-reduce traffic per worker). Every field
+  carries its meaning and unit in its help text.
   """
-  name: str = option("1GbE", "the network's name")
-  bandwidth_bytes_per_s: float = option(125e6, "link bandwidth, bytes per second")
+  name: str = option("1GbE", "the network's name (keys the modelled times)")
+  bandwidth_bytes_per_s: float = option(125e6, "link bandwidth per worker, bytes per second")
   latency_s: float = option(50e-6, "seconds added to every all-reduce")
 
 
@@ -104,26 +100,27 @@ HUNDRED_GIGABIT_ETHERNET = Network("100GbE", 12.5e9, 5e-6)
 class Arm:
   """One algorithm in one setting, and how its learning rate is chosen.
 
-  Attributes:
-    name: the arm's label, unique in the protocol (e.g. "easgd tau=4").
-    algorithm: a name of ``easgd.registry.ALGORITHMS``.
-    overrides: ``TrainConfig`` fields that differ from the protocol's base
-      (tau, num_workers, global_batch_size, num_epochs, delta, beta,
-      sync_warmup_steps, lr_scaling, ...); settings the algorithm does not
-      read are reset to their defaults (``TrainConfig.for_algorithm``) before
-      the overrides apply.
-    learning_rates: the grid of base learning rates (``learning_rate``; the
-      run's eta is it times ``lr_scale``), log-spaced (:func:`log_grid`); the
-      best is chosen on the validation split.
-    lr_from: instead of a grid, the arm whose chosen base rate this arm takes
-      (then its own ``lr_scaling`` applies, e.g. the linear scaling rule from
-      a 1-worker arm); ``learning_rates`` must then be empty.
+  Every field carries its meaning in its help text
+  (``dataclasses.fields(Arm)[i].metadata["help"]``; the README's table of the
+  protocol's fields is printed from it by ``scripts/protocol_fields.py``).
   """
-  name: str
-  algorithm: str
-  overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-  learning_rates: tuple[float, ...] = ()
-  lr_from: str | None = None
+  name: str = option(REQUIRED, "the arm's label, unique in the protocol (e.g. "
+                     "'easgd tau=4'); keys results.json's arms")
+  algorithm: str = option(REQUIRED, "a name of easgd.registry.ALGORITHMS")
+  overrides: Mapping[str, Any] = option(
+      REQUIRED, "TrainConfig fields that differ from the protocol's base (tau, "
+      "num_workers, global_batch_size, num_epochs, delta, beta, sync_warmup_steps, "
+      "lr_scaling, ...); settings the algorithm does not read are reset to their "
+      "defaults (TrainConfig.for_algorithm) before the overrides apply; not "
+      f"allowed: {', '.join(FIXED_BY_BASE)}", factory=dict)
+  learning_rates: tuple[float, ...] = option(
+      (), "the grid of base learning rates (learning_rate; the run's eta is it "
+      "times lr_scale), log-spaced (log_grid); the best is chosen on the "
+      "validation split; empty with lr_from")
+  lr_from: str | None = option(
+      None, "instead of a grid, the arm whose chosen base rate this arm takes "
+      "(then its own lr_scaling applies, e.g. the linear scaling rule from a "
+      "1-worker arm); None: the arm's own grid")
 
   def config(self, base: TrainConfig) -> TrainConfig:
     """The arm's ``TrainConfig`` (learning rate and seed still the base's)."""
@@ -135,40 +132,41 @@ class Arm:
 class ProtocolConfig:
   """A comparison: arms, learning-rate grids, seeds, budget, targets, networks.
 
-  Attributes:
-    name: the experiment's name (files, titles).
-    description: what it asks, in a sentence or two (written to results.md).
-    base: the ``TrainConfig`` every arm starts from (data set, model, batch,
-      epochs = the budget, ``validation_examples`` > 0: the held-out split the
-      rates are chosen on).
-    arms: the :class:`Arm` s.
-    tune_seeds: seeds of the tuning runs, at least :data:`MIN_SEEDS`; every
-      rate of a grid runs with each.
-    report_seeds: fresh seeds of the reported reruns at the chosen rate, at
-      least :data:`MIN_SEEDS`, none of them a tuning seed.
-    eval_every_steps: the center is evaluated every this many local steps (and
-      at the start and the last step).
-    targets: test errors (fractions) of "time to target".
-    networks: the networks of the modelled wall-clock time.
-    divergence_factor: a run whose center validation loss is non-finite or
-      exceeds this factor times its initial value at its last evaluation
-      counts as diverged (its error is taken as 1 when rates are compared).
-    configs_per_batch: configurations vmapped together inside a program
-      (``easgd.sweep_curves``); None: all of a program's configurations.
-    eval_chunk: examples per forward pass of an evaluation.
+  Every field carries its meaning and unit in its help text
+  (``dataclasses.fields(ProtocolConfig)[i].metadata["help"]``; the README's
+  table of the protocol's fields is printed from it by
+  ``scripts/protocol_fields.py``). :meth:`validate` checks every value.
   """
-  name: str
-  description: str
-  base: TrainConfig
-  arms: tuple[Arm, ...]
-  tune_seeds: tuple[int, ...] = (0, 1, 2)
-  report_seeds: tuple[int, ...] = (100, 101, 102)
-  eval_every_steps: int = 25
-  targets: tuple[float, ...] = (0.3, 0.2)
-  networks: tuple[Network, ...] = (GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET)
-  divergence_factor: float = 10.0
-  configs_per_batch: int | None = None
-  eval_chunk: int = 500
+  name: str = option(REQUIRED, "the experiment's name, without '/' (files, titles)")
+  description: str = option(REQUIRED, "what it asks, in a sentence or two (written to "
+                            "results.md)")
+  base: TrainConfig = option(
+      REQUIRED, "the TrainConfig every arm starts from: data set, model, batch, "
+      "num_epochs (the budget) and validation_examples > 0 (the held-out split the "
+      "rates are chosen on)")
+  arms: tuple[Arm, ...] = option(REQUIRED, "the arms (Arm), at least one")
+  tune_seeds: tuple[int, ...] = option(
+      (0, 1, 2), f"seeds of the tuning runs, at least {MIN_SEEDS}; every rate of a "
+      "grid runs with each")
+  report_seeds: tuple[int, ...] = option(
+      (100, 101, 102), f"fresh seeds of the reported reruns at the chosen rate, at "
+      f"least {MIN_SEEDS}, none of them a tuning seed; only these see the test set")
+  eval_every_steps: int = option(
+      25, "the center is evaluated every this many local steps (and at the start "
+      "and the last step)")
+  targets: tuple[float, ...] = option(
+      (0.3, 0.2), "test errors (fractions in (0, 1)) of \"time to target\"")
+  networks: tuple[Network, ...] = option(
+      (GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET),
+      "the networks (Network) of the modelled wall-clock time")
+  divergence_factor: float = option(
+      10.0, "a run whose center validation loss is non-finite or exceeds this "
+      "factor times its initial value at its last evaluation counts as diverged "
+      "(its error is taken as 1 when rates are compared); > 1")
+  configs_per_batch: int | None = option(
+      None, "configurations vmapped together inside a program (easgd.sweep_curves); "
+      "None: all of a program's configurations")
+  eval_chunk: int = option(500, "examples per forward pass of an evaluation")
 
   def arm(self, name: str) -> Arm:
     """The arm called ``name``; ProtocolError if there is none."""

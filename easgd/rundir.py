@@ -6,12 +6,22 @@ A run directory (``workdir``) holds, each file replaced atomically
   ``metrics.jsonl``   one JSON object per evaluation (epoch 0 = the start);
   ``summary.json``    resolved config, layout, communication totals, final
                       metrics, how many steps the center lags the workers
-                      (``center_lag_steps``), wall time;
+                      (``center_lag_steps``), and ``wall_time_s``: the whole
+                      run in seconds, from the start of training (data
+                      loaded, model built) to the summary, compilation,
+                      evaluations and checkpoints included, summed over the
+                      invocations that wrote a summary (:func:`earlier_wall_time`);
+                      not the metrics' ``wall_time_s`` of the real
+                      asynchronous runtimes (``easgd.async_trainer``: seconds
+                      of training since the run began, compilation excluded);
   ``exchanges.jsonl`` asynchronous algorithms only: every exchange served so
-                      far (worker, its local clock, the center version it
-                      read), rewritten at every checkpoint
-                      (``easgd.async_log.write_exchange_log``), so that an
-                      independent reference can replay the run;
+                      far, in serving order, with ``version`` (master updates
+                      served before it) and ``read_version`` (master updates
+                      in the center the worker read), rewritten at every
+                      checkpoint (``easgd.async_log.write_exchange_log``,
+                      fields ``EXCHANGE_RECORD``; real runs:
+                      ``easgd.async_shared``), so that an independent
+                      reference can replay the run;
   ``checkpoints/``    the layout-free Orbax checkpoints (``easgd.checkpoint``);
   ``previous_run/``   with overwrite only: the earlier run, kept until the new
                       one has written its summary (:func:`set_aside_previous_run`);

@@ -22,13 +22,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
 from jax import lax
 
 from easgd import (algorithms, batches, checks, data, distributed, elastic, models,
                    registry, rundir, runlock, workers)
 from easgd.config import MAX_TOTAL_STEPS, ConfigError, TrainConfig, as_train_config
 from easgd.optimizers import make_optimizer, make_schedule, schedule_lengths
+from easgd.progress import progress_bar
 from easgd.workers import WORKER_AXES
 
 
@@ -529,9 +529,9 @@ def _train(config, workdir, overwrite, resume, stop_after_steps) -> dict[str, An
   spe, last = run.steps_per_epoch, run.total_steps
   if stop_after_steps is not None:
     last = min(last, stop_after_steps)
-  progress = tqdm(total=run.total_steps, initial=step, unit="step",
-                  desc=f"{config.algorithm} p={config.num_workers}",
-                  disable=not (config.progress and step < last and primary))
+  progress = progress_bar(run.total_steps, spe, initial=step,
+                          desc=f"{config.algorithm} p={config.num_workers}",
+                          disable=not (config.progress and step < last and primary))
 
   def save(step_now):  # returns the losses, read from the devices once
     losses = host_losses(epoch_losses, config.num_workers)

@@ -22,7 +22,7 @@ from easgd import registry
 PACKAGE = Path(__file__).resolve().parents[1] / "easgd"
 LAYERS = ("core", "parallel", "analysis", "training", "face")
 MODULES = {
-    "files": "core", "checks": "core", "flags": "core", "elastic": "core",
+    "files": "core", "progress": "core", "checks": "core", "flags": "core", "elastic": "core",
     "momentum": "core", "algorithms": "core", "async_schedule": "core",
     "asynchronous": "core", "async_log": "core", "baselines": "core", "registry": "core",
     "warmup": "core",

@@ -19,12 +19,17 @@ def python_blocks():
 
 
 def test_the_first_lines_give_the_two_fresh_machine_commands():
+  # the main job installs the package alone; the tests install the dev extra
   lines = README.splitlines()
   commands = [l.strip() for l in lines[:12] if l.startswith("    ")]
-  assert commands[0].endswith(".venv/bin/easgd compare --workdir runs/main")
-  assert commands[1].endswith(".venv/bin/python -m pytest -q")
-  assert all(c.startswith('python3 -m venv .venv && .venv/bin/pip install -e ".[dev]"')
-             for c in commands[:2])
+  assert commands[0] == ("python3 -m venv .venv && .venv/bin/pip install -e . && "
+                         ".venv/bin/easgd compare --workdir runs/main")
+  assert commands[1] == ('python3 -m venv .venv && .venv/bin/pip install -e ".[dev]" && '
+                         ".venv/bin/python -m pytest -q")
+  # .ci/run runs the first indented line within 3 lines after "run the tests"
+  assert "grep -A3 -m1 'run the tests' README.md" in (ROOT / ".ci" / "run").read_text()
+  after = README.split("run the tests", 1)[1].splitlines()[1:4]
+  assert next(l[4:] for l in after if l.startswith("    ")) == commands[1]
 
 
 @pytest.mark.parametrize("index", range(len(python_blocks())))
@@ -50,6 +55,17 @@ def test_the_protocol_sections_are_the_committed_outputs(tmp_path):
   committed = ROOT / "paper_notes" / "figures" / "protocol_claims.md"
   assert committed.read_text() == claims.read_text()
   assert committed.read_text().split("\n", 4)[-1].strip() in PAPER_NOTES
+
+
+def test_the_protocol_fields_table_is_their_declarations():
+  out = subprocess.run([sys.executable, str(ROOT / "scripts" / "protocol_fields.py")],
+                       capture_output=True, text=True, check=True).stdout.strip()
+  assert out in README
+  import dataclasses
+  from easgd.protocol_config import Arm, Network, ProtocolConfig
+  for cls in (ProtocolConfig, Arm, Network):  # every field has a row
+    for field in dataclasses.fields(cls):
+      assert f"| `{cls.__name__}` | `{field.name}` |" in out
 
 
 def test_the_algorithm_table_is_the_registry():
