@@ -15,6 +15,7 @@ from easgd.sweep_engine import CompileCounter
 from easgd.registry import ALGORITHMS
 from easgd.config import ConfigError, TrainConfig
 from easgd.export import export_center
+from testutil import interrupt_once
 
 # digits, tiny MLP: 1438 training images / 64 = 22 steps per epoch, 2 epochs
 TINY = TrainConfig(dataset="digits", model="mlp", num_workers=4, num_devices=2,
@@ -221,3 +222,35 @@ def test_damaged_checkpoint_and_bad_export_path_are_clear_errors(tmp_path):
   assert damaged
   with pytest.raises(checkpoint.CheckpointError, match=f"checkpoint {step} in"):
     trainer.train_and_evaluate(TINY.replace(num_epochs=1), tmp_path, resume=True)
+
+
+# Each point of an evaluated epoch end's sequence (check, evaluate, record,
+# checkpoint), the step-0 evaluation first: (what is interrupted, which call,
+# whether it completed). TINY's calls: evaluate/write_metrics 1 = step 0,
+# 2 = step 22; save 1 = step 22, 2 = step 44 (the end).
+INTERRUPTS = [("evaluate", 1, False), ("evaluate", 2, False), ("write_metrics", 2, False),
+              ("write_metrics", 2, True), ("save", 1, False), ("save", 1, True),
+              ("save", 2, True)]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+  work = tmp_path_factory.mktemp("full")
+  trainer.train_and_evaluate(TINY, work)
+  return metrics_text(work)
+
+
+@pytest.mark.parametrize("point,call,after", INTERRUPTS)
+def test_an_interrupt_at_any_point_resumes_to_the_same_metrics(tmp_path, monkeypatch,
+                                                               uninterrupted, point,
+                                                               call, after):
+  owner = {"evaluate": trainer.Run, "write_metrics": trainer.rundir,
+           "save": checkpoint.Checkpointer}[point]
+  with monkeypatch.context() as m:
+    fired = interrupt_once(m, owner, point, call, after)
+    with pytest.raises(KeyboardInterrupt):
+      trainer.train_and_evaluate(TINY, tmp_path)
+  assert fired
+  done = trainer.train_and_evaluate(TINY, tmp_path, resume=True)
+  assert done["status"] == "complete"
+  assert metrics_text(tmp_path) == uninterrupted  # bit for bit
