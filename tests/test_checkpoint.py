@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from easgd import checkpoint, trainer
+from easgd import checkpoint, cli, trainer
 from easgd.sweep_engine import CompileCounter
 from easgd.registry import ALGORITHMS
 from easgd.config import ConfigError, TrainConfig
@@ -254,3 +254,29 @@ def test_an_interrupt_at_any_point_resumes_to_the_same_metrics(tmp_path, monkeyp
   done = trainer.train_and_evaluate(TINY, tmp_path, resume=True)
   assert done["status"] == "complete"
   assert metrics_text(tmp_path) == uninterrupted  # bit for bit
+
+
+def test_a_non_finite_evaluation_is_the_divergence_error_exit_1(tmp_path, capsys):
+  # one step per epoch (1438 // 1436): the training loss of step 0 is finite, the
+  # parameters after it finite but huge, the evaluated loss NaN
+  work = tmp_path / "run"
+  status = cli.main(["train", "--workdir", str(work), "--dataset", "digits", "--model",
+                     "mlp", "--algorithm", "pmean_sgd", "--learning-rate", "1e30",
+                     "--global-batch-size", "1436", "--num-epochs", "1", "--no-progress"])
+  err = capsys.readouterr().err
+  assert status == 1 and err.count("\n") == 1, err
+  assert err.startswith("easgd: error: training diverged: the evaluated center's "
+                        "test_loss is nan at step 1 (epoch 1); algorithm=pmean_sgd")
+  # the diverged state's record and checkpoint are not written; step 0's stays
+  assert [json.loads(l)["step"] for l in metrics_text(work).splitlines()] == [0]
+  assert checkpoint.Checkpointer(work).latest_step() is None
+  assert not (work / "summary.json").exists()
+
+
+def test_a_non_finite_validation_loss_is_a_divergence():
+  run = trainer.Run(TINY)
+  record = dict(epoch=1, step=22, test_loss=0.3, val_loss=float("inf"))
+  with pytest.raises(trainer.DivergenceError,
+                     match=r"the evaluated center's val_loss is inf at step 22 \(epoch 1\)"):
+    run.check_finite_record(record)
+  run.check_finite_record(dict(record, val_loss=0.4))  # finite: no error
