@@ -257,6 +257,7 @@ def _run(args) -> int:
     final = summary["final"]
     print(json.dumps(dict(status=summary["status"], algorithm=summary["algorithm"],
                           layout=summary["layout"],
+                          final_step=final["step"],
                           test_accuracy=final["test_accuracy"],
                           test_loss=final["test_loss"],
                           communication=summary["communication"],

@@ -39,6 +39,7 @@ def test_interrupted_and_resumed_run_is_bitwise_identical(tmp_path, algorithm):
   # 7 steps: inside the first epoch and not a multiple of tau = 4
   partial = trainer.train_and_evaluate(cfg, tmp_path / "cut", stop_after_steps=7)
   assert partial["status"] == "stopped" and partial["steps_done"] == 7
+  assert partial["final_step"] == 0  # the summary's `final` is step 0's record
   assert checkpoint.Checkpointer(tmp_path / "cut").latest_step() == 7
   # 30 steps: inside the second epoch, resumed from the first stop
   trainer.train_and_evaluate(cfg, tmp_path / "cut", resume=True, stop_after_steps=30)
@@ -252,7 +253,7 @@ def test_an_interrupt_at_any_point_resumes_to_the_same_metrics(tmp_path, monkeyp
       trainer.train_and_evaluate(TINY, tmp_path)
   assert fired
   done = trainer.train_and_evaluate(TINY, tmp_path, resume=True)
-  assert done["status"] == "complete"
+  assert done["status"] == "complete" and done["final_step"] == 44
   assert metrics_text(tmp_path) == uninterrupted  # bit for bit
 
 
@@ -280,3 +281,31 @@ def test_a_non_finite_validation_loss_is_a_divergence():
                      match=r"the evaluated center's val_loss is inf at step 22 \(epoch 1\)"):
     run.check_finite_record(record)
   run.check_finite_record(dict(record, val_loss=0.4))  # finite: no error
+
+
+@pytest.mark.slow
+def test_sigterm_stops_like_ctrl_c_and_the_run_resumes(tmp_path):
+  cfg = TINY.replace(checkpoint_every_steps=1)
+  (tmp_path / "cfg.py").write_text(
+      "from easgd import TrainConfig\n"
+      f"def get_config():\n  return TrainConfig(**{cfg.to_dict_fields()!r})\n")
+  work = tmp_path / "run"
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             XLA_FLAGS="--xla_force_host_platform_device_count=2")
+  proc = subprocess.Popen([sys.executable, "-m", "easgd.cli", "train", "--config",
+                           str(tmp_path / "cfg.py"), "--workdir", str(work)],
+                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+  ckdir = work / checkpoint.CHECKPOINT_DIR
+  deadline = time.time() + 120
+  while proc.poll() is None and time.time() < deadline:
+    if ckdir.exists() and any(n.isdigit() for n in os.listdir(ckdir)):
+      proc.send_signal(signal.SIGTERM)  # training, checkpointing at every step
+      break
+    time.sleep(0.01)
+  _, err = proc.communicate(timeout=60)
+  assert proc.returncode == 143, err.decode()[-2000:]  # not killed: a clean stop
+  assert err.decode().rstrip().splitlines()[-1] == "easgd: terminated (SIGTERM)"
+  done = trainer.train_and_evaluate(cfg, work, resume=True)
+  assert done["status"] == "complete"
+  trainer.train_and_evaluate(cfg, tmp_path / "full")
+  assert metrics_text(work) == metrics_text(tmp_path / "full")
