@@ -20,7 +20,10 @@ and its unused steps go back to the budget. A backend that can restart
 workers (``Backend.restartable``, Ray) restarts it from the current center at
 most ``max_restarts`` times; otherwise (threads) the worker stays stopped and
 the others finish the budget. If every worker has stopped before the budget
-is spent, :class:`WorkersLostError` is raised.
+is spent, :class:`WorkersLostError` is raised. Each fault is logged with its
+error (``Backend.fault``), so a run resumed from its log goes on with the
+faults of the checkpoint (:func:`logged_faults`): a stopped worker stays
+stopped, and restarts count over the whole run.
 """
 
 from __future__ import annotations
@@ -76,14 +79,45 @@ class Backend(Protocol):
   def result(self, handle: Any) -> ChunkResult:
     """The chunk's result; raises :class:`WorkerLost` if the process died."""
 
-  def fault(self, worker: int, clock: int) -> int:
-    """Logs the worker's fault in the exchange log; ``clock`` is the last
-    clock the driver knows. Returns the clock the worker is known to have
-    reached (after its last exchange, if that is later)."""
+  def fault(self, worker: int, clock: int, error: str) -> int:
+    """Logs the worker's fault (and ``error``, one line) in the exchange log;
+    ``clock`` is the last clock the driver knows. Returns the clock the worker
+    is known to have reached (after its last exchange, if that is later)."""
 
   def restart(self, worker: int, clock: int) -> int:
     """Restarts the worker from the current center, at clock >= ``clock``
     (after its last exchange); returns the clock it goes on from."""
+
+
+def logged_faults(log) -> list[Fault]:
+  """The faults an exchange log records, each with the restart that followed it.
+
+  Args:
+    log: the records of a real run's exchange log (``easgd.async_shared``):
+      a ``"fault"`` record (with its ``error``, if logged) and the worker's
+      next ``"restart"`` record, if any, make one fault.
+
+  Returns:
+    The :class:`Fault` s in log order; ``restarted_at`` is the restart's
+    local step, None for a worker that stayed stopped.
+  """
+  faults, open_faults = [], {}
+  for r in log:
+    event, worker = r.get("event", "exchange"), r.get("worker")
+    if event == "fault":
+      open_faults[worker] = len(faults)
+      faults.append(Fault(int(worker), int(r["local_step"]),
+                          str(r.get("error", "(not logged)")), None))
+    elif event == "restart" and worker in open_faults:
+      k = open_faults.pop(worker)
+      faults[k] = faults[k]._replace(restarted_at=int(r["local_step"]))
+  return faults
+
+
+def stopped_workers(faults: Sequence[Fault]) -> list[int]:
+  """The workers whose last fault was not followed by a restart, ascending."""
+  last = {f.worker: f.restarted_at for f in faults}
+  return sorted(w for w, restarted in last.items() if restarted is None)
 
 
 class Driver:
@@ -95,6 +129,9 @@ class Driver:
     chunk_steps: the most local steps handed out at once.
     max_restarts: restarts per worker on a restartable backend.
     on_progress: ``on_progress(total_local_steps)`` after each chunk.
+    faults: the faults so far (a resumed run: :func:`logged_faults` of its
+      log): their stopped workers take no steps, their restarts count
+      towards ``max_restarts``.
 
   Attributes:
     clocks: each worker's local clock.
@@ -106,13 +143,16 @@ class Driver:
   """
 
   def __init__(self, backend: Backend, clocks: Sequence[int], *, chunk_steps: int = 8,
-               max_restarts: int = 3, on_progress: Callable[[int], None] | None = None):
+               max_restarts: int = 3, on_progress: Callable[[int], None] | None = None,
+               faults: Sequence[Fault] = ()):
     p = backend.num_workers
     self.backend = backend
     self.clocks = [int(c) for c in clocks]
-    self.alive = [True] * p
-    self.restarts = [0] * p
-    self.faults: list[Fault] = []
+    self.faults: list[Fault] = list(faults)
+    self.restarts = [sum(f.worker == i and f.restarted_at is not None for f in faults)
+                     for i in range(p)]
+    stopped = stopped_workers(self.faults)
+    self.alive = [i not in stopped for i in range(p)]
     self.chunk_steps = max(1, int(chunk_steps))
     self.max_restarts = int(max_restarts)
     self.on_progress = on_progress
@@ -218,7 +258,7 @@ class Driver:
       self.on_progress(self.total)
 
   def _fault(self, i: int, clock: int, error: str) -> None:
-    clock = self.backend.fault(i, clock)
+    clock = self.backend.fault(i, clock, error)
     restarted = None
     if self.backend.restartable and self.restarts[i] < self.max_restarts:
       try:

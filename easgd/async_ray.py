@@ -37,7 +37,7 @@ from typing import Callable, Sequence
 
 import jax
 
-from easgd import async_log, distributed
+from easgd import async_log, distributed, files
 from easgd.async_driver import WorkerLost, WorkersLostError
 from easgd.async_shared import AsyncSetup, CenterStore, ChunkResult, WorkerLoop, WorkerPrograms
 
@@ -81,6 +81,7 @@ def connect(address: str | None = None) -> Connection:
     return Connection(False)
   if address not in (None, "auto", "local"):
     _probe(address)  # ray.init would wait minutes for an unreachable cluster
+  sigterm_is_interrupt = files.sigterm_is_interrupt()
   try:
     ray.init(address=address, include_dashboard=False, log_to_driver=False)
   except Exception as e:  # Ray raises ConnectionError, RuntimeError, ValueError ...
@@ -89,6 +90,9 @@ def connect(address: str | None = None) -> Connection:
     raise distributed.StartupError(
         f"cannot connect to {where}: {type(e).__name__}: "
         f"{(text[0] if text else '')[:300]}") from None
+  finally:
+    if sigterm_is_interrupt:  # ray.init replaces it by sys.exit
+      files.restore_sigterm_as_interrupt()
   return Connection(True)
 
 
@@ -135,8 +139,8 @@ class CenterActor:
   def restart(self, worker, clock):
     return jax.device_get(self.store.restart(worker, clock))
 
-  def fault(self, worker, clock):
-    self.store.fault(worker, clock)
+  def fault(self, worker, clock, error=""):
+    self.store.fault(worker, clock, error)
 
   def last_exchange_clock(self, worker):
     return self.store.last_exchange_clock(worker)
@@ -266,11 +270,11 @@ class RayBackend:
       raise error(f"{whose} died ({type(e).__name__}: "
                   f"{(text[0] if text else '')[:200]})") from None
 
-  def fault(self, worker: int, clock: int) -> int:
+  def fault(self, worker: int, clock: int, error: str = "") -> int:
     """Logs the fault at the worker's clock after its last exchange, if later."""
     last = self._center(self.center.last_exchange_clock.remote(worker))
     clock = max(int(clock), int(last) + 1)
-    self._center(self.center.fault.remote(worker, clock))
+    self._center(self.center.fault.remote(worker, clock, error))
     return clock
 
   def restart(self, worker: int, clock: int) -> int:

@@ -34,7 +34,7 @@ which center version is read depends on timing, and the log records it.
 
 The exchange log: one record per event, in the order the center served them,
 ``{"event", "worker", "local_step", "version", "read_version", "time_s"}``
-(``easgd.async_log.LOG_EVENTS``). ``version`` is the number of master
+(``easgd.async_log.LOG_EVENTS``), a fault's also ``"error"`` (one line). ``version`` is the number of master
 updates before this one, ``read_version`` the number contained in the center
 the worker read: ``version`` for EASGD/EAMSGD (the center before its update),
 ``version + 1`` for the DOWNPOUR family (the fetch after its own push). A real
@@ -62,7 +62,8 @@ from easgd.files import write_text_atomic
 
 Params = Any
 
-LOG_FIELDS = ("event", "worker", "local_step", "version", "read_version", "time_s")
+LOG_FIELDS = ("event", "worker", "local_step", "version", "read_version", "time_s",
+              "error")
 """Fields of a record of a real run's exchange log (module docstring)."""
 
 
@@ -140,10 +141,10 @@ class CenterStore:
     self._start = time.time() - float(elapsed_s)
     self._lock = threading.Lock()
 
-  def _record(self, event, worker, clock, read_version):
+  def _record(self, event, worker, clock, read_version, **extra):
     self.log.append(dict(event=event, worker=int(worker), local_step=int(clock),
                          version=self.version, read_version=int(read_version),
-                         time_s=round(time.time() - self._start, 6)))
+                         time_s=round(time.time() - self._start, 6), **extra))
 
   def exchange(self, worker: int, clock: int, message) -> Params:
     """One exchange of worker ``worker`` at its local step ``clock``, atomic.
@@ -181,10 +182,11 @@ class CenterStore:
       self._record("restart", worker, clock, self.version)
       return self.shared.center
 
-  def fault(self, worker: int, clock: int) -> None:
-    """Logs that ``worker`` failed before its local step ``clock``."""
+  def fault(self, worker: int, clock: int, error: str = "") -> None:
+    """Logs that ``worker`` failed before its local step ``clock``, and ``error``
+    (one line: what stopped it)."""
     with self._lock:
-      self._record("fault", worker, clock, self.version)
+      self._record("fault", worker, clock, self.version, error=str(error))
 
   def start_clock(self, elapsed_s: float = 0.0) -> None:
     """Counts the log's ``time_s`` from now, plus ``elapsed_s`` (earlier training)."""

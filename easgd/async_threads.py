@@ -19,7 +19,8 @@ on timing (threads, the OS scheduler, ``delays_s``).
 Faults: a worker whose step raises stops (the error is reported in the
 chunk's result and logged); the other workers go on and take its share of
 the budget (``easgd.async_driver``). It is not restarted: in the same process
-the same code would most likely raise again.
+the same code would most likely raise again; nor after ``--resume``, which
+goes on with the faults of its checkpoint (``easgd.async_driver.logged_faults``).
 """
 
 from __future__ import annotations
@@ -88,8 +89,8 @@ class ThreadBackend:
   def result(self, handle: futures.Future) -> ChunkResult:
     return handle.result()
 
-  def fault(self, worker: int, clock: int) -> int:
-    self.center.fault(worker, clock)
+  def fault(self, worker: int, clock: int, error: str = "") -> int:
+    self.center.fault(worker, clock, error)
     return clock  # the thread reported its exact clock
 
   def restart(self, worker: int, clock: int) -> int:

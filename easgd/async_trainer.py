@@ -28,7 +28,9 @@ saved and the center evaluated.
 Files: those of ``easgd.rundir``. ``exchanges.jsonl`` is the real run's log
 (``easgd.async_shared``: one record per exchange, restart or fault, with the
 worker, its local clock and the center version it read), rewritten before
-every checkpoint; a resumed run goes on with it. Checkpoints hold every
+every checkpoint, after the boundary's metrics record; a resumed run goes on
+with it, cut to the checkpoint's length (records and metrics past the
+checkpoint, left by an interrupt, are redone). Checkpoints hold every
 worker's state (its clock included), the master's state (center and master
 clock), the evaluated center, the losses since the last evaluation and the
 log's length. Metrics records are the SPMD trainer's, with ``all_reduces`` /
@@ -38,7 +40,10 @@ since the start, compilation excluded) added.
 
 Faults: a worker that raises (threads) or whose process dies (Ray) does not
 stop the others; Ray restarts it from the current center. Each fault is
-logged and listed in the summary (``faults``) and counted in the metrics. The
+logged (with its error) and listed in the summary (``faults``, with
+``restarted_at``; ``stopped_workers``) and counted in the metrics. A resumed
+run goes on with the faults of its checkpoint's log: a stopped worker stays
+stopped and Ray's restarts count over the whole run. The
 SPMD runtime, for the same fault, stops the whole run (a Python exception in
 the step, or ``easgd.distributed``'s watchdog when a process dies, exit 3);
 ``--resume`` then continues from the last checkpoint.
@@ -133,6 +138,11 @@ def _resumed_log(path, length: int) -> list[dict]:
   return log[:length]  # records after the checkpoint are redone
 
 
+def _clocks(stacked) -> list[int]:
+  """Each worker's local clock in a stacked worker state (a checkpoint's)."""
+  return [int(c) for c in np.asarray(stacked.clock).reshape(-1)]
+
+
 def _exchanges_per_worker(log, p: int) -> np.ndarray:
   counts = np.zeros(p, np.int64)
   for r in log:
@@ -172,15 +182,21 @@ def train_and_evaluate_async(config: TrainConfig, workdir, *, overwrite: bool = 
       experiments.
 
   Returns:
-    The summary (also ``workdir/summary.json``), with ``"history"``; its
-    ``faults`` lists each worker fault of this invocation.
+    The summary (also ``workdir/summary.json``), with ``"history"``. It
+    describes the latest checkpoint (``steps_done``): ``worker_local_steps``
+    (its clocks), ``exchanges_per_worker``, ``faults`` (every fault of the run
+    up to it, from the log: worker, local step, error, ``restarted_at``) and
+    ``stopped_workers`` (those a fault stopped for good: on threads every
+    faulted worker, also after a resume; on Ray one whose restarts ran out);
+    ``final`` is the last metrics record, of step ``final_step``.
 
   Raises:
     ConfigError: bad config or workdir (before anything starts); a runtime
       that is "spmd"; several JAX processes.
     easgd.runlock.WorkdirInUseError: another command holds ``workdir``.
     easgd.distributed.StartupError: the Ray cluster cannot be reached.
-    easgd.trainer.DivergenceError: a non-finite loss or state.
+    easgd.trainer.DivergenceError: a non-finite loss or state, or a non-finite
+      evaluated test or validation loss.
     easgd.async_driver.WorkersLostError: every worker stopped.
   """
   config = config.validate()
@@ -229,6 +245,10 @@ def _train(config, workdir, resume, stop_after_steps, faults):
     shared = restored["shared"]
     loss_sum, loss_count = restored["loss_sum"], restored["loss_count"]
     train_seconds = float(restored["train_seconds"])
+    final_clocks = _clocks(restored["worker"])
+    # what an interrupt left past the checkpoint is redone: the files say so now
+    async_shared.write_log(log_path, log)
+    rundir.write_metrics(workdir, history)
   else:
     step, log, worker_states, shared = 0, [], None, None
     loss_sum, loss_count, train_seconds = np.zeros(p), np.zeros(p, np.int64), 0.0
@@ -237,9 +257,8 @@ def _train(config, workdir, resume, stop_after_steps, faults):
     history = [_evaluate(run, async_shared.stack_workers([init_worker] * p),
                          jax.device_get(init_shared), 0, 0, None, [], [0] * p, 0.0)]
     rundir.write_metrics(workdir, history)
-  earlier_faults = [dict(worker=r["worker"], local_step=r["local_step"],
-                         error="(an earlier invocation)", restarted_at=None)
-                    for r in log if r.get("event") == "fault"]
+    final_clocks = [0] * p
+  final_log = log  # the log of the latest checkpoint, which the summary describes
 
   last = run.total_steps if stop_after_steps is None else min(run.total_steps,
                                                               stop_after_steps)
@@ -254,7 +273,8 @@ def _train(config, workdir, resume, stop_after_steps, faults):
     driver = async_driver.Driver(
         backend, [0] * p if worker_states is None else
         [int(w.clock) for w in worker_states], chunk_steps=CHUNK_STEPS[config.runtime],
-        on_progress=lambda total: progress.update(total // p - progress.n))
+        on_progress=lambda total: progress.update(total // p - progress.n),
+        faults=async_driver.logged_faults(log))  # resumed: a stopped worker stays so
     driver.loss_sum[:], driver.loss_count[:] = loss_sum, loss_count
     train_start = time.perf_counter() - train_seconds
     pending = None  # the last boundary's checkpoint and evaluation
@@ -286,16 +306,16 @@ def _train(config, workdir, resume, stop_after_steps, faults):
       pending = functools.partial(
           _boundary, run, workdir, ckpt, history, state, log_now, epoch if evaluate
           else None, train_loss, list(driver.clocks), seconds, progress)
+      final_clocks, final_log = _clocks(stacked), log_now
     if pending is not None:
       pending()
-    worker_faults = [f._asdict() for f in driver.faults]
   finally:
     backend.close()
     progress.close()
     ckpt.close()
 
-  log = async_shared.read_log(log_path) if log_path.exists() else []
-  per_worker = _exchanges_per_worker(log, p)
+  per_worker = _exchanges_per_worker(final_log, p)
+  faults_now = async_driver.logged_faults(final_log)
   mean = int(round(float(np.mean(per_worker))))
   summary = dict(
       status="complete" if step == run.total_steps else "stopped",
@@ -312,8 +332,11 @@ def _train(config, workdir, resume, stop_after_steps, faults):
                          all_reduces_per_step=mean / max(step, 1),
                          bytes_per_step=mean * run.param_bytes / max(step, 1)),
       exchanges=int(per_worker.sum()), exchanges_per_worker=per_worker.tolist(),
-      worker_local_steps=history[-1].get("worker_local_steps"),
-      faults=earlier_faults + worker_faults,
+      # the clocks, exchanges and faults of the latest checkpoint (steps_done)
+      worker_local_steps=final_clocks,
+      faults=[f._asdict() for f in faults_now],
+      stopped_workers=async_driver.stopped_workers(faults_now),
+      final_step=history[-1]["step"],  # the step of `final` (<= steps_done)
       final=history[-1],
       best_test_accuracy=max(r["test_accuracy"] for r in history),
       wall_time_s=round(earlier_wall_time_s + time.perf_counter() - start, 3))
@@ -363,13 +386,18 @@ def _evaluate(run, stacked, shared, epoch, step, train_loss, log, clocks, second
 
 def _boundary(run, workdir, ckpt, history, state, log, epoch, train_loss, clocks,
               seconds, progress) -> None:
-  """A boundary's files: the log, the checkpoint, and (epoch ends) the evaluation."""
-  async_shared.write_log(workdir / rundir.EXCHANGES_FILE, log)  # before the checkpoint
+  """A boundary's files: (epoch ends) the evaluation's record, the log, the checkpoint.
+
+  Both files come before the checkpoint: an interrupt between them leaves a
+  record and log entries past the latest checkpoint, which a resumed run
+  drops and redoes; a non-finite evaluation (DivergenceError) writes nothing.
+  """
   step = int(state["step"])
-  ckpt.save(step, state)
   if epoch is not None:
     rec = _evaluate(run, state["worker"], state["shared"], epoch, step, train_loss, log,
                     clocks, seconds)
     history.append(rec)
     rundir.write_metrics(workdir, history)
     progress.set_postfix(test_acc=f"{rec['test_accuracy']:.4f}", refresh=False)
+  async_shared.write_log(workdir / rundir.EXCHANGES_FILE, log)
+  ckpt.save(step, state)

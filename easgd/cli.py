@@ -172,12 +172,14 @@ def main(argv=None) -> int:
   (``easgd.distributed.EXIT_PEER_LOST``) a multi-process run whose processes did
   not all join within ``--startup-timeout``, that could not start, that lost
   a process, or a Ray cluster (``--runtime ray``) that cannot be reached; 130
-  interrupted (Ctrl-C).
+  interrupted (Ctrl-C); 143 terminated (SIGTERM, handled as Ctrl-C: a
+  checkpoint save in progress completes first, ``easgd.files.terminate_as_interrupt``).
   """
   parser = build_parser()
   args = parser.parse_args(argv)
   from easgd import distributed
-  with warnings.catch_warnings():
+  from easgd.files import terminate_as_interrupt
+  with warnings.catch_warnings(), terminate_as_interrupt():
     warnings.showwarning = _show_warning
     return _main(args, distributed)
 
@@ -207,7 +209,11 @@ def _main(args, distributed) -> int:
   except _run_errors() as e:
     print(f"easgd: error: {e}", file=sys.stderr)
     return 1
-  except KeyboardInterrupt:
+  except KeyboardInterrupt as e:
+    from easgd.files import Terminated
+    if isinstance(e, Terminated):
+      print("easgd: terminated (SIGTERM)", file=sys.stderr)
+      return 143
     print("easgd: interrupted", file=sys.stderr)
     return 130
 
@@ -252,6 +258,7 @@ def _run(args) -> int:
     final = summary["final"]
     print(json.dumps(dict(status=summary["status"], algorithm=summary["algorithm"],
                           layout=summary["layout"],
+                          final_step=final["step"],
                           test_accuracy=final["test_accuracy"],
                           test_loss=final["test_loss"],
                           communication=summary["communication"],

@@ -1,7 +1,8 @@
 """Atomic file writes: the one writer of every file easgd leaves behind.
 
 Also :func:`interrupts_deferred`, for writes that span several files (an
-Orbax checkpoint): Ctrl-C waits until they are complete.
+Orbax checkpoint): Ctrl-C (and SIGTERM under :func:`terminate_as_interrupt`,
+which the command line turns on) waits until they are complete.
 
 Each file is written to a temporary file beside it (``.<name>.tmp<pid>``) and
 renamed over the target (``os.replace``), so a reader, a crash or a SIGKILL
@@ -54,28 +55,81 @@ def write_bytes_atomic(path, data: bytes) -> None:
   _write_atomic(path, lambda tmp: tmp.write_bytes(data))
 
 
-@contextlib.contextmanager
-def interrupts_deferred() -> Iterator[None]:
-  """Holds back Ctrl-C (SIGINT) until the block is done, then raises it.
+class Terminated(KeyboardInterrupt):
+  """SIGTERM, raised like Ctrl-C while :func:`terminate_as_interrupt` is on."""
 
-  For a write that must not be cut in half (a checkpoint save and its clean-up
-  of older checkpoints): a SIGINT during the block is remembered and raised as
-  ``KeyboardInterrupt`` when the block ends. Off the main thread (where Python
-  delivers no signals) or when SIGINT is not Python's handler, the block runs
-  as is.
+
+def _raise_terminated(signum, frame):
+  raise Terminated(f"signal {signum} (SIGTERM)")
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+  """SIGTERM raises :class:`Terminated` (a ``KeyboardInterrupt``) during the block.
+
+  Python's default for SIGTERM ends the process at once, with no clean-up; a
+  job scheduler's stop then looks like SIGKILL. Inside this block it stops the
+  program as Ctrl-C does: ``finally`` blocks run and a checkpoint save in
+  progress completes first (:func:`interrupts_deferred`). Off the main thread
+  the block runs as is.
 
   Raises:
-    KeyboardInterrupt: after the block, if SIGINT arrived during it.
+    Terminated: when SIGTERM arrives (outside :func:`interrupts_deferred`).
   """
-  if (threading.current_thread() is not threading.main_thread()
-      or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+  if threading.current_thread() is not threading.main_thread():
     yield
     return
-  received = []
-  previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+  previous = signal.signal(signal.SIGTERM, _raise_terminated)
   try:
     yield
   finally:
-    signal.signal(signal.SIGINT, previous)
-  if received:
+    signal.signal(signal.SIGTERM, previous)
+
+
+def sigterm_is_interrupt() -> bool:
+  """Whether SIGTERM is now :func:`terminate_as_interrupt`'s handler."""
+  return signal.getsignal(signal.SIGTERM) is _raise_terminated
+
+
+def restore_sigterm_as_interrupt() -> None:
+  """Puts :func:`terminate_as_interrupt`'s SIGTERM handler back (main thread only),
+  e.g. after a library (``ray.init``) replaced it."""
+  if threading.current_thread() is threading.main_thread():
+    signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+  """Holds back Ctrl-C (SIGINT) and SIGTERM until the block is done, then raises.
+
+  For a write that must not be cut in half (a checkpoint save and its clean-up
+  of older checkpoints): a SIGINT during the block is remembered and raised as
+  ``KeyboardInterrupt`` when the block ends; a SIGTERM, when
+  :func:`terminate_as_interrupt` is on, likewise as :class:`Terminated`. Off
+  the main thread (where Python delivers no signals) the block runs as is; so
+  does a SIGINT that is not Python's handler.
+
+  Raises:
+    KeyboardInterrupt: after the block, if SIGINT (or, as :class:`Terminated`,
+      SIGTERM) arrived during it.
+  """
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  deferred = []
+  if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    deferred.append(signal.SIGINT)
+  if sigterm_is_interrupt():
+    deferred.append(signal.SIGTERM)
+  received = []
+  previous = {s: signal.signal(s, lambda signum, frame: received.append(signum))
+              for s in deferred}
+  try:
+    yield
+  finally:
+    for s, handler in previous.items():
+      signal.signal(s, handler)
+  if signal.SIGINT in received:
     raise KeyboardInterrupt
+  if received:
+    raise Terminated(f"signal {received[0]} (SIGTERM)")

@@ -3,17 +3,27 @@
 A run directory (``workdir``) holds, each file replaced atomically
 (``easgd.files``), so an interrupted run never leaves a half-written file:
   ``config.json``     the config the run was started with (:func:`saved_config`);
-  ``metrics.jsonl``   one JSON object per evaluation (epoch 0 = the start);
-  ``summary.json``    resolved config, layout, communication totals, final
-                      metrics, how many steps the center lags the workers
-                      (``center_lag_steps``), and ``wall_time_s``: the whole
-                      run in seconds, from the start of training (data
-                      loaded, model built) to the summary, compilation,
-                      evaluations and checkpoints included, summed over the
-                      invocations that wrote a summary (:func:`earlier_wall_time`);
-                      not the metrics' ``wall_time_s`` of the real
-                      asynchronous runtimes (``easgd.async_trainer``: seconds
-                      of training since the run began, compilation excluded);
+  ``metrics.jsonl``   one JSON object per evaluation (epoch 0 = the start),
+                      each written before the checkpoint of its step: an
+                      interrupt between the two leaves one record past the
+                      latest checkpoint, which a resumed run drops and
+                      redoes (:func:`resumed_history`);
+  ``summary.json``    resolved config, layout, communication totals, the
+                      last metrics record (``final``) and its step
+                      (``final_step``: the last evaluation, which for a
+                      stopped run may precede ``steps_done``), how many
+                      steps the center lags the workers
+                      (``center_lag_steps``), wall time; real asynchronous
+                      runs also the clocks, exchanges and faults of the
+                      checkpoint it describes (``easgd.async_trainer``);
+                      ``wall_time_s``: the whole run in seconds, from the
+                      start of training (data loaded, model built) to the
+                      summary, compilation, evaluations and checkpoints
+                      included, summed over the invocations that wrote a
+                      summary (:func:`earlier_wall_time`); not the metrics'
+                      ``wall_time_s`` of the real asynchronous runtimes
+                      (seconds of training since the run began, compilation
+                      excluded);
   ``exchanges.jsonl`` asynchronous algorithms only: every exchange served so
                       far, in serving order, with ``version`` (master updates
                       served before it) and ``read_version`` (master updates
@@ -353,6 +363,9 @@ def resumed_history(config: TrainConfig, workdir: Path, steps_per_epoch: int,
     workdir: the run directory.
     steps_per_epoch: global steps per epoch.
     step: the global step of the checkpoint resumed from.
+
+  Records past ``step`` (an evaluation written before an interrupt cut off its
+  checkpoint) are dropped: the resumed run redoes them.
 
   Returns:
     The records of ``metrics.jsonl`` up to ``step``.

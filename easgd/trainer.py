@@ -298,7 +298,22 @@ class Run:
 
   def evaluate(self, worker, shared, epoch, step, epoch_losses):
     """One metrics record: the center on every test example exactly once (and
-    on every held-out validation example, with ``validation_examples``)."""
+    on every held-out validation example, with ``validation_examples``).
+
+    Args:
+      worker, shared: the state on this run's devices.
+      epoch: epochs done (0: the start).
+      step: global steps done.
+      epoch_losses: the epoch's per-step worker losses (``train_loss`` is
+        their mean), or None.
+
+    Returns:
+      The record (``metrics.jsonl``'s fields).
+
+    Raises:
+      DivergenceError: the test or validation loss is not finite (a center
+        with finite but huge parameters; the record is not returned).
+    """
     bn_x = (self.bn_stats_data,) if self.batch_norm else ()
     loss_sum, correct, count, dist = workers.to_host(self.eval_fn(
         worker, shared, *bn_x, *self.test_data))  # all workers, gathered across processes
@@ -311,7 +326,7 @@ class Run:
       v_count = int(v_count.sum())
       val = dict(val_loss=float(v_loss.astype(np.float64).sum() / v_count),
                  val_error=1.0 - int(v_correct.sum()) / v_count, val_count=v_count)
-    return dict(
+    record = dict(
         epoch=epoch, step=step,
         test_loss=float(loss_sum.astype(np.float64).sum() / count),
         test_accuracy=int(correct.sum()) / count,
@@ -325,6 +340,25 @@ class Run:
         # many of the steps so far were synchronous warm-up
         learning_rate=float(self.schedule(step)),
         sync_warmup_steps_done=min(step, self.config.sync_warmup_steps), **val)
+    self.check_finite_record(record)
+    return record
+
+  def check_finite_record(self, record) -> None:
+    """Raises DivergenceError if an evaluated loss of ``record`` is not finite.
+
+    Args:
+      record: a metrics record (:meth:`evaluate`): ``test_loss`` and, with
+        ``validation_examples``, ``val_loss`` (nats per example).
+
+    Raises:
+      DivergenceError: names the quantity, its value, the step and epoch.
+    """
+    for name in ("test_loss", "val_loss"):
+      value = record.get(name)
+      if value is not None and not np.isfinite(value):
+        raise DivergenceError(self._divergence_message(
+            f"the evaluated center's {name} is {value} at step {record['step']} "
+            f"(epoch {record['epoch']})"))
 
   def check_finite(self, epoch_losses, first_step, state=None):
     """Raises DivergenceError at the first non-finite loss or state value.
@@ -451,9 +485,15 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
   (``easgd.async_trainer.train_and_evaluate_async``, the same files and
   contract); "spmd" (the default) runs the one SPMD program described here. Checkpoints (see
   ``easgd.checkpoint``) are saved every ``config.checkpoint_every_steps`` steps
-  and at every epoch end, after checking that losses and parameters are finite;
+  and at every epoch end, after checking that losses and parameters are finite
+  and, at an evaluated epoch end, after the evaluation (whose test and
+  validation losses must be finite too) and its record in ``metrics.jsonl``;
   a run that diverges stops with :class:`DivergenceError` and leaves the last
-  good checkpoint in place.
+  good checkpoint in place, its non-finite record unwritten. An interrupt
+  (Ctrl-C; SIGTERM from the command line) at any point leaves a run that
+  ``resume`` continues with the same ``metrics.jsonl`` as an uninterrupted
+  run: a save in progress completes first, and a record written past the
+  latest checkpoint is redone.
 
   Args:
     config: the run's configuration.
@@ -470,8 +510,9 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
 
   Returns:
     The summary dict also written to ``workdir/summary.json`` (``"status"`` is
-    ``"complete"`` or ``"stopped"``); its ``"history"`` holds the records of
-    ``metrics.jsonl``.
+    ``"complete"`` or ``"stopped"``; ``"final"`` the last metrics record,
+    measured at step ``"final_step"``, which a stopped run's ``"steps_done"``
+    may exceed); its ``"history"`` holds the records of ``metrics.jsonl``.
 
   Raises:
     ConfigError: ``config`` not a TrainConfig, a bad config value or workdir,
@@ -481,7 +522,8 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
     easgd.workers.LayoutError: num_workers not a multiple of the devices used.
     easgd.data.DataError: unknown or missing data set files, or a batch larger
       than the data.
-    DivergenceError: a non-finite loss or parameter (names step and worker).
+    DivergenceError: a non-finite training loss or parameter (names step and
+      worker), or a non-finite evaluated test or validation loss.
   """
   config = as_train_config(config).validate()
   if stop_after_steps is not None:
@@ -511,6 +553,13 @@ def _train(config, workdir, overwrite, resume, stop_after_steps) -> dict[str, An
 
   start = time.perf_counter()
   earlier_wall_time_s = rundir.earlier_wall_time(workdir) if resume else 0.0
+
+  def write_exchanges(step_now):  # every exchange by step_now, for replays
+    if registry.TABLE[config.algorithm].asynchronous:
+      from easgd import async_log
+      async_log.write_exchange_log(workdir / rundir.EXCHANGES_FILE, run.algorithm,
+                                   run.step_key, step_now)
+
   if resume and ckpt.latest_step() is not None:
     worker, shared, step, epoch_losses = run.from_checkpoint(
         ckpt.restore(target=run.checkpoint_target()))
@@ -519,6 +568,9 @@ def _train(config, workdir, overwrite, resume, stop_after_steps) -> dict[str, An
     except ConfigError:
       ckpt.close()
       raise
+    if primary:  # what an interrupt left past the checkpoint is redone
+      rundir.write_metrics(workdir, history)
+      write_exchanges(step)
   else:
     worker, shared = run.initial_state()
     step, epoch_losses, history = 0, [], []
@@ -533,16 +585,23 @@ def _train(config, workdir, overwrite, resume, stop_after_steps) -> dict[str, An
                           desc=f"{config.algorithm} p={config.num_workers}",
                           disable=not (config.progress and step < last and primary))
 
-  def save(step_now):  # returns the losses, read from the devices once
+  def save(step_now, evaluated_epoch=None):
+    # The state, read from the devices once and checked; at an evaluated epoch
+    # end its record (checked too) is written BEFORE its checkpoint, as is the
+    # exchange log: an interrupt between them leaves a record past the latest
+    # checkpoint, which --resume drops and redoes (rundir.resumed_history).
     losses = host_losses(epoch_losses, config.num_workers)
     state = run.to_checkpoint(worker, shared, step_now, losses)
     run.check_finite(losses, step_now - len(losses), state)
+    if evaluated_epoch is not None:
+      rec = run.evaluate(worker, shared, evaluated_epoch, step_now, losses)
+      history.append(rec)
+      if primary:
+        rundir.write_metrics(workdir, history)
+      progress.set_postfix(test_acc=f"{rec['test_accuracy']:.4f}", refresh=False)
+    if primary:
+      write_exchanges(step_now)
     ckpt.save(step_now, state)
-    if primary and registry.TABLE[config.algorithm].asynchronous:
-      from easgd import async_log  # every exchange so far, for replays
-      async_log.write_exchange_log(workdir / rundir.EXCHANGES_FILE, run.algorithm,
-                                   run.step_key, step_now)
-    return losses
 
   try:
     while step < last:
@@ -572,13 +631,8 @@ def _train(config, workdir, overwrite, resume, stop_after_steps) -> dict[str, An
         if every and step % every == 0 and step % spe:
           save(step)
       if step == epoch * spe:
-        losses = save(step)
-        if epoch % config.eval_every_epochs == 0 or epoch == config.num_epochs:
-          rec = run.evaluate(worker, shared, epoch, step, losses)
-          history.append(rec)
-          if primary:
-            rundir.write_metrics(workdir, history)
-          progress.set_postfix(test_acc=f"{rec['test_accuracy']:.4f}", refresh=False)
+        save(step, epoch if epoch % config.eval_every_epochs == 0
+             or epoch == config.num_epochs else None)
         epoch_losses = []
       else:  # a planned stop inside the epoch
         save(step)
@@ -601,6 +655,7 @@ def _train(config, workdir, overwrite, resume, stop_after_steps) -> dict[str, An
       communication=dict(all_reduces=comm.all_reduces, bytes=comm.bytes,
                          all_reduces_per_step=comm.all_reduces / max(step, 1),
                          bytes_per_step=comm.bytes / max(step, 1)),
+      final_step=history[-1]["step"],  # the step of `final` (<= steps_done)
       final=history[-1],
       best_test_accuracy=max(r["test_accuracy"] for r in history),
       # summed over this run's invocations that wrote a summary (resume adds up)

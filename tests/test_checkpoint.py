@@ -10,11 +10,12 @@ import jax
 import numpy as np
 import pytest
 
-from easgd import checkpoint, trainer
+from easgd import checkpoint, cli, trainer
 from easgd.sweep_engine import CompileCounter
 from easgd.registry import ALGORITHMS
 from easgd.config import ConfigError, TrainConfig
 from easgd.export import export_center
+from testutil import interrupt_once
 
 # digits, tiny MLP: 1438 training images / 64 = 22 steps per epoch, 2 epochs
 TINY = TrainConfig(dataset="digits", model="mlp", num_workers=4, num_devices=2,
@@ -38,6 +39,7 @@ def test_interrupted_and_resumed_run_is_bitwise_identical(tmp_path, algorithm):
   # 7 steps: inside the first epoch and not a multiple of tau = 4
   partial = trainer.train_and_evaluate(cfg, tmp_path / "cut", stop_after_steps=7)
   assert partial["status"] == "stopped" and partial["steps_done"] == 7
+  assert partial["final_step"] == 0  # the summary's `final` is step 0's record
   assert checkpoint.Checkpointer(tmp_path / "cut").latest_step() == 7
   # 30 steps: inside the second epoch, resumed from the first stop
   trainer.train_and_evaluate(cfg, tmp_path / "cut", resume=True, stop_after_steps=30)
@@ -221,3 +223,89 @@ def test_damaged_checkpoint_and_bad_export_path_are_clear_errors(tmp_path):
   assert damaged
   with pytest.raises(checkpoint.CheckpointError, match=f"checkpoint {step} in"):
     trainer.train_and_evaluate(TINY.replace(num_epochs=1), tmp_path, resume=True)
+
+
+# Each point of an evaluated epoch end's sequence (check, evaluate, record,
+# checkpoint), the step-0 evaluation first: (what is interrupted, which call,
+# whether it completed). TINY's calls: evaluate/write_metrics 1 = step 0,
+# 2 = step 22; save 1 = step 22, 2 = step 44 (the end).
+INTERRUPTS = [("evaluate", 1, False), ("evaluate", 2, False), ("write_metrics", 2, False),
+              ("write_metrics", 2, True), ("save", 1, False), ("save", 1, True),
+              ("save", 2, True)]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+  work = tmp_path_factory.mktemp("full")
+  trainer.train_and_evaluate(TINY, work)
+  return metrics_text(work)
+
+
+@pytest.mark.parametrize("point,call,after", INTERRUPTS)
+def test_an_interrupt_at_any_point_resumes_to_the_same_metrics(tmp_path, monkeypatch,
+                                                               uninterrupted, point,
+                                                               call, after):
+  owner = {"evaluate": trainer.Run, "write_metrics": trainer.rundir,
+           "save": checkpoint.Checkpointer}[point]
+  with monkeypatch.context() as m:
+    fired = interrupt_once(m, owner, point, call, after)
+    with pytest.raises(KeyboardInterrupt):
+      trainer.train_and_evaluate(TINY, tmp_path)
+  assert fired
+  done = trainer.train_and_evaluate(TINY, tmp_path, resume=True)
+  assert done["status"] == "complete" and done["final_step"] == 44
+  assert metrics_text(tmp_path) == uninterrupted  # bit for bit
+
+
+def test_a_non_finite_evaluation_is_the_divergence_error_exit_1(tmp_path, capsys):
+  # one step per epoch (1438 // 1436): the training loss of step 0 is finite, the
+  # parameters after it finite but huge, the evaluated loss NaN
+  work = tmp_path / "run"
+  status = cli.main(["train", "--workdir", str(work), "--dataset", "digits", "--model",
+                     "mlp", "--algorithm", "pmean_sgd", "--learning-rate", "1e30",
+                     "--global-batch-size", "1436", "--num-epochs", "1", "--no-progress"])
+  err = capsys.readouterr().err
+  assert status == 1 and err.count("\n") == 1, err
+  assert err.startswith("easgd: error: training diverged: the evaluated center's "
+                        "test_loss is nan at step 1 (epoch 1); algorithm=pmean_sgd")
+  # the diverged state's record and checkpoint are not written; step 0's stays
+  assert [json.loads(l)["step"] for l in metrics_text(work).splitlines()] == [0]
+  assert checkpoint.Checkpointer(work).latest_step() is None
+  assert not (work / "summary.json").exists()
+
+
+def test_a_non_finite_validation_loss_is_a_divergence():
+  run = trainer.Run(TINY)
+  record = dict(epoch=1, step=22, test_loss=0.3, val_loss=float("inf"))
+  with pytest.raises(trainer.DivergenceError,
+                     match=r"the evaluated center's val_loss is inf at step 22 \(epoch 1\)"):
+    run.check_finite_record(record)
+  run.check_finite_record(dict(record, val_loss=0.4))  # finite: no error
+
+
+@pytest.mark.slow
+def test_sigterm_stops_like_ctrl_c_and_the_run_resumes(tmp_path):
+  cfg = TINY.replace(checkpoint_every_steps=1)
+  (tmp_path / "cfg.py").write_text(
+      "from easgd import TrainConfig\n"
+      f"def get_config():\n  return TrainConfig(**{cfg.to_dict_fields()!r})\n")
+  work = tmp_path / "run"
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             XLA_FLAGS="--xla_force_host_platform_device_count=2")
+  proc = subprocess.Popen([sys.executable, "-m", "easgd.cli", "train", "--config",
+                           str(tmp_path / "cfg.py"), "--workdir", str(work)],
+                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+  ckdir = work / checkpoint.CHECKPOINT_DIR
+  deadline = time.time() + 120
+  while proc.poll() is None and time.time() < deadline:
+    if ckdir.exists() and any(n.isdigit() for n in os.listdir(ckdir)):
+      proc.send_signal(signal.SIGTERM)  # training, checkpointing at every step
+      break
+    time.sleep(0.01)
+  _, err = proc.communicate(timeout=60)
+  assert proc.returncode == 143, err.decode()[-2000:]  # not killed: a clean stop
+  assert err.decode().rstrip().splitlines()[-1] == "easgd: terminated (SIGTERM)"
+  done = trainer.train_and_evaluate(cfg, work, resume=True)
+  assert done["status"] == "complete"
+  trainer.train_and_evaluate(cfg, tmp_path / "full")
+  assert metrics_text(work) == metrics_text(tmp_path / "full")

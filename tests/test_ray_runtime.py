@@ -5,13 +5,16 @@ restarted by Ray and from the current center, at its clock after its last
 exchange; the other workers never stop and the run finishes. The whole log
 (exchanges, the fault and the restart) replays the final checkpoint bit for
 bit in this process, and each worker exchanged at exactly its due local steps.
+A run interrupted right after a checkpoint resumes with the faults and
+restarts its log holds.
 A cluster address that cannot be reached is one line, exit status 3.
 """
 import jax
 import pytest
 
-from easgd import async_ray, async_shared, async_trainer, cli, trainer
-from test_real_async import P, TINY, assert_bitwise, restore
+from easgd import async_ray, async_shared, async_trainer, checkpoint, cli, trainer
+from test_real_async import P, TINY, assert_bitwise, replays_its_checkpoint, restore
+from testutil import interrupt_once
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
@@ -63,3 +66,22 @@ def test_a_killed_worker_is_restarted_from_the_center_and_the_run_replays(tmp_pa
                  async_shared.unstack_workers(final["worker"], P))
   assert_bitwise(out.shared.center, final["shared"].center)
   assert s["final"]["test_accuracy"] > 0.8
+
+
+def test_an_interrupted_run_with_a_restart_resumes_with_its_checkpoints_faults(
+    tmp_path, local_ray, monkeypatch):
+  cfg = TINY.replace(runtime="ray", worker_delays=())
+  with monkeypatch.context() as m:  # Ctrl-C right after step 22's checkpoint
+    fired = interrupt_once(m, checkpoint.Checkpointer, "save", 1, after=True)
+    with pytest.raises(KeyboardInterrupt):
+      async_trainer.train_and_evaluate_async(cfg, tmp_path, faults={2: 7})
+  assert fired
+  done = trainer.train_and_evaluate(cfg, tmp_path, resume=True)
+  assert done["status"] == "complete" and done["final_step"] == 44
+  assert [r["step"] for r in done["history"]] == [0, 22, 44]
+  (fault,) = done["faults"]  # the earlier invocation's, as its log holds it
+  assert fault["worker"] == 2 and "process died" in fault["error"]
+  assert fault["restarted_at"] == fault["local_step"] >= 7
+  assert done["stopped_workers"] == []
+  clocks = replays_its_checkpoint(tmp_path, cfg)
+  assert done["worker_local_steps"] == clocks and sum(clocks) == 44 * P

@@ -28,7 +28,7 @@ import pytest
 from easgd import (async_driver, async_log, async_shared, async_threads, async_trainer,
                    asynchronous, baselines, batches, checkpoint, cli, trainer)
 from easgd.config import ConfigError, TrainConfig
-from testutil import mlp_setup, random_batches
+from testutil import interrupt_once, mlp_setup, random_batches
 
 KEY = jax.random.key(11)
 P, TAU = 4, 3
@@ -266,3 +266,102 @@ def test_the_command_line_refuses_a_synchronous_algorithm_in_one_line(tmp_path, 
   assert status == 2 and err.count("\n") == 1
   assert err.startswith("easgd: error: algorithm 'easgd' does not run on runtime")
   assert not (tmp_path / "w").exists()
+
+
+def replays_its_checkpoint(workdir, cfg=TINY):
+  """The whole log replays the latest checkpoint bit for bit; returns its clocks."""
+  run = trainer.Run(cfg)
+  final = restore(workdir, run)
+  clocks = final["worker"].clock.tolist()
+  log = async_shared.read_log(workdir / "exchanges.jsonl")
+  assert int(final["log_length"]) == len(log)
+  out = async_shared.replay_run(async_trainer.make_setup(run), log, clocks)
+  assert_bitwise(jax.device_get(out.workers), async_shared.unstack_workers(
+      final["worker"], P))
+  assert_bitwise(out.shared.center, final["shared"].center)
+  return clocks
+
+
+# the epoch-end points of the boundary's sequence (evaluate, record, log,
+# checkpoint): calls 2 are step 22's evaluation and record, save 1 step 22's,
+# save 2 the end's (44)
+@pytest.mark.parametrize("point,call,after", [
+    ("_evaluate", 2, False), ("write_metrics", 2, False), ("save", 1, True),
+    ("save", 2, True)])
+def test_an_interrupt_at_any_point_of_a_boundary_resumes(tmp_path, monkeypatch, point,
+                                                         call, after):
+  owner = {"_evaluate": async_trainer, "write_metrics": async_trainer.rundir,
+           "save": checkpoint.Checkpointer}[point]
+  with monkeypatch.context() as m:
+    fired = interrupt_once(m, owner, point, call, after)
+    with pytest.raises(KeyboardInterrupt):
+      trainer.train_and_evaluate(TINY, tmp_path)
+  assert fired
+  done = trainer.train_and_evaluate(TINY, tmp_path, resume=True)
+  assert done["status"] == "complete" and done["final_step"] == 44
+  metrics = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  assert metrics == done["history"] and [r["step"] for r in metrics] == [0, 22, 44]
+  clocks = replays_its_checkpoint(tmp_path)  # the log and the checkpoint agree
+  log = async_shared.read_log(tmp_path / "exchanges.jsonl")
+  assert metrics[-1]["exchanges"] == len(log) == done["exchanges"]
+  assert metrics[-1]["worker_local_steps"] == clocks == done["worker_local_steps"]
+
+
+def test_summaries_report_the_clocks_and_faults_of_their_checkpoint(tmp_path):
+  # worker 3 raises before its local step 2: inside its first chunk (>= 3 steps)
+  first = async_trainer.train_and_evaluate_async(TINY, tmp_path, stop_after_steps=8,
+                                                 faults={3: 2})
+  clocks = restore(tmp_path, trainer.Run(TINY))["worker"].clock.tolist()
+  assert first["status"] == "stopped" and first["steps_done"] == 8
+  assert first["worker_local_steps"] == clocks and sum(clocks) == 8 * P
+  assert first["exchanges_per_worker"] == [-(-n // 2) for n in clocks]  # tau = 2
+  assert first["final_step"] == 0 and first["final"]["step"] == 0
+  (fault,) = first["faults"]
+  assert fault["error"].startswith("InjectedFault: fault injected into worker 3")
+  assert (fault["worker"], fault["local_step"], fault["restarted_at"]) == (3, 2, None)
+  assert first["stopped_workers"] == [3]
+  # resumed: the fault is the checkpoint's, worker 3 stays stopped (threads)
+  done = trainer.train_and_evaluate(TINY, tmp_path, resume=True)
+  assert done["status"] == "complete" and done["faults"] == [fault]
+  assert done["stopped_workers"] == [3]
+  clocks = replays_its_checkpoint(tmp_path)
+  assert clocks[3] == 2 and sum(clocks) == 44 * P
+  assert done["worker_local_steps"] == clocks and done["final"]["faults"] == 1
+
+
+def scaled_center_evaluate(monkeypatch, at_step):
+  """Run.evaluate sees a center of inf * itself at ``at_step``: a NaN test loss."""
+  evaluate = trainer.Run.evaluate
+
+  def scaled(self, worker, shared, epoch, step, losses):
+    if step == at_step:
+      shared = jax.tree.map(lambda x: x * np.float32(np.inf)
+                            if jnp.issubdtype(x.dtype, jnp.floating) else x, shared)
+    return evaluate(self, worker, shared, epoch, step, losses)
+  monkeypatch.setattr(trainer.Run, "evaluate", scaled)
+
+
+@pytest.mark.parametrize("runtime", ["spmd", "threads"])
+def test_a_non_finite_evaluation_stops_the_run_before_its_checkpoint(tmp_path,
+                                                                     monkeypatch,
+                                                                     runtime):
+  cfg = TINY.replace(checkpoint_every_steps=11)
+  if runtime == "spmd":
+    cfg = cfg.replace(runtime="spmd", worker_delays=())
+  scaled_center_evaluate(monkeypatch, 22)
+  with pytest.raises(trainer.DivergenceError,
+                     match=r"the evaluated center's test_loss is nan at step 22 \(epoch 1\)"):
+    trainer.train_and_evaluate(cfg, tmp_path)
+  metrics = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  assert [r["step"] for r in metrics] == [0]  # the diverged record is not written
+  assert checkpoint.Checkpointer(tmp_path).latest_step() == 11  # the last good one
+
+
+@pytest.mark.parametrize("runtime", ["spmd", "threads"])
+def test_a_non_finite_step_0_evaluation_is_a_divergence(tmp_path, monkeypatch, runtime):
+  cfg = TINY if runtime == "threads" else TINY.replace(runtime="spmd", worker_delays=())
+  scaled_center_evaluate(monkeypatch, 0)
+  with pytest.raises(trainer.DivergenceError,
+                     match=r"the evaluated center's test_loss is nan at step 0 \(epoch 0\)"):
+    trainer.train_and_evaluate(cfg, tmp_path)
+  assert not (tmp_path / "metrics.jsonl").exists()

@@ -44,3 +44,25 @@ def assert_trees_close(a, b, atol, rtol=0.0):
   """Every leaf of ``a`` within ``atol + rtol * |b|`` of the matching leaf of ``b``."""
   for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
     np.testing.assert_allclose(x, y, rtol=rtol, atol=atol)
+
+
+def interrupt_once(monkeypatch, owner, name, call, after=False):
+  """Makes ``owner.name`` raise KeyboardInterrupt at its ``call``-th call (1-based).
+
+  ``after``: the call runs first (an interrupt right after it returns); else
+  it never runs (an interrupt right before or during it). Returns a list that
+  holds True once the interrupt fired.
+  """
+  original = getattr(owner, name)
+  calls, fired = [0], []
+
+  def wrapper(*args, **kwargs):
+    calls[0] += 1
+    if calls[0] != call:
+      return original(*args, **kwargs)
+    fired.append(True)
+    if after:
+      original(*args, **kwargs)
+    raise KeyboardInterrupt
+  monkeypatch.setattr(owner, name, wrapper)
+  return fired
