@@ -127,6 +127,10 @@ def test_one_program_gives_each_configuration_its_train_and_evaluate_run():
 
 
 def test_the_values_do_not_depend_on_how_many_configurations_share_a_call():
+  """Every batched chunking (2, 4 or all 12 configurations per call) gives the same
+  losses to float32 rounding (measured: 1.5e-7); one configuration per call is another
+  program and agrees within BATCHED_LOSS_RTOL (measured on an AVX2 CPU: 4.2e-5 at 2 of
+  54 entries, one ReLU kink event)."""
   config = tiny_protocol().validate()
   seeds = protocol.SeedData(BASE, (0, 1, 2))
   runs = protocol.prepare(config, seeds.num_train)
@@ -136,10 +140,11 @@ def test_the_values_do_not_depend_on_how_many_configurations_share_a_call():
              for r in group for lr in r.arm.learning_rates for s in (0, 1, 2)]
   outs = [protocol.run_program(group, configs, seeds, model, "tune",
                                dataclasses.replace(config, configs_per_batch=k))[0]
-          for k in (1, 4, None)]
-  for out in outs[1:]:
-    np.testing.assert_allclose(out["curves"]["val_loss"], outs[0]["curves"]["val_loss"],
-                               rtol=1e-6)
+          for k in (1, 2, 4, None)]
+  single, batched = outs[0]["curves"]["val_loss"], [o["curves"]["val_loss"] for o in outs[1:]]
+  for out in batched[1:]:
+    np.testing.assert_allclose(out, batched[0], rtol=1e-6)
+  np.testing.assert_allclose(batched[0], single, rtol=BATCHED_LOSS_RTOL)
 
 
 # ----------------------------------------------------------------------------
