@@ -16,7 +16,6 @@ References:
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
@@ -157,10 +156,10 @@ def write_exchange_log(path, algorithm: Algorithm, key: jax.Array,
     ValueError: as :func:`exchange_log`.
     OSError: the file cannot be written.
   """
-  from easgd.files import write_text_atomic  # an interrupted write keeps the old file
+  from easgd.files import json_text, write_text_atomic  # atomic: keeps the old file
   records = exchange_log(algorithm, key, num_steps)
   names = EXCHANGE_RECORD.names
-  write_text_atomic(path, "".join(json.dumps(dict(zip(names, record))) + "\n"
+  write_text_atomic(path, "".join(json_text(dict(zip(names, record))) + "\n"
                                   for record in records.tolist()))
   return len(records)
 

@@ -58,7 +58,7 @@ import numpy as np
 
 from easgd import async_log, asynchronous
 from easgd.algorithms import Algorithm
-from easgd.files import write_text_atomic
+from easgd.files import json_text, write_text_atomic
 
 Params = Any
 
@@ -404,7 +404,7 @@ def write_log(path, records: Sequence[dict]) -> int:
   Raises:
     OSError: the file cannot be written (the previous file stays).
   """
-  write_text_atomic(path, "".join(json.dumps({k: r[k] for k in LOG_FIELDS if k in r})
+  write_text_atomic(path, "".join(json_text({k: r[k] for k in LOG_FIELDS if k in r})
                                   + "\n" for r in records))
   return len(records)
 

@@ -24,13 +24,13 @@ process is lost later, the others stop within ``--peer-timeout`` seconds with
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import warnings
 from pathlib import Path
 
 from easgd import flags
 from easgd.config import ConfigError, TrainConfig
+from easgd.files import json_text
 
 
 class _Parser(argparse.ArgumentParser):
@@ -256,7 +256,7 @@ def _run(args) -> int:
     summary = train_and_evaluate(config, args.workdir, overwrite=args.overwrite,
                                  resume=resume, stop_after_steps=args.stop_after_steps)
     final = summary["final"]
-    print(json.dumps(dict(status=summary["status"], algorithm=summary["algorithm"],
+    print(json_text(dict(status=summary["status"], algorithm=summary["algorithm"],
                           layout=summary["layout"],
                           final_step=final["step"],
                           test_accuracy=final["test_accuracy"],

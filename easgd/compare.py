@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 from easgd import checks, registry
 from easgd.config import ConfigError, TrainConfig, as_train_config
-from easgd.files import write_text_atomic
+from easgd.files import json_text, write_text_atomic
 from easgd.rundir import PREVIOUS_RUN_DIR, check_workdir, drop_previous_run, workdir_path
 from easgd.runlock import LOCK_FILES, hold_workdir
 from easgd.trainer import train_and_evaluate
@@ -247,7 +247,7 @@ def _compare(config, workdir, algorithms, configs, notes, overwrite) -> list[dic
   plot_comparison(histories, workdir / PLOT_FILE, title=_title(config))
   write_text_atomic(workdir / RESULTS_MD, results_table(rows, notes))
   write_text_atomic(workdir / RESULTS_JSON,  # last: it marks the comparison complete
-                    json.dumps(dict(rows=rows, notes=notes), indent=2) + "\n")
+                    json_text(dict(rows=rows, notes=notes), indent=2) + "\n")
   drop_previous_run(workdir)
   return rows
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 from typing import Any
 
 import numpy as np
@@ -19,6 +18,7 @@ from easgd import checks, registry
 from easgd.flags import option
 from easgd.async_schedule import EXCHANGE_ORDERS, PUSH_TIMINGS
 from easgd.data import DATASETS
+from easgd.files import json_text
 from easgd.models import BATCH_NORM_MODELS, DTYPES, MODELS
 from easgd.workers import BACKENDS as MAPPING_BACKENDS
 
@@ -606,7 +606,7 @@ class TrainConfig:
 
   def to_json(self) -> str:
     """:meth:`to_dict` as JSON text (sorted keys)."""
-    return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+    return json_text(self.to_dict(), indent=2, sort_keys=True)
 
 
 # Upper bounds that keep values inside int32 clocks and memory that exists.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import jax
@@ -10,7 +9,7 @@ import numpy as np
 
 from easgd import batches, checkpoint, data, models
 from easgd.config import ConfigError
-from easgd.files import write_bytes_atomic, write_text_atomic
+from easgd.files import json_text, write_bytes_atomic, write_text_atomic
 from easgd.rundir import ensure_writable_dir, saved_config
 from easgd.trainer import Run
 
@@ -83,5 +82,5 @@ def export_center(workdir, out_path) -> Path:
     write_msgpack(stats_path, run.center_batch_stats(center))
     info.update(batch_stats=stats_path.name,  # and the number of examples used
                 bn_stats_examples=int(np.prod(run.bn_stats_data.shape[:3])))
-  write_text_atomic(Path(str(out_path) + ".json"), json.dumps(info, indent=2) + "\n")
+  write_text_atomic(Path(str(out_path) + ".json"), json_text(info, indent=2) + "\n")
   return out_path

@@ -1,8 +1,11 @@
 """Atomic file writes: the one writer of every file easgd leaves behind.
 
-Also :func:`interrupts_deferred`, for writes that span several files (an
-Orbax checkpoint): Ctrl-C (and SIGTERM under :func:`terminate_as_interrupt`,
-which the command line turns on) waits until they are complete.
+Also :func:`json_text`, the one writer of JSON text (every ``.json`` and
+``.jsonl`` file easgd writes is strict JSON: a non-finite number is written
+as ``null``), and :func:`interrupts_deferred`, for writes that span several
+files (an Orbax checkpoint): Ctrl-C (and SIGTERM under
+:func:`terminate_as_interrupt`, which the command line turns on) waits until
+they are complete.
 
 Each file is written to a temporary file beside it (``.<name>.tmp<pid>``) and
 renamed over the target (``os.replace``), so a reader, a crash or a SIGKILL
@@ -15,11 +18,13 @@ export).
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import os
 import signal
 import threading
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 
 def _write_atomic(path, write: Callable[[Path], object]) -> None:
@@ -53,6 +58,62 @@ def write_bytes_atomic(path, data: bytes) -> None:
     OSError: the file cannot be written; ``path`` is then left as it was.
   """
   _write_atomic(path, lambda tmp: tmp.write_bytes(data))
+
+
+def json_ready(value: Any) -> Any:
+  """``value`` with every non-finite float replaced by None, NumPy values as Python ones.
+
+  Walks dicts, lists and tuples (tuples become lists); NumPy scalars become
+  Python ones and NumPy arrays nested lists (both through ``.tolist()``, which
+  NumPy provides without importing it here); ``float('nan')``, ``inf`` and
+  ``-inf``, Python or NumPy, become None. Other values are returned as they are.
+
+  Args:
+    value: a JSON-like structure (dict keys are left as they are).
+
+  Returns:
+    The same structure, holding no NaN or Infinity.
+  """
+  if isinstance(value, float):  # numpy.float64 too
+    return float(value) if math.isfinite(value) else None
+  if isinstance(value, dict):
+    return {k: json_ready(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [json_ready(v) for v in value]
+  if type(value).__module__ == "numpy" and hasattr(value, "tolist"):
+    return json_ready(value.tolist())  # scalars (float32, int64, bool_) and arrays
+  return value
+
+
+def json_text(value: Any, indent: int | None = None, sort_keys: bool = False) -> str:
+  """``value`` as strict JSON text: the writer of every JSON file easgd writes.
+
+  A non-finite number (NaN, +/-Infinity; Python or NumPy, inside dicts and
+  lists too) is written as ``null`` (:func:`json_ready`): in easgd's files
+  ``null`` where a number belongs means the value was not finite (a diverged
+  run's loss or error) or was not measured (e.g. the training loss of step
+  0, before any step). The text is what ``json.dumps(..., allow_nan=False)``
+  writes, so strict JSON parsers (and ``json.loads`` with a
+  ``parse_constant`` that refuses ``NaN``) read every file.
+
+  Args:
+    value: a JSON-like structure (dicts, lists, tuples, str, int, float,
+      bool, None, NumPy scalars and arrays).
+    indent: as ``json.dumps`` (None: one line, as a JSON-lines record).
+    sort_keys: as ``json.dumps``.
+
+  Returns:
+    The JSON text (no trailing newline).
+
+  Raises:
+    TypeError: a value JSON has no form for (e.g. an object).
+
+  Example:
+    >>> json_text({"loss": float("nan"), "steps": [0, 1]})
+    '{"loss": null, "steps": [0, 1]}'
+  """
+  return json.dumps(json_ready(value), indent=indent, sort_keys=sort_keys,
+                    allow_nan=False)
 
 
 class Terminated(KeyboardInterrupt):

@@ -11,10 +11,15 @@ way the paper chose its numbers, at whatever scale the machine allows:
 2. **Choose.** Each arm's rate is the one with the lowest mean final
    validation error over the tuning seeds (a diverged run counts as error 1);
    an arm with ``lr_from`` takes the chosen base rate of another arm, scaled
-   by its own ``lr_scaling``. A rate at the edge of its grid is flagged.
+   by its own ``lr_scaling``. A rate at the edge of its grid is flagged, and
+   so is a grid that cannot tune (a single rate; every rate diverged:
+   ``easgd.protocol_config.lr_grid_edges``).
 3. **Report.** Each arm reruns at its chosen rate on the fresh report seeds;
-   these runs evaluate the center on the test set along the way (final,
-   best, time to a target error) and every worker at the end.
+   these runs evaluate the center on the validation split and the test set
+   along the way and every worker on the test set at the end. Nothing is
+   selected on the test set: an arm reports its final test error and its
+   test error at the evaluation with the lowest validation error (the
+   earliest of equal ones), and the time to a target test error.
 
 Grids as one program: the configurations of an arm (rate x seed) and of the
 arms that differ only in fields their algorithm takes as arrays (the
@@ -62,7 +67,6 @@ References:
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import platform
 import time
@@ -76,10 +80,10 @@ import optax
 
 from easgd import batches, data, elastic, models, protocol_stats, registry, runlock
 from easgd.config import TrainConfig
-from easgd.files import write_text_atomic
+from easgd.files import json_text, write_text_atomic
 from easgd.optimizers import make_optimizer
-from easgd.protocol_config import (RESULTS_JSON, Arm, ProtocolConfig, ProtocolError,
-                                   lr_grid_edges, to_dict)
+from easgd.protocol_config import (RESULTS_JSON, UNTUNABLE, Arm, ProtocolConfig,
+                                   ProtocolError, lr_grid_edges, to_dict)
 from easgd.sweep_curves import make_curve_fn
 from easgd.sweep_engine import CompileCounter
 from easgd.trainer import make_loss_fn
@@ -243,9 +247,25 @@ class SeedData:
     return (np.stack([d.train_x for d in self.sets]),
             np.stack([d.train_y for d in self.sets]))
 
-  def chunks(self, split: str, chunk: int):
-    """(x [S, C, chunk, ...], y [S, C, chunk], mask [C, chunk]) of the
-    validation ("val") or test ("test") examples, padded to C chunks."""
+  def num_examples(self, split: str) -> int:
+    """How many validation ("val") or test ("test") examples each seed has."""
+    return len(self.val_idx) if split == "val" else len(self.sets[0].test_y)
+
+  def num_chunks(self, split: str, chunk: int) -> int:
+    """C of :meth:`chunks` without ``num_chunks``: ceil(n / min(chunk, n))."""
+    n = self.num_examples(split)
+    return -(-n // min(chunk, n))
+
+  def chunks(self, split: str, chunk: int, num_chunks: int | None = None):
+    """(x [S, C, c, ...], y [S, C, c], mask [C, c]) of the validation ("val")
+    or test ("test") examples, padded to C chunks of c examples.
+
+    Args:
+      split: "val" or "test".
+      chunk: examples per chunk (at most; c = min(chunk, n)).
+      num_chunks: at least this many chunks (then c = ceil(n / C)), so that
+        two splits evaluated by one program have the same C.
+    """
     if split == "val":
       xs = [d.train_x[self.val_idx] for d in self.sets]
       ys = [d.train_y[self.val_idx] for d in self.sets]
@@ -255,6 +275,9 @@ class SeedData:
     n = len(ys[0])
     chunk = min(chunk, n)
     c = -(-n // chunk)
+    if num_chunks is not None and num_chunks > c:
+      c = num_chunks
+      chunk = -(-n // c)
     pad = c * chunk - n
     x = np.stack([np.concatenate([v, np.zeros((pad, *v.shape[1:]), v.dtype)]) for v in xs])
     y = np.stack([np.concatenate([v, np.zeros((pad,), v.dtype)]) for v in ys])
@@ -280,18 +303,34 @@ def batch_indices(seed_data: SeedData, run: ArmRun, seed: int) -> np.ndarray:
 # ----------------------------------------------------------------------------
 
 
-def make_eval(model, split: str):
+def make_eval(model, splits):
   """``eval_fn(center, data, config_data, j)``: the center's summed loss, number
   of correct predictions and number of examples on chunk j of the config's
-  validation ("val") or test ("test") examples (additive over the chunks)."""
+  examples of each split (additive over the chunks).
+
+  Args:
+    model: the Flax model.
+    splits: "val" (validation), "test", or a tuple of both (each split's
+      chunks in ``data[split]``, the same number of chunks for all).
+
+  Returns:
+    ``eval_fn`` returning ``{split}_loss_sum``, ``{split}_correct`` and
+    ``{split}_count`` (float32 scalars) for each split.
+  """
+  splits = (splits,) if isinstance(splits, str) else tuple(splits)
+
   def eval_fn(params, shared, cfg, j):
-    x, y, mask = shared[split]
-    m = mask[j]
-    loss, correct = models.per_example_stats(
-        model.apply({"params": params}, x[cfg["slot"], j], train=False), y[cfg["slot"], j])
-    return {f"{split}_loss_sum": jnp.sum(jnp.where(m, loss, 0.0)),
-            f"{split}_correct": jnp.sum(jnp.where(m, correct, 0).astype(jnp.float32)),
-            f"{split}_count": jnp.sum(m).astype(jnp.float32)}
+    out = {}
+    for split in splits:
+      x, y, mask = shared[split]
+      m = mask[j]
+      loss, correct = models.per_example_stats(
+          model.apply({"params": params}, x[cfg["slot"], j], train=False),
+          y[cfg["slot"], j])
+      out.update({f"{split}_loss_sum": jnp.sum(jnp.where(m, loss, 0.0)),
+                  f"{split}_correct": jnp.sum(jnp.where(m, correct, 0).astype(jnp.float32)),
+                  f"{split}_count": jnp.sum(m).astype(jnp.float32)})
+    return out
   return eval_fn
 
 
@@ -344,7 +383,8 @@ def run_program(group: list[ArmRun], configs: list[dict], seed_data: SeedData,
     seed_data: the seeds' data.
     model: the Flax model.
     kind: "tune" (validation curves; the test set is not given to the
-      program) or "report" (test curves, every worker's test error at the end).
+      program) or "report" (validation and test curves, every worker's test
+      error at the end).
     protocol: the protocol (chunking, evaluation steps).
     return_center: also return the final centers (tests).
 
@@ -381,12 +421,14 @@ def run_program(group: list[ArmRun], configs: list[dict], seed_data: SeedData,
                   idx=np.stack([batch_indices(seed_data, by_name[c["arm"]], c["seed"])
                                 for c in configs]))
   shared = dict(train=seed_data.train())
-  split = "val" if kind == "tune" else "test"
-  shared[split] = seed_data.chunks(split, protocol.eval_chunk)
+  splits = ("val",) if kind == "tune" else ("val", "test")
+  num_chunks = max(seed_data.num_chunks(s, protocol.eval_chunk) for s in splits)
+  for s in splits:
+    shared[s] = seed_data.chunks(s, protocol.eval_chunk, num_chunks)
   program = make_curve_fn(
       build, static.num_workers, first.num_steps, first.eval_steps,
-      batch_fn=batch_fn, eval_fn=make_eval(model, split),
-      eval_chunks=shared[split][2].shape[0],
+      batch_fn=batch_fn, eval_fn=make_eval(model, splits),
+      eval_chunks=num_chunks,
       final_fn=make_final(model) if kind == "report" else None,
       configs_per_batch=protocol.configs_per_batch,
       warmup_steps=static.sync_warmup_steps, return_center=return_center)
@@ -394,8 +436,10 @@ def run_program(group: list[ArmRun], configs: list[dict], seed_data: SeedData,
   start = time.perf_counter()
   with CompileCounter() as cc:
     out = program(hyper, params0, keys, cfg_data, shared)
-  loss, error = means(out["curves"], split)
-  out["curves"] = {f"{split}_loss": loss, f"{split}_error": error}
+  curves = {}
+  for s in splits:
+    curves[f"{s}_loss"], curves[f"{s}_error"] = means(out["curves"], s)
+  out["curves"] = curves
   if kind == "report":
     count = float(shared["test"][2].sum())
     out["final"]["worker_test_error"] = 1.0 - out["final"].pop("worker_test_correct") / count
@@ -533,13 +577,19 @@ def _run_protocol(config: ProtocolConfig, workdir, log: Callable) -> dict[str, A
       best_i = int(np.argmin([p["score"] for p in per_rate]))
       chosen = per_rate[best_i]["learning_rate"]
       results[r.arm.name] = dict(tuning=per_rate, chosen_learning_rate=chosen,
-                                 grid_edge=lr_grid_edges(r.arm, chosen))
+                                 grid_edge=lr_grid_edges(r.arm.learning_rates, chosen,
+                                                         per_rate))
 
-  # 2. choose: the arms with lr_from take their source's base rate
+  # 2. choose: the arms with lr_from take their source's base rate (and the
+  # flag of a source whose grid could not tune)
   for a in config.arms:
     if a.lr_from is not None:
-      results[a.name] = dict(tuning=None, lr_from=a.lr_from, grid_edge=None,
-                             chosen_learning_rate=results[a.lr_from]["chosen_learning_rate"])
+      source = results[a.lr_from]
+      untuned = (source["grid_edge"] or "").startswith(UNTUNABLE)
+      results[a.name] = dict(
+          tuning=None, lr_from=a.lr_from,
+          grid_edge=f"{UNTUNABLE}: from '{a.lr_from}'" if untuned else None,
+          chosen_learning_rate=source["chosen_learning_rate"])
 
   # 3. report: every arm at its chosen rate on the fresh seeds, on test
   report = SeedData(base, config.report_seeds)
@@ -553,6 +603,8 @@ def _run_protocol(config: ProtocolConfig, workdir, log: Callable) -> dict[str, A
       idx = [i for i, c in enumerate(configs) if c["arm"] == r.arm.name]
       results[r.arm.name]["report"] = dict(
           seeds=list(config.report_seeds), eval_steps=r.eval_steps.tolist(),
+          val_error_curve=[out["curves"]["val_error"][i].tolist() for i in idx],
+          val_loss_curve=[out["curves"]["val_loss"][i].tolist() for i in idx],
           test_error_curve=[out["curves"]["test_error"][i].tolist() for i in idx],
           test_loss_curve=[out["curves"]["test_loss"][i].tolist() for i in idx],
           train_loss_curve=[out["train_loss"][i].tolist() for i in idx],
@@ -588,13 +640,22 @@ def _run_logged(group, reason, configs, seed_data, model, kind, config, programs
 
 def summarize_arm(run: ArmRun, res: dict, config: ProtocolConfig, step_s: float,
                   comm: Callable) -> dict:
-  """The arm's reported numbers with 95% intervals over the report seeds."""
+  """The arm's reported numbers with 95% intervals over the report seeds.
+
+  Per arm: ``final_test_error`` (the last evaluation) and
+  ``test_error_at_best_val`` (the evaluation with the lowest validation
+  error, at step ``best_val_steps``), each the mean with its interval over
+  the report seeds and per seed (``final_test_errors``,
+  ``test_errors_at_best_val``); a diverged seed counts as error 1. No
+  number is a minimum over the test evaluations.
+  """
   rep = res["report"]
   c = run.config
   curves = np.asarray(rep["test_error_curve"], np.float64)
   final = np.nan_to_num(curves[:, -1], nan=1.0)
-  best = np.nan_to_num(np.nanmin(np.where(np.isfinite(curves), curves, np.inf), axis=1),
-                       posinf=1.0)
+  at_val = [protocol_stats.best_val_index(v) for v in rep["val_error_curve"]]
+  at_best_val = np.asarray([protocol_stats.error_at_best_val(t, v) for t, v in
+                            zip(rep["test_error_curve"], rep["val_error_curve"])])
   workers_final = np.asarray(rep["worker_test_error"], np.float64).mean(axis=1)
   steps = run.eval_steps
   ttt = {}
@@ -624,9 +685,10 @@ def summarize_arm(run: ArmRun, res: dict, config: ProtocolConfig, step_s: float,
       lr_scale=c.lr_scale, grid_edge=res["grid_edge"], tuning=res["tuning"],
       report=rep,
       final_test_error=protocol_stats.mean_interval(final),
-      best_test_error=protocol_stats.mean_interval(best),
+      test_error_at_best_val=protocol_stats.mean_interval(at_best_val),
       final_worker_test_error=protocol_stats.mean_interval(workers_final),
-      final_test_errors=final.tolist(), best_test_errors=best.tolist(),
+      final_test_errors=final.tolist(), test_errors_at_best_val=at_best_val.tolist(),
+      best_val_steps=[int(steps[i]) for i in at_val],
       final_worker_test_errors=workers_final.tolist(),
       diverged=[_diverged(np.asarray(loss, np.float64), config.divergence_factor)
                 for loss in rep["test_loss_curve"]],
@@ -654,13 +716,9 @@ def _finish(config, arms, programs, step_s, param_bytes, num_params, seconds, wo
 
 
 def results_json(results: dict[str, Any]) -> str:
-  """``results`` as the text of ``results.json`` (NumPy values as Python ones)."""
-  return json.dumps(results, indent=1, default=_plain)
+  """``results`` as the text of ``results.json``: strict JSON
+  (``easgd.files.json_text``), NumPy values as Python ones, and ``null``
+  where a number was not finite (a diverged run's loss or error) or was not
+  measured (``train_loss_curve`` at step 0, before any step)."""
+  return json_text(results, indent=1)
 
-
-def _plain(value):
-  if isinstance(value, np.generic):
-    return value.item()
-  if isinstance(value, np.ndarray):
-    return value.tolist()
-  raise TypeError(f"not JSON serialisable: {type(value).__name__}")

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -349,13 +349,44 @@ def to_dict(config: ProtocolConfig) -> dict[str, Any]:
       configs_per_batch=config.configs_per_batch, eval_chunk=config.eval_chunk)
 
 
-def lr_grid_edges(arm: Arm, chosen: float) -> str | None:
-  """"low" or "high" when ``chosen`` is the grid's smallest or largest rate
-  (the best may lie outside the grid), else None."""
-  if arm.lr_from is not None or len(arm.learning_rates) < 2:
-    return None
-  if math.isclose(chosen, min(arm.learning_rates)):
+UNTUNABLE = "untunable"
+"""The start of a grid flag saying that the grid could not choose a rate."""
+
+
+def lr_grid_edges(learning_rates: Sequence[float], chosen: float,
+                  tuning: Sequence[dict] | None = None) -> str | None:
+  """The flag of a chosen rate: at an edge of its grid, or a grid that cannot tune.
+
+  Args:
+    learning_rates: the arm's grid.
+    chosen: the rate chosen from it.
+    tuning: the tuning results per rate (``run_protocol``'s ``tuning``: each
+      with ``diverged`` and ``val_error_final`` per tuning seed, a
+      non-finite error written as ``None``); None: not known.
+
+  Returns:
+    "untunable: a single rate" (a grid of one rate chose nothing),
+    "untunable: every rate diverged" (every tuning run of every rate
+    diverged or ended non-finite, so the choice is the first rate, not the
+    best), "low" or "high" when ``chosen`` is the grid's smallest or largest
+    rate (the best may lie beyond it), else None. An untunable grid is never
+    called an edge: it points to neither side.
+  """
+  if len(learning_rates) < 2:
+    return f"{UNTUNABLE}: a single rate"
+  if tuning and all(d or e is None or not math.isfinite(e)
+                    for r in tuning for d, e in zip(r["diverged"], r["val_error_final"])):
+    return f"{UNTUNABLE}: every rate diverged"
+  if math.isclose(chosen, min(learning_rates)):
     return "low"
-  if math.isclose(chosen, max(arm.learning_rates)):
+  if math.isclose(chosen, max(learning_rates)):
     return "high"
   return None
+
+
+def grid_note(edge: str | None) -> str:
+  """The note a table puts after a chosen rate: " (low edge)", " (untunable:
+  a single rate)", or "" (no flag)."""
+  if not edge:
+    return ""
+  return f" ({edge})" if edge.startswith(UNTUNABLE) else f" ({edge} edge)"

@@ -34,7 +34,7 @@ import numpy as np
 
 from easgd import protocol_stats, registry
 from easgd.files import write_text_atomic
-from easgd.protocol_config import RESULTS_JSON, ProtocolError
+from easgd.protocol_config import RESULTS_JSON, ProtocolError, grid_note, lr_grid_edges
 from easgd.protocol_stats import format_interval
 
 RESULTS_MD = "results.md"
@@ -64,6 +64,37 @@ def load_results(path) -> dict[str, Any]:
     raise ProtocolError(f"'{path}' is not a protocol's results (no 'protocol' and "
                         "'arms'); write it with easgd protocol")
   return results
+
+
+def grid_flag(arm: dict) -> str | None:
+  """The arm's grid flag, recomputed from its tuning results
+  (``easgd.protocol_config.lr_grid_edges``: "low", "high", "untunable: ...",
+  or None), so results written before a flag existed show it too."""
+  if arm["lr_from"]:
+    return arm.get("grid_edge")  # "untunable: from ..." when its source was
+  return lr_grid_edges(arm["learning_rates"], arm["chosen_learning_rate"], arm["tuning"])
+
+
+def selected_error(results: dict[str, Any]) -> tuple[str, str]:
+  """The per-seed test error the claims compare, and its description.
+
+  Results whose report runs recorded validation curves give the test error
+  at the evaluation with the lowest validation error
+  (``test_errors_at_best_val``); older results, without them, give the
+  final test error (``final_test_errors``). Neither is chosen on the test set.
+
+  Returns:
+    (the arms' key, a description for the claims table).
+  """
+  if all("test_errors_at_best_val" in a for a in results["arms"].values()):
+    return ("test_errors_at_best_val", "test error at the evaluation with the lowest "
+            "validation error")
+  return ("final_test_errors", "final test error (the report runs recorded no "
+          "validation curve, so nothing is selected)")
+
+
+def _has_best_val(results: dict[str, Any]) -> bool:
+  return all("test_error_at_best_val" in a for a in results["arms"].values())
 
 
 def _setting(arm: dict) -> str:
@@ -104,13 +135,18 @@ def results_markdown(results: dict[str, Any]) -> str:
       f"Rates chosen by the mean final validation error over tuning seeds "
       f"{proto['tune_seeds']}; reported on fresh seeds {proto['report_seeds']} "
       f"(mean \u00b1 95% Student-t half-width, n = {len(proto['report_seeds'])}). "
-      f"Center evaluated every {proto['eval_every_steps']} local steps. "
+      f"Center evaluated every {proto['eval_every_steps']} local steps"
+      + ("; the test error at the best validation error is read at the evaluation with "
+         "the lowest validation error of each report run (nothing is chosen on the test "
+         "set). " if _has_best_val(results) else ". ") +
       f"Total {results['wall_time_s']:.0f} s on {results['machine']['platform']} "
       f"({results['machine']['cpu_count']} cores, {results['machine']['note']}; "
       f"JAX {results['machine']['jax_version']}).", ""]
   targets = proto["targets"]
-  header = ["arm", "setting", "epochs (steps)", "rate (grid)", "final test err %",
-            "best test err %", "workers' final err %"]
+  best_val = _has_best_val(results)
+  header = ["arm", "setting", "epochs (steps)", "rate (grid)", "final test err %"]
+  header += ["test err at best val %"] if best_val else []
+  header += ["workers' final err %"]
   header += [f"steps to {100 * t:g}%" for t in targets]
   header += ["all-reduces / MB per worker"]
   lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -119,12 +155,11 @@ def results_markdown(results: dict[str, Any]) -> str:
       grid = f"from '{a['lr_from']}'"
     else:
       grid = f"{min(a['learning_rates']):g}..{max(a['learning_rates']):g} ({len(a['learning_rates'])})"
-    rate = f"{a['resolved_learning_rate']:.4g}"
-    if a["grid_edge"]:
-      rate += f" ({a['grid_edge']} edge)"
+    rate = f"{a['resolved_learning_rate']:.4g}" + grid_note(grid_flag(a))
     row = [name, _setting(a), f"{a['epochs']} ({a['num_steps']})", f"{rate}; {grid}",
-           format_interval(a["final_test_error"]), format_interval(a["best_test_error"]),
-           format_interval(a["final_worker_test_error"])]
+           format_interval(a["final_test_error"])]
+    row += [format_interval(a["test_error_at_best_val"])] if best_val else []
+    row += [format_interval(a["final_worker_test_error"])]
     row += [_ttt(a, t) for t in targets]
     row += [f"{a['all_reduces']} / {a['bytes_per_worker'] / 1e6:.1f}"]
     if any(a["diverged"]):
@@ -167,26 +202,31 @@ def results_markdown(results: dict[str, Any]) -> str:
 
 def compact_markdown(results: dict[str, Any], target: float | None = None,
                      network: str | None = None, arms: Sequence[str] | None = None) -> str:
-  """A short table of one experiment (the README's): chosen rate, final and best
-  center test error (mean \u00b1 95% half-width over the report seeds), steps and
-  modelled seconds to ``target`` (default: the protocol's middle target) on
-  ``network`` (default: the first), all-reduces and MB per worker."""
+  """A short table of one experiment (the README's): chosen rate (and its grid
+  flag), the final center test error and, where the report runs recorded
+  validation curves, the test error at the evaluation with the lowest
+  validation error (mean \u00b1 95% half-width over the report seeds), steps
+  and modelled seconds to ``target`` (default: the protocol's middle target)
+  on ``network`` (default: the first), all-reduces and MB per worker."""
   proto = results["protocol"]
   targets = proto["targets"]
   target = targets[len(targets) // 2] if target is None else target
   network = proto["networks"][0]["name"] if network is None else network
-  lines = [f"| arm | rate | final test err % | best test err % | steps to {100 * target:g}% "
-           f"| {network} s to {100 * target:g}% | all-reduces / MB per worker |",
-           "|---|---|---|---|---|---|---|"]
+  best_val = _has_best_val(results)
+  header = ["arm", "rate", "final test err %"]
+  header += ["test err at best val %"] if best_val else []
+  header += [f"steps to {100 * target:g}%", f"{network} s to {100 * target:g}%",
+             "all-reduces / MB per worker"]
+  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
   for name, a in results["arms"].items():
     if arms is not None and name not in arms:
       continue
-    rate = f"{a['resolved_learning_rate']:.3g}" + (f" ({a['grid_edge']} edge)"
-                                                    if a["grid_edge"] else "")
-    lines.append(f"| {name} | {rate} | {format_interval(a['final_test_error'])} | "
-                 f"{format_interval(a['best_test_error'])} | {_ttt(a, target)} | "
-                 f"{_ttt(a, target, 'modelled_s', network, digits=2)} | "
-                 f"{a['all_reduces']} / {a['bytes_per_worker'] / 1e6:.1f} |")
+    row = [name, f"{a['resolved_learning_rate']:.3g}" + grid_note(grid_flag(a)),
+           format_interval(a["final_test_error"])]
+    row += [format_interval(a["test_error_at_best_val"])] if best_val else []
+    row += [_ttt(a, target), _ttt(a, target, "modelled_s", network, digits=2),
+            f"{a['all_reduces']} / {a['bytes_per_worker'] / 1e6:.1f}"]
+    lines.append("| " + " | ".join(row) + " |")
   return "\n".join(lines) + "\n"
 
 
@@ -370,8 +410,11 @@ def claims(fig2: dict | None, fig3: dict | None) -> list[dict[str, Any]]:
      widened by the longer of the two arms' modelled time between evaluations.
   2. EASGD and EAMSGD are robust to large tau where DOWNPOUR breaks down: at
      tau = 16 and 64, DOWNPOUR's final test error minus EASGD's and EAMSGD's.
-  3. More workers help EASGD (and EAMSGD): at the same local steps, the best
-     test error at p = 4 minus that at p = 8 and p = 16 (Figure 3 setting).
+  3. More workers help EASGD (and EAMSGD): at the same local steps, the test
+     error at p = 4 minus that at p = 8 and p = 16 (Figure 3 setting): the
+     test error at the evaluation with the lowest validation error, or the
+     final one for results without validation curves (:func:`selected_error`),
+     never the lowest test error (chosen on the test set).
   4. The center beats the workers: EASGD's and EAMSGD's final center test
      error minus the mean of their workers', per seed (paired), every tau.
 
@@ -476,6 +519,8 @@ def _claim_tau(res):
 
 
 def _claim_workers(res):
+  key, what = selected_error(res)
+  short = "test error at best val" if key == "test_errors_at_best_val" else "final test error"
   parts = []
   for algo in _elastic(res):
     arms = {a["config"]["num_workers"]: (k, a) for k, a in _arms(res, algo).items()}
@@ -486,13 +531,13 @@ def _claim_workers(res):
       if p == 4:
         continue
       name, a = arms[p]
-      d = protocol_stats.difference_interval(base["best_test_errors"], a["best_test_errors"])
-      parts.append(dict(what=f"{base_name} - {name} (best test error)", interval=d,
+      d = protocol_stats.difference_interval(base[key], a[key])
+      parts.append(dict(what=f"{base_name} - {name} ({short})", interval=d,
                         text=_fmt_diff(d), verdict=protocol_stats.verdict(
                             d, holds_if="positive")))
   n = len(res["protocol"]["report_seeds"])
-  return _finish("More workers help EASGD and EAMSGD (lower best test error with larger p)",
-                 "best center test error at p = 4 minus at p = 8 and 16, same local steps",
+  return _finish("More workers help EASGD and EAMSGD (lower test error with larger p)",
+                 f"center {what} at p = 4 minus at p = 8 and 16, same local steps",
                  parts, n, res["protocol"]["name"])
 
 

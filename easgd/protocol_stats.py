@@ -5,6 +5,8 @@ Pure functions of host numbers (NumPy and ``scipy.stats``), no JAX:
   :func:`mean_interval`        mean and a Student-t interval over seeds.
   :func:`difference_interval`  the difference of two arms' means, Welch's interval.
   :func:`first_reach`          the first evaluation step at or below a target error.
+  :func:`best_val_index`       the evaluation with the lowest validation error.
+  :func:`error_at_best_val`    the test error there (selected on validation only).
   :func:`allreduce_seconds`    the network model of one worker's all-reduces.
   :func:`verdict`              "holds" / "does not hold" / "inconclusive" from an interval.
 
@@ -155,6 +157,57 @@ def first_reach(errors: Sequence[float], steps: Sequence[int], target: float) ->
   errors = np.asarray(errors, np.float64)
   hit = np.flatnonzero(np.nan_to_num(errors, nan=np.inf) <= target)
   return None if hit.size == 0 else int(steps[hit[0]])
+
+
+def best_val_index(val_error_curve: Sequence[float]) -> int:
+  """The evaluation with the lowest validation error (the earliest of equal
+  ones); the last evaluation when none is finite.
+
+  Args:
+    val_error_curve: the center's validation error at each evaluation
+      (fractions; NaN or None where the run had diverged).
+
+  Returns:
+    The index into the evaluations.
+
+  Example:
+    >>> best_val_index([0.9, 0.3, 0.3, float("nan"), 0.4])
+    1
+  """
+  curve = np.asarray([np.nan if v is None else v for v in val_error_curve], np.float64)
+  finite = np.isfinite(curve)
+  if not finite.any():
+    return len(curve) - 1
+  return int(np.argmin(np.where(finite, curve, np.inf)))
+
+
+def error_at_best_val(test_error_curve: Sequence[float],
+                      val_error_curve: Sequence[float]) -> float:
+  """The test error at the evaluation with the lowest validation error.
+
+  The test set is read at the one evaluation the validation split chose
+  (:func:`best_val_index`), never minimised over.
+
+  Args:
+    test_error_curve: the center's test error at each evaluation (NaN or
+      None where the run had diverged).
+    val_error_curve: its validation error at the same evaluations.
+
+  Returns:
+    That test error (a fraction); a non-finite one counts as 1 (a diverged run).
+
+  Raises:
+    ValueError: the curves differ in length.
+
+  Example:
+    >>> error_at_best_val([0.5, 0.2, 0.1], [0.5, 0.3, 0.35])   # not min(test) = 0.1
+    0.2
+  """
+  if len(test_error_curve) != len(val_error_curve):
+    raise ValueError(f"the test and validation curves must have one value per "
+                     f"evaluation, got {len(test_error_curve)} and {len(val_error_curve)}")
+  value = test_error_curve[best_val_index(val_error_curve)]
+  return 1.0 if value is None or not math.isfinite(value) else float(value)
 
 
 def allreduce_seconds(all_reduces: int, bytes_per_worker: int, num_workers: int,

@@ -52,7 +52,7 @@ from typing import Any
 
 from easgd import checks, checkpoint, distributed
 from easgd.config import ConfigError, TrainConfig
-from easgd.files import write_text_atomic
+from easgd.files import json_text, write_text_atomic
 
 METRICS_FILE = "metrics.jsonl"
 EXCHANGES_FILE = "exchanges.jsonl"  # asynchronous algorithms: the realised exchanges
@@ -304,7 +304,9 @@ def read_history(workdir: Path, up_to_step: int | None = None) -> list[dict[str,
     up_to_step: keep the records of steps <= this; None keeps all.
 
   Returns:
-    The evaluation records, in the file's order, the first of step 0.
+    The evaluation records, in the file's order, the first of step 0. A
+    value written as ``null`` (not finite, e.g. a diverged run's loss, or not
+    measured, e.g. step 0's training loss: ``easgd.files.json_text``) is None.
 
   Raises:
     ConfigError: the file is missing or damaged (a resumed run would lose or
@@ -323,7 +325,7 @@ def read_history(workdir: Path, up_to_step: int | None = None) -> list[dict[str,
     records = [json.loads(l) for l in text.splitlines() if l.strip()]
     steps = [r["step"] for r in records]
     for r in records:
-      if not all(isinstance(r[k], (int, float)) and not isinstance(r[k], bool)
+      if not all(r[k] is None or isinstance(r[k], (int, float)) and not isinstance(r[k], bool)
                  for k in ("test_accuracy", "test_loss")):
         raise ValueError(f"record of step {r['step']!r} without numeric test metrics")
     if not all(isinstance(t, int) and not isinstance(t, bool) for t in steps):
@@ -418,6 +420,9 @@ def write_config(workdir: Path, config: TrainConfig) -> None:
 def write_metrics(workdir: Path, history: list[dict[str, Any]]) -> None:
   """Writes ``metrics.jsonl``: one JSON object per evaluation record, in order.
 
+  Strict JSON (``easgd.files.json_text``): a non-finite value (a diverged
+  run's loss) is ``null``, as is step 0's ``train_loss`` (no step yet).
+
   Args:
     workdir: the run directory (existing).
     history: the evaluation records so far (read back by :func:`read_history`).
@@ -425,11 +430,11 @@ def write_metrics(workdir: Path, history: list[dict[str, Any]]) -> None:
   Raises:
     OSError: the file cannot be written.
   """
-  write_text_atomic(workdir / METRICS_FILE, "".join(json.dumps(r) + "\n" for r in history))
+  write_text_atomic(workdir / METRICS_FILE, "".join(json_text(r) + "\n" for r in history))
 
 
 def write_summary(workdir: Path, summary: dict[str, Any]) -> None:
-  """Writes ``summary.json`` (indented JSON).
+  """Writes ``summary.json`` (indented strict JSON: non-finite values as ``null``).
 
   Args:
     workdir: the run directory (existing).
@@ -438,4 +443,4 @@ def write_summary(workdir: Path, summary: dict[str, Any]) -> None:
   Raises:
     OSError: the file cannot be written.
   """
-  write_text_atomic(workdir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
+  write_text_atomic(workdir / SUMMARY_FILE, json_text(summary, indent=2) + "\n")

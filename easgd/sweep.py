@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import re
 import shutil
@@ -33,7 +32,7 @@ import jax
 
 from easgd import (checks, data, flags, quadratic, rundir, runlock, sweep_network,
                    sweep_report)
-from easgd.files import write_text_atomic
+from easgd.files import json_text, write_text_atomic
 from easgd.config import ConfigError
 from easgd.flags import option
 from easgd.sweep_engine import SweepError, check_factor, check_int, check_real
@@ -272,7 +271,7 @@ def run_sweep(config: SweepConfig, workdir, *, overwrite: bool = False,
       if setup is not None and config.hessian_iterations:  # the examples used
         config = dataclasses.replace(config, hessian_examples=setup.hessian_examples)
       write_text_atomic(new / CONFIG_FILE,
-                        json.dumps(dataclasses.asdict(config), indent=2) + "\n")
+                        json_text(dataclasses.asdict(config), indent=2) + "\n")
       _install(new, workdir)
     finally:
       shutil.rmtree(new, ignore_errors=True)

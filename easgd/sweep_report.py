@@ -18,14 +18,13 @@ References:
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 
 from easgd import plotting, stability
-from easgd.files import write_text_atomic
+from easgd.files import json_text, write_text_atomic
 from easgd.hessian import certified_curvature
 from easgd.sweep_grid import SweepGrid, SweepResult
 
@@ -140,17 +139,11 @@ def write_result(result: SweepResult, workdir, plots: bool = True) -> list[Path]
   workdir.mkdir(parents=True, exist_ok=True)
   write_text_atomic(workdir / "sweep.csv", result.to_csv())
   write_text_atomic(workdir / "sweep.json",
-                    json.dumps(result.to_json(), indent=1, default=_jsonable) + "\n")
+                    json_text(result.to_json(), indent=1) + "\n")
   paths = [workdir / "sweep.csv", workdir / "sweep.json"]
   if plots:
     paths += plot_result(result, workdir, prefix="")
   return paths
-
-
-def _jsonable(v):
-  if isinstance(v, np.generic):
-    return v.item()
-  raise TypeError(f"not JSON serialisable: {type(v).__name__}")
 
 
 def summarize(result: SweepResult) -> str:

@@ -7,10 +7,15 @@
   the many identical small programs the tests compile, in this process and in
   the CLI, multi-process and notebook subprocesses they start (which inherit
   the environment), are compiled once.
+* Every ``.json`` and ``.jsonl`` file a test leaves under its ``tmp_path``
+  must be strict JSON (no ``NaN`` or ``Infinity``): an autouse fixture
+  parses them after the test (:func:`strict_json_files`) and fails the test
+  otherwise, so every file the suite's runs write is checked.
 * ``@pytest.mark.slow`` marks the tests that start subprocesses or kernels
   (multi-process runs, SIGKILL, notebooks): ``pytest -m "not slow"`` is the
   fast subset; the README's test command (what CI runs) runs everything.
 """
+import json
 import os
 from pathlib import Path
 
@@ -38,3 +43,43 @@ def pytest_configure(config):
     raise pytest.UsageError(
         f"expected {NUM_FAKE_DEVICES} fake CPU devices, got {n}: XLA_FLAGS was set "
         "after JAX started")
+
+
+def _refuse_constant(name):
+  raise ValueError(f"{name} is not JSON (strict parsers refuse it)")
+
+
+def strict_json_errors(root: Path) -> list[str]:
+  """Every .json / .jsonl file under ``root`` that holds NaN or Infinity:
+  ``["path: why", ...]``. A file that no JSON parser reads (a damaged file a
+  test wrote on purpose; ``json.dumps`` never writes one) is not counted."""
+  bad = []
+  for path in sorted(root.rglob("*.json*")):
+    if path.suffix not in (".json", ".jsonl") or not path.is_file():
+      continue
+    text = path.read_text(errors="replace")
+    docs = ([l for l in text.splitlines() if l.strip()] if path.suffix == ".jsonl"
+            else [text])
+    for doc in docs:
+      try:
+        json.loads(doc, parse_constant=_refuse_constant)
+      except ValueError as e:
+        try:
+          json.loads(doc)  # JSON but for NaN / Infinity: what the strict parse refuses
+        except ValueError:
+          continue
+        bad.append(f"{path.relative_to(root)}: {e}")
+        break
+  return bad
+
+
+@pytest.fixture(autouse=True)
+def strict_json_files(request):
+  """After a test that used ``tmp_path``: no JSON file in it holds NaN or Infinity."""
+  yield
+  tmp_path = request.node.funcargs.get("tmp_path")
+  if tmp_path is None:
+    return
+  bad = strict_json_errors(tmp_path)
+  if bad:
+    pytest.fail("files that are not strict JSON: " + "; ".join(bad), pytrace=False)

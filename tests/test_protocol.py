@@ -2,6 +2,7 @@
 split that is disjoint from what is trained and tested on, rates chosen without
 the test set, and intervals from scipy.stats checked on known cases."""
 import dataclasses
+import json
 import math
 import tempfile
 
@@ -9,9 +10,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from easgd import TrainConfig, cli, data, models, protocol, protocol_stats, train_and_evaluate
+from easgd import (TrainConfig, cli, data, models, protocol, protocol_report, protocol_stats,
+                   train_and_evaluate)
 from easgd.config import ConfigError
-from easgd.protocol_config import Arm, ProtocolConfig, ProtocolError, log_grid
+from easgd.protocol_config import Arm, ProtocolConfig, ProtocolError, log_grid, lr_grid_edges
 
 BASE = TrainConfig(dataset="mnist1d", model="mlp", num_epochs=2, global_batch_size=384,
                    num_workers=4, validation_examples=1000, progress=False)
@@ -170,7 +172,97 @@ def test_the_chosen_rates_do_not_depend_on_the_test_set(monkeypatch):
     assert other["chosen_learning_rate"] == arm["chosen_learning_rate"]
     assert other["tuning"] == arm["tuning"]        # every validation curve, bit for bit
     assert other["final_test_errors"] != arm["final_test_errors"]  # the report did see it
+    # the report's evaluation is chosen on its validation curves alone: the
+    # same evaluations, whatever the test set holds
+    assert other["report"]["val_error_curve"] == arm["report"]["val_error_curve"]
+    assert other["best_val_steps"] == arm["best_val_steps"]
+    for res in (arm, other):
+      rep = res["report"]
+      steps = rep["eval_steps"]
+      assert res["test_errors_at_best_val"] == [
+          curve[steps.index(s)] for curve, s in zip(rep["test_error_curve"],
+                                                     res["best_val_steps"])]
+      assert "best_test_error" not in res and "best_test_errors" not in res
   assert {p["kind"] for p in clean["programs"]} == {"tune", "report"}
+
+
+def test_the_reported_test_error_is_read_where_validation_is_lowest():
+  # the lowest test error (0.10, evaluation 2) is not where validation is
+  # lowest (0.20, first at evaluation 1): the report takes evaluation 1
+  test = [0.90, 0.40, 0.10, 0.30]
+  val = [0.90, 0.20, 0.25, 0.20]
+  assert protocol_stats.best_val_index(val) == 1
+  assert protocol_stats.error_at_best_val(test, val) == 0.40
+  assert protocol_stats.best_val_index([0.5, math.nan, None, 0.4]) == 3
+  assert protocol_stats.best_val_index([math.nan, None]) == 1     # none finite: the last
+  assert protocol_stats.error_at_best_val([0.9, math.nan], [0.5, 0.1]) == 1.0  # diverged
+  with pytest.raises(ValueError, match="one value per evaluation, got 2 and 3"):
+    protocol_stats.error_at_best_val([0.1, 0.2], [0.1, 0.2, 0.3])
+  # the arm's summary over two seeds: the test-selected minimum is reported nowhere
+  config = tiny_protocol().validate()
+  run = protocol.prepare(config, 7000)["easgd tau=1"]
+  E = len(run.eval_steps)  # 3: steps 0, 18, 36
+  rep = dict(seeds=[100, 101], eval_steps=run.eval_steps.tolist(),
+             test_error_curve=[[0.9, 0.1, 0.3], [0.9, 0.2, 0.15]],
+             val_error_curve=[[0.9, 0.3, 0.2], [0.9, 0.2, 0.25]],
+             test_loss_curve=[[2.3] * E] * 2, train_loss_curve=[[math.nan] + [1.0] * (E - 1)] * 2,
+             worker_test_error=[[0.3] * 4] * 2, worker_center_distance=[0.1, 0.1])
+  res = dict(report=rep, chosen_learning_rate=0.1, grid_edge=None, tuning=None)
+  arm = protocol.summarize_arm(run, res, config, 1e-3, lambda t: (0, 0))
+  assert arm["test_errors_at_best_val"] == [0.3, 0.2]   # not the minima 0.1 and 0.15
+  assert arm["best_val_steps"] == [36, 18]
+  assert arm["final_test_errors"] == [0.3, 0.15]
+  assert arm["test_error_at_best_val"]["mean"] == pytest.approx(0.25)
+  assert not {"best_test_error", "best_test_errors"} & set(arm)
+
+
+def test_a_grid_that_cannot_tune_is_flagged_never_an_edge():
+  grid = (0.01, 0.1, 1.0)
+  ok = [dict(diverged=[False, False], val_error_final=[0.2, 0.3])] * 3
+  assert lr_grid_edges(grid, 0.01, ok) == "low"
+  assert lr_grid_edges(grid, 1.0, ok) == "high"
+  assert lr_grid_edges(grid, 0.1, ok) is None
+  assert lr_grid_edges((0.1,), 0.1, None) == "untunable: a single rate"
+  # every run of every rate diverged (or ended non-finite, written as null):
+  # the first rate is "chosen", which says nothing about the low side
+  lost = [dict(diverged=[True, False], val_error_final=[0.9, None]),
+          dict(diverged=[True, True], val_error_final=[0.9, 0.9]),
+          dict(diverged=[False, False], val_error_final=[math.nan, math.nan])]
+  assert lr_grid_edges(grid, 0.01, lost) == "untunable: every rate diverged"
+  partly = lost[:2] + ok[:1]
+  assert lr_grid_edges(grid, 1.0, partly) == "high"
+
+
+def test_a_diverged_arm_is_flagged_and_its_results_are_strict_json(tmp_path):
+  arms = (Arm("diverges", "pmean_sgd", {}, (1e3, 1e4)),
+          Arm("one rate", "pmean_sgd", {}, (0.1,)),
+          Arm("from diverged", "pmean_sgd", dict(lr_scaling="linear",
+                                                  lr_reference_batch=192),
+              lr_from="diverges"),
+          Arm("tunes", "pmean_sgd", {}, log_grid(0.03, 0.3, 3)))
+  config = ProtocolConfig("strict", "a diverged arm", BASE.replace(num_epochs=1), arms,
+                          eval_every_steps=6, targets=(0.7,), configs_per_batch=4)
+  results = protocol.run_protocol(config, tmp_path, log=lambda line: None)
+  text = (tmp_path / "results.json").read_text()
+
+  def refuse(name):
+    raise ValueError(f"{name} in results.json")
+  strict = json.loads(text, parse_constant=refuse)  # NaN / Infinity would raise
+  diverged = strict["arms"]["diverges"]
+  assert all(all(r["diverged"]) for r in diverged["tuning"])
+  assert None in diverged["report"]["test_loss_curve"][0]   # non-finite: null
+  assert all(c[0] is None for c in diverged["report"]["train_loss_curve"])  # no step yet
+  flags = {name: a["grid_edge"] for name, a in results["arms"].items()}
+  assert flags["diverges"] == "untunable: every rate diverged"
+  assert flags["one rate"] == "untunable: a single rate"
+  assert flags["from diverged"] == "untunable: from 'diverges'"
+  assert not (flags["tunes"] or "").startswith("untunable")
+  protocol_report.write_report(tmp_path, group_by="")  # the report reads null back
+  for table in ((tmp_path / "results.md").read_text(),
+                protocol_report.compact_markdown(strict)):
+    assert "(untunable: every rate diverged)" in table
+    assert "(untunable: a single rate)" in table
+    assert "1e+03 (low edge)" not in table and "untunable: every rate diverged edge" not in table
 
 
 def test_protocol_settings_are_checked_before_anything_runs():
@@ -348,7 +440,7 @@ def _claims_arm(algorithm, tau, hits, final=(0.2, 0.21, 0.22), all_reduces_per_s
       report=dict(eval_steps=steps), compute_per_step_s=0.01,
       communication_curve=dict(all_reduces=[int(all_reduces_per_step * s) for s in steps],
                                bytes=[int(all_reduces_per_step * s) * 10**7 for s in steps]),
-      final_test_errors=list(final), best_test_errors=list(final),
+      final_test_errors=list(final), test_errors_at_best_val=list(final),
       final_worker_test_errors=[e + 0.01 for e in final])
 
 
@@ -382,3 +474,24 @@ def test_a_method_that_never_reaches_the_target_is_never_fastest():
   reached["protocol"]["targets"] = [0.5]
   with pytest.raises(ValueError, match="not among the protocol's targets"):
     protocol_report.claims(reached, None)
+
+
+def test_more_workers_is_judged_on_a_test_error_not_chosen_on_the_test_set():
+  # at p = 8 the final error is lower than at p = 4, the error at the best
+  # validation evaluation higher: the claim follows the latter; results
+  # without validation curves of their report runs use the final error
+  def arm(p, final, at_val):
+    return dict(algorithm="easgd", config=dict(num_workers=p, tau=10),
+                final_test_errors=list(final), test_errors_at_best_val=list(at_val))
+  fig3 = _claims_results({"easgd p=4": arm(4, (0.30, 0.31, 0.32), (0.20, 0.21, 0.22)),
+                          "easgd p=8": arm(8, (0.10, 0.11, 0.12), (0.40, 0.41, 0.42))})
+  (workers,) = protocol_report.claims(None, fig3)
+  assert "lowest validation error" in workers["measurement"]
+  assert workers["parts"][0]["what"] == "easgd p=4 - easgd p=8 (test error at best val)"
+  assert workers["verdict"] == "does not hold"
+  for a in fig3["arms"].values():
+    del a["test_errors_at_best_val"]
+  (workers,) = protocol_report.claims(None, fig3)
+  assert "final test error" in workers["measurement"] and "nothing is selected" in \
+      workers["measurement"]
+  assert workers["verdict"] == "holds"
