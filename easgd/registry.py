@@ -27,6 +27,10 @@ Which algorithm-specific config fields (:data:`ALGORITHM_FIELDS`) each one reads
   diloco                      tau, outer_learning_rate, outer_momentum,
                               sync_warmup_steps
 
+When the model each algorithm returns (its center) first takes in training
+is its family's rule, :func:`center_update`; a run in which no exchange would
+move it is refused (``TrainConfig.validate`` and ``TrainConfig.resolve``).
+
 The synchronous elastic and averaging algorithms read ``sync_warmup_steps``
 (``easgd.warmup``: pmean SGD for the first K steps). Each spec also names
 its ``array_fields``: the fields its factory takes as JAX arrays, so that
@@ -289,8 +293,11 @@ def center_update(config) -> CenterUpdate:
   to the master. averaging and sequential: step 0 (one model trained every
   step, or a final average at the run's last step).
 
-  A run gives some worker at least ``total_steps - sync_warmup_steps`` local
-  steps of the algorithm: every worker exactly that many on the synchronous
+  The synchronous warm-up's K steps train the shared model, not the
+  algorithm's workers: at K the algorithm starts with every worker and the
+  center at that model, its clock at 0 (``easgd.warmup``), so the rule counts
+  from K. A run gives some worker at least ``total_steps - sync_warmup_steps``
+  local steps of the algorithm: every worker exactly that many on the synchronous
   runtime; the fastest worker (speed max k_i, one step every slot) of the
   simulated asynchronous schedule; and on the real runtimes, whose clocks sum
   to total_steps * num_workers, at least one worker. So the returned model is

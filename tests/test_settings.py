@@ -235,6 +235,14 @@ def test_compare_reports_a_shared_setting_one_algorithm_does_not_read(tmp_path):
   assert easgd_cfg["delta"] == 0.99  # easgd ran at the default, as reported
 
 
+def test_compare_refuses_a_run_that_cannot_train_its_center_before_any_run(tmp_path):
+  # pmean_sgd ignores tau (reset to its default); easgd's tau = 22 would leave its
+  # center untrained: refused before pmean_sgd trains
+  with pytest.raises(ConfigError, match="^tau=22 leaves the center untrained: easgd"):
+    compare(DIGITS.replace(tau=22), tmp_path, ["pmean_sgd", "easgd"])
+  assert not any(tmp_path.iterdir())
+
+
 def test_compare_refuses_a_setting_that_no_compared_algorithm_reads(tmp_path):
   with pytest.raises(ConfigError, match="momentum=0.9 is read by none of the compared "
                                         r"algorithms \(easgd, eamsgd\)"):
