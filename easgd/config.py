@@ -3,7 +3,12 @@
 :meth:`TrainConfig.validate` checks every value in plain Python, before any data
 is loaded or anything is compiled, and raises :class:`ConfigError` (a
 ``ValueError``) with a one-line message naming the field, the value and what is
-allowed. The CLI turns it into ``easgd: error: ...`` and exit status 2.
+allowed. A value derived from other fields (the learning rate after
+``lr_scaling``, alpha from beta) is checked as derived, in :meth:`validate`;
+what follows from the data's size (the run's steps, tau and the warm-ups
+against them, the schedule in steps) in :meth:`TrainConfig.resolve`, which the
+trainer, ``compare`` and the protocol call before anything is compiled. The CLI
+turns it into ``easgd: error: ...`` and exit status 2.
 """
 
 from __future__ import annotations
