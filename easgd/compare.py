@@ -29,7 +29,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Sequence
 
-from easgd import checks, registry
+from easgd import batches, checks, data, registry
 from easgd.config import ConfigError, TrainConfig, as_train_config
 from easgd.files import json_text, write_text_atomic
 from easgd.rundir import PREVIOUS_RUN_DIR, check_workdir, drop_previous_run, workdir_path
@@ -180,6 +180,29 @@ def plan(config: TrainConfig, algorithms: Sequence[str]
   return configs, notes
 
 
+def resolve_runs(configs: Sequence[TrainConfig]) -> None:
+  """What each run derives from the data's size, checked for every run before
+  the first one starts (``TrainConfig.resolve``, as ``easgd.trainer.Run`` does).
+
+  Args:
+    configs: validated configs (:func:`plan`).
+
+  Raises:
+    ConfigError: a derived value one of the runs refuses (tau or K against the
+      run's length, a center no exchange moves, the schedule in steps);
+    easgd.data.DataError: data too few for one step.
+  """
+  train_sizes = {}  # the data set and split of each config, loaded once
+  for c in configs:
+    key = (c.dataset, c.data_dir, c.seed, c.validation_examples)
+    if key not in train_sizes:
+      full = data.load_dataset(c.dataset, data_dir=c.data_dir, seed=c.seed)
+      train_sizes[key] = len(data.with_validation_split(full, c.validation_examples)[0]
+                             .train_y)
+    c.resolve(batches.steps_per_epoch(train_sizes[key], c.num_workers,
+                                      c.per_worker_batch_size))
+
+
 def compare(config: TrainConfig, workdir,
             algorithms: Sequence[str] = DEFAULT_ALGORITHMS,
             *, overwrite: bool = False) -> list[dict[str, Any]]:
@@ -202,8 +225,9 @@ def compare(config: TrainConfig, workdir,
     ConfigError: ``config`` not a TrainConfig, ``algorithms`` not a list of
       names, unknown or repeated algorithm names, bad config values, a
       shared setting none of them reads, or a workdir that already holds runs
-      (without ``overwrite``); checked for every algorithm before the first
-      one starts.
+      (without ``overwrite``), or a value derived from the data's size that
+      one run refuses (:func:`resolve_runs`); checked for every algorithm
+      before the first one starts.
     easgd.runlock.WorkdirInUseError: another command holds ``workdir`` or one
       of its runs' directories.
   """
@@ -224,6 +248,7 @@ def compare(config: TrainConfig, workdir,
     raise ConfigError(f"algorithms has repeats: {algorithms}")
   workdir = workdir_path(workdir)
   configs, notes = plan(config, algorithms)
+  resolve_runs(configs)
   with hold_workdir(workdir, "compare"):  # its own directory; each run locks its own
     return _compare(config, workdir, algorithms, configs, notes, overwrite)
 

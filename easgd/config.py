@@ -3,7 +3,12 @@
 :meth:`TrainConfig.validate` checks every value in plain Python, before any data
 is loaded or anything is compiled, and raises :class:`ConfigError` (a
 ``ValueError``) with a one-line message naming the field, the value and what is
-allowed. The CLI turns it into ``easgd: error: ...`` and exit status 2.
+allowed. A value derived from other fields (the learning rate after
+``lr_scaling``, alpha from beta) is checked as derived, in :meth:`validate`;
+what follows from the data's size (the run's steps, tau and the warm-ups
+against them, the schedule in steps) in :meth:`TrainConfig.resolve`, which the
+trainer, ``compare`` and the protocol call before anything is compiled. The CLI
+turns it into ``easgd: error: ...`` and exit status 2.
 """
 
 from __future__ import annotations
@@ -401,7 +406,135 @@ class TrainConfig:
     _int("validation_examples", self.validation_examples, 0,
          what="examples held out of the training set")
     self._refuse_unread()
+    self._validate_derived()
     return self
+
+  def _validate_derived(self) -> None:
+    """The values the run derives from other fields, checked as derived.
+
+    The resolved learning rate (``lr_scaling`` applied), the largest rate the
+    schedule reaches (warm-up, cosine and step decay never exceed it), as
+    float32 holds it: in [float32's smallest normal, :data:`MAX_REAL`]; the
+    resolved alpha (beta / num_workers when beta is given), in the same range
+    (a smaller one is 0 in float32); and a center that some exchange moves
+    (``easgd.registry.center_update``: refused here when none ever does,
+    alpha = 0; against the run's length in :meth:`resolve`). beta =
+    num_workers * alpha is only recorded (the updates read alpha).
+    """
+    G, G0 = self.global_batch_size, self.lr_reference_batch
+    how = {"none": "learning_rate, lr_scaling 'none'",
+           "linear": f"learning_rate * global_batch_size / lr_reference_batch = "
+                     f"{self.learning_rate!r} * {G} / {G0}, lr_scaling 'linear'",
+           "sqrt": f"learning_rate * sqrt(global_batch_size / lr_reference_batch) = "
+                   f"{self.learning_rate!r} * sqrt({G} / {G0}), lr_scaling 'sqrt'"}
+    _real("resolved_learning_rate", self.resolved_learning_rate, FLOAT32_TINY, MAX_REAL,
+          what=how[self.lr_scaling])
+    spec = registry.TABLE[self.algorithm]
+    if "alpha" not in spec.reads:
+      return
+    given = "alpha" if self.alpha is not None else "beta"
+    if registry.center_update(self).local_step is None:
+      raise ConfigError(
+          f"{given}={getattr(self, given)!r} leaves the center untrained: "
+          f"{registry.center_update(self).why}, so the center {self.algorithm} "
+          f"evaluates and exports stays at the initial parameters; allowed: "
+          f"{given} > 0")
+    _real("resolved_alpha", self.resolved_alpha, FLOAT32_TINY, MAX_REAL,
+          what="alpha" if given == "alpha" else
+          f"beta / num_workers = {self.beta!r} / {self.num_workers}")
+
+  def resolve(self, steps_per_epoch: int) -> dict[str, Any]:
+    """The quantities a run derives from this config and its data's size, each
+    checked after it is derived (before anything is compiled).
+
+    Derived and checked: total_steps = num_epochs * steps_per_epoch (int32
+    clocks); tau against it (at most the run; and
+    ``easgd.registry.center_update``: an exchange that moves the center within
+    the steps the run gives a worker, total_steps - sync_warmup_steps);
+    sync_warmup_steps below it; the learning-rate warm-up in steps,
+    round(warmup_epochs * steps_per_epoch) (at least 1 when warmup_epochs > 0,
+    below total_steps); the 'step' decay points in steps (distinct, after the
+    warm-up, before the end); the cosine's length. The rates were checked by
+    :meth:`validate`.
+
+    Args:
+      steps_per_epoch: global steps per epoch (``easgd.batches.steps_per_epoch``
+        of the training set, the global batch and the workers), >= 1.
+
+    Returns:
+      dict(learning_rate (the config's), lr_scaling, lr_reference_batch,
+      lr_scale, resolved_learning_rate (the peak eta the run uses),
+      steps_per_epoch, total_steps, lr_warmup_steps (the linear warm-up from
+      0), lr_decay_steps (the 'step' schedule's decay points, [] otherwise),
+      cosine_decay_steps (the cosine's length, None otherwise),
+      sync_warmup_steps (the synchronous warm-up's K)): what summary.json
+      records under "resolved".
+
+    Raises:
+      ConfigError: one line naming the derived value, how it was derived and
+        what is allowed.
+    """
+    spe = _int("steps_per_epoch", steps_per_epoch, 1)
+    total = spe * self.num_epochs
+    length = f"{total} steps = {self.num_epochs} epochs x {spe} steps"
+    if total > MAX_TOTAL_STEPS:
+      raise ConfigError(
+          f"num_epochs={self.num_epochs} gives {total} steps ({spe} per epoch); the "
+          f"step clocks are int32: allowed num_epochs <= {MAX_TOTAL_STEPS // spe}")
+    spec = registry.TABLE[self.algorithm]
+    if "tau" in spec.reads and self.tau > total:
+      raise ConfigError(
+          f"tau={self.tau} (communication period) is longer than the whole run "
+          f"({length}); allowed: tau <= {total}")
+    k = self.sync_warmup_steps
+    if k >= total:
+      raise ConfigError(
+          f"sync_warmup_steps={k} (global steps of synchronous warm-up) leaves nothing "
+          f"of the run ({length}); allowed: sync_warmup_steps < {total}")
+    self._check_center_trained(total - k, length + (f", less sync_warmup_steps={k}"
+                                                    if k else ""))
+    warmup = int(round(self.warmup_epochs * spe))
+    if self.warmup_epochs > 0 and not 0 < warmup < total:
+      raise ConfigError(
+          f"warmup_epochs={self.warmup_epochs!r} gives a learning-rate warm-up of "
+          f"{warmup} steps (round(warmup_epochs * {spe} steps per epoch), {total} "
+          f"steps in all); allowed: warmup_epochs 0, or one that gives 1 to "
+          f"{total - 1} steps")
+    decay = []
+    if self.lr_schedule == "step":
+      decay = [int(round(e * spe)) for e in self.lr_decay_epochs]
+      after = [t - warmup for t in decay]
+      if len(set(after)) != len(after) or any(not 0 < t < total - warmup for t in after):
+        raise ConfigError(
+            f"lr_decay_epochs={tuple(self.lr_decay_epochs)} fall on steps {decay} "
+            f"({spe} steps per epoch, warm-up {warmup} steps, {total} steps in all); "
+            f"allowed: distinct steps after the warm-up and before the end of the run")
+    return dict(
+        learning_rate=self.learning_rate, lr_scaling=self.lr_scaling,
+        lr_reference_batch=self.lr_reference_batch, lr_scale=self.lr_scale,
+        resolved_learning_rate=self.resolved_learning_rate,
+        steps_per_epoch=spe, total_steps=total,
+        lr_warmup_steps=warmup, lr_decay_steps=decay,
+        cosine_decay_steps=(max(total - warmup, 1) if self.lr_schedule == "cosine"
+                            else None),
+        sync_warmup_steps=k)
+
+  def _check_center_trained(self, steps: int, length: str) -> None:
+    """Refuses a run whose returned model no exchange moves within ``steps``, the
+    local steps the run is sure to give a worker (``easgd.registry.center_update``)."""
+    update = registry.center_update(self)
+    if update.local_step is None or update.local_step < steps:
+      return  # None: refused by validate (alpha = 0)
+    # the rule's step grows with tau (the others are 0, below any run's steps)
+    tau_max = steps - 1 - (update.local_step - self.tau)
+    allowed = (f"tau <= {tau_max}" if tau_max >= 1 else
+               f"a run that gives {self.algorithm} at least "
+               f"{update.local_step - self.tau + 2} steps")
+    raise ConfigError(
+        f"tau={self.tau} leaves the center untrained: {self.algorithm} first moves it "
+        f"at the exchange of a worker's local step {update.local_step} ({update.why}), "
+        f"and the run is sure to give a worker only {steps} steps ({length}); "
+        f"allowed: {allowed}")
 
   def _validate_algorithm_fields(self) -> None:
     """Ranges of the fields of the asynchronous and averaging algorithms."""
@@ -617,6 +750,9 @@ MAX_STALENESS = 1024     # master updates (a buffer of that many centers is kept
 MAX_DELAY_S = 3600.0     # seconds: an injected delay per local step
 MAX_TOTAL_STEPS = 2**31 - 1  # the steps of a whole run (int32 step clocks)
 MAX_REAL = 1e38          # rates and coefficients: finite in float32 arithmetic
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)
+"""The smallest resolved learning rate (float32's smallest normal number: the
+programs compute in float32, where a smaller rate is 0 or denormal)."""
 
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}

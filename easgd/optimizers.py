@@ -10,52 +10,7 @@ from __future__ import annotations
 
 import optax
 
-from easgd.config import ConfigError, TrainConfig
-
-
-def schedule_lengths(config: TrainConfig, steps_per_epoch: int,
-                     total_steps: int | None = None) -> dict:
-  """The schedule's lengths resolved to steps, and the resolved peak rate.
-
-  Args:
-    config: a validated config.
-    steps_per_epoch: optimizer steps per epoch (one per global batch).
-    total_steps: the run's length in steps (default ``num_epochs *
-      steps_per_epoch``).
-
-  Returns:
-    dict(learning_rate (the config's), lr_scaling, lr_reference_batch,
-    lr_scale, resolved_learning_rate (the peak eta the run uses),
-    steps_per_epoch, total_steps, lr_warmup_steps (the linear warm-up from 0),
-    lr_decay_steps (the 'step' schedule's decay points, [] otherwise),
-    cosine_decay_steps (the cosine's length, None otherwise),
-    sync_warmup_steps (the synchronous warm-up's K)): what summary.json
-    records under "resolved".
-
-  Raises:
-    ConfigError: as :func:`make_schedule`.
-  """
-  total = config.num_epochs * steps_per_epoch if total_steps is None else total_steps
-  warmup = int(round(config.warmup_epochs * steps_per_epoch))
-  decay = []
-  if config.lr_schedule == "step":
-    decay = [int(round(e * steps_per_epoch)) for e in config.lr_decay_epochs]
-    after = [t - warmup for t in decay]
-    if len(set(after)) != len(after) or any(not 0 < t < total - warmup for t in after):
-      raise ConfigError(
-          f"lr_decay_epochs={tuple(config.lr_decay_epochs)} fall on steps "
-          f"{decay} ({steps_per_epoch} steps per epoch, warm-up "
-          f"{warmup} steps, {total} steps in all); allowed: distinct steps after the "
-          f"warm-up and before the end of the run")
-  return dict(
-      learning_rate=config.learning_rate, lr_scaling=config.lr_scaling,
-      lr_reference_batch=config.lr_reference_batch, lr_scale=config.lr_scale,
-      resolved_learning_rate=config.resolved_learning_rate,
-      steps_per_epoch=int(steps_per_epoch), total_steps=int(total),
-      lr_warmup_steps=warmup, lr_decay_steps=decay,
-      cosine_decay_steps=(max(total - warmup, 1) if config.lr_schedule == "cosine"
-                          else None),
-      sync_warmup_steps=config.sync_warmup_steps)
+from easgd.config import TrainConfig
 
 
 def make_schedule(config: TrainConfig, steps_per_epoch: int,
@@ -79,11 +34,12 @@ def make_schedule(config: TrainConfig, steps_per_epoch: int,
     An ``optax.Schedule`` of the step count (per worker).
 
   Raises:
-    ConfigError: two decay epochs fall on the same step, or one falls inside
-      the warm-up or at the end of the run (they would be merged or lost
-      silently).
+    ConfigError: a length in steps the run cannot take
+      (``TrainConfig.resolve``), e.g. two decay epochs on the same step, or one
+      inside the warm-up or at the end of the run (they would be merged or
+      lost silently).
   """
-  lengths = schedule_lengths(config, steps_per_epoch)
+  lengths = config.resolve(steps_per_epoch)
   lr = config.resolved_learning_rate if learning_rate is None else learning_rate
   total, warmup = lengths["total_steps"], lengths["lr_warmup_steps"]
   if config.lr_schedule == "constant":

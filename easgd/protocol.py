@@ -79,7 +79,7 @@ import numpy as np
 import optax
 
 from easgd import batches, data, elastic, models, protocol_stats, registry, runlock
-from easgd.config import TrainConfig
+from easgd.config import ConfigError, TrainConfig
 from easgd.files import json_text, write_text_atomic
 from easgd.optimizers import make_optimizer
 from easgd.protocol_config import (RESULTS_JSON, UNTUNABLE, Arm, ProtocolConfig,
@@ -137,11 +137,13 @@ def eval_steps_of(num_steps: int, every: int) -> np.ndarray:
 
 
 def prepare(config: ProtocolConfig, num_train: int) -> dict[str, ArmRun]:
-  """Each arm's run length and evaluation steps; checks tau and K against it.
+  """Each arm's run length and evaluation steps; checks what the arm derives
+  from the run's length as the trainer does (``TrainConfig.resolve``: tau, K,
+  the center's first exchange, the schedule in steps).
 
   Raises:
-    ProtocolError: tau or sync_warmup_steps not below the run's steps, or an
-      arm's batch indices (int32, every step of every configuration of its
+    ProtocolError: a quantity ``TrainConfig.resolve`` refuses (naming the
+      arm), or an arm's batch indices (int32, every step of every configuration of its
       grid) beyond :data:`MAX_INDEX_BYTES`.
   """
   runs = {}
@@ -149,13 +151,10 @@ def prepare(config: ProtocolConfig, num_train: int) -> dict[str, ArmRun]:
     cfg = arm.config(config.base).validate()
     spe = batches.steps_per_epoch(num_train, cfg.num_workers, cfg.per_worker_batch_size)
     total = spe * cfg.num_epochs
-    reads = registry.TABLE[cfg.algorithm].reads
-    if "tau" in reads and cfg.tau > total:
-      raise ProtocolError(f"arm {arm.name!r}: tau={cfg.tau} is longer than its run "
-                          f"({total} steps); allowed: tau <= {total}")
-    if cfg.sync_warmup_steps >= total:
-      raise ProtocolError(f"arm {arm.name!r}: sync_warmup_steps={cfg.sync_warmup_steps} "
-                          f"leaves nothing of its run ({total} steps)")
+    try:  # tau, K and the center's first exchange against the run: the trainer's checks
+      cfg.resolve(spe)
+    except ConfigError as e:
+      raise ProtocolError(f"arm {arm.name!r}: {e}") from None
     # every configuration of a program holds its batch indices of every step
     configs = max(len(arm.learning_rates) * len(config.tune_seeds),
                   len(config.report_seeds))

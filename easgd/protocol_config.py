@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from easgd import checks, registry
-from easgd.config import MAX_REAL, ConfigError, TrainConfig
+from easgd.config import FLOAT32_TINY, MAX_REAL, ConfigError, TrainConfig
 from easgd.data import DATASETS, SEEDED_SPLITS
 from easgd.flags import REQUIRED, call_config_file, option
 from easgd.models import BATCH_NORM_MODELS
@@ -54,9 +54,6 @@ FIXED_BY_BASE = ("algorithm", "learning_rate", "seed", "validation_examples", "d
 set, split, model and runtime for every arm (the programs share them); the rate
 and seed come from the protocol."""
 
-FLOAT32_TINY = float(np.finfo(np.float32).tiny)
-"""The smallest learning rate a grid may hold (float32's smallest normal number;
-the programs compute in float32, where a smaller rate is 0 or denormal)."""
 
 MIN_SEEDS = 3
 """Seeds per grid point and per reported rerun (an interval needs n >= 3)."""
@@ -299,6 +296,7 @@ class ProtocolConfig:
                               "easgd.protocol_config.log_grid) or lr_from")
         values = [_real(f"learning rate of arm {a.name!r}", v, FLOAT32_TINY, MAX_REAL)
                   for v in a.learning_rates]
+        _check_resolved_rates(a, arm_config, values)
         if len(set(values)) != len(values):
           raise ProtocolError(f"arm {a.name!r} has a learning rate twice: {a.learning_rates}")
         if len(values) > 2 and not _log_spaced(sorted(values)):
@@ -313,6 +311,21 @@ class ProtocolConfig:
         if source.lr_from is not None:
           raise ProtocolError(f"arm {a.name!r} takes its rate from {source.name!r}, which "
                               "takes its own from another arm; point at an arm with a grid")
+        _check_resolved_rates(a, arm_config, source.learning_rates)
+
+
+def _check_resolved_rates(arm: Arm, config: TrainConfig, rates) -> None:
+  """Each rate of the grid as the arm's runs use it, scaled by the arm's own
+  ``lr_scaling`` (``TrainConfig.validate``'s check of the resolved rate).
+
+  Raises:
+    ProtocolError: a resolved rate outside float32's range, naming the arm.
+  """
+  for v in rates:
+    try:
+      config.replace(learning_rate=v).validate()
+    except ConfigError as e:
+      raise ProtocolError(f"arm {arm.name!r}, learning rate {v!r}: {e}") from None
 
 
 def _log_spaced(values, rtol: float = 2e-3) -> bool:

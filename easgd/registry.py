@@ -27,6 +27,10 @@ Which algorithm-specific config fields (:data:`ALGORITHM_FIELDS`) each one reads
   diloco                      tau, outer_learning_rate, outer_momentum,
                               sync_warmup_steps
 
+When the model each algorithm returns (its center) first takes in training
+is its family's rule, :func:`center_update`; a run in which no exchange would
+move it is refused (``TrainConfig.validate`` and ``TrainConfig.resolve``).
+
 The synchronous elastic and averaging algorithms read ``sync_warmup_steps``
 (``easgd.warmup``: pmean SGD for the first K steps). Each spec also names
 its ``array_fields``: the fields its factory takes as JAX arrays, so that
@@ -49,7 +53,7 @@ need ``optimizer = "sgd"``; delta = 0 would make each of them its
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import optax
 
@@ -238,6 +242,76 @@ TABLE: dict[str, AlgorithmSpec] = {s.name: s for s in (
           summary="DiLoCo: outer Nesterov step every tau steps and at the end",
           array_fields=("tau", "outer_learning_rate", "outer_momentum")),
 )}
+
+class CenterUpdate(NamedTuple):
+  """When the model an algorithm returns first takes in its workers' training.
+
+  Attributes:
+    local_step: the first local step of a worker (its clock, counted from the
+      algorithm's own start, after any synchronous warm-up) whose exchange
+      moves the returned model away from the initial parameters; None when no
+      exchange ever moves it.
+    why: the rule, one clause (for error messages).
+  """
+  local_step: int | None
+  why: str
+
+
+def _elastic_update(c) -> CenterUpdate:
+  if c.resolved_alpha == 0:
+    return CenterUpdate(None, "its elastic force alpha * (x^i - center) is 0")
+  return CenterUpdate(c.tau, "at step 0 every worker still equals the center, the "
+                             "next exchange is at step tau")
+
+
+def _push_update(c) -> CenterUpdate:
+  if async_schedule.push_offset(c.push_timing):  # "full_period": after tau - 1, ...
+    return CenterUpdate(c.tau - 1, "the first push follows local step tau - 1")
+  return CenterUpdate(0, "the first push follows local step 0")
+
+
+_CENTER_UPDATES: dict[str, Callable[[Any], CenterUpdate]] = {
+    "elastic": _elastic_update,
+    "push": _push_update,
+    # pmean SGD trains its one model every step; local SGD and DiLoCo end on an
+    # average (``num_steps``), so their center holds every step
+    "averaging": lambda c: CenterUpdate(0, "it averages at the run's last step"),
+    "sequential": lambda c: CenterUpdate(0, "it trains its one model every step"),
+}
+"""The rule of :func:`center_update`, by family (every family of :data:`FAMILIES`)."""
+
+
+def center_update(config) -> CenterUpdate:
+  """When ``config``'s returned model (``Algorithm.center``: what the trainer
+  evaluates and exports) first takes in training; the rule is the family's.
+
+  elastic (EASGD, EAMSGD, sync and async): every worker starts at the center,
+  so the exchange at a worker's local step 0 moves nothing; the first that
+  moves the center is at local step tau (Algorithm 1: tau divides t^i), and
+  none ever does with alpha = 0. push (DOWNPOUR family): the first push, after
+  local step 0 ("authors") or tau - 1 ("full_period"), carries a step's update
+  to the master. averaging and sequential: step 0 (one model trained every
+  step, or a final average at the run's last step).
+
+  The synchronous warm-up's K steps train the shared model, not the
+  algorithm's workers: at K the algorithm starts with every worker and the
+  center at that model, its clock at 0 (``easgd.warmup``), so the rule counts
+  from K. A run gives some worker at least ``total_steps - sync_warmup_steps``
+  local steps of the algorithm: every worker exactly that many on the synchronous
+  runtime; the fastest worker (speed max k_i, one step every slot) of the
+  simulated asynchronous schedule; and on the real runtimes, whose clocks sum
+  to total_steps * num_workers, at least one worker. So the returned model is
+  trained iff ``local_step`` is not None and below that count
+  (``TrainConfig.resolve`` refuses the rest).
+
+  Args:
+    config: a ``TrainConfig`` whose fields have been range-checked.
+
+  Returns:
+    A :class:`CenterUpdate`.
+  """
+  return _CENTER_UPDATES[TABLE[config.algorithm].family](config)
+
 
 ALGORITHMS = tuple(TABLE)
 """Every algorithm name, in the table's order."""

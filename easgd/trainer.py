@@ -26,8 +26,8 @@ from jax import lax
 
 from easgd import (algorithms, batches, checks, data, distributed, elastic, models,
                    registry, rundir, runlock, workers)
-from easgd.config import MAX_TOTAL_STEPS, ConfigError, TrainConfig, as_train_config
-from easgd.optimizers import make_optimizer, make_schedule, schedule_lengths
+from easgd.config import ConfigError, TrainConfig, as_train_config
+from easgd.optimizers import make_optimizer, make_schedule
 from easgd.progress import progress_bar
 from easgd.workers import WORKER_AXES
 
@@ -179,25 +179,11 @@ class Run:
     ds = self.dataset
     self.steps_per_epoch = batches.steps_per_epoch(
         len(ds.train_y), config.num_workers, config.per_worker_batch_size)
-    self.total_steps = self.steps_per_epoch * config.num_epochs
-    if self.total_steps > MAX_TOTAL_STEPS:
-      raise ConfigError(
-          f"num_epochs={config.num_epochs} gives {self.total_steps} steps "
-          f"({self.steps_per_epoch} per epoch); the step clocks are int32: allowed "
-          f"num_epochs <= {MAX_TOTAL_STEPS // self.steps_per_epoch}")
-    if "tau" in registry.TABLE[config.algorithm].reads and config.tau > self.total_steps:
-      raise ConfigError(
-          f"tau={config.tau} (communication period) is longer than the whole run "
-          f"({self.total_steps} steps = {config.num_epochs} epochs x "
-          f"{self.steps_per_epoch} steps); allowed: tau <= {self.total_steps}")
-    if config.sync_warmup_steps >= self.total_steps:
-      raise ConfigError(
-          f"sync_warmup_steps={config.sync_warmup_steps} (global steps of synchronous "
-          f"warm-up) leaves nothing of the run ({self.total_steps} steps = "
-          f"{config.num_epochs} epochs x {self.steps_per_epoch} steps); allowed: "
-          f"sync_warmup_steps < {self.total_steps}")
-    # the resolved learning rate and schedule lengths (summary.json, metrics)
-    self.resolved = schedule_lengths(config, self.steps_per_epoch, self.total_steps)
+    # every quantity derived from the data's size (tau and K against the run,
+    # the center's first exchange, the schedule in steps), checked before
+    # anything compiles; summary.json and the metrics record it
+    self.resolved = config.resolve(self.steps_per_epoch)
+    self.total_steps = self.resolved["total_steps"]
     self.resolved.update(validation_examples=config.validation_examples,
                          train_examples=len(ds.train_y))
     self.schedule = make_schedule(config, self.steps_per_epoch)
@@ -423,8 +409,9 @@ class StabilityWarning(UserWarning):
 
 def stability_warning(config: TrainConfig) -> str | None:
   """A one-line warning when synchronous EASGD is configured outside the region
-  where the quadratic model F(x) = h x^2 / 2 is stable, or when an elastic
-  method has alpha = 0 (its center never moves), else None.
+  where the quadratic model F(x) = h x^2 / 2 is stable, else None (an elastic
+  method with alpha = 0, whose center never moves, is refused by
+  ``TrainConfig.validate``).
 
   With ``config.curvature`` (an estimate of the loss's largest Hessian
   eigenvalue h, e.g. from ``easgd.hessian``) the check is at eta*h =
@@ -442,10 +429,6 @@ def stability_warning(config: TrainConfig) -> str | None:
   if spec.family != "elastic":
     return None
   a, tau, p = config.resolved_alpha, config.tau, config.num_workers
-  if a == 0:  # no elastic force: the center never leaves the initial parameters
-    return (f"alpha=0: the workers train independently and the center, which is "
-            f"what {config.algorithm} evaluates and exports, stays at the initial "
-            f"parameters; give alpha or beta > 0")
   if "curvature" not in spec.reads:  # the analysis is synchronous EASGD's
     return None
   from easgd import stability

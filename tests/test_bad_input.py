@@ -6,6 +6,7 @@ float32 computation or an int32 step clock cannot hold, lists with holes,
 combinations that contradict each other, unwritable or misnamed directories,
 and interruptions in the middle of a write.
 """
+import dataclasses
 import json
 import re
 import os
@@ -95,6 +96,77 @@ def test_rates_beyond_float32_are_refused_by_validation(field):
   with pytest.raises(ConfigError, match=f"{field} must be a finite real in .*1e\\+38\\]"):
     DIGITS.replace(**extra, **{field: 1e39}).validate()
   DIGITS.replace(**extra, **{field: MAX_REAL}).validate()  # the bound itself is allowed
+
+
+@pytest.mark.parametrize("changes, match", [
+    # DIGITS: global batch 64
+    (dict(learning_rate=1e37, lr_scaling="linear", lr_reference_batch=1),
+     r"resolved_learning_rate \(learning_rate \* global_batch_size / lr_reference_batch "
+     r"= 1e\+37 \* 64 / 1, lr_scaling 'linear'\) must be a finite real in "
+     r"\[1.17549.*e-38, 1e\+38\], got 6.4e\+38"),
+    (dict(learning_rate=3e37, lr_scaling="sqrt", lr_reference_batch=4),
+     r"resolved_learning_rate \(learning_rate \* sqrt\(global_batch_size / "
+     r"lr_reference_batch\) = 3e\+37 \* sqrt\(64 / 4\), lr_scaling 'sqrt'\) .* "
+     r"got 1.2e\+38"),
+    (dict(learning_rate=1e-36, lr_scaling="linear", lr_reference_batch=2**20),
+     r"resolved_learning_rate \(.* = 1e-36 \* 64 / 1048576, .*got 6.1035.*e-41"),
+    (dict(learning_rate=1e-40), r"resolved_learning_rate \(learning_rate, lr_scaling "
+                                r"'none'\) .* got 1e-40"),  # 0 (denormal) in float32
+    (dict(beta=1e-38), r"resolved_alpha \(beta / num_workers = 1e-38 / 2\) must be a "
+                       r"finite real in \[1.17549.*e-38, 1e\+38\], got 5e-39"),
+    (dict(alpha=1e-39), r"resolved_alpha \(alpha\) .* got 1e-39"),
+])
+def test_a_derived_rate_is_checked_as_the_run_uses_it(tmp_path, monkeypatch, changes,
+                                                      match):
+  # each base value is in range; the value the run computes with is not
+  no_compile(monkeypatch)
+  with pytest.raises(ConfigError, match=f"^{match}$"):
+    trainer.train_and_evaluate(DIGITS.replace(**changes), tmp_path)
+  assert not any(tmp_path.iterdir())
+  DIGITS.replace(learning_rate=1e38 / 64, lr_scaling="linear",
+                 lr_reference_batch=1).validate()  # the bound itself is allowed
+
+
+@pytest.mark.parametrize("warmup_epochs, steps", [(0.01, 0), (0.98, 22), (0.99, 22)])
+def test_a_learning_rate_warm_up_rounded_to_no_steps_or_the_whole_run_is_refused(
+    tmp_path, monkeypatch, warmup_epochs, steps):
+  # 22 steps per epoch: 0.01 epochs is 0 steps (the warm-up asked for would not
+  # happen), 0.98 and 0.99 round to all 22 (the peak rate would never be reached)
+  monkeypatch.setattr(trainer.models, "make_model", lambda *a, **k: pytest.fail("compiled"))
+  with pytest.raises(ConfigError, match=f"^warmup_epochs={warmup_epochs} gives a "
+                                        f"learning-rate warm-up of {steps} steps "
+                                        r"\(round\(warmup_epochs \* 22 steps per "
+                                        r"epoch\), 22 steps in all\); allowed: "
+                                        "warmup_epochs 0, or one that gives 1 to 21 "
+                                        "steps$"):
+    trainer.train_and_evaluate(DIGITS.replace(warmup_epochs=warmup_epochs), tmp_path)
+  assert not (tmp_path / "config.json").exists()
+  DIGITS.replace(warmup_epochs=0.03).validate().resolve(22)  # 0.66: 1 step, the edge
+  DIGITS.replace(warmup_epochs=0.95).validate().resolve(22)  # 20.9: 21 steps, the edge
+
+
+def test_the_protocol_checks_each_grid_rate_and_arm_as_its_runs_derive_them():
+  from easgd import protocol
+  from easgd.protocol_config import Arm, ProtocolConfig, ProtocolError
+  base = TrainConfig(dataset="mnist1d", model="mlp", num_epochs=1, global_batch_size=384,
+                     num_workers=4, validation_examples=1000, progress=False)
+  scaled = dict(lr_scaling="linear", lr_reference_batch=1)  # lr_scale 384
+  grid = ProtocolConfig("p", "", base, (Arm("a", "pmean_sgd", scaled, (1e35, 1e36)),))
+  with pytest.raises(ProtocolError, match=r"^arm 'a', learning rate 1e\+36: "
+                                          r"resolved_learning_rate .* got 3.84e\+38$"):
+    grid.validate()
+  taken = ProtocolConfig("p", "", base, (Arm("a", "pmean_sgd", {}, (1e36,)),
+                                         Arm("b", "pmean_sgd", scaled, lr_from="a")))
+  with pytest.raises(ProtocolError, match=r"^arm 'b', learning rate 1e\+36: "
+                                          r"resolved_learning_rate"):
+    taken.validate()
+  # 7000 training signals / 384: 18 steps; tau = 18 never moves easgd's center
+  edge = ProtocolConfig("p", "", base, (Arm("a", "easgd", dict(tau=18), (0.1,)),))
+  with pytest.raises(ProtocolError, match=r"^arm 'a': tau=18 leaves the center "
+                                          r"untrained: .*allowed: tau <= 17$"):
+    protocol.prepare(edge.validate(), 7000)
+  protocol.prepare(dataclasses.replace(edge, arms=(
+      Arm("a", "easgd", dict(tau=17), (0.1,)),)).validate(), 7000)
 
 
 def test_a_run_longer_than_the_int32_step_clock_is_refused(tmp_path, monkeypatch):

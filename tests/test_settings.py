@@ -112,6 +112,90 @@ def test_a_tau_longer_than_the_run_is_refused_before_compiling(tmp_path):
   assert not (tmp_path / "summary.json").exists()
 
 
+def test_a_tau_that_leaves_the_center_untrained_is_refused_at_the_edge(tmp_path):
+  # 22 steps: tau = 22 exchanges only at step 0, where every worker still equals
+  # the center (the run would export the initial parameters); tau = 21 also
+  # exchanges at step 21, and the center it exports has moved
+  with pytest.raises(ConfigError, match=r"^tau=22 leaves the center untrained: easgd "
+                                        r"first moves it at the exchange of a worker's "
+                                        r"local step 22 .* only 22 steps \(22 steps = 1 "
+                                        r"epochs x 22 steps\); allowed: tau <= 21$"):
+    trainer.train_and_evaluate(DIGITS.replace(tau=22), tmp_path / "refused")
+  assert not (tmp_path / "refused" / "config.json").exists()
+  cfg = DIGITS.replace(tau=21)
+  s = trainer.train_and_evaluate(cfg, tmp_path / "edge")
+  center, _, _ = center_and_workers(tmp_path / "edge")
+  init = trainer.Run(cfg).init_params
+  moved = [float(np.abs(np.asarray(c) - np.asarray(i)).max())
+           for c, i in zip(jax.tree.leaves(center), jax.tree.leaves(init))]
+  assert min(moved) > 0 and s["communication"]["all_reduces"] == 2  # steps 0 and 21
+  assert s["center_lag_steps"] == 1
+
+
+@pytest.mark.parametrize("algorithm,changes,steps", [
+    ("eamsgd", dict(), 22),
+    ("easgd", dict(sync_warmup_steps=5), 17),     # the warm-up's K steps are not easgd's
+    ("local_sgd", dict(sync_warmup_steps=5), None),  # ends on an average: any tau
+    ("async_easgd", dict(), 22),                   # every worker: one step a slot
+    ("async_eamsgd", dict(worker_speeds=(1, 2, 1, 1)), 22),  # the fastest: every slot
+    ("async_easgd", dict(runtime="threads"), 22),  # clocks sum to 22 p: one reaches 22
+    ("downpour", dict(push_timing="full_period"), None),  # first push after tau - 1
+    ("downpour", dict(), None),                    # first push after step 0
+])
+def test_the_center_rule_holds_for_every_family(algorithm, changes, steps):
+  cfg = DIGITS.replace(algorithm=algorithm, **changes)
+  if steps is None:  # every tau up to the run's length trains the center
+    for tau in (21, 22):
+      cfg.replace(tau=tau).validate().resolve(22)
+    return
+  cfg.replace(tau=steps - 1).validate().resolve(22)  # the edge: allowed
+  with pytest.raises(ConfigError, match=f"^tau={steps} leaves the center untrained: "
+                                        f"{algorithm} .* only {steps} steps .*allowed: "
+                                        f"tau <= {steps - 1}$"):
+    cfg.replace(tau=steps).validate().resolve(22)
+
+
+@pytest.mark.parametrize("speeds", [(1, 1, 1, 1), (1, 2, 1, 1), (3, 1, 2, 1)])
+def test_at_the_edge_the_simulated_schedule_holds_an_exchange_at_local_step_tau(speeds):
+  # the rule refuses exactly the taus whose realised exchanges (the simulated
+  # schedule's log) are all at local step 0: at the edge tau = 21 of a 22-step run
+  # the fastest worker takes a step in every slot, so its exchange at local step
+  # 21 is served; tau = 22 has none
+  from easgd import async_log
+  import optax
+  cfg = DIGITS.replace(algorithm="async_easgd", worker_speeds=speeds).validate()
+  for tau in (20, 21, 22):
+    algo = registry.make_algorithm(cfg.replace(tau=tau), loss_fn, optax.sgd(0.1), 22)
+    log = async_log.exchange_log(algo, jax.random.key(0), 22)
+    moves = bool((log["local_step"] >= 1).any())
+    assert moves == (tau < 22), (tau, log["local_step"])
+    try:
+      cfg.replace(tau=tau).resolve(22)
+      refused = False
+    except ConfigError:
+      refused = True
+    assert refused == (not moves), tau
+
+
+def test_a_run_too_short_for_any_exchange_to_move_the_center_says_so():
+  with pytest.raises(ConfigError, match="tau=1 leaves the center untrained: .* only 1 "
+                                        "steps .*allowed: a run that gives easgd at "
+                                        "least 2 steps"):
+    DIGITS.replace(tau=1, sync_warmup_steps=21).validate().resolve(22)
+
+
+@pytest.mark.parametrize("algorithm", ["easgd", "eamsgd", "async_easgd", "async_eamsgd"])
+@pytest.mark.parametrize("given", ["alpha", "beta"])
+def test_an_elastic_force_of_zero_is_refused(algorithm, given):
+  # alpha = 0: no exchange ever moves the center, whatever tau
+  cfg = DIGITS.replace(algorithm=algorithm, **{given: 0.0})
+  with pytest.raises(ConfigError, match=f"^{given}=0.0 leaves the center untrained: its "
+                                        f"elastic force .* is 0, so the center "
+                                        f"{algorithm} evaluates and exports stays at the "
+                                        f"initial parameters; allowed: {given} > 0$"):
+    cfg.validate()
+
+
 @pytest.mark.parametrize("algorithm", ["local_sgd", "diloco"])
 def test_local_sgd_and_diloco_end_on_an_average_that_is_returned(tmp_path, algorithm):
   # 22 steps, tau = 8: averages after steps 7 and 15, and after the last, 21
@@ -149,6 +233,14 @@ def test_compare_reports_a_shared_setting_one_algorithm_does_not_read(tmp_path):
   assert saved["notes"] == ["Not read by easgd (run at its default): delta=0.9."]
   easgd_cfg = json.loads((tmp_path / "easgd" / "config.json").read_text())
   assert easgd_cfg["delta"] == 0.99  # easgd ran at the default, as reported
+
+
+def test_compare_refuses_a_run_that_cannot_train_its_center_before_any_run(tmp_path):
+  # pmean_sgd ignores tau (reset to its default); easgd's tau = 22 would leave its
+  # center untrained: refused before pmean_sgd trains
+  with pytest.raises(ConfigError, match="^tau=22 leaves the center untrained: easgd"):
+    compare(DIGITS.replace(tau=22), tmp_path, ["pmean_sgd", "easgd"])
+  assert not any(tmp_path.iterdir())
 
 
 def test_compare_refuses_a_setting_that_no_compared_algorithm_reads(tmp_path):
