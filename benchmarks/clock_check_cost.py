@@ -5,7 +5,7 @@ Fashion-MNIST-shaped random data, batch ``--batch`` per worker, plain SGD,
 EASGD with tau = 10**9 so that every timed step is a local step. Candidates:
 
   bare       hand-written ``jax.pmap`` SGD step (as ``step_overhead.py``);
-  checked    the local program of ``easgd.workers.map_step`` (what the trainer
+  checked    the local program of ``easgd.parallel.workers.map_step`` (what the trainer
              runs: it compares ``exchange_at`` of the state's counter with its
              flag and returns a NaN loss on a mismatch);
   unchecked  the same step without the check:
@@ -38,7 +38,8 @@ def main():
   import optax
 
   import common
-  from easgd import algorithms, workers
+  from easgd.core import algorithms
+  from easgd.parallel import workers
 
   d, lr = 2, 0.01
   _, params, loss_fn = common.mlp_setup((256, 256))

@@ -83,7 +83,7 @@ def step_loop(f, carry, *args, clock: bool = False):
   until the carry is ready, and stores the new carry and the last loss in
   ``state`` (``state["loss"]``), so repeated calls continue the same run.
   With ``clock=True`` the step count so far is passed as a last argument
-  (``easgd.workers.map_step``'s ``step_fn(..., clock)``).
+  (``easgd.parallel.workers.map_step``'s ``step_fn(..., clock)``).
   """
   import jax  # lazily, like the rest of this module (see force_cpu_devices)
   state = {"carry": tuple(carry), "loss": None, "clock": 0}
@@ -108,7 +108,7 @@ def spread(all_s) -> str:
 def mlp_setup(hidden=(256, 256), input_shape=(28, 28, 1), num_classes=10, seed=0):
   """(model, params, loss_fn) of the trainer's MLP on Fashion-MNIST-shaped input."""
   import jax
-  from easgd import models, trainer
+  from easgd.training import models, trainer
   model = models.MLP(num_classes=num_classes, hidden=tuple(hidden))
   params = models.init_params(model, input_shape, jax.random.key(seed))
   return model, params, trainer.make_loss_fn(model)

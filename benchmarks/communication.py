@@ -1,9 +1,9 @@
 """Benchmark 3: all-reduces and bytes per step of each algorithm, read from HLO.
 
-Method. Every algorithm of the table ``easgd.registry.ALGORITHMS`` is built as the
-trainer builds it (``easgd.registry.make_algorithm``, plain SGD, ``--tau``,
+Method. Every algorithm of the table ``easgd.methods.registry.ALGORITHMS`` is built as the
+trainer builds it (``easgd.methods.registry.make_algorithm``, plain SGD, ``--tau``,
 beta 0.9, momentum 0.9 where used) for ``--workers`` workers on ``--devices``
-fake CPU devices, and the programs the trainer runs (``easgd.workers.map_step``)
+fake CPU devices, and the programs the trainer runs (``easgd.parallel.workers.map_step``)
 are lowered and compiled: for EASGD, EAMSGD, local SGD and DiLoCo two, the step
 without communication ("local") and the step with it ("exchange"), picked on
 the host by ``Algorithm.exchange_at``; for the others one. In each compiled
@@ -50,8 +50,10 @@ def main():
   import jax
 
   import common
-  from easgd import models, optimizers, registry, workers
-  from easgd.config import TrainConfig
+  from easgd.training import models, optimizers
+  from easgd.methods import registry
+  from easgd.parallel import workers
+  from easgd.training.config import TrainConfig
 
   p, d, tau = args.workers, args.devices, args.tau
   _, params, loss_fn = common.mlp_setup(common.int_list(args.hidden))

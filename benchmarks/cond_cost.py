@@ -45,7 +45,7 @@ def main():
   from jax import lax
 
   import common
-  from easgd import elastic
+  from easgd.core import elastic
 
   d, lr, alpha = args.devices, 0.01, 0.9 / args.devices
   _, params, loss_fn = common.mlp_setup()

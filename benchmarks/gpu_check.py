@@ -1,13 +1,13 @@
 """GPU check: the paper's CIFAR model, p EASGD workers vmapped on one GPU.
 
 Method. The 7-layer CIFAR-10 convnet of the paper's Section 5.1
-(``easgd.models.CifarNet``: conv5x5(64)-pool-conv5x5(128)-pool-conv3x3(64)-
+(``easgd.training.models.CifarNet``: conv5x5(64)-pool-conv5x5(128)-pool-conv3x3(64)-
 dense(256)-dropout-dense(10), 28x28x3 crops) on random 28x28x3 inputs, plain
 SGD, per-worker batch ``--batch`` B (paper: 128), on the FIRST device (a GPU
 when there is one). For each p in ``--workers``:
 
   easgd_vmapped  the library's EASGD step as the trainer runs it
-                 (``easgd.workers.map_step``: the exchange program on every
+                 (``easgd.parallel.workers.map_step``: the exchange program on every
                  ``--tau``-th step, the local program otherwise), p workers
                  vmapped on the one device (layout 1 x p; the exchange is a sum
                  over the vmapped axis: no transfer between devices);
@@ -55,7 +55,9 @@ def main():
   import optax
 
   import common
-  from easgd import algorithms, models, trainer, workers
+  from easgd.core import algorithms
+  from easgd.training import models, trainer
+  from easgd.parallel import workers
 
   lr, B, shape = 0.01, args.batch, (28, 28, 3)
   model = models.make_model("cifar", 10)

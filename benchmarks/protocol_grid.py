@@ -9,7 +9,7 @@ the machine's load):
   per worker per step, 8 epochs = 432 local steps, 1000 training signals held
   out for validation; --epochs shortens every run alike.
 
-  A  one program   easgd.protocol.run_program: every configuration in one
+  A  one program   easgd.protocol.runs.run_program: every configuration in one
                    compiled step program (the rate, seed and tau traced),
                    called for chunks of --configs-per-batch configurations;
                    the validation error every 27 steps (what the protocol
@@ -19,7 +19,7 @@ the machine's load):
                    validation and test error every epoch, a checkpoint every
                    epoch: what running the grid with the package's trainer
                    costs.
-  C  one by one,   easgd.protocol.run_program with ONE configuration per call:
+  C  one by one,   easgd.protocol.runs.run_program with ONE configuration per call:
      own program   the protocol's own program, compiled for each configuration
                    (what the grid costs without batching configurations, and
                    without the trainer's checkpoints and host loop).
@@ -48,9 +48,11 @@ import time
 import common  # noqa: F401  (puts the repository on sys.path)
 import numpy as np
 
-from easgd import models, protocol, train_and_evaluate
-from easgd.trainer import DivergenceError
-from easgd.protocol_config import load_protocol_file
+from easgd import train_and_evaluate
+from easgd.training import models
+from easgd.protocol import runs as protocol
+from easgd.training.trainer import DivergenceError
+from easgd.protocol.config import load_protocol_file
 
 
 def main(argv=None) -> int:

@@ -5,9 +5,9 @@ Two measurements, side by side in one run.
 A. Time to a target test error with a straggler. MNIST-1D, the small 1-D CNN,
    4 workers of batch 32, plain SGD at learning rate --lr, EASGD with tau = 4
    and beta = 0.9, on --devices fake CPU devices. Candidates:
-     async EASGD  the threads runtime (``easgd.async_threads`` driven by
-                  ``easgd.async_driver``, what ``--runtime threads`` runs);
-     sync EASGD   the SPMD trainer's mapped step (``easgd.trainer.Run``);
+     async EASGD  the threads runtime (``easgd.runtimes.threads`` driven by
+                  ``easgd.runtimes.driver``, what ``--runtime threads`` runs);
+     sync EASGD   the SPMD trainer's mapped step (``easgd.training.trainer.Run``);
      pmean SGD    likewise.
    Each runs with all workers at full speed, then with worker 3 slowed down
    --slowdown times: after each of its local steps it sleeps (slowdown - 1) *
@@ -27,7 +27,7 @@ A. Time to a target test error with a straggler. MNIST-1D, the small 1-D CNN,
    the asynchronous run less here than it would on separate devices.
 
 B. The threads runtime's local step against a bare jitted step. One worker,
-   on one device: ``easgd.async_shared.WorkerLoop.run`` (the runtime's local
+   on one device: ``easgd.runtimes.shared.WorkerLoop.run`` (the runtime's local
    step: batch from the data contract, the compiled ``local`` program with its
    key and clock, the host waiting one step late) against a hand-written
    ``jax.jit`` SGD step (value_and_grad, optax update) fed the same batches in
@@ -103,7 +103,8 @@ def _center_error(run):
 def _sync_run(args, algorithm, delay):
   """(times, errors) of an SPMD run, evaluating every eval_every steps."""
   import jax
-  from easgd import batches, trainer, workers
+  from easgd.training import batches, trainer
+  from easgd.parallel import workers
   run = trainer.Run(_config(args, algorithm))
   error = _center_error(run)
   spe, p = run.steps_per_epoch, run.config.num_workers
@@ -150,7 +151,8 @@ def common_one_step_late(previous, current):
 def _async_run(args, delays, measure=False):
   """(times, errors, exchanges, worker step seconds) of a threads-runtime run."""
   import jax
-  from easgd import async_driver, async_threads, async_trainer, trainer
+  from easgd.runtimes import driver as async_driver, threads as async_threads
+  from easgd.training import async_trainer, trainer
   run = trainer.Run(_config(args, "async_easgd", "threads"))
   error = _center_error(run)
   p = run.config.num_workers
@@ -251,8 +253,10 @@ def part_b(args):
   import jax
   import optax
   import common
-  from easgd import async_log, async_shared, async_trainer, asynchronous, trainer
-  from easgd.optimizers import make_optimizer
+  from easgd.asynchrony import log as async_log, simulation as asynchronous
+  from easgd.runtimes import shared as async_shared
+  from easgd.training import async_trainer, trainer
+  from easgd.training.optimizers import make_optimizer
   print(f"# B. local step, one worker on one device: the threads runtime's "
         f"WorkerLoop.run against a bare jax.jit SGD step, same batches, both waiting one "
         f"step late; {args.overhead_steps} steps x {args.overhead_repeats} repeats, "

@@ -62,7 +62,9 @@ def main():
   import optax
 
   import common
-  from easgd import algorithms, models, workers
+  from easgd.core import algorithms
+  from easgd.training import models
+  from easgd.parallel import workers
 
   lr, B = 0.01, args.batch
   _, params, loss_fn = common.mlp_setup(common.int_list(args.hidden))

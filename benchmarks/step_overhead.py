@@ -12,7 +12,7 @@ XLA's in-process CPU all-reduce can deadlock with hundreds of queued steps). Can
   bare_pmean        the same plus ``lax.pmean`` of the gradients (hand-written
                     data-parallel SGD);
   easgd_local/B     the library's EASGD step as the trainer runs it
-                    (``easgd.workers.map_step`` of ``algorithms.easgd``) on a
+                    (``easgd.parallel.workers.map_step`` of ``algorithms.easgd``) on a
                     local step: the program without communication that the
                     host picks when tau does not divide the clock;
   easgd_exchange/B  the same on an exchange step (tau = 1): the program with
@@ -59,7 +59,8 @@ def main():
   from jax import lax
 
   import common
-  from easgd import algorithms, workers
+  from easgd.core import algorithms
+  from easgd.parallel import workers
 
   d, lr = args.devices, 0.01
   _, params, loss_fn = common.mlp_setup(common.int_list(args.hidden))
@@ -112,7 +113,7 @@ def main():
       cands[f"{name}/pmap"] = library(f"{name}/pmap", algo, "pmap", scheduled=False)
   res = common.time_side_by_side(cands, args.steps, args.repeats, args.warmup)
 
-  from easgd import models
+  from easgd.training import models
   print(f"# step overhead  ({datetime.date.today()}; {common.machine()})")
   print(f"# {d} workers = {d} devices x 1; MLP hidden={args.hidden} "
         f"({models.count_params(params)} params, {models.param_bytes(params)} bytes); "

@@ -5,18 +5,18 @@ so that they share the machine's load):
 
   Work: the 8 x 8 grid tau in {1, 2, 4, ..., 128} x alpha in {0.05, ..., 0.8}
   (the grid of paper_notes/figures/sweep_mnist1d), learning rate 0.2, 4 workers,
-  the MNIST-1D MLP of easgd.models (78,858 parameters), plain-SGD local steps on
+  the MNIST-1D MLP of easgd.training.models (78,858 parameters), plain-SGD local steps on
   batches of 32 per worker, --num-steps steps, then the center evaluated on the
   2,000 test signals. Every variant sees the same initial parameters and the
   same batches.
 
-  A  one program   easgd.sweep_engine.make_sweep_fn: all 64 configurations
+  A  one program   easgd.sweeps.engine.make_sweep_fn: all 64 configurations
                    vmapped in one jitted program, each building
-                   easgd.algorithms.easgd from its traced tau, alpha, eta.
+                   easgd.core.algorithms.easgd from its traced tau, alpha, eta.
                    "cold" = the first call (trace + compile + run);
                    "warm" = later calls (run only).
-  B  sequential,   easgd.sweep_engine.run_with_algorithm for each configuration
-     own program   in turn: easgd.algorithms.easgd + optax.sgd with tau and alpha
+  B  sequential,   easgd.sweeps.engine.run_with_algorithm for each configuration
+     own program   in turn: easgd.core.algorithms.easgd + optax.sgd with tau and alpha
                    Python constants, vmapped over workers, scanned over steps,
                    jitted; every configuration is its own compiled program
                    (what one gets by looping over the trainer's pieces), so
@@ -46,10 +46,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from easgd import algorithms, data, flags, models, sweep_engine, sweep_network
-from easgd.flags import option
-from easgd.sweep_engine import CompileCounter
-from easgd.sweep_grid import SweepGrid
+from easgd.core import algorithms
+from easgd.training import data, models
+from easgd._util import flags
+from easgd.sweeps import engine as sweep_engine, network as sweep_network
+from easgd._util.flags import option
+from easgd.sweeps.engine import CompileCounter
+from easgd.sweeps.grid import SweepGrid
 
 TAU = (1, 2, 4, 8, 16, 32, 64, 128)
 ALPHA = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8)
@@ -57,7 +60,7 @@ ALPHA = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8)
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-  """The benchmark's settings (flags from the fields, ``easgd.flags``)."""
+  """The benchmark's settings (flags from the fields, ``easgd._util.flags``)."""
   num_steps: int = option(100, "steps per configuration")
   repeats: int = option(3, "timed rounds of (A, B, C) after the warm-up")
   learning_rate: float = option(0.2, "eta of every configuration")

@@ -2,60 +2,60 @@
 
 Where things live (the layers, bottom up: core, parallel, analysis, training,
 face; README "Architecture"):
-  easgd.elastic     the update rules (eq. 5-6), the worker axis names, sums
+  easgd.core.elastic     the update rules (eq. 5-6), the worker axis names, sums
                     across workers in float32, pure pytree functions
-  easgd.momentum    the local step: Nesterov momentum (eq. 7) and the one
+  easgd.core.momentum    the local step: Nesterov momentum (eq. 7) and the one
                     loss-and-gradient of every algorithm (model state included)
-  easgd.algorithms  per-worker (init, step) pairs: EASGD and EAMSGD (one rule),
+  easgd.core.algorithms  per-worker (init, step) pairs: EASGD and EAMSGD (one rule),
                     the one-model core of pmean SGD and the sequential methods
-  easgd.async_schedule  the simulated time model: ticks, speeds, exchange orders
-  easgd.asynchronous  Algorithms 1-2 (and the DOWNPOUR engine) simulated on it,
+  easgd.asynchrony.schedule  the simulated time model: ticks, speeds, exchange orders
+  easgd.asynchrony.simulation  Algorithms 1-2 (and the DOWNPOUR engine) simulated on it,
                     and their per-event rules
-  easgd.async_log   the exchange log of a run and its replay
-  easgd.baselines   DOWNPOUR family, sequential SGD/MSGD/ASGD/MVASGD, local
+  easgd.asynchrony.log   the exchange log of a run and its replay
+  easgd.methods.baselines   DOWNPOUR family, sequential SGD/MSGD/ASGD/MVASGD, local
                     SGD, DiLoCo
-  easgd.registry    the algorithm table: factories, the settings each reads
-  easgd.workers     the worker mapping (pmap or shard_map over devices of vmap
+  easgd.methods.registry    the algorithm table: factories, the settings each reads
+  easgd.parallel.workers     the worker mapping (pmap or shard_map over devices of vmap
                     over workers)
-  easgd.distributed multi-process runs: jax.distributed setup, peer watchdog
-  easgd.async_shared, async_threads, async_ray, async_driver
+  easgd.parallel.distributed multi-process runs: jax.distributed setup, peer watchdog
+  easgd.runtimes.shared, async_threads, async_ray, async_driver
                     real asynchronous workers (runtime "threads" or "ray"): the
                     compiled rules, the center store and exchange log, the
-                    threads and Ray backends, the scheduler; easgd.async_trainer
+                    threads and Ray backends, the scheduler; easgd.training.async_trainer
                     their training loop
-  easgd.trainer     train_and_evaluate(config, workdir): Run, loss/eval, divergence
+  easgd.training.trainer     train_and_evaluate(config, workdir): Run, loss/eval, divergence
                     checks, stability warning
-  easgd.optimizers  the local optimizer, its schedule counted in epochs
-  easgd.rundir      the run directory: file names, workdir checks, set-aside of
+  easgd.training.optimizers  the local optimizer, its schedule counted in epochs
+  easgd.training.rundir      the run directory: file names, workdir checks, set-aside of
                     an earlier run on overwrite, resume checks, metrics/summary
-  easgd.checkpoint  layout-free Orbax checkpoints (resume, export)
-  easgd.export      export_center: the center as a plain Flax parameter file
-  easgd.files       the one atomic file writer (every layer may use it)
-  easgd.progress    the training loops' progress: a bar on a terminal, one line
+  easgd.training.checkpoint  layout-free Orbax checkpoints (resume, export)
+  easgd.training.export      export_center: the center as a plain Flax parameter file
+  easgd._util.files       the one atomic file writer (every layer may use it)
+  easgd._util.progress    the training loops' progress: a bar on a terminal, one line
                     per epoch in a file, a pipe or a notebook
-  easgd.compare     several algorithms on one data budget, plot + table
-  easgd.stability   analysis: spectral radii, stable regions, ADMM (Section 4)
-  easgd.sweep_engine  many configurations of an algorithm's own step as one
+  easgd.training.compare     several algorithms on one data budget, plot + table
+  easgd.analysis.stability   analysis: spectral radii, stable regions, ADMM (Section 4)
+  easgd.sweeps.engine  many configurations of an algorithm's own step as one
                     compiled program (vmap over configurations, divergence flags)
-  easgd.sweep_grid  the (learning rate, tau, alpha) grid and its results
-  easgd.quadratic   the quadratic model simulated (and swept) with EASGD's step
-  easgd.hessian     the largest Hessian eigenvalue (the curvature h)
-  easgd.sweep_network  the network problem of the sweep (model, data, h)
-  easgd.sweep_report   the sweep's files, theory contour and heatmaps
-  easgd.sweep       the ``easgd sweep`` command (SweepConfig, run_sweep)
-  easgd.flags       command-line flags from a dataclass's fields
-  easgd.checks      the one vocabulary of input checks (one message form)
-  easgd.data        the data sets (MNIST-1D, Fashion-MNIST, digits, CIFAR-10)
-  easgd.batches     which examples each worker reads at each step; crops
-  easgd.models, easgd.config, easgd.cli
+  easgd.sweeps.grid  the (learning rate, tau, alpha) grid and its results
+  easgd.sweeps.quadratic   the quadratic model simulated (and swept) with EASGD's step
+  easgd.analysis.hessian     the largest Hessian eigenvalue (the curvature h)
+  easgd.sweeps.network  the network problem of the sweep (model, data, h)
+  easgd.sweeps.report   the sweep's files, theory contour and heatmaps
+  easgd.sweeps.command       the ``easgd sweep`` command (SweepConfig, run_sweep)
+  easgd._util.flags       command-line flags from a dataclass's fields
+  easgd._util.checks      the one vocabulary of input checks (one message form)
+  easgd.training.data        the data sets (MNIST-1D, Fashion-MNIST, digits, CIFAR-10)
+  easgd.training.batches     which examples each worker reads at each step; crops
+  easgd.training.models, easgd.training.config, easgd.cli
 """
 
-from easgd.algorithms import Algorithm, Communication, easgd, pmean_sgd
-from easgd.config import ConfigError, TrainConfig
-from easgd.elastic import (HyperparameterError, easgd_update, elastic_difference,
+from easgd.core.algorithms import Algorithm, Communication, easgd, pmean_sgd
+from easgd.training.config import ConfigError, TrainConfig
+from easgd.core.elastic import (HyperparameterError, easgd_update, elastic_difference,
                            elastic_exchange, resolve_alpha)
-from easgd.compare import compare
-from easgd.trainer import train_and_evaluate
-from easgd.workers import WORKER_AXES, make_layout, map_workers
+from easgd.training.compare import compare
+from easgd.training.trainer import train_and_evaluate
+from easgd.parallel.workers import WORKER_AXES, make_layout, map_workers
 
 __version__ = "0.1.0"

@@ -1,6 +1,6 @@
 """Command line: ``easgd train``, ``compare``, ``export``, ``sweep`` and ``protocol``.
 
-Every :class:`~easgd.config.TrainConfig` field is a flag (``--num-workers 4``,
+Every :class:`~easgd.training.config.TrainConfig` field is a flag (``--num-workers 4``,
 ``--tau 16``, ``--beta 0.9``, ``--lr-decay-epochs 10,15``; ``none`` for an
 optional value). ``--config FILE.py`` starts from that file's ``get_config()``
 (see ``experiments/``); flags override it. Bad input prints one line
@@ -9,7 +9,7 @@ optional value). ``--config FILE.py`` starts from that file's ``get_config()``
 ``--cpu-devices N`` fakes N CPU devices (``jax_num_cpu_devices``) so that
 workers can be spread over "devices" on a machine without accelerators.
 
-Multi-process training (``easgd.distributed``): start the same ``easgd train``
+Multi-process training (``easgd.parallel.distributed``): start the same ``easgd train``
 command once per process with ``--coordinator-address HOST:PORT
 --num-processes N --process-id I`` (or ``$JAX_COORDINATOR_ADDRESS``,
 ``$JAX_NUM_PROCESSES``, ``$JAX_PROCESS_ID``) and ``--mapping-backend
@@ -28,9 +28,9 @@ import sys
 import warnings
 from pathlib import Path
 
-from easgd import flags
-from easgd.config import ConfigError, TrainConfig
-from easgd.files import json_text
+from easgd._util import flags
+from easgd.training.config import ConfigError, TrainConfig
+from easgd._util.files import json_text
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,7 +41,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
-  """One flag per TrainConfig field (``easgd.flags``: help from the field's metadata)."""
+  """One flag per TrainConfig field (``easgd._util.flags``: help from the field's metadata)."""
   flags.add_flags(
       parser, TrainConfig,
       title="config (TrainConfig fields; tuples comma-separated, e.g. 10,15; booleans "
@@ -54,7 +54,7 @@ def load_config_file(path) -> TrainConfig:
 
   Raises:
     ConfigError: the file is missing, fails to load, or has no ``get_config``
-      returning a TrainConfig (``easgd.flags.call_config_file``).
+      returning a TrainConfig (``easgd._util.flags.call_config_file``).
   """
   return flags.call_config_file(path, "get_config", TrainConfig, "config file", ConfigError)
 
@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu-devices", type=int, default=None, metavar="N",
                    help="fake N CPU devices (before JAX starts)")
     if name == "compare":
-      from easgd import registry
+      from easgd.methods import registry
       p.add_argument("--algorithms", type=flags.list_parser(str),
                      default=registry.DEFAULT_COMPARISON, metavar="NAMES",
                      help=f"comma-separated algorithm names, of: "
@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--out", required=True, help="output file, e.g. center.msgpack")
   p = sub.add_parser(
       "protocol", help="tuned rates, seeds, intervals, time to target: the comparison "
-      "protocol of a config file (easgd.protocol); results.json, results.md, curves.png",
+      "protocol of a config file (easgd.protocol.runs); results.json, results.md, curves.png",
       description="For each arm of the protocol file: its learning-rate grid x tuning "
                   "seeds on the validation split, the best rate rerun on fresh seeds "
                   "on the test set; one compiled program per group of arms")
@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "without running anything")
   p.add_argument("--group-by", default="tau", choices=("tau", "num_workers", ""),
                  help="the panels of curves.png (default: %(default)s)")
-  from easgd.sweep import add_sweep_arguments  # easgd sweep: see easgd.sweep
+  from easgd.sweeps.command import add_sweep_arguments  # easgd sweep: see easgd.sweeps.command
   add_sweep_arguments(sub.add_parser(
       "sweep", help="tau x alpha grid as one compiled program; CSV, JSON, heatmaps",
       description="tau x alpha (x learning rate x num_workers) sweep of EASGD on "
@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_process_flags(parser: argparse.ArgumentParser) -> None:
   group = parser.add_argument_group(
-      "multi-process (easgd.distributed; default: one process)")
+      "multi-process (easgd.parallel.distributed; default: one process)")
   group.add_argument("--coordinator-address", default=None, metavar="HOST:PORT",
                      help="process 0's address (default: $JAX_COORDINATOR_ADDRESS)")
   group.add_argument("--num-processes", type=int, default=None, metavar="N",
@@ -144,20 +144,20 @@ def _add_process_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _user_errors():
-  from easgd.data import DataError
-  from easgd.distributed import DistributedError
-  from easgd.elastic import HyperparameterError
-  from easgd.models import ModelError
-  from easgd.workers import LayoutError
-  from easgd.checkpoint import CheckpointError
+  from easgd.training.data import DataError
+  from easgd.parallel.distributed import DistributedError
+  from easgd.core.elastic import HyperparameterError
+  from easgd.training.models import ModelError
+  from easgd.parallel.workers import LayoutError
+  from easgd.training.checkpoint import CheckpointError
   return (ConfigError, DataError, HyperparameterError, ModelError, LayoutError,
           CheckpointError,
           DistributedError)
 
 
 def _run_errors():
-  from easgd.async_driver import WorkersLostError
-  from easgd.trainer import DivergenceError
+  from easgd.runtimes.driver import WorkersLostError
+  from easgd.training.trainer import DivergenceError
   return (DivergenceError, WorkersLostError)
 
 
@@ -166,19 +166,19 @@ def main(argv=None) -> int:
 
   Exit status: 0 done (also a real asynchronous run in which some workers
   failed: the summary lists them); 2 bad input, or a workdir another command
-  holds (``easgd.runlock``) (one line ``easgd: error: ...`` on stderr, before
+  holds (``easgd.training.runlock``) (one line ``easgd: error: ...`` on stderr, before
   anything is compiled); 1 a run that failed
   (divergence, or every worker of a real asynchronous run stopped); 3
-  (``easgd.distributed.EXIT_PEER_LOST``) a multi-process run whose processes did
+  (``easgd.parallel.distributed.EXIT_PEER_LOST``) a multi-process run whose processes did
   not all join within ``--startup-timeout``, that could not start, that lost
   a process, or a Ray cluster (``--runtime ray``) that cannot be reached; 130
   interrupted (Ctrl-C); 143 terminated (SIGTERM, handled as Ctrl-C: a
-  checkpoint save in progress completes first, ``easgd.files.terminate_as_interrupt``).
+  checkpoint save in progress completes first, ``easgd._util.files.terminate_as_interrupt``).
   """
   parser = build_parser()
   args = parser.parse_args(argv)
-  from easgd import distributed
-  from easgd.files import terminate_as_interrupt
+  from easgd.parallel import distributed
+  from easgd._util.files import terminate_as_interrupt
   with warnings.catch_warnings(), terminate_as_interrupt():
     warnings.showwarning = _show_warning
     return _main(args, distributed)
@@ -210,7 +210,7 @@ def _main(args, distributed) -> int:
     print(f"easgd: error: {e}", file=sys.stderr)
     return 1
   except KeyboardInterrupt as e:
-    from easgd.files import Terminated
+    from easgd._util.files import Terminated
     if isinstance(e, Terminated):
       print("easgd: terminated (SIGTERM)", file=sys.stderr)
       return 143
@@ -219,24 +219,24 @@ def _main(args, distributed) -> int:
 
 
 def _run(args) -> int:
-  from easgd.rundir import workdir_path
+  from easgd.training.rundir import workdir_path
   workdir_path(args.workdir, "--workdir")  # every command, before anything else
   if args.command == "sweep":
-    from easgd.sweep import main_sweep
+    from easgd.sweeps.command import main_sweep
     return main_sweep(args)
   if args.command == "protocol":
     return _run_protocol(args)
   if args.command == "export":
-    from easgd.export import export_center
+    from easgd.training.export import export_center
     print(f"wrote {export_center(args.workdir, args.out)}")
     return 0
   if args.cpu_devices is not None:
-    from easgd import checks
+    from easgd._util import checks
     checks.integer("--cpu-devices", args.cpu_devices, 1, 1024, error=ConfigError)
     import jax
     jax.config.update("jax_num_cpu_devices", args.cpu_devices)
   if args.command == "train":
-    from easgd import distributed
+    from easgd.parallel import distributed
     distributed.initialize(distributed.resolve(
         args.coordinator_address, args.num_processes, args.process_id,
         heartbeat_timeout_s=args.heartbeat_timeout, peer_timeout_s=args.peer_timeout,
@@ -246,13 +246,13 @@ def _run(args) -> int:
   if args.config:
     base = load_config_file(args.config)
   elif resume:
-    from easgd.rundir import saved_config
+    from easgd.training.rundir import saved_config
     base = saved_config(args.workdir)
   else:
     base = TrainConfig()
   config = base.replace(**overrides)  # train_and_evaluate / compare validate it
   if args.command == "train":
-    from easgd.trainer import train_and_evaluate
+    from easgd.training.trainer import train_and_evaluate
     summary = train_and_evaluate(config, args.workdir, overwrite=args.overwrite,
                                  resume=resume, stop_after_steps=args.stop_after_steps)
     final = summary["final"]
@@ -264,7 +264,7 @@ def _run(args) -> int:
                           communication=summary["communication"],
                           wall_time_s=summary["wall_time_s"])))
     return 0
-  from easgd.compare import RESULTS_MD, compare
+  from easgd.training.compare import RESULTS_MD, compare
   compare(config, args.workdir, list(args.algorithms), overwrite=args.overwrite)
   print((Path(args.workdir) / RESULTS_MD).read_text(), end="")
   print(f"plot: {Path(args.workdir) / 'comparison.png'}")
@@ -272,8 +272,9 @@ def _run(args) -> int:
 
 
 def _run_protocol(args) -> int:
-  from easgd import protocol_report, rundir, runlock
-  from easgd.protocol_config import load_protocol_file
+  from easgd.protocol import report as protocol_report
+  from easgd.training import rundir, runlock
+  from easgd.protocol.config import load_protocol_file
   workdir = rundir.workdir_path(args.workdir, "--workdir")
   results = workdir / protocol_report.RESULTS_JSON
   if args.report_only:
@@ -292,7 +293,7 @@ def _run_protocol(args) -> int:
     config = load_protocol_file(args.config).validate()  # before anything runs
     with runlock.hold_workdir(workdir, "protocol"):  # before the checks of workdir
       _check_protocol_workdir(workdir, args.overwrite)
-      from easgd.protocol import run_protocol
+      from easgd.protocol.runs import run_protocol
       # nothing is written until every arm has run; then each file is replaced
       # whole, so a failed or interrupted run leaves the earlier results as they were
       fresh = run_protocol(config, None, log=lambda line: print(line, file=sys.stderr,
@@ -305,7 +306,7 @@ def _run_protocol(args) -> int:
 def _check_protocol_workdir(workdir: Path, overwrite: bool) -> None:
   """Refuses a workdir with a protocol's results (unless ``overwrite``) or with a
   directory where a result file goes; the lock has created ``workdir``."""
-  from easgd import protocol_report
+  from easgd.protocol import report as protocol_report
   if (workdir / protocol_report.RESULTS_JSON).exists() and not overwrite:
     raise ConfigError(f"workdir '{workdir}' already holds a protocol's results; "
                       "choose another directory or pass --overwrite")

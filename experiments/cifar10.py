@@ -25,15 +25,15 @@ One variant of the grid from the command line (flags override the file):
       --learning-rate 0.005 --num-workers 8 --global-batch-size 1024 --tau 16 \
       --workdir runs/cifar10/eamsgd_p8_tau16
 The whole grid from Python:
-  import runpy, easgd.trainer
+  import runpy, easgd.training.trainer
   grid = runpy.run_path("experiments/cifar10.py")["get_grid"]()
   for name, cfg in grid.items():
-      easgd.trainer.train_and_evaluate(cfg, f"runs/cifar10/{name}")
+      easgd.training.trainer.train_and_evaluate(cfg, f"runs/cifar10/{name}")
 """
 import os
 
-from easgd.config import TrainConfig
-from easgd.registry import ALGORITHMS
+from easgd.training.config import TrainConfig
+from easgd.methods.registry import ALGORITHMS
 
 PER_WORKER_BATCH = 128           # examples per worker per step (paper)
 PAPER_NUM_WORKERS = (4, 8, 16)   # p (paper: CIFAR p in {4, 8, 16})
@@ -80,7 +80,7 @@ def get_grid(num_workers=PAPER_NUM_WORKERS, taus=PAPER_TAUS,
     num_workers: the values of p (paper: 4, 8, 16).
     taus: the communication periods, in local steps (paper: 1, 4, 16, 64;
       its tau sweep was at p = 4, so the cross product is a superset).
-    algorithms: names of ``easgd.registry.ALGORITHMS``; None = those of
+    algorithms: names of ``easgd.methods.registry.ALGORITHMS``; None = those of
       PAPER_ALGORITHMS ("easgd", "eamsgd", "downpour") that are registered.
 
   Returns:
@@ -88,7 +88,7 @@ def get_grid(num_workers=PAPER_NUM_WORKERS, taus=PAPER_TAUS,
     tau; 36 entries by default.
 
   Raises:
-    easgd.config.ConfigError: an unknown algorithm or a bad p or tau.
+    easgd.training.config.ConfigError: an unknown algorithm or a bad p or tau.
   """
   if algorithms is None:
     algorithms = [a for a in PAPER_ALGORITHMS if a in ALGORITHMS]

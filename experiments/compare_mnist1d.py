@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from easgd import train_and_evaluate
-from easgd.config import TrainConfig
-from easgd.trainer import DivergenceError
+from easgd.training.config import TrainConfig
+from easgd.training.trainer import DivergenceError
 
 TAUS = (1, 4, 16)
 ALGORITHMS = ("easgd", "eamsgd", "downpour", "local_sgd", "diloco")

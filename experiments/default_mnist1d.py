@@ -2,7 +2,7 @@
 
 The same as ``TrainConfig()``'s defaults: the README's first command runs it.
 """
-from easgd.config import TrainConfig
+from easgd.training.config import TrainConfig
 
 
 def get_config() -> TrainConfig:

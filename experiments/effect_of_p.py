@@ -22,7 +22,7 @@ All of them:
   for name, cfg in runpy.run_path("experiments/effect_of_p.py")["get_grid"]().items():
       easgd.train_and_evaluate(cfg, f"runs/effect_of_p/{name}")
 """
-from easgd.config import TrainConfig
+from easgd.training.config import TrainConfig
 
 NUM_WORKERS = (4, 8, 16)           # p (paper, CIFAR-10)
 PER_WORKER_BATCH = 32              # examples per worker per step

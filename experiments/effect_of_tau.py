@@ -6,7 +6,7 @@ depend on tau, MSGD and pmean SGD, run once as references. MNIST-1D and the smal
 1-D CNN instead of CIFAR-10 and the paper's 7-layer net; 8 epochs; 32 examples
 per worker per step (global batch 128). Synchronous EASGD/EAMSGD (the paper ran
 the asynchronous variants), DOWNPOUR simulated asynchronously (round-robin
-exchanges, ``easgd.asynchronous``).
+exchanges, ``easgd.asynchrony.simulation``).
 
 Learning rates (the paper's per-method grid is not published; these are fixed by
 a rule, not tuned): eta = 0.1 for the SGD-type methods (the project default);
@@ -23,7 +23,7 @@ All of them:
   for name, cfg in runpy.run_path("experiments/effect_of_tau.py")["get_grid"]().items():
       easgd.train_and_evaluate(cfg, f"runs/effect_of_tau/{name}")
 """
-from easgd.config import TrainConfig
+from easgd.training.config import TrainConfig
 
 TAUS = (1, 4, 16, 64)              # communication periods, local steps (paper, p = 4)
 NUM_WORKERS = 4                    # p

@@ -10,7 +10,7 @@ Run one variant:
   easgd train --config experiments/exploration.py --tau 16 --beta 0.3 \
       --workdir runs/exploration/tau16_beta0.3
 """
-from easgd.config import TrainConfig
+from easgd.training.config import TrainConfig
 
 TAUS = (1, 4, 16)                  # communication periods, local steps
 BETAS = (0.1, 0.3, 0.9, 1.8)       # center moving rates; alpha = beta / p

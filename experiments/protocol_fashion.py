@@ -18,8 +18,8 @@ files; 60000 training images, of which 5000 are held out for validation;
 * 3 log-spaced rates per method over one decade (3 tuning seeds each),
   reported on 3 fresh seeds; the center evaluated every 78 steps.
 """
-from easgd.config import TrainConfig
-from easgd.protocol_config import (Arm, GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET,
+from easgd.training.config import TrainConfig
+from easgd.protocol.config import (Arm, GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET,
                                    ProtocolConfig, log_grid)
 
 TAUS = (4, 16)

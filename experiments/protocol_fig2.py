@@ -31,8 +31,8 @@ split put the best rates: with EAMSGD/MSGD at 1e-4 .. 1e-2, MDOWNPOUR at
 grids' edges. beta = 0.9 (alpha = 0.225); DiLoCo's outer SGD: rate 0.7,
 Nesterov 0.9.
 """
-from easgd.config import TrainConfig
-from easgd.protocol_config import (Arm, GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET,
+from easgd.training.config import TrainConfig
+from easgd.protocol.config import (Arm, GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET,
                                    ProtocolConfig, log_grid)
 
 TAUS = (1, 4, 16, 64)                  # communication periods, local steps (paper)

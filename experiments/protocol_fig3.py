@@ -19,8 +19,8 @@ experiments/protocol_fig2.py, chosen on the
 validation split per arm (per p), reported on 3 fresh seeds. beta = 0.9, so
 alpha = 0.9 / p.
 """
-from easgd.config import TrainConfig
-from easgd.protocol_config import (Arm, GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET,
+from easgd.training.config import TrainConfig
+from easgd.protocol.config import (Arm, GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET,
                                    ProtocolConfig, log_grid)
 
 WORKERS = (4, 8, 16)                   # p (paper, CIFAR-10)

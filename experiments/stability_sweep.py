@@ -10,7 +10,7 @@ is the same as
 """
 import argparse
 
-from easgd import sweep, sweep_report
+from easgd.sweeps import command as sweep, report as sweep_report
 
 
 def get_sweep_config() -> sweep.SweepConfig:

@@ -1,10 +1,10 @@
-"""Prints the algorithm table of the README from ``easgd.registry.TABLE``.
+"""Prints the algorithm table of the README from ``easgd.methods.registry.TABLE``.
 
     python scripts/algorithm_table.py
 """
 import sys
 
-from easgd import registry
+from easgd.methods import registry
 
 
 def table() -> str:

@@ -2,15 +2,15 @@
 
     python scripts/protocol_fields.py
 
-One row per field of ``easgd.protocol_config.ProtocolConfig``, ``Arm`` and
+One row per field of ``easgd.protocol.config.ProtocolConfig``, ``Arm`` and
 ``Network``, in declaration order: its type (the annotation), its default and
-its meaning and unit (the field's help text, ``easgd.flags.option``).
+its meaning and unit (the field's help text, ``easgd._util.flags.option``).
 """
 import dataclasses
 import sys
 
-from easgd import flags
-from easgd.protocol_config import Arm, Network, ProtocolConfig
+from easgd._util import flags
+from easgd.protocol.config import Arm, Network, ProtocolConfig
 
 CLASSES = (ProtocolConfig, Arm, Network)
 
@@ -35,7 +35,7 @@ def table() -> str:
       help_text = field.metadata.get(flags.HELP)
       if not help_text:
         raise ValueError(f"{cls.__name__}.{field.name} declares no help text "
-                         "(easgd.flags.option)")
+                         "(easgd._util.flags.option)")
       default = flags.field_default(field)
       default = "required" if default is dataclasses.MISSING else f"`{shown(default)}`"
       kind = str(field.type).replace(" | ", " or ")

@@ -6,7 +6,7 @@
 Reads ``paper_notes/figures/protocol_{fig2,fig3,fashion,seeds}/results.json``
 (written by ``easgd protocol``), rewrites each experiment's results.md and
 curves.png (``--rewrite``), and prints: the claims table of the paper's
-Section 5 (``easgd.protocol_report.claims``), the comparison table of each
+Section 5 (``easgd.protocol.report.claims``), the comparison table of each
 experiment with 95% intervals and the seeds question's table.
 Nothing here is typed by hand: every number comes from the results files.
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from easgd import protocol_report  # noqa: E402
-from easgd.files import write_text_atomic  # noqa: E402
+from easgd.protocol import report as protocol_report
+from easgd._util.files import write_text_atomic  # noqa: E402
 
 FIGURES = ROOT / "paper_notes" / "figures"
 EXPERIMENTS = dict(fig2="tau", fig3="num_workers", fashion="tau", seeds="num_workers")

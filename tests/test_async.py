@@ -14,9 +14,12 @@ import numpy as np
 import optax
 import pytest
 
-from easgd import algorithms, async_log, async_schedule, asynchronous, trainer, workers
-from easgd.config import ConfigError, TrainConfig
-from easgd.elastic import HyperparameterError
+from easgd.core import algorithms
+from easgd.asynchrony import log as async_log, schedule as async_schedule, simulation as asynchronous
+from easgd.training import trainer
+from easgd.parallel import workers
+from easgd.training.config import ConfigError, TrainConfig
+from easgd.core.elastic import HyperparameterError
 import linear_problem
 from testutil import STEP_KINDS
 from linear_problem import (THETA0, local_steps_in_time_order, loss_fn,

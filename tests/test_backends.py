@@ -13,8 +13,10 @@ import numpy as np
 import optax
 import pytest
 
-from easgd import algorithms, checkpoint, rundir, trainer, workers
-from easgd.config import ConfigError, TrainConfig
+from easgd.core import algorithms
+from easgd.training import checkpoint, rundir, trainer
+from easgd.parallel import workers
+from easgd.training.config import ConfigError, TrainConfig
 from testutil import STEP_KINDS, mlp_setup, random_batches
 
 

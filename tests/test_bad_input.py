@@ -15,10 +15,12 @@ import signal
 import numpy as np
 import pytest
 
-from easgd import checkpoint, cli, files, flags, trainer
-from easgd.compare import RESULTS_JSON, RESULTS_MD, compare
-from easgd.config import MAX_REAL, ConfigError, TrainConfig
-from easgd.data import DataError
+from easgd import cli
+from easgd.training import checkpoint, trainer
+from easgd._util import files, flags
+from easgd.training.compare import RESULTS_JSON, RESULTS_MD, compare
+from easgd.training.config import MAX_REAL, ConfigError, TrainConfig
+from easgd.training.data import DataError
 
 # digits: 1438 training images; global batch 64 -> 22 steps per epoch
 DIGITS = TrainConfig(dataset="digits", model="mlp", num_workers=2, global_batch_size=64,
@@ -146,8 +148,8 @@ def test_a_learning_rate_warm_up_rounded_to_no_steps_or_the_whole_run_is_refused
 
 
 def test_the_protocol_checks_each_grid_rate_and_arm_as_its_runs_derive_them():
-  from easgd import protocol
-  from easgd.protocol_config import Arm, ProtocolConfig, ProtocolError
+  from easgd.protocol import runs as protocol
+  from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError
   base = TrainConfig(dataset="mnist1d", model="mlp", num_epochs=1, global_batch_size=384,
                      num_workers=4, validation_examples=1000, progress=False)
   scaled = dict(lr_scaling="linear", lr_reference_batch=1)  # lr_scale 384
@@ -190,7 +192,7 @@ def test_a_step_decay_that_would_never_happen_or_repeat_is_refused(epochs, match
 
 
 def test_a_step_decay_rounded_onto_the_last_step_is_refused():
-  from easgd import optimizers
+  from easgd.training import optimizers
   cfg = DIGITS.replace(num_epochs=3, lr_schedule="step", lr_decay_epochs=(2.99,)).validate()
   with pytest.raises(ConfigError, match=r"fall on steps \[66\] .* 66 steps in all\); "
                                         "allowed: distinct steps after the warm-up and "
@@ -239,7 +241,7 @@ def test_worker_speeds_are_shown_as_the_integers_typed(tmp_path, capsys):
 # -- directories ------------------------------------------------------------------
 
 def test_a_data_dir_that_is_a_file_is_named_so(tmp_path):
-  from easgd import data
+  from easgd.training import data
   f = tmp_path / "afile"
   f.write_text("")
   for name in ("fashion_mnist", "cifar10"):
@@ -263,7 +265,7 @@ def test_resume_checks_that_the_workdir_can_be_written(tmp_path, monkeypatch):
   """Also as root (where permissions do not stop a write): the check is made."""
   trainer.train_and_evaluate(DIGITS, tmp_path / "run", stop_after_steps=4)
   checked = []
-  from easgd import rundir
+  from easgd.training import rundir
   real = rundir.ensure_writable_dir
   monkeypatch.setattr(rundir, "ensure_writable_dir",
                       lambda p: checked.append(p.name) or real(p))

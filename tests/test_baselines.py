@@ -14,10 +14,13 @@ import numpy as np
 import optax
 import pytest
 
-from easgd import algorithms, async_log, async_schedule, baselines, registry, workers
-from easgd.compare import compare
-from easgd.config import TrainConfig
-from easgd.elastic import HyperparameterError
+from easgd.core import algorithms
+from easgd.asynchrony import log as async_log, schedule as async_schedule
+from easgd.methods import baselines, registry
+from easgd.parallel import workers
+from easgd.training.compare import compare
+from easgd.training.config import TrainConfig
+from easgd.core.elastic import HyperparameterError
 import linear_problem
 from testutil import STEP_KINDS
 from linear_problem import (THETA0, flat, local_steps_in_time_order,

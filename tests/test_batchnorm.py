@@ -12,9 +12,10 @@ import pytest
 from flax import serialization
 from numpy.lib.stride_tricks import sliding_window_view
 
-from easgd import batches, checkpoint, data, models, trainer, workers
-from easgd.config import ConfigError, TrainConfig
-from easgd.export import export_center
+from easgd.training import batches, checkpoint, data, models, trainer
+from easgd.parallel import workers
+from easgd.training.config import ConfigError, TrainConfig
+from easgd.training.export import export_center
 
 # digits (1438 training images, 8x8x1): 64 per step = 22 steps per epoch;
 # the statistics over 512 training images, 128 per worker.

@@ -10,11 +10,12 @@ import jax
 import numpy as np
 import pytest
 
-from easgd import checkpoint, cli, trainer
-from easgd.sweep_engine import CompileCounter
-from easgd.registry import ALGORITHMS
-from easgd.config import ConfigError, TrainConfig
-from easgd.export import export_center
+from easgd import cli
+from easgd.training import checkpoint, trainer
+from easgd.sweeps.engine import CompileCounter
+from easgd.methods.registry import ALGORITHMS
+from easgd.training.config import ConfigError, TrainConfig
+from easgd.training.export import export_center
 from testutil import interrupt_once
 
 # digits, tiny MLP: 1438 training images / 64 = 22 steps per epoch, 2 epochs

@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from easgd import batches, data, models, trainer
-from easgd.config import ConfigError, TrainConfig
+from easgd.training import batches, data, models, trainer
+from easgd.training.config import ConfigError, TrainConfig
 
 TRAIN_PER_BATCH, NUM_TEST = 4, 3
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from easgd import cli
-from easgd.flags import add_flags, option, overrides
+from easgd._util.flags import add_flags, option, overrides
 
 BAD_INPUTS = [
     (["--tau", "0"], "tau (communication period) must be an integer in [1, 1073741824], got 0"),
@@ -112,7 +112,7 @@ def test_blank_workdir_is_refused_by_every_command(command, workdir, tmp_path, c
 
 
 # ---------------------------------------------------------------------------
-# easgd.flags: flags from a dataclass's fields (easgd sweep uses it)
+# easgd._util.flags: flags from a dataclass's fields (easgd sweep uses it)
 # ---------------------------------------------------------------------------
 
 

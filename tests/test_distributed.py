@@ -24,8 +24,9 @@ import jax
 import numpy as np
 import pytest
 
-from easgd import checkpoint, distributed, trainer
-from easgd.config import TrainConfig
+from easgd.training import checkpoint, trainer
+from easgd.parallel import distributed
+from easgd.training.config import TrainConfig
 
 pytestmark = pytest.mark.slow  # every test here starts processes
 

@@ -5,7 +5,8 @@ import numpy as np
 import optax
 import pytest
 
-from easgd import algorithms, elastic, workers
+from easgd.core import algorithms, elastic
+from easgd.parallel import workers
 
 
 def quadratic_loss(params, target, key):

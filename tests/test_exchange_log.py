@@ -1,6 +1,6 @@
 """The exchange log of a simulated asynchronous run replays the run.
 
-``easgd.async_log.write_exchange_log`` writes every exchange of a run
+``easgd.asynchrony.log.write_exchange_log`` writes every exchange of a run
 (slot, worker, its local clock, the center version it read) without running
 the model. A float64 NumPy reference that reads only that file (and the data
 and the method's published rule: Algorithm 1/2 for EASGD/EAMSGD, the authors'
@@ -15,8 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from easgd import algorithms, async_log, async_schedule, asynchronous, baselines
-from easgd import workers
+from easgd.core import algorithms
+from easgd.asynchrony import log as async_log, schedule as async_schedule, simulation as asynchronous
+from easgd.methods import baselines
+from easgd.parallel import workers
 import linear_problem
 from linear_problem import THETA0, loss_fn, np_grad
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from easgd.registry import ALGORITHMS
+from easgd.methods.registry import ALGORITHMS
 from easgd.cli import load_config_file
-from easgd.config import TrainConfig
+from easgd.training.config import TrainConfig
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
 

@@ -1,4 +1,4 @@
-"""easgd.hessian: the largest ALGEBRAIC Hessian eigenvalue, certified by its residual.
+"""easgd.analysis.hessian: the largest ALGEBRAIC Hessian eigenvalue, certified by its residual.
 
 Reference values are exact (diagonal and bilinear forms) or a float64 dense
 Hessian (``jax.hessian`` on the flat parameter vector). The products run in
@@ -11,7 +11,9 @@ import jax.numpy as jnp
 import pytest
 from jax.flatten_util import ravel_pytree
 
-from easgd import hessian, models, sweep_network
+from easgd.analysis import hessian
+from easgd.training import models
+from easgd.sweeps import network as sweep_network
 
 
 def test_saddle_xy_gives_plus_one_for_every_key():

@@ -1,79 +1,75 @@
 """The package's shape: one home for the algorithm names, imports that point down.
 
-Layers, bottom to top (README, "Architecture"):
+Layers, bottom to top, one subpackage of ``easgd/`` each (README, "Architecture"):
 
-  core       the paper's rules as pure per-worker (init, step) pairs (and the
-             synchronous warm-up that wraps them); knows no device
-  parallel   where workers run (devices, processes)
-  analysis   theory and grids (stability, Hessian, quadratic simulation, sweep engine)
-  training   configs, data, models, the trainer and its run directory
-  face       what a person calls (command line, comparisons, sweep command, plots)
+  _util       private utilities: the validation vocabulary, atomic files, flags, progress
+  core        the paper's synchronous rules as pure per-worker (init, step) pairs
+              (and the synchronous warm-up that wraps them); knows no device
+  asynchrony  simulated asynchrony: time model, the simulated methods, exchange log, replay
+  methods     the comparators and the one algorithm table (registry)
+  analysis    theory: analytic stability, the largest Hessian eigenvalue
+  parallel    where workers run (devices, processes)
+  runtimes    real asynchronous workers (center store, driver, threads, Ray)
+  training    configs, data, models, checkpoints, the run directory, the run loop
+  sweeps      the one-program engine, grids, curves, the sweep problems and command
+  protocol    the comparison protocol
+  (top)       ``easgd/cli.py`` and ``easgd/__init__.py``
 
-A module may import modules of its own layer or of a layer below, never above,
-including imports inside functions.
+A module may import modules of its own package or of a package below, never above,
+including imports inside functions; no module sits outside a layer.
 """
 import ast
 from pathlib import Path
 
 import pytest
 
-from easgd import registry
+from easgd.methods import registry
 
 PACKAGE = Path(__file__).resolve().parents[1] / "easgd"
-LAYERS = ("core", "parallel", "analysis", "training", "face")
-MODULES = {
-    "files": "core", "progress": "core", "checks": "core", "flags": "core", "elastic": "core",
-    "momentum": "core", "algorithms": "core", "async_schedule": "core",
-    "asynchronous": "core", "async_log": "core", "baselines": "core", "registry": "core",
-    "warmup": "core",
-    "workers": "parallel", "distributed": "parallel",
-    "async_shared": "parallel", "async_driver": "parallel", "async_threads": "parallel",
-    "async_ray": "parallel",
-    "stability": "analysis", "hessian": "analysis", "quadratic": "analysis",
-    "sweep_engine": "analysis", "sweep_grid": "analysis",
-    "sweep_curves": "analysis", "protocol_stats": "analysis",
-    "config": "training", "data": "training", "batches": "training", "models": "training",
-    "optimizers": "training", "checkpoint": "training", "rundir": "training",
-    "runlock": "training",
-    "trainer": "training", "export": "training", "async_trainer": "training",
-    "protocol_config": "training", "protocol": "training",
-    "compare": "face", "plotting": "face", "cli": "face",
-    "sweep": "face", "sweep_network": "face", "sweep_report": "face",
-    "protocol_report": "face",
-}
+LAYERS = ("_util", "core", "asynchrony", "methods", "analysis", "parallel", "runtimes",
+          "training", "sweeps", "protocol", "")
+"""The subpackages bottom up; "" is the top (``cli.py``, ``__init__.py``)."""
 
 
 def modules():
-  return sorted(p for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
+  return sorted(PACKAGE.rglob("*.py"))
+
+
+def layer_of(path: Path) -> str:
+  """The subpackage of a module file ("" for the package's own top-level files)."""
+  parts = path.relative_to(PACKAGE).parts
+  return parts[0] if len(parts) > 1 else ""
 
 
 def easgd_imports(path):
-  """Names of the easgd modules ``path`` imports (top level and inside functions)."""
+  """The easgd subpackages ``path`` imports from (top level and inside functions);
+  "" for the top-level package itself (``from easgd import X`` of a top-level name)."""
   found = set()
   for node in ast.walk(ast.parse(path.read_text())):
-    if isinstance(node, ast.ImportFrom) and node.module:
+    names = []
+    if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
       if node.module == "easgd":
-        found.update(a.name for a in node.names)
+        names = [f"easgd.{a.name}" for a in node.names]
       elif node.module.startswith("easgd."):
-        found.add(node.module.split(".")[1])
+        names = [node.module]
     elif isinstance(node, ast.Import):
-      found.update(a.name.split(".")[1] for a in node.names
-                   if a.name.startswith("easgd."))
+      names = [a.name for a in node.names if a.name.startswith("easgd.")]
+    for name in names:
+      head = name.split(".")[1]
+      found.add(head if head in LAYERS else "")
   return found
 
 
 def test_every_module_has_a_layer():
-  missing = [p.stem for p in modules() if p.stem not in MODULES]
-  assert not missing, f"give these modules a layer in MODULES (and the README): {missing}"
+  missing = [str(p.relative_to(PACKAGE)) for p in modules() if layer_of(p) not in LAYERS]
+  assert not missing, f"put these modules in a layer's folder (and LAYERS, README): {missing}"
 
 
-@pytest.mark.parametrize("path", modules(), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_imports_point_down(path):
-  own = LAYERS.index(MODULES[path.stem])
-  up = sorted(m for m in easgd_imports(path)
-              if m in MODULES and LAYERS.index(MODULES[m]) > own)
-  assert not up, f"{path.stem} ({MODULES[path.stem]}) imports from above: " + ", ".join(
-      f"{m} ({MODULES[m]})" for m in up)
+  own = LAYERS.index(layer_of(path))
+  up = sorted(m for m in easgd_imports(path) if LAYERS.index(m) > own)
+  assert not up, f"{path.relative_to(PACKAGE)} ({layer_of(path) or 'top'}) imports from above: {up}"
 
 
 def test_the_algorithm_table_is_the_only_list_of_algorithm_names():
@@ -83,7 +79,7 @@ def test_the_algorithm_table_is_the_only_list_of_algorithm_names():
   names = set(registry.ALGORITHMS)
   offenders = []
   for path in modules():
-    if path.stem == "registry":
+    if path.relative_to(PACKAGE).as_posix() == "methods/registry.py":
       continue
     for node in ast.walk(ast.parse(path.read_text())):
       items = None

@@ -1,4 +1,4 @@
-"""One workdir, one command (easgd.runlock): a held workdir is refused at once, in
+"""One workdir, one command (easgd.training.runlock): a held workdir is refused at once, in
 one line naming its holder, before anything is built; a dead holder's lock is
 taken over with one notice; the lock's files are no part of a run.
 
@@ -20,12 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from easgd import cli, protocol, runlock, sweep, trainer
-from easgd.config import TrainConfig
-from easgd.protocol_config import Arm, ProtocolConfig
-from easgd.runlock import HOLDER_FILE, LOCK_FILE, LOCK_FILES, WorkdirInUseError
+from easgd import cli
+from easgd.protocol import runs as protocol
+from easgd.training import runlock, trainer
+from easgd.sweeps import command as sweep
+from easgd.training.config import TrainConfig
+from easgd.protocol.config import Arm, ProtocolConfig
+from easgd.training.runlock import HOLDER_FILE, LOCK_FILE, LOCK_FILES, WorkdirInUseError
 
-compare = importlib.import_module("easgd.compare")  # the module (easgd.compare is its function)
+compare = importlib.import_module("easgd.training.compare")  # the module (easgd.training.compare is its function)
 ROOT = Path(__file__).resolve().parents[1]
 TINY = TrainConfig(dataset="digits", model="mlp", num_workers=2, global_batch_size=64,
                    num_epochs=1, eval_batch_size=64, progress=False)

@@ -18,7 +18,9 @@ import numpy as np
 import optax
 import pytest
 
-from easgd import algorithms, baselines, workers
+from easgd.core import algorithms
+from easgd.methods import baselines
+from easgd.parallel import workers
 from testutil import STEP_KINDS, max_abs_diff, mlp_setup, random_batches
 
 TAU = 3
@@ -123,7 +125,7 @@ def _all_reduce_bytes(hlo_text):
   return count, total
 
 
-SYNCHRONOUS = [n for n, s in __import__("easgd.registry").registry.TABLE.items()
+SYNCHRONOUS = [n for n, s in __import__("easgd.methods.registry").registry.TABLE.items()
                if not s.asynchronous]
 
 
@@ -136,8 +138,9 @@ def test_the_programs_the_trainer_runs_communicate_what_the_accounting_counts(
   the table at every p (per device = per worker: the vmapped workers' sum is
   formed before the cross-device all-reduce). A single worker has nothing to
   reduce: no all-reduce in its programs, none counted."""
-  from easgd import models, optimizers, registry
-  from easgd.config import TrainConfig
+  from easgd.training import models, optimizers
+  from easgd.methods import registry
+  from easgd.training.config import TrainConfig
   params, loss_fn = mlp_setup()
   cfg, _ = TrainConfig(num_workers=num_workers, tau=TAU).for_algorithm(name)
   cfg = cfg.validate()
@@ -183,9 +186,9 @@ def test_bad_exchange_flags_schedules_and_arguments_are_refused():
   with pytest.raises(algorithms.elastic.HyperparameterError, match="tau"):
     algorithms.every_tau_steps(2.5)
   layout = workers.make_layout(4, 2)
-  with pytest.raises(TypeError, match="algorithm must be an easgd.algorithms.Algorithm"):
+  with pytest.raises(TypeError, match="algorithm must be an easgd.core.algorithms.Algorithm"):
     workers.map_step("easgd", layout)
-  with pytest.raises(TypeError, match="layout must be an easgd.workers.WorkerLayout"):
+  with pytest.raises(TypeError, match="layout must be an easgd.parallel.workers.WorkerLayout"):
     workers.map_step(algo, "layout")
 
 

@@ -4,7 +4,8 @@ import numpy as np
 import optax
 import pytest
 
-from easgd import algorithms, workers
+from easgd.core import algorithms
+from easgd.parallel import workers
 from testutil import STEP_KINDS, mlp_setup, random_batches
 
 def run(algo, params, layout, xs, ys):

@@ -11,8 +11,11 @@ import numpy as np
 import optax
 import pytest
 
-from easgd import algorithms, baselines, asynchronous, workers
-from easgd.sweep_engine import CompileCounter
+from easgd.core import algorithms
+from easgd.methods import baselines
+from easgd.asynchrony import simulation as asynchronous
+from easgd.parallel import workers
+from easgd.sweeps.engine import CompileCounter
 from testutil import max_abs_diff
 
 

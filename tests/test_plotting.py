@@ -1,7 +1,7 @@
 """The comparison figure shows every error, the first epochs' included."""
 import matplotlib.pyplot as plt
 
-from easgd.plotting import comparison_figure
+from easgd.training.plotting import comparison_figure
 
 
 def test_the_error_axes_span_the_start_and_the_lowest_error():

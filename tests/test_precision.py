@@ -14,8 +14,11 @@ import optax
 import pytest
 
 
-from easgd import algorithms, elastic, models, registry, trainer, workers
-from easgd.config import ConfigError, TrainConfig
+from easgd.core import algorithms, elastic
+from easgd.training import models, trainer
+from easgd.methods import registry
+from easgd.parallel import workers
+from easgd.training.config import ConfigError, TrainConfig
 from linear_problem import loss_fn, make_data, params0
 
 
@@ -106,7 +109,7 @@ def test_a_bfloat16_training_run_has_a_float32_center(tmp_path):
                     param_dtype="bfloat16", compute_dtype="bfloat16")
   summary = trainer.train_and_evaluate(cfg, tmp_path)
   assert summary["final"]["test_accuracy"] > 0.5
-  from easgd import checkpoint
+  from easgd.training import checkpoint
   ckpt = checkpoint.Checkpointer(tmp_path)
   try:
     state = ckpt.restore(ckpt.latest_step())

@@ -1,10 +1,10 @@
-"""Progress off a terminal: one plain line per epoch (easgd.progress)."""
+"""Progress off a terminal: one plain line per epoch (easgd._util.progress)."""
 import io
 import re
 
-from easgd import progress
-from easgd.config import TrainConfig
-from easgd.trainer import train_and_evaluate
+from easgd._util import progress
+from easgd.training.config import TrainConfig
+from easgd.training.trainer import train_and_evaluate
 
 TINY = TrainConfig(dataset="digits", model="mlp", num_workers=4, num_devices=2,
                    global_batch_size=64, num_epochs=2, learning_rate=0.1, tau=3,

@@ -1,4 +1,4 @@
-"""The comparison protocol (easgd.protocol): one program = separate runs, a validation
+"""The comparison protocol (easgd.protocol.runs): one program = separate runs, a validation
 split that is disjoint from what is trained and tested on, rates chosen without
 the test set, and intervals from scipy.stats checked on known cases."""
 import dataclasses
@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from easgd import (TrainConfig, cli, data, models, protocol, protocol_report, protocol_stats,
-                   train_and_evaluate)
-from easgd.config import ConfigError
-from easgd.protocol_config import Arm, ProtocolConfig, ProtocolError, log_grid, lr_grid_edges
+from easgd import TrainConfig, cli, train_and_evaluate
+from easgd.training import data, models
+from easgd.protocol import runs as protocol, report as protocol_report, stats as protocol_stats
+from easgd.training.config import ConfigError
+from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError, log_grid, lr_grid_edges
 
 BASE = TrainConfig(dataset="mnist1d", model="mlp", num_epochs=2, global_batch_size=384,
                    num_workers=4, validation_examples=1000, progress=False)
@@ -316,7 +317,7 @@ def test_cli_protocol_writes_results_and_refuses_bad_files(tmp_path, capsys):
   good = tmp_path / "good.py"
   good.write_text(
       "from easgd import TrainConfig\n"
-      "from easgd.protocol_config import Arm, ProtocolConfig, log_grid\n"
+      "from easgd.protocol.config import Arm, ProtocolConfig, log_grid\n"
       "def get_protocol():\n"
       "  base = TrainConfig(dataset='mnist1d', model='mlp', num_epochs=1, "
       "global_batch_size=384, validation_examples=1000, progress=False)\n"
@@ -451,7 +452,7 @@ def _claims_results(arms):
 
 
 def test_a_method_that_never_reaches_the_target_is_never_fastest():
-  from easgd import protocol_report
+  from easgd.protocol import report as protocol_report
   # EAMSGD misses the target on every seed: its censored time (the whole run,
   # with few exchanges) is BELOW pmean SGD's, whose every step all-reduces
   missing = _claims_results({

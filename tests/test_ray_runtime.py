@@ -12,7 +12,9 @@ A cluster address that cannot be reached is one line, exit status 3.
 import jax
 import pytest
 
-from easgd import async_ray, async_shared, async_trainer, checkpoint, cli, trainer
+from easgd import cli
+from easgd.runtimes import ray_actors as async_ray, shared as async_shared
+from easgd.training import async_trainer, checkpoint, trainer
 from test_real_async import P, TINY, assert_bitwise, replays_its_checkpoint, restore
 from testutil import interrupt_once
 

@@ -62,7 +62,7 @@ def test_the_protocol_fields_table_is_their_declarations():
                        capture_output=True, text=True, check=True).stdout.strip()
   assert out in README
   import dataclasses
-  from easgd.protocol_config import Arm, Network, ProtocolConfig
+  from easgd.protocol.config import Arm, Network, ProtocolConfig
   for cls in (ProtocolConfig, Arm, Network):  # every field has a row
     for field in dataclasses.fields(cls):
       assert f"| `{cls.__name__}` | `{field.name}` |" in out

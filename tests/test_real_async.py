@@ -3,9 +3,9 @@
 Four workers run async EASGD, async EAMSGD and DOWNPOUR for real (one thread
 each, on two fake CPU devices, two of them slowed down by injected delays), on
 the quadratic F(x) = sum_k h_k x_k^2 / 2 + xi . x (gradient noise xi fixed by
-worker and local step, as in ``easgd.quadratic``) and on a small MLP. Then:
+worker and local step, as in ``easgd.sweeps.quadratic``) and on a small MLP. Then:
 
-* the run's exchange log, replayed by ``easgd.async_log.replay`` with the
+* the run's exchange log, replayed by ``easgd.asynchrony.log.replay`` with the
   same compiled programs, gives every worker's state and the center bit for
   bit; replayed op by op (uncompiled) it gives them to float32 rounding;
 * no exchange is lost: the center is its initial value plus the sum of the
@@ -25,9 +25,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from easgd import (async_driver, async_log, async_shared, async_threads, async_trainer,
-                   asynchronous, baselines, batches, checkpoint, cli, trainer)
-from easgd.config import ConfigError, TrainConfig
+from easgd import cli
+from easgd.runtimes import driver as async_driver, shared as async_shared, threads as async_threads
+from easgd.asynchrony import log as async_log, simulation as asynchronous
+from easgd.training import async_trainer, batches, checkpoint, trainer
+from easgd.methods import baselines
+from easgd.training.config import ConfigError, TrainConfig
 from testutil import interrupt_once, mlp_setup, random_batches
 
 KEY = jax.random.key(11)

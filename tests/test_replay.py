@@ -1,6 +1,6 @@
 """The explicit-order replay: the simulator's rules run in the order of a log.
 
-``easgd.async_log.replay`` takes the rules an asynchronous method is built
+``easgd.asynchrony.log.replay`` takes the rules an asynchronous method is built
 from (``Algorithm.async_rules``) and runs them one event at a time in the order
 of an exchange log. Given the SPMD simulation's own log it reproduces the
 simulation (any speeds, staleness and serving order); a hand-computed
@@ -12,7 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from easgd import async_log, async_schedule, asynchronous, baselines, workers
+from easgd.asynchrony import log as async_log, schedule as async_schedule, simulation as asynchronous
+from easgd.methods import baselines
+from easgd.parallel import workers
 import linear_problem
 from linear_problem import flat, loss_fn, params0
 
@@ -129,5 +131,5 @@ def test_a_log_that_contradicts_the_schedule_is_refused():
 
 
 def linear_problem_sync():
-  from easgd import algorithms
+  from easgd.core import algorithms
   return algorithms.easgd(loss_fn, num_workers=2, tau=2, alpha=0.1, learning_rate=0.1)

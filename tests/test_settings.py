@@ -9,9 +9,11 @@ import jax
 import numpy as np
 import pytest
 
-from easgd import algorithms, checkpoint, elastic, registry, trainer
-from easgd.compare import compare
-from easgd.config import ConfigError, TrainConfig
+from easgd.core import algorithms, elastic
+from easgd.training import checkpoint, trainer
+from easgd.methods import registry
+from easgd.training.compare import compare
+from easgd.training.config import ConfigError, TrainConfig
 from linear_problem import loss_fn, params0
 
 # digits: 1438 training images; global batch 64 -> 22 steps per epoch
@@ -161,7 +163,7 @@ def test_at_the_edge_the_simulated_schedule_holds_an_exchange_at_local_step_tau(
   # schedule's log) are all at local step 0: at the edge tau = 21 of a 22-step run
   # the fastest worker takes a step in every slot, so its exchange at local step
   # 21 is served; tau = 22 has none
-  from easgd import async_log
+  from easgd.asynchrony import log as async_log
   import optax
   cfg = DIGITS.replace(algorithm="async_easgd", worker_speeds=speeds).validate()
   for tau in (20, 21, 22):

@@ -1,4 +1,4 @@
-"""Analytic stability maps (easgd.stability) vs full matrices and JAX simulations."""
+"""Analytic stability maps (easgd.analysis.stability) vs full matrices and JAX simulations."""
 import re
 
 import jax
@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from easgd import quadratic, stability
+from easgd.sweeps import quadratic
+from easgd.analysis import stability
 
 RNG_SEED = 20150
 
@@ -66,7 +67,7 @@ def test_tau1_region_is_the_jury_conditions(num_workers):
 
 
 def test_period_map_order_matches_jax_simulation():
-  # easgd.algorithms.easgd exchanges when tau divides the clock (t = 0 first):
+  # easgd.core.algorithms.easgd exchanges when tau divides the clock (t = 0 first):
   # the simulated tau steps must equal P = L^(tau-1) E, not E L^(tau-1).
   x0 = np.array([1.0, -2.0, 0.5, 3.0])
   u, a, tau, p = 0.3, 0.2, 3, 3

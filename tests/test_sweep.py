@@ -15,10 +15,16 @@ import pytest
 import optax
 from jax.flatten_util import ravel_pytree
 
-from easgd import (algorithms, asynchronous, baselines, cli, flags, hessian, models,
-                   quadratic, stability, sweep, sweep_engine, sweep_network, sweep_report)
-from easgd.sweep_engine import CompileCounter
-from easgd.sweep_grid import SweepGrid
+from easgd import cli
+from easgd.core import algorithms
+from easgd.asynchrony import simulation as asynchronous
+from easgd.methods import baselines
+from easgd._util import flags
+from easgd.analysis import hessian, stability
+from easgd.training import models
+from easgd.sweeps import quadratic, command as sweep, engine as sweep_engine, network as sweep_network, report as sweep_report
+from easgd.sweeps.engine import CompileCounter
+from easgd.sweeps.grid import SweepGrid
 
 
 def numpy_easgd_quadratic(lr, tau, alpha, h, w0, c0, noise):
@@ -62,7 +68,7 @@ def test_quadratic_sweep_matches_individual_runs():
     np.testing.assert_allclose(r["final_loss"], loss, rtol=1e-4, atol=1e-7)
     np.testing.assert_allclose(r["worker_center_distance"], dist, rtol=1e-4,
                                atol=1e-7)
-  # Noise-free, against easgd.quadratic's independent simulation.
+  # Noise-free, against easgd.sweeps.quadratic's independent simulation.
   res = quadratic.sweep_quadratic(grid, steps, curvature=h)
   lr, tau, alpha = grid.flat()
   sim = quadratic.simulate_sync_easgd(lr.astype(np.float64) * h, alpha, tau, p, steps,
@@ -367,7 +373,7 @@ def test_each_configuration_may_have_its_own_key_and_start():
 
 
 def test_the_sweep_and_the_simulator_run_the_algorithms_own_step(monkeypatch):
-  # Every program traces easgd.algorithms.easgd's step: no copy of the rule.
+  # Every program traces easgd.core.algorithms.easgd's step: no copy of the rule.
   traced = []
   factory = algorithms.easgd
 

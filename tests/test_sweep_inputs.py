@@ -12,9 +12,11 @@ import os
 import numpy as np
 import pytest
 
-from easgd import cli, data, models, sweep, sweep_grid, sweep_network
-from easgd.sweep_engine import SweepError
-from easgd.sweep_grid import SweepGrid
+from easgd import cli
+from easgd.training import data, models
+from easgd.sweeps import command as sweep, grid as sweep_grid, network as sweep_network
+from easgd.sweeps.engine import SweepError
+from easgd.sweeps.grid import SweepGrid
 
 TINY = ["--no-plots", "--num-steps", "5", "--tau", "1,2", "--alpha", "0.1",
         "--num-workers", "2", "--hessian-iterations", "0"]
@@ -164,7 +166,7 @@ def test_a_sweep_above_the_memory_limit_is_refused(tmp_path, capsys, no_part_run
                    "--num-steps", "2147483647", "--tau", "1", "--alpha", "0.1"], capsys)
   assert ("the quadratic sweep needs about 72 GiB (77309411312 bytes: "
           "num_steps=2147483647 x (4 workers x 8 bytes") in err
-  assert "allowed: at most 4 GiB (easgd.sweep_grid.MAX_SWEEP_BYTES)" in err
+  assert "allowed: at most 4 GiB (easgd.sweeps.grid.MAX_SWEEP_BYTES)" in err
   assert not (tmp_path / "s").exists()
 
 
@@ -275,7 +277,7 @@ def test_a_tau_longer_than_the_run_is_refused(tmp_path, capsys, no_part_runs):
   with pytest.raises(SweepError, match="at most the run's num_steps=5"):
     sweep.SweepConfig(problem="quadratic", tau=(8,), num_steps=5).validate()
   with pytest.raises(SweepError, match="got 8"):
-    from easgd import quadratic
+    from easgd.sweeps import quadratic
     quadratic.sweep_quadratic(SweepGrid(tau=(8,), alpha=(0.1,)), 5)
 
 

@@ -5,10 +5,11 @@ import jax
 import numpy as np
 import pytest
 
-from easgd import (batches, checkpoint, data, models, optimizers, registry, rundir,
-                   trainer, workers)
-from easgd.compare import compare
-from easgd.config import ConfigError, TrainConfig
+from easgd.training import batches, checkpoint, data, models, optimizers, rundir, trainer
+from easgd.methods import registry
+from easgd.parallel import workers
+from easgd.training.compare import compare
+from easgd.training.config import ConfigError, TrainConfig
 
 TINY = TrainConfig(dataset="digits", model="mlp", num_workers=4, num_devices=2,
                    global_batch_size=64, num_epochs=2, learning_rate=0.1, tau=3,

@@ -1,4 +1,4 @@
-"""The synchronous warm-up (easgd.warmup) and the learning-rate scaling settings.
+"""The synchronous warm-up (easgd.core.warmup) and the learning-rate scaling settings.
 
 Exchange indices, worked out for tau = 4 (EASGD exchanges where its own clock
 t - K is a multiple of tau; the warm-up's steps t < K each all-reduce the
@@ -20,9 +20,12 @@ import numpy as np
 import optax
 import pytest
 
-from easgd import TrainConfig, algorithms, registry, train_and_evaluate, warmup, workers
-from easgd.config import ConfigError
-from easgd.sweep_engine import simulated_step, start_state
+from easgd import TrainConfig, train_and_evaluate
+from easgd.core import algorithms, warmup
+from easgd.methods import registry
+from easgd.parallel import workers
+from easgd.training.config import ConfigError
+from easgd.sweeps.engine import simulated_step, start_state
 from linear_problem import loss_fn, make_data, params0
 
 TAU, P, STEPS = 4, 4, 14

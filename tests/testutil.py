@@ -8,7 +8,8 @@
 import jax
 import numpy as np
 
-from easgd import models, workers
+from easgd.training import models
+from easgd.parallel import workers
 
 STEP_KINDS = (workers.STEP_IN_KINDS, workers.STEP_OUT_KINDS)
 

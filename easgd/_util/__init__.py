@@ -1,0 +1,1 @@
+"""Private utilities: one validation vocabulary, atomic files, flags, progress."""

@@ -1,0 +1,1 @@
+"""Theory: analytic stability and the largest Hessian eigenvalue."""

@@ -1,0 +1,1 @@
+"""Simulated asynchrony: the time model, the simulated methods, the exchange log and its replay."""

@@ -1,0 +1,620 @@
+"""Asynchronous EASGD and EAMSGD, simulated deterministically inside SPMD code.
+
+The paper's experiments run Algorithms 1 and 2 asynchronously: each worker has
+its own clock t^i and, whenever tau divides t^i, exchanges with the center held
+by a master, one worker at a time. This module reproduces that sequence of
+events deterministically inside the same per-worker SPMD program as the
+synchronous algorithms (``easgd.parallel.workers``: pmap over devices of vmap over
+workers), so a run is reproducible per seed and identical for every layout.
+
+What is modelled
+  * Simulated time is counted in ticks. Worker i takes k_i local steps per
+    tick (its speed, an integer >= 1); its m-th local step of a tick
+    (m = 0 .. k_i - 1) runs from time m / k_i to (m + 1) / k_i of the tick.
+    With K = max_i k_i, one tick is K slots and one call of ``Algorithm.step``
+    (one trainer step, one mini-batch per worker) is one slot: slot j of a
+    tick covers times j / K to (j + 1) / K. With all speeds 1, a step is a
+    tick and every worker takes one local step in it.
+  * Each exchange happens at the time the paper's loop reaches it (source:
+    the paper's Algorithms 1-2 and the authors' DOWNPOUR loop, below):
+      - EASGD / EAMSGD (``exchange_at="step_start"``): at the START of the
+        local step whose clock tau divides (Algorithm 1: the exchange comes
+        before the gradient). The step is computed in the slot holding its
+        start, slot floor(m K / k_i), with that slot's mini-batch.
+      - DOWNPOUR family (``exchange_at="step_end"``): at the END of the local
+        step, after its gradient (the authors' ``optim-downpour.lua`` sends
+        the accumulated update after ``opfunc``). The step is computed in the
+        slot holding its end, slot ceil((m + 1) K / k_i) - 1, with that slot's
+        mini-batch, so the worker's next step (which starts at that end, from
+        the center it fetched) is computed in a later slot.
+    In the other slots the worker is idle (its mini-batch of that slot is
+    not used, its state and clock do not change).
+  * In a slot, every active worker computes its local step at its own
+    snapshot (a local gradient depends only on the worker's own state). Then
+    the exchanges that are due are served by the master one at a time in the
+    order of their times; exchanges at the same time are served in the
+    tick's exchange order. Each reads the center as left by the exchanges
+    before it (minus ``staleness``, below), and the master applies its update
+    before serving the next worker. The served sequence is computed
+    identically on every device with a ``lax.scan`` over
+    :func:`served_order`, from the workers' messages gathered by one
+    all-reduce. With equal speeds every exchange of a slot has the same time,
+    so the tick's order alone decides.
+  * Exchange order of a tick, for exchanges at the same time:
+    ``"round_robin"`` (worker 0, 1, ..., p-1: with speeds 1 and tau = 1 one
+    tick is p consecutive steps of the round-robin scheme of eq. (12)-(13)),
+    or ``"random"`` (a fresh uniform permutation every tick, drawn from the
+    run's key, so the same seed gives the same order).
+  * Staleness s >= 0, counted in master updates: a worker reads the center as
+    it was s master updates before the current one (clamped at the initial
+    center). The master still adds the resulting difference to its CURRENT
+    center, so the force stays symmetric. s = 0 reads the current center.
+  * Worker speeds are fixed for the run: given as a list, or drawn once from
+    a uniform distribution on {1, ..., max_speed} with the run's seed
+    (:func:`draw_worker_speeds`).
+  * The realised exchange sequence (slot, worker, its local clock, the
+    center version it read) is a deterministic function of the schedule,
+    tau, the run's key and the number of trainer steps: :func:`exchange_log`
+    returns it from the same tables and helpers the device program uses, and
+    :func:`write_exchange_log` writes it next to a run (JSON lines), so any
+    run can be replayed by an independent reference.
+
+What is not modelled
+  * No real concurrency: nothing runs at the same time as anything else, and
+    there are no network delays other than ``staleness``, no message loss,
+    no variation of a worker's speed over time. An exchange takes no time.
+    Wall-clock time of the simulation says nothing about an asynchronous
+    cluster; use simulated time (:func:`simulated_time`, in ticks).
+  * In the authors' code the EASGD worker's difference reaches the master
+    while the worker computes its gradient, and a DOWNPOUR fetch may race
+    with its own push ("expect inconsistent read", ``pserver.lua``). Here
+    (as in the paper's Algorithm 1) the exchange is atomic: the master's
+    update is applied when the exchange is served, and a DOWNPOUR fetch
+    reads the center after the worker's own push.
+  * Idle slots still compute the worker's gradient (it is discarded): the
+    simulation costs K gradient evaluations per worker per tick. The loss
+    ``step`` returns for an idle worker is its loss on the unused batch at its
+    unchanged parameters. Gathering the snapshots for the master costs one
+    all-reduce of p parameter copies per slot (simulation overhead, not the
+    communication of the modelled method, which ``communication`` counts).
+  * Gradients of one slot are evaluated in parallel on their snapshots; this
+    equals the sequential order of events because a local gradient only
+    depends on the worker's own state.
+
+The same engine serves the DOWNPOUR family (``easgd.methods.baselines``), whose
+workers push an accumulated update and fetch the center after their push
+(:func:`async_push`).
+
+Array hyperparameters (``easgd.core.algorithms``): learning_rate, alpha/beta and
+the momentum delta may be JAX arrays, taken unchecked (they may be traced);
+tau and the schedule stay Python values, from which the exchange table, the
+exchange log and the communication count are built on the host.
+
+References:
+  S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging SGD.
+  NeurIPS 2015 (arXiv:1412.6651), Algorithms 1 and 2, eq. (12)-(13).
+  The authors' code: github.com/sixin-zh/mpiT (commit c359666),
+  ``asyncsgd/optim-eamsgd.lua``, ``asyncsgd/optim-downpour.lua``,
+  ``asyncsgd/pserver.lua``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from optax.tree_utils import tree_where, tree_zeros_like
+from jax import lax
+
+from easgd.core import elastic, momentum as momentum_lib
+from easgd.core.algorithms import (Algorithm, Communication, LossFn, local_optimizer,
+                              every_tau_steps, reset_optimizer_state, worker_key)
+from easgd.asynchrony.schedule import (ExchangeSchedule, exchange_order, exchange_schedule,
+                                  mean_exchanges, push_offset, served_order, slot_table)
+from easgd.core.elastic import WORKER_AXES
+
+Params = Any
+
+
+class AsyncWorker(NamedTuple):
+  """Per-worker state of a simulated asynchronous method.
+
+  Attributes:
+    params: x^i.
+    opt_state: the local optimizer's state.
+    buffer: EAMSGD: the velocity v^i; DOWNPOUR: the accumulated update u;
+      EASGD: ``()``.
+    clock: int32 scalar, the worker's local step count t^i.
+    model_state: the model's state (e.g. BatchNorm statistics), ``()``
+      without (``easgd.core.momentum.loss_and_grad``).
+  """
+  params: Params
+  opt_state: Any
+  buffer: Any
+  clock: jax.Array
+  model_state: Any = ()
+
+
+class AsyncShared(NamedTuple):
+  """The master's state, identical on every device.
+
+  Attributes:
+    center: the center x~.
+    master: method-specific master state (DOWNPOUR family: velocity or the
+      running average), ``()`` for EASGD/EAMSGD.
+    history: ``staleness > 0``: a ring [staleness + 1, ...] of the last centers
+      (entry c mod (s + 1) holds the center after c master updates); else ``()``.
+    master_clock: int32 scalar, the number of master updates (exchanges served).
+    step: int32 scalar, trainer steps (slots) taken; tick = step // K.
+  """
+  center: Params
+  master: Any
+  history: Any
+  master_clock: jax.Array
+  step: jax.Array
+
+
+def _tree_index(tree, i):
+  return jax.tree.map(lambda x: x[i], tree)
+
+
+def _gather(tree, index, num_workers, axis_name):
+  """Every worker's value, [p, ...] in worker order, identical on all workers.
+
+  One all-reduce of a zero-padded buffer (exact: all other entries add zeros),
+  in ``easgd.core.elastic.reduction_dtype`` (float32 for bfloat16 values); none
+  for a single worker.
+  """
+  reduce_over = elastic.reduce_axis(num_workers, axis_name)
+
+  def gather(x):
+    buf = jnp.zeros((num_workers,) + x.shape, x.dtype).at[index].set(x)
+    return elastic.worker_sum(buf, reduce_over)
+  return jax.tree.map(gather, tree)
+
+
+MasterRule = Callable[..., tuple]
+"""``rule(center, master, message, read, master_clock) -> (center, master, reply)``:
+one exchange served by the master. ``read`` is the center the worker reads
+before the update (stale by ``staleness``); ``reply`` is a params-like tree
+sent back, or None to send the center read after the update (a fetch)."""
+
+
+class AsyncRules(NamedTuple):
+  """The pure rules an asynchronous method is built from (``Algorithm.async_rules``).
+
+  :func:`simulate` runs them in one SPMD program per slot; :func:`replay` runs
+  them one event at a time in the order of an exchange log; the real runtimes
+  (``easgd.runtimes.threads``, ``easgd.runtimes.ray_actors``) run them on threads or Ray
+  actors. All three call these same functions (none of them uses a
+  collective or an axis name).
+
+  Attributes:
+    local_step: ``local_step(worker, batch, key) -> (loss, proposal, message,
+      due)``: the worker's local computation at its snapshot (see
+      :func:`simulate`); ``key`` is this worker's key for this local step.
+    master_rule: see :data:`MasterRule`.
+    finish: ``finish(worker, proposal, reply, exchanged) -> worker`` (the clock
+      is not advanced); ``reply`` is zeros (center-like) without an exchange.
+    init_buffer, init_opt_state: ``f(params)`` for the worker state.
+    init_master: ``init_master(center)``, the master's extra state.
+    center: ``center(shared) -> params``, the evaluated model.
+    exchange_at: "step_start" (EASGD, EAMSGD) or "step_end" (DOWNPOUR push).
+    due: the host-side schedule ``due(t) -> bool``: whether the local step at
+      clock t exchanges (``easgd.core.algorithms.every_tau_steps``); also accepts
+      the traced int32 clock.
+    hyperparameters: the method's own hyperparameters (without the simulated
+      schedule's fields).
+  """
+  local_step: Callable
+  master_rule: MasterRule
+  finish: Callable
+  init_buffer: Callable
+  init_opt_state: Callable
+  init_master: Callable
+  center: Callable
+  exchange_at: str
+  due: Callable
+  hyperparameters: dict
+
+
+def simulate(name: str, *, schedule: ExchangeSchedule, local_step: Callable,
+             master_rule: MasterRule, finish: Callable, init_buffer: Callable,
+             init_opt_state: Callable, init_master: Callable, center: Callable,
+             communication: Callable, hyperparameters: dict,
+             exchange_at: str = "step_start",
+             axis_name=WORKER_AXES, due: Callable | None = None) -> Algorithm:
+  """Builds a simulated asynchronous algorithm from its local and master rules.
+
+  One call of ``step`` is one slot (module docstring): the workers active in
+  the slot (``slot_table(speeds, exchange_at).active``) run ``local_step``;
+  the due exchanges are served by ``master_rule`` in :func:`served_order`
+  (time, then the tick's order); each worker applies ``finish`` with its
+  reply.
+
+  Args:
+    name: the algorithm's name.
+    schedule: the exchange schedule (order, speeds, staleness).
+    local_step: ``local_step(worker, batch, key) -> (loss, proposal, message,
+      due)``: the worker's local computation at its snapshot; ``message`` (a
+      params-like tree) goes to the master when ``due`` (bool scalar): the
+      snapshot for "step_start", the state after the step for "step_end".
+    master_rule: see :data:`MasterRule`.
+    finish: ``finish(worker, proposal, reply, exchanged) -> worker`` (without
+      the clock); ``reply`` is zeros when the worker did not exchange.
+    init_buffer, init_opt_state: ``f(params)`` for the worker state.
+    init_master: ``init_master(center)``, the master's extra state, from the
+      initial center (in ``easgd.core.elastic.reduction_dtype``: float32 for
+      bfloat16 parameters, like the center, its history and the messages).
+    center: ``center(shared) -> params``, the evaluated model.
+    communication: ``communication(num_steps, param_bytes)``.
+    hyperparameters: for logs; the schedule's fields are added. Must hold
+      ``tau`` (and ``push_timing`` for "step_end") for :func:`exchange_log`.
+    exchange_at: "step_start" (Algorithms 1-2) or "step_end" (DOWNPOUR push):
+      where in a local step the exchange happens, which decides the slot of
+      each step and the serving order (:func:`slot_table`).
+    axis_name: mapped axis enumerating all workers.
+    due: the host-side schedule ``due(t) -> bool`` of the local step at clock
+      t (the same test ``local_step`` makes on the device); given, the
+      rules are exposed as ``Algorithm.async_rules`` (:class:`AsyncRules`) for
+      :func:`replay` and the real runtimes. None: not exposed.
+
+  Returns:
+    An :class:`~easgd.core.algorithms.Algorithm`; its hyperparameters gain
+    ``exchange_order``, ``worker_speeds``, ``staleness``, ``slots_per_tick`` and
+    ``exchange_at``.
+
+  Raises:
+    HyperparameterError: unknown ``exchange_at``.
+  """
+  p, big_k, s = schedule.num_workers, schedule.slots_per_tick, schedule.staleness
+  table = slot_table(schedule.worker_speeds, exchange_at)
+
+  def init(params, model_state=()):
+    center = elastic.to_reduction_dtype(params)  # float32 for bfloat16 params
+    history = (jax.tree.map(lambda x: jnp.stack([x] * (s + 1)), center)
+               if s else ())
+    return (AsyncWorker(params, init_opt_state(params), init_buffer(params),
+                        jnp.zeros((), jnp.int32), model_state),
+            AsyncShared(center, init_master(center), history,
+                        jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32)))
+
+  def read(history, clock):  # the center after max(clock - s, 0) updates
+    return _tree_index(history, (clock + 1) % (s + 1))
+
+  def serve(shared, messages, due, order):
+    def body(carry, w):
+      center, master, history, clock = carry
+
+      def apply(_):
+        before = read(history, clock) if s else center
+        new_center, new_master, reply = master_rule(
+            center, master, _tree_index(messages, w), before, clock)
+        new_history = history
+        if s:
+          new_history = jax.tree.map(
+              lambda h, c: h.at[(clock + 1) % (s + 1)].set(c), history, new_center)
+        if reply is None:
+          reply = read(new_history, clock + 1) if s else new_center
+        return (new_center, new_master, new_history, clock + 1), reply
+
+      def skip(_):
+        return carry, tree_zeros_like(center)
+      return lax.cond(due[w], apply, skip, None)
+
+    init = (shared.center, shared.master, shared.history, shared.master_clock)
+    return lax.scan(body, init, order)
+
+  def step(worker, shared, batch, key):
+    index = elastic.worker_index(axis_name)
+    tick, slot = shared.step // big_k, shared.step % big_k
+    active = jnp.asarray(table.active)[slot, index]
+    loss, proposal, message, due = local_step(
+        worker, batch, worker_key(key, shared.step, axis_name))
+    due = jnp.logical_and(due, active)
+    messages = _gather(message, index, p, axis_name)
+    all_due = _gather(due.astype(jnp.int32), index, p, axis_name) > 0
+    order = served_order(exchange_order(schedule, key, tick),
+                         jnp.asarray(table.rank)[slot])
+    (center, master, history, clock), replies = serve(shared, messages, all_due,
+                                                      order)
+    reply = _tree_index(replies, jnp.argmax(order == index))
+    new = finish(worker, proposal, reply, due)
+    new = tree_where(active, new._replace(clock=worker.clock + 1), worker)
+    return (new, AsyncShared(center, master, history, clock, shared.step + 1),
+            loss)
+
+  rules = None if due is None else AsyncRules(
+      local_step, master_rule, finish, init_buffer, init_opt_state, init_master,
+      center, exchange_at, due, dict(hyperparameters))
+  return Algorithm(
+      name=name, init=init, step=step, center=center,
+      worker_params=lambda worker, shared: worker.params,
+      communication=communication,
+      hyperparameters=dict(hyperparameters, exchange_order=schedule.order,
+                           worker_speeds=list(schedule.worker_speeds),
+                           staleness=schedule.staleness,
+                           slots_per_tick=schedule.slots_per_tick,
+                           exchange_at=exchange_at),
+      async_rules=rules)
+
+
+def _resolve_schedule(schedule, num_workers):
+  if schedule is None:
+    return exchange_schedule(num_workers)
+  if not isinstance(schedule, ExchangeSchedule):
+    raise TypeError(f"schedule must be an ExchangeSchedule (see exchange_schedule), "
+                    f"got {type(schedule).__name__}")
+  if schedule.num_workers != num_workers:
+    raise elastic.HyperparameterError(
+        f"schedule is for {schedule.num_workers} workers, num_workers={num_workers}")
+  return schedule
+
+
+def _async_elastic(name, loss_fn, optimizer, *, num_workers, tau, alpha, beta,
+                   learning_rate, schedule, momentum, reset_opt_state, axis_name):
+  tau = elastic.check_tau(tau)
+  alpha = elastic.resolve_alpha(num_workers, alpha, beta)
+  optimizer = local_optimizer(optimizer, learning_rate)
+  schedule = _resolve_schedule(schedule, num_workers)
+
+  exchange_due = every_tau_steps(tau, offset=0)  # Algorithm 1: tau | t^i
+
+  def local_step(worker, batch, key):
+    due = exchange_due(worker.clock)
+    opt_state = worker.opt_state
+    if reset_opt_state:
+      opt_state = reset_optimizer_state(optimizer, opt_state, worker.params, due)
+    loss, step, opt_state, model_state = momentum_lib.nesterov_velocity(
+        loss_fn, optimizer, momentum, worker.params, worker.buffer, opt_state,
+        batch, key, model_state=worker.model_state)
+    return loss, (step, opt_state, model_state), worker.params, due
+
+  def master_rule(center, master, x, read, clock):
+    del clock
+    diff = elastic.elastic_difference(x, read, alpha)  # alpha (x - x~_read)
+    return elastic.tree_add(center, diff), master, diff
+
+  def finish(worker, proposal, diff, exchanged):
+    del exchanged  # diff is zero when the worker did not exchange
+    step, opt_state, model_state = proposal
+    params = elastic.cast_like(  # diff in float32 for bfloat16 parameters
+        elastic.tree_add(elastic.tree_sub(worker.params, diff), step), worker.params)
+    return worker._replace(params=params, opt_state=opt_state,
+                           buffer=() if momentum is None else step,
+                           model_state=model_state)
+
+  def communication(num_steps, param_bytes):
+    n = mean_exchanges(schedule, num_steps, tau, "step_start", offset=0)
+    return Communication(n, n * int(param_bytes))
+
+  hyper = dict(num_workers=int(num_workers), tau=tau, alpha=alpha,
+               beta=alpha * num_workers, reset_opt_state=bool(reset_opt_state))
+  if momentum is not None:
+    hyper["momentum"] = momentum
+  return simulate(
+      name, schedule=schedule, local_step=local_step, master_rule=master_rule,
+      finish=finish,
+      init_buffer=(lambda params: ()) if momentum is None else
+      (lambda params: tree_zeros_like(params)),
+      init_opt_state=optimizer.init, init_master=lambda params: (),
+      center=lambda shared: shared.center, communication=communication,
+      hyperparameters=hyper, exchange_at="step_start", axis_name=axis_name,
+      due=exchange_due)
+
+
+def async_easgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
+                *, num_workers: int, tau: int = 1, alpha: float | None = None,
+                beta: float | None = None, learning_rate: float | None = None,
+                schedule: ExchangeSchedule | None = None,
+                reset_opt_state: bool = False, axis_name=WORKER_AXES) -> Algorithm:
+  """Asynchronous EASGD (Algorithm 1), simulated with an exchange schedule.
+
+  Each local step of worker i, in the order of events of the schedule
+  (module docstring):
+
+      x = x^i                                                  (snapshot)
+      if tau divides t^i:                      (served one worker at a time)
+        d = alpha (x - x~_read)          x~_read: the center, ``staleness`` late
+        x^i <- x^i - d;    x~ <- x~ + d                        (the master)
+      x^i <- x^i + u,   u = optimizer step at the snapshot (SGD: -eta g^i(x))
+      t^i <- t^i + 1
+
+  With the round-robin order, speeds 1 and tau = 1 one tick is p steps of
+  the round-robin scheme of eq. (12)-(13).
+
+  Conventions and their sources:
+    * Exchange at local clocks t = 0, tau, 2 tau, ... at the START of the
+      step, before its gradient, and the gradient at the pre-exchange
+      snapshot: the paper's Algorithm 1 (and the authors'
+      ``optim-eamsgd.lua``: ``pversion % su == 0``, center received before
+      ``localupdate``).
+    * The exchange is served at that time among the other workers'
+      exchanges (module docstring): with unequal speeds an earlier step start
+      is served first; exchanges at the same time follow the tick's order.
+    * The master's update is applied when the exchange is served (paper,
+      Algorithm 1). In the authors' code the difference is sent without
+      waiting and reaches the master during the gradient computation; not
+      modelled (no network delay other than ``staleness``).
+
+  Args:
+    loss_fn: ``loss_fn(params, batch, key) -> scalar``.
+    optimizer: the local optimizer (receives the worker's own params, state
+      per worker); default ``optax.sgd(learning_rate)``.
+    num_workers: p.
+    tau: communication period, in the worker's local steps (>= 1).
+    alpha: moving rate; or give ``beta`` = num_workers * alpha.
+    beta: center moving rate (paper: 0.9).
+    learning_rate: eta of the default SGD optimizer.
+    schedule: an :class:`ExchangeSchedule`; default round-robin, speeds 1,
+      staleness 0.
+    reset_opt_state: re-initialise the optimizer state at each of the worker's
+      exchanges (schedules keep their position).
+    axis_name: mapped axis enumerating all workers.
+
+  Returns:
+    An :class:`~easgd.core.algorithms.Algorithm` named ``"async_easgd"``. Its
+    ``communication`` counts the worker's exchanges (each sends one
+    parameter-sized message and receives one), mean over workers.
+
+  Raises:
+    HyperparameterError: tau, alpha/beta, learning_rate or the schedule invalid.
+    TypeError: optimizer or schedule of the wrong type.
+
+  References:
+    Zhang, Choromanska, LeCun (2015), Algorithm 1; eq. (12)-(13).
+    github.com/sixin-zh/mpiT (commit c359666), ``asyncsgd/optim-eamsgd.lua``.
+  """
+  return _async_elastic("async_easgd", loss_fn, optimizer, num_workers=num_workers,
+                        tau=tau, alpha=alpha, beta=beta, learning_rate=learning_rate,
+                        schedule=schedule, momentum=None,
+                        reset_opt_state=reset_opt_state, axis_name=axis_name)
+
+
+def async_eamsgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
+                 *, num_workers: int, momentum: float, tau: int = 1,
+                 alpha: float | None = None, beta: float | None = None,
+                 learning_rate: float | None = None,
+                 schedule: ExchangeSchedule | None = None,
+                 reset_opt_state: bool = False, axis_name=WORKER_AXES) -> Algorithm:
+  """Asynchronous EAMSGD (Algorithm 2), simulated with an exchange schedule.
+
+      x = x^i                                                  (snapshot)
+      if tau divides t^i:
+        d = alpha (x - x~_read);   x^i <- x^i - d;   x~ <- x~ + d
+      v^i <- delta v^i + u,   u = optimizer step at x + delta v^i
+                              (SGD: u = -eta g^i(x + delta v^i))
+      x^i <- x^i + v^i;   t^i <- t^i + 1
+
+  The velocity is local (never communicated, pulled or reset); momentum = 0
+  gives :func:`async_easgd`. Exchange times, serving order and the atomic
+  exchange follow the conventions (and sources) of :func:`async_easgd`; the
+  look-ahead gradient at the pre-exchange snapshot is the paper's Algorithm 2
+  (and the authors' ``optim-eamsgd.lua``, ``localupdate``).
+
+  Args:
+    loss_fn, optimizer, num_workers, tau, alpha, beta, learning_rate,
+    schedule, reset_opt_state, axis_name: as :func:`async_easgd` (the optimizer
+      receives the look-ahead point as params, see ``easgd.core.momentum``).
+    momentum: delta in [0, 1) (paper: 0.99).
+
+  Returns:
+    An :class:`~easgd.core.algorithms.Algorithm` named ``"async_eamsgd"``.
+
+  Raises:
+    HyperparameterError: as :func:`async_easgd`, or momentum outside [0, 1).
+    TypeError: optimizer or schedule of the wrong type.
+
+  References:
+    Zhang, Choromanska, LeCun (2015), Algorithm 2 and eq. (7).
+    github.com/sixin-zh/mpiT (commit c359666), ``asyncsgd/optim-eamsgd.lua``.
+  """
+  return _async_elastic("async_eamsgd", loss_fn, optimizer, num_workers=num_workers,
+                        tau=tau, alpha=alpha, beta=beta, learning_rate=learning_rate,
+                        schedule=schedule,
+                        momentum=momentum_lib.check_momentum(momentum),
+                        reset_opt_state=reset_opt_state, axis_name=axis_name)
+
+
+def async_push(name: str, loss_fn: LossFn, optimizer: optax.GradientTransformation,
+               *, num_workers: int, tau: int, schedule: ExchangeSchedule | None,
+               master_rule: MasterRule, init_master: Callable, center: Callable,
+               hyperparameters: dict, push_timing: str = "authors",
+               axis_name=WORKER_AXES) -> Algorithm:
+  """A DOWNPOUR-type method on the simulated asynchronous engine.
+
+  Each local step of worker i (t^i its clock at the step's start, the
+  authors' ``pversion``):
+
+      u = optimizer step at x^i (SGD: -eta g^i(x^i));  acc^i <- acc^i + u
+      if tau divides t^i + offset:   (at the step's END; one worker at a time)
+        the master applies ``master_rule`` to acc^i (DOWNPOUR: x~ <- x~ + acc^i),
+        x^i <- the center fetched after the update (``staleness`` late), acc^i <- 0
+      else:
+        x^i <- x^i + u
+      t^i <- t^i + 1
+
+  Conventions and their sources:
+    * Push steps. ``push_timing="authors"`` (default, offset 0): pushes after
+      local steps t = 0, tau, 2 tau, ..., the authors' ``optim-downpour.lua``
+      (``pversion % su == 0``, tested before ``pversion`` is incremented), so
+      the first push carries one step and the later ones tau steps. With
+      tau = 1 every step pushes (asynchronous SGD). ``"full_period"``
+      (offset 1): pushes after t = tau - 1, 2 tau - 1, ..., so every push
+      carries exactly tau steps; a convention of ours, not the authors'.
+    * The pushed update includes the step just taken, and on a push step the
+      worker's own move is replaced by the fetched center: authors' code
+      (``config.dfdx:add(dfdx)`` before the send; ``w:add(dfdx)`` only on
+      steps without a push; the center is received into ``w``).
+    * The push happens at the step's end, after the gradient: authors' code
+      and the paper's loop; it is served at that time among the other
+      exchanges (module docstring, :func:`slot_table` "step_end").
+    * The fetch reads the center after the worker's own push: our choice
+      for a deterministic simulation. The authors' client sends and receives
+      concurrently and the server reads without a lock ("expect inconsistent
+      read", ``pserver.lua``); the paper describes the fetch as the center
+      after the push.
+
+  Args:
+    name: the algorithm's name.
+    loss_fn: ``loss_fn(params, batch, key) -> scalar``.
+    optimizer: the worker's optimizer (state per worker).
+    num_workers: p.
+    tau: push period in local steps (>= 1).
+    schedule: the exchange schedule; default round-robin, speeds 1.
+    master_rule: see :data:`MasterRule`; return reply None for a fetch.
+    init_master: ``init_master(params)``, the master's extra state.
+    center: ``center(shared) -> params``, the evaluated model.
+    hyperparameters: for logs.
+    push_timing: "authors" (default) or "full_period" (above).
+    axis_name: mapped axis enumerating all workers.
+
+  Returns:
+    An :class:`~easgd.core.algorithms.Algorithm`; ``communication`` counts pushes
+    (each sends one parameter-sized update and receives the center). Its
+    hyperparameters hold ``tau`` and ``push_timing``.
+
+  Raises:
+    HyperparameterError: tau < 1, unknown push_timing, bad schedule.
+
+  References:
+    github.com/sixin-zh/mpiT (commit c359666), ``asyncsgd/optim-downpour.lua``
+    and ``asyncsgd/pserver.lua``; Zhang, Choromanska, LeCun (2015), Section 5.
+  """
+  tau = elastic.check_tau(tau)
+  offset = push_offset(push_timing)
+  schedule = _resolve_schedule(schedule, num_workers)
+  push_due = every_tau_steps(tau, offset)
+
+  def local_step(worker, batch, key):
+    loss, grads, model_state = momentum_lib.loss_and_grad(
+        loss_fn, worker.params, batch, key, worker.model_state)
+    step, opt_state = optimizer.update(grads, worker.opt_state, worker.params)
+    params = optax.apply_updates(worker.params, step)
+    acc = elastic.tree_add(worker.buffer, step)
+    return loss, (params, acc, opt_state, model_state), acc, push_due(worker.clock)
+
+  def finish(worker, proposal, fetched, exchanged):
+    params, acc, opt_state, model_state = proposal
+    return worker._replace(
+        params=tree_where(exchanged, elastic.cast_like(fetched, params), params),
+        buffer=tree_where(exchanged, tree_zeros_like(acc), acc),
+        opt_state=opt_state, model_state=model_state)
+
+  def communication(num_steps, param_bytes):
+    n = mean_exchanges(schedule, num_steps, tau, "step_end", offset)
+    return Communication(n, n * int(param_bytes))
+
+  return simulate(
+      name, schedule=schedule, local_step=local_step, master_rule=master_rule,
+      finish=finish,  # the accumulated update u is kept in float32 for bf16 params
+      init_buffer=lambda params: tree_zeros_like(elastic.to_reduction_dtype(params)),
+      init_opt_state=optimizer.init, init_master=init_master, center=center,
+      communication=communication,
+      hyperparameters=dict(hyperparameters, num_workers=int(num_workers), tau=tau,
+                           push_timing=push_timing),
+      exchange_at="step_end", axis_name=axis_name, due=push_due)
+
+

@@ -1,0 +1,713 @@
+"""Distributed training algorithms as per-worker (init, step) pairs.
+
+Each factory checks the hyperparameters it is given as Python numbers and
+returns an :class:`Algorithm`: pure functions written for ONE worker, which use
+collectives over ``axis_name`` (default :data:`easgd.core.elastic.WORKER_AXES`) to
+talk to the others. ``easgd.parallel.workers.map_workers`` runs them over all workers;
+nothing here compiles or places anything.
+
+Array hyperparameters: as optax's transformations take ``ArrayLike`` rates,
+the factories take learning_rate, alpha/beta, the momentum delta and (for the
+synchronous algorithms, whose exchange the step can decide on the device)
+tau as JAX arrays too, unchecked (``easgd.core.elastic.is_array_hyperparameter``):
+built inside a ``jax.vmap`` over configurations they are traced, and one
+compiled program runs every configuration (``easgd.sweeps.engine``). Their
+ranges are checked where they enter (a config, the command line, a sweep's
+grid). What needs a Python value on the host follows the rule of each
+factory's docstring: with an array tau, ``exchange_at`` is None (so
+``easgd.parallel.workers.map_step`` runs the one program that decides the exchange on
+the device) and ``communication`` raises (it counts from a Python tau);
+``hyperparameters`` holds the values as given (arrays for logs to convert).
+
+State is split in two:
+  worker state  one value per worker (EASGD: the worker's parameters x^i and its
+                local optimizer state);
+  shared state  one value for all workers, kept identical on every device
+                because it is only ever updated from all-reduced quantities
+                (EASGD: the center x~ and the step counter).
+
+Algorithms here:
+  :func:`easgd`      synchronous EASGD, eq. (5)-(6), communication period tau.
+  :func:`eamsgd`     synchronous EAMSGD, eq. (7): the same rule with Nesterov
+                     momentum delta (the local step of ``easgd.core.momentum``).
+  :func:`pmean_sgd`  data-parallel synchronous SGD, gradients averaged with
+                     ``lax.pmean`` every step (the baseline), on the one core
+                     of the single-model methods (:func:`shared_model_algorithm`).
+Elsewhere, on the same interface:
+``easgd.asynchrony.simulation`` (asynchronous EASGD/EAMSGD with exchange schedules) and
+``easgd.methods.baselines`` (DOWNPOUR family, sequential methods, local SGD, DiLoCo);
+``easgd.methods.registry`` (the algorithm table) builds them from a config.
+
+Precision: every sum across workers and every center is kept in
+``easgd.core.elastic.reduction_dtype`` of the parameters' dtype (float32 for
+bfloat16 parameters); a worker's own parameters and optimizer state keep their
+dtype. With a single worker there is nothing to reduce and no collective runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Protocol
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from easgd._util import checks
+from easgd.core import elastic, momentum as momentum_lib
+from easgd.core.elastic import WORKER_AXES
+
+Params = Any
+WorkerState = Any   # one worker's state (a pytree; ``()`` for one-model methods)
+SharedState = Any   # the state all workers share (a pytree with an int32 ``step``)
+LossFn = Callable[..., Any]
+"""``loss_fn(params, batch, key) -> float32 scalar``: mean loss of one worker's
+mini-batch; ``key`` is this worker's key for this step (dropout etc.). A model
+with state (BatchNorm statistics) takes and returns it:
+``loss_fn(params, batch, key, model_state) -> (loss, new_model_state)``, used
+when the algorithm's ``init`` was given a ``model_state``
+(``easgd.core.momentum.loss_and_grad``)."""
+
+
+class InitFn(Protocol):
+  """``init(params, model_state=()) -> (worker_state, shared_state)`` for ONE worker.
+
+  ``model_state`` (e.g. a Flax model's ``{"batch_stats": ...}``) is carried by
+  every worker (by the shared state for the one-model methods, averaged over
+  the workers at each step); with it the loss function takes and returns the
+  state (``easgd.core.momentum.loss_and_grad``).
+  """
+
+  def __call__(self, params: Params, model_state: Any = ()
+               ) -> tuple[WorkerState, SharedState]: ...
+
+
+class StepFn(Protocol):
+  """``step(worker, shared, batch, key) -> (worker, shared, loss)``, per worker."""
+
+  def __call__(self, worker: WorkerState, shared: SharedState, batch: Any,
+               key: jax.Array) -> tuple[WorkerState, SharedState, jax.Array]: ...
+
+
+class ScheduledStepFn(Protocol):
+  """A step that also takes the host's exchange flag (``Algorithm.exchange_at``).
+
+  ``exchange=None`` decides on the device from the clock (``lax.cond``); a
+  Python bool fixes the branch when the step is traced (:func:`on_exchange`).
+  """
+
+  def __call__(self, worker: WorkerState, shared: SharedState, batch: Any,
+               key: jax.Array, exchange: bool | None = None
+               ) -> tuple[WorkerState, SharedState, jax.Array]: ...
+
+
+class CenterFn(Protocol):
+  """``center(shared) -> params``: the model the method evaluates."""
+
+  def __call__(self, shared: SharedState) -> Params: ...
+
+
+class WorkerParamsFn(Protocol):
+  """``worker_params(worker, shared) -> params``: one worker's iterate."""
+
+  def __call__(self, worker: WorkerState, shared: SharedState) -> Params: ...
+
+
+class CommunicationFn(Protocol):
+  """``communication(num_steps, param_bytes) -> Communication`` per worker."""
+
+  def __call__(self, num_steps: int, param_bytes: int) -> "Communication": ...
+
+
+class ExchangeSchedule(Protocol):
+  """``exchange_at(t) -> bool``: whether the step at clock t communicates (an
+  int on the host, or the state's int32 counter on the device)."""
+
+  def __call__(self, t: Any) -> Any: ...
+
+
+class Communication(NamedTuple):
+  """Communication of one worker, counted over a number of steps.
+
+  Attributes:
+    all_reduces: number of all-reduces the worker took part in.
+    bytes: payload bytes the worker contributed to them (the size of the
+      reduced buffers; what a ring all-reduce puts on the wire is
+      2 (p - 1) / p times this).
+  """
+  all_reduces: int
+  bytes: int
+
+
+class Algorithm(NamedTuple):
+  """A distributed algorithm written for one worker.
+
+  Attributes:
+    name: short name, e.g. ``"easgd"``.
+    init: ``init(params) -> (worker_state, shared_state)`` for ONE worker from
+      the common initial parameters (every worker gets the same values).
+    step: ``step(worker_state, shared_state, batch, key) -> (worker_state,
+      shared_state, loss)``, per worker, inside a mapping that binds the
+      algorithm's axis name. ``key`` is the run's base key (the same for all);
+      the step derives the worker's own key from it. ``loss`` is the worker's
+      mini-batch loss at its parameters before the step (float32 scalar).
+    center: ``center(shared_state) -> params``, the model the method evaluates.
+    worker_params: ``worker_params(worker_state, shared_state) -> params``.
+    communication: ``communication(num_steps, param_bytes) -> Communication``,
+      the per-worker count over the first ``num_steps`` steps.
+    hyperparameters: resolved hyperparameters, for logs.
+    shared_model: True when the worker state is empty and every worker
+      computes on the one model of the shared state (pmean SGD, the
+      sequential methods): ``easgd.parallel.workers.map_step`` then runs the workers of
+      a device as one batch (one forward and backward pass over their
+      examples), which equals the per-worker steps averaged.
+    exchange_at: ``None``, or for synchronous algorithms that communicate only
+      on some steps (EASGD, EAMSGD, local SGD, DiLoCo) the host-side schedule
+      ``exchange_at(t: int) -> bool``: whether the step at clock t communicates.
+      Such a ``step`` also takes a keyword ``exchange``: ``None`` (default)
+      decides on the device from the clock (``lax.cond``); a Python bool, which
+      must equal ``exchange_at(t)``, compiles the step with or without the
+      communication and no conditional. ``easgd.parallel.workers.map_step`` uses it to
+      run two programs, picked per step on the host; it also evaluates
+      ``exchange_at`` on the shared state's int32 counter ``shared.step`` (so
+      such algorithms keep one) to check the host's clock on the device.
+    async_rules: ``None``, or for the asynchronous methods (async EASGD and
+      EAMSGD, the DOWNPOUR family) their ``easgd.asynchrony.simulation.AsyncRules``: the
+      pure worker-local computation, master rule and finishing rule that
+      ``step`` simulates in SPMD code, exposed so that the explicit-order
+      replay (``easgd.asynchrony.log.replay``) and the real runtimes (threads,
+      Ray) run exactly these functions.
+  """
+  name: str
+  init: InitFn
+  step: StepFn | ScheduledStepFn
+  center: CenterFn
+  worker_params: WorkerParamsFn
+  communication: CommunicationFn
+  hyperparameters: dict
+  exchange_at: ExchangeSchedule | None = None
+  shared_model: bool = False
+  async_rules: Any = None
+
+
+def worker_key(key: jax.Array, step, axis_name=WORKER_AXES) -> jax.Array:
+  """This worker's key at ``step``: fold_in(fold_in(key, step), worker index).
+
+  Args:
+    key: the run's base PRNG key (the same on every worker).
+    step: int32 scalar clock (may be traced).
+    axis_name: the mapped axis enumerating all workers; must be bound by the
+      enclosing mapping.
+
+  Returns:
+    A PRNG key of the type of ``key``, distinct per (step, worker).
+
+  Raises:
+    easgd.core.elastic.MappingError: ``axis_name`` is not bound.
+  """
+  return jax.random.fold_in(jax.random.fold_in(key, step),
+                            elastic.worker_index(axis_name))
+
+
+def local_optimizer(optimizer: optax.GradientTransformation | None,
+                    learning_rate) -> optax.GradientTransformation:
+  """The local optimizer a factory uses: ``optimizer``, else ``optax.sgd(learning_rate)``.
+
+  ``learning_rate`` may be a JAX array (not checked, may be traced) or an
+  optax schedule, as ``optax.sgd`` takes.
+
+  Raises:
+    TypeError: ``optimizer`` is not an ``optax.GradientTransformation``.
+    HyperparameterError: neither is given, or ``learning_rate`` (a Python
+      number) is not a finite real > 0.
+  """
+  if optimizer is not None:
+    if not isinstance(optimizer, optax.GradientTransformation):
+      raise TypeError(f"optimizer must be an optax.GradientTransformation, "
+                      f"got {type(optimizer).__name__}")
+    return optimizer
+  if learning_rate is None:
+    raise elastic.HyperparameterError(
+        "give an optimizer (optax.GradientTransformation) or a learning_rate "
+        "for plain SGD")
+  if not elastic.is_array_hyperparameter(learning_rate):  # arrays: unchecked
+    learning_rate = checks.real("learning_rate", learning_rate, 0, open_low=True,
+                                error=elastic.HyperparameterError)
+  return optax.sgd(learning_rate)
+
+
+def reset_optimizer_state(optimizer: optax.GradientTransformation, opt_state,
+                          params: Params, reset):
+  """``optimizer.init(params)`` where ``reset`` is True, else ``opt_state``.
+
+  Every part of the state is re-initialised (moments, Adam's bias-correction
+  count, momentum traces) except ``optax.ScaleByScheduleState`` nodes, so that
+  a learning-rate schedule keeps its position in the run.
+
+  Args:
+    optimizer: the local optimizer.
+    opt_state: its current state.
+    params: the parameters to initialise from (shapes and dtypes only, for
+      the optimizers in Optax).
+    reset: bool scalar (may be traced or batched).
+
+  Returns:
+    A state of the structure of ``opt_state``.
+  """
+  is_schedule = lambda node: isinstance(node, optax.ScaleByScheduleState)
+  fresh = jax.tree.map(lambda new, old: old if is_schedule(new) else new,
+                       optimizer.init(params), opt_state, is_leaf=is_schedule)
+  return jax.tree.map(lambda new, old: jnp.where(reset, new, old).astype(old.dtype),
+                      fresh, opt_state)
+
+
+def elastic_step_setup(optimizer: optax.GradientTransformation, params: Params, opt_state,
+                       step, key: jax.Array, tau, reset_opt_state: bool, axis_name,
+                       exchange: bool | None = None):
+  """The start of an elastic worker step (EASGD, EAMSGD).
+
+  Args:
+    optimizer: the local optimizer; params: this worker's parameters x^i;
+    opt_state: its optimizer state; step: the int32 worker clock t^i;
+    key: the run's base key; tau: communication period (>= 1, an int or an
+    int32 array);
+    reset_opt_state: re-initialise ``opt_state`` on exchange steps (Python bool);
+    axis_name: the mapped axis enumerating all workers;
+    exchange: ``None`` to compute the flag from the clock, or the host's
+      Python bool for this step (see ``Algorithm.exchange_at``).
+
+  Returns:
+    ``(worker_key, exchange, opt_state)``: this worker's key for this step, the
+    flag "tau divides t^i" (Algorithms 1-2; a bool array, or the given Python
+    bool), and the optimizer state to use.
+  """
+  check_exchange_flag(exchange)
+  key = worker_key(key, step, axis_name)
+  if exchange is None:
+    exchange = elastic.is_exchange_step(step, tau)
+  if reset_opt_state and exchange is not False:
+    opt_state = reset_optimizer_state(optimizer, opt_state, params, exchange)
+  return key, exchange, opt_state
+
+
+def every_tau_steps(tau: int, offset: int = 0, last_step: int | None = None
+                    ) -> Callable[[int], bool]:
+  """The host-side schedule ``t -> (t + offset) % tau == 0`` (``Algorithm.exchange_at``).
+
+  EASGD and EAMSGD exchange at t = 0, tau, 2 tau, ... (offset 0, Algorithm 1);
+  local SGD and DiLoCo average after steps tau - 1, 2 tau - 1, ... (offset 1)
+  and, given ``last_step``, also at the run's last step, so that the run ends
+  on an average.
+
+  Args:
+    tau: communication period in steps, an integer >= 1, or an int32 JAX
+      array (unchecked; the schedule is then for the device only, its value
+      at a host int is an array).
+    offset: 0 or 1 (see above).
+    last_step: the clock of the run's last step (steps - 1), which then
+      exchanges too; None: the schedule is periodic only.
+
+  Returns:
+    ``exchange_at(t) -> bool`` for the step at clock t (steps taken); given an
+    int32 array (the state's counter, traced) it returns a bool array, which
+    the steps use to decide the exchange on the device and
+    ``easgd.parallel.workers.map_step`` to check the host's clock there.
+
+  Raises:
+    HyperparameterError: tau is not an integer >= 1, offset not 0 or 1, or
+      last_step not an integer >= 0.
+
+  References:
+    Algorithm 1 of the paper ("if tau divides t^i").
+  """
+  tau = elastic.check_tau(tau, allow_array=True)
+  checks.integer("offset", offset, 0, 1, error=elastic.HyperparameterError)
+  if last_step is None:
+    return lambda t: (t + offset) % tau == 0
+  last_step = checks.integer("last_step", last_step, 0, error=elastic.HyperparameterError,
+                             what="the clock of the run's last step")
+  return lambda t: ((t + offset) % tau == 0) | (t == last_step)
+
+
+def periodic_communication(tau: int, offset: int = 0, *, num_workers: int,
+                           last_step: int | None = None
+                           ) -> Callable[[int, int], Communication]:
+  """``Algorithm.communication`` of an algorithm with schedule
+  ``every_tau_steps(tau, offset, last_step)``.
+
+  One parameter-sized all-reduce on each step t < num_steps the schedule names:
+  ceil(num_steps / tau) exchanges for offset 0 (t = 0 included),
+  floor(num_steps / tau) for offset 1, plus the last step's when it is not
+  periodic. A single worker has nothing to reduce: 0.
+
+  Args:
+    tau: communication period in steps, an integer >= 1; or a JAX array,
+      with which nothing can be counted on the host (the function returned
+      raises a TypeError when called).
+    offset: 0 or 1, as in :func:`every_tau_steps`.
+    num_workers: p; with p = 1 nothing is communicated.
+    last_step: as in :func:`every_tau_steps`.
+
+  Returns:
+    ``communication(num_steps, param_bytes) -> Communication`` per worker
+    (bytes = exchanges * param_bytes).
+  """
+  if elastic.is_array_hyperparameter(tau):
+    def not_counted(num_steps, param_bytes):
+      raise TypeError("communication is counted on the host from a Python tau; this "
+                      "algorithm was built with an array tau (count with the "
+                      "configuration's Python value)")
+    return not_counted
+
+  def communication(num_steps, param_bytes):
+    n = int(num_steps)
+    if num_workers == 1 or n <= 0:
+      return Communication(0, 0)
+    exchanges = (n - 1 + offset) // tau - (offset - 1) // tau
+    if last_step is not None and n > last_step and (last_step + offset) % tau:
+      exchanges += 1
+    return Communication(exchanges, exchanges * int(param_bytes))
+  return communication
+
+
+def check_exchange_flag(exchange) -> None:
+  """``exchange`` of a step: None (decided on the device) or a Python bool.
+
+  Raises:
+    TypeError: anything else (a traced flag belongs to ``exchange=None``).
+  """
+  if exchange is not None and not isinstance(exchange, bool):
+    raise TypeError(f"exchange must be None or a Python bool (the host's schedule, "
+                    f"Algorithm.exchange_at), got {exchange!r}")
+
+
+class ElasticWorker(NamedTuple):
+  """Per-worker state of synchronous EASGD / EAMSGD.
+
+  Attributes:
+    params: x^i, the worker's parameters.
+    velocity: v^i, EAMSGD's local Nesterov velocity (never communicated);
+      ``()`` for EASGD.
+    opt_state: the local optimizer's state.
+  """
+  params: Params
+  velocity: Any
+  opt_state: Any
+  model_state: Any = ()
+
+
+class EASGDShared(NamedTuple):
+  """Shared state of EASGD: the center x~ and the common worker clock t."""
+  center: Params
+  step: jax.Array  # int32 scalar, the number of steps taken
+
+
+def _synchronous_elastic(name, loss_fn, optimizer, *, num_workers, tau, alpha, beta,
+                         learning_rate, reset_opt_state, momentum, axis_name):
+  """The one body of :func:`easgd` (momentum None) and :func:`eamsgd`."""
+  tau = elastic.check_tau(tau, allow_array=True)
+  alpha = elastic.resolve_alpha(num_workers, alpha, beta)
+  optimizer = local_optimizer(optimizer, learning_rate)
+  reduce_over = elastic.reduce_axis(num_workers, axis_name)  # None: one worker
+  # Algorithm 1: tau divides t (t = 0 included); the host's copy only for a Python tau
+  exchange_at = None if elastic.is_array_hyperparameter(tau) else every_tau_steps(tau)
+
+  def init(params, model_state=()):
+    velocity = () if momentum is None else jax.tree.map(jnp.zeros_like, params)
+    return (ElasticWorker(params, velocity, optimizer.init(params), model_state),
+            EASGDShared(elastic.to_reduction_dtype(params), jnp.zeros((), jnp.int32)))
+
+  def step(worker, shared, batch, key, exchange=None):
+    key, exchange, opt_state = elastic_step_setup(
+        optimizer, worker.params, worker.opt_state, shared.step, key, tau,
+        reset_opt_state, axis_name, exchange)
+    loss, update, opt_state, model_state = momentum_lib.nesterov_velocity(
+        loss_fn, optimizer, momentum, worker.params, worker.velocity, opt_state,
+        batch, key, model_state=worker.model_state)
+    # update: the optimizer step u (EASGD) or the new velocity (EAMSGD)
+    params, center = elastic.easgd_update(
+        worker.params, update, shared.center, alpha, exchange, reduce_over)
+    velocity = () if momentum is None else update
+    return (ElasticWorker(params, velocity, opt_state, model_state),
+            EASGDShared(center, shared.step + 1), loss)
+
+  hyper = dict(num_workers=int(num_workers), tau=tau, alpha=alpha,
+               beta=alpha * num_workers, reset_opt_state=bool(reset_opt_state))
+  if momentum is not None:
+    hyper["momentum"] = momentum
+  return Algorithm(
+      name=name, init=init, step=step,
+      center=lambda shared: shared.center,
+      worker_params=lambda worker, shared: worker.params,
+      communication=periodic_communication(tau, num_workers=num_workers),
+      hyperparameters=hyper,
+      exchange_at=exchange_at)
+
+
+def easgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
+          *, num_workers: int, tau: int = 1, alpha: float | None = None,
+          beta: float | None = None, learning_rate: float | None = None,
+          reset_opt_state: bool = False, axis_name=WORKER_AXES) -> Algorithm:
+  """Synchronous Elastic Averaging SGD with communication period tau.
+
+  Each worker i takes the local optimizer's step at its own parameters; on steps
+  where tau divides the clock t (t = 0, tau, 2 tau, ...) it also feels the
+  elastic force and the center moves by the sum of the opposite forces:
+
+      x^i_{t+1} = x^i_t + u^i_t - alpha (x^i_t - x~_t)       [exchange steps]
+      x~_{t+1}  = x~_t + alpha sum_i (x^i_t - x~_t)           [exchange steps]
+      x^i_{t+1} = x^i_t + u^i_t,  x~_{t+1} = x~_t             [other steps]
+
+  with u^i_t the optimizer's update (plain SGD: u = -eta g^i_t(x^i_t)). The
+  local optimizer state stays per worker; it receives the worker's own params.
+  The center, the elastic differences and their sum are kept in float32 for
+  bfloat16 parameters (``easgd.core.elastic.reduction_dtype``). EASGD is
+  :func:`eamsgd` with delta = 0: both are this one rule.
+
+  Args:
+    loss_fn: ``loss_fn(params, batch, key) -> scalar`` (see :data:`LossFn`).
+    optimizer: the local optimizer; default ``optax.sgd(learning_rate)``.
+    num_workers: number of workers p (for beta -> alpha and validation).
+    tau: communication period in local steps, integer >= 1; or an int32 JAX
+      array (unchecked, may be traced): then ``exchange_at`` is None, the
+      step decides the exchange on the device, and ``communication`` raises
+      (it counts from a Python tau).
+    alpha: moving rate; or give ``beta`` = num_workers * alpha (paper: 0.9).
+      Either may be a JAX array (unchecked, may be traced).
+    beta: center moving rate; alpha = beta / num_workers.
+    learning_rate: eta of the default plain-SGD optimizer (> 0), or a JAX
+      array (unchecked, may be traced).
+    reset_opt_state: re-initialise the local optimizer state at every exchange,
+      before that step's update (see :func:`reset_optimizer_state`; schedules
+      keep their position). Default False: the state persists across exchanges.
+    axis_name: mapped axis enumerating all workers.
+
+  Returns:
+    An :class:`Algorithm` named ``"easgd"``, with the host-side schedule
+    ``exchange_at(t) = (t % tau == 0)`` for a Python tau (so
+    ``easgd.parallel.workers.map_step`` runs an exchange program and a local program
+    without communication).
+
+  Raises:
+    HyperparameterError (a ValueError): tau < 1 or not an integer; alpha or beta
+      negative, both or neither given; num_workers < 1; learning_rate <= 0.
+    TypeError: optimizer is not an optax.GradientTransformation.
+
+  Example:
+    >>> algo = easgd(loss_fn, optax.sgd(0.1), num_workers=4, tau=4, beta=0.9)
+
+  References:
+    Zhang, Choromanska, LeCun (2015), eq. (5)-(6) and Algorithm 1.
+  """
+  return _synchronous_elastic(
+      "easgd", loss_fn, optimizer, num_workers=num_workers, tau=tau, alpha=alpha,
+      beta=beta, learning_rate=learning_rate, reset_opt_state=reset_opt_state,
+      momentum=None, axis_name=axis_name)
+
+
+def eamsgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
+           *, num_workers: int, momentum: float, tau: int = 1,
+           alpha: float | None = None, beta: float | None = None,
+           learning_rate: float | None = None, reset_opt_state: bool = False,
+           axis_name=WORKER_AXES) -> Algorithm:
+  """Synchronous Elastic Averaging Momentum SGD (Nesterov momentum per worker).
+
+  All workers share one clock t; on steps where tau divides t every worker
+  exchanges with the center, reading the time-t values (eq. 5-6 with the
+  momentum step of eq. 7):
+
+      y^i   = x^i_t + delta v^i_t
+      v^i_{t+1} = delta v^i_t + u^i_t,     u^i_t = -eta g^i(y^i)  (optimizer step)
+      x^i_{t+1} = x^i_t - alpha (x^i_t - x~_t) + v^i_{t+1}     [exchange steps]
+      x~_{t+1}  = x~_t + alpha sum_i (x^i_t - x~_t)             [exchange steps]
+      x^i_{t+1} = x^i_t + v^i_{t+1},  x~_{t+1} = x~_t           [other steps]
+
+  The velocity is local: never averaged, pulled or reset. ``momentum = 0``
+  is :func:`easgd` (the same rule, so the same computation bit for bit).
+
+  Args:
+    loss_fn: ``loss_fn(params, batch, key) -> scalar``.
+    optimizer: maps the look-ahead gradient to the step u; default
+      ``optax.sgd(learning_rate)`` (then u = -eta g, eq. 7 exactly). It
+      receives the look-ahead point as params; its state stays per worker.
+    num_workers: number of workers p.
+    momentum: delta in [0, 1) (paper: 0.99), or a JAX array (unchecked).
+    tau: communication period in local steps, >= 1, or an int32 JAX array
+      (as :func:`easgd`).
+    alpha: moving rate; or give ``beta`` = num_workers * alpha (paper: 0.9);
+      either may be a JAX array (unchecked).
+    beta: center moving rate.
+    learning_rate: eta of the default SGD optimizer (> 0), or a JAX array.
+    reset_opt_state: re-initialise the optimizer state at every exchange
+      (before that step's update; the velocity is NOT reset, and learning-rate
+      schedules keep their position). Default False: the state persists.
+    axis_name: mapped axis enumerating all workers.
+
+  Returns:
+    An :class:`Algorithm` named ``"eamsgd"``; one all-reduce of the parameters
+    per exchange, like EASGD. The loss ``step`` returns is the one at the
+    look-ahead point x^i + delta v^i, where the gradient is taken (for
+    momentum > 0 not the loss at x^i).
+
+  Raises:
+    HyperparameterError: tau < 1, momentum outside [0, 1), alpha/beta invalid,
+      learning_rate <= 0.
+    TypeError: optimizer is not an optax.GradientTransformation.
+
+  Example:
+    >>> algo = eamsgd(loss_fn, num_workers=4, momentum=0.99, tau=10, beta=0.9,
+    ...               learning_rate=0.01)
+
+  References:
+    Zhang, Choromanska, LeCun (2015), eq. (7) and Algorithm 2.
+  """
+  return _synchronous_elastic(
+      "eamsgd", loss_fn, optimizer, num_workers=num_workers, tau=tau, alpha=alpha,
+      beta=beta, learning_rate=learning_rate, reset_opt_state=reset_opt_state,
+      momentum=momentum_lib.check_momentum(momentum), axis_name=axis_name)
+
+
+def pmean_sgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
+              *, num_workers: int | None = None, learning_rate: float | None = None,
+              axis_name=WORKER_AXES) -> Algorithm:
+  """Synchronous data-parallel SGD: gradients averaged over workers every step.
+
+      g_t = (1/p) sum_i g^i_t(x_t)          (lax.pmean, one all-reduce per step)
+      x_{t+1} = x_t + optimizer_update(g_t)
+
+  All workers hold the same model (it is shared state). With p workers of batch
+  B and a loss that is a mean over the batch this is exactly one worker with
+  batch p * B (up to float summation order). The average is formed in
+  float32 for bfloat16 gradients (``easgd.core.elastic.reduction_dtype``) and cast
+  back to the parameters' dtype. ``shared_model`` is True: on one device,
+  ``easgd.parallel.workers.map_step`` computes the gradient of a device's workers in
+  one pass over their examples.
+
+  Args:
+    loss_fn: ``loss_fn(params, batch, key) -> scalar`` (mean over the batch).
+    optimizer: the optimizer; default ``optax.sgd(learning_rate)``.
+    num_workers: p, an integer >= 1; with p = 1 nothing is averaged (no
+      collective, no communication counted). None: unknown, counted as p > 1.
+    learning_rate: eta of the default plain-SGD optimizer (> 0), or a JAX
+      array (unchecked, may be traced).
+    axis_name: mapped axis enumerating all workers.
+
+  Returns:
+    An :class:`Algorithm` named ``"pmean_sgd"``.
+
+  Raises:
+    HyperparameterError: learning_rate <= 0 or missing without an optimizer;
+      num_workers not an integer >= 1.
+    TypeError: optimizer is not an optax.GradientTransformation.
+
+  References:
+    The synchronous baseline of the paper's Section 5 discussion; Dean et al.
+    (2012) for the data-parallel setting.
+  """
+  optimizer = local_optimizer(optimizer, learning_rate)
+  if num_workers is not None:
+    check_num_workers(num_workers)
+  return shared_model_algorithm(
+      "pmean_sgd", loss_fn, optimizer, num_workers=num_workers, axis_name=axis_name)
+
+
+def check_num_workers(num_workers) -> int:
+  """Checks the number of workers p; returns it as an int.
+
+  Raises:
+    HyperparameterError: not an integer >= 1.
+  """
+  return checks.integer("num_workers", num_workers, 1, error=elastic.HyperparameterError)
+
+
+class SharedModel(NamedTuple):
+  """Shared state of a one-model method (pmean SGD and the sequential family).
+
+  Attributes:
+    params: x_t, the one model.
+    opt_state: the optimizer's state.
+    velocity: v_t (Nesterov momentum methods) or ``()``.
+    average: z_t (averaged methods) or ``()``.
+    step: int32 scalar t.
+  """
+  params: Params
+  opt_state: Any
+  velocity: Any = ()
+  average: Any = ()
+  step: Any = None
+  model_state: Any = ()
+
+
+def shared_model_algorithm(name: str, loss_fn: LossFn,
+                           optimizer: optax.GradientTransformation, *,
+                           num_workers: int | None, axis_name=WORKER_AXES,
+                           momentum: float | None = None,
+                           average: Callable | None = None,
+                           hyperparameters: dict | None = None) -> Algorithm:
+  """The one core of every method with a single model: the gradient of the
+  global mini-batch (the workers' gradients averaged), one optimizer step.
+
+      g_t = (1/p) sum_i g^i_t(y_t)       y_t = x_t, or x_t + delta v_t (Nesterov)
+      u_t = optimizer step of g_t;   x_{t+1} = x_t + u_t     (or v_{t+1} = delta v_t + u_t,
+                                                              x_{t+1} = x_t + v_{t+1})
+      z_{t+1} = average(z_t, x_t, t)     (averaged methods; z is evaluated, kept in
+                                          float32 for bfloat16 parameters)
+
+  Used by :func:`pmean_sgd` and ``easgd.methods.baselines``' sgd, msgd, asgd, mvasgd.
+
+  Args:
+    name: the algorithm's name.
+    loss_fn: ``loss_fn(params, batch, key) -> scalar`` (mean over the batch).
+    optimizer: the (validated) optimizer.
+    num_workers: p; with p = 1 no collective runs and nothing is counted;
+      None: counted as p > 1.
+    axis_name: mapped axis enumerating all workers.
+    momentum: Nesterov delta in [0, 1) (``easgd.core.momentum``; a JAX array
+      unchecked), or None.
+    average: ``average(z, x, t) -> z``, or None for no average.
+    hyperparameters: for logs.
+
+  Returns:
+    An :class:`Algorithm` with ``shared_model=True``; ``center`` is z for
+    averaged methods, else x.
+  """
+  reduce_over = elastic.reduce_axis(num_workers, axis_name)  # None: one worker
+
+  def mean(grads):
+    return elastic.cast_like(elastic.worker_mean(grads, reduce_over), grads)
+
+  def init(params, model_state=()):
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    return (), SharedModel(params, optimizer.init(params),
+                           zeros if momentum is not None else (),
+                           elastic.to_reduction_dtype(params) if average is not None
+                           else (), jnp.zeros((), jnp.int32), model_state)
+
+  def step(worker, shared, batch, key):
+    key = worker_key(key, shared.step, axis_name)
+    velocity = shared.velocity
+    loss, update, opt_state, model_state = momentum_lib.nesterov_velocity(
+        loss_fn, optimizer, momentum, shared.params, velocity, shared.opt_state,
+        batch, key, grad_fn=mean, model_state=shared.model_state)
+    if momentum is not None:
+      velocity = update
+    if momentum_lib.has_model_state(model_state):  # each worker's own statistics,
+      model_state = mean(model_state)              # averaged: one shared state
+    z = shared.average
+    if average is not None:
+      z = average(z, shared.params, shared.step)
+    params = optax.apply_updates(shared.params, update)
+    return worker, SharedModel(params, opt_state, velocity, z, shared.step + 1,
+                               model_state), loss
+
+  def communication(num_steps, param_bytes):
+    if num_workers == 1:
+      return Communication(0, 0)
+    return Communication(int(num_steps), int(num_steps) * int(param_bytes))
+
+  return Algorithm(
+      name=name, init=init, step=step,
+      center=(lambda shared: shared.average) if average is not None else
+      (lambda shared: shared.params),
+      worker_params=lambda worker, shared: shared.params,
+      communication=communication, hyperparameters=dict(hyperparameters or {}),
+      shared_model=True)

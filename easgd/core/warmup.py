@@ -1,0 +1,241 @@
+"""Synchronous warm-up: pmean SGD for the first K steps, then the algorithm.
+
+Post-local SGD (Lin et al., 2020) starts a local or elastic method from a model
+trained for a while by mini-batch SGD with the gradients averaged over all
+workers every step. :func:`sync_warmup` wraps an algorithm of the synchronous
+elastic or averaging families so that, with one global clock t,
+
+    t < K:   x_{t+1} = x_t + u_t,   u_t = the local optimizer's step of
+             g_t = (1/p) sum_i g^i_t(x_t)     (pmean SGD, one model, one
+                                               gradient all-reduce per step)
+    t = K:   the algorithm starts from x_K: ``algorithm.init(x_K)`` (every
+             worker and the center at x_K, EAMSGD's velocity 0, DiLoCo's outer
+             state fresh), with each worker's local optimizer state set to the
+             warm-up optimizer's state (the schedule keeps its position,
+             momentum traces carry over), then takes its own step
+    t >= K:  the algorithm's step, its clock t - K: it exchanges where its own
+             schedule names t - K (EASGD at t - K = 0, tau, 2 tau, ...: global
+             steps K, K + tau, ...; local SGD and DiLoCo after t - K = tau - 1,
+             2 tau - 1, ...), so its schedule is counted from K.
+
+Worked example (tau = 4, K = 3, EASGD): steps 0, 1, 2 are pmean steps (one
+gradient all-reduce each); step 3 starts EASGD at x_3 and exchanges (clock 0);
+the next exchanges are at steps 7, 11, ... With K = 0 the wrapper is not used
+(the registry builds the plain algorithm).
+
+The handover needs no communication: every worker already holds x_K (it is the
+shared model). The wrapped algorithm's worker state must be a NamedTuple with
+an ``opt_state`` field (the local optimizer's state: ``ElasticWorker`` of
+EASGD/EAMSGD, ``LocalWorker`` of local SGD/DiLoCo); its state carries both the
+warm-up model (``SharedModel`` of ``easgd.core.algorithms.pmean_sgd``) and the
+algorithm's own state, the warm-up model unused after K.
+
+Step keys: the warm-up step t uses ``worker_key(key, t)`` as pmean SGD does;
+the algorithm's steps use ``fold_in(key, 1)`` as their base key, so its
+clock restarting at 0 does not repeat the warm-up's dropout keys.
+
+References:
+  T. Lin, S. U. Stich, K. K. Patel, M. Jaggi. Don't use large mini-batches,
+  use local SGD. ICLR 2020 (post-local SGD).
+  S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging
+  SGD. NeurIPS 2015, eq. (5)-(7).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+import optax
+
+from easgd.core import algorithms, elastic
+from easgd._util import checks
+from easgd.core.algorithms import Algorithm, Communication
+from easgd.core.elastic import WORKER_AXES
+from optax.tree_utils import tree_where
+
+MAIN_KEY_STREAM = 1
+"""``fold_in(key, MAIN_KEY_STREAM)`` is the wrapped algorithm's base key."""
+
+
+class WarmupStep(NamedTuple):
+  """The step of a warmed-up algorithm, with its two phases for drivers that
+  know the clock on the host.
+
+  Calling it is ``Algorithm.step``: with ``exchange`` None or True a
+  ``lax.cond`` on the clock picks the warm-up or the algorithm; with False
+  the algorithm's local step. A driver that knows t (``easgd.parallel.workers.map_step``,
+  ``easgd.sweeps.curves``) runs ``warm(worker, shared, batch, key)`` for
+  t < K and ``main(worker, shared, batch, key, exchange=None)`` for t >= K
+  instead, so no gradient sits inside a branch (on XLA:CPU a convolution in a
+  ``lax.cond`` or loop body runs several times slower than at top level).
+
+  Attributes:
+    step: the step function.
+    warmup_steps: K.
+    warm: the warm-up step (pmean SGD), for t < K.
+    main: the algorithm's step with the handover at K (a select), for
+      t >= K; takes ``exchange`` as the algorithm's step does.
+  """
+  step: Any
+  warmup_steps: int
+  warm: Any
+  main: Any
+
+  def __call__(self, worker, shared, batch, key, exchange=None):
+    return self.step(worker, shared, batch, key, exchange)
+
+
+def phases(algorithm: Algorithm) -> WarmupStep | None:
+  """The :class:`WarmupStep` of a :func:`sync_warmup` algorithm, else None."""
+  return algorithm.step if isinstance(algorithm.step, WarmupStep) else None
+
+
+class WarmupShared(NamedTuple):
+  """Shared state of a warmed-up algorithm.
+
+  Attributes:
+    warm: the warm-up's one model (``easgd.core.algorithms.SharedModel``: params,
+      optimizer state, its own step counter); unused after step K.
+    inner: the wrapped algorithm's shared state (its clock counts from K).
+    step: int32 scalar, the global clock t (steps taken).
+  """
+  warm: Any
+  inner: Any
+  step: jax.Array
+
+
+def check_warmup_steps(warmup_steps) -> int:
+  """K, an integer >= 1 (0 means no wrapper); else HyperparameterError."""
+  return checks.integer("sync_warmup_steps", warmup_steps, 1,
+                        error=elastic.HyperparameterError,
+                        what="global steps of synchronous warm-up")
+
+
+def sync_warmup(algorithm: Algorithm, loss_fn, optimizer: optax.GradientTransformation,
+                *, num_workers: int, warmup_steps: int,
+                axis_name=WORKER_AXES) -> Algorithm:
+  """``algorithm`` after ``warmup_steps`` steps of synchronous pmean SGD.
+
+  Args:
+    algorithm: a synchronous algorithm whose worker state has an ``opt_state``
+      field (EASGD, EAMSGD, local SGD, DiLoCo), built with the same
+      ``optimizer`` and, for local SGD and DiLoCo, with ``num_steps`` = the
+      run's steps minus K (so its last step is the run's).
+    loss_fn: the loss the algorithm was built with.
+    optimizer: the local optimizer the algorithm was built with (the warm-up
+      steps with it, and hands its state over).
+    num_workers: p.
+    warmup_steps: K, an integer >= 1 (global steps).
+    axis_name: the mapped axis enumerating all workers.
+
+  Returns:
+    An :class:`~easgd.core.algorithms.Algorithm` named like ``algorithm``:
+    ``exchange_at(t) = t < K or algorithm.exchange_at(t - K)`` (every warm-up
+    step communicates), None when ``algorithm.exchange_at`` is None (an array
+    tau); its ``step`` is a :class:`WarmupStep`: with ``exchange=False`` the
+    algorithm's local step, with ``True`` or None a ``lax.cond`` on the clock
+    picks the warm-up or the algorithm, and its ``warm`` and ``main`` phases
+    let a driver that knows the clock pick without a branch (the handover at
+    K is a select on the clock in ``main``). ``communication(n)`` counts min(n, K) parameter-sized
+    all-reduces of the warm-up (none for p = 1) plus the algorithm's own over
+    its n - K steps. ``hyperparameters`` add ``sync_warmup_steps``.
+
+  Raises:
+    HyperparameterError: K not an integer >= 1.
+    TypeError: ``algorithm`` is not an Algorithm, is asynchronous, or is a
+      one-model method (nothing to warm up).
+
+  Example:
+    >>> inner = algorithms.easgd(loss_fn, optax.sgd(0.1), num_workers=4, tau=4,
+    ...                          beta=0.9)
+    >>> algo = sync_warmup(inner, loss_fn, optax.sgd(0.1), num_workers=4,
+    ...                    warmup_steps=100)
+
+  References:
+    Lin et al. (2020), post-local SGD.
+  """
+  if not isinstance(algorithm, Algorithm):
+    raise TypeError(f"algorithm must be an easgd.core.algorithms.Algorithm, got "
+                    f"{type(algorithm).__name__}")
+  if algorithm.shared_model or algorithm.async_rules is not None:
+    raise TypeError(f"sync_warmup wraps a synchronous algorithm with per-worker "
+                    f"models; {algorithm.name!r} is "
+                    f"{'a one-model method' if algorithm.shared_model else 'asynchronous'}")
+  k = check_warmup_steps(warmup_steps)
+  warm = algorithms.pmean_sgd(loss_fn, optimizer, num_workers=num_workers,
+                              axis_name=axis_name)
+  inner_at = algorithm.exchange_at
+
+  def init(params, model_state=()):
+    worker, inner = algorithm.init(params, model_state)
+    if not hasattr(worker, "_replace") or "opt_state" not in getattr(worker, "_fields", ()):
+      raise TypeError(f"sync_warmup needs a worker state with an opt_state field; "
+                      f"{algorithm.name!r} has {type(worker).__name__}")
+    return worker, WarmupShared(warm.init(params, model_state)[1], inner,
+                                jnp.zeros((), jnp.int32))
+
+  def handover(worker, shared):
+    """The algorithm's state at step K, as a select (no branch): where the clock
+    is K, the algorithm's start from the warm-up's model and optimizer state,
+    elsewhere the state as it is."""
+    model = shared.warm
+    fresh, inner = algorithm.init(elastic.cast_like(model.params, worker.params),
+                                  model.model_state)
+    fresh = fresh._replace(opt_state=model.opt_state)
+    at = shared.step == k
+    return (tree_where(at, fresh, worker),
+            shared._replace(inner=tree_where(at, inner, shared.inner)))
+
+  def main_step(worker, shared, batch, key, exchange=None):
+    """A step at t >= K: the handover (at K), then the algorithm's step."""
+    worker, shared = handover(worker, shared)
+    key = jax.random.fold_in(key, MAIN_KEY_STREAM)
+    worker, inner, loss = algorithm.step(
+        worker, shared.inner, batch, key,
+        **({} if exchange is None else dict(exchange=exchange)))
+    return worker, WarmupShared(shared.warm, inner, shared.step + 1), loss
+
+  def warm_step(worker, shared, batch, key):
+    """A step at t < K: pmean SGD on the warm-up's model."""
+    _, model, loss = warm.step((), shared.warm, batch, key)
+    return worker, WarmupShared(model, shared.inner, shared.step + 1), loss
+
+  def step(worker, shared, batch, key, exchange=None):
+    algorithms.check_exchange_flag(exchange)
+    if exchange is False:  # the host's local program: t >= K, no communication
+      return main_step(worker, shared, batch, key, False)
+    return lax.cond(shared.step < k, lambda w, s: warm_step(w, s, batch, key),
+                    lambda w, s: main_step(w, s, batch, key, exchange), worker, shared)
+
+  def center(shared):
+    inner = algorithm.center(shared.inner)
+    model = jax.tree.map(lambda a, b: a.astype(b.dtype), shared.warm.params, inner)
+    return jax.tree.map(lambda a, b: jnp.where(shared.step <= k, a, b), model, inner)
+
+  def worker_params(worker, shared):
+    inner = algorithm.worker_params(worker, shared.inner)
+    model = jax.tree.map(lambda a, b: a.astype(b.dtype), shared.warm.params, inner)
+    return jax.tree.map(lambda a, b: jnp.where(shared.step <= k, a, b), model, inner)
+
+  def communication(num_steps, param_bytes):
+    n = int(num_steps)
+    first = warm.communication(min(n, k), param_bytes)
+    rest = algorithm.communication(max(n - k, 0), param_bytes)
+    return Communication(first.all_reduces + rest.all_reduces, first.bytes + rest.bytes)
+
+  exchange_at = None
+  if inner_at is not None:
+    def exchange_at(t):
+      if isinstance(t, int):
+        return t < k or bool(inner_at(t - k))
+      return (t < k) | inner_at(t - k)
+
+  return Algorithm(
+      name=algorithm.name, init=init,
+      step=WarmupStep(step, k, warm_step, main_step), center=center,
+      worker_params=worker_params, communication=communication,
+      hyperparameters=dict(algorithm.hyperparameters, sync_warmup_steps=k),
+      exchange_at=exchange_at)

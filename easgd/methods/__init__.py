@@ -1,0 +1,1 @@
+"""The comparators and the one algorithm table (registry)."""

@@ -1,0 +1,625 @@
+"""The paper's comparators and close relatives, on the same Algorithm interface.
+
+DOWNPOUR family (asynchronous, on the simulated engine of
+``easgd.asynchrony.simulation``: same schedules, speeds and staleness as async EASGD;
+pushes after local steps 0, tau, 2 tau, ... at the step's end, as in the
+authors' code, or ``push_timing="full_period"``):
+  :func:`downpour`     push the accumulated update every tau steps, fetch x~.
+  :func:`mdownpour`    Nesterov momentum on the master (paper: tau = 1).
+  :func:`adownpour`    plus a running average z, rate 1/(t+1) (z is evaluated).
+  :func:`mvadownpour`  plus a moving average z, constant rate (paper: 0.001).
+Sequential methods (one model; with p > 1 workers the gradient is averaged
+over workers every step, which equals one worker with batch p * B):
+  :func:`sgd`, :func:`msgd` (Nesterov), :func:`asgd` (averaging 1/(t+1)),
+  :func:`mvasgd` (constant moving rate).
+Synchronous periodic averaging:
+  :func:`local_sgd`    every tau steps all workers are replaced by their mean.
+  :func:`diloco`       every tau steps the mean pseudo-gradient goes to an outer
+                       optimizer (SGD + Nesterov) that moves the center.
+
+For the averaged methods ``Algorithm.center`` returns the average (what the
+trainer evaluates) and ``worker_params`` the iterate.
+
+Array hyperparameters (``easgd.core.algorithms``): learning_rate, the momentum
+delta, average_rate, DiLoCo's outer_learning_rate and outer_momentum, and the
+tau of local SGD and DiLoCo (whose step decides the average on the device) may
+be JAX arrays, taken unchecked (they may be traced, e.g. vmapped over
+configurations). The DOWNPOUR family's tau stays a Python int: its exchange
+table and communication count are built on the host.
+
+References:
+  S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging SGD.
+  NeurIPS 2015 (arXiv:1412.6651), Section 5 (comparators).
+  J. Dean et al. Large scale distributed deep networks. NeurIPS 2012 (DOWNPOUR).
+  The authors' code: github.com/sixin-zh/mpiT (commit c359666),
+  ``asyncsgd/optim-downpour.lua``.
+  B. T. Polyak, A. B. Juditsky. Acceleration of stochastic approximation by
+  averaging. SIAM J. Control Optim. 1992 (ASGD).
+  T. Lin et al. Don't use large mini-batches, use local SGD. ICLR 2020.
+  A. Douillard et al. DiLoCo: distributed low-communication training of
+  language models. 2023 (arXiv:2311.08105).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from optax.tree_utils import tree_zeros_like
+
+from easgd.core import algorithms, elastic, momentum as momentum_lib
+from easgd.asynchrony import schedule as async_schedule, simulation as asynchronous
+from easgd._util import checks
+from easgd.core.algorithms import (Algorithm, LossFn, local_optimizer,
+                              check_exchange_flag, every_tau_steps,
+                              periodic_communication, worker_key)
+from easgd.core.elastic import WORKER_AXES
+
+Params = Any
+
+
+def check_average_rate(rate) -> float | jax.Array:
+  """Checks a constant moving-average rate a in (0, 1]; returns it as a float
+  (a JAX array is returned unchecked, ``easgd.core.elastic.is_array_hyperparameter``).
+
+  Raises:
+    HyperparameterError: rate not a real in (0, 1].
+  """
+  if elastic.is_array_hyperparameter(rate):
+    return rate
+  return checks.real("average_rate", rate, 0, 1, open_low=True,
+                     error=elastic.HyperparameterError)
+
+
+def _average(z: Params, x: Params, rate) -> Params:
+  """(1 - a) z + a x, leaf by leaf, in each leaf's dtype.
+
+  ``rate`` is a Python float (the constant rate, weakly typed: it takes the
+  leaf's dtype), a JAX array, or a function ``dtype -> scalar`` giving a in that dtype
+  (:func:`_polyak_rate`), so a and 1 - a are computed in the dtype of the
+  leaf they multiply (float64 parameters get float64 weights).
+  """
+  def leaf(zz, xx):
+    a = rate(zz.dtype) if callable(rate) else rate
+    return ((1 - a) * zz + a * xx).astype(zz.dtype)
+  return jax.tree.map(leaf, z, x)
+
+
+def _polyak_rate(clock):
+  """a_{t+1} = 1 / (t + 1), t the clock before the update, as ``dtype -> a``."""
+  return lambda dtype: 1 / (clock + 1).astype(dtype)
+
+
+# --------------------------------------------------------------------------
+# DOWNPOUR family (asynchronous).
+# --------------------------------------------------------------------------
+
+
+def downpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
+             *, num_workers: int, tau: int = 1, learning_rate: float | None = None,
+             schedule: async_schedule.ExchangeSchedule | None = None,
+             push_timing: str = "authors", axis_name=WORKER_AXES) -> Algorithm:
+  """DOWNPOUR with push period tau, as in the authors' code (simulated async).
+
+  Each local step of worker i (t^i its clock at the step's start), the push
+  served at the step's end, one worker at a time (``easgd.asynchrony.simulation``):
+
+      u^i <- u^i - eta g^i(x^i)
+      if tau divides t^i:     (push_timing="authors": after t^i = 0, tau, 2 tau, ...)
+        x~ <- x~ + u^i         (the master adds the pushed update)
+        x^i <- x~              (the worker overwrites its params with x~)
+        u^i <- 0
+      else:
+        x^i <- x^i - eta g^i(x^i)
+      t^i <- t^i + 1
+
+  ("-eta g" is the local optimizer's step.) With tau = 1 this is asynchronous
+  SGD. The center x~ is evaluated. Example (p = 1, tau = 2, x0 = 1,
+  F(x) = 1.5 x^2 / 2, eta = 0.1): step 0 pushes -0.15, x~ = x = 0.85; step 1
+  moves x to 0.7225 locally; x~ stays 0.85 until step 2 pushes.
+
+  Conventions (sources in :func:`easgd.asynchrony.simulation.async_push`): push
+  steps from the authors' code (``push_timing="full_period"``: after
+  t^i = tau - 1, 2 tau - 1, ..., a convention of ours); the push at the
+  step's end (authors' code, the paper's loop); the fetch after the worker's
+  own push (our choice; the authors' code races the two).
+
+  Args:
+    loss_fn: ``loss_fn(params, batch, key) -> scalar``.
+    optimizer: the worker's optimizer; default ``optax.sgd(learning_rate)``.
+    num_workers: p.
+    tau: push period in local steps (>= 1).
+    learning_rate: eta of the default SGD optimizer.
+    schedule: exchange schedule; default round-robin, speeds 1, staleness 0
+      (with staleness s the fetched center lacks the last s master updates).
+    push_timing: "authors" (default) or "full_period".
+    axis_name: mapped axis enumerating all workers.
+
+  Returns:
+    An :class:`~easgd.core.algorithms.Algorithm` named ``"downpour"``.
+
+  Raises:
+    HyperparameterError: tau < 1, learning_rate <= 0, unknown push_timing,
+      bad schedule.
+
+  References:
+    github.com/sixin-zh/mpiT (commit c359666), ``asyncsgd/optim-downpour.lua``;
+    Dean et al. (2012); Zhang, Choromanska, LeCun (2015), Section 5.
+  """
+  optimizer = local_optimizer(optimizer, learning_rate)
+
+  def master_rule(center, master, update, read, clock):
+    del read, clock
+    return elastic.tree_add(center, update), master, None
+
+  return asynchronous.async_push(
+      "downpour", loss_fn, optimizer, num_workers=num_workers, tau=tau,
+      schedule=schedule, master_rule=master_rule, init_master=lambda params: (),
+      center=lambda shared: shared.center, hyperparameters={},
+      push_timing=push_timing, axis_name=axis_name)
+
+
+def mdownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
+              *, num_workers: int, momentum: float, tau: int = 1,
+              learning_rate: float | None = None,
+              schedule: async_schedule.ExchangeSchedule | None = None,
+              push_timing: str = "authors", axis_name=WORKER_AXES) -> Algorithm:
+  """MDOWNPOUR: DOWNPOUR with Nesterov momentum on the master.
+
+  Workers as in :func:`downpour` (plain SGD steps u accumulated and pushed,
+  same push steps and timing; the paper uses tau = 1, i.e. u = -eta g^i at
+  the fetched center). The master treats each push u as a step of Nesterov's
+  method in the form of Sutskever et al. / Torch's
+  ``optim.sgd(nesterov=true)``, whose parameters are the look-ahead point (so
+  workers compute the Nesterov look-ahead gradient at the center they fetch);
+  the authors' released code has no MDOWNPOUR, so this form is our choice
+  for the paper's one-line description (Section 5):
+
+      V  <- delta V + u
+      x~ <- x~ + u + delta V
+      x^i <- x~,   u^i <- 0
+
+  Args:
+    loss_fn: ``loss_fn(params, batch, key) -> scalar``.
+    optimizer: the worker's optimizer; default ``optax.sgd(learning_rate)``.
+    num_workers: p.
+    momentum: delta in [0, 1) (paper: 0.99). momentum = 0 is :func:`downpour`.
+    tau: push period (paper: 1).
+    learning_rate: eta of the default SGD optimizer.
+    schedule: exchange schedule (see :func:`downpour`).
+    push_timing: as :func:`downpour`.
+    axis_name: mapped axis enumerating all workers.
+
+  Returns:
+    An :class:`~easgd.core.algorithms.Algorithm` named ``"mdownpour"``; the center
+    x~ is evaluated.
+
+  Raises:
+    HyperparameterError: momentum outside [0, 1), tau < 1, learning_rate <= 0,
+      unknown push_timing.
+
+  References:
+    Zhang, Choromanska, LeCun (2015), Section 5; Sutskever et al. (2013).
+  """
+  momentum = momentum_lib.check_momentum(momentum)
+  optimizer = local_optimizer(optimizer, learning_rate)
+
+  def master_rule(center, velocity, update, read, clock):
+    del read, clock
+    velocity = momentum_lib.velocity_update(velocity, update, momentum)
+    center = jax.tree.map(lambda c, u, v: (c + (u + momentum * v)).astype(c.dtype),
+                          center, update, velocity)
+    return center, velocity, None
+
+  return asynchronous.async_push(
+      "mdownpour", loss_fn, optimizer, num_workers=num_workers, tau=tau,
+      schedule=schedule, master_rule=master_rule,
+      init_master=lambda params: tree_zeros_like(params),
+      center=lambda shared: shared.center,
+      hyperparameters=dict(momentum=momentum), push_timing=push_timing,
+      axis_name=axis_name)
+
+
+def _averaged_downpour(name, loss_fn, optimizer, *, num_workers, tau, learning_rate,
+                       schedule, rate, push_timing, axis_name):
+  optimizer = local_optimizer(optimizer, learning_rate)
+
+  def master_rule(center, average, update, read, clock):
+    del read
+    a = _polyak_rate(clock) if rate is None else rate
+    average = _average(average, center, a)   # z_{t+1} from the pre-update x~_t
+    return elastic.tree_add(center, update), average, None
+
+  return asynchronous.async_push(
+      name, loss_fn, optimizer, num_workers=num_workers, tau=tau,
+      schedule=schedule, master_rule=master_rule, init_master=lambda params: params,
+      center=lambda shared: shared.master,
+      hyperparameters=dict(average_rate="1/(t+1)" if rate is None else rate),
+      push_timing=push_timing, axis_name=axis_name)
+
+
+def adownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
+              *, num_workers: int, tau: int = 1, learning_rate: float | None = None,
+              schedule: async_schedule.ExchangeSchedule | None = None,
+              push_timing: str = "authors", axis_name=WORKER_AXES) -> Algorithm:
+  """ADOWNPOUR: DOWNPOUR plus a running average of the center (z is evaluated).
+
+  At every master update (push of worker i, master clock t = number of
+  updates before this one):
+
+      z_{t+1}  = (1 - a_{t+1}) z_t + a_{t+1} x~_t,    a_{t+1} = 1 / (t + 1)
+      x~_{t+1} = x~_t + u^i;   x^i <- x~_{t+1};   u^i <- 0
+
+  so z_t is the mean of x~_0 .. x~_{t-1} (z_0 = x~_0, the initial params).
+  a_{t+1} and 1 - a_{t+1} are computed in the dtype of the parameters.
+  Workers as in :func:`downpour` (push steps, push at the step's end). The
+  average over master updates, from the pre-update center, is the paper's
+  description (Section 5; the authors' released code has no ADOWNPOUR).
+
+  Args:
+    As :func:`downpour`.
+
+  Returns:
+    An :class:`~easgd.core.algorithms.Algorithm` named ``"adownpour"``; ``center``
+    is z.
+
+  Raises:
+    HyperparameterError: as :func:`downpour`.
+
+  References:
+    Zhang, Choromanska, LeCun (2015), Section 5; Polyak & Juditsky (1992).
+  """
+  return _averaged_downpour("adownpour", loss_fn, optimizer, num_workers=num_workers,
+                            tau=tau, learning_rate=learning_rate, schedule=schedule,
+                            rate=None, push_timing=push_timing, axis_name=axis_name)
+
+
+def mvadownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
+                *, num_workers: int, tau: int = 1, average_rate: float = 0.001,
+                learning_rate: float | None = None,
+                schedule: async_schedule.ExchangeSchedule | None = None,
+                push_timing: str = "authors", axis_name=WORKER_AXES) -> Algorithm:
+  """MVADOWNPOUR: DOWNPOUR plus a constant-rate moving average (z is evaluated).
+
+      z_{t+1}  = (1 - a) z_t + a x~_t            (a = average_rate, paper 0.001)
+      x~_{t+1} = x~_t + u^i;   x^i <- x~_{t+1};   u^i <- 0
+
+  The paper's description (Section 5; not in the authors' released code);
+  workers as in :func:`downpour`.
+
+  Args:
+    As :func:`downpour`, and
+    average_rate: a in (0, 1].
+
+  Returns:
+    An :class:`~easgd.core.algorithms.Algorithm` named ``"mvadownpour"``; ``center``
+    is z.
+
+  Raises:
+    HyperparameterError: average_rate outside (0, 1], or as :func:`downpour`.
+
+  References:
+    Zhang, Choromanska, LeCun (2015), Section 5.
+  """
+  return _averaged_downpour("mvadownpour", loss_fn, optimizer,
+                            num_workers=num_workers, tau=tau,
+                            learning_rate=learning_rate, schedule=schedule,
+                            rate=check_average_rate(average_rate),
+                            push_timing=push_timing, axis_name=axis_name)
+
+
+# --------------------------------------------------------------------------
+# Sequential methods.
+# --------------------------------------------------------------------------
+
+
+def _sequential(name, loss_fn, optimizer, *, num_workers, learning_rate, momentum,
+                rate, averaged, axis_name):
+  optimizer = local_optimizer(optimizer, learning_rate)
+  num_workers = algorithms.check_num_workers(num_workers)
+  def average(z, x, t):  # z_{t+1} from x_t, rate 1/(t+1) or constant
+    return _average(z, x, _polyak_rate(t) if rate is None else rate)
+  hyper = dict(num_workers=num_workers)
+  if momentum is not None:
+    hyper["momentum"] = momentum
+  if averaged:
+    hyper["average_rate"] = "1/(t+1)" if rate is None else rate
+  return algorithms.shared_model_algorithm(
+      name, loss_fn, optimizer, num_workers=num_workers, axis_name=axis_name,
+      momentum=momentum, average=average if averaged else None, hyperparameters=hyper)
+
+
+def sgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None, *,
+        num_workers: int = 1, learning_rate: float | None = None,
+        axis_name=WORKER_AXES) -> Algorithm:
+  """Sequential SGD (with the given optimizer; p > 1: on the global batch).
+
+      x_{t+1} = x_t - eta g(x_t)
+
+  Args:
+    loss_fn: ``loss_fn(params, batch, key) -> scalar`` (mean over the batch).
+    optimizer: the optimizer; default ``optax.sgd(learning_rate)``.
+    num_workers: p; the gradient is averaged over the p workers' batches every
+      step (one all-reduce), which is the sequential method with batch p * B.
+      p = 1 is the paper's sequential baseline (no communication).
+    learning_rate: eta of the default SGD optimizer.
+    axis_name: mapped axis enumerating all workers.
+
+  Returns:
+    An :class:`~easgd.core.algorithms.Algorithm` named ``"sgd"``.
+
+  References:
+    Zhang, Choromanska, LeCun (2015), Section 5 (SGD).
+  """
+  return _sequential("sgd", loss_fn, optimizer, num_workers=num_workers,
+                     learning_rate=learning_rate, momentum=None, rate=None,
+                     averaged=False, axis_name=axis_name)
+
+
+def msgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None, *,
+         momentum: float, num_workers: int = 1, learning_rate: float | None = None,
+         axis_name=WORKER_AXES) -> Algorithm:
+  """Sequential momentum SGD with Nesterov's look-ahead (eq. 7 without elastic).
+
+      v_{t+1} = delta v_t - eta g(x_t + delta v_t);    x_{t+1} = x_t + v_{t+1}
+
+  Args:
+    momentum: delta in [0, 1) (paper: 0.99); the other arguments as
+      :func:`sgd` (the optimizer maps the look-ahead gradient to -eta g).
+
+  Returns:
+    An :class:`~easgd.core.algorithms.Algorithm` named ``"msgd"``.
+
+  Raises:
+    HyperparameterError: momentum outside [0, 1), learning_rate <= 0.
+
+  References:
+    Zhang, Choromanska, LeCun (2015), Section 5 (MSGD); Sutskever et al. (2013).
+  """
+  return _sequential("msgd", loss_fn, optimizer, num_workers=num_workers,
+                     learning_rate=learning_rate,
+                     momentum=momentum_lib.check_momentum(momentum), rate=None,
+                     averaged=False, axis_name=axis_name)
+
+
+def asgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None, *,
+         num_workers: int = 1, learning_rate: float | None = None,
+         axis_name=WORKER_AXES) -> Algorithm:
+  """Averaged SGD: SGD plus the running average of its iterates (z evaluated).
+
+      z_{t+1} = (1 - a_{t+1}) z_t + a_{t+1} x_t,   a_{t+1} = 1 / (t + 1)
+      x_{t+1} = x_t - eta g(x_t)
+
+  so z_t is the mean of x_0 .. x_{t-1} (z_0 = x_0). a_{t+1} and 1 - a_{t+1}
+  are computed in the dtype of the parameters.
+
+  Args: as :func:`sgd`.
+
+  Returns:
+    An :class:`~easgd.core.algorithms.Algorithm` named ``"asgd"``; ``center`` is z.
+
+  References:
+    Zhang, Choromanska, LeCun (2015), Section 5 (ASGD); Polyak & Juditsky (1992).
+  """
+  return _sequential("asgd", loss_fn, optimizer, num_workers=num_workers,
+                     learning_rate=learning_rate, momentum=None, rate=None,
+                     averaged=True, axis_name=axis_name)
+
+
+def mvasgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None, *,
+           num_workers: int = 1, average_rate: float = 0.001,
+           learning_rate: float | None = None, axis_name=WORKER_AXES) -> Algorithm:
+  """Moving-average SGD: SGD plus a constant-rate average of its iterates.
+
+      z_{t+1} = (1 - a) z_t + a x_t   (a = average_rate);   x_{t+1} = x_t - eta g(x_t)
+
+  Args:
+    average_rate: a in (0, 1]; the other arguments as :func:`sgd`.
+
+  Returns:
+    An :class:`~easgd.core.algorithms.Algorithm` named ``"mvasgd"``; ``center`` is z.
+
+  Raises:
+    HyperparameterError: average_rate outside (0, 1].
+
+  References:
+    Zhang, Choromanska, LeCun (2015), Section 5 (MVASGD).
+  """
+  return _sequential("mvasgd", loss_fn, optimizer, num_workers=num_workers,
+                     learning_rate=learning_rate, momentum=None,
+                     rate=check_average_rate(average_rate), averaged=True,
+                     axis_name=axis_name)
+
+
+# --------------------------------------------------------------------------
+# Synchronous periodic averaging.
+# --------------------------------------------------------------------------
+
+
+class LocalWorker(NamedTuple):
+  """Per-worker state of local SGD / DiLoCo: x^i, the inner optimizer state and
+  the model's state (``()`` without, see ``easgd.core.momentum.loss_and_grad``)."""
+  params: Params
+  opt_state: Any
+  model_state: Any = ()
+
+
+class LocalShared(NamedTuple):
+  """Shared state of local SGD / DiLoCo.
+
+  Attributes:
+    center: local SGD: the mean at the last averaging; DiLoCo: the outer
+      model x~.
+    outer_state: DiLoCo's outer optimizer state, ``()`` for local SGD.
+    step: int32 scalar, the common clock t.
+  """
+  center: Params
+  outer_state: Any
+  step: jax.Array
+
+
+def _periodic(name, loss_fn, optimizer, *, num_workers, tau, learning_rate, outer,
+              hyperparameters, num_steps, axis_name):
+  tau = elastic.check_tau(tau, allow_array=True)
+  num_workers = algorithms.check_num_workers(num_workers)
+  last_step = None
+  if num_steps is not None:
+    last_step = checks.integer("num_steps", num_steps, 1, error=elastic.HyperparameterError,
+                               what="the run's length in steps") - 1
+  # every tau steps, and the run's last step: on the device, and on the host
+  # (Algorithm.exchange_at) for a Python tau
+  schedule = every_tau_steps(tau, offset=1, last_step=last_step)
+  optimizer = local_optimizer(optimizer, learning_rate)
+  reduce_over = elastic.reduce_axis(num_workers, axis_name)  # None: one worker
+
+  def init(params, model_state=()):
+    center = elastic.to_reduction_dtype(params)
+    return (LocalWorker(params, optimizer.init(params), model_state),
+            LocalShared(center, () if outer is None else outer.init(center),
+                        jnp.zeros((), jnp.int32)))
+
+  def step(worker, shared, batch, key, exchange=None):
+    check_exchange_flag(exchange)
+    key = worker_key(key, shared.step, axis_name)
+    loss, grads, model_state = momentum_lib.loss_and_grad(
+        loss_fn, worker.params, batch, key, worker.model_state)
+    update, opt_state = optimizer.update(grads, worker.opt_state, worker.params)
+    params = optax.apply_updates(worker.params, update)
+
+    def sync():
+      mean = elastic.worker_mean(params, reduce_over)  # in the center's dtype
+      if outer is None:
+        return elastic.cast_like(mean, params), mean, shared.outer_state
+      pseudo_grad = elastic.tree_sub(shared.center, mean)
+      outer_update, outer_state = outer.update(pseudo_grad, shared.outer_state,
+                                               shared.center)
+      center = optax.apply_updates(shared.center, outer_update)
+      return elastic.cast_like(center, params), center, outer_state
+
+    def keep():
+      return params, shared.center, shared.outer_state
+
+    # decided on the device from the clock, or fixed by the host's flag
+    flag = schedule(shared.step) if exchange is None else exchange
+    params, center, outer_state = elastic.on_exchange(flag, sync, keep)
+    return (LocalWorker(params, opt_state, model_state),
+            LocalShared(center, outer_state, shared.step + 1), loss)
+
+  return Algorithm(
+      name=name, init=init, step=step, center=lambda shared: shared.center,
+      worker_params=lambda worker, shared: worker.params,
+      communication=periodic_communication(tau, offset=1, num_workers=num_workers,
+                                           last_step=last_step),
+      hyperparameters=dict(hyperparameters, num_workers=num_workers, tau=tau,
+                           **({} if num_steps is None else dict(num_steps=int(num_steps)))),
+      exchange_at=None if elastic.is_array_hyperparameter(tau) else schedule)
+
+
+def local_sgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
+              *, num_workers: int, tau: int, learning_rate: float | None = None,
+              num_steps: int | None = None, axis_name=WORKER_AXES) -> Algorithm:
+  """Local SGD (periodic model averaging): average all workers every tau steps.
+
+      x^i <- x^i + u^i        (local optimizer step; SGD: u = -eta g^i(x^i))
+      if tau divides t + 1, or t + 1 = num_steps (the run's last step):
+                              x^i <- (1/p) sum_j x^j  for every i;   x~ <- that mean
+
+  The local optimizer state stays per worker (not averaged). ``center`` is the
+  mean at the last averaging (the initial params before the first), which is
+  what the trainer evaluates; with ``num_steps`` the run ends on an average,
+  so the model it returns and exports is the mean of the final workers. The
+  mean is formed in float32 for bfloat16 parameters (the center keeps it).
+
+  Args:
+    loss_fn: ``loss_fn(params, batch, key) -> scalar``.
+    optimizer: the local optimizer; default ``optax.sgd(learning_rate)``.
+    num_workers: p.
+    tau: averaging period in steps (>= 1); tau = 1 with SGD is pmean SGD. An
+      int32 JAX array is taken unchecked (may be traced): then
+      ``exchange_at`` is None (the step decides the average on the device)
+      and ``communication`` raises (it counts from a Python tau).
+    learning_rate: eta of the default SGD optimizer (a JAX array unchecked).
+    num_steps: the run's total number of steps (>= 1), whose last one
+      averages too; None: periodic averaging only.
+    axis_name: mapped axis enumerating all workers.
+
+  Returns:
+    An :class:`~easgd.core.algorithms.Algorithm` named ``"local_sgd"``; one
+    parameter all-reduce every tau steps (and at the last step).
+
+  Raises:
+    HyperparameterError: tau < 1, learning_rate <= 0, num_steps < 1.
+
+  References:
+    Lin et al. (2020); PyTorch ``PeriodicModelAverager``.
+  """
+  return _periodic("local_sgd", loss_fn, optimizer, num_workers=num_workers, tau=tau,
+                   learning_rate=learning_rate, outer=None, hyperparameters={},
+                   num_steps=num_steps, axis_name=axis_name)
+
+
+def diloco(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
+           *, num_workers: int, tau: int, outer_learning_rate: float = 0.7,
+           outer_momentum: float = 0.9,
+           outer_optimizer: optax.GradientTransformation | None = None,
+           learning_rate: float | None = None, num_steps: int | None = None,
+           axis_name=WORKER_AXES) -> Algorithm:
+  """DiLoCo: inner optimizer for tau steps, then an outer step on the center.
+
+      x^i <- x^i + u^i                         (inner optimizer, e.g. AdamW)
+      if tau divides t + 1, or t + 1 = num_steps (the run's last step):
+        Delta = x~ - (1/p) sum_i x^i           (mean pseudo-gradient)
+        m  <- mu m + Delta                     (outer SGD, Nesterov momentum mu)
+        x~ <- x~ - eta_out (Delta + mu m)
+        x^i <- x~ for every i                  (inner states are kept)
+
+  Args:
+    loss_fn: ``loss_fn(params, batch, key) -> scalar``.
+    optimizer: the inner optimizer (state per worker, never reset); default
+      ``optax.sgd(learning_rate)``.
+    num_workers: p.
+    tau: inner steps per round (>= 1), or an int32 JAX array (as
+      :func:`local_sgd`).
+    outer_learning_rate: eta_out > 0 (DiLoCo: 0.7), or a JAX array (unchecked).
+    outer_momentum: Nesterov momentum mu in [0, 1) of the outer SGD (0.9), or
+      a JAX array (unchecked; the momentum trace is then kept even at 0).
+    outer_optimizer: any Optax optimizer instead of the outer SGD (then the
+      two outer_* values are ignored).
+    learning_rate: eta of the default inner SGD optimizer (a JAX array
+      unchecked).
+    num_steps: the run's total number of steps (>= 1); its last step ends a
+      (possibly shorter) round with an outer step, so the run ends on the
+      outer model; None: periodic rounds only.
+    axis_name: mapped axis enumerating all workers.
+
+  Returns:
+    An :class:`~easgd.core.algorithms.Algorithm` named ``"diloco"``; ``center`` is
+    x~ (kept in float32 for bfloat16 parameters); one parameter all-reduce
+    every tau steps (and at the last step).
+
+  Raises:
+    HyperparameterError: tau < 1, outer_learning_rate <= 0, outer_momentum
+      outside [0, 1), learning_rate <= 0.
+
+  References:
+    Douillard et al. (2023), Algorithm 1.
+  """
+  if outer_optimizer is None:
+    if not elastic.is_array_hyperparameter(outer_learning_rate):  # arrays: unchecked
+      outer_learning_rate = checks.real("outer_learning_rate", outer_learning_rate, 0,
+                                        open_low=True, error=elastic.HyperparameterError)
+    outer_momentum = momentum_lib.check_momentum(outer_momentum)
+    trace = (outer_momentum if elastic.is_array_hyperparameter(outer_momentum)
+             else outer_momentum or None)  # a Python 0: no momentum trace
+    outer_optimizer = optax.sgd(outer_learning_rate, momentum=trace, nesterov=True)
+    hyper = dict(outer_learning_rate=outer_learning_rate, outer_momentum=outer_momentum)
+  elif not isinstance(outer_optimizer, optax.GradientTransformation):
+    raise TypeError(f"outer_optimizer must be an optax.GradientTransformation, "
+                    f"got {type(outer_optimizer).__name__}")
+  else:
+    hyper = dict(outer_optimizer="custom")
+  return _periodic("diloco", loss_fn, optimizer, num_workers=num_workers, tau=tau,
+                   learning_rate=learning_rate, outer=outer_optimizer,
+                   hyperparameters=hyper, num_steps=num_steps, axis_name=axis_name)

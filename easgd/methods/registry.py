@@ -1,0 +1,389 @@
+"""The algorithm table: the one place that names the algorithms.
+
+Each entry of :data:`TABLE` is an :class:`AlgorithmSpec`: the algorithm's
+factory (from a config), its family, whether it is simulated asynchronously,
+the config fields it reads beyond the common ones, and the algorithm it turns
+into when its own Nesterov momentum delta is 0. The trainer, the config's
+validation, ``compare`` and the CLI all ask this table; adding an algorithm is
+one entry here plus its module.
+
+Which algorithm-specific config fields (:data:`ALGORITHM_FIELDS`) each one reads:
+
+  easgd                       tau, alpha/beta, reset_opt_state, curvature,
+                              sync_warmup_steps
+  eamsgd                      tau, alpha/beta, delta, reset_opt_state,
+                              sync_warmup_steps
+  async_easgd                 tau, alpha/beta, reset_opt_state, schedule,
+                              worker_speeds / max_worker_speed, staleness
+  async_eamsgd                as async_easgd, and delta
+  downpour, adownpour         tau, push_timing, schedule, worker_speeds /
+                              max_worker_speed, staleness
+  mdownpour                   as downpour, and delta (on the master)
+  mvadownpour                 as downpour, and average_rate
+  pmean_sgd, sgd, asgd        (none)
+  msgd                        delta
+  mvasgd                      average_rate
+  local_sgd                   tau, sync_warmup_steps
+  diloco                      tau, outer_learning_rate, outer_momentum,
+                              sync_warmup_steps
+
+When the model each algorithm returns (its center) first takes in training
+is its family's rule, :func:`center_update`; a run in which no exchange would
+move it is refused (``TrainConfig.validate`` and ``TrainConfig.resolve``).
+
+The synchronous elastic and averaging algorithms read ``sync_warmup_steps``
+(``easgd.core.warmup``: pmean SGD for the first K steps). Each spec also names
+its ``array_fields``: the fields its factory takes as JAX arrays, so that
+configurations differing only in them (and in the learning rate, which every
+algorithm takes as an array through its optimizer) run in one compiled
+program vmapped over configurations (``easgd.protocol.runs``); the DOWNPOUR
+family's tau is not one of them (its exchange table is built on the host).
+
+Every algorithm reads the common fields (data, model, num_workers, batch,
+epochs, the local optimizer ``optimizer``/``learning_rate``/schedule/
+``weight_decay``, and ``momentum`` when the optimizer is "momentum" or
+"nesterov"). A field an algorithm does not read is refused by
+``TrainConfig.validate`` when it differs from its default, never silently
+ignored. The momentum methods (eamsgd, async_eamsgd, msgd, mdownpour) have
+their Nesterov momentum built in (``delta``, the paper's 0.99 by default) and
+need ``optimizer = "sgd"``; delta = 0 would make each of them its
+``without_momentum`` algorithm and is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, NamedTuple
+
+import optax
+
+from easgd.core import algorithms, warmup
+from easgd.asynchrony import schedule as async_schedule, simulation as asynchronous
+from easgd.methods import baselines
+from easgd.core.algorithms import Algorithm
+
+FAMILIES = ("elastic", "averaging", "push", "sequential")
+"""elastic: workers pulled to a center (eq. 5-7); averaging: gradients or
+parameters averaged over workers; push: DOWNPOUR-type, workers push updates to
+a master; sequential: one model (several workers share its mini-batch)."""
+
+RUNTIMES = ("spmd", "threads", "ray")
+"""Where a run's workers execute (``TrainConfig.runtime``): ``"spmd"``, one
+SPMD program over devices (``easgd.parallel.workers``; synchronous methods, and the
+asynchronous ones simulated deterministically); ``"threads"``, real
+asynchronous workers on threads of one process (``easgd.runtimes.threads``);
+``"ray"``, real asynchronous workers as Ray actors (``easgd.runtimes.ray_actors``)."""
+
+REAL_RUNTIMES = RUNTIMES[1:]
+"""The runtimes whose workers run for real, each at its own pace."""
+
+ALGORITHM_FIELDS = ("tau", "alpha", "beta", "delta", "reset_opt_state", "exchange_order",
+                    "worker_speeds", "max_worker_speed", "staleness", "push_timing",
+                    "outer_learning_rate", "outer_momentum", "average_rate",
+                    "curvature", "sync_warmup_steps")
+"""The ``TrainConfig`` fields that only some algorithms read."""
+
+_ELASTIC = ("tau", "alpha", "beta", "reset_opt_state")
+_ASYNC = ("exchange_order", "worker_speeds", "max_worker_speed", "staleness")
+SCHEDULE_FIELDS = _ASYNC
+"""The fields of the simulated exchange schedule: read on runtime "spmd" only
+(on a real runtime, order and staleness come from timing)."""
+_PUSH = ("tau", "push_timing") + _ASYNC
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgorithmSpec:
+  """One algorithm of the table.
+
+  Attributes:
+    name: the name used in configs and on the command line.
+    family: one of :data:`FAMILIES`.
+    asynchronous: simulated with an exchange schedule (``easgd.asynchrony.simulation``).
+    reads: the fields of :data:`ALGORITHM_FIELDS` the algorithm reads.
+    build: ``build(config, loss_fn, optimizer, num_steps) -> Algorithm``;
+      ``num_steps`` is the run's total number of steps (local SGD and DiLoCo
+      end on an average).
+    without_momentum: the algorithm this one becomes at delta = 0, or None.
+    summary: one line for help texts.
+    runtimes: the :data:`RUNTIMES` it runs on: every algorithm on "spmd"; the
+      asynchronous ones (their ``Algorithm.async_rules``) also on the real
+      runtimes.
+    array_fields: the fields of ``reads`` that ``build`` passes to the
+      factory as they are, so that a JAX array there (traced under a vmap
+      over configurations) builds the algorithm; the others must be Python
+      values (they set shapes or host-side schedules).
+  """
+  name: str
+  family: str
+  asynchronous: bool
+  reads: tuple[str, ...]
+  build: Callable[..., Algorithm]
+  without_momentum: str | None = None
+  summary: str = ""
+  runtimes: tuple[str, ...] = RUNTIMES[:1]
+  array_fields: tuple[str, ...] = ()
+
+
+def exchange_schedule(config) -> async_schedule.ExchangeSchedule:
+  """The exchange schedule of ``config`` (order, speeds, staleness).
+
+  Args:
+    config: a validated ``TrainConfig`` (num_workers, schedule, worker_speeds,
+      max_worker_speed, staleness, seed).
+
+  Returns:
+    The ``easgd.asynchrony.schedule.ExchangeSchedule`` of the asynchronous algorithms
+    (Algorithms 1-2 of the paper, simulated).
+  """
+  speeds = async_schedule.resolve_worker_speeds(
+      config.num_workers, config.worker_speeds, config.max_worker_speed, config.seed)
+  return async_schedule.exchange_schedule(config.num_workers, config.exchange_order, speeds,
+                                        config.staleness)
+
+
+def _elastic_kw(c):
+  return dict(num_workers=c.num_workers, tau=c.tau, alpha=c.alpha, beta=c.beta,
+              reset_opt_state=c.reset_opt_state)
+
+
+def _push_kw(c):
+  return dict(num_workers=c.num_workers, tau=c.tau, schedule=exchange_schedule(c),
+              push_timing=c.push_timing)
+
+
+def _spec(name, family, reads, build, asynchronous_=False, without_momentum=None,
+          summary="", array_fields=()):
+  # the asynchronous methods expose their rules: they also run for real
+  runtimes = RUNTIMES if asynchronous_ else RUNTIMES[:1]
+  return AlgorithmSpec(name, family, asynchronous_, tuple(reads), build,
+                       without_momentum, summary, runtimes, tuple(array_fields))
+
+
+def _warmed(c, loss, opt, n, make):
+  """``make(num_steps)``, the algorithm, after ``c.sync_warmup_steps`` steps of
+  pmean SGD (``easgd.core.warmup``) when that is > 0; its own run is then n - K
+  steps long."""
+  k = c.sync_warmup_steps
+  if not k:
+    return make(n)
+  return warmup.sync_warmup(make(None if n is None else n - k), loss, opt,
+                            num_workers=c.num_workers, warmup_steps=k)
+
+
+TABLE: dict[str, AlgorithmSpec] = {s.name: s for s in (
+    _spec("easgd", "elastic", _ELASTIC + ("curvature", "sync_warmup_steps"),
+          lambda c, loss, opt, n: _warmed(
+              c, loss, opt, n, lambda m: algorithms.easgd(loss, opt, **_elastic_kw(c))),
+          summary="synchronous EASGD, eq. (5)-(6)", array_fields=("tau", "alpha", "beta")),
+    _spec("pmean_sgd", "averaging", (),
+          lambda c, loss, opt, n: algorithms.pmean_sgd(loss, opt,
+                                                       num_workers=c.num_workers),
+          summary="data-parallel SGD, gradients averaged every step"),
+    _spec("eamsgd", "elastic", _ELASTIC + ("delta", "sync_warmup_steps"),
+          lambda c, loss, opt, n: _warmed(
+              c, loss, opt, n, lambda m: algorithms.eamsgd(loss, opt, momentum=c.delta,
+                                                           **_elastic_kw(c))),
+          without_momentum="easgd", summary="synchronous EAMSGD, eq. (7)",
+          array_fields=("tau", "alpha", "beta", "delta")),
+    _spec("async_easgd", "elastic", _ELASTIC + _ASYNC,
+          lambda c, loss, opt, n: asynchronous.async_easgd(
+              loss, opt, schedule=exchange_schedule(c), **_elastic_kw(c)),
+          asynchronous_=True, summary="asynchronous EASGD, Algorithm 1"),
+    _spec("async_eamsgd", "elastic", _ELASTIC + _ASYNC + ("delta",),
+          lambda c, loss, opt, n: asynchronous.async_eamsgd(
+              loss, opt, schedule=exchange_schedule(c), momentum=c.delta,
+              **_elastic_kw(c)),
+          asynchronous_=True, without_momentum="async_easgd",
+          summary="asynchronous EAMSGD, Algorithm 2"),
+    _spec("downpour", "push", _PUSH,
+          lambda c, loss, opt, n: baselines.downpour(loss, opt, **_push_kw(c)),
+          asynchronous_=True, summary="DOWNPOUR (push every tau steps)"),
+    _spec("mdownpour", "push", _PUSH + ("delta",),
+          lambda c, loss, opt, n: baselines.mdownpour(loss, opt, momentum=c.delta,
+                                                      **_push_kw(c)),
+          asynchronous_=True, without_momentum="downpour",
+          summary="DOWNPOUR with Nesterov momentum on the master",
+          array_fields=("delta",)),
+    _spec("adownpour", "push", _PUSH,
+          lambda c, loss, opt, n: baselines.adownpour(loss, opt, **_push_kw(c)),
+          asynchronous_=True, summary="DOWNPOUR with a running average 1/(t+1)"),
+    _spec("mvadownpour", "push", _PUSH + ("average_rate",),
+          lambda c, loss, opt, n: baselines.mvadownpour(
+              loss, opt, average_rate=c.average_rate, **_push_kw(c)),
+          asynchronous_=True, summary="DOWNPOUR with a constant-rate moving average",
+          array_fields=("average_rate",)),
+    _spec("sgd", "sequential", (),
+          lambda c, loss, opt, n: baselines.sgd(loss, opt, num_workers=c.num_workers),
+          summary="sequential SGD"),
+    _spec("msgd", "sequential", ("delta",),
+          lambda c, loss, opt, n: baselines.msgd(loss, opt, num_workers=c.num_workers,
+                                                 momentum=c.delta),
+          without_momentum="sgd", summary="sequential Nesterov momentum SGD",
+          array_fields=("delta",)),
+    _spec("asgd", "sequential", (),
+          lambda c, loss, opt, n: baselines.asgd(loss, opt, num_workers=c.num_workers),
+          summary="averaged SGD, rate 1/(t+1)"),
+    _spec("mvasgd", "sequential", ("average_rate",),
+          lambda c, loss, opt, n: baselines.mvasgd(loss, opt, num_workers=c.num_workers,
+                                                   average_rate=c.average_rate),
+          summary="SGD with a constant-rate moving average",
+          array_fields=("average_rate",)),
+    _spec("local_sgd", "averaging", ("tau", "sync_warmup_steps"),
+          lambda c, loss, opt, n: _warmed(
+              c, loss, opt, n, lambda m: baselines.local_sgd(
+                  loss, opt, num_workers=c.num_workers, tau=c.tau, num_steps=m)),
+          summary="local SGD: workers averaged every tau steps and at the end",
+          array_fields=("tau",)),
+    _spec("diloco", "averaging",
+          ("tau", "outer_learning_rate", "outer_momentum", "sync_warmup_steps"),
+          lambda c, loss, opt, n: _warmed(
+              c, loss, opt, n, lambda m: baselines.diloco(
+                  loss, opt, num_workers=c.num_workers, tau=c.tau, num_steps=m,
+                  outer_learning_rate=c.outer_learning_rate,
+                  outer_momentum=c.outer_momentum)),
+          summary="DiLoCo: outer Nesterov step every tau steps and at the end",
+          array_fields=("tau", "outer_learning_rate", "outer_momentum")),
+)}
+
+class CenterUpdate(NamedTuple):
+  """When the model an algorithm returns first takes in its workers' training.
+
+  Attributes:
+    local_step: the first local step of a worker (its clock, counted from the
+      algorithm's own start, after any synchronous warm-up) whose exchange
+      moves the returned model away from the initial parameters; None when no
+      exchange ever moves it.
+    why: the rule, one clause (for error messages).
+  """
+  local_step: int | None
+  why: str
+
+
+def _elastic_update(c) -> CenterUpdate:
+  if c.resolved_alpha == 0:
+    return CenterUpdate(None, "its elastic force alpha * (x^i - center) is 0")
+  return CenterUpdate(c.tau, "at step 0 every worker still equals the center, the "
+                             "next exchange is at step tau")
+
+
+def _push_update(c) -> CenterUpdate:
+  if async_schedule.push_offset(c.push_timing):  # "full_period": after tau - 1, ...
+    return CenterUpdate(c.tau - 1, "the first push follows local step tau - 1")
+  return CenterUpdate(0, "the first push follows local step 0")
+
+
+_CENTER_UPDATES: dict[str, Callable[[Any], CenterUpdate]] = {
+    "elastic": _elastic_update,
+    "push": _push_update,
+    # pmean SGD trains its one model every step; local SGD and DiLoCo end on an
+    # average (``num_steps``), so their center holds every step
+    "averaging": lambda c: CenterUpdate(0, "it averages at the run's last step"),
+    "sequential": lambda c: CenterUpdate(0, "it trains its one model every step"),
+}
+"""The rule of :func:`center_update`, by family (every family of :data:`FAMILIES`)."""
+
+
+def center_update(config) -> CenterUpdate:
+  """When ``config``'s returned model (``Algorithm.center``: what the trainer
+  evaluates and exports) first takes in training; the rule is the family's.
+
+  elastic (EASGD, EAMSGD, sync and async): every worker starts at the center,
+  so the exchange at a worker's local step 0 moves nothing; the first that
+  moves the center is at local step tau (Algorithm 1: tau divides t^i), and
+  none ever does with alpha = 0. push (DOWNPOUR family): the first push, after
+  local step 0 ("authors") or tau - 1 ("full_period"), carries a step's update
+  to the master. averaging and sequential: step 0 (one model trained every
+  step, or a final average at the run's last step).
+
+  The synchronous warm-up's K steps train the shared model, not the
+  algorithm's workers: at K the algorithm starts with every worker and the
+  center at that model, its clock at 0 (``easgd.core.warmup``), so the rule counts
+  from K. A run gives some worker at least ``total_steps - sync_warmup_steps``
+  local steps of the algorithm: every worker exactly that many on the synchronous
+  runtime; the fastest worker (speed max k_i, one step every slot) of the
+  simulated asynchronous schedule; and on the real runtimes, whose clocks sum
+  to total_steps * num_workers, at least one worker. So the returned model is
+  trained iff ``local_step`` is not None and below that count
+  (``TrainConfig.resolve`` refuses the rest).
+
+  Args:
+    config: a ``TrainConfig`` whose fields have been range-checked.
+
+  Returns:
+    A :class:`CenterUpdate`.
+  """
+  return _CENTER_UPDATES[TABLE[config.algorithm].family](config)
+
+
+ALGORITHMS = tuple(TABLE)
+"""Every algorithm name, in the table's order."""
+
+DEFAULT_COMPARISON = ("easgd", "pmean_sgd")
+"""What ``easgd compare`` runs when no names are given: EASGD against the
+synchronous baseline it is measured against (the README's main job)."""
+
+
+def names_where(predicate: Callable[[AlgorithmSpec], bool]) -> tuple[str, ...]:
+  """The names of the algorithms whose spec satisfies ``predicate``."""
+  return tuple(name for name, s in TABLE.items() if predicate(s))
+
+
+def readers(field: str) -> tuple[str, ...]:
+  """The algorithms that read the config field ``field`` (of :data:`ALGORITHM_FIELDS`)."""
+  return names_where(lambda s: field in s.reads)
+
+
+MOMENTUM_ALGORITHMS = names_where(lambda s: s.without_momentum is not None)
+"""Algorithms whose Nesterov momentum is built in (``config.delta``)."""
+
+ASYNC_ALGORITHMS = names_where(lambda s: s.asynchronous)
+"""Algorithms simulated with an exchange schedule (``easgd.asynchrony.simulation``)."""
+
+
+def runs_on(runtime: str) -> tuple[str, ...]:
+  """The algorithms that run on ``runtime`` (one of :data:`RUNTIMES`)."""
+  return names_where(lambda s: runtime in s.runtimes)
+
+
+def make_algorithm(config, loss_fn, optimizer: optax.GradientTransformation,
+                   num_steps: int | None = None) -> Algorithm:
+  """The algorithm ``config.algorithm`` with the local optimizer ``optimizer``.
+
+  Args:
+    config: a validated :class:`~easgd.training.config.TrainConfig`.
+    loss_fn: ``loss_fn(params, batch, key) -> scalar``.
+    optimizer: the local optimizer (``easgd.training.optimizers.make_optimizer``).
+    num_steps: the run's total number of steps (local SGD and DiLoCo average
+      at the last one); None for a run of unknown length.
+
+  Returns:
+    An :class:`~easgd.core.algorithms.Algorithm`.
+
+  Raises:
+    KeyError: a name that is not in :data:`TABLE` (``TrainConfig.validate``
+      refuses it first, with the allowed names).
+  """
+  return TABLE[config.algorithm].build(config, loss_fn, optimizer, num_steps)
+
+
+def simulated_ticks(num_steps: int, config) -> float:
+  """Simulated time in ticks after ``num_steps`` trainer steps of ``config``.
+
+  Asynchronous algorithms: one step is one slot, ``num_steps / K`` ticks with
+  K the largest worker speed (``easgd.asynchrony.simulation``). Synchronous ones wait
+  for the slowest worker at every step: ``num_steps / min_i k_i`` ticks (with
+  the default speeds 1, a step is a tick for every algorithm).
+  """
+  speeds = async_schedule.resolve_worker_speeds(
+      config.num_workers, config.worker_speeds, config.max_worker_speed, config.seed)
+  if TABLE[config.algorithm].asynchronous:
+    return num_steps / max(speeds)
+  return num_steps / min(speeds)
+
+
+def describe(name: str) -> dict[str, Any]:
+  """The spec of ``name`` as plain data (for logs and summaries)."""
+  s = TABLE[name]
+  return dict(name=s.name, family=s.family, asynchronous=s.asynchronous,
+              reads=list(s.reads), without_momentum=s.without_momentum,
+              runtimes=list(s.runtimes), array_fields=list(s.array_fields))

@@ -1,0 +1,1 @@
+"""Where workers run: device mapping (pmap / shard_map of vmap) and processes."""

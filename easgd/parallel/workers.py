@@ -1,0 +1,687 @@
+"""Worker mapping: p workers on d devices, per-worker code written once.
+
+Per-worker code names one axis, :data:`WORKER_AXES` (owned by the core,
+``easgd.core.elastic``), in its collectives and in ``lax.axis_index``. This module runs such code mapped over devices (``jax.pmap``
+or ``jax.shard_map``, axis ``"devices"``) of ``jax.vmap`` over the workers that
+share a device (axis ``"local_workers"``); the pair enumerates all
+``num_workers`` workers, worker index = device_index * workers_per_device +
+local_index.
+
+Argument kinds of a mapped function (see :func:`map_workers`):
+  ``"worker"``  one value per worker: arrays of shape [d, w, ...]
+                (d devices, w = num_workers / d workers per device);
+  ``"shared"``  one value per device, equal on all devices (e.g. the center):
+                arrays of shape [d, ...]; per-worker code must return it
+                unbatched (computed by collectives), so it stays replicated;
+  ``"broadcast"`` the same value for everyone, passed as is (no leading axis).
+
+Two backends run the same per-worker code with the same array layouts, chosen
+by ``WorkerLayout.backend`` (:func:`make_layout`, ``TrainConfig.mapping_backend``):
+  ``"pmap"``       ``jax.pmap(jax.vmap(fn))`` (the design card's mapping; in
+                   JAX >= 0.8 pmap is itself built on shard_map);
+  ``"shard_map"``  ``jax.jit(jax.shard_map(vmap(fn)))`` over a 1-D mesh
+                   ``("devices",)``; each device's block [1, w, ...] is squeezed
+                   and vmapped over its w local workers, so collectives over
+                   :data:`WORKER_AXES` = ("devices", "local_workers") mean the
+                   same thing. Arrays are global ``jax.Array``s sharded along
+                   their leading axis, which is what makes multi-process runs
+                   (``easgd.parallel.distributed``) work: each process holds the shards of
+                   its own devices. pmap is single-process only here.
+
+:func:`vmap_workers` binds the same axes with ``vmap`` alone (one simulated
+device), so that an algorithm's step also runs inside a ``vmap`` over
+configurations (``easgd.sweeps.engine``).
+
+This is the only module that knows about devices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from easgd._util import checks
+from easgd.core import warmup
+from easgd.core.algorithms import Algorithm
+from easgd.core.elastic import DEVICE_AXIS, LOCAL_AXIS, WORKER_AXES
+
+KINDS = ("worker", "shared", "broadcast")
+BACKENDS = ("pmap", "shard_map")
+
+
+class LayoutError(ValueError):
+  """num_workers and the devices cannot be laid out as asked."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerLayout:
+  """How ``num_workers`` workers sit on devices.
+
+  Attributes:
+    num_workers: total number of workers p.
+    devices: the devices used, one shard each, ordered by process (devices of
+      one process are contiguous, so its workers are a contiguous range).
+    backend: ``"pmap"`` or ``"shard_map"`` (module docstring).
+  """
+  num_workers: int
+  devices: tuple[Any, ...]
+  backend: str = "pmap"
+
+  @property
+  def num_devices(self) -> int:
+    return len(self.devices)
+
+  @property
+  def workers_per_device(self) -> int:
+    return self.num_workers // self.num_devices
+
+  # cached: the trainer places every step's batch with them
+  @functools.cached_property
+  def mesh(self) -> jax.sharding.Mesh:
+    """The 1-D mesh ``("devices",)`` over :attr:`devices`."""
+    return jax.sharding.Mesh(np.array(self.devices), (DEVICE_AXIS,))
+
+  @functools.cached_property
+  def sharding(self) -> jax.sharding.NamedSharding:
+    """Arrays split along their leading axis over :attr:`mesh`."""
+    return jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec(DEVICE_AXIS))
+
+  @functools.cached_property
+  def num_processes(self) -> int:
+    """Number of processes whose devices the layout uses."""
+    return len({d.process_index for d in self.devices})
+
+  @functools.cached_property
+  def local_workers(self) -> slice:
+    """The workers on this process's devices, as a slice of [0, num_workers).
+
+    All workers in a single process; with several processes, the contiguous
+    range of workers this process feeds (its devices are contiguous).
+    """
+    local = [i for i, d in enumerate(self.devices)
+             if d.process_index == jax.process_index()]
+    if not local:
+      return slice(0, 0)
+    w = self.workers_per_device
+    return slice(local[0] * w, (local[-1] + 1) * w)
+
+  def describe(self) -> str:
+    """One line for logs, e.g. "4 workers = 2 device(s) x 2 vmapped worker(s) [cpu, pmap]"."""
+    procs = (f", {self.num_processes} processes" if self.num_processes > 1
+             else "")
+    return (f"{self.num_workers} workers = {self.num_devices} device(s) x "
+            f"{self.workers_per_device} vmapped worker(s) "
+            f"[{self.devices[0].platform}, {self.backend}{procs}]")
+
+
+def make_layout(num_workers: int, num_devices: int | None = None,
+                devices: Sequence[Any] | None = None,
+                backend: str = "pmap") -> WorkerLayout:
+  """Chooses the devices for ``num_workers`` workers.
+
+  With several processes (``jax.process_count() > 1``, see
+  ``easgd.parallel.distributed``) the candidates are all processes' devices and the
+  layout takes the same number from each process, so that every process owns a
+  contiguous range of workers.
+
+  Args:
+    num_workers: number of workers p, an integer >= 1.
+    num_devices: devices to use, in total over all processes; must divide
+      ``num_workers``, be at most the number available and (with several
+      processes) be a multiple of the process count. ``None`` takes the largest
+      such count.
+    devices: the candidate devices; default ``jax.devices()`` (all processes).
+    backend: ``"pmap"`` or ``"shard_map"`` (module docstring); several
+      processes need ``"shard_map"``.
+
+  Returns:
+    A :class:`WorkerLayout`.
+
+  Raises:
+    LayoutError: if num_workers is not an integer >= 1, if num_devices is more
+      than available, if num_workers is not a multiple of num_devices, for an
+      unknown backend, or for pmap across processes.
+  """
+  if backend not in BACKENDS:
+    raise LayoutError(f"unknown mapping backend {backend!r}; allowed: "
+                      f"{', '.join(BACKENDS)}")
+  checks.integer("num_workers", num_workers, 1, error=LayoutError)
+  available = list(devices) if devices is not None else jax.devices()
+  procs = sorted({d.process_index for d in available})
+  if len(procs) > 1:
+    available.sort(key=lambda d: (d.process_index, d.id))
+    return _multiprocess_layout(num_workers, num_devices, available, procs, backend)
+  if num_devices is None:
+    num_devices = max(d for d in range(1, min(num_workers, len(available)) + 1)
+                      if num_workers % d == 0)
+  checks.integer("num_devices", num_devices, 1, error=LayoutError)
+  if num_devices > len(available):
+    raise LayoutError(
+        f"num_devices={num_devices} but only {len(available)} "
+        f"{available[0].platform} device(s) are available")
+  if num_workers % num_devices:
+    raise LayoutError(
+        f"num_workers={num_workers} is not a multiple of the {num_devices} "
+        f"devices used; allowed: a multiple of {num_devices}")
+  return WorkerLayout(int(num_workers), tuple(available[:num_devices]), backend)
+
+
+def _multiprocess_layout(num_workers, num_devices, available, procs, backend):
+  if backend != "shard_map":
+    raise LayoutError(
+        f"{len(procs)} processes need the 'shard_map' mapping backend, got "
+        f"{backend!r} (--mapping-backend shard_map)")
+  per_proc = {p: [d for d in available if d.process_index == p] for p in procs}
+  most = min(len(v) for v in per_proc.values()) * len(procs)
+  if num_devices is None:
+    fits = [n for n in range(len(procs), most + 1, len(procs)) if num_workers % n == 0]
+    if not fits:
+      raise LayoutError(
+          f"num_workers={num_workers} cannot be spread over {len(procs)} "
+          f"processes; allowed: a multiple of {len(procs)}")
+    num_devices = max(fits)
+  checks.integer("num_devices", num_devices, 1, error=LayoutError)
+  if num_devices % len(procs) or num_devices > most:
+    raise LayoutError(
+        f"num_devices={num_devices} must be a multiple of the {len(procs)} "
+        f"processes and at most {most} (the same number of devices from each)")
+  if num_workers % num_devices:
+    raise LayoutError(
+        f"num_workers={num_workers} is not a multiple of the {num_devices} "
+        f"devices used; allowed: a multiple of {num_devices}")
+  k = num_devices // len(procs)
+  chosen = tuple(d for p in procs for d in per_proc[p][:k])
+  return WorkerLayout(int(num_workers), chosen, backend)
+
+
+def _vmap_axis(kind):
+  return 0 if kind == "worker" else None
+
+
+def _pmap_axis(kind):
+  return None if kind == "broadcast" else 0
+
+
+def map_workers(fn: Callable, layout: WorkerLayout, in_kinds: Sequence[str],
+                out_kinds: Sequence[str], donate_argnums: Sequence[int] = ()
+                ) -> Callable:
+  """Maps per-worker ``fn`` over all workers of ``layout``.
+
+  ``fn`` sees one worker's values (no leading axes) and may use collectives over
+  :data:`WORKER_AXES`. The result is ``pmap(vmap(fn))`` or
+  ``jit(shard_map(vmap(fn)))`` by ``layout.backend``: compiled once per input
+  shape, placed on ``layout.devices``; both take and return the same layouts
+  ([d, w, ...] worker values, [d, ...] shared values) and give the same values.
+
+  Args:
+    fn: per-worker function of ``len(in_kinds)`` positional arguments returning a
+      tuple of ``len(out_kinds)`` values.
+    layout: the worker layout.
+    in_kinds, out_kinds: one of ``"worker"``, ``"shared"``, ``"broadcast"`` per
+      argument / output (module docstring). Outputs cannot be ``"broadcast"``.
+    donate_argnums: arguments whose buffers may be reused for the outputs.
+
+  Returns:
+    The mapped function.
+
+  Raises:
+    ValueError: for an unknown kind.
+  """
+  _check_kinds(in_kinds, out_kinds)
+  single = len(out_kinds) == 1
+  inner = _vmap_local(fn, in_kinds, out_kinds, alone=layout.num_workers == 1)
+  return _map_devices(inner, layout, in_kinds, single, tuple(donate_argnums))
+
+
+def vmap_workers(fn: Callable, num_workers: int, in_kinds: Sequence[str],
+                 out_kinds: Sequence[str]) -> Callable:
+  """Maps per-worker ``fn`` over ``num_workers`` simulated workers with ``vmap`` only.
+
+  The same binding of :data:`WORKER_AXES` as :func:`map_workers` on one
+  device (a ``vmap`` of size 1 over :data:`DEVICE_AXIS` around the ``vmap``
+  over :data:`LOCAL_AXIS`), without ``pmap``, ``shard_map`` or placement: the
+  result composes with ``jax.vmap`` (e.g. over configurations), ``lax.scan``
+  and ``jax.jit``, and runs an algorithm's own step, unchanged, on the
+  simulated workers of one program (``easgd.sweeps.engine``).
+
+  Args:
+    fn: per-worker function (collectives over :data:`WORKER_AXES`).
+    num_workers: p, the size of the worker axis (a Python int >= 1).
+    in_kinds, out_kinds: ``"worker"`` (leading axis [p]), ``"shared"`` (no
+      worker axis; outputs formed by collectives) or ``"broadcast"`` (inputs
+      only), as :func:`map_workers` without the device axis.
+
+  Returns:
+    The mapped function; "worker" outputs have the leading axis [p].
+
+  Raises:
+    ValueError: for an unknown kind.
+  """
+  _check_kinds(in_kinds, out_kinds)
+  local = _vmap_local(fn, in_kinds, out_kinds, alone=num_workers == 1,
+                      axis_size=num_workers)
+  # one simulated device: the device axis (size 1) binds the name; no input is
+  # batched along it, so only what depends on the device index (the workers'
+  # keys, through worker_index) is computed with a leading axis of size 1
+  device = jax.vmap(local, in_axes=None, out_axes=0, axis_name=DEVICE_AXIS, axis_size=1)
+  return lambda *args: jax.tree.map(lambda x: x[0], device(*args))
+
+
+def _vmap_local(fn, in_kinds, out_kinds, alone: bool, axis_size: int | None = None):
+  """``vmap(fn)`` over the workers of one device (axis :data:`LOCAL_AXIS`; its
+  size ``axis_size``, if given, for functions without a "worker" input).
+
+  "shared" outputs are unbatched (per-worker code forms them with
+  collectives over all workers, which vmap checks). A single worker in all
+  (``alone``) has nothing to reduce and emits no collective
+  (``easgd.core.elastic.reduce_axis``), so its shared outputs are batched along
+  the vmap axis of size 1 and taken from it.
+  """
+  single = len(out_kinds) == 1
+  out_axes = tuple(0 if alone else _vmap_axis(k) for k in out_kinds)
+  inner = jax.vmap(fn, in_axes=tuple(_vmap_axis(k) for k in in_kinds),
+                   out_axes=out_axes[0] if single else out_axes, axis_name=LOCAL_AXIS,
+                   axis_size=axis_size)
+  if not alone:
+    return inner
+
+  def squeeze_shared(*args):
+    out = inner(*args)
+    outs = (out,) if single else out
+    outs = tuple(jax.tree.map(lambda x: x[0], o) if k == "shared" else o
+                 for o, k in zip(outs, out_kinds))
+    return outs[0] if single else outs
+  return squeeze_shared
+
+
+def _check_kinds(in_kinds, out_kinds):
+  for k in (*in_kinds, *out_kinds):
+    if k not in KINDS:
+      raise ValueError(f"unknown argument kind {k!r}; allowed: {KINDS}")
+  if "broadcast" in out_kinds:
+    raise ValueError("outputs are 'worker' or 'shared', not 'broadcast'")
+
+
+def _map_devices(per_device, layout, in_kinds, single, donate_argnums):
+  """``per_device`` (one device's values: worker values [w, ...]) mapped over the
+  devices of ``layout`` by its backend."""
+  if layout.backend == "shard_map":
+    return _shard_map_workers(per_device, layout, in_kinds, single, donate_argnums)
+  return jax.pmap(per_device, axis_name=DEVICE_AXIS,
+                  in_axes=tuple(_pmap_axis(k) for k in in_kinds),
+                  devices=layout.devices, donate_argnums=donate_argnums)
+
+
+def _merged_workers_step(step: Callable, alone: bool) -> Callable:
+  """One device's step of a shared-model algorithm, its workers as one batch.
+
+  The workers of a device hold no state of their own and read the same model,
+  so the step runs ONCE per device on the concatenation of their mini-batches
+  ([w, B, ...] -> [1, w B, ...]), under a ``vmap`` of size 1 over
+  :data:`LOCAL_AXIS` (so collectives over :data:`WORKER_AXES` reduce over the
+  devices only). For a loss that is a mean over the batch, the gradient of
+  the device's w B examples is the mean of its workers' gradients: one
+  forward and backward pass instead of w weight gradients summed after. Every
+  worker of the device reports the device's mean loss; the step's key is
+  folded with the device's index (dropout masks are drawn per device).
+  """
+  inner = _vmap_local(step, STEP_IN_KINDS, STEP_OUT_KINDS, alone)
+  per_worker = _vmap_local(step, STEP_IN_KINDS, STEP_OUT_KINDS, alone)
+
+  def per_device(worker, shared, batch, key):
+    if jax.tree.leaves(getattr(shared, "model_state", ())):
+      # model state (BatchNorm statistics) depends on each worker's own batch:
+      # one pass per worker, the states averaged by the algorithm
+      return per_worker(worker, shared, batch, key)
+    w = jax.tree.leaves(batch)[0].shape[0]
+    merged = jax.tree.map(lambda x: x.reshape(1, w * x.shape[1], *x.shape[2:]), batch)
+    one = jax.tree.map(lambda x: x[:1], worker)
+    worker_out, shared_out, loss = inner(one, shared, merged, key)
+    worker_out = jax.tree.map(lambda x: jnp.broadcast_to(x, (w, *x.shape[1:])),
+                              worker_out)
+    return worker_out, shared_out, jnp.broadcast_to(loss, (w,))
+  return per_device
+
+
+STEP_IN_KINDS = ("worker", "shared", "worker", "broadcast")
+STEP_OUT_KINDS = ("worker", "shared", "worker")
+"""Kinds of an algorithm step ``step(worker, shared, batch, key) -> (worker,
+shared, loss)`` (``easgd.core.algorithms.Algorithm``)."""
+
+
+def map_step(algorithm, layout: WorkerLayout, donate_state: bool = True,
+             merge_workers: bool = True) -> Callable:
+  """An algorithm's step mapped over all workers, with its program chosen per step.
+
+  The result is ``step_fn(worker, shared, batch, key, clock) -> (worker,
+  shared, loss)``, where ``clock`` is the host's int count of steps taken
+  (the value of the state's step counter). Algorithms with one shared model
+  (``algorithm.shared_model``: pmean SGD, the sequential methods) run the
+  workers of each device as one batch (:func:`_merged_workers_step`: one
+  gradient per device, equal to the workers' gradients averaged for a loss
+  that is a mean over its batch; ``merge_workers=False`` keeps one pass per
+  worker, as models whose forward pass depends on the batch need: BatchNorm
+  normalises each worker's own mini-batch, on any layout). For
+  algorithms with a host-side
+  schedule (``algorithm.exchange_at``: EASGD, EAMSGD, local SGD, DiLoCo) two
+  programs are compiled, the step with its communication and the step
+  without, and each call runs the one ``exchange_at(clock)`` names: no
+  ``lax.cond`` in either, no all-reduce in the local one. Other algorithms run
+  their one step program and ignore ``clock``. The results are those of
+  ``map_workers(algorithm.step, ...)`` at the same clock up to float32
+  rounding (XLA fuses the update differently without the conditional;
+  ``tests/test_map_step.py``). ``clock`` must be the state's step count. It is
+  not read back from the device (that would wait for every step); instead each
+  scheduled program compares ``exchange_at`` of the state's counter with its
+  own flag and returns a NaN loss for every worker when they disagree, so a
+  clock that picks the wrong program shows as a non-finite loss (a wrong clock
+  that picks the right program computes the right step; the trainer always
+  passes the right clock).
+
+  Args:
+    algorithm: an ``easgd.core.algorithms.Algorithm``.
+    layout: the worker layout.
+    donate_state: donate the worker and shared state buffers (arguments 0, 1).
+    merge_workers: run a shared-model algorithm's workers of a device as one
+      batch (default); False: one pass per worker.
+
+  Returns:
+    ``step_fn`` as above; ``step_fn.programs`` maps the exchange flag
+    (``False``/``True``, or ``None`` for a single program; and ``"warmup"``
+    for an algorithm with a synchronous warm-up, ``easgd.core.warmup``, whose
+    first K steps run its pmean program and the later ones its
+    ``WarmupStep.main``) to the mapped function, e.g. for ``.lower(...)``.
+
+  Raises:
+    TypeError: ``algorithm`` is not an ``easgd.core.algorithms.Algorithm``, or
+      ``layout`` not a :class:`WorkerLayout`.
+    ValueError (from ``step_fn``): ``clock`` is not an int in [0, 2**31 - 1]
+      (the int32 step counter's range; a traced or device value cannot pick a
+      program on the host).
+
+  References:
+    Algorithm 1 of the paper ("if tau divides t"), decided on the host.
+  """
+  if not isinstance(algorithm, Algorithm):
+    raise TypeError(f"algorithm must be an easgd.core.algorithms.Algorithm, got "
+                    f"{type(algorithm).__name__}")
+  if not isinstance(layout, WorkerLayout):
+    raise TypeError(f"layout must be an easgd.parallel.workers.WorkerLayout (make_layout), got "
+                    f"{type(layout).__name__}")
+  donate = (0, 1) if donate_state else ()
+
+  def mapped(fn):
+    if algorithm.shared_model and merge_workers:
+      return _map_devices(_merged_workers_step(fn, layout.num_workers == 1), layout,
+                          STEP_IN_KINDS, False, donate)
+    return map_workers(fn, layout, STEP_IN_KINDS, STEP_OUT_KINDS, donate)
+
+  phased = warmup.phases(algorithm)  # a synchronous warm-up: its own program
+  if algorithm.exchange_at is None:
+    programs = {None: mapped(algorithm.step)}
+    pick = lambda clock: None
+  else:
+    step_of = algorithm.step if phased is None else phased.main
+    after = 0 if phased is None else phased.warmup_steps
+
+    def checked(flag):  # the step with the exchange fixed to flag, clock checked
+      def step(worker, shared, batch, key):
+        worker_out, shared_out, loss = step_of(worker, shared, batch, key,
+                                               exchange=flag)
+        right = (algorithm.exchange_at(shared.step) == flag) & (shared.step >= after)
+        return worker_out, shared_out, jnp.where(right, loss, jnp.nan)
+      return step
+    programs = {flag: mapped(checked(flag)) for flag in (False, True)}
+    pick = lambda clock: bool(algorithm.exchange_at(clock))
+    if phased is not None:  # t < K: the warm-up's pmean step, no branch
+      def warm(worker, shared, batch, key):
+        worker_out, shared_out, loss = phased.warm(worker, shared, batch, key)
+        return worker_out, shared_out, jnp.where(shared.step < after, loss, jnp.nan)
+      programs["warmup"] = mapped(warm)
+      pick = lambda clock: "warmup" if clock < after else bool(algorithm.exchange_at(clock))
+
+  def step_fn(worker, shared, batch, key, clock):
+    checks.integer("clock", clock, 0, 2**31 - 1, what="the number of steps taken")
+    return programs[pick(clock)](worker, shared, batch, key)
+  step_fn.programs = programs
+  return step_fn
+
+
+def _shard_map_workers(inner, layout, in_kinds, single, donate_argnums):
+  """``jit(shard_map(inner))`` over the mesh ("devices",), pmap's layouts.
+
+  Every "worker"/"shared" argument and every output is split along its leading
+  axis over the mesh (block [1, ...] per device, squeezed before ``inner`` and
+  restored after); "broadcast" arguments are replicated (``P()``).
+  """
+  P = jax.sharding.PartitionSpec
+  in_specs = tuple(P() if k == "broadcast" else P(DEVICE_AXIS) for k in in_kinds)
+
+  def per_device(*args):
+    args = [a if k == "broadcast" else jax.tree.map(lambda x: x[0], a)
+            for a, k in zip(args, in_kinds)]
+    out = inner(*args)
+    return jax.tree.map(lambda x: x[None], out)
+
+  # check_vma=False as in JAX's own pmap-on-shard_map: the varying-axes type
+  # check rejects a psum over ("devices", "local_workers") where the second
+  # axis is vmap's, not the mesh's, although the collective is well defined.
+  mapped = jax.shard_map(per_device, mesh=layout.mesh, in_specs=in_specs,
+                         out_specs=P(DEVICE_AXIS), check_vma=False)
+  return jax.jit(mapped, donate_argnums=donate_argnums)
+
+
+def _put(tree, layout: WorkerLayout):
+  """Places host arrays with leading axis num_devices, one slice per device.
+
+  Every process passes the whole host array and places the slices of its own
+  devices (``jax.make_array_from_callback``), so this works across processes.
+  """
+  sharding = layout.sharding
+
+  def put(x):
+    x = np.asarray(x)
+    if jax.process_count() == 1:
+      return jax.device_put(x, sharding)
+    return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+  return jax.tree.map(put, tree)
+
+
+def replicate_per_worker(tree, layout: WorkerLayout):
+  """Copies one value to every worker: leaves become [d, w, ...], bitwise equal.
+
+  Args:
+    tree: a pytree of arrays (any shapes and dtypes), e.g. ``Algorithm.init``'s
+      worker state.
+    layout: d = ``layout.num_devices`` devices, w = workers per device.
+
+  Returns:
+    The pytree with leaves [d, w, *shape] (dtype kept), sharded over the devices.
+  """
+  d, w = layout.num_devices, layout.workers_per_device
+  return _put(jax.tree.map(
+      lambda x: np.broadcast_to(np.asarray(x), (d, w, *np.shape(x))), tree), layout)
+
+
+def replicate_per_device(tree, layout: WorkerLayout):
+  """Copies one value to every device: leaves become [d, ...], bitwise equal.
+
+  Args:
+    tree: a pytree of arrays, e.g. ``Algorithm.init``'s shared state.
+    layout: d = ``layout.num_devices`` devices.
+
+  Returns:
+    The pytree with leaves [d, *shape] (dtype kept), sharded over the devices.
+  """
+  d = layout.num_devices
+  return _put(jax.tree.map(
+      lambda x: np.broadcast_to(np.asarray(x), (d, *np.shape(x))), tree), layout)
+
+
+def place_state(algorithm, params, layout: WorkerLayout, model_state=()):
+  """An algorithm's initial state, placed on the layout's devices.
+
+  ``algorithm.init(params)`` gives one worker's state and the shared state
+  from the common initial parameters; every worker gets the same values
+  (:func:`replicate_per_worker`) and every device the same shared state
+  (:func:`replicate_per_device`).
+
+  Args:
+    algorithm: an ``easgd.core.algorithms.Algorithm``.
+    params: the initial parameters (a pytree of arrays), the same for all.
+    layout: the worker layout.
+    model_state: the model's initial state (e.g. ``{"batch_stats": ...}``),
+      the same for all, or ``()`` (``Algorithm.init``).
+
+  Returns:
+    ``(worker, shared)``: leaves [d, w, ...] and [d, ...] on the devices,
+    ready for :func:`map_step`'s ``step_fn``.
+  """
+  worker, shared = algorithm.init(params, model_state)
+  return replicate_per_worker(worker, layout), replicate_per_device(shared, layout)
+
+
+def split_workers(tree, layout: WorkerLayout):
+  """Reshapes host arrays with leading axis num_workers to [d, w, ...] on devices.
+
+  Worker i goes to device i // w, local slot i % w (matching ``WORKER_AXES``).
+
+  Raises:
+    LayoutError: if a leaf's leading axis is not num_workers.
+  """
+  d, w = layout.num_devices, layout.workers_per_device
+
+  def reshape(x):
+    x = np.asarray(x)
+    if x.shape[:1] != (layout.num_workers,):
+      raise LayoutError(f"expected a leading axis of num_workers="
+                        f"{layout.num_workers}, got shape {x.shape}")
+    return x.reshape(d, w, *x.shape[1:])
+  return _put(jax.tree.map(reshape, tree), layout)
+
+
+def split_local_workers(tree, layout: WorkerLayout):
+  """Like :func:`split_workers`, from this process's workers only.
+
+  Each process passes the values of its own workers, ``layout.local_workers``
+  (all workers in a single process), and gets back the global [d, w, ...]
+  arrays (``jax.make_array_from_process_local_data``): the per-process data
+  path of multi-process training: no process places another's batches.
+
+  Args:
+    tree: host arrays whose leading axis is this process's workers, in
+      order (``layout.local_workers``; all workers in a single process).
+    layout: the worker layout.
+
+  Returns:
+    Global arrays [d, w, ...] sharded over ``layout.devices``.
+
+  Raises:
+    LayoutError: if a leaf's leading axis is not this process's worker count.
+  """
+  if layout.num_processes == 1:
+    return split_workers(tree, layout)
+  sl = layout.local_workers
+  n_local, w = sl.stop - sl.start, layout.workers_per_device
+  sharding = layout.sharding
+
+  def put(x):
+    x = np.asarray(x)
+    if x.shape[:1] != (n_local,):
+      raise LayoutError(f"expected a leading axis of this process's {n_local} "
+                        f"workers, got shape {x.shape}")
+    local = x.reshape(n_local // w, w, *x.shape[1:])
+    return jax.make_array_from_process_local_data(
+        sharding, local, (layout.num_devices, w, *x.shape[1:]))
+  return jax.tree.map(put, tree)
+
+
+def to_host(tree):
+  """Host NumPy copies of (global) arrays, gathered across processes if needed.
+
+  Leaves that this process cannot address fully (multi-process runs) are
+  gathered with ``multihost_utils.process_allgather``: a collective, so every
+  process must call this at the same point. Others are ``np.asarray``.
+
+  Args:
+    tree: a pytree of arrays (jax.Array or NumPy).
+
+  Returns:
+    The pytree with NumPy leaves of the same global shapes and dtypes.
+  """
+  def host(x):
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+      from jax.experimental import multihost_utils
+      return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
+  return jax.tree.map(host, tree)
+
+
+def merge_workers(tree):
+  """Inverse of :func:`split_workers`: [d, w, ...] -> host [num_workers, ...].
+
+  Gathers across processes (see :func:`to_host`).
+
+  Args:
+    tree: a pytree of "worker" values, leaves [d, w, *shape].
+
+  Returns:
+    The pytree with NumPy leaves [d * w, *shape], worker i at index i.
+  """
+  return jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), to_host(tree))
+
+
+def first_copy(tree):
+  """The copy on the first local device of a ``"shared"`` value (host NumPy).
+
+  Shared values are bitwise equal on all devices (they are the outputs of the
+  same all-reduces); tests check this with :func:`shared_copies_equal`. No
+  communication: in a multi-process run each process reads its own copy.
+
+  Args:
+    tree: a pytree of "shared" values, leaves [d, *shape].
+
+  Returns:
+    The pytree with NumPy leaves [*shape] (dtype kept).
+  """
+  def first(x):
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+      shard = min(x.addressable_shards, key=lambda s: s.index[0].start or 0)
+      return np.asarray(shard.data)[0]
+    return np.asarray(x[0])
+  return jax.tree.map(first, tree)
+
+
+def shared_copies_equal(tree) -> bool:
+  """True if every device holds a bitwise equal copy of a ``"shared"`` value.
+
+  Gathers across processes (see :func:`to_host`).
+  """
+  def equal(x):
+    return all(x[i].tobytes() == x[0].tobytes() for i in range(1, x.shape[0]))
+  return all(equal(x) for x in jax.tree.leaves(to_host(tree)))
+
+
+def worker_index():
+  """This worker's index in [0, num_workers), inside mapped per-worker code.
+
+  Raises:
+    easgd.core.elastic.MappingError: called outside a mapping.
+  """
+  from easgd.core import elastic
+  return elastic.worker_index(WORKER_AXES)
+
+
+def num_mapped_workers() -> int:
+  """The number of workers, inside mapped per-worker code (a Python int).
+
+  Raises:
+    easgd.core.elastic.MappingError: called outside a mapping.
+  """
+  from easgd.core import elastic
+  return elastic.worker_axis_size(WORKER_AXES)

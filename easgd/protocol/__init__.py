@@ -1,0 +1,1 @@
+"""The comparison protocol: config, runs, statistics, report."""

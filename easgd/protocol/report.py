@@ -1,0 +1,584 @@
+"""The protocol's report: results.md, the learning-curve figure, and the claims table.
+
+Everything here is computed from a protocol's ``results.json``
+(``easgd.protocol.runs.run_protocol``), never typed by hand:
+
+  :func:`results_markdown`   the comparison table of one experiment (mean and
+                             95% interval over the report seeds), the chosen
+                             rates, time to target, the programs it ran.
+  :func:`plot_curves`        center test error against local steps, mean over
+                             seeds with the 95% band, one panel per setting.
+  :func:`claims`             each claim of the paper's Section 5 measured on the
+                             experiments' results: the measurement, its interval,
+                             n, and a verdict (holds / does not hold /
+                             inconclusive at this scale).
+  :func:`claims_markdown`    the claims as a Markdown table.
+  :func:`write_report`       results.md and curves.png beside results.json.
+  :func:`compact_markdown`   the short table of one experiment (README).
+  :func:`differences_markdown`  every arm against a reference arm (Welch).
+
+References:
+  S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging SGD.
+  NeurIPS 2015, Section 5.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from easgd.protocol import stats as protocol_stats
+from easgd.methods import registry
+from easgd._util.files import write_text_atomic
+from easgd.protocol.config import RESULTS_JSON, ProtocolError, grid_note, lr_grid_edges
+from easgd.protocol.stats import format_interval
+
+RESULTS_MD = "results.md"
+CURVES_PNG = "curves.png"
+CLAIMS_TARGET = 0.3
+"""The test error of the claim "EAMSGD is fastest to a given test error"."""
+CLAIMS_NETWORK = "1GbE"
+"""The network of that claim's modelled wall-clock time."""
+
+
+def load_results(path) -> dict[str, Any]:
+  """A protocol's results.json (a directory holding it, or the file).
+
+  Raises:
+    ProtocolError: the file is missing, unreadable, not JSON, or not a
+      protocol's results (no "protocol" and "arms").
+  """
+  path = Path(path)
+  if path.is_dir():
+    path = path / RESULTS_JSON
+  try:
+    results = json.loads(path.read_text())
+  except (OSError, UnicodeDecodeError, ValueError) as e:
+    raise ProtocolError(f"'{path}' is not a readable protocol results file: "
+                        f"{type(e).__name__}: {e}") from None
+  if not isinstance(results, dict) or not {"protocol", "arms"} <= set(results):
+    raise ProtocolError(f"'{path}' is not a protocol's results (no 'protocol' and "
+                        "'arms'); write it with easgd protocol")
+  return results
+
+
+def grid_flag(arm: dict) -> str | None:
+  """The arm's grid flag, recomputed from its tuning results
+  (``easgd.protocol.config.lr_grid_edges``: "low", "high", "untunable: ...",
+  or None), so results written before a flag existed show it too."""
+  if arm["lr_from"]:
+    return arm.get("grid_edge")  # "untunable: from ..." when its source was
+  return lr_grid_edges(arm["learning_rates"], arm["chosen_learning_rate"], arm["tuning"])
+
+
+def selected_error(results: dict[str, Any]) -> tuple[str, str]:
+  """The per-seed test error the claims compare, and its description.
+
+  Results whose report runs recorded validation curves give the test error
+  at the evaluation with the lowest validation error
+  (``test_errors_at_best_val``); older results, without them, give the
+  final test error (``final_test_errors``). Neither is chosen on the test set.
+
+  Returns:
+    (the arms' key, a description for the claims table).
+  """
+  if all("test_errors_at_best_val" in a for a in results["arms"].values()):
+    return ("test_errors_at_best_val", "test error at the evaluation with the lowest "
+            "validation error")
+  return ("final_test_errors", "final test error (the report runs recorded no "
+          "validation curve, so nothing is selected)")
+
+
+def _has_best_val(results: dict[str, Any]) -> bool:
+  return all("test_error_at_best_val" in a for a in results["arms"].values())
+
+
+def _setting(arm: dict) -> str:
+  """The arm's distinguishing settings, e.g. "p=4 tau=16 K=54 lr x2 (linear)"."""
+  c = arm["config"]
+  reads = registry.TABLE[arm["algorithm"]].reads
+  parts = [f"p={c['num_workers']}"]
+  if "tau" in reads:
+    parts.append(f"tau={c['tau']}")
+  if c.get("sync_warmup_steps"):
+    parts.append(f"K={c['sync_warmup_steps']}")
+  if c.get("lr_scaling", "none") != "none":
+    parts.append(f"{c['lr_scaling']} x{c['lr_scale']:.3g}")
+  return " ".join(parts)
+
+
+def _ttt(arm: dict, target: float, what: str = "steps", network: str | None = None,
+         scale: float = 1.0, digits: int = 0) -> str:
+  entry = arm["time_to_target"].get(str(target))
+  if entry is None:
+    return "-"
+  if "summary" not in entry:
+    return f"{entry['reached']}/{entry['n']} reached"
+  s = entry["summary"][what]
+  if network is not None:
+    s = s[network]
+  return format_interval(s, scale=scale, digits=digits)
+
+
+def results_markdown(results: dict[str, Any]) -> str:
+  """The Markdown report of one protocol experiment (results.md)."""
+  proto = results["protocol"]
+  base = proto["base"]
+  lines = [f"# Protocol: {proto['name']}", "", proto["description"], ""]
+  lines += [
+      f"Data: {base['dataset']}, model {base['model']} ({results['num_params']} parameters), "
+      f"{base['validation_examples']} training examples held out for validation. "
+      f"Rates chosen by the mean final validation error over tuning seeds "
+      f"{proto['tune_seeds']}; reported on fresh seeds {proto['report_seeds']} "
+      f"(mean \u00b1 95% Student-t half-width, n = {len(proto['report_seeds'])}). "
+      f"Center evaluated every {proto['eval_every_steps']} local steps"
+      + ("; the test error at the best validation error is read at the evaluation with "
+         "the lowest validation error of each report run (nothing is chosen on the test "
+         "set). " if _has_best_val(results) else ". ") +
+      f"Total {results['wall_time_s']:.0f} s on {results['machine']['platform']} "
+      f"({results['machine']['cpu_count']} cores, {results['machine']['note']}; "
+      f"JAX {results['machine']['jax_version']}).", ""]
+  targets = proto["targets"]
+  best_val = _has_best_val(results)
+  header = ["arm", "setting", "epochs (steps)", "rate (grid)", "final test err %"]
+  header += ["test err at best val %"] if best_val else []
+  header += ["workers' final err %"]
+  header += [f"steps to {100 * t:g}%" for t in targets]
+  header += ["all-reduces / MB per worker"]
+  lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+  for name, a in results["arms"].items():
+    if a["lr_from"]:
+      grid = f"from '{a['lr_from']}'"
+    else:
+      grid = f"{min(a['learning_rates']):g}..{max(a['learning_rates']):g} ({len(a['learning_rates'])})"
+    rate = f"{a['resolved_learning_rate']:.4g}" + grid_note(grid_flag(a))
+    row = [name, _setting(a), f"{a['epochs']} ({a['num_steps']})", f"{rate}; {grid}",
+           format_interval(a["final_test_error"])]
+    row += [format_interval(a["test_error_at_best_val"])] if best_val else []
+    row += [format_interval(a["final_worker_test_error"])]
+    row += [_ttt(a, t) for t in targets]
+    row += [f"{a['all_reduces']} / {a['bytes_per_worker'] / 1e6:.1f}"]
+    if any(a["diverged"]):
+      row[4] += f" ({sum(a['diverged'])} diverged)"
+    lines.append("| " + " | ".join(row) + " |")
+  nets = [n["name"] for n in proto["networks"]]
+  net_text = ", ".join("%s: %g GB/s, %g us" % (n["name"], n["bandwidth_bytes_per_s"] / 1e9,
+                                               1e6 * n["latency_s"])
+                       for n in proto["networks"])
+  step_text = ", ".join("%.2f ms (batch %s)" % (1e3 * v, k)
+                        for k, v in results["compute_per_step_s"].items())
+  lines += ["", "Modelled wall-clock time to each target (seconds, mean \u00b1 95% "
+            "half-width): measured compute per local step on this machine x steps + per "
+            f"all-reduce latency + 2(p-1)/p x bytes / bandwidth ({net_text}); compute per "
+            f"step: {step_text}.", ""]
+  header = ["arm"] + [f"{100 * t:g}% on {n}" for t in targets for n in nets]
+  lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+  for name, a in results["arms"].items():
+    row = [name] + [_ttt(a, t, "modelled_s", n, digits=2) for t in targets for n in nets]
+    lines.append("| " + " | ".join(row) + " |")
+  lines += ["", "Tuning (mean final validation error % over the tuning seeds per rate; "
+            "a diverged run counts as 100%):", ""]
+  for name, a in results["arms"].items():
+    if a["tuning"]:
+      cells = ", ".join(
+          f"{r['learning_rate']:g}: {100 * r['score']:.1f}"
+          + (f" ({sum(r['diverged'])} div.)" if any(r["diverged"]) else "")
+          for r in a["tuning"])
+      lines.append(f"- {name}: {cells}; chosen {a['chosen_learning_rate']:g}")
+  lines += ["", "Compiled programs (one per group of arms that differ only in the "
+            "learning rate, the seed and their algorithm's array fields):", "",
+            "| kind | algorithm | arms | configs | traced per config | wall s | compile s | "
+            "why apart from the algorithm's other programs |", "|---|---|---|---|---|---|---|---|"]
+  for p in results["programs"]:
+    lines.append(f"| {p['kind']} | {p['algorithm']} | {', '.join(p['arms'])} | {p['configs']} "
+                 f"| {', '.join(p['traced_fields'])} | {p['wall_s']:.1f} | "
+                 f"{p['compile_s']:.1f} | {p['separate_because'] or '-'} |")
+  return "\n".join(lines) + "\n"
+
+
+def compact_markdown(results: dict[str, Any], target: float | None = None,
+                     network: str | None = None, arms: Sequence[str] | None = None) -> str:
+  """A short table of one experiment (the README's): chosen rate (and its grid
+  flag), the final center test error and, where the report runs recorded
+  validation curves, the test error at the evaluation with the lowest
+  validation error (mean \u00b1 95% half-width over the report seeds), steps
+  and modelled seconds to ``target`` (default: the protocol's middle target)
+  on ``network`` (default: the first), all-reduces and MB per worker."""
+  proto = results["protocol"]
+  targets = proto["targets"]
+  target = targets[len(targets) // 2] if target is None else target
+  network = proto["networks"][0]["name"] if network is None else network
+  best_val = _has_best_val(results)
+  header = ["arm", "rate", "final test err %"]
+  header += ["test err at best val %"] if best_val else []
+  header += [f"steps to {100 * target:g}%", f"{network} s to {100 * target:g}%",
+             "all-reduces / MB per worker"]
+  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+  for name, a in results["arms"].items():
+    if arms is not None and name not in arms:
+      continue
+    row = [name, f"{a['resolved_learning_rate']:.3g}" + grid_note(grid_flag(a)),
+           format_interval(a["final_test_error"])]
+    row += [format_interval(a["test_error_at_best_val"])] if best_val else []
+    row += [_ttt(a, target), _ttt(a, target, "modelled_s", network, digits=2),
+            f"{a['all_reduces']} / {a['bytes_per_worker'] / 1e6:.1f}"]
+    lines.append("| " + " | ".join(row) + " |")
+  return "\n".join(lines) + "\n"
+
+
+def differences(results: dict[str, Any], reference: str,
+                metric: str = "final_test_errors") -> dict[str, dict]:
+  """Each arm's ``metric`` minus the reference arm's: Welch's 95% interval over
+  the report seeds (``easgd.protocol.stats.difference_interval``)."""
+  ref = results["arms"][reference][metric]
+  return {name: protocol_stats.difference_interval(a[metric], ref)
+          for name, a in results["arms"].items() if name != reference}
+
+
+def differences_markdown(results: dict[str, Any], reference: str) -> str:
+  """The seeds question's table: every arm's final test error and its
+  difference to ``reference`` (percentage points, Welch's 95% interval)."""
+  diffs = differences(results, reference)
+  ref = results["arms"][reference]
+  lines = [f"| arm | rate (resolved) | final test err % | minus '{reference}' (pp, 95% CI) "
+           f"| verdict |", "|---|---|---|---|---|",
+           f"| {reference} | {ref['resolved_learning_rate']:.3g} | "
+           f"{format_interval(ref['final_test_error'])} | - | - |"]
+  for name, d in diffs.items():
+    a = results["arms"][name]
+    v = protocol_stats.verdict(d, holds_if="positive")
+    word = {"holds": "worse", "does not hold": "better", "inconclusive": "no difference "
+            "resolved"}[v]
+    lines.append(f"| {name} | {a['resolved_learning_rate']:.3g} | "
+                 f"{format_interval(a['final_test_error'])} | {_fmt_diff(d)} | {word} |")
+  return "\n".join(lines) + "\n"
+
+
+def plot_curves(results: dict[str, Any], path, group_by: str = "tau") -> None:
+  """Center test error (mean over report seeds, 95% band) against local steps,
+  one panel per value of ``group_by`` ("tau", "num_workers", or "" for one panel)."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  from scipy import stats
+
+  panels: dict[Any, list] = {}
+  for name, a in results["arms"].items():
+    c = a["config"]
+    reads = registry.TABLE[a["algorithm"]].reads
+    key = (c[group_by] if group_by and (group_by != "tau" or "tau" in reads)
+           else "any") if group_by else "all"
+    panels.setdefault(key, []).append((name, a))
+  shared = panels.pop("any", [])
+  keys = sorted(panels, key=str) or ["all"]
+  fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.6), sharey=True,
+                           squeeze=False)
+  for ax, key in zip(axes[0], keys):
+    for i, (name, a) in enumerate(panels.get(key, []) + shared):
+      rep = a["report"]
+      curves = 100 * np.asarray(rep["test_error_curve"], np.float64)
+      steps = np.asarray(rep["eval_steps"])
+      mean = curves.mean(axis=0)
+      n = curves.shape[0]
+      half = stats.t.ppf(0.975, n - 1) * curves.std(axis=0, ddof=1) / math.sqrt(n)
+      style = "--" if (name, a) in shared else "-"
+      ax.plot(steps, mean, style, color=f"C{i % 10}", label=name)
+      ax.fill_between(steps, mean - half, mean + half, color=f"C{i % 10}", alpha=0.15)
+    ax.set(title=f"{group_by} = {key}" if group_by else "", xlabel="local steps per worker",
+           ylim=(0, 100))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6)
+  axes[0][0].set_ylabel("center test error (%)")
+  fig.suptitle(results["protocol"]["name"], fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def write_report(workdir, group_by: str = "tau", results: dict | None = None) -> dict:
+  """results.md and curves.png (and, given ``results``, results.json) in ``workdir``.
+
+  Each file is written beside its final name and then renamed over it, the
+  report first and results.json last, so an interrupted or failed write
+  leaves the earlier files whole.
+
+  Args:
+    workdir: the protocol's directory.
+    group_by: the panels of curves.png (:func:`plot_curves`).
+    results: a run's results (``easgd.protocol.runs.run_protocol``) to write;
+      None: read ``workdir/results.json``.
+
+  Returns:
+    The results.
+
+  Raises:
+    ProtocolError: no readable results.json (``results`` None).
+  """
+  from easgd.protocol.runs import results_json
+  workdir = Path(workdir)
+  fresh = results is not None
+  if not fresh:
+    results = load_results(workdir)
+  texts = {RESULTS_MD: results_markdown(results)}
+  if fresh:
+    texts[RESULTS_JSON] = results_json(results)
+  new_png = workdir / f".new-{CURVES_PNG}"
+  plot_curves(results, new_png, group_by)
+  os.replace(new_png, workdir / CURVES_PNG)
+  for name in (RESULTS_MD, RESULTS_JSON):
+    if name in texts:
+      write_text_atomic(workdir / name, texts[name])
+  return results
+
+
+# ----------------------------------------------------------------------------
+# The paper's claims
+# ----------------------------------------------------------------------------
+
+
+def _elastic(results) -> list[str]:
+  """The elastic algorithms (``easgd.methods.registry`` family "elastic") that have arms."""
+  present = {a["algorithm"] for a in results["arms"].values()}
+  return [n for n in registry.names_where(lambda s: s.family == "elastic") if n in present]
+
+
+def _arms(results, algorithm=None, **config):
+  out = {}
+  for name, a in results["arms"].items():
+    if algorithm is not None and a["algorithm"] != algorithm:
+      continue
+    if all(a["config"].get(k) == v for k, v in config.items()):
+      out[name] = a
+  return out
+
+
+def _censored_times(arm: dict, target: float, network: str) -> list[float]:
+  """Modelled seconds to ``target`` per seed; a seed that never reached it
+  counts the run's whole modelled time (a lower bound of its time)."""
+  entry = arm["time_to_target"][str(target)]
+  c = arm["config"]
+  net = next(n for n in arm["_networks"] if n["name"] == network)
+  steps = list(arm["report"]["eval_steps"])
+  comm = arm["communication_curve"]
+  out = []
+  for h in entry["steps"]:
+    i = len(steps) - 1 if h is None else steps.index(h)
+    out.append(protocol_stats.modelled_seconds(
+        steps[i], arm["compute_per_step_s"], comm["all_reduces"][i], comm["bytes"][i],
+        c["num_workers"], net["bandwidth_bytes_per_s"], net["latency_s"]))
+  return out
+
+
+def _resolution(arm: dict, network: str) -> float:
+  """Modelled seconds of the longest interval between two evaluations."""
+  c = arm["config"]
+  net = next(n for n in arm["_networks"] if n["name"] == network)
+  steps, comm = arm["report"]["eval_steps"], arm["communication_curve"]
+  return max(protocol_stats.modelled_seconds(
+      steps[i + 1] - steps[i], arm["compute_per_step_s"],
+      comm["all_reduces"][i + 1] - comm["all_reduces"][i],
+      comm["bytes"][i + 1] - comm["bytes"][i], c["num_workers"],
+      net["bandwidth_bytes_per_s"], net["latency_s"]) for i in range(len(steps) - 1))
+
+
+def _fmt_diff(d: dict, scale: float = 100.0, unit: str = " pp") -> str:
+  return (f"{scale * d['difference']:+.2f}{unit} [{scale * d['low']:+.2f}, "
+          f"{scale * d['high']:+.2f}]")
+
+
+def claims(fig2: dict | None, fig3: dict | None) -> list[dict[str, Any]]:
+  """The paper's Section 5 claims measured on the Figure 2 and 3 experiments.
+
+  Each claim is reduced to differences between arms over the report seeds,
+  each with Welch's 95% interval (``easgd.protocol.stats.difference_interval``;
+  the center against its own workers: the paired interval of the per-seed
+  differences), and the verdict of each difference is "holds" when its
+  interval lies wholly on the claimed side of 0, "does not hold" when wholly
+  on the other side, else "inconclusive"; a claim holds when all its parts
+  do, does not hold when any part does not (``combine_verdicts``).
+
+  1. EAMSGD is fastest to a given test error (:data:`CLAIMS_TARGET`, modelled
+     time on :data:`CLAIMS_NETWORK`): at each tau, EAMSGD's time minus each
+     other arm's at that tau and of the tau-free references (a seed that never
+     reaches the target counts the run's whole time, a lower bound: such a
+     seed of EAMSGD's can make a part "does not hold" or "inconclusive", never
+     "holds"); a time is known to one evaluation interval, so each interval is
+     widened by the longer of the two arms' modelled time between evaluations.
+  2. EASGD and EAMSGD are robust to large tau where DOWNPOUR breaks down: at
+     tau = 16 and 64, DOWNPOUR's final test error minus EASGD's and EAMSGD's.
+  3. More workers help EASGD (and EAMSGD): at the same local steps, the test
+     error at p = 4 minus that at p = 8 and p = 16 (Figure 3 setting): the
+     test error at the evaluation with the lowest validation error, or the
+     final one for results without validation curves (:func:`selected_error`),
+     never the lowest test error (chosen on the test set).
+  4. The center beats the workers: EASGD's and EAMSGD's final center test
+     error minus the mean of their workers', per seed (paired), every tau.
+
+  Returns:
+    One dict per claim: claim, measurement (text), parts (each with its
+    interval and verdict), n (seeds per arm), verdict, source.
+
+  Raises:
+    ValueError: ``fig2`` has no time to :data:`CLAIMS_TARGET` (not among its
+      targets).
+  """
+  out = []
+  if fig2 is not None:
+    targets = fig2["protocol"]["targets"]
+    if not any(abs(t - CLAIMS_TARGET) < 1e-12 for t in targets):
+      raise ValueError(f"the claim 'EAMSGD is fastest' is measured at test error "
+                       f"{CLAIMS_TARGET}, which is not among the protocol's targets "
+                       f"{targets}; add it to ProtocolConfig.targets")
+    for a in fig2["arms"].values():
+      a["_networks"] = fig2["protocol"]["networks"]
+    out.append(_claim_fastest(fig2))
+    out.append(_claim_tau(fig2))
+  if fig3 is not None:
+    out.append(_claim_workers(fig3))
+  if fig2 is not None:
+    out.append(_claim_center(fig2))
+  return out
+
+
+def _finish(claim, measurement, parts, n, source):
+  verdict = protocol_stats.combine_verdicts([p["verdict"] for p in parts]) if parts \
+      else "inconclusive"
+  return dict(claim=claim, measurement=measurement, parts=parts, n=n, verdict=verdict,
+              source=source)
+
+
+def _claim_fastest(res):
+  target, net = CLAIMS_TARGET, CLAIMS_NETWORK
+  refs = {k: v for k, v in res["arms"].items()
+          if "tau" not in registry.TABLE[v["algorithm"]].reads}
+  parts = []
+  for name, a in _arms(res, "eamsgd").items():
+    tau = a["config"]["tau"]
+    mine = _censored_times(a, target, net)
+    missed = a["time_to_target"][str(target)]["n"] - a["time_to_target"][str(target)]["reached"]
+    others = {k: v for k, v in _arms(res, tau=tau).items()
+              if k != name and "tau" in registry.TABLE[v["algorithm"]].reads}
+    others.update(refs)
+    for other, b in others.items():
+      d = protocol_stats.difference_interval(mine, _censored_times(b, target, net))
+      # a time to target is known to one evaluation interval: widen by it
+      resolution = max(_resolution(a, net), _resolution(b, net))
+      d = dict(d, low=d["low"] - resolution, high=d["high"] + resolution,
+               resolution=resolution)
+      verdict = protocol_stats.verdict(d, holds_if="negative")
+      text = _fmt_diff(d, 1.0, " s")
+      if missed:
+        # EAMSGD's censored times are lower bounds of its times: they can show
+        # it slower ("does not hold"), never faster
+        text += f"; EAMSGD missed the target on {missed} seed(s)"
+        if verdict == "holds":
+          verdict = "inconclusive"
+      parts.append(dict(what=f"{name} - {other}", interval=d, text=text,
+                        verdict=verdict))
+  n = len(res["protocol"]["report_seeds"])
+  return _finish("EAMSGD reaches a given test error fastest, at every tau",
+                 f"modelled time to {100 * target:g}% test error on {net} (EAMSGD minus "
+                 f"each other method at the same tau and the tau-free references, "
+                 f"intervals widened by one evaluation interval; "
+                 f"{sum(p['verdict'] == 'holds' for p in parts)}/{len(parts)} "
+                 f"comparisons hold)", parts, n, res["protocol"]["name"])
+
+
+def _claim_tau(res):
+  parts = []
+  for tau in (16, 64):
+    down = _arms(res, "downpour", tau=tau)
+    for algo in _elastic(res):
+      mine = _arms(res, algo, tau=tau)
+      if not down or not mine:
+        continue
+      for dn, d_arm in down.items():
+        for mn, m_arm in mine.items():
+          if d_arm["config"]["num_workers"] != m_arm["config"]["num_workers"]:
+            continue
+          d = protocol_stats.difference_interval(d_arm["final_test_errors"],
+                                                 m_arm["final_test_errors"])
+          parts.append(dict(what=f"{dn} - {mn} (final test error)", interval=d,
+                            text=_fmt_diff(d), verdict=protocol_stats.verdict(
+                                d, holds_if="positive")))
+  context = []
+  for algo in _elastic(res) + ["downpour"]:
+    lo, hi = _arms(res, algo, tau=1), _arms(res, algo, tau=64)
+    if lo and hi:
+      d = protocol_stats.difference_interval(next(iter(hi.values()))["final_test_errors"],
+                                             next(iter(lo.values()))["final_test_errors"])
+      context.append(f"{algo} tau=64 - tau=1: {_fmt_diff(d)}")
+  n = len(res["protocol"]["report_seeds"])
+  return _finish("EASGD and EAMSGD are robust to large tau where DOWNPOUR breaks down",
+                 "final test error, DOWNPOUR minus EASGD / EAMSGD at tau = 16 and 64 "
+                 f"(context: {'; '.join(context)})", parts, n, res["protocol"]["name"])
+
+
+def _claim_workers(res):
+  key, what = selected_error(res)
+  short = "test error at best val" if key == "test_errors_at_best_val" else "final test error"
+  parts = []
+  for algo in _elastic(res):
+    arms = {a["config"]["num_workers"]: (k, a) for k, a in _arms(res, algo).items()}
+    if 4 not in arms:
+      continue
+    base_name, base = arms[4]
+    for p in sorted(arms):
+      if p == 4:
+        continue
+      name, a = arms[p]
+      d = protocol_stats.difference_interval(base[key], a[key])
+      parts.append(dict(what=f"{base_name} - {name} ({short})", interval=d,
+                        text=_fmt_diff(d), verdict=protocol_stats.verdict(
+                            d, holds_if="positive")))
+  n = len(res["protocol"]["report_seeds"])
+  return _finish("More workers help EASGD and EAMSGD (lower test error with larger p)",
+                 f"center {what} at p = 4 minus at p = 8 and 16, same local steps",
+                 parts, n, res["protocol"]["name"])
+
+
+def _claim_center(res):
+  parts = []
+  for algo in _elastic(res):
+    for name, a in _arms(res, algo).items():
+      diffs = np.asarray(a["final_test_errors"]) - np.asarray(a["final_worker_test_errors"])
+      m = protocol_stats.mean_interval(diffs)
+      d = dict(difference=m["mean"], low=m["low"], high=m["high"])
+      parts.append(dict(what=f"{name}: center - mean worker (final test error, paired)",
+                        interval=d, text=_fmt_diff(d),
+                        verdict=protocol_stats.verdict(d, holds_if="negative")))
+  n = len(res["protocol"]["report_seeds"])
+  return _finish("The center beats the workers",
+                 "final test error of the center minus the mean of the workers', per "
+                 "seed (paired), EASGD and EAMSGD at every tau", parts, n,
+                 res["protocol"]["name"])
+
+
+def claims_markdown(items: Sequence[dict], detail: bool = True, max_parts: int = 6) -> str:
+  """The claims table: claim, measurement, differences with intervals, n, verdict.
+
+  Args:
+    items: :func:`claims`' output.
+    detail: every part of every claim; False: a claim with more than
+      ``max_parts`` parts shows its counts and only the parts that do not hold.
+  """
+  lines = ["| claim (paper, Section 5) | our measurement | differences, 95% interval | n | "
+           "verdict at this scale |", "|---|---|---|---|---|"]
+  for c in items:
+    parts = c["parts"]
+    shown = parts
+    prefix = ""
+    if not detail and len(parts) > max_parts:
+      counts = {v: sum(p["verdict"] == v for p in parts) for v in protocol_stats.VERDICTS}
+      prefix = (f"{counts['holds']} of {len(parts)} hold, {counts['does not hold']} do "
+                f"not, {counts['inconclusive']} inconclusive; not holding:<br>")
+      shown = [p for p in parts if p["verdict"] != "holds"][:max_parts]
+    text = prefix + "<br>".join(f"{p['what']}: {p['text']} ({p['verdict']})" for p in shown)
+    lines.append(f"| {c['claim']} | {c['measurement']} ({c['source']}) | {text} | "
+                 f"{c['n']} seeds per arm | **{c['verdict']}** |")
+  return "\n".join(lines) + "\n"

@@ -1,0 +1,245 @@
+"""Statistics of the comparison protocol: intervals over seeds, time to target, network time.
+
+Pure functions of host numbers (NumPy and ``scipy.stats``), no JAX:
+
+  :func:`mean_interval`        mean and a Student-t interval over seeds.
+  :func:`difference_interval`  the difference of two arms' means, Welch's interval.
+  :func:`first_reach`          the first evaluation step at or below a target error.
+  :func:`best_val_index`       the evaluation with the lowest validation error.
+  :func:`error_at_best_val`    the test error there (selected on validation only).
+  :func:`allreduce_seconds`    the network model of one worker's all-reduces.
+  :func:`verdict`              "holds" / "does not hold" / "inconclusive" from an interval.
+
+Intervals: the mean over n seeds with the Student-t interval
+``mean +/- t_{n-1, 0.975} * s / sqrt(n)`` (``scipy.stats.t.interval`` with
+the standard error ``scipy.stats.sem``, ddof = 1); a difference of two arms
+with Welch's interval (``scipy.stats.ttest_ind(..., equal_var=False)
+.confidence_interval``), which does not assume equal variances. With n
+seeds these are intervals over the seeds' randomness (initial parameters,
+data order and, for MNIST-1D, the generated data set), not over
+hyperparameters.
+
+References:
+  B. L. Welch. The generalization of "Student's" problem when several
+  different population variances are involved. Biometrika 34, 1947.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Sequence
+
+import numpy as np
+from scipy import stats
+
+from easgd._util import checks
+
+CONFIDENCE = 0.95
+"""The level of every interval the protocol reports."""
+
+VERDICTS = ("holds", "does not hold", "inconclusive")
+
+
+def _values(name, values) -> np.ndarray:
+  arr = checks.real_array(name, values)
+  if arr.ndim != 1:
+    raise ValueError(f"{name} must be a 1-D sequence of reals, got shape {arr.shape}")
+  return arr
+
+
+def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> dict:
+  """Mean of ``values`` with its Student-t confidence interval.
+
+  Args:
+    values: one finite number per seed (n >= 1).
+    confidence: the interval's level in (0, 1).
+
+  Returns:
+    dict(mean, low, high, half_width, n, std (ddof 1; None for n = 1)); for
+    n = 1, or n values all equal, low = high = mean (no spread to measure).
+
+  Raises:
+    ValueError: an empty, non-finite or non-numeric input; confidence outside (0, 1).
+
+  Example:
+    >>> r = mean_interval([1.0, 2.0, 3.0])
+    >>> round(r["low"], 4), round(r["high"], 4)   # 2 -/+ 4.3027 * 1 / sqrt(3)
+    (-0.4841, 4.4841)
+  """
+  arr = _values("values", values)
+  confidence = checks.real("confidence", confidence, 0, 1, open_low=True, open_high=True)
+  n = len(arr)
+  if n == 0:
+    raise ValueError("values must hold at least one number, got none")
+  mean = float(np.mean(arr))
+  if n == 1 or np.all(arr == arr[0]):
+    return dict(mean=mean, low=mean, high=mean, half_width=0.0, n=n,
+                std=None if n == 1 else 0.0)
+  low, high = stats.t.interval(confidence, n - 1, loc=mean, scale=stats.sem(arr))
+  return dict(mean=mean, low=float(low), high=float(high),
+              half_width=float(high - mean), n=n, std=float(np.std(arr, ddof=1)))
+
+
+def difference_interval(a: Sequence[float], b: Sequence[float],
+                        confidence: float = CONFIDENCE) -> dict:
+  """mean(a) - mean(b) with Welch's confidence interval (unequal variances).
+
+  Returns:
+    dict(difference, low, high, n_a, n_b, p_value) (``scipy.stats.ttest_ind``
+    with ``equal_var=False``); when both samples have no spread the interval
+    is the point difference and p_value None.
+
+  Raises:
+    ValueError: a sample with fewer than 2 values, or non-finite values.
+  """
+  a, b = _values("a", a), _values("b", b)
+  if len(a) < 2 or len(b) < 2:
+    raise ValueError(f"each sample needs at least 2 values, got {len(a)} and {len(b)}")
+  diff = float(np.mean(a) - np.mean(b))
+  if np.ptp(a) == 0 and np.ptp(b) == 0:
+    return dict(difference=diff, low=diff, high=diff, n_a=len(a), n_b=len(b),
+                p_value=None)
+  with warnings.catch_warnings():  # nearly equal samples: scipy warns, the values stand
+    warnings.simplefilter("ignore", RuntimeWarning)
+    test = stats.ttest_ind(a, b, equal_var=False)
+    ci = test.confidence_interval(confidence)
+  return dict(difference=diff, low=float(ci.low), high=float(ci.high), n_a=len(a),
+              n_b=len(b), p_value=float(test.pvalue))
+
+
+def verdict(interval: dict, *, holds_if: str) -> str:
+  """The verdict of a claim from the interval of a difference.
+
+  Args:
+    interval: dict with ``low`` and ``high`` (e.g. :func:`difference_interval`).
+    holds_if: "negative" (the claim says the difference is below 0) or
+      "positive".
+
+  Returns:
+    "holds" when the whole interval is on the claimed side of 0, "does not
+    hold" when it is wholly on the other side, else "inconclusive".
+  """
+  checks.choice("holds_if", holds_if, ("negative", "positive"))
+  low, high = interval["low"], interval["high"]
+  claimed_low, claimed_high = (low, high) if holds_if == "positive" else (-high, -low)
+  if claimed_low > 0:
+    return "holds"
+  if claimed_high < 0:
+    return "does not hold"
+  return "inconclusive"
+
+
+def combine_verdicts(verdicts: Sequence[str]) -> str:
+  """All parts hold: "holds"; any part does not hold: "does not hold"; else
+  "inconclusive"."""
+  for v in verdicts:
+    checks.choice("verdict", v, VERDICTS)
+  if verdicts and all(v == "holds" for v in verdicts):
+    return "holds"
+  if any(v == "does not hold" for v in verdicts):
+    return "does not hold"
+  return "inconclusive"
+
+
+def first_reach(errors: Sequence[float], steps: Sequence[int], target: float) -> int | None:
+  """The first evaluation step whose error is at or below ``target``, or None.
+
+  Args:
+    errors: the error at each evaluation (fractions; NaN never reaches).
+    steps: the evaluation steps, ascending, same length.
+    target: the target error.
+
+  Example:
+    >>> first_reach([0.9, 0.4, 0.25, 0.3], [0, 10, 20, 30], 0.3)
+    20
+  """
+  errors = np.asarray(errors, np.float64)
+  hit = np.flatnonzero(np.nan_to_num(errors, nan=np.inf) <= target)
+  return None if hit.size == 0 else int(steps[hit[0]])
+
+
+def best_val_index(val_error_curve: Sequence[float]) -> int:
+  """The evaluation with the lowest validation error (the earliest of equal
+  ones); the last evaluation when none is finite.
+
+  Args:
+    val_error_curve: the center's validation error at each evaluation
+      (fractions; NaN or None where the run had diverged).
+
+  Returns:
+    The index into the evaluations.
+
+  Example:
+    >>> best_val_index([0.9, 0.3, 0.3, float("nan"), 0.4])
+    1
+  """
+  curve = np.asarray([np.nan if v is None else v for v in val_error_curve], np.float64)
+  finite = np.isfinite(curve)
+  if not finite.any():
+    return len(curve) - 1
+  return int(np.argmin(np.where(finite, curve, np.inf)))
+
+
+def error_at_best_val(test_error_curve: Sequence[float],
+                      val_error_curve: Sequence[float]) -> float:
+  """The test error at the evaluation with the lowest validation error.
+
+  The test set is read at the one evaluation the validation split chose
+  (:func:`best_val_index`), never minimised over.
+
+  Args:
+    test_error_curve: the center's test error at each evaluation (NaN or
+      None where the run had diverged).
+    val_error_curve: its validation error at the same evaluations.
+
+  Returns:
+    That test error (a fraction); a non-finite one counts as 1 (a diverged run).
+
+  Raises:
+    ValueError: the curves differ in length.
+
+  Example:
+    >>> error_at_best_val([0.5, 0.2, 0.1], [0.5, 0.3, 0.35])   # not min(test) = 0.1
+    0.2
+  """
+  if len(test_error_curve) != len(val_error_curve):
+    raise ValueError(f"the test and validation curves must have one value per "
+                     f"evaluation, got {len(test_error_curve)} and {len(val_error_curve)}")
+  value = test_error_curve[best_val_index(val_error_curve)]
+  return 1.0 if value is None or not math.isfinite(value) else float(value)
+
+
+def allreduce_seconds(all_reduces: int, bytes_per_worker: int, num_workers: int,
+                      bandwidth_bytes_per_s: float, latency_s: float) -> float:
+  """Seconds one worker spends in ``all_reduces`` ring all-reduces moving
+  ``bytes_per_worker`` reduced bytes in all:
+
+      all_reduces * latency + 2 (p - 1) / p * bytes / bandwidth
+
+  (a ring all-reduce sends and receives 2 (p - 1) / p times the buffer per
+  worker); 0 for p = 1.
+  """
+  if num_workers <= 1:
+    return 0.0
+  return (all_reduces * latency_s
+          + 2.0 * (num_workers - 1) / num_workers * bytes_per_worker / bandwidth_bytes_per_s)
+
+
+def modelled_seconds(steps: int, compute_per_step_s: float, all_reduces: int,
+                     bytes_per_worker: int, num_workers: int,
+                     bandwidth_bytes_per_s: float, latency_s: float) -> float:
+  """Modelled wall-clock time of ``steps`` local steps: measured compute per
+  step times steps, plus :func:`allreduce_seconds` (no overlap of compute and
+  communication)."""
+  return steps * compute_per_step_s + allreduce_seconds(
+      all_reduces, bytes_per_worker, num_workers, bandwidth_bytes_per_s, latency_s)
+
+
+def format_interval(summary: dict | None, scale: float = 100.0, digits: int = 2,
+                    unit: str = "") -> str:
+  """``"12.34 +/- 0.56"`` (mean +/- half width, times ``scale``) or "-"."""
+  if summary is None or summary.get("mean") is None or not math.isfinite(summary["mean"]):
+    return "-"
+  return (f"{scale * summary['mean']:.{digits}f} \u00b1 "
+          f"{scale * summary['half_width']:.{digits}f}{unit}")

@@ -1,0 +1,1 @@
+"""Real asynchronous workers: the shared programs and center, the driver, threads, Ray."""

@@ -1,0 +1,1 @@
+"""Sweeps: the one-program engine, grids, learning curves, the quadratic and network problems, reports, the sweep command."""

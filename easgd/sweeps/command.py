@@ -1,0 +1,403 @@
+"""``easgd sweep``: the tau x alpha grid of EASGD, its files and heatmaps.
+
+A :class:`SweepConfig` (flags from its fields, ``easgd._util.flags``) names the grid
+and the problem; :func:`run_sweep` runs it, on the quadratic
+(``easgd.sweeps.quadratic.sweep_quadratic``) and/or a network
+(``easgd.sweeps.network.sweep_network``), each grid as one compiled program per
+num_workers (``easgd.sweeps.engine``), and writes ``sweep.csv``, ``sweep.json``
+and one heatmap PNG per metric (tau on the x axis, alpha on the y axis) with
+the theory's stability boundary (radius = 1) drawn over it
+(``easgd.sweeps.report``). Every check (the config, the data set, the model,
+sizes, memory, the workdir) comes before any part runs, and a sweep's files
+replace an earlier sweep's only once every part has finished
+(:func:`run_sweep`).
+
+References:
+  S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging SGD.
+  NeurIPS 2015 (arXiv:1412.6651), eq. (5)-(6), Algorithm 1, Section 4.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from easgd._util import checks, flags
+from easgd.training import data, rundir, runlock
+from easgd.sweeps import quadratic, network as sweep_network, report as sweep_report
+from easgd._util.files import json_text, write_text_atomic
+from easgd.training.config import ConfigError
+from easgd._util.flags import option
+from easgd.sweeps.engine import SweepError, check_factor, check_int, check_real
+from easgd.sweeps.grid import SweepGrid, SweepResult, check_num_steps
+
+PROBLEMS = ("quadratic", "network", "both")
+
+
+QUADRATIC_FIELDS = ("curvature", "quadratic_spread", "quadratic_sigma")
+"""The :class:`SweepConfig` fields only the quadratic reads."""
+NETWORK_FIELDS = ("per_worker_batch_size", "dataset", "model", "hessian_iterations",
+                  "hessian_tol", "hessian_examples", "hessian_at_trained", "data_dir")
+"""The :class:`SweepConfig` fields only the network reads."""
+HESSIAN_FIELDS = ("hessian_tol", "hessian_examples", "hessian_at_trained")
+"""The fields read only when there is a Hessian estimate (hessian_iterations >= 1)."""
+DATA_DIR_DATASETS = ("fashion_mnist", "cifar10")
+"""The data sets that read data_dir (the others are generated or shipped)."""
+CONFIG_FILE = "sweep_config.json"
+RESULT_FILES = ("sweep.csv", "sweep.json")
+NEW_DIR = ".sweep-new"
+"""Where a sweep writes until it completes (inside the workdir)."""
+PREVIOUS_DIR = "previous_sweep"
+"""Where an earlier sweep waits while a new one's files move in."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepConfig:
+  """Everything ``easgd sweep`` runs; written to ``sweep_config.json``.
+
+  Each field's meaning and unit is its ``metadata["help"]`` (also the help
+  of its flag, ``easgd sweep --help``). :data:`QUADRATIC_FIELDS` are read by
+  problems "quadratic" and "both", :data:`NETWORK_FIELDS` by "network" and
+  "both"; a field the chosen problem does not read must keep its default
+  (:meth:`unread_fields`).
+  """
+  problem: str = option("network", "quadratic, network or both (subdirectories)",
+                        choices=PROBLEMS)
+  tau: tuple[int, ...] = option((1, 2, 4, 8, 16, 32, 64, 128),
+                                "communication periods (local steps)")
+  alpha: tuple[float, ...] = option((0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8),
+                                    "moving rates (beta = num_workers * alpha)")
+  learning_rate: tuple[float, ...] = option((0.1,), "eta values (local SGD step size)")
+  num_workers: tuple[int, ...] = option((4,), "p values (one compiled program each)")
+  num_steps: int = option(300, "local steps per worker")
+  per_worker_batch_size: int = option(32, "examples per worker per step (network)")
+  dataset: str = option("mnist1d", "data set name (network)")
+  model: str = option("mlp", "mlp or cnn (network)")
+  curvature: float = option(1.0, "h of the quadratic")
+  quadratic_spread: float = option(0.5, "relative spread of the quadratic's worker starts")
+  quadratic_sigma: float = option(0.0, "gradient-noise std of the quadratic")
+  divergence_factor: float = option(
+      1e3, "loss ratio that counts as diverged: the workers' mean loss to its step-0 "
+      "value, the center's final loss to its initial one")
+  hessian_iterations: int = option(
+      100, "budget of Hessian-vector products for h (0: skip; network)")
+  hessian_tol: float = option(
+      1e-4, "relative residual tolerance of h: certified when ||H v - h v|| <= "
+      "hessian_tol |h| (> 0)")
+  hessian_examples: int | None = option(
+      None, "training examples in the Hessian's loss, at most the data set's "
+      "training examples (none: 2000, or all of them if fewer)")
+  hessian_at_trained: bool = option(True, "also estimate h at the best final center")
+  seed: int = option(0, "seed of data order, initialisation and noise, in [0, 2**32 - 1]")
+  data_dir: str | None = option(None, "Fashion-MNIST or CIFAR-10 directory, or none")
+
+  @property
+  def grid(self) -> SweepGrid:
+    return SweepGrid(self.tau, self.alpha, self.learning_rate, self.num_workers)
+
+  @property
+  def problems(self) -> tuple[str, ...]:
+    """The problems run, in order: ("quadratic", "network") for "both"."""
+    return ("quadratic", "network") if self.problem == "both" else (self.problem,)
+
+  def unread_fields(self) -> dict[str, Any]:
+    """The fields set away from their default that this sweep never reads.
+
+    :data:`QUADRATIC_FIELDS` without the quadratic, :data:`NETWORK_FIELDS`
+    without the network, :data:`HESSIAN_FIELDS` with ``hessian_iterations=0``
+    (no Hessian estimate), ``data_dir`` with a data set that has no files.
+
+    Returns:
+      ``{field: value}`` in field order (empty when every setting is read).
+    """
+    unread = set()
+    if "quadratic" not in self.problems:
+      unread.update(QUADRATIC_FIELDS)
+    if "network" not in self.problems:
+      unread.update(NETWORK_FIELDS)
+    if self.hessian_iterations == 0:
+      unread.update(HESSIAN_FIELDS)
+    if self.dataset not in DATA_DIR_DATASETS:
+      unread.add("data_dir")
+    return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+            if f.name in unread and _differs(self, f.name)}
+
+  def validate(self) -> "SweepConfig":
+    """Checks every field, without loading data or compiling anything.
+
+    The data-dependent checks (the data set loads, the model takes its
+    inputs, batch and Hessian sizes fit it, the network's memory) are
+    ``easgd.sweeps.network.check_network``'s, which :func:`run_sweep` runs
+    before any part of the sweep.
+
+    Returns:
+      The config with Python values (NumPy scalars made Python numbers, the
+      grid's tuples sorted, a path-like data_dir a string).
+
+    Raises:
+      SweepError: a field of the wrong type or out of range (bools are not
+        numbers, strings not numbers, only bools are flags), a tau longer
+        than num_steps, a quadratic sweep above the memory limit
+        (``easgd.sweeps.quadratic.check_quadratic``), or a setting the chosen
+        problem does not read (:meth:`unread_fields`); the message names
+        the field, its value and what is allowed. easgd.training.data.DataError,
+        easgd.training.models.ModelError: unknown data set or model.
+    """
+    checks.choice("problem", self.problem, PROBLEMS, error=SweepError)
+    g = self.grid.validate()
+    data_dir = self.data_dir
+    if data_dir is not None:
+      if not isinstance(data_dir, (str, os.PathLike)):
+        raise SweepError(f"data_dir must be a path string or None, got {data_dir!r}")
+      data_dir = os.fspath(data_dir)
+    plain = dict(
+        tau=g.tau, alpha=g.alpha, learning_rate=g.learning_rate,
+        num_workers=g.num_workers,
+        num_steps=check_num_steps(g, self.num_steps),
+        per_worker_batch_size=check_int("per_worker_batch_size",
+                                        self.per_worker_batch_size, 1),
+        hessian_iterations=check_int("hessian_iterations", self.hessian_iterations, 0),
+        hessian_examples=(None if self.hessian_examples is None else
+                          check_int("hessian_examples", self.hessian_examples, 1)),
+        curvature=check_real("curvature", self.curvature, 0.0, True),
+        quadratic_spread=check_real("quadratic_spread", self.quadratic_spread, 0.0, False),
+        quadratic_sigma=check_real("quadratic_sigma", self.quadratic_sigma, 0.0, False),
+        hessian_tol=check_real("hessian_tol", self.hessian_tol, 0.0, True),
+        divergence_factor=check_factor(self.divergence_factor),
+        hessian_at_trained=checks.flag("hessian_at_trained", self.hessian_at_trained,
+                                       error=SweepError),
+        dataset=checks.choice("dataset", self.dataset, data.DATASETS,
+                              error=data.DataError),
+        model=sweep_network.check_model_name(self.model),
+        seed=check_int("seed", self.seed, 0, 2**32 - 1),
+        data_dir=data_dir)
+    config = dataclasses.replace(self, **plain)
+    unread = config.unread_fields()
+    if unread:
+      name, value = next(iter(unread.items()))
+      raise SweepError(_unread_message(config, name, value))
+    if "quadratic" in config.problems:
+      quadratic.check_quadratic(g, config.num_steps)
+    return config
+
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(SweepConfig)}
+
+
+def _differs(config: SweepConfig, name: str) -> bool:
+  value, default = getattr(config, name), _DEFAULTS[name]
+  if isinstance(value, (tuple, list)) or isinstance(default, (tuple, list)):
+    return tuple(value) != tuple(default)
+  return value != default
+
+
+def _unread_message(config: SweepConfig, name: str, value) -> str:
+  default = _DEFAULTS[name]
+  if name in QUADRATIC_FIELDS + NETWORK_FIELDS and not any(
+      name in (QUADRATIC_FIELDS if p == "quadratic" else NETWORK_FIELDS)
+      for p in config.problems):
+    reader = "quadratic" if name in QUADRATIC_FIELDS else "network"
+    return (f"{name}={value!r} is not read by problem {config.problem!r}; leave it at "
+            f"its default {default!r}, or use problem {reader!r} or 'both'")
+  if name in HESSIAN_FIELDS:
+    return (f"{name}={value!r} is not read with hessian_iterations=0 (no Hessian "
+            f"estimate); leave it at its default {default!r}, or give "
+            f"hessian_iterations >= 1")
+  return (f"data_dir={value!r} is not read by dataset {config.dataset!r} (generated "
+          f"or shipped); allowed: data_dir None")
+
+
+def run_sweep(config: SweepConfig, workdir, *, overwrite: bool = False,
+              plots: bool = True) -> dict[str, SweepResult]:
+  """Runs ``config`` and writes results to ``workdir`` (``easgd sweep``).
+
+  With ``problem="both"`` the quadratic goes to ``workdir/quadratic`` and the
+  network to ``workdir/network``; otherwise straight into ``workdir``. Each
+  directory gets ``sweep.csv``, ``sweep.json`` (records, grid, curvature, wall
+  and compile times, Hessian estimates) and ``<metric>.png`` heatmaps
+  (``easgd.sweeps.report.write_result``); ``workdir/sweep_config.json`` holds
+  the resolved config (``hessian_examples`` the number used, when there is
+  a Hessian estimate).
+
+  Every check comes first, before any part runs: the config
+  (:meth:`SweepConfig.validate`), the network's data set, model, sizes and
+  memory (``easgd.sweeps.network.check_network``), then the workdir
+  (``easgd.training.rundir.ensure_writable_dir``; no earlier sweep unless
+  ``overwrite``), whose lock is held from then on (``easgd.training.runlock``: one
+  command per workdir). The sweep then writes into ``workdir/.sweep-new``, and only
+  once every part has finished are its files moved in: an earlier sweep's
+  files (``sweep_config.json``, ``sweep.csv``, ``sweep.json``, heatmaps,
+  ``quadratic/``, ``network/``) are moved to ``workdir/previous_sweep``, the
+  new ones take their place (``sweep_config.json`` last) and
+  ``previous_sweep`` is deleted. A sweep that fails leaves ``workdir`` as it
+  was (an earlier sweep whole, nothing new); if a process was killed while
+  the files moved, the next sweep in ``workdir`` first puts the earlier
+  sweep back (:func:`_recover`).
+
+  Raises:
+    SweepError, easgd.training.data.DataError, easgd.training.models.ModelError: invalid
+      config, or one the data set or model cannot run (before anything is
+      compiled). easgd.training.config.ConfigError: workdir is blank, a file, cannot
+      be written, or holds a sweep and not ``overwrite``.
+      easgd.training.runlock.WorkdirInUseError: another command holds ``workdir``.
+  """
+  config = config.validate()
+  setup = None
+  if "network" in config.problems:
+    setup = sweep_network.check_network(
+        config.grid, config.num_steps, dataset=config.dataset, model=config.model,
+        per_worker_batch_size=config.per_worker_batch_size, seed=config.seed,
+        data_dir=config.data_dir, hessian_iterations=config.hessian_iterations,
+        hessian_examples=config.hessian_examples)
+  workdir = rundir.workdir_path(workdir)
+  # the lock creates workdir, and removes it again if the sweep fails in it
+  with runlock.hold_workdir(workdir, "sweep"):
+    _recover(workdir)
+    if not overwrite and _holds_sweep(workdir):
+      raise ConfigError(f"workdir '{workdir}' already holds a sweep; choose another "
+                        "directory or pass --overwrite")
+    new = workdir / NEW_DIR
+    shutil.rmtree(new, ignore_errors=True)  # left by a sweep that was killed
+    new.mkdir()
+    try:
+      results = _run_parts(config, setup, new, plots)
+      if setup is not None and config.hessian_iterations:  # the examples used
+        config = dataclasses.replace(config, hessian_examples=setup.hessian_examples)
+      write_text_atomic(new / CONFIG_FILE,
+                        json_text(dataclasses.asdict(config), indent=2) + "\n")
+      _install(new, workdir)
+    finally:
+      shutil.rmtree(new, ignore_errors=True)
+  return results
+
+
+def _run_parts(config: SweepConfig, setup, out: Path, plots: bool
+               ) -> dict[str, SweepResult]:
+  """Runs each problem of ``config`` and writes its results under ``out``.
+
+  Raises:
+    Whatever a part raises (:func:`run_sweep` then drops ``out``).
+  """
+  results = {}
+  for problem in config.problems:
+    start = time.perf_counter()
+    if problem == "quadratic":
+      res = quadratic.sweep_quadratic(
+          config.grid, config.num_steps, curvature=config.curvature,
+          spread=config.quadratic_spread, sigma=config.quadratic_sigma,
+          seed=config.seed, divergence_factor=config.divergence_factor)
+    else:
+      res = sweep_network.sweep_network(
+          config.grid, config.num_steps, dataset=config.dataset, model=setup.model,
+          per_worker_batch_size=config.per_worker_batch_size, seed=config.seed,
+          divergence_factor=config.divergence_factor, data_dir=config.data_dir,
+          hessian_iterations=config.hessian_iterations, hessian_tol=config.hessian_tol,
+          hessian_examples=setup.hessian_examples,
+          hessian_at_trained=config.hessian_at_trained)
+      res.info["model"] = setup.model_name
+    res.info["total_wall_s"] = round(time.perf_counter() - start, 3)
+    res.info["platform"] = jax.devices()[0].platform
+    res.info["jax_version"] = jax.__version__
+    sweep_report.write_result(res, out / problem if len(config.problems) > 1 else out,
+                              plots)
+    results[problem] = res
+  return results
+
+
+_HEATMAP = re.compile(r"(%s)(_p\d+)?(_lr[^/]*)?\.png" % "|".join(
+    map(re.escape, sweep_report.HEATMAP_METRICS)))
+
+
+def _sweep_entries(directory: Path) -> list[Path]:
+  """The files and subdirectories of a sweep in ``directory``, sweep_config.json
+  first."""
+  names = (CONFIG_FILE, *RESULT_FILES, "quadratic", "network")
+  found = [directory / n for n in names if (directory / n).exists()]
+  return found + sorted(p for p in directory.glob("*.png") if _HEATMAP.fullmatch(p.name))
+
+
+def _holds_sweep(workdir: Path) -> bool:
+  """Whether ``workdir`` holds a sweep's results (whole or partial)."""
+  return any(p.suffix != ".png" for p in _sweep_entries(workdir))
+
+
+def _install(new: Path, workdir: Path) -> None:
+  """Moves the completed sweep in ``new`` into ``workdir`` (see :func:`run_sweep`):
+  the earlier sweep aside, the new one in, the earlier one deleted.
+  ``previous_sweep/.complete`` marks the earlier sweep as wholly aside (for
+  :func:`_recover`).
+
+  Raises:
+    OSError: a file cannot be moved (the earlier sweep is then whole in
+      ``workdir`` or in ``previous_sweep``; the next sweep puts it back).
+  """
+  old = _sweep_entries(workdir)
+  aside = workdir / PREVIOUS_DIR
+  if old:
+    aside.mkdir()
+    for p in old:  # sweep_config.json first: the workdir no longer claims a sweep
+      os.replace(p, aside / p.name)
+    (aside / ".complete").write_text("")
+  entries = [p for p in new.iterdir() if p.name != CONFIG_FILE]
+  for p in entries + [new / CONFIG_FILE]:  # sweep_config.json last: now complete
+    os.replace(p, workdir / p.name)
+  shutil.rmtree(aside, ignore_errors=True)
+
+
+def _recover(workdir: Path) -> None:
+  """Finishes or undoes an :func:`_install` that a killed process left.
+
+  ``previous_sweep`` beside a ``sweep_config.json``: the new sweep was wholly
+  moved in, the earlier one is deleted. Without one: the earlier sweep goes
+  back (first deleting the new sweep's files that had moved in, when the
+  earlier sweep was wholly aside).
+
+  Raises:
+    OSError: a file cannot be moved or deleted.
+  """
+  aside = workdir / PREVIOUS_DIR
+  if not aside.is_dir():
+    return
+  if (workdir / CONFIG_FILE).exists():
+    shutil.rmtree(aside)
+    return
+  if (aside / ".complete").exists():
+    for p in _sweep_entries(workdir):
+      shutil.rmtree(p) if p.is_dir() else p.unlink()
+  for p in _sweep_entries(aside):
+    os.replace(p, workdir / p.name)
+  shutil.rmtree(aside)
+
+
+def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
+  """Adds the ``easgd sweep`` flags: --workdir, --overwrite, --no-plots and one
+  flag per :class:`SweepConfig` field (``easgd._util.flags``; lists comma-separated)."""
+  parser.add_argument("--workdir", required=True, help="output directory")
+  parser.add_argument("--overwrite", action="store_true",
+                      help="replace an earlier sweep in --workdir")
+  parser.add_argument("--no-plots", action="store_true", help="CSV and JSON only")
+  flags.add_flags(parser, SweepConfig,
+                  title="sweep (SweepConfig fields; lists: 1,2,4; 'none' for no value)")
+
+
+def main_sweep(args: argparse.Namespace) -> int:
+  """Runs ``easgd sweep`` from parsed arguments; prints a summary; returns 0.
+
+  Raises:
+    As :func:`run_sweep` (the command line prints them as one line, exit 2).
+  """
+  config = SweepConfig(**flags.overrides(args, SweepConfig))
+  results = run_sweep(config, args.workdir, overwrite=args.overwrite,
+                      plots=not args.no_plots)
+  for res in results.values():
+    print(sweep_report.summarize(res))
+  print(f"results: {args.workdir}")
+  return 0

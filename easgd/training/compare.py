@@ -1,0 +1,319 @@
+"""``compare``: several algorithms on the same data budget, one plot and one table.
+
+Every algorithm runs the same config (data set, model, global batch, epochs,
+learning-rate schedule, seed: the same initial parameters and data order) in
+its own sub-directory of ``workdir``; then ``comparison.png`` and
+``results.md`` / ``results.json`` (the table) are written beside them.
+
+A shared setting applies to the algorithms that read it (the algorithm table,
+``easgd.methods.registry``); for the others it is reset to its default
+(``TrainConfig.for_algorithm``) and reported: ``results.md`` says which
+setting was not read by which algorithm, and the table shows, per row, every
+setting that differs between the rows (optimizer, learning rate, momentum,
+delta, tau, beta, ...; "-" where the algorithm does not read it). A setting
+that no algorithm of the list reads is refused.
+
+``comparison.png`` has three panels: center test error against epochs,
+against the megabytes each worker communicated (``Algorithm.communication``:
+the reduced buffers, what a ring all-reduce puts on the wire is 2 (p - 1) / p
+times this), and against simulated time in ticks (``easgd.methods.registry.
+simulated_ticks``: the asynchronous methods' clock with unequal worker speeds;
+with equal speeds one tick is one step for every method).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Sequence
+
+from easgd.training import batches, data
+from easgd._util import checks
+from easgd.methods import registry
+from easgd.training.config import ConfigError, TrainConfig, as_train_config
+from easgd._util.files import json_text, write_text_atomic
+from easgd.training.rundir import PREVIOUS_RUN_DIR, check_workdir, drop_previous_run, workdir_path
+from easgd.training.runlock import LOCK_FILES, hold_workdir
+from easgd.training.trainer import train_and_evaluate
+
+RESULTS_MD = "results.md"
+RESULTS_JSON = "results.json"
+PLOT_FILE = "comparison.png"
+DEFAULT_ALGORITHMS = registry.DEFAULT_COMPARISON
+"""What ``compare`` runs when no names are given (the CLI's default too)."""
+
+
+SETTINGS = ("optimizer", "learning_rate", "momentum", "delta", "weight_decay", "tau",
+            "beta", "reset_opt_state", "exchange_order", "worker_speeds", "max_worker_speed",
+            "staleness", "outer_learning_rate", "outer_momentum", "average_rate",
+            "lr_schedule", "param_dtype", "compute_dtype")
+"""Config fields a comparison row can differ in (shown when they differ)."""
+
+
+def _settings(config: TrainConfig) -> dict[str, Any]:
+  """The settings of :data:`SETTINGS` that ``config``'s run reads (others absent)."""
+  spec = registry.TABLE[config.algorithm]
+  out = {}
+  for name in SETTINGS:
+    if name in registry.ALGORITHM_FIELDS and name not in spec.reads:
+      continue
+    if name == "momentum" and config.optimizer not in ("momentum", "nesterov"):
+      continue
+    out[name] = (config.resolved_alpha * config.num_workers if name == "beta"
+                 else getattr(config, name))
+  return {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items()}
+
+
+def _row(summary: dict[str, Any], config: TrainConfig) -> dict[str, Any]:
+  final, comm = summary["final"], summary["communication"]
+  return dict(
+      algorithm=summary["algorithm"]["name"],
+      num_workers=config.num_workers,
+      settings=_settings(config),
+      epochs=final["epoch"], steps=final["step"],
+      test_accuracy=final["test_accuracy"],
+      best_test_accuracy=summary["best_test_accuracy"],
+      test_loss=final["test_loss"],
+      center_lag_steps=summary.get("center_lag_steps"),
+      all_reduces_per_worker=comm["all_reduces"],
+      mb_per_worker=comm["bytes"] / 1e6,
+      wall_time_s=summary["wall_time_s"])
+
+
+IDENTITY = ("tau", "beta", "delta")
+"""Settings that tell the compared methods apart: a column whenever a row reads them."""
+
+
+def differing_settings(rows: Sequence[dict[str, Any]]) -> list[str]:
+  """The settings worth a column in a table of ``rows``.
+
+  A setting of :data:`IDENTITY` that any row reads; any other setting whose
+  value differs between the rows that read it, or that only some rows read,
+  at a value other than its default. So a setting at its default that only
+  some methods read (``reset_opt_state`` of EASGD beside pmean SGD) and a
+  setting every row shares (the optimizer of all rows) stay out, and a
+  learning rate that differs between rows gets a column.
+  """
+  from easgd.training.config import TrainConfig  # the defaults
+  defaults = TrainConfig()
+  names = []
+  for name in SETTINGS:
+    read = [r["settings"][name] for r in rows if name in r["settings"]]
+    if not read:
+      continue
+    default = getattr(defaults, name)
+    default = list(default) if isinstance(default, tuple) else default
+    if name == "beta":
+      default = read[0]  # resolved per row (beta = p alpha): compared between rows
+    differ = len({json.dumps(v) for v in read}) > 1
+    partly_read = len(read) < len(rows) and any(v != default for v in read)
+    if name in IDENTITY or differ or partly_read:
+      names.append(name)
+  return names
+
+
+def results_table(rows: Sequence[dict[str, Any]], notes: Sequence[str] = ()) -> str:
+  """A Markdown table of compare rows.
+
+  Args:
+    rows: one dict per algorithm, as :func:`_row` makes from a run summary
+      (algorithm, num_workers, settings, epochs, test_accuracy (fraction),
+      best_test_accuracy, all_reduces_per_worker, mb_per_worker, wall_time_s).
+    notes: lines printed under the table (e.g. settings an algorithm did not
+      read).
+
+  Returns:
+    The table as Markdown text, one line per row, accuracies in percent; one
+    column per setting that differs between the rows ("-": not read).
+  """
+  diff = differing_settings(rows)
+  fmt = lambda v: "-" if v is None else (format(v, "g") if isinstance(v, float) else
+                                          ",".join(map(str, v)) if isinstance(v, list)
+                                          else str(v))
+  head = (["algorithm", "p"] + diff +
+          ["epochs", "center test acc. (final)", "best", "all-reduces / worker",
+           "MB / worker", "wall time (s)"])
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for r in rows:
+    cells = ([r["algorithm"], str(r["num_workers"])] +
+             [fmt(r["settings"].get(name)) for name in diff] +
+             [str(r["epochs"]), f"{100 * r['test_accuracy']:.2f}%",
+              f"{100 * r['best_test_accuracy']:.2f}%", str(r["all_reduces_per_worker"]),
+              f"{r['mb_per_worker']:.1f}", f"{r['wall_time_s']:.0f}"])
+    lines.append("| " + " | ".join(cells) + " |")
+  text = "\n".join(lines) + "\n"
+  if notes:
+    text += "\n" + "\n".join(notes) + "\n"
+  return text
+
+
+def plan(config: TrainConfig, algorithms: Sequence[str]
+         ) -> tuple[list[TrainConfig], list[str]]:
+  """The per-algorithm configs of a comparison, and its notes.
+
+  Each algorithm gets ``config.for_algorithm(name)``: the shared settings it
+  reads, the others at their defaults.
+
+  Returns:
+    ``(configs, notes)``: validated configs in the order of ``algorithms``;
+    one note line per shared setting some algorithm does not read.
+
+  Raises:
+    ConfigError: a shared setting that no algorithm of the list reads, or a
+      config that fails validation for one of them.
+  """
+  configs, unread_by = [], {}
+  for a in algorithms:
+    c, unread = config.for_algorithm(a)
+    configs.append(c.validate())
+    for name, value in unread.items():
+      unread_by.setdefault(name, (value, []))[1].append(a)
+  notes = []
+  for name, (value, names) in unread_by.items():
+    if len(names) == len(algorithms):
+      raise ConfigError(
+          f"{name}={value!r} is read by none of the compared algorithms "
+          f"({', '.join(algorithms)}); leave it at its default or compare an "
+          f"algorithm that reads it")
+    notes.append(f"Not read by {', '.join(names)} (run at its default): "
+                 f"{name}={value!r}.")
+  return configs, notes
+
+
+def resolve_runs(configs: Sequence[TrainConfig]) -> None:
+  """What each run derives from the data's size, checked for every run before
+  the first one starts (``TrainConfig.resolve``, as ``easgd.training.trainer.Run`` does).
+
+  Args:
+    configs: validated configs (:func:`plan`).
+
+  Raises:
+    ConfigError: a derived value one of the runs refuses (tau or K against the
+      run's length, a center no exchange moves, the schedule in steps);
+    easgd.training.data.DataError: data too few for one step.
+  """
+  train_sizes = {}  # the data set and split of each config, loaded once
+  for c in configs:
+    key = (c.dataset, c.data_dir, c.seed, c.validation_examples)
+    if key not in train_sizes:
+      full = data.load_dataset(c.dataset, data_dir=c.data_dir, seed=c.seed)
+      train_sizes[key] = len(data.with_validation_split(full, c.validation_examples)[0]
+                             .train_y)
+    c.resolve(batches.steps_per_epoch(train_sizes[key], c.num_workers,
+                                      c.per_worker_batch_size))
+
+
+def compare(config: TrainConfig, workdir,
+            algorithms: Sequence[str] = DEFAULT_ALGORITHMS,
+            *, overwrite: bool = False) -> list[dict[str, Any]]:
+  """Runs ``algorithms`` on ``config``'s data budget; writes plot and table.
+
+  Args:
+    config: the shared configuration (its ``algorithm`` field is ignored).
+    workdir: output directory; each run goes to ``workdir/<algorithm>``.
+    algorithms: names from ``easgd.methods.registry.ALGORITHMS``, no repeats;
+      default :data:`DEFAULT_ALGORITHMS`.
+    overwrite: replace an earlier comparison in ``workdir``: it is moved to
+      ``workdir/previous_run`` (table, plot and runs together) and deleted only
+      once the new comparison is complete, so one that fails leaves it whole.
+
+  Returns:
+    One table row (dict) per algorithm, also in ``results.json`` (with the
+    notes: ``{"rows": [...], "notes": [...]}``).
+
+  Raises:
+    ConfigError: ``config`` not a TrainConfig, ``algorithms`` not a list of
+      names, unknown or repeated algorithm names, bad config values, a
+      shared setting none of them reads, or a workdir that already holds runs
+      (without ``overwrite``), or a value derived from the data's size that
+      one run refuses (:func:`resolve_runs`); checked for every algorithm
+      before the first one starts.
+    easgd.training.runlock.WorkdirInUseError: another command holds ``workdir`` or one
+      of its runs' directories.
+  """
+  config = as_train_config(config)
+  overwrite = checks.flag("overwrite", overwrite, error=ConfigError)
+  if isinstance(algorithms, str) or not isinstance(algorithms, Sequence):
+    raise ConfigError(f"algorithms must be a list of names (e.g. "
+                      f"['easgd', 'pmean_sgd']), got {algorithms!r}")
+  algorithms = list(algorithms)
+  if not algorithms:
+    raise ConfigError(f"algorithms must name at least one of "
+                      f"{', '.join(registry.ALGORITHMS)}")
+  for a in algorithms:
+    if a not in registry.ALGORITHMS:
+      raise ConfigError(f"unknown algorithm {a!r}; allowed: "
+                        f"{', '.join(registry.ALGORITHMS)}")
+  if len(set(algorithms)) != len(algorithms):
+    raise ConfigError(f"algorithms has repeats: {algorithms}")
+  workdir = workdir_path(workdir)
+  configs, notes = plan(config, algorithms)
+  resolve_runs(configs)
+  with hold_workdir(workdir, "compare"):  # its own directory; each run locks its own
+    return _compare(config, workdir, algorithms, configs, notes, overwrite)
+
+
+def _compare(config, workdir, algorithms, configs, notes, overwrite) -> list[dict[str, Any]]:
+  """:func:`compare` in ``workdir``, whose lock the caller holds."""
+  for a in algorithms:
+    check_workdir(workdir / a, overwrite, resumable=False)  # compare cannot resume
+  if not overwrite and any((workdir / f).exists() for f in (RESULTS_MD, RESULTS_JSON, PLOT_FILE)):
+    raise ConfigError(f"workdir '{workdir}' already holds a comparison; choose another "
+                      "directory or pass overwrite (--overwrite)")
+  _set_aside_comparison(workdir)
+  summaries = [train_and_evaluate(c, workdir / c.algorithm) for c in configs]
+  rows = [_row(s, c) for s, c in zip(summaries, configs)]
+  from easgd.training.plotting import plot_comparison
+  # simulated time: with the shared worker speeds, a synchronous method waits
+  # for the slowest worker at every step (registry.simulated_ticks)
+  histories = {s["algorithm"]["name"]: [dict(r, simulated_time=registry.simulated_ticks(
+      r["step"], config.replace(algorithm=c.algorithm))) for r in s["history"]]
+      for c, s in zip(configs, summaries)}
+  plot_comparison(histories, workdir / PLOT_FILE, title=_title(config))
+  write_text_atomic(workdir / RESULTS_MD, results_table(rows, notes))
+  write_text_atomic(workdir / RESULTS_JSON,  # last: it marks the comparison complete
+                    json_text(dict(rows=rows, notes=notes), indent=2) + "\n")
+  drop_previous_run(workdir)
+  return rows
+
+
+def _set_aside_comparison(workdir: Path) -> None:
+  """Moves an earlier comparison in ``workdir`` to ``workdir/previous_run``.
+
+  Its table, plot and every algorithm's run directory move together, and are
+  deleted only once the new comparison has written ``results.json``: a new
+  comparison that fails part-way leaves the earlier one whole (and no table
+  mixing old and new rows). If ``previous_run`` is already there and
+  ``results.json`` is not, an earlier overwrite failed: ``previous_run`` still
+  holds the last complete comparison, so it is kept and the failed attempt's
+  files are dropped instead. Empty directories (made by the checks) are removed;
+  the lock files of a killed run (``easgd.training.runlock.LOCK_FILES``) are no run.
+  """
+  entries = [workdir / f for f in (RESULTS_MD, RESULTS_JSON, PLOT_FILE)]
+  entries += [workdir / a for a in registry.ALGORITHMS]
+  old = []
+  for e in entries:
+    if e.is_dir() and all(p.name in LOCK_FILES for p in e.iterdir()):
+      if not any(e.iterdir()):  # made by the checks; a dead run's lock is no run,
+        e.rmdir()               # its new run takes it over (easgd.training.runlock)
+    elif e.exists():
+      old.append(e)
+  if not old:
+    return
+  aside = workdir / PREVIOUS_RUN_DIR
+  if aside.exists() and not (workdir / RESULTS_JSON).exists():
+    for e in old:
+      shutil.rmtree(e) if e.is_dir() else e.unlink()
+    return
+  if aside.exists():
+    shutil.rmtree(aside)
+  aside.mkdir()
+  for e in old:
+    os.replace(e, aside / e.name)
+
+
+def _title(config: TrainConfig) -> str:
+  return (f"{config.dataset} / {config.model}, p={config.num_workers}, "
+          f"global batch {config.global_batch_size}, lr {config.learning_rate:g}")

@@ -1,0 +1,781 @@
+"""Run configuration: one frozen dataclass, every field with its unit, validated.
+
+:meth:`TrainConfig.validate` checks every value in plain Python, before any data
+is loaded or anything is compiled, and raises :class:`ConfigError` (a
+``ValueError``) with a one-line message naming the field, the value and what is
+allowed. A value derived from other fields (the learning rate after
+``lr_scaling``, alpha from beta) is checked as derived, in :meth:`validate`;
+what follows from the data's size (the run's steps, tau and the warm-ups
+against them, the schedule in steps) in :meth:`TrainConfig.resolve`, which the
+trainer, ``compare`` and the protocol call before anything is compiled. The CLI
+turns it into ``easgd: error: ...`` and exit status 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import numpy as np
+
+from easgd._util import checks
+from easgd.methods import registry
+from easgd._util.flags import option
+from easgd.asynchrony.schedule import EXCHANGE_ORDERS, PUSH_TIMINGS
+from easgd.training.data import DATASETS
+from easgd._util.files import json_text
+from easgd.training.models import BATCH_NORM_MODELS, DTYPES, MODELS
+from easgd.parallel.workers import BACKENDS as MAPPING_BACKENDS
+
+OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw")
+LR_SCHEDULES = ("constant", "cosine", "step")
+LR_SCALINGS = ("none", "linear", "sqrt")
+"""``lr_scaling``: the peak learning rate's dependence on the global batch."""
+
+
+class ConfigError(ValueError):
+  """A configuration value is outside its allowed range."""
+
+
+def as_train_config(value) -> "TrainConfig":
+  """``value`` if it is a :class:`TrainConfig` (not validated here).
+
+  Raises:
+    ConfigError: anything else, e.g. a dict (use ``TrainConfig.from_dict(d)``).
+  """
+  if not isinstance(value, TrainConfig):
+    raise ConfigError(f"config must be an easgd.TrainConfig (from a dict: "
+                      f"TrainConfig.from_dict(d)), got {type(value).__name__}")
+  return value
+
+
+# The checks of easgd._util.checks, raising ConfigError (one message format).
+_int = functools.partial(checks.integer, error=ConfigError)
+_real = functools.partial(checks.real, error=ConfigError)
+_choice = functools.partial(checks.choice, error=ConfigError)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  """Everything a training run depends on.
+
+  Every field carries its meaning, unit and range in its help text
+  (``dataclasses.fields(TrainConfig)[i].metadata["help"]``, what ``easgd train
+  --help`` prints); the algorithm table (``easgd.methods.registry``) says which
+  algorithm-specific fields each algorithm reads. :meth:`validate` checks every
+  value, and refuses a setting the run would not read.
+  """
+  algorithm: str = option(
+      "easgd",
+      f"the algorithm, one of: {', '.join(registry.ALGORITHMS)} (the table "
+      "easgd.methods.registry lists the settings each one reads; a setting it does "
+      "not read must keep its default).")
+  dataset: str = option(
+      "mnist1d",
+      "'mnist1d' (generated locally; the default), 'fashion_mnist' "
+      "(Debian's IDX files), 'digits' (scikit-learn's 8x8 digits), or "
+      "'cifar10' (the CIFAR-10 python batches in data_dir; never "
+      "downloaded).")
+  data_dir: str | None = option(
+      None,
+      "directory of the Fashion-MNIST IDX files (None: the Debian location "
+      "/usr/share/datasets/fashion-mnist) or of the CIFAR-10 python batches "
+      "(required for 'cifar10'); the other data sets read none. Its "
+      "contents are checked when the data are loaded, not by validate().")
+  crop_size: int | None = option(
+      None,
+      "side of the square image crops, in pixels: random crops for training "
+      "(fixed by seed, epoch and step), the centre crop for evaluation "
+      "(paper, CIFAR-10: 28 of 32); None = whole images. Images only.")
+  model: str = option(
+      "cnn",
+      "'cnn', 'cnn_bn' (the CNN with BatchNorm), 'mlp' or 'cifar' "
+      "(the paper's 7-layer CIFAR-10 net).")
+  num_workers: int = option(
+      4, "number of workers p.")
+  num_devices: int | None = option(
+      None,
+      "devices to spread the workers over (must divide num_workers); None = "
+      "the largest available count that divides num_workers.")
+  global_batch_size: int = option(
+      128,
+      "examples per step summed over all workers; each worker takes "
+      "global_batch_size / num_workers. The examples of global step t are "
+      "fixed by (seed, epoch, t) alone; worker i reads rows i*B..(i+1)*B-1 of "
+      "them (``easgd.training.batches.worker_batch_indices``).")
+  num_epochs: int = option(
+      40, "passes over the training set (integer).")
+  learning_rate: float = option(
+      0.1, "peak local step size eta (per step of a worker).")
+  lr_schedule: str = option(
+      "constant",
+      "'constant', 'cosine' (to 0 at the end) or 'step' (times "
+      "lr_decay_factor at each epoch of lr_decay_epochs).")
+  warmup_epochs: float = option(
+      0.0, "linear warm-up from 0, in epochs.")
+  lr_decay_epochs: tuple[float, ...] = option(
+      (), "epochs at which the 'step' schedule decays, increasing, each in "
+      "(0, num_epochs) (read by lr_schedule 'step' only).")
+  lr_decay_factor: float = option(
+      0.1,
+      "multiplier of the 'step' schedule, in (0, 1] (read by lr_schedule "
+      "'step' only).")
+  optimizer: str = option(
+      "sgd",
+      "local optimizer: 'sgd', 'momentum' (heavy ball), 'nesterov', "
+      "'adam', 'adamw'.")
+  momentum: float = option(
+      0.0,
+      "momentum coefficient of the local optimizer 'momentum' or "
+      "'nesterov', in [0, 1); read by no other optimizer.")
+  delta: float = option(
+      0.99,
+      "the Nesterov momentum delta built into eamsgd, async_eamsgd, msgd and "
+      "mdownpour (eq. 7; paper: 0.99), in (0, 1); read by those four only "
+      "(they need optimizer 'sgd'). delta = 0 would turn each into easgd, "
+      "async_easgd, sgd and downpour and is refused.")
+  weight_decay: float = option(
+      0.0, "L2 coefficient (added to the gradient; decoupled for adamw).")
+  tau: int = option(
+      4, "EASGD communication period, in local steps (>= 1).")
+  alpha: float | None = option(
+      None, "EASGD moving rate, the elastic coefficient of each worker; giving "
+      "alpha replaces the default beta (alpha = beta / num_workers).")
+  beta: float | None = option(
+      0.9, "EASGD center moving rate, beta = num_workers * alpha (paper: 0.9); "
+      "used when alpha is not given. Giving both is refused.")
+  reset_opt_state: bool = option(
+      False,
+      "EASGD/EAMSGD (sync and async): re-initialise the local optimizer state "
+      "at every exchange (schedules keep their position).")
+  exchange_order: str = option(
+      "round_robin",
+      "asynchronous algorithms: order in which the exchanges of a tick are "
+      "served, 'round_robin' or 'random' (a permutation per tick).")
+  worker_speeds: tuple[int, ...] = option(
+      (),
+      "asynchronous algorithms: local steps per tick of each worker, "
+      "num_workers integers >= 1; () = all 1 (or drawn, below).")
+  max_worker_speed: int | None = option(
+      None,
+      "asynchronous algorithms: if set (and worker_speeds is empty), speeds "
+      "are drawn uniformly from {1, ..., max_worker_speed} with the seed.")
+  staleness: int = option(
+      0,
+      "asynchronous algorithms: the center a worker reads is this many master "
+      "updates old (integer >= 0).")
+  push_timing: str = option(
+      "authors",
+      "the DOWNPOUR family: 'authors' (push after local steps 0, tau, 2 "
+      "tau, ..., the authors' released code) or 'full_period' (after steps "
+      "tau - 1, 2 tau - 1, ...: every push carries tau full steps).")
+  outer_learning_rate: float = option(
+      0.7, "DiLoCo's outer SGD step size (> 0; DiLoCo: 0.7).")
+  outer_momentum: float = option(
+      0.9, "DiLoCo's outer Nesterov momentum, in [0, 1) (0.9).")
+  average_rate: float = option(
+      0.001,
+      "constant moving-average rate of mvadownpour and mvasgd, in (0, 1] "
+      "(paper: 0.001).")
+  seed: int = option(
+      0, "seeds the initial parameters, the data order and the worker keys.")
+  eval_every_epochs: int = option(
+      1, "evaluate the center every this many epochs (and last).")
+  eval_batch_size: int = option(
+      500, "test examples per worker per evaluation batch.")
+  bn_stats_examples: int = option(
+      2048,
+      "models with BatchNorm only: training examples (centre crops) over "
+      "which the center's BatchNorm statistics are recomputed before each "
+      "evaluation and at export: the first of a seeded permutation, split "
+      "equally over the workers (min(this, training set) // num_workers each, "
+      "at least 1), the same every time (``easgd.training.trainer.bn_stats_indices``).")
+  curvature: float | None = option(
+      None,
+      "optional estimate of the loss's largest Hessian eigenvalue h (1 / "
+      "parameter units squared, e.g. from "
+      "``easgd.analysis.hessian.top_hessian_eigenvalue``); with it the trainer checks "
+      "eta*h = learning_rate * curvature against synchronous EASGD's stable "
+      "region on the quadratic model and warns once when outside (easgd "
+      "only).")
+  checkpoint_every_steps: int = option(
+      0,
+      "also checkpoint every this many global steps inside an epoch (0: only "
+      "at epoch ends, where a checkpoint is always written).")
+  keep_checkpoints: int = option(
+      2, "number of most recent checkpoints kept (>= 1).")
+  progress: bool = option(
+      True, "show a progress bar.")
+  mapping_backend: str = option(
+      "pmap",
+      "how workers are mapped onto devices (``easgd.parallel.workers``): 'pmap' "
+      "(pmap of vmap) or 'shard_map' (jit of shard_map of vmap; needed for "
+      "multi-process runs). Same results and array layouts.")
+  param_dtype: str = option(
+      "float32",
+      "dtype of the workers' parameters and optimizer state, 'float32' or "
+      "'bfloat16' (Flax's ``param_dtype``). The center, the elastic "
+      "differences and every sum across workers are kept in float32 whatever "
+      "this is (``easgd.core.elastic.reduction_dtype``).")
+  compute_dtype: str = option(
+      "float32",
+      "dtype of the model's forward and backward computation, 'float32' or "
+      "'bfloat16' (Flax's ``dtype``); the loss is float32.")
+  runtime: str = option(
+      "spmd",
+      "where the workers run (easgd.methods.registry.RUNTIMES): 'spmd' (one SPMD "
+      "program: the synchronous methods, and the asynchronous ones simulated "
+      "deterministically with exchange_order, worker_speeds and staleness), "
+      "'threads' (real asynchronous workers, one thread each, in this "
+      "process) or 'ray' (real asynchronous workers as Ray actors; needs pip "
+      "install 'easgd[ray]'). The real runtimes run the asynchronous "
+      "algorithms (the table's runtimes).")
+  ray_address: str | None = option(
+      None,
+      "runtime 'ray' only: the address of a running Ray cluster (e.g. "
+      "'ray://head:10001', 'head:6379' or 'auto'); None starts a local Ray "
+      "instance on this machine.")
+  worker_delays: tuple[float, ...] = option(
+      (),
+      "real runtimes only: seconds each worker waits after each of its local "
+      "steps, num_workers reals >= 0 (an injected straggler, e.g. "
+      "0,0,0,0.01); () = none.")
+  sync_warmup_steps: int = option(
+      0,
+      "synchronous warm-up, in global steps K: the first K steps run pmean SGD "
+      "(the workers' gradients averaged every step, one model), then the "
+      "algorithm starts from that model, with the local optimizer's state, and "
+      "its exchange schedule counted from step K (post-local SGD, Lin et al. "
+      "2020; easgd.core.warmup); 0 = none. Read by the synchronous elastic and "
+      "averaging algorithms (the table easgd.methods.registry); K must be below the "
+      "run's total steps.")
+  lr_scaling: str = option(
+      "none",
+      "how the peak learning rate scales with the global batch G (examples per "
+      "step, all workers): 'none' (eta = learning_rate), 'linear' (eta = "
+      "learning_rate * G / lr_reference_batch, Goyal et al. 2017) or 'sqrt' "
+      "(eta = learning_rate * sqrt(G / lr_reference_batch)); the resolved eta "
+      "is in summary.json ('resolved') and in every metrics record.")
+  lr_reference_batch: int | None = option(
+      None,
+      "the global batch (examples per step, all workers) at which "
+      "learning_rate is stated; needed by lr_scaling 'linear' and 'sqrt', read "
+      "by nothing else.")
+  validation_examples: int = option(
+      0,
+      "examples held out of the training set for validation, never trained "
+      "on: a seeded choice fixed by the training set's size alone "
+      "(easgd.training.data.validation_split); the runs train on the rest, and every "
+      "evaluation also reports the center's val_loss and val_error on them. "
+      "0 = none.")
+
+  def replace(self, **changes) -> "TrainConfig":
+    """A copy with ``changes``; unknown field names raise ConfigError."""
+    names = {f.name for f in dataclasses.fields(self)}
+    unknown = sorted(set(changes) - names)
+    if unknown:
+      raise ConfigError(f"unknown config field(s) {unknown}; allowed: {sorted(names)}")
+    if "alpha" in changes and changes["alpha"] is not None and "beta" not in changes:
+      changes["beta"] = None  # alpha given: it replaces the default beta
+    return dataclasses.replace(self, **changes)
+
+  @property
+  def per_worker_batch_size(self) -> int:
+    return self.global_batch_size // self.num_workers
+
+  @property
+  def lr_scale(self) -> float:
+    """The factor ``lr_scaling`` applies to ``learning_rate`` (1 for 'none').
+
+    'linear': G / G0, 'sqrt': sqrt(G / G0), with G = ``global_batch_size`` and
+    G0 = ``lr_reference_batch``.
+    """
+    if self.lr_scaling == "none":
+      return 1.0
+    ratio = self.global_batch_size / self.lr_reference_batch
+    return ratio if self.lr_scaling == "linear" else float(np.sqrt(ratio))
+
+  @property
+  def resolved_learning_rate(self) -> float:
+    """The peak local step size the run uses: ``learning_rate * lr_scale``."""
+    return self.learning_rate * self.lr_scale
+
+  @property
+  def resolved_alpha(self) -> float:
+    """alpha, or beta / num_workers when beta is given."""
+    return self.alpha if self.alpha is not None else self.beta / self.num_workers
+
+  def validate(self) -> "TrainConfig":
+    """Checks every field; returns the config with NumPy scalars made Python
+    scalars (so it can be written as JSON), otherwise self.
+
+    Raises:
+      ConfigError: naming the first bad field, its value and what is allowed.
+    """
+    plain = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+    if any(plain[k] is not getattr(self, k) for k in plain):
+      return dataclasses.replace(self, **plain).validate()
+    _choice("algorithm", self.algorithm, registry.ALGORITHMS)
+    _choice("dataset", self.dataset, DATASETS)
+    if self.data_dir is not None and not isinstance(self.data_dir, str):
+      raise ConfigError(f"data_dir must be a path string or None, got {self.data_dir!r}")
+    for name in ("progress", "reset_opt_state"):
+      checks.flag(name, getattr(self, name), error=ConfigError)
+    _choice("model", self.model, MODELS)
+    if self.dataset == "cifar10" and self.data_dir is None:
+      raise ConfigError("dataset 'cifar10' needs data_dir, the directory of the "
+                        "CIFAR-10 python batches (it is never downloaded)")
+    if self.crop_size is not None:
+      _int("crop_size", self.crop_size, 1, what="pixels")
+      if self.dataset == "mnist1d":
+        raise ConfigError("crop_size crops images; dataset 'mnist1d' holds 1-D "
+                          "signals; allowed: crop_size None")
+    _choice("optimizer", self.optimizer, OPTIMIZERS)
+    _choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
+    _int("num_workers", self.num_workers, 1, high=MAX_WORKERS)
+    if self.num_devices is not None:
+      _int("num_devices", self.num_devices, 1)
+      if self.num_workers % self.num_devices:
+        raise ConfigError(
+            f"num_workers={self.num_workers} is not a multiple of num_devices="
+            f"{self.num_devices}; allowed: a multiple of the devices used")
+    _int("global_batch_size", self.global_batch_size, 1)
+    if self.global_batch_size % self.num_workers:
+      raise ConfigError(
+          f"global_batch_size={self.global_batch_size} does not split over "
+          f"num_workers={self.num_workers}; allowed: a multiple of {self.num_workers}")
+    _int("num_epochs", self.num_epochs, 1)
+    _real("learning_rate", self.learning_rate, 0, MAX_REAL, open_low=True)
+    _real("warmup_epochs", self.warmup_epochs, 0)
+    if self.warmup_epochs >= self.num_epochs and self.warmup_epochs > 0:
+      raise ConfigError(f"warmup_epochs={self.warmup_epochs} must be less than "
+                        f"num_epochs={self.num_epochs}")
+    if not isinstance(self.lr_decay_epochs, (tuple, list)):
+      raise ConfigError(f"lr_decay_epochs must be a tuple of epochs, got "
+                        f"{self.lr_decay_epochs!r}")
+    for e in self.lr_decay_epochs:
+      _real("lr_decay_epochs entry", e, 0, self.num_epochs, open_low=True,
+            open_high=True, what="a decay inside the run")
+    if list(self.lr_decay_epochs) != sorted(set(self.lr_decay_epochs)):
+      raise ConfigError(f"lr_decay_epochs must be strictly increasing, got "
+                        f"{tuple(self.lr_decay_epochs)}")
+    if self.lr_decay_epochs and self.lr_schedule != "step":
+      raise ConfigError(f"lr_decay_epochs={tuple(self.lr_decay_epochs)} has no effect "
+                        f"with lr_schedule {self.lr_schedule!r}; use lr_schedule 'step'")
+    _real("lr_decay_factor", self.lr_decay_factor, 0, 1, open_low=True)
+    _real("momentum", self.momentum, 0, 1, open_high=True)
+    spec = registry.TABLE[self.algorithm]
+    if spec.without_momentum is not None and self.delta == 0:
+      raise ConfigError(
+          f"delta=0 turns {self.algorithm} into {spec.without_momentum} (eq. 7 with "
+          f"delta = 0 is the plain step); use algorithm {spec.without_momentum!r}, "
+          f"or delta in (0, 1) (paper: 0.99)")
+    _real("delta", self.delta, 0, 1, open_low=True, open_high=True)
+    _real("weight_decay", self.weight_decay, 0, MAX_REAL)
+    _int("tau", self.tau, 1, what="communication period", high=MAX_STEPS)
+    if (self.alpha is None) == (self.beta is None):
+      raise ConfigError(f"give exactly one of alpha and beta (beta = num_workers * "
+                        f"alpha), got alpha={self.alpha!r}, beta={self.beta!r}")
+    if self.alpha is not None:
+      _real("alpha", self.alpha, 0, MAX_REAL)
+    else:
+      _real("beta", self.beta, 0, MAX_REAL)
+    self._validate_algorithm_fields()
+    self._validate_runtime_fields()
+    _int("seed", self.seed, 0, high=2**32 - 1)
+    _int("eval_every_epochs", self.eval_every_epochs, 1)
+    _int("eval_batch_size", self.eval_batch_size, 1)
+    _int("bn_stats_examples", self.bn_stats_examples, 1)
+    if self.curvature is not None:
+      _real("curvature", self.curvature, 0, MAX_REAL, open_low=True)
+    _int("checkpoint_every_steps", self.checkpoint_every_steps, 0)
+    _int("keep_checkpoints", self.keep_checkpoints, 1)
+    _choice("mapping_backend", self.mapping_backend, MAPPING_BACKENDS)
+    _choice("param_dtype", self.param_dtype, DTYPES)
+    _choice("compute_dtype", self.compute_dtype, DTYPES)
+    _int("sync_warmup_steps", self.sync_warmup_steps, 0, high=MAX_STEPS,
+         what="global steps of synchronous warm-up")
+    _choice("lr_scaling", self.lr_scaling, LR_SCALINGS)
+    if self.lr_reference_batch is not None:
+      _int("lr_reference_batch", self.lr_reference_batch, 1,
+           what="global batch at which learning_rate is stated")
+    elif self.lr_scaling != "none":
+      raise ConfigError(f"lr_scaling {self.lr_scaling!r} scales learning_rate from a "
+                        "reference batch; give lr_reference_batch (the global batch "
+                        "at which learning_rate is stated)")
+    _int("validation_examples", self.validation_examples, 0,
+         what="examples held out of the training set")
+    self._refuse_unread()
+    self._validate_derived()
+    return self
+
+  def _validate_derived(self) -> None:
+    """The values the run derives from other fields, checked as derived.
+
+    The resolved learning rate (``lr_scaling`` applied), the largest rate the
+    schedule reaches (warm-up, cosine and step decay never exceed it), as
+    float32 holds it: in [float32's smallest normal, :data:`MAX_REAL`]; the
+    resolved alpha (beta / num_workers when beta is given), in the same range
+    (a smaller one is 0 in float32); and a center that some exchange moves
+    (``easgd.methods.registry.center_update``: refused here when none ever does,
+    alpha = 0; against the run's length in :meth:`resolve`). beta =
+    num_workers * alpha is only recorded (the updates read alpha).
+    """
+    G, G0 = self.global_batch_size, self.lr_reference_batch
+    how = {"none": "learning_rate, lr_scaling 'none'",
+           "linear": f"learning_rate * global_batch_size / lr_reference_batch = "
+                     f"{self.learning_rate!r} * {G} / {G0}, lr_scaling 'linear'",
+           "sqrt": f"learning_rate * sqrt(global_batch_size / lr_reference_batch) = "
+                   f"{self.learning_rate!r} * sqrt({G} / {G0}), lr_scaling 'sqrt'"}
+    _real("resolved_learning_rate", self.resolved_learning_rate, FLOAT32_TINY, MAX_REAL,
+          what=how[self.lr_scaling])
+    spec = registry.TABLE[self.algorithm]
+    if "alpha" not in spec.reads:
+      return
+    given = "alpha" if self.alpha is not None else "beta"
+    if registry.center_update(self).local_step is None:
+      raise ConfigError(
+          f"{given}={getattr(self, given)!r} leaves the center untrained: "
+          f"{registry.center_update(self).why}, so the center {self.algorithm} "
+          f"evaluates and exports stays at the initial parameters; allowed: "
+          f"{given} > 0")
+    _real("resolved_alpha", self.resolved_alpha, FLOAT32_TINY, MAX_REAL,
+          what="alpha" if given == "alpha" else
+          f"beta / num_workers = {self.beta!r} / {self.num_workers}")
+
+  def resolve(self, steps_per_epoch: int) -> dict[str, Any]:
+    """The quantities a run derives from this config and its data's size, each
+    checked after it is derived (before anything is compiled).
+
+    Derived and checked: total_steps = num_epochs * steps_per_epoch (int32
+    clocks); tau against it (at most the run; and
+    ``easgd.methods.registry.center_update``: an exchange that moves the center within
+    the steps the run gives a worker, total_steps - sync_warmup_steps);
+    sync_warmup_steps below it; the learning-rate warm-up in steps,
+    round(warmup_epochs * steps_per_epoch) (at least 1 when warmup_epochs > 0,
+    below total_steps); the 'step' decay points in steps (distinct, after the
+    warm-up, before the end); the cosine's length. The rates were checked by
+    :meth:`validate`.
+
+    Args:
+      steps_per_epoch: global steps per epoch (``easgd.training.batches.steps_per_epoch``
+        of the training set, the global batch and the workers), >= 1.
+
+    Returns:
+      dict(learning_rate (the config's), lr_scaling, lr_reference_batch,
+      lr_scale, resolved_learning_rate (the peak eta the run uses),
+      steps_per_epoch, total_steps, lr_warmup_steps (the linear warm-up from
+      0), lr_decay_steps (the 'step' schedule's decay points, [] otherwise),
+      cosine_decay_steps (the cosine's length, None otherwise),
+      sync_warmup_steps (the synchronous warm-up's K)): what summary.json
+      records under "resolved".
+
+    Raises:
+      ConfigError: one line naming the derived value, how it was derived and
+        what is allowed.
+    """
+    spe = _int("steps_per_epoch", steps_per_epoch, 1)
+    total = spe * self.num_epochs
+    length = f"{total} steps = {self.num_epochs} epochs x {spe} steps"
+    if total > MAX_TOTAL_STEPS:
+      raise ConfigError(
+          f"num_epochs={self.num_epochs} gives {total} steps ({spe} per epoch); the "
+          f"step clocks are int32: allowed num_epochs <= {MAX_TOTAL_STEPS // spe}")
+    spec = registry.TABLE[self.algorithm]
+    if "tau" in spec.reads and self.tau > total:
+      raise ConfigError(
+          f"tau={self.tau} (communication period) is longer than the whole run "
+          f"({length}); allowed: tau <= {total}")
+    k = self.sync_warmup_steps
+    if k >= total:
+      raise ConfigError(
+          f"sync_warmup_steps={k} (global steps of synchronous warm-up) leaves nothing "
+          f"of the run ({length}); allowed: sync_warmup_steps < {total}")
+    self._check_center_trained(total - k, length + (f", less sync_warmup_steps={k}"
+                                                    if k else ""))
+    warmup = int(round(self.warmup_epochs * spe))
+    if self.warmup_epochs > 0 and not 0 < warmup < total:
+      raise ConfigError(
+          f"warmup_epochs={self.warmup_epochs!r} gives a learning-rate warm-up of "
+          f"{warmup} steps (round(warmup_epochs * {spe} steps per epoch), {total} "
+          f"steps in all); allowed: warmup_epochs 0, or one that gives 1 to "
+          f"{total - 1} steps")
+    decay = []
+    if self.lr_schedule == "step":
+      decay = [int(round(e * spe)) for e in self.lr_decay_epochs]
+      after = [t - warmup for t in decay]
+      if len(set(after)) != len(after) or any(not 0 < t < total - warmup for t in after):
+        raise ConfigError(
+            f"lr_decay_epochs={tuple(self.lr_decay_epochs)} fall on steps {decay} "
+            f"({spe} steps per epoch, warm-up {warmup} steps, {total} steps in all); "
+            f"allowed: distinct steps after the warm-up and before the end of the run")
+    return dict(
+        learning_rate=self.learning_rate, lr_scaling=self.lr_scaling,
+        lr_reference_batch=self.lr_reference_batch, lr_scale=self.lr_scale,
+        resolved_learning_rate=self.resolved_learning_rate,
+        steps_per_epoch=spe, total_steps=total,
+        lr_warmup_steps=warmup, lr_decay_steps=decay,
+        cosine_decay_steps=(max(total - warmup, 1) if self.lr_schedule == "cosine"
+                            else None),
+        sync_warmup_steps=k)
+
+  def _check_center_trained(self, steps: int, length: str) -> None:
+    """Refuses a run whose returned model no exchange moves within ``steps``, the
+    local steps the run is sure to give a worker (``easgd.methods.registry.center_update``)."""
+    update = registry.center_update(self)
+    if update.local_step is None or update.local_step < steps:
+      return  # None: refused by validate (alpha = 0)
+    # the rule's step grows with tau (the others are 0, below any run's steps)
+    tau_max = steps - 1 - (update.local_step - self.tau)
+    allowed = (f"tau <= {tau_max}" if tau_max >= 1 else
+               f"a run that gives {self.algorithm} at least "
+               f"{update.local_step - self.tau + 2} steps")
+    raise ConfigError(
+        f"tau={self.tau} leaves the center untrained: {self.algorithm} first moves it "
+        f"at the exchange of a worker's local step {update.local_step} ({update.why}), "
+        f"and the run is sure to give a worker only {steps} steps ({length}); "
+        f"allowed: {allowed}")
+
+  def _validate_algorithm_fields(self) -> None:
+    """Ranges of the fields of the asynchronous and averaging algorithms."""
+    _choice("exchange_order", self.exchange_order, EXCHANGE_ORDERS)
+    if not isinstance(self.worker_speeds, (tuple, list)):
+      raise ConfigError(f"worker_speeds must be a sequence (one integer per worker), "
+                        f"got {self.worker_speeds!r}")
+    if self.worker_speeds:
+      if len(self.worker_speeds) != self.num_workers:
+        raise ConfigError(
+            f"worker_speeds has {len(self.worker_speeds)} entries; expected one per "
+            f"worker (num_workers={self.num_workers})")
+      for i, k in enumerate(self.worker_speeds):  # local steps per tick; 2.0 is 2
+        if checks.is_python_number(k) and float(k).is_integer():
+          k = int(k)
+        _int(f"worker_speeds[{i}]", k, 1, high=MAX_SPEED, what="local steps per tick")
+      if self.max_worker_speed is not None:
+        raise ConfigError("give worker_speeds or max_worker_speed, not both")
+    if self.max_worker_speed is not None:
+      _int("max_worker_speed", self.max_worker_speed, 1, high=MAX_SPEED)
+    _int("staleness", self.staleness, 0, what="in master updates", high=MAX_STALENESS)
+    _choice("push_timing", self.push_timing, PUSH_TIMINGS)
+    _real("outer_learning_rate", self.outer_learning_rate, 0, MAX_REAL, open_low=True)
+    _real("outer_momentum", self.outer_momentum, 0, 1, open_high=True)
+    _real("average_rate", self.average_rate, 0, 1, open_low=True)
+
+  def _validate_runtime_fields(self) -> None:
+    """Where the workers run, the Ray address and the injected delays."""
+    _choice("runtime", self.runtime, registry.RUNTIMES)
+    if self.runtime not in registry.TABLE[self.algorithm].runtimes:
+      raise ConfigError(
+          f"algorithm {self.algorithm!r} does not run on runtime {self.runtime!r} "
+          f"(it runs on: {', '.join(registry.TABLE[self.algorithm].runtimes)}); "
+          f"runtime {self.runtime!r} runs: {', '.join(registry.runs_on(self.runtime))}")
+    if self.ray_address is not None:
+      text = self.ray_address if isinstance(self.ray_address, str) else ""
+      host, sep, port = text.removeprefix("ray://").rpartition(":")
+      if text not in ("auto", "local") and not (sep and host and port.isdigit()):
+        raise ConfigError(f"ray_address must be [ray://]host:port (e.g. "
+                          f"'ray://head:10001'), 'auto' or None, got "
+                          f"{self.ray_address!r}")
+    if not isinstance(self.worker_delays, (tuple, list)):
+      raise ConfigError(f"worker_delays must be a tuple (seconds per local step, one "
+                        f"per worker), got {self.worker_delays!r}")
+    if self.worker_delays and len(self.worker_delays) != self.num_workers:
+      raise ConfigError(
+          f"worker_delays has {len(self.worker_delays)} entries; expected one per "
+          f"worker (num_workers={self.num_workers})")
+    for d in self.worker_delays:
+      _real("worker_delays entry (seconds per local step)", d, 0, MAX_DELAY_S)
+    if self.runtime == "ray":
+      import importlib.util
+      if importlib.util.find_spec("ray") is None:
+        raise ConfigError("runtime 'ray' needs Ray, which is not installed; "
+                          "pip install 'easgd[ray]'")
+
+  def unread_fields(self) -> dict[str, Any]:
+    """The fields set away from their default that this config's run never reads.
+
+    Algorithm-specific fields (``easgd.methods.registry.ALGORITHM_FIELDS``) the
+    algorithm does not read (alpha and beta count as one setting, default
+    beta = 0.9); ``momentum`` with an optimizer other than "momentum" or
+    "nesterov"; ``lr_decay_factor`` without the "step" schedule;
+    ``bn_stats_examples`` with a model without BatchNorm; ``data_dir`` with
+    a data set that has no files.
+
+    Returns:
+      ``{field: value}`` in field order (empty when every setting is read).
+    """
+    spec = registry.TABLE[self.algorithm]
+    out = {}
+    for name in registry.ALGORITHM_FIELDS:
+      if name in spec.reads or not _differs(self, name):
+        continue
+      if name == "beta" and "alpha" in out:
+        continue  # alpha given: beta was cleared with it, one setting
+      out[name] = getattr(self, name)
+    if self.optimizer not in ("momentum", "nesterov") and _differs(self, "momentum"):
+      out["momentum"] = self.momentum
+    if self.lr_schedule != "step" and _differs(self, "lr_decay_factor"):
+      out["lr_decay_factor"] = self.lr_decay_factor
+    if self.model not in BATCH_NORM_MODELS and _differs(self, "bn_stats_examples"):
+      out["bn_stats_examples"] = self.bn_stats_examples
+    if self.dataset not in ("fashion_mnist", "cifar10") and self.data_dir is not None:
+      out["data_dir"] = self.data_dir
+    real = self.runtime in registry.REAL_RUNTIMES
+    for name in registry.SCHEDULE_FIELDS if real else ():
+      if name in spec.reads and _differs(self, name):
+        out[name] = getattr(self, name)  # the simulated schedule: spmd only
+    if not real and _differs(self, "worker_delays"):
+      out["worker_delays"] = self.worker_delays
+    if self.runtime != "ray" and self.ray_address is not None:
+      out["ray_address"] = self.ray_address
+    if self.lr_scaling == "none" and self.lr_reference_batch is not None:
+      out["lr_reference_batch"] = self.lr_reference_batch
+    return out
+
+  def _refuse_unread(self) -> None:
+    """A setting the run would not read is refused, never silently ignored."""
+    spec = registry.TABLE[self.algorithm]
+    if spec.without_momentum is not None:
+      if self.optimizer != "sgd":
+        raise ConfigError(
+            f"algorithm {self.algorithm!r} has its own Nesterov momentum (delta); it "
+            f"needs optimizer 'sgd', got {self.optimizer!r}")
+    unread = self.unread_fields()
+    if not unread:
+      return
+    name, value = next(iter(unread.items()))
+    if name == "momentum":
+      hint = ("use optimizer 'momentum' or 'nesterov'" +
+              (f", or delta for {self.algorithm}'s own Nesterov momentum"
+               if spec.without_momentum else
+               f" (the algorithms with their own Nesterov momentum take delta: "
+               f"{', '.join(registry.MOMENTUM_ALGORITHMS)})"))
+      raise ConfigError(f"momentum={value} has no effect with optimizer "
+                        f"{self.optimizer!r}; {hint}")
+    if name == "lr_decay_factor":
+      raise ConfigError(f"lr_decay_factor={value} has no effect with lr_schedule "
+                        f"{self.lr_schedule!r}; use lr_schedule 'step'")
+    if name == "bn_stats_examples":
+      raise ConfigError(f"bn_stats_examples={value} has no effect with model "
+                        f"{self.model!r} (no BatchNorm); allowed models: "
+                        f"{', '.join(BATCH_NORM_MODELS)}")
+    if name == "data_dir":
+      raise ConfigError(f"data_dir={value!r} is not read by dataset {self.dataset!r} "
+                        "(generated or shipped); allowed: data_dir None")
+    if name == "worker_delays":
+      raise ConfigError(f"worker_delays={value!r} is not read by runtime "
+                        f"{self.runtime!r} (the simulation's stragglers are "
+                        "worker_speeds); use runtime 'threads' or 'ray'")
+    if name == "ray_address":
+      raise ConfigError(f"ray_address={value!r} is not read by runtime "
+                        f"{self.runtime!r}; use runtime 'ray' or leave it None")
+    if name == "lr_reference_batch":
+      raise ConfigError(f"lr_reference_batch={value!r} has no effect with lr_scaling "
+                        f"'none'; use lr_scaling 'linear' or 'sqrt', or leave it None")
+    if name in registry.SCHEDULE_FIELDS and name in spec.reads:
+      raise ConfigError(
+          f"{name}={value!r} sets the simulated exchange schedule (runtime 'spmd'); "
+          f"runtime {self.runtime!r} runs the workers for real, their order and "
+          "staleness come from timing; for a straggler use worker_delays")
+    readers = registry.readers("alpha" if name == "beta" else name)
+    default = _DEFAULTS[name]
+    raise ConfigError(
+        f"{name}={value!r} is not read by algorithm {self.algorithm!r}; leave it at "
+        f"its default {default!r}, or use an algorithm that reads it: "
+        f"{', '.join(readers)}")
+
+  def for_algorithm(self, algorithm: str) -> tuple["TrainConfig", dict[str, Any]]:
+    """This config for ``algorithm``, with the settings it does not read reset.
+
+    Used by ``compare`` to run one shared config with several algorithms.
+
+    Args:
+      algorithm: a name of ``easgd.methods.registry.ALGORITHMS``.
+
+    Returns:
+      ``(config, dropped)``: the config with ``algorithm`` set and every field
+      it would not read (:meth:`unread_fields`) back at its default, and
+      ``{field: value}`` of the settings that were reset (to be reported).
+      A momentum method given delta = 0 keeps it (and fails validation).
+
+    Raises:
+      ConfigError: unknown algorithm.
+    """
+    _choice("algorithm", algorithm, registry.ALGORITHMS)
+    config = self.replace(algorithm=algorithm)
+    dropped = config.unread_fields()
+    resets = {k: _DEFAULTS[k] for k in dropped}
+    if "alpha" in dropped:
+      resets["beta"] = _DEFAULTS["beta"]
+    return (dataclasses.replace(config, **resets) if resets else config), dropped
+
+  def to_dict(self) -> dict[str, Any]:
+    """The fields plus resolved values (alpha, per-worker batch), JSON-ready."""
+    d = dataclasses.asdict(self)
+    d["lr_decay_epochs"] = list(self.lr_decay_epochs)
+    d["resolved_alpha"] = self.resolved_alpha
+    d["resolved_beta"] = self.resolved_alpha * self.num_workers
+    d["per_worker_batch_size"] = self.per_worker_batch_size
+    d["lr_scale"] = self.lr_scale
+    d["resolved_learning_rate"] = self.resolved_learning_rate
+    return {k: _plain(v) for k, v in d.items()}  # NumPy scalars as Python numbers
+
+  @classmethod
+  def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
+    """Inverse of :meth:`to_dict` (resolved values are ignored)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    kw = {k: v for k, v in d.items() if k in names}
+    if "lr_decay_epochs" in kw:
+      kw["lr_decay_epochs"] = tuple(kw["lr_decay_epochs"])
+    if "worker_speeds" in kw:
+      kw["worker_speeds"] = tuple(kw["worker_speeds"])
+    if "worker_delays" in kw:
+      kw["worker_delays"] = tuple(kw["worker_delays"])
+    return cls(**kw)
+
+  def to_dict_fields(self) -> dict[str, Any]:
+    """The fields alone (no resolved values): ``TrainConfig(**d)`` rebuilds it."""
+    return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+  def to_json(self) -> str:
+    """:meth:`to_dict` as JSON text (sorted keys)."""
+    return json_text(self.to_dict(), indent=2, sort_keys=True)
+
+
+# Upper bounds that keep values inside int32 clocks and memory that exists.
+MAX_STEPS = 2**30        # tau, in steps (the clocks are int32)
+MAX_WORKERS = 2**16      # num_workers
+MAX_SPEED = 1024         # local steps per tick of the asynchronous schedules
+MAX_STALENESS = 1024     # master updates (a buffer of that many centers is kept)
+MAX_DELAY_S = 3600.0     # seconds: an injected delay per local step
+MAX_TOTAL_STEPS = 2**31 - 1  # the steps of a whole run (int32 step clocks)
+MAX_REAL = 1e38          # rates and coefficients: finite in float32 arithmetic
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)
+"""The smallest resolved learning rate (float32's smallest normal number: the
+programs compute in float32, where a smaller rate is 0 or denormal)."""
+
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+
+
+def _differs(config: TrainConfig, name: str) -> bool:
+  """Whether field ``name`` of ``config`` is set away from its default."""
+  value = getattr(config, name)
+  default = _DEFAULTS[name]
+  if isinstance(value, (tuple, list)) or isinstance(default, (tuple, list)):
+    return tuple(value) != tuple(default)
+  return value != default
+
+
+def _plain(value):
+  """A NumPy scalar as the Python scalar, inside tuples and lists too; else value."""
+  if isinstance(value, np.generic):
+    return value.item()
+  if isinstance(value, np.ndarray) and value.ndim == 1:  # a sequence field
+    return tuple(v.item() for v in value)
+  if isinstance(value, (tuple, list)):
+    items = [_plain(v) for v in value]
+    if any(a is not b for a, b in zip(items, value)):
+      return type(value)(items)
+  return value
