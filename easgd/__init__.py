@@ -1,5 +1,12 @@
 """easgd: Elastic Averaging SGD (Zhang, Choromanska & LeCun, NeurIPS 2015) on JAX.
 
+The public API: the names in ``easgd.__all__`` (the factories, ``TrainConfig``
+and ``train_and_evaluate``, the comparison protocol, the worker mapping, the
+errors) and the subpackages, each with its own ``__all__``
+(``easgd.training.param_bytes``, ``easgd.analysis.stability``, ...). Names are
+imported on first use: ``import easgd`` imports no module of JAX, Flax, Optax,
+Orbax or Ray.
+
 Where things live (the layers, bottom up: core, parallel, analysis, training,
 face; README "Architecture"):
   easgd.core.elastic     the update rules (eq. 5-6), the worker axis names, sums
@@ -50,12 +57,29 @@ face; README "Architecture"):
   easgd.training.models, easgd.training.config, easgd.cli
 """
 
-from easgd.core.algorithms import Algorithm, Communication, easgd, pmean_sgd
-from easgd.training.config import ConfigError, TrainConfig
-from easgd.core.elastic import (HyperparameterError, easgd_update, elastic_difference,
-                           elastic_exchange, resolve_alpha)
-from easgd.training.compare import compare
-from easgd.training.trainer import train_and_evaluate
-from easgd.parallel.workers import WORKER_AXES, make_layout, map_workers
+from easgd._util import lazy_exports
 
 __version__ = "0.1.0"
+
+__all__, __getattr__, __dir__ = lazy_exports(
+    __name__,
+    modules=("core", "asynchrony", "methods", "analysis",
+             "parallel", "runtimes", "training", "sweeps", "protocol"),
+    names={
+        "easgd.core.algorithms": "Algorithm Communication easgd eamsgd pmean_sgd",
+        "easgd.core.elastic": (
+            "WORKER_AXES HyperparameterError easgd_update elastic_difference "
+            "elastic_exchange resolve_alpha"),
+        "easgd.methods.registry": "ALGORITHMS make_algorithm",
+        "easgd.parallel.workers": (
+            "LayoutError make_layout map_workers map_step place_state split_workers "
+            "merge_workers first_copy"),
+        "easgd.training.config": "ConfigError TrainConfig",
+        "easgd.training.models": "param_bytes",
+        "easgd.training.trainer": "train_and_evaluate DivergenceError StabilityWarning",
+        "easgd.training.compare": "compare",
+        "easgd.training.export": "export_center",
+        "easgd.protocol.config": "Arm ProtocolConfig log_grid",
+        "easgd.protocol.runs": "run_protocol",
+    })
+__all__ = ["__version__", *__all__]

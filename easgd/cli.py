@@ -29,12 +29,39 @@ import warnings
 from pathlib import Path
 
 from easgd._util import flags
-from easgd.training.config import ConfigError, TrainConfig
 from easgd._util.files import json_text
+
+# Only the command functions import the heavy modules (TrainConfig, the sweep's
+# flags and everything below them): ``easgd --help`` imports no module of JAX,
+# Flax, Optax, Orbax or Ray; a sub-command's flags are added when that
+# sub-command is parsed or its help is printed (_Parser.fill).
 
 
 class _Parser(argparse.ArgumentParser):
-  """argparse with one-line errors and exit status 2."""
+  """argparse with one-line errors and exit status 2; a sub-command's parser can
+  be given ``fill``, which adds its flags the first time they are needed."""
+
+  def __init__(self, *args, fill=None, **kwargs):
+    super().__init__(*args, **kwargs)
+    self._fill = fill
+
+  def _filled(self):
+    if self._fill is not None:
+      fill, self._fill = self._fill, None
+      fill(self)
+    return self
+
+  def parse_known_args(self, args=None, namespace=None):
+    self._filled()
+    return super().parse_known_args(args, namespace)
+
+  def format_help(self):
+    self._filled()
+    return super().format_help()
+
+  def format_usage(self):
+    self._filled()
+    return super().format_usage()
 
   def error(self, message):
     self.exit(2, f"easgd: error: {message}\n")
@@ -42,6 +69,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
   """One flag per TrainConfig field (``easgd._util.flags``: help from the field's metadata)."""
+  from easgd.training.config import TrainConfig
   flags.add_flags(
       parser, TrainConfig,
       title="config (TrainConfig fields; tuples comma-separated, e.g. 10,15; booleans "
@@ -56,6 +84,7 @@ def load_config_file(path) -> TrainConfig:
     ConfigError: the file is missing, fails to load, or has no ``get_config``
       returning a TrainConfig (``easgd._util.flags.call_config_file``).
   """
+  from easgd.training.config import ConfigError, TrainConfig
   return flags.call_config_file(path, "get_config", TrainConfig, "config file", ConfigError)
 
 
@@ -69,28 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
   for name, help_text in (
       ("train", "train one algorithm; metrics.jsonl and summary.json in --workdir"),
       ("compare", "run several algorithms on the same data budget; plot + table")):
-    p = sub.add_parser(name, help=help_text, description=help_text)
-    p.add_argument("--workdir", required=True, help="output directory")
-    p.add_argument("--config", help="Python file with get_config() -> TrainConfig")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace the files of an earlier run in --workdir")
-    if name == "train":
-      p.add_argument("--resume", action="store_true",
-                     help="continue the run in --workdir from its latest checkpoint "
-                          "(its saved config, unless --config/flags are given)")
-      p.add_argument("--stop-after-steps", type=int, default=None, metavar="N",
-                     help="stop (with a checkpoint) after N global steps")
-      _add_process_flags(p)
-    p.add_argument("--cpu-devices", type=int, default=None, metavar="N",
-                   help="fake N CPU devices (before JAX starts)")
-    if name == "compare":
-      from easgd.methods import registry
-      p.add_argument("--algorithms", type=flags.list_parser(str),
-                     default=registry.DEFAULT_COMPARISON, metavar="NAMES",
-                     help=f"comma-separated algorithm names, of: "
-                          f"{', '.join(registry.ALGORITHMS)} (default: "
-                          f"{','.join(registry.DEFAULT_COMPARISON)})")
-    _add_config_flags(p)
+    sub.add_parser(name, help=help_text, description=help_text,
+                   fill=lambda p, name=name: _add_run_arguments(p, name))
   p = sub.add_parser("export", help="write the center of a run's latest checkpoint "
                      "as a plain Flax parameter file (msgpack; cnn_bn: "
                      "and its BatchNorm statistics)")
@@ -114,13 +123,43 @@ def build_parser() -> argparse.ArgumentParser:
                       "without running anything")
   p.add_argument("--group-by", default="tau", choices=("tau", "num_workers", ""),
                  help="the panels of curves.png (default: %(default)s)")
-  from easgd.sweeps.command import add_sweep_arguments  # easgd sweep: see easgd.sweeps.command
-  add_sweep_arguments(sub.add_parser(
+  sub.add_parser(
       "sweep", help="tau x alpha grid as one compiled program; CSV, JSON, heatmaps",
       description="tau x alpha (x learning rate x num_workers) sweep of EASGD on "
                   "the quadratic and/or a network, one compiled program per "
-                  "num_workers; the theory's stability boundary on the heatmaps"))
+                  "num_workers; the theory's stability boundary on the heatmaps",
+      fill=_add_sweep_arguments)
   return parser
+
+
+def _add_sweep_arguments(p: argparse.ArgumentParser) -> None:
+  from easgd.sweeps.command import add_sweep_arguments  # easgd sweep: see easgd.sweeps.command
+  add_sweep_arguments(p)
+
+
+def _add_run_arguments(p: argparse.ArgumentParser, name: str) -> None:
+  """The flags of ``easgd train`` / ``easgd compare`` (one per TrainConfig field)."""
+  p.add_argument("--workdir", required=True, help="output directory")
+  p.add_argument("--config", help="Python file with get_config() -> TrainConfig")
+  p.add_argument("--overwrite", action="store_true",
+                 help="replace the files of an earlier run in --workdir")
+  if name == "train":
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --workdir from its latest checkpoint "
+                        "(its saved config, unless --config/flags are given)")
+    p.add_argument("--stop-after-steps", type=int, default=None, metavar="N",
+                   help="stop (with a checkpoint) after N global steps")
+    _add_process_flags(p)
+  p.add_argument("--cpu-devices", type=int, default=None, metavar="N",
+                 help="fake N CPU devices (before JAX starts)")
+  if name == "compare":
+    from easgd.methods import registry
+    p.add_argument("--algorithms", type=flags.list_parser(str),
+                   default=registry.DEFAULT_COMPARISON, metavar="NAMES",
+                   help=f"comma-separated algorithm names, of: "
+                        f"{', '.join(registry.ALGORITHMS)} (default: "
+                        f"{','.join(registry.DEFAULT_COMPARISON)})")
+  _add_config_flags(p)
 
 
 def _add_process_flags(parser: argparse.ArgumentParser) -> None:
@@ -144,6 +183,7 @@ def _add_process_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _user_errors():
+  from easgd.training.config import ConfigError
   from easgd.training.data import DataError
   from easgd.parallel.distributed import DistributedError
   from easgd.core.elastic import HyperparameterError
@@ -219,6 +259,7 @@ def _main(args, distributed) -> int:
 
 
 def _run(args) -> int:
+  from easgd.training.config import ConfigError, TrainConfig
   from easgd.training.rundir import workdir_path
   workdir_path(args.workdir, "--workdir")  # every command, before anything else
   if args.command == "sweep":
@@ -272,6 +313,7 @@ def _run(args) -> int:
 
 
 def _run_protocol(args) -> int:
+  from easgd.training.config import ConfigError
   from easgd.protocol import report as protocol_report
   from easgd.training import rundir, runlock
   from easgd.protocol.config import load_protocol_file
@@ -306,6 +348,7 @@ def _run_protocol(args) -> int:
 def _check_protocol_workdir(workdir: Path, overwrite: bool) -> None:
   """Refuses a workdir with a protocol's results (unless ``overwrite``) or with a
   directory where a result file goes; the lock has created ``workdir``."""
+  from easgd.training.config import ConfigError
   from easgd.protocol import report as protocol_report
   if (workdir / protocol_report.RESULTS_JSON).exists() and not overwrite:
     raise ConfigError(f"workdir '{workdir}' already holds a protocol's results; "

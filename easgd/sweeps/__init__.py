@@ -1,1 +1,21 @@
-"""Sweeps: the one-program engine, grids, learning curves, the quadratic and network problems, reports, the sweep command."""
+"""Sweeps: the one-program engine, grids, learning curves, the quadratic and network problems, reports, the sweep command.
+
+Public: ``SweepConfig`` and ``run_sweep`` (``easgd sweep``), the engine's
+program and error, the grid and its result, the quadratic and network sweeps;
+the modules for the rest.
+"""
+
+from easgd._util import lazy_exports
+
+__all__, __getattr__, __dir__ = lazy_exports(
+    __name__,
+    modules=("engine", "grid", "curves", "network", "quadratic", "report", "command"),
+    names={
+        "easgd.sweeps.command": "SweepConfig run_sweep",
+        "easgd.sweeps.engine": "SweepError make_sweep_fn",
+        "easgd.sweeps.grid": "SweepGrid SweepResult run_grid",
+        "easgd.sweeps.curves": "make_curve_fn",
+        "easgd.sweeps.quadratic": "quadratic_loss simulate_sync_easgd sweep_quadratic",
+        "easgd.sweeps.network": "sweep_network",
+        "easgd.sweeps.report": "write_result plot_result",
+    })
