@@ -22,11 +22,11 @@ import numpy as np
 from easgd._util import checks
 from easgd.methods import registry
 from easgd._util.flags import option
-from easgd.asynchrony.schedule import EXCHANGE_ORDERS, PUSH_TIMINGS
+from easgd.asynchrony.names import EXCHANGE_ORDERS, PUSH_TIMINGS
 from easgd.training.data import DATASETS
 from easgd._util.files import json_text
-from easgd.training.models import BATCH_NORM_MODELS, DTYPES, MODELS
-from easgd.parallel.workers import BACKENDS as MAPPING_BACKENDS
+from easgd.training.names import BATCH_NORM_MODELS, DTYPES, MODELS
+from easgd.parallel.names import BACKENDS as MAPPING_BACKENDS
 
 OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw")
 LR_SCHEDULES = ("constant", "cosine", "step")
