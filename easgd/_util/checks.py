@@ -16,6 +16,15 @@ Bools are never integers or reals here (``True`` is not a step count); NumPy
 scalars are accepted and returned as Python numbers. Arrays being traced by JAX
 are not checked by these functions: callers that accept traced
 hyperparameters check only Python values (see :func:`is_python_number`).
+
+A dataclass field declares its allowed values once, next to its help text,
+with the declared forms of these checks (:class:`Integer`, :class:`Real`,
+:class:`OneOf`, :class:`Flag`, :class:`Satisfies`, :class:`Entries`), and
+:func:`check_fields` checks an instance against them:
+
+    tau: int = option(4, "communication period, in local steps (>= 1).",
+                      allowed=Integer(1, MAX_STEPS, what="communication period"))
+    check_fields(config, ConfigError)   # tau=0: "tau (communication period) must be ..."
 """
 
 from __future__ import annotations

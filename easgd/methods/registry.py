@@ -7,25 +7,10 @@ into when its own Nesterov momentum delta is 0. The trainer, the config's
 validation, ``compare`` and the CLI all ask this table; adding an algorithm is
 one entry here plus its module.
 
-Which algorithm-specific config fields (:data:`ALGORITHM_FIELDS`) each one reads:
+Which algorithm-specific config fields (:data:`ALGORITHM_FIELDS`) each one
+reads, generated from the specs' ``reads`` (:func:`reads_table`):
 
-  easgd                       tau, alpha/beta, reset_opt_state, curvature,
-                              sync_warmup_steps
-  eamsgd                      tau, alpha/beta, delta, reset_opt_state,
-                              sync_warmup_steps
-  async_easgd                 tau, alpha/beta, reset_opt_state, schedule,
-                              worker_speeds / max_worker_speed, staleness
-  async_eamsgd                as async_easgd, and delta
-  downpour, adownpour         tau, push_timing, schedule, worker_speeds /
-                              max_worker_speed, staleness
-  mdownpour                   as downpour, and delta (on the master)
-  mvadownpour                 as downpour, and average_rate
-  pmean_sgd, sgd, asgd        (none)
-  msgd                        delta
-  mvasgd                      average_rate
-  local_sgd                   tau, sync_warmup_steps
-  diloco                      tau, outer_learning_rate, outer_momentum,
-                              sync_warmup_steps
+{reads_table}
 
 When the model each algorithm returns (its center) first takes in training
 is its family's rule, :func:`center_update`; a run in which no exchange would
@@ -44,15 +29,16 @@ epochs, the local optimizer ``optimizer``/``learning_rate``/schedule/
 ``weight_decay``, and ``momentum`` when the optimizer is "momentum" or
 "nesterov"). A field an algorithm does not read is refused by
 ``TrainConfig.validate`` when it differs from its default, never silently
-ignored. The momentum methods (eamsgd, async_eamsgd, msgd, mdownpour) have
-their Nesterov momentum built in (``delta``, the paper's 0.99 by default) and
-need ``optimizer = "sgd"``; delta = 0 would make each of them its
+ignored. The momentum methods (:data:`MOMENTUM_ALGORITHMS`) have their
+Nesterov momentum built in (``delta``, the paper's 0.99 by default) and need
+``optimizer = "sgd"``; delta = 0 would make each of them its
 ``without_momentum`` algorithm and is refused.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 if TYPE_CHECKING:  # annotations only: the table is read without JAX (the config)
@@ -150,8 +136,8 @@ def exchange_schedule(config) -> async_schedule.ExchangeSchedule:
   """The exchange schedule of ``config`` (order, speeds, staleness).
 
   Args:
-    config: a validated ``TrainConfig`` (num_workers, schedule, worker_speeds,
-      max_worker_speed, staleness, seed).
+    config: a validated ``TrainConfig`` (num_workers, exchange_order,
+      worker_speeds, max_worker_speed, staleness, seed).
 
   Returns:
     The ``easgd.asynchrony.schedule.ExchangeSchedule`` of the asynchronous algorithms
@@ -362,6 +348,28 @@ MOMENTUM_ALGORITHMS = names_where(lambda s: s.without_momentum is not None)
 
 ASYNC_ALGORITHMS = names_where(lambda s: s.asynchronous)
 """Algorithms simulated with an exchange schedule (``easgd.asynchrony.simulation``)."""
+
+
+def reads_table() -> str:
+  """The algorithm-specific fields each algorithm reads (its spec's ``reads``),
+  as the text table of this module's docstring.
+
+  Returns:
+    One line (wrapped) per distinct ``reads``: the algorithms that have it,
+    then its fields (alpha and beta shown as alpha/beta; "(none)" for none).
+  """
+  groups: dict[tuple[str, ...], list[str]] = {}
+  for spec in TABLE.values():
+    groups.setdefault(spec.reads, []).append(spec.name)
+  lines = []
+  for reads, names in groups.items():
+    fields = ", ".join(reads).replace("alpha, beta", "alpha/beta") or "(none)"
+    lines.append(textwrap.fill(fields, 80, initial_indent=f"  {', '.join(names):<26}  ",
+                               subsequent_indent=" " * 30))
+  return "\n".join(lines)
+
+
+__doc__ = __doc__.replace("{reads_table}", reads_table())
 
 
 def runs_on(runtime: str) -> tuple[str, ...]:

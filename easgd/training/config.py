@@ -48,6 +48,12 @@ FLOAT32_TINY = float(np.finfo(np.float32).tiny)
 programs compute in float32, where a smaller rate is 0 or denormal)."""
 
 
+def _listed(names) -> str:
+  """``a, b and c`` (help texts naming the algorithms that read a field)."""
+  names = list(names)
+  return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+
+
 def _is_text(value) -> bool:
   return isinstance(value, str)
 
@@ -85,11 +91,13 @@ _choice = functools.partial(checks.choice, error=ConfigError)
 class TrainConfig:
   """Everything a training run depends on.
 
-  Every field carries its meaning, unit and range in its help text
-  (``dataclasses.fields(TrainConfig)[i].metadata["help"]``, what ``easgd train
-  --help`` prints); the algorithm table (``easgd.methods.registry``) says which
-  algorithm-specific fields each algorithm reads. :meth:`validate` checks every
-  value, and refuses a setting the run would not read.
+  Every field is declared once: its default, its meaning, unit and range in
+  its help text (``dataclasses.fields(TrainConfig)[i].metadata["help"]``, what
+  ``easgd train --help`` prints) and its allowed values (``metadata["allowed"]``,
+  ``easgd._util.checks``), from which :meth:`validate` checks it; the algorithm
+  table (``easgd.methods.registry``) says which algorithm-specific fields each
+  algorithm reads. :meth:`validate` checks every value, the rules between
+  fields, and refuses a setting the run would not read.
   """
   algorithm: str = option(
       "easgd",
@@ -174,10 +182,11 @@ class TrainConfig:
       allowed=Real(0, 1, open_high=True))
   delta: float = option(
       0.99,
-      "the Nesterov momentum delta built into eamsgd, async_eamsgd, msgd and "
-      "mdownpour (eq. 7; paper: 0.99), in (0, 1); read by those four only "
-      "(they need optimizer 'sgd'). delta = 0 would turn each into easgd, "
-      "async_easgd, sgd and downpour and is refused.",
+      f"the Nesterov momentum delta built into {_listed(registry.readers('delta'))} "
+      "(eq. 7; paper: 0.99), in (0, 1); read by those only (they need optimizer "
+      "'sgd'). delta = 0 would turn each into "
+      f"{_listed([registry.TABLE[a].without_momentum for a in registry.readers('delta')])}"
+      " (in that order) and is refused.",
       allowed=Real(0, 1, open_low=True, open_high=True))
   weight_decay: float = option(
       0.0, "L2 coefficient (added to the gradient; decoupled for adamw).",
@@ -234,8 +243,8 @@ class TrainConfig:
       allowed=Real(0, 1, open_high=True))
   average_rate: float = option(
       0.001,
-      "constant moving-average rate of mvadownpour and mvasgd, in (0, 1] "
-      "(paper: 0.001).",
+      f"constant moving-average rate of {_listed(registry.readers('average_rate'))}, "
+      "in (0, 1] (paper: 0.001).",
       allowed=Real(0, 1, open_low=True))
   seed: int = option(
       0, "seeds the initial parameters, the data order and the worker keys.",
@@ -260,8 +269,8 @@ class TrainConfig:
       "parameter units squared, e.g. from "
       "``easgd.analysis.hessian.top_hessian_eigenvalue``); with it the trainer checks "
       "eta*h = learning_rate * curvature against synchronous EASGD's stable "
-      "region on the quadratic model and warns once when outside (easgd "
-      "only).",
+      "region on the quadratic model and warns once when outside (read by "
+      f"{_listed(registry.readers('curvature'))} only).",
       allowed=Real(0, MAX_REAL, open_low=True))
   checkpoint_every_steps: int = option(
       0,
