@@ -389,7 +389,7 @@ def make_algorithm(config, loss_fn, optimizer: optax.GradientTransformation,
       at the last one); None for a run of unknown length.
 
   Returns:
-    An :class:`~easgd.core._algorithms().Algorithm`.
+    An :class:`~easgd.core.algorithms.Algorithm`.
 
   Raises:
     KeyError: a name that is not in :data:`TABLE` (``TrainConfig.validate``
