@@ -16,15 +16,29 @@ Bools are never integers or reals here (``True`` is not a step count); NumPy
 scalars are accepted and returned as Python numbers. Arrays being traced by JAX
 are not checked by these functions: callers that accept traced
 hyperparameters check only Python values (see :func:`is_python_number`).
+
+A dataclass field declares its allowed values once, next to its help text,
+with the declared forms of these checks (:class:`Integer`, :class:`Real`,
+:class:`OneOf`, :class:`Flag`, :class:`Satisfies`, :class:`Entries`), and
+:func:`check_fields` checks an instance against them:
+
+    tau: int = option(4, "communication period, in local steps (>= 1).",
+                      allowed=Integer(1, MAX_STEPS, what="communication period"))
+    check_fields(config, ConfigError)   # tau=0: "tau (communication period) must be ..."
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import numbers
-from typing import Any, Sequence
+import typing
+from typing import Any, Callable, Sequence
 
 import numpy as np
+
+from easgd._util.flags import ALLOWED
 
 
 def _label(name: str, what: str | None) -> str:
@@ -189,3 +203,118 @@ def integer_array(name: str, value, low: int | None = None, high: int | None = N
                f"an integer in [{low if low is not None else '-inf'}, {high}]")
     raise error(f"{shown} must be {allowed}, got {int(arr[bad][0])}")
   return arr
+
+
+# Declared checks: a field's allowed values, declared once with its help text
+# (``easgd._util.flags.option(..., allowed=...)``) and checked by
+# :func:`check_fields`. A bound given as a string is the value of that field
+# of the same instance (declared earlier, so already checked).
+
+def _bound(bound, values):
+  return values[bound] if isinstance(bound, str) else bound
+
+
+@dataclasses.dataclass(frozen=True)
+class Integer:
+  """An integer in [low, high] (:func:`integer`); ``whole_floats``: 2.0 counts as 2."""
+  low: int | str | None = None
+  high: int | str | None = None
+  what: str | None = None
+  whole_floats: bool = False
+
+  def check(self, name: str, value, values: dict, error: type[Exception]) -> None:
+    if self.whole_floats and is_python_number(value) and float(value).is_integer():
+      value = int(value)
+    integer(name, value, _bound(self.low, values), _bound(self.high, values),
+            error=error, what=self.what)
+
+
+@dataclasses.dataclass(frozen=True)
+class Real:
+  """A finite real in the interval from low to high (:func:`real`)."""
+  low: float | str | None = None
+  high: float | str | None = None
+  open_low: bool = False
+  open_high: bool = False
+  what: str | None = None
+
+  def check(self, name: str, value, values: dict, error: type[Exception]) -> None:
+    real(name, value, _bound(self.low, values), _bound(self.high, values),
+         open_low=self.open_low, open_high=self.open_high, error=error, what=self.what)
+
+
+@dataclasses.dataclass(frozen=True)
+class OneOf:
+  """One of ``allowed`` (:func:`choice`)."""
+  allowed: tuple
+
+  def check(self, name: str, value, values: dict, error: type[Exception]) -> None:
+    choice(name, value, self.allowed, error=error)
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+  """A bool (:func:`flag`)."""
+
+  def check(self, name: str, value, values: dict, error: type[Exception]) -> None:
+    flag(name, value, error=error)
+
+
+@dataclasses.dataclass(frozen=True)
+class Satisfies:
+  """A value for which ``test(value)`` is true: ``{name} must be {what}, got {value!r}``."""
+  test: Callable[[Any], bool]
+  what: str
+
+  def check(self, name: str, value, values: dict, error: type[Exception]) -> None:
+    if not self.test(value):
+      raise error(f"{name} must be {self.what}, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Entries:
+  """A tuple or list (``{name} must be {what}``), optionally one entry per
+  worker (its length that of the field ``per_worker``, unless empty) and
+  strictly increasing, each entry checked by ``entry`` under the name
+  ``label`` (``{name}`` and ``{i}`` filled in)."""
+  entry: Any
+  what: str
+  label: str = "{name} entry"
+  per_worker: str | None = None
+  increasing: bool = False
+
+  def check(self, name: str, value, values: dict, error: type[Exception]) -> None:
+    if not isinstance(value, (tuple, list)):
+      raise error(f"{name} must be {self.what}, got {value!r}")
+    workers = values[self.per_worker] if self.per_worker else None
+    if value and workers is not None and len(value) != workers:
+      raise error(f"{name} has {len(value)} entries; expected one per worker "
+                  f"({self.per_worker}={workers})")
+    for i, v in enumerate(value):
+      self.entry.check(self.label.format(name=name, i=i), v, values, error)
+    if self.increasing and list(value) != sorted(set(value)):
+      raise error(f"{name} must be strictly increasing, got {tuple(value)}")
+
+
+@functools.lru_cache(maxsize=None)
+def _declared(cls: type) -> tuple[tuple[str, Any, bool], ...]:
+  hints = typing.get_type_hints(cls)
+  return tuple(
+      (f.name, f.metadata[ALLOWED], type(None) in typing.get_args(hints[f.name]))
+      for f in dataclasses.fields(cls) if ALLOWED in f.metadata)
+
+
+def check_fields(instance, error: type[Exception]) -> None:
+  """Checks each field of the dataclass ``instance`` against its declaration
+  (``metadata["allowed"]``: :class:`Integer`, :class:`Real`, :class:`OneOf`,
+  :class:`Flag`, :class:`Satisfies`, :class:`Entries`), in field order; a
+  field annotated ``X | None`` may also be None.
+
+  Raises:
+    error: the first field outside its declaration (the message of the
+      declaration's check).
+  """
+  values = {f.name: getattr(instance, f.name) for f in dataclasses.fields(instance)}
+  for name, allowed, optional in _declared(type(instance)):
+    if not (optional and values[name] is None):
+      allowed.check(name, values[name], values, error)

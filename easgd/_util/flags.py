@@ -22,7 +22,9 @@ Flag types come from the field annotations:
                        ``str_list`` (argparse names it in its error message)
 
 The help text is the field's ``metadata["help"]`` followed by its default;
-``metadata["choices"]`` restricts the values. Every flag has
+``metadata["choices"]`` restricts the values; ``metadata["allowed"]`` (the
+field's declared range or choices, ``option(..., allowed=...)``) is for the
+config's own validation (``easgd._util.checks.check_fields``), not argparse. Every flag has
 ``default=argparse.SUPPRESS``, so the namespace holds only the flags given and
 :func:`overrides` returns just those: defaults stay the dataclass's (or a
 config file's) own.
@@ -42,7 +44,11 @@ from typing import Any, Callable, Iterable, Sequence
 HELP = "help"
 """``dataclasses.field`` metadata key of a field's help text."""
 CHOICES = "choices"
-"""``dataclasses.field`` metadata key of a field's allowed values."""
+"""``dataclasses.field`` metadata key of a field's allowed values (argparse's ``choices``)."""
+ALLOWED = "allowed"
+"""``dataclasses.field`` metadata key of a field's declared check (an object
+with ``check(name, value, values, error)``, e.g. ``easgd._util.checks.Integer``),
+run by ``easgd._util.checks.check_fields``."""
 
 
 REQUIRED = dataclasses.MISSING
@@ -50,8 +56,9 @@ REQUIRED = dataclasses.MISSING
 
 
 def option(default: Any, help: str, *, choices: Sequence[Any] | None = None,
-           factory: Callable[[], Any] | None = None) -> Any:
-  """A dataclass field with a default, its help text and optional choices.
+           factory: Callable[[], Any] | None = None, allowed: Any = None) -> Any:
+  """A dataclass field with a default, its help text, optional choices and its
+  declared check.
 
   Args:
     default: the field's default (immutable: tuples, not lists), or
@@ -61,10 +68,16 @@ def option(default: Any, help: str, *, choices: Sequence[Any] | None = None,
     choices: the allowed values, or None.
     factory: instead of ``default`` (then pass ``REQUIRED``), a function
       called for each instance's default (e.g. ``dict``).
+    allowed: the values the field allows, declared once
+      (``easgd._util.checks.Integer(1, 1024, what="pixels")``, ``Real``,
+      ``OneOf``, ``Flag``, ``Satisfies``, ``Entries``), checked by
+      ``easgd._util.checks.check_fields``; None: no declared check. Unlike
+      ``choices`` it gives the flag no argparse ``choices`` (the config's own
+      validation words the message).
 
   Returns:
-    ``dataclasses.field(default=default, metadata={"help": ..., ["choices": ...]})``
-    (``default_factory=factory`` with a factory).
+    ``dataclasses.field(default=default, metadata={"help": ..., ["choices": ...],
+    ["allowed": ...]})`` (``default_factory=factory`` with a factory).
 
   Raises:
     TypeError: both ``default`` and ``factory`` given.
@@ -72,6 +85,8 @@ def option(default: Any, help: str, *, choices: Sequence[Any] | None = None,
   metadata = {HELP: help}
   if choices is not None:
     metadata[CHOICES] = tuple(choices)
+  if allowed is not None:
+    metadata[ALLOWED] = allowed
   if factory is not None:
     if default is not REQUIRED:
       raise TypeError("option: give a default or a factory, not both")

@@ -31,12 +31,10 @@ import numpy as np
 
 from easgd._util import checks
 from easgd.core import elastic
+from easgd.asynchrony.names import EXCHANGE_ORDERS, PUSH_TIMINGS  # re-exported
 
 Params = Any
 
-
-EXCHANGE_ORDERS = ("round_robin", "random")
-"""Exchange orders within a tick."""
 
 ORDER_STREAM = 0x7FFFFFFF
 """``fold_in`` index of the exchange-order key: a step count never reaches it,
@@ -325,10 +323,6 @@ def mean_exchanges(schedule: ExchangeSchedule, num_steps: int, tau: int,
   n = local_steps_done(schedule, num_steps, exchange_at)
   counts = (n + offset - 1) // tau - (offset - 1) // tau
   return int(round(float(np.mean(counts))))
-
-
-PUSH_TIMINGS = ("authors", "full_period")
-"""After which local steps a DOWNPOUR-type worker pushes (:func:`async_push`)."""
 
 
 def check_push_timing(push_timing) -> str:

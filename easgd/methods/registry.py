@@ -7,25 +7,10 @@ into when its own Nesterov momentum delta is 0. The trainer, the config's
 validation, ``compare`` and the CLI all ask this table; adding an algorithm is
 one entry here plus its module.
 
-Which algorithm-specific config fields (:data:`ALGORITHM_FIELDS`) each one reads:
+Which algorithm-specific config fields (:data:`ALGORITHM_FIELDS`) each one
+reads, generated from the specs' ``reads`` (:func:`reads_table`):
 
-  easgd                       tau, alpha/beta, reset_opt_state, curvature,
-                              sync_warmup_steps
-  eamsgd                      tau, alpha/beta, delta, reset_opt_state,
-                              sync_warmup_steps
-  async_easgd                 tau, alpha/beta, reset_opt_state, schedule,
-                              worker_speeds / max_worker_speed, staleness
-  async_eamsgd                as async_easgd, and delta
-  downpour, adownpour         tau, push_timing, schedule, worker_speeds /
-                              max_worker_speed, staleness
-  mdownpour                   as downpour, and delta (on the master)
-  mvadownpour                 as downpour, and average_rate
-  pmean_sgd, sgd, asgd        (none)
-  msgd                        delta
-  mvasgd                      average_rate
-  local_sgd                   tau, sync_warmup_steps
-  diloco                      tau, outer_learning_rate, outer_momentum,
-                              sync_warmup_steps
+{reads_table}
 
 When the model each algorithm returns (its center) first takes in training
 is its family's rule, :func:`center_update`; a run in which no exchange would
@@ -44,23 +29,46 @@ epochs, the local optimizer ``optimizer``/``learning_rate``/schedule/
 ``weight_decay``, and ``momentum`` when the optimizer is "momentum" or
 "nesterov"). A field an algorithm does not read is refused by
 ``TrainConfig.validate`` when it differs from its default, never silently
-ignored. The momentum methods (eamsgd, async_eamsgd, msgd, mdownpour) have
-their Nesterov momentum built in (``delta``, the paper's 0.99 by default) and
-need ``optimizer = "sgd"``; delta = 0 would make each of them its
+ignored. The momentum methods (:data:`MOMENTUM_ALGORITHMS`) have their
+Nesterov momentum built in (``delta``, the paper's 0.99 by default) and need
+``optimizer = "sgd"``; delta = 0 would make each of them its
 ``without_momentum`` algorithm and is refused.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, NamedTuple
+import textwrap
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
-import optax
+if TYPE_CHECKING:  # annotations only: the table is read without JAX (the config)
+  import optax
 
-from easgd.core import algorithms, warmup
-from easgd.asynchrony import schedule as async_schedule, simulation as asynchronous
-from easgd.methods import baselines
-from easgd.core.algorithms import Algorithm
+  from easgd.asynchrony import schedule as async_schedule
+  from easgd.core.algorithms import Algorithm
+
+
+# The factories' modules, imported when a run builds its algorithm: the table
+# itself is read by the config (``easgd.training.config``), which imports no JAX.
+def _algorithms():
+  from easgd.core import algorithms
+  return algorithms
+
+
+def _simulation():
+  from easgd.asynchrony import simulation
+  return simulation
+
+
+def _baselines():
+  from easgd.methods import baselines
+  return baselines
+
+
+def _schedule():
+  from easgd.asynchrony import schedule
+  return schedule
+
 
 FAMILIES = ("elastic", "averaging", "push", "sequential")
 """elastic: workers pulled to a center (eq. 5-7); averaging: gradients or
@@ -128,16 +136,17 @@ def exchange_schedule(config) -> async_schedule.ExchangeSchedule:
   """The exchange schedule of ``config`` (order, speeds, staleness).
 
   Args:
-    config: a validated ``TrainConfig`` (num_workers, schedule, worker_speeds,
-      max_worker_speed, staleness, seed).
+    config: a validated ``TrainConfig`` (num_workers, exchange_order,
+      worker_speeds, max_worker_speed, staleness, seed).
 
   Returns:
     The ``easgd.asynchrony.schedule.ExchangeSchedule`` of the asynchronous algorithms
     (Algorithms 1-2 of the paper, simulated).
   """
-  speeds = async_schedule.resolve_worker_speeds(
+  schedule = _schedule()
+  speeds = schedule.resolve_worker_speeds(
       config.num_workers, config.worker_speeds, config.max_worker_speed, config.seed)
-  return async_schedule.exchange_schedule(config.num_workers, config.exchange_order, speeds,
+  return schedule.exchange_schedule(config.num_workers, config.exchange_order, speeds,
                                         config.staleness)
 
 
@@ -166,6 +175,7 @@ def _warmed(c, loss, opt, n, make):
   k = c.sync_warmup_steps
   if not k:
     return make(n)
+  from easgd.core import warmup
   return warmup.sync_warmup(make(None if n is None else n - k), loss, opt,
                             num_workers=c.num_workers, warmup_steps=k)
 
@@ -173,71 +183,71 @@ def _warmed(c, loss, opt, n, make):
 TABLE: dict[str, AlgorithmSpec] = {s.name: s for s in (
     _spec("easgd", "elastic", _ELASTIC + ("curvature", "sync_warmup_steps"),
           lambda c, loss, opt, n: _warmed(
-              c, loss, opt, n, lambda m: algorithms.easgd(loss, opt, **_elastic_kw(c))),
+              c, loss, opt, n, lambda m: _algorithms().easgd(loss, opt, **_elastic_kw(c))),
           summary="synchronous EASGD, eq. (5)-(6)", array_fields=("tau", "alpha", "beta")),
     _spec("pmean_sgd", "averaging", (),
-          lambda c, loss, opt, n: algorithms.pmean_sgd(loss, opt,
+          lambda c, loss, opt, n: _algorithms().pmean_sgd(loss, opt,
                                                        num_workers=c.num_workers),
           summary="data-parallel SGD, gradients averaged every step"),
     _spec("eamsgd", "elastic", _ELASTIC + ("delta", "sync_warmup_steps"),
           lambda c, loss, opt, n: _warmed(
-              c, loss, opt, n, lambda m: algorithms.eamsgd(loss, opt, momentum=c.delta,
+              c, loss, opt, n, lambda m: _algorithms().eamsgd(loss, opt, momentum=c.delta,
                                                            **_elastic_kw(c))),
           without_momentum="easgd", summary="synchronous EAMSGD, eq. (7)",
           array_fields=("tau", "alpha", "beta", "delta")),
     _spec("async_easgd", "elastic", _ELASTIC + _ASYNC,
-          lambda c, loss, opt, n: asynchronous.async_easgd(
+          lambda c, loss, opt, n: _simulation().async_easgd(
               loss, opt, schedule=exchange_schedule(c), **_elastic_kw(c)),
           asynchronous_=True, summary="asynchronous EASGD, Algorithm 1"),
     _spec("async_eamsgd", "elastic", _ELASTIC + _ASYNC + ("delta",),
-          lambda c, loss, opt, n: asynchronous.async_eamsgd(
+          lambda c, loss, opt, n: _simulation().async_eamsgd(
               loss, opt, schedule=exchange_schedule(c), momentum=c.delta,
               **_elastic_kw(c)),
           asynchronous_=True, without_momentum="async_easgd",
           summary="asynchronous EAMSGD, Algorithm 2"),
     _spec("downpour", "push", _PUSH,
-          lambda c, loss, opt, n: baselines.downpour(loss, opt, **_push_kw(c)),
+          lambda c, loss, opt, n: _baselines().downpour(loss, opt, **_push_kw(c)),
           asynchronous_=True, summary="DOWNPOUR (push every tau steps)"),
     _spec("mdownpour", "push", _PUSH + ("delta",),
-          lambda c, loss, opt, n: baselines.mdownpour(loss, opt, momentum=c.delta,
+          lambda c, loss, opt, n: _baselines().mdownpour(loss, opt, momentum=c.delta,
                                                       **_push_kw(c)),
           asynchronous_=True, without_momentum="downpour",
           summary="DOWNPOUR with Nesterov momentum on the master",
           array_fields=("delta",)),
     _spec("adownpour", "push", _PUSH,
-          lambda c, loss, opt, n: baselines.adownpour(loss, opt, **_push_kw(c)),
+          lambda c, loss, opt, n: _baselines().adownpour(loss, opt, **_push_kw(c)),
           asynchronous_=True, summary="DOWNPOUR with a running average 1/(t+1)"),
     _spec("mvadownpour", "push", _PUSH + ("average_rate",),
-          lambda c, loss, opt, n: baselines.mvadownpour(
+          lambda c, loss, opt, n: _baselines().mvadownpour(
               loss, opt, average_rate=c.average_rate, **_push_kw(c)),
           asynchronous_=True, summary="DOWNPOUR with a constant-rate moving average",
           array_fields=("average_rate",)),
     _spec("sgd", "sequential", (),
-          lambda c, loss, opt, n: baselines.sgd(loss, opt, num_workers=c.num_workers),
+          lambda c, loss, opt, n: _baselines().sgd(loss, opt, num_workers=c.num_workers),
           summary="sequential SGD"),
     _spec("msgd", "sequential", ("delta",),
-          lambda c, loss, opt, n: baselines.msgd(loss, opt, num_workers=c.num_workers,
+          lambda c, loss, opt, n: _baselines().msgd(loss, opt, num_workers=c.num_workers,
                                                  momentum=c.delta),
           without_momentum="sgd", summary="sequential Nesterov momentum SGD",
           array_fields=("delta",)),
     _spec("asgd", "sequential", (),
-          lambda c, loss, opt, n: baselines.asgd(loss, opt, num_workers=c.num_workers),
+          lambda c, loss, opt, n: _baselines().asgd(loss, opt, num_workers=c.num_workers),
           summary="averaged SGD, rate 1/(t+1)"),
     _spec("mvasgd", "sequential", ("average_rate",),
-          lambda c, loss, opt, n: baselines.mvasgd(loss, opt, num_workers=c.num_workers,
+          lambda c, loss, opt, n: _baselines().mvasgd(loss, opt, num_workers=c.num_workers,
                                                    average_rate=c.average_rate),
           summary="SGD with a constant-rate moving average",
           array_fields=("average_rate",)),
     _spec("local_sgd", "averaging", ("tau", "sync_warmup_steps"),
           lambda c, loss, opt, n: _warmed(
-              c, loss, opt, n, lambda m: baselines.local_sgd(
+              c, loss, opt, n, lambda m: _baselines().local_sgd(
                   loss, opt, num_workers=c.num_workers, tau=c.tau, num_steps=m)),
           summary="local SGD: workers averaged every tau steps and at the end",
           array_fields=("tau",)),
     _spec("diloco", "averaging",
           ("tau", "outer_learning_rate", "outer_momentum", "sync_warmup_steps"),
           lambda c, loss, opt, n: _warmed(
-              c, loss, opt, n, lambda m: baselines.diloco(
+              c, loss, opt, n, lambda m: _baselines().diloco(
                   loss, opt, num_workers=c.num_workers, tau=c.tau, num_steps=m,
                   outer_learning_rate=c.outer_learning_rate,
                   outer_momentum=c.outer_momentum)),
@@ -267,7 +277,7 @@ def _elastic_update(c) -> CenterUpdate:
 
 
 def _push_update(c) -> CenterUpdate:
-  if async_schedule.push_offset(c.push_timing):  # "full_period": after tau - 1, ...
+  if _schedule().push_offset(c.push_timing):  # "full_period": after tau - 1, ...
     return CenterUpdate(c.tau - 1, "the first push follows local step tau - 1")
   return CenterUpdate(0, "the first push follows local step 0")
 
@@ -340,6 +350,28 @@ ASYNC_ALGORITHMS = names_where(lambda s: s.asynchronous)
 """Algorithms simulated with an exchange schedule (``easgd.asynchrony.simulation``)."""
 
 
+def reads_table() -> str:
+  """The algorithm-specific fields each algorithm reads (its spec's ``reads``),
+  as the text table of this module's docstring.
+
+  Returns:
+    One line (wrapped) per distinct ``reads``: the algorithms that have it,
+    then its fields (alpha and beta shown as alpha/beta; "(none)" for none).
+  """
+  groups: dict[tuple[str, ...], list[str]] = {}
+  for spec in TABLE.values():
+    groups.setdefault(spec.reads, []).append(spec.name)
+  lines = []
+  for reads, names in groups.items():
+    fields = ", ".join(reads).replace("alpha, beta", "alpha/beta") or "(none)"
+    lines.append(textwrap.fill(fields, 80, initial_indent=f"  {', '.join(names):<26}  ",
+                               subsequent_indent=" " * 30))
+  return "\n".join(lines)
+
+
+__doc__ = __doc__.replace("{reads_table}", reads_table())
+
+
 def runs_on(runtime: str) -> tuple[str, ...]:
   """The algorithms that run on ``runtime`` (one of :data:`RUNTIMES`)."""
   return names_where(lambda s: runtime in s.runtimes)
@@ -374,7 +406,7 @@ def simulated_ticks(num_steps: int, config) -> float:
   for the slowest worker at every step: ``num_steps / min_i k_i`` ticks (with
   the default speeds 1, a step is a tick for every algorithm).
   """
-  speeds = async_schedule.resolve_worker_speeds(
+  speeds = _schedule().resolve_worker_speeds(
       config.num_workers, config.worker_speeds, config.max_worker_speed, config.seed)
   if TABLE[config.algorithm].asynchronous:
     return num_steps / max(speeds)

@@ -49,9 +49,9 @@ from easgd._util import checks
 from easgd.core import warmup
 from easgd.core.algorithms import Algorithm
 from easgd.core.elastic import DEVICE_AXIS, LOCAL_AXIS, WORKER_AXES
+from easgd.parallel.names import BACKENDS  # re-exported
 
 KINDS = ("worker", "shared", "broadcast")
-BACKENDS = ("pmap", "shard_map")
 
 
 class LayoutError(ValueError):

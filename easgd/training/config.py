@@ -20,18 +20,49 @@ from typing import Any
 import numpy as np
 
 from easgd._util import checks
+from easgd._util.checks import Entries, Flag, Integer, OneOf, Real, Satisfies
 from easgd.methods import registry
 from easgd._util.flags import option
-from easgd.asynchrony.schedule import EXCHANGE_ORDERS, PUSH_TIMINGS
+from easgd.asynchrony.names import EXCHANGE_ORDERS, PUSH_TIMINGS
 from easgd.training.data import DATASETS
 from easgd._util.files import json_text
-from easgd.training.models import BATCH_NORM_MODELS, DTYPES, MODELS
-from easgd.parallel.workers import BACKENDS as MAPPING_BACKENDS
+from easgd.training.names import BATCH_NORM_MODELS, DTYPES, MODELS
+from easgd.parallel.names import BACKENDS as MAPPING_BACKENDS
 
 OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw")
 LR_SCHEDULES = ("constant", "cosine", "step")
 LR_SCALINGS = ("none", "linear", "sqrt")
 """``lr_scaling``: the peak learning rate's dependence on the global batch."""
+
+
+# Upper bounds that keep values inside int32 clocks and memory that exists.
+MAX_STEPS = 2**30        # tau, in steps (the clocks are int32)
+MAX_WORKERS = 2**16      # num_workers
+MAX_SPEED = 1024         # local steps per tick of the asynchronous schedules
+MAX_STALENESS = 1024     # master updates (a buffer of that many centers is kept)
+MAX_DELAY_S = 3600.0     # seconds: an injected delay per local step
+MAX_TOTAL_STEPS = 2**31 - 1  # the steps of a whole run (int32 step clocks)
+MAX_REAL = 1e38          # rates and coefficients: finite in float32 arithmetic
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)
+"""The smallest resolved learning rate (float32's smallest normal number: the
+programs compute in float32, where a smaller rate is 0 or denormal)."""
+
+
+def _listed(names) -> str:
+  """``a, b and c`` (help texts naming the algorithms that read a field)."""
+  names = list(names)
+  return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+
+
+def _is_text(value) -> bool:
+  return isinstance(value, str)
+
+
+def _is_ray_address(value) -> bool:
+  """``[ray://]host:port``, "auto" (or "local")."""
+  text = value if isinstance(value, str) else ""
+  host, sep, port = text.removeprefix("ray://").rpartition(":")
+  return text in ("auto", "local") or bool(sep and host and port.isdigit())
 
 
 class ConfigError(ValueError):
@@ -60,168 +91,216 @@ _choice = functools.partial(checks.choice, error=ConfigError)
 class TrainConfig:
   """Everything a training run depends on.
 
-  Every field carries its meaning, unit and range in its help text
-  (``dataclasses.fields(TrainConfig)[i].metadata["help"]``, what ``easgd train
-  --help`` prints); the algorithm table (``easgd.methods.registry``) says which
-  algorithm-specific fields each algorithm reads. :meth:`validate` checks every
-  value, and refuses a setting the run would not read.
+  Every field is declared once: its default, its meaning, unit and range in
+  its help text (``dataclasses.fields(TrainConfig)[i].metadata["help"]``, what
+  ``easgd train --help`` prints) and its allowed values (``metadata["allowed"]``,
+  ``easgd._util.checks``), from which :meth:`validate` checks it; the algorithm
+  table (``easgd.methods.registry``) says which algorithm-specific fields each
+  algorithm reads. :meth:`validate` checks every value, the rules between
+  fields, and refuses a setting the run would not read.
   """
   algorithm: str = option(
       "easgd",
       f"the algorithm, one of: {', '.join(registry.ALGORITHMS)} (the table "
       "easgd.methods.registry lists the settings each one reads; a setting it does "
-      "not read must keep its default).")
+      "not read must keep its default).",
+      allowed=OneOf(registry.ALGORITHMS))
   dataset: str = option(
       "mnist1d",
       "'mnist1d' (generated locally; the default), 'fashion_mnist' "
       "(Debian's IDX files), 'digits' (scikit-learn's 8x8 digits), or "
       "'cifar10' (the CIFAR-10 python batches in data_dir; never "
-      "downloaded).")
+      "downloaded).",
+      allowed=OneOf(DATASETS))
   data_dir: str | None = option(
       None,
       "directory of the Fashion-MNIST IDX files (None: the Debian location "
       "/usr/share/datasets/fashion-mnist) or of the CIFAR-10 python batches "
       "(required for 'cifar10'); the other data sets read none. Its "
-      "contents are checked when the data are loaded, not by validate().")
+      "contents are checked when the data are loaded, not by validate().",
+      allowed=Satisfies(_is_text, "a path string or None"))
   crop_size: int | None = option(
       None,
       "side of the square image crops, in pixels: random crops for training "
       "(fixed by seed, epoch and step), the centre crop for evaluation "
-      "(paper, CIFAR-10: 28 of 32); None = whole images. Images only.")
+      "(paper, CIFAR-10: 28 of 32); None = whole images. Images only.",
+      allowed=Integer(1, what="pixels"))
   model: str = option(
       "cnn",
       "'cnn', 'cnn_bn' (the CNN with BatchNorm), 'mlp' or 'cifar' "
-      "(the paper's 7-layer CIFAR-10 net).")
+      "(the paper's 7-layer CIFAR-10 net).",
+      allowed=OneOf(MODELS))
   num_workers: int = option(
-      4, "number of workers p.")
+      4, "number of workers p.",
+      allowed=Integer(1, MAX_WORKERS))
   num_devices: int | None = option(
       None,
       "devices to spread the workers over (must divide num_workers); None = "
-      "the largest available count that divides num_workers.")
+      "the largest available count that divides num_workers.",
+      allowed=Integer(1))
   global_batch_size: int = option(
       128,
       "examples per step summed over all workers; each worker takes "
       "global_batch_size / num_workers. The examples of global step t are "
       "fixed by (seed, epoch, t) alone; worker i reads rows i*B..(i+1)*B-1 of "
-      "them (``easgd.training.batches.worker_batch_indices``).")
+      "them (``easgd.training.batches.worker_batch_indices``).",
+      allowed=Integer(1))
   num_epochs: int = option(
-      40, "passes over the training set (integer).")
+      40, "passes over the training set (integer).",
+      allowed=Integer(1))
   learning_rate: float = option(
-      0.1, "peak local step size eta (per step of a worker).")
+      0.1, "peak local step size eta (per step of a worker).",
+      allowed=Real(0, MAX_REAL, open_low=True))
   lr_schedule: str = option(
       "constant",
       "'constant', 'cosine' (to 0 at the end) or 'step' (times "
-      "lr_decay_factor at each epoch of lr_decay_epochs).")
+      "lr_decay_factor at each epoch of lr_decay_epochs).",
+      allowed=OneOf(LR_SCHEDULES))
   warmup_epochs: float = option(
-      0.0, "linear warm-up from 0, in epochs.")
+      0.0, "linear warm-up from 0, in epochs.",
+      allowed=Real(0))
   lr_decay_epochs: tuple[float, ...] = option(
       (), "epochs at which the 'step' schedule decays, increasing, each in "
-      "(0, num_epochs) (read by lr_schedule 'step' only).")
+      "(0, num_epochs) (read by lr_schedule 'step' only).",
+      allowed=Entries(Real(0, "num_epochs", open_low=True, open_high=True,
+                           what="a decay inside the run"),
+                      "a tuple of epochs", increasing=True))
   lr_decay_factor: float = option(
       0.1,
       "multiplier of the 'step' schedule, in (0, 1] (read by lr_schedule "
-      "'step' only).")
+      "'step' only).",
+      allowed=Real(0, 1, open_low=True))
   optimizer: str = option(
       "sgd",
       "local optimizer: 'sgd', 'momentum' (heavy ball), 'nesterov', "
-      "'adam', 'adamw'.")
+      "'adam', 'adamw'.",
+      allowed=OneOf(OPTIMIZERS))
   momentum: float = option(
       0.0,
       "momentum coefficient of the local optimizer 'momentum' or "
-      "'nesterov', in [0, 1); read by no other optimizer.")
+      "'nesterov', in [0, 1); read by no other optimizer.",
+      allowed=Real(0, 1, open_high=True))
   delta: float = option(
       0.99,
-      "the Nesterov momentum delta built into eamsgd, async_eamsgd, msgd and "
-      "mdownpour (eq. 7; paper: 0.99), in (0, 1); read by those four only "
-      "(they need optimizer 'sgd'). delta = 0 would turn each into easgd, "
-      "async_easgd, sgd and downpour and is refused.")
+      f"the Nesterov momentum delta built into {_listed(registry.readers('delta'))} "
+      "(eq. 7; paper: 0.99), in (0, 1); read by those only (they need optimizer "
+      "'sgd'). delta = 0 would turn each into "
+      f"{_listed([registry.TABLE[a].without_momentum for a in registry.readers('delta')])}"
+      " (in that order) and is refused.",
+      allowed=Real(0, 1, open_low=True, open_high=True))
   weight_decay: float = option(
-      0.0, "L2 coefficient (added to the gradient; decoupled for adamw).")
+      0.0, "L2 coefficient (added to the gradient; decoupled for adamw).",
+      allowed=Real(0, MAX_REAL))
   tau: int = option(
-      4, "EASGD communication period, in local steps (>= 1).")
+      4, "EASGD communication period, in local steps (>= 1).",
+      allowed=Integer(1, MAX_STEPS, what="communication period"))
   alpha: float | None = option(
       None, "EASGD moving rate, the elastic coefficient of each worker; giving "
-      "alpha replaces the default beta (alpha = beta / num_workers).")
+      "alpha replaces the default beta (alpha = beta / num_workers).",
+      allowed=Real(0, MAX_REAL))
   beta: float | None = option(
       0.9, "EASGD center moving rate, beta = num_workers * alpha (paper: 0.9); "
-      "used when alpha is not given. Giving both is refused.")
+      "used when alpha is not given. Giving both is refused.",
+      allowed=Real(0, MAX_REAL))
   reset_opt_state: bool = option(
       False,
       "EASGD/EAMSGD (sync and async): re-initialise the local optimizer state "
-      "at every exchange (schedules keep their position).")
+      "at every exchange (schedules keep their position).",
+      allowed=Flag())
   exchange_order: str = option(
       "round_robin",
       "asynchronous algorithms: order in which the exchanges of a tick are "
-      "served, 'round_robin' or 'random' (a permutation per tick).")
+      "served, 'round_robin' or 'random' (a permutation per tick).",
+      allowed=OneOf(EXCHANGE_ORDERS))
   worker_speeds: tuple[int, ...] = option(
       (),
       "asynchronous algorithms: local steps per tick of each worker, "
-      "num_workers integers >= 1; () = all 1 (or drawn, below).")
+      "num_workers integers >= 1; () = all 1 (or drawn, below).",
+      allowed=Entries(Integer(1, MAX_SPEED, what="local steps per tick", whole_floats=True),
+                      "a sequence (one integer per worker)", label="{name}[{i}]",
+                      per_worker="num_workers"))
   max_worker_speed: int | None = option(
       None,
       "asynchronous algorithms: if set (and worker_speeds is empty), speeds "
-      "are drawn uniformly from {1, ..., max_worker_speed} with the seed.")
+      "are drawn uniformly from {1, ..., max_worker_speed} with the seed.",
+      allowed=Integer(1, MAX_SPEED))
   staleness: int = option(
       0,
       "asynchronous algorithms: the center a worker reads is this many master "
-      "updates old (integer >= 0).")
+      "updates old (integer >= 0).",
+      allowed=Integer(0, MAX_STALENESS, what="in master updates"))
   push_timing: str = option(
       "authors",
       "the DOWNPOUR family: 'authors' (push after local steps 0, tau, 2 "
       "tau, ..., the authors' released code) or 'full_period' (after steps "
-      "tau - 1, 2 tau - 1, ...: every push carries tau full steps).")
+      "tau - 1, 2 tau - 1, ...: every push carries tau full steps).",
+      allowed=OneOf(PUSH_TIMINGS))
   outer_learning_rate: float = option(
-      0.7, "DiLoCo's outer SGD step size (> 0; DiLoCo: 0.7).")
+      0.7, "DiLoCo's outer SGD step size (> 0; DiLoCo: 0.7).",
+      allowed=Real(0, MAX_REAL, open_low=True))
   outer_momentum: float = option(
-      0.9, "DiLoCo's outer Nesterov momentum, in [0, 1) (0.9).")
+      0.9, "DiLoCo's outer Nesterov momentum, in [0, 1) (0.9).",
+      allowed=Real(0, 1, open_high=True))
   average_rate: float = option(
       0.001,
-      "constant moving-average rate of mvadownpour and mvasgd, in (0, 1] "
-      "(paper: 0.001).")
+      f"constant moving-average rate of {_listed(registry.readers('average_rate'))}, "
+      "in (0, 1] (paper: 0.001).",
+      allowed=Real(0, 1, open_low=True))
   seed: int = option(
-      0, "seeds the initial parameters, the data order and the worker keys.")
+      0, "seeds the initial parameters, the data order and the worker keys.",
+      allowed=Integer(0, 2**32 - 1))
   eval_every_epochs: int = option(
-      1, "evaluate the center every this many epochs (and last).")
+      1, "evaluate the center every this many epochs (and last).",
+      allowed=Integer(1))
   eval_batch_size: int = option(
-      500, "test examples per worker per evaluation batch.")
+      500, "test examples per worker per evaluation batch.",
+      allowed=Integer(1))
   bn_stats_examples: int = option(
       2048,
       "models with BatchNorm only: training examples (centre crops) over "
       "which the center's BatchNorm statistics are recomputed before each "
       "evaluation and at export: the first of a seeded permutation, split "
       "equally over the workers (min(this, training set) // num_workers each, "
-      "at least 1), the same every time (``easgd.training.trainer.bn_stats_indices``).")
+      "at least 1), the same every time (``easgd.training.trainer.bn_stats_indices``).",
+      allowed=Integer(1))
   curvature: float | None = option(
       None,
       "optional estimate of the loss's largest Hessian eigenvalue h (1 / "
       "parameter units squared, e.g. from "
       "``easgd.analysis.hessian.top_hessian_eigenvalue``); with it the trainer checks "
       "eta*h = learning_rate * curvature against synchronous EASGD's stable "
-      "region on the quadratic model and warns once when outside (easgd "
-      "only).")
+      "region on the quadratic model and warns once when outside (read by "
+      f"{_listed(registry.readers('curvature'))} only).",
+      allowed=Real(0, MAX_REAL, open_low=True))
   checkpoint_every_steps: int = option(
       0,
       "also checkpoint every this many global steps inside an epoch (0: only "
-      "at epoch ends, where a checkpoint is always written).")
+      "at epoch ends, where a checkpoint is always written).",
+      allowed=Integer(0))
   keep_checkpoints: int = option(
-      2, "number of most recent checkpoints kept (>= 1).")
+      2, "number of most recent checkpoints kept (>= 1).",
+      allowed=Integer(1))
   progress: bool = option(
-      True, "show a progress bar.")
+      True, "show a progress bar.",
+      allowed=Flag())
   mapping_backend: str = option(
       "pmap",
       "how workers are mapped onto devices (``easgd.parallel.workers``): 'pmap' "
       "(pmap of vmap) or 'shard_map' (jit of shard_map of vmap; needed for "
-      "multi-process runs). Same results and array layouts.")
+      "multi-process runs). Same results and array layouts.",
+      allowed=OneOf(MAPPING_BACKENDS))
   param_dtype: str = option(
       "float32",
       "dtype of the workers' parameters and optimizer state, 'float32' or "
       "'bfloat16' (Flax's ``param_dtype``). The center, the elastic "
       "differences and every sum across workers are kept in float32 whatever "
-      "this is (``easgd.core.elastic.reduction_dtype``).")
+      "this is (``easgd.core.elastic.reduction_dtype``).",
+      allowed=OneOf(DTYPES))
   compute_dtype: str = option(
       "float32",
       "dtype of the model's forward and backward computation, 'float32' or "
-      "'bfloat16' (Flax's ``dtype``); the loss is float32.")
+      "'bfloat16' (Flax's ``dtype``); the loss is float32.",
+      allowed=OneOf(DTYPES))
   runtime: str = option(
       "spmd",
       "where the workers run (easgd.methods.registry.RUNTIMES): 'spmd' (one SPMD "
@@ -230,17 +309,23 @@ class TrainConfig:
       "'threads' (real asynchronous workers, one thread each, in this "
       "process) or 'ray' (real asynchronous workers as Ray actors; needs pip "
       "install 'easgd[ray]'). The real runtimes run the asynchronous "
-      "algorithms (the table's runtimes).")
+      "algorithms (the table's runtimes).",
+      allowed=OneOf(registry.RUNTIMES))
   ray_address: str | None = option(
       None,
       "runtime 'ray' only: the address of a running Ray cluster (e.g. "
       "'ray://head:10001', 'head:6379' or 'auto'); None starts a local Ray "
-      "instance on this machine.")
+      "instance on this machine.",
+      allowed=Satisfies(_is_ray_address,
+                        "[ray://]host:port (e.g. 'ray://head:10001'), 'auto' or None"))
   worker_delays: tuple[float, ...] = option(
       (),
       "real runtimes only: seconds each worker waits after each of its local "
       "steps, num_workers reals >= 0 (an injected straggler, e.g. "
-      "0,0,0,0.01); () = none.")
+      "0,0,0,0.01); () = none.",
+      allowed=Entries(Real(0, MAX_DELAY_S, what="seconds per local step"),
+                      "a tuple (seconds per local step, one per worker)",
+                      per_worker="num_workers"))
   sync_warmup_steps: int = option(
       0,
       "synchronous warm-up, in global steps K: the first K steps run pmean SGD "
@@ -249,26 +334,30 @@ class TrainConfig:
       "its exchange schedule counted from step K (post-local SGD, Lin et al. "
       "2020; easgd.core.warmup); 0 = none. Read by the synchronous elastic and "
       "averaging algorithms (the table easgd.methods.registry); K must be below the "
-      "run's total steps.")
+      "run's total steps.",
+      allowed=Integer(0, MAX_STEPS, what="global steps of synchronous warm-up"))
   lr_scaling: str = option(
       "none",
       "how the peak learning rate scales with the global batch G (examples per "
       "step, all workers): 'none' (eta = learning_rate), 'linear' (eta = "
       "learning_rate * G / lr_reference_batch, Goyal et al. 2017) or 'sqrt' "
       "(eta = learning_rate * sqrt(G / lr_reference_batch)); the resolved eta "
-      "is in summary.json ('resolved') and in every metrics record.")
+      "is in summary.json ('resolved') and in every metrics record.",
+      allowed=OneOf(LR_SCALINGS))
   lr_reference_batch: int | None = option(
       None,
       "the global batch (examples per step, all workers) at which "
       "learning_rate is stated; needed by lr_scaling 'linear' and 'sqrt', read "
-      "by nothing else.")
+      "by nothing else.",
+      allowed=Integer(1, what="global batch at which learning_rate is stated"))
   validation_examples: int = option(
       0,
       "examples held out of the training set for validation, never trained "
       "on: a seeded choice fixed by the training set's size alone "
       "(easgd.training.data.validation_split); the runs train on the rest, and every "
       "evaluation also reports the center's val_loss and val_error on them. "
-      "0 = none.")
+      "0 = none.",
+      allowed=Integer(0, what="examples held out of the training set"))
 
   def replace(self, **changes) -> "TrainConfig":
     """A copy with ``changes``; unknown field names raise ConfigError."""
@@ -310,105 +399,78 @@ class TrainConfig:
     """Checks every field; returns the config with NumPy scalars made Python
     scalars (so it can be written as JSON), otherwise self.
 
+    First the values whose refusal another rule explains better than their
+    range (:meth:`_refuse_explained`), then each field against its
+    declaration (``option(..., allowed=...)``, in field order;
+    ``easgd._util.checks.check_fields``), then the rules between fields
+    (:meth:`_check_relations`), the settings the run would not read
+    (:meth:`_refuse_unread`) and the derived values (:meth:`_validate_derived`).
+
     Raises:
       ConfigError: naming the first bad field, its value and what is allowed.
     """
     plain = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
     if any(plain[k] is not getattr(self, k) for k in plain):
       return dataclasses.replace(self, **plain).validate()
-    _choice("algorithm", self.algorithm, registry.ALGORITHMS)
-    _choice("dataset", self.dataset, DATASETS)
-    if self.data_dir is not None and not isinstance(self.data_dir, str):
-      raise ConfigError(f"data_dir must be a path string or None, got {self.data_dir!r}")
-    for name in ("progress", "reset_opt_state"):
-      checks.flag(name, getattr(self, name), error=ConfigError)
-    _choice("model", self.model, MODELS)
-    if self.dataset == "cifar10" and self.data_dir is None:
-      raise ConfigError("dataset 'cifar10' needs data_dir, the directory of the "
-                        "CIFAR-10 python batches (it is never downloaded)")
-    if self.crop_size is not None:
-      _int("crop_size", self.crop_size, 1, what="pixels")
-      if self.dataset == "mnist1d":
-        raise ConfigError("crop_size crops images; dataset 'mnist1d' holds 1-D "
-                          "signals; allowed: crop_size None")
-    _choice("optimizer", self.optimizer, OPTIMIZERS)
-    _choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
-    _int("num_workers", self.num_workers, 1, high=MAX_WORKERS)
-    if self.num_devices is not None:
-      _int("num_devices", self.num_devices, 1)
-      if self.num_workers % self.num_devices:
-        raise ConfigError(
-            f"num_workers={self.num_workers} is not a multiple of num_devices="
-            f"{self.num_devices}; allowed: a multiple of the devices used")
-    _int("global_batch_size", self.global_batch_size, 1)
-    if self.global_batch_size % self.num_workers:
-      raise ConfigError(
-          f"global_batch_size={self.global_batch_size} does not split over "
-          f"num_workers={self.num_workers}; allowed: a multiple of {self.num_workers}")
-    _int("num_epochs", self.num_epochs, 1)
-    _real("learning_rate", self.learning_rate, 0, MAX_REAL, open_low=True)
-    _real("warmup_epochs", self.warmup_epochs, 0)
-    if self.warmup_epochs >= self.num_epochs and self.warmup_epochs > 0:
-      raise ConfigError(f"warmup_epochs={self.warmup_epochs} must be less than "
-                        f"num_epochs={self.num_epochs}")
-    if not isinstance(self.lr_decay_epochs, (tuple, list)):
-      raise ConfigError(f"lr_decay_epochs must be a tuple of epochs, got "
-                        f"{self.lr_decay_epochs!r}")
-    for e in self.lr_decay_epochs:
-      _real("lr_decay_epochs entry", e, 0, self.num_epochs, open_low=True,
-            open_high=True, what="a decay inside the run")
-    if list(self.lr_decay_epochs) != sorted(set(self.lr_decay_epochs)):
-      raise ConfigError(f"lr_decay_epochs must be strictly increasing, got "
-                        f"{tuple(self.lr_decay_epochs)}")
-    if self.lr_decay_epochs and self.lr_schedule != "step":
-      raise ConfigError(f"lr_decay_epochs={tuple(self.lr_decay_epochs)} has no effect "
-                        f"with lr_schedule {self.lr_schedule!r}; use lr_schedule 'step'")
-    _real("lr_decay_factor", self.lr_decay_factor, 0, 1, open_low=True)
-    _real("momentum", self.momentum, 0, 1, open_high=True)
-    spec = registry.TABLE[self.algorithm]
-    if spec.without_momentum is not None and self.delta == 0:
+    self._refuse_explained()
+    checks.check_fields(self, ConfigError)
+    self._check_relations()
+    self._refuse_unread()
+    self._validate_derived()
+    return self
+
+  def _refuse_explained(self) -> None:
+    """delta = 0 on a momentum algorithm (it is another algorithm), and alpha
+    and beta both given or both None: refused before any range is checked."""
+    spec = registry.TABLE.get(self.algorithm) if isinstance(self.algorithm, str) else None
+    if spec is not None and spec.without_momentum is not None and self.delta == 0:
       raise ConfigError(
           f"delta=0 turns {self.algorithm} into {spec.without_momentum} (eq. 7 with "
           f"delta = 0 is the plain step); use algorithm {spec.without_momentum!r}, "
           f"or delta in (0, 1) (paper: 0.99)")
-    _real("delta", self.delta, 0, 1, open_low=True, open_high=True)
-    _real("weight_decay", self.weight_decay, 0, MAX_REAL)
-    _int("tau", self.tau, 1, what="communication period", high=MAX_STEPS)
     if (self.alpha is None) == (self.beta is None):
       raise ConfigError(f"give exactly one of alpha and beta (beta = num_workers * "
                         f"alpha), got alpha={self.alpha!r}, beta={self.beta!r}")
-    if self.alpha is not None:
-      _real("alpha", self.alpha, 0, MAX_REAL)
-    else:
-      _real("beta", self.beta, 0, MAX_REAL)
-    self._validate_algorithm_fields()
-    self._validate_runtime_fields()
-    _int("seed", self.seed, 0, high=2**32 - 1)
-    _int("eval_every_epochs", self.eval_every_epochs, 1)
-    _int("eval_batch_size", self.eval_batch_size, 1)
-    _int("bn_stats_examples", self.bn_stats_examples, 1)
-    if self.curvature is not None:
-      _real("curvature", self.curvature, 0, MAX_REAL, open_low=True)
-    _int("checkpoint_every_steps", self.checkpoint_every_steps, 0)
-    _int("keep_checkpoints", self.keep_checkpoints, 1)
-    _choice("mapping_backend", self.mapping_backend, MAPPING_BACKENDS)
-    _choice("param_dtype", self.param_dtype, DTYPES)
-    _choice("compute_dtype", self.compute_dtype, DTYPES)
-    _int("sync_warmup_steps", self.sync_warmup_steps, 0, high=MAX_STEPS,
-         what="global steps of synchronous warm-up")
-    _choice("lr_scaling", self.lr_scaling, LR_SCALINGS)
-    if self.lr_reference_batch is not None:
-      _int("lr_reference_batch", self.lr_reference_batch, 1,
-           what="global batch at which learning_rate is stated")
-    elif self.lr_scaling != "none":
+
+  def _check_relations(self) -> None:
+    """The rules between fields (each field already inside its declaration)."""
+    if self.dataset == "cifar10" and self.data_dir is None:
+      raise ConfigError("dataset 'cifar10' needs data_dir, the directory of the "
+                        "CIFAR-10 python batches (it is never downloaded)")
+    if self.crop_size is not None and self.dataset == "mnist1d":
+      raise ConfigError("crop_size crops images; dataset 'mnist1d' holds 1-D "
+                        "signals; allowed: crop_size None")
+    if self.num_devices is not None and self.num_workers % self.num_devices:
+      raise ConfigError(
+          f"num_workers={self.num_workers} is not a multiple of num_devices="
+          f"{self.num_devices}; allowed: a multiple of the devices used")
+    if self.global_batch_size % self.num_workers:
+      raise ConfigError(
+          f"global_batch_size={self.global_batch_size} does not split over "
+          f"num_workers={self.num_workers}; allowed: a multiple of {self.num_workers}")
+    if self.warmup_epochs >= self.num_epochs and self.warmup_epochs > 0:
+      raise ConfigError(f"warmup_epochs={self.warmup_epochs} must be less than "
+                        f"num_epochs={self.num_epochs}")
+    if self.lr_decay_epochs and self.lr_schedule != "step":
+      raise ConfigError(f"lr_decay_epochs={tuple(self.lr_decay_epochs)} has no effect "
+                        f"with lr_schedule {self.lr_schedule!r}; use lr_schedule 'step'")
+    if self.worker_speeds and self.max_worker_speed is not None:
+      raise ConfigError("give worker_speeds or max_worker_speed, not both")
+    runtimes = registry.TABLE[self.algorithm].runtimes
+    if self.runtime not in runtimes:
+      raise ConfigError(
+          f"algorithm {self.algorithm!r} does not run on runtime {self.runtime!r} "
+          f"(it runs on: {', '.join(runtimes)}); "
+          f"runtime {self.runtime!r} runs: {', '.join(registry.runs_on(self.runtime))}")
+    if self.runtime == "ray":
+      import importlib.util
+      if importlib.util.find_spec("ray") is None:
+        raise ConfigError("runtime 'ray' needs Ray, which is not installed; "
+                          "pip install 'easgd[ray]'")
+    if self.lr_reference_batch is None and self.lr_scaling != "none":
       raise ConfigError(f"lr_scaling {self.lr_scaling!r} scales learning_rate from a "
                         "reference batch; give lr_reference_batch (the global batch "
                         "at which learning_rate is stated)")
-    _int("validation_examples", self.validation_examples, 0,
-         what="examples held out of the training set")
-    self._refuse_unread()
-    self._validate_derived()
-    return self
 
   def _validate_derived(self) -> None:
     """The values the run derives from other fields, checked as derived.
@@ -536,61 +598,6 @@ class TrainConfig:
         f"at the exchange of a worker's local step {update.local_step} ({update.why}), "
         f"and the run is sure to give a worker only {steps} steps ({length}); "
         f"allowed: {allowed}")
-
-  def _validate_algorithm_fields(self) -> None:
-    """Ranges of the fields of the asynchronous and averaging algorithms."""
-    _choice("exchange_order", self.exchange_order, EXCHANGE_ORDERS)
-    if not isinstance(self.worker_speeds, (tuple, list)):
-      raise ConfigError(f"worker_speeds must be a sequence (one integer per worker), "
-                        f"got {self.worker_speeds!r}")
-    if self.worker_speeds:
-      if len(self.worker_speeds) != self.num_workers:
-        raise ConfigError(
-            f"worker_speeds has {len(self.worker_speeds)} entries; expected one per "
-            f"worker (num_workers={self.num_workers})")
-      for i, k in enumerate(self.worker_speeds):  # local steps per tick; 2.0 is 2
-        if checks.is_python_number(k) and float(k).is_integer():
-          k = int(k)
-        _int(f"worker_speeds[{i}]", k, 1, high=MAX_SPEED, what="local steps per tick")
-      if self.max_worker_speed is not None:
-        raise ConfigError("give worker_speeds or max_worker_speed, not both")
-    if self.max_worker_speed is not None:
-      _int("max_worker_speed", self.max_worker_speed, 1, high=MAX_SPEED)
-    _int("staleness", self.staleness, 0, what="in master updates", high=MAX_STALENESS)
-    _choice("push_timing", self.push_timing, PUSH_TIMINGS)
-    _real("outer_learning_rate", self.outer_learning_rate, 0, MAX_REAL, open_low=True)
-    _real("outer_momentum", self.outer_momentum, 0, 1, open_high=True)
-    _real("average_rate", self.average_rate, 0, 1, open_low=True)
-
-  def _validate_runtime_fields(self) -> None:
-    """Where the workers run, the Ray address and the injected delays."""
-    _choice("runtime", self.runtime, registry.RUNTIMES)
-    if self.runtime not in registry.TABLE[self.algorithm].runtimes:
-      raise ConfigError(
-          f"algorithm {self.algorithm!r} does not run on runtime {self.runtime!r} "
-          f"(it runs on: {', '.join(registry.TABLE[self.algorithm].runtimes)}); "
-          f"runtime {self.runtime!r} runs: {', '.join(registry.runs_on(self.runtime))}")
-    if self.ray_address is not None:
-      text = self.ray_address if isinstance(self.ray_address, str) else ""
-      host, sep, port = text.removeprefix("ray://").rpartition(":")
-      if text not in ("auto", "local") and not (sep and host and port.isdigit()):
-        raise ConfigError(f"ray_address must be [ray://]host:port (e.g. "
-                          f"'ray://head:10001'), 'auto' or None, got "
-                          f"{self.ray_address!r}")
-    if not isinstance(self.worker_delays, (tuple, list)):
-      raise ConfigError(f"worker_delays must be a tuple (seconds per local step, one "
-                        f"per worker), got {self.worker_delays!r}")
-    if self.worker_delays and len(self.worker_delays) != self.num_workers:
-      raise ConfigError(
-          f"worker_delays has {len(self.worker_delays)} entries; expected one per "
-          f"worker (num_workers={self.num_workers})")
-    for d in self.worker_delays:
-      _real("worker_delays entry (seconds per local step)", d, 0, MAX_DELAY_S)
-    if self.runtime == "ray":
-      import importlib.util
-      if importlib.util.find_spec("ray") is None:
-        raise ConfigError("runtime 'ray' needs Ray, which is not installed; "
-                          "pip install 'easgd[ray]'")
 
   def unread_fields(self) -> dict[str, Any]:
     """The fields set away from their default that this config's run never reads.
@@ -741,19 +748,6 @@ class TrainConfig:
   def to_json(self) -> str:
     """:meth:`to_dict` as JSON text (sorted keys)."""
     return json_text(self.to_dict(), indent=2, sort_keys=True)
-
-
-# Upper bounds that keep values inside int32 clocks and memory that exists.
-MAX_STEPS = 2**30        # tau, in steps (the clocks are int32)
-MAX_WORKERS = 2**16      # num_workers
-MAX_SPEED = 1024         # local steps per tick of the asynchronous schedules
-MAX_STALENESS = 1024     # master updates (a buffer of that many centers is kept)
-MAX_DELAY_S = 3600.0     # seconds: an injected delay per local step
-MAX_TOTAL_STEPS = 2**31 - 1  # the steps of a whole run (int32 step clocks)
-MAX_REAL = 1e38          # rates and coefficients: finite in float32 arithmetic
-FLOAT32_TINY = float(np.finfo(np.float32).tiny)
-"""The smallest resolved learning rate (float32's smallest normal number: the
-programs compute in float32, where a smaller rate is 0 or denormal)."""
 
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}

@@ -28,17 +28,8 @@ import numpy as np
 import optax
 
 from easgd._util import checks
+from easgd.training.names import BATCH_NORM_MODELS, DTYPES, MODELS  # re-exported
 
-
-MODELS = ("mlp", "cnn", "cnn_bn", "cifar")
-"""Names accepted by :func:`make_model`."""
-
-BATCH_NORM_MODELS = ("cnn_bn",)
-"""The names of :data:`MODELS` with BatchNorm layers (:func:`has_batch_norm`)."""
-
-DTYPES = ("float32", "bfloat16")
-"""Parameter and compute dtypes :func:`make_model` accepts (Flax's
-``param_dtype`` and ``dtype``)."""
 
 Params = Any  # A pytree of float32 arrays (Flax's ``variables['params']``).
 
