@@ -37,7 +37,7 @@ from easgd.analysis import hessian
 from easgd.sweeps import engine as sweep_engine
 from easgd.sweeps.engine import SweepError, check_factor, check_int, check_real
 from easgd.sweeps.grid import (SweepGrid, SweepResult, check_memory, check_num_steps,
-                              grid_config, records, run_grid)
+                              grid_config, run_grid, sweep_result)
 
 HESSIAN_EXAMPLES = 2000
 """Training examples of the Hessian's loss when none are given (fewer if the
@@ -382,7 +382,4 @@ def sweep_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
         curvature(point), at=dict(num_workers=p, **grid_config(grid, i), step=num_steps))
     hessian.warn_unconverged(info["hessian_trained"], "the best final center")
     h2 = hessian.certified_curvature(info["hessian_trained"])
-  result = SweepResult("network", grid, [], h, info, centers)
-  for p, out in outputs.items():
-    result.records += records("network", grid, p, out, h, h2)
-  return result
+  return sweep_result("network", grid, outputs, h, h2, info, centers)
