@@ -141,6 +141,63 @@ def _products(loss, params, vectors):
 _products_jit = jax.jit(_products)
 
 
+class _CountedProducts:
+  """H v for every row of ``vectors`` [m, n], float64, at fixed ``params``.
+
+  Counts the products taken (``used``) and whether every one was exactly 0
+  (``all_zero``); raises ValueError on a product that is not finite.
+  """
+
+  def __init__(self, loss: jax.tree_util.Partial, params: Params, dtype: np.dtype):
+    self.loss, self.params, self.dtype = loss, params, dtype
+    self.used, self.all_zero = 0, True
+
+  def __call__(self, vectors: np.ndarray) -> np.ndarray:
+    self.used += vectors.shape[0]
+    out = np.asarray(_products_jit(self.loss, self.params,
+                                   np.asarray(vectors, self.dtype)), np.float64)
+    if not np.all(np.isfinite(out)):
+      raise ValueError("the Hessian-vector product at params is not finite "
+                       "(the loss or its derivatives overflow there)")
+    self.all_zero = self.all_zero and not np.any(out)
+    return out
+
+
+def _dense_top(products: _CountedProducts, n: int) -> tuple[float, np.ndarray]:
+  """(lambda_max, its eigenvector) of H from its n columns (``numpy.linalg.eigh``)."""
+  h = products(np.eye(n))
+  lam, vecs = np.linalg.eigh(0.5 * (h + h.T))
+  return float(lam[-1]), vecs[:, -1]
+
+
+def _lanczos_top(products: _CountedProducts, n: int, key: jax.Array,
+                 num_iterations: int, tol: float) -> tuple[float, np.ndarray]:
+  """(lambda_max, its Ritz vector) by ARPACK's Lanczos within ``num_iterations`` products.
+
+  NaN (and a NaN vector) when the budget runs out or ARPACK does not
+  converge; 0 (and the start vector) for H = 0.
+  """
+
+  def matvec(x):
+    if products.used >= num_iterations:
+      raise _BudgetExhausted
+    return products(np.reshape(x, (1, n)))[0]
+
+  v0 = np.asarray(jax.random.normal(key, (n,), np.float32), np.float64)
+  ncv = max(2, min(LANCZOS_VECTORS, n, num_iterations))
+  try:
+    lam, vecs = eigsh(LinearOperator((n, n), matvec=matvec, dtype=np.float64),
+                      k=1, which="LA", v0=v0, ncv=ncv, maxiter=num_iterations,
+                      tol=tol)
+    return float(lam[0]), vecs[:, 0]
+  except (_BudgetExhausted, ArpackNoConvergence):
+    return math.nan, np.full(n, np.nan)
+  except ArpackError:
+    if not products.all_zero:
+      raise
+    return 0.0, v0  # H v0 = 0 for a random v0: H = 0 (ARPACK stops, info -9)
+
+
 def top_hessian_eigenvalue(loss: Callable[[Params], jax.Array], params: Params,
                            key: jax.Array, num_iterations: int = 100,
                            tol: float = 1e-4) -> HessianEigen:
@@ -212,45 +269,13 @@ def top_hessian_eigenvalue(loss: Callable[[Params], jax.Array], params: Params,
   n, dtype = int(flat.size), np.dtype(flat.dtype)
   if not isinstance(loss, jax.tree_util.Partial):
     loss = jax.tree_util.Partial(loss)
-  used, all_zero = 0, True
-
-  def products(vectors: np.ndarray) -> np.ndarray:
-    nonlocal used, all_zero
-    used += vectors.shape[0]
-    out = np.asarray(_products_jit(loss, params, np.asarray(vectors, dtype)),
-                     np.float64)
-    if not np.all(np.isfinite(out)):
-      raise ValueError("the Hessian-vector product at params is not finite "
-                       "(the loss or its derivatives overflow there)")
-    all_zero = all_zero and not np.any(out)
-    return out
-
+  products = _CountedProducts(loss, params, dtype)
   if n <= DENSE_MAX_PARAMETERS:
     method = "dense"
-    h = products(np.eye(n))
-    lam, vecs = np.linalg.eigh(0.5 * (h + h.T))
-    lam, v = float(lam[-1]), vecs[:, -1]
+    lam, v = _dense_top(products, n)
   else:
     method = "lanczos"
-
-    def matvec(x):
-      if used >= num_iterations:
-        raise _BudgetExhausted
-      return products(np.reshape(x, (1, n)))[0]
-
-    v0 = np.asarray(jax.random.normal(key, (n,), np.float32), np.float64)
-    ncv = max(2, min(LANCZOS_VECTORS, n, num_iterations))
-    try:
-      lam, vecs = eigsh(LinearOperator((n, n), matvec=matvec, dtype=np.float64),
-                        k=1, which="LA", v0=v0, ncv=ncv, maxiter=num_iterations,
-                        tol=tol)
-      lam, v = float(lam[0]), vecs[:, 0]
-    except (_BudgetExhausted, ArpackNoConvergence):
-      lam, v = math.nan, np.full(n, np.nan)
-    except ArpackError:
-      if not all_zero:
-        raise
-      lam, v = 0.0, v0  # H v0 = 0 for a random v0: H = 0 (ARPACK stops, info -9)
+    lam, v = _lanczos_top(products, n, key, num_iterations, tol)
   if math.isfinite(lam):
     v = v / np.linalg.norm(v)
     residual = float(np.linalg.norm(products(v[None])[0] - lam * v))
@@ -258,7 +283,7 @@ def top_hessian_eigenvalue(loss: Callable[[Params], jax.Array], params: Params,
     residual = math.nan
   converged = bool(residual <= tol * abs(lam))  # False for NaN
   eigenvector = unravel(jnp.asarray(v, dtype))
-  return HessianEigen(lam, eigenvector, used, converged, residual, method)
+  return HessianEigen(lam, eigenvector, products.used, converged, residual, method)
 
 
 def curvature_estimate(loss: Callable[[Params], jax.Array], params: Params,

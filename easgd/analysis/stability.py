@@ -53,6 +53,20 @@ import scipy.linalg
 
 from easgd._util import checks
 
+
+def _active_worker(i, num_workers) -> tuple[int, int]:
+  """``(i, p)``: p = ``num_workers`` an integer >= 1, the active worker i in [0, p).
+
+  Raises:
+    ValueError: num_workers < 1, i not an integer >= 0, or i >= p.
+  """
+  p = checks.integer("num_workers", num_workers, 1)
+  i = checks.integer("i", i, 0)
+  if i >= p:
+    raise ValueError(f"i must be an integer in [0, {p - 1}], got {i!r}")
+  return i, p
+
+
 def _radius_2x2(a11, a12, a21, a22) -> np.ndarray:
   """max |eigenvalue| of [[a11, a12], [a21, a22]], elementwise over arrays.
 
@@ -664,10 +678,7 @@ def round_robin_easgd_worker_map(eta: float, alpha: float, i: int,
   """
   eta = checks.real("eta", eta)
   a = checks.real("alpha", alpha)
-  p = checks.integer("num_workers", num_workers, 1)
-  i = checks.integer("i", i, 0)
-  if i >= p:
-    raise ValueError(f"i must be an integer in [0, {p - 1}], got {i!r}")
+  i, p = _active_worker(i, num_workers)
   return _rr_worker_maps(np.asarray(eta), np.asarray(a), p)[i]
 
 
@@ -795,10 +806,7 @@ def admm_worker_map(eta: float, rho: float, i: int, num_workers: int
   """
   eta = checks.real("eta", eta)
   rho = checks.real("rho", rho)
-  p = checks.integer("num_workers", num_workers, 1)
-  i = checks.integer("i", i, 0)
-  if i >= p:
-    raise ValueError(f"i must be an integer in [0, {p - 1}], got {i!r}")
+  i, p = _active_worker(i, num_workers)
   _check_eta_rho(np.asarray(eta), np.asarray(rho))
   return _admm_worker_maps(np.asarray(eta), np.asarray(rho), p)[i]
 

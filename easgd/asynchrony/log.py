@@ -28,7 +28,7 @@ from easgd.core import elastic
 from easgd.core.algorithms import Algorithm, every_tau_steps
 from easgd.asynchrony.schedule import (ExchangeSchedule, exchange_order, exchange_schedule,
                                   push_offset, served_order, slot_table)
-from easgd.asynchrony.simulation import AsyncRules, AsyncShared, AsyncWorker
+from easgd.asynchrony.simulator import AsyncRules, AsyncShared, AsyncWorker
 
 Params = Any
 
@@ -354,6 +354,110 @@ def _log_record(record) -> dict:
   return r
 
 
+def _center_needed(record: dict, step_end: bool) -> int | None:
+  """The center version a log record reads in a replay (None: a fault, none).
+
+  A restart reads its ``read_version``; an exchange serves against the center
+  before its update: ``read_version`` (EASGD, EAMSGD), or one version before
+  the fetch it reads (DOWNPOUR family, ``step_end``; at least 0).
+  """
+  if record["event"] == "restart":
+    return record["read_version"]
+  if record["event"] == "fault":
+    return None
+  return max(record["read_version"] - 1, 0) if step_end else record["read_version"]
+
+
+def _oldest_needed(records: list, step_end: bool) -> list:
+  """Entry k: the oldest center version records k, k+1, ... read (None: none).
+
+  Has ``len(records) + 1`` entries (the last None), so a replay can drop every
+  older center after it served record k - 1.
+  """
+  oldest, low = [0] * (len(records) + 1), None
+  oldest[-1] = None
+  for k in range(len(records) - 1, -1, -1):
+    n = _center_needed(records[k], step_end)
+    low = n if low is None else (low if n is None else min(low, n))
+    oldest[k] = low
+  return oldest
+
+
+class _Replay:
+  """The state of a :func:`replay` in progress: workers, clocks, master, centers.
+
+  ``centers`` maps a master version v to the center after v updates (only the
+  versions records still to come may read); ``history`` every center, with
+  ``keep_centers``.
+  """
+
+  def __init__(self, rules: AsyncRules, programs, params: Params, batch_fn: Callable,
+               key: jax.Array, p: int, keep_centers: bool):
+    self.rules, self.programs, self.params = rules, programs, params
+    self.batch_fn, self.key, self.p = batch_fn, key, p
+    self.step_end = rules.exchange_at == "step_end"
+    self.shared = init_shared(rules, params)
+    self.workers = [init_worker(rules, params) for _ in range(p)]
+    self.clocks = [0] * p
+    self.index = [np.int32(i) for i in range(p)]
+    self.centers = {0: self.shared.center}
+    self.history = [self.shared.center] if keep_centers else None
+    self.version = 0
+
+  def advance(self, i: int, until: int) -> None:
+    """Worker i's local steps up to clock ``until`` (raises at a due exchange)."""
+    while self.clocks[i] < until:
+      if bool(self.rules.due(self.clocks[i])):
+        raise ValueError(f"the log lacks worker {i}'s exchange at its local step "
+                         f"{self.clocks[i]} (due by the method's schedule)")
+      self.workers[i], _ = self.programs.local(
+          self.workers[i], self.batch_fn(i, self.clocks[i]), self.key, self.index[i])
+      self.clocks[i] += 1
+
+  def restart(self, k: int, r: dict) -> None:
+    """Log record k, a restart: the worker restarts from the current center."""
+    i, t = int(r["worker"]), int(r["local_step"])
+    if r["read_version"] != self.version:
+      raise ValueError(f"log record {k}: a restart reads the center after "
+                       f"{r['read_version']} updates, but {self.version} were served")
+    self.workers[i] = restart_worker(self.rules, self.centers[self.version], self.params, t)
+    self.clocks[i] = t
+
+  def exchange(self, k: int, r: dict) -> None:
+    """Log record k, an exchange: local steps up to it, then propose, serve, finish."""
+    i, t = int(r["worker"]), int(r["local_step"])
+    version, step_end = self.version, self.step_end
+    if r["version"] != version:
+      raise ValueError(f"log record {k} has version {r['version']}; expected "
+                       f"{version} (records must be in serving order)")
+    if not 0 <= r["read_version"] <= version + step_end:
+      raise ValueError(f"log record {k} reads center version {r['read_version']} "
+                       f"at master update {version}")
+    self.advance(i, t)
+    if self.clocks[i] != t or not bool(self.rules.due(t)):
+      raise ValueError(f"log record {k}: worker {i} exchanges at local step {t}, "
+                       f"which is not due or already passed (its clock is "
+                       f"{self.clocks[i]})")
+    _, proposal, message = self.programs.propose(self.workers[i], self.batch_fn(i, t),
+                                                 self.key, self.index[i])
+    self.shared, reply = self.programs.serve(
+        self.shared, message, self.centers[_center_needed(r, step_end)])
+    self.version += 1
+    self.centers[self.version] = self.shared.center
+    if self.history is not None:
+      self.history.append(self.shared.center)
+    if step_end and r["read_version"] != self.version:
+      reply = self.centers[r["read_version"]]  # a stale fetch (simulated staleness)
+    self.workers[i] = self.programs.finish(self.workers[i], proposal, reply)
+    self.clocks[i] += 1
+
+  def forget_centers_before(self, oldest: int | None) -> None:
+    """Drops the centers older than ``oldest`` (and than the current version)."""
+    keep = self.version if oldest is None else min(oldest, self.version)
+    for v in [v for v in self.centers if v < keep]:
+      del self.centers[v]
+
+
 def replay(algorithm: Algorithm, log, params: Params, batch_fn: Callable, key: jax.Array,
            final_clocks: Sequence[int], *, programs=None,
            keep_centers: bool = False) -> Replayed:
@@ -401,79 +505,19 @@ def replay(algorithm: Algorithm, log, params: Params, batch_fn: Callable, key: j
   rules = async_rules(algorithm)
   programs = RulePrograms(rules) if programs is None else programs
   records = [_log_record(r) for r in log]
-  p = len(final_clocks)
-  step_end = rules.exchange_at == "step_end"
-
-  def needs(r):  # the center versions a record reads
-    if r["event"] == "restart":
-      return r["read_version"]
-    if r["event"] == "fault":
-      return None
-    return max(r["read_version"] - 1, 0) if step_end else r["read_version"]
-  suffix_min, low = [0] * (len(records) + 1), None
-  suffix_min[-1] = None
-  for k in range(len(records) - 1, -1, -1):
-    n = needs(records[k])
-    low = n if low is None else (low if n is None else min(low, n))
-    suffix_min[k] = low
-
-  shared = init_shared(rules, params)
-  workers_ = [init_worker(rules, params) for _ in range(p)]
-  clocks = [0] * p
-  index = [np.int32(i) for i in range(p)]
-  centers = {0: shared.center}
-  history = [shared.center] if keep_centers else None
-  version = 0
-
-  def advance(i, until):
-    while clocks[i] < until:
-      if bool(rules.due(clocks[i])):
-        raise ValueError(f"the log lacks worker {i}'s exchange at its local step "
-                         f"{clocks[i]} (due by the method's schedule)")
-      workers_[i], _ = programs.local(workers_[i], batch_fn(i, clocks[i]), key,
-                                      index[i])
-      clocks[i] += 1
-
+  run = _Replay(rules, programs, params, batch_fn, key, len(final_clocks), keep_centers)
+  oldest_needed = _oldest_needed(records, run.step_end)
   for k, r in enumerate(records):
-    i, t = int(r["worker"]), int(r["local_step"])
-    if not 0 <= i < p:
-      raise ValueError(f"log record {k} names worker {i}; the run has {p} workers")
+    i = int(r["worker"])
+    if not 0 <= i < run.p:
+      raise ValueError(f"log record {k} names worker {i}; the run has {run.p} workers")
     if r["event"] == "fault":
       continue
     if r["event"] == "restart":
-      if r["read_version"] != version:
-        raise ValueError(f"log record {k}: a restart reads the center after "
-                         f"{r['read_version']} updates, but {version} were served")
-      workers_[i] = restart_worker(rules, centers[version], params, t)
-      clocks[i] = t
+      run.restart(k, r)
     else:
-      if r["version"] != version:
-        raise ValueError(f"log record {k} has version {r['version']}; expected "
-                         f"{version} (records must be in serving order)")
-      if not 0 <= r["read_version"] <= version + step_end:
-        raise ValueError(f"log record {k} reads center version {r['read_version']} "
-                         f"at master update {version}")
-      advance(i, t)
-      if clocks[i] != t or not bool(rules.due(t)):
-        raise ValueError(f"log record {k}: worker {i} exchanges at local step {t}, "
-                         f"which is not due or already passed (its clock is "
-                         f"{clocks[i]})")
-      loss, proposal, message = programs.propose(workers_[i], batch_fn(i, t), key,
-                                                 index[i])
-      del loss
-      shared, reply = programs.serve(shared, message, centers[needs(r)])
-      version += 1
-      centers[version] = shared.center
-      if keep_centers:
-        history.append(shared.center)
-      if step_end and r["read_version"] != version:
-        reply = centers[r["read_version"]]  # a stale fetch (simulated staleness)
-      workers_[i] = programs.finish(workers_[i], proposal, reply)
-      clocks[i] += 1
-    keep = suffix_min[k + 1]
-    keep = version if keep is None else min(keep, version)
-    for v in [v for v in centers if v < keep]:
-      del centers[v]
-  for i in range(p):
-    advance(i, int(final_clocks[i]))
-  return Replayed(workers_, shared, history)
+      run.exchange(k, r)
+    run.forget_centers_before(oldest_needed[k + 1])
+  for i in range(run.p):
+    run.advance(i, int(final_clocks[i]))
+  return Replayed(run.workers, run.shared, run.history)

@@ -339,3 +339,24 @@ class SweepResult:
     """JSON-ready dict: problem, grid, curvature, info, records."""
     return dict(problem=self.problem, grid=dataclasses.asdict(self.grid),
                 curvature=self.curvature, info=self.info, records=self.records)
+
+
+def sweep_result(problem: str, grid: SweepGrid, outputs: dict[int, dict],
+                 curvature: float | None, curvature_trained: float | None,
+                 info: dict[str, Any], centers: dict[int, Any]) -> SweepResult:
+  """The :class:`SweepResult` of :func:`run_grid`'s ``outputs``.
+
+  Args:
+    problem: ``"quadratic"`` or ``"network"``.
+    grid: the validated grid.
+    outputs: num_workers -> the program's outputs, in :func:`run_grid`'s order.
+    curvature, curvature_trained: h of the theory columns (:func:`records`).
+    info, centers: as :class:`SweepResult`.
+
+  Returns:
+    The result, with every program's :func:`records` in the order of ``outputs``.
+  """
+  result = SweepResult(problem, grid, [], curvature, info, centers)
+  for p, out in outputs.items():
+    result.records += records(problem, grid, p, out, curvature, curvature_trained)
+  return result

@@ -37,7 +37,7 @@ from easgd.analysis import hessian
 from easgd.sweeps import engine as sweep_engine
 from easgd.sweeps.engine import SweepError, check_factor, check_int, check_real
 from easgd.sweeps.grid import (SweepGrid, SweepResult, check_memory, check_num_steps,
-                              grid_config, records, run_grid)
+                              grid_config, run_grid, sweep_result)
 
 HESSIAN_EXAMPLES = 2000
 """Training examples of the Hessian's loss when none are given (fewer if the
@@ -261,6 +261,29 @@ def check_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
                       hessian_examples, need)
 
 
+def _curvature_fn(setup: NetworkSetup, key: jax.Array, tol: float):
+  """``curvature(params) -> record``: :func:`hessian_curvature` on the setup's
+  first ``hessian_examples`` training examples, with its budget, ``key`` and ``tol``."""
+  n = setup.hessian_examples
+  hx, hy = jnp.asarray(setup.dataset.train_x[:n]), jnp.asarray(setup.dataset.train_y[:n])
+  return lambda params: hessian_curvature(setup.model, params, hx, hy, key,
+                                          setup.hessian_iterations, tol)
+
+
+def _inputs_fn(setup: NetworkSetup, params0, num_steps: int, seed: int,
+               step_key: jax.Array):
+  """``inputs(p)`` of ``easgd.sweeps.grid.run_grid``: p workers and the center at
+  ``params0``, every step's batches (:func:`network_batches`), the test set, the key."""
+  ds, batch_size = setup.dataset, setup.per_worker_batch_size
+  test = (jnp.asarray(ds.test_x), jnp.asarray(ds.test_y))
+
+  def inputs(p):
+    x, y = network_batches(ds, p, batch_size, num_steps, seed)
+    worker0 = jax.tree.map(lambda a: jnp.broadcast_to(a, (p, *a.shape)), params0)
+    return worker0, params0, (jnp.asarray(x), jnp.asarray(y)), test, step_key
+  return inputs
+
+
 def sweep_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
                   model="mlp", per_worker_batch_size: int = 32, seed: int = 0,
                   divergence_factor: float = 1e3, data_dir=None,
@@ -332,45 +355,31 @@ def sweep_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
                         data_dir=data_dir, hessian_iterations=hessian_iterations,
                         hessian_examples=hessian_examples)
   num_steps = int(num_steps)
-  ds, model, model_name = setup.dataset, setup.model, setup.model_name
-  batch_size, hessian_iterations = setup.per_worker_batch_size, setup.hessian_iterations
-  hessian_examples = setup.hessian_examples
+  ds, model, iterations = setup.dataset, setup.model, setup.hessian_iterations
   init_key, step_key = jax.random.split(jax.random.key(seed))
   params0 = models.init_params(model, ds.input_shape, init_key)
-  hx = jnp.asarray(ds.train_x[:hessian_examples])
-  hy = jnp.asarray(ds.train_y[:hessian_examples])
-  hess_key = jax.random.fold_in(init_key, 1)
-  info = dict(programs={}, num_steps=num_steps, dataset=dataset, model=model_name,
+  curvature = _curvature_fn(setup, jax.random.fold_in(init_key, 1), hessian_tol)
+  info = dict(programs={}, num_steps=num_steps, dataset=dataset, model=setup.model_name,
               num_params=models.count_params(params0),
-              per_worker_batch_size=batch_size, seed=seed, divergence_factor=factor)
+              per_worker_batch_size=setup.per_worker_batch_size, seed=seed,
+              divergence_factor=factor)
   h = None
-  if hessian_iterations:
-    info["hessian_init"] = hessian_curvature(model, params0, hx, hy, hess_key,
-                                             hessian_iterations, hessian_tol)
+  if iterations:
+    info["hessian_init"] = curvature(params0)
     hessian.warn_unconverged(info["hessian_init"], "the initial parameters")
     h = hessian.certified_curvature(info["hessian_init"])
-  test = (jnp.asarray(ds.test_x), jnp.asarray(ds.test_y))
-
-  def inputs(p):
-    x, y = network_batches(ds, p, batch_size, num_steps, seed)
-    worker0 = jax.tree.map(lambda a: jnp.broadcast_to(a, (p, *a.shape)), params0)
-    return worker0, params0, (jnp.asarray(x), jnp.asarray(y)), test, step_key
 
   outputs, info["programs"] = run_grid(
-      grid, lambda p: _network_program(model, p, num_steps), inputs, factor)
+      grid, lambda p: _network_program(model, p, num_steps),
+      _inputs_fn(setup, params0, num_steps, seed, step_key), factor)
   centers = {p: jax.tree.map(np.asarray, out["center"]) for p, out in outputs.items()}
   h2 = None
-  best = _best_center(outputs) if hessian_iterations and hessian_at_trained else None
+  best = _best_center(outputs) if iterations and hessian_at_trained else None
   if best is not None:
     p, i = best
     point = jax.tree.map(lambda a: jnp.asarray(a[i]), centers[p])
     info["hessian_trained"] = dict(
-        hessian_curvature(model, point, hx, hy, hess_key, hessian_iterations,
-                          hessian_tol),
-        at=dict(num_workers=p, **grid_config(grid, i), step=num_steps))
+        curvature(point), at=dict(num_workers=p, **grid_config(grid, i), step=num_steps))
     hessian.warn_unconverged(info["hessian_trained"], "the best final center")
     h2 = hessian.certified_curvature(info["hessian_trained"])
-  result = SweepResult("network", grid, [], h, info, centers)
-  for p, out in outputs.items():
-    result.records += records("network", grid, p, out, h, h2)
-  return result
+  return sweep_result("network", grid, outputs, h, h2, info, centers)

@@ -42,7 +42,7 @@ from easgd._util import checks
 from easgd.sweeps import engine as sweep_engine
 from easgd.sweeps.engine import SweepError, check_factor, check_int, check_real
 from easgd.sweeps.grid import (SweepGrid, SweepResult, check_memory, check_num_steps,
-                              records, run_grid)
+                              run_grid, sweep_result)
 
 
 def quadratic_loss(x, batch, key):
@@ -411,10 +411,7 @@ def sweep_quadratic(grid: SweepGrid, num_steps: int, *, curvature: float = 1.0,
 
   outputs, programs = run_grid(grid, lambda p: _quadratic_program(p, num_steps), inputs,
                                factor)
-  result = SweepResult("quadratic", grid, [], h, dict(programs=programs))
-  for p, out in outputs.items():
-    result.records += records("quadratic", grid, p, out, h, None)
-    result.centers[p] = np.asarray(out["center"])
-  result.info.update(num_steps=num_steps, curvature=h, x0=x0, spread=spread,
-                     sigma=sigma, seed=seed, divergence_factor=factor)
-  return result
+  centers = {p: np.asarray(out["center"]) for p, out in outputs.items()}
+  info = dict(programs=programs, num_steps=num_steps, curvature=h, x0=x0, spread=spread,
+              sigma=sigma, seed=seed, divergence_factor=factor)
+  return sweep_result("quadratic", grid, outputs, h, None, info, centers)
