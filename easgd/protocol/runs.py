@@ -89,7 +89,7 @@ from easgd.protocol.config import (RESULTS_JSON, UNTUNABLE, Arm, ProtocolConfig,
                                    ProtocolError, lr_grid_edges, to_dict)
 from easgd.sweeps.curves import make_curve_fn
 from easgd.sweeps.engine import CompileCounter
-from easgd.training.trainer import make_loss_fn
+from easgd.training.spmd import make_loss_fn
 
 TRACED_ALWAYS = ("learning_rate", "seed", "lr_scaling", "lr_reference_batch")
 """Fields every program takes per configuration: the rate (resolved with the
