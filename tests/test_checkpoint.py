@@ -133,7 +133,7 @@ def test_restored_state_runs_through_the_compiled_step_without_recompiling(tmp_p
   with CompileCounter() as compiles:  # backend compilations while open
     worker, shared = run.initial_state()
     ix = np.arange(64).reshape(4, 16)
-    batch = jax.tree.map(lambda a: a, __import__("easgd").workers.split_workers(
+    batch = jax.tree.map(lambda a: a, __import__("easgd").parallel.workers.split_workers(
         (run.dataset.train_x[ix], run.dataset.train_y[ix]), run.layout))
     # clocks 0 (an exchange, tau=4) and 1 (a local step): both step programs
     worker, shared, loss0 = run.step_fn(worker, shared, batch, run.step_key, 0)

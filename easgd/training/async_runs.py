@@ -224,9 +224,11 @@ class AsyncExecutor:
     self.latest = ([0] * p, self.log)  # (clocks, log) of the latest checkpoint
 
   def checkpoint_target(self) -> dict:
+    """Host zeros of the checkpoint's tree (workers, master, losses, log length)."""
     return _checkpoint_target(self.run, self.rules)
 
   def initial_state(self) -> Snapshot:
+    """Every worker at the initial parameters and clock 0 (host state)."""
     p = self.run.config.num_workers
     worker = async_log.init_worker(self.rules, self.run.init_params)
     shared = async_log.init_shared(self.rules, self.run.init_params)
@@ -236,6 +238,12 @@ class AsyncExecutor:
                     log=[])
 
   def restore(self, restored: dict) -> Snapshot:
+    """Workers, master, losses and the exchange log (cut to the checkpoint's length).
+
+    Raises:
+      ConfigError: the exchange log cannot be read or is shorter than the
+        checkpoint says.
+    """
     p = self.run.config.num_workers
     self.log = _resumed_log(self.log_path, int(restored["log_length"]))
     self.worker_states = async_shared.unstack_workers(restored["worker"], p)
@@ -247,6 +255,7 @@ class AsyncExecutor:
     return Snapshot(self.step, restored, self._no_losses(), {}, log=self.log)
 
   def start(self, on_progress: Callable[[int], None]) -> None:
+    """Starts the backend, arms the faults, compiles, then starts the clock."""
     config, p = self.run.config, self.run.config.num_workers
     self.backend = _make_backend(config, self.run, self.setup, self.worker_states,
                                  self.shared, self.log, self.train_seconds)
@@ -262,10 +271,12 @@ class AsyncExecutor:
     self.train_start = time.perf_counter() - self.train_seconds
 
   def run_to(self, step: int, while_running: Callable[[], None] | None = None) -> None:
+    """Runs the workers until their clocks sum to ``step * num_workers``."""
     self.driver.run_to(step * self.run.config.num_workers, while_running=while_running)
     self.step = step
 
   def state_for_checkpoint(self, evaluated: bool) -> Snapshot:
+    """The idle workers' state, the master's, the log and (``evaluated``) the losses."""
     driver, step = self.driver, self.step
     seconds = time.perf_counter() - self.train_start
     workers_now, shared_now, log_now = self.backend.state()
@@ -300,14 +311,17 @@ class AsyncExecutor:
                 wall_time_s=round(seconds, 3))
 
   def evaluate_inputs(self, snapshot: Snapshot):
+    """The snapshot's host state placed on the run's devices."""
     layout = self.run.layout
     return (workers.split_workers(snapshot.state["worker"], layout),
             workers.replicate_per_device(snapshot.state["shared"], layout))
 
   def write_exchange_log(self, path, snapshot: Snapshot) -> None:
+    """The real run's exchange log at the snapshot."""
     async_shared.write_log(path, snapshot.log)
 
   def summary_fields(self) -> dict[str, Any]:
+    """The runtime, layout, exchanges, clocks and faults of the latest checkpoint."""
     run, step = self.run, self.step
     clocks, log = self.latest  # the clocks, exchanges and faults of the latest checkpoint
     per_worker = _exchanges_per_worker(log, run.config.num_workers)
@@ -325,5 +339,6 @@ class AsyncExecutor:
         stopped_workers=async_driver.stopped_workers(faults))
 
   def close(self) -> None:
+    """Stops the workers (threads, Ray actors)."""
     if self.backend is not None:
       self.backend.close()

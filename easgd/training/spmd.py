@@ -461,22 +461,27 @@ class SpmdExecutor:
     self._order = (None, None)  # (epoch, its batch indices)
 
   def checkpoint_target(self) -> dict:
+    """Host zeros of the checkpoint's tree (``Run.checkpoint_target``)."""
     return self.run.checkpoint_target()
 
   def initial_state(self) -> Snapshot:
+    """Every worker at the initial parameters, on the devices; step 0."""
     self.worker, self.shared = self.run.initial_state()
     self.step, self.epoch_losses = 0, []
     return Snapshot(0, None, host_losses([], self.run.config.num_workers), {})
 
   def restore(self, restored: dict) -> Snapshot:
+    """The restored checkpoint placed on this run's devices (any device count)."""
     self.worker, self.shared, self.step, self.epoch_losses = self.run.from_checkpoint(
         restored)
     return Snapshot(self.step, restored, host_losses([], self.run.config.num_workers), {})
 
   def start(self, on_progress: Callable[[int], None]) -> None:
+    """Nothing to start (compiled on the first step); keeps ``on_progress``."""
     self.on_progress = on_progress
 
   def run_to(self, step: int, while_running: Callable[[], None] | None = None) -> None:
+    """``while_running()``, then the steps up to global step ``step``."""
     if while_running is not None:  # before the next step: the state is the boundary's
       while_running()
     run = self.run
@@ -512,6 +517,7 @@ class SpmdExecutor:
                                        run.layout)
 
   def state_for_checkpoint(self, evaluated: bool) -> Snapshot:
+    """The state and this epoch's losses, read from the devices once."""
     del evaluated  # the losses since the epoch's start are always in the snapshot
     losses = host_losses(self.epoch_losses, self.run.config.num_workers)
     state = self.run.to_checkpoint(self.worker, self.shared, self.step, losses)
@@ -520,16 +526,19 @@ class SpmdExecutor:
     return Snapshot(self.step, state, losses, {})
 
   def evaluate_inputs(self, snapshot: Snapshot):
+    """The device state (the snapshot's until the next ``run_to``)."""
     del snapshot  # the device state is the snapshot's until the next step
     return self.worker, self.shared
 
   def write_exchange_log(self, path, snapshot: Snapshot) -> None:
+    """Simulated asynchronous algorithms: every exchange by the snapshot's step."""
     if registry.TABLE[self.run.config.algorithm].asynchronous:  # simulated: every exchange
       from easgd.asynchrony import log as async_log          # by the step, for replays
       async_log.write_exchange_log(path, self.run.algorithm, self.run.step_key,
                                    snapshot.step)
 
   def summary_fields(self) -> dict[str, Any]:
+    """Algorithm, layout, the center's lag, communication, shared copies equal."""
     run, step = self.run, self.step
     comm = run.algorithm.communication(step, run.param_bytes)
     return dict(
@@ -542,4 +551,5 @@ class SpmdExecutor:
         shared_copies_equal=workers.shared_copies_equal(self.shared))
 
   def close(self) -> None:
+    """Nothing to stop."""
     pass
