@@ -51,7 +51,7 @@ import numpy as np
 from easgd import train_and_evaluate
 from easgd.training import models
 from easgd.protocol import runs as protocol
-from easgd.training.trainer import DivergenceError
+from easgd.training.divergence import DivergenceError
 from easgd.protocol.config import load_protocol_file
 
 

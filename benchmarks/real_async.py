@@ -7,7 +7,7 @@ A. Time to a target test error with a straggler. MNIST-1D, the small 1-D CNN,
    and beta = 0.9, on --devices fake CPU devices. Candidates:
      async EASGD  the threads runtime (``easgd.runtimes.threads`` driven by
                   ``easgd.runtimes.driver``, what ``--runtime threads`` runs);
-     sync EASGD   the SPMD trainer's mapped step (``easgd.training.trainer.Run``);
+     sync EASGD   the SPMD trainer's mapped step (``easgd.training.spmd.Run``);
      pmean SGD    likewise.
    Each runs with all workers at full speed, then with worker 3 slowed down
    --slowdown times: after each of its local steps it sleeps (slowdown - 1) *
@@ -103,9 +103,9 @@ def _center_error(run):
 def _sync_run(args, algorithm, delay):
   """(times, errors) of an SPMD run, evaluating every eval_every steps."""
   import jax
-  from easgd.training import batches, trainer
+  from easgd.training import batches, spmd
   from easgd.parallel import workers
-  run = trainer.Run(_config(args, algorithm))
+  run = spmd.Run(_config(args, algorithm))
   error = _center_error(run)
   spe, p = run.steps_per_epoch, run.config.num_workers
   cfg = run.config
@@ -152,18 +152,18 @@ def _async_run(args, delays, measure=False):
   """(times, errors, exchanges, worker step seconds) of a threads-runtime run."""
   import jax
   from easgd.runtimes import driver as async_driver, threads as async_threads
-  from easgd.training import async_trainer, trainer
-  run = trainer.Run(_config(args, "async_easgd", "threads"))
+  from easgd.training import async_runs, spmd
+  run = spmd.Run(_config(args, "async_easgd", "threads"))
   error = _center_error(run)
   p = run.config.num_workers
-  setup = async_trainer.make_setup(run)
+  setup = async_runs.make_setup(run)
   backend = async_threads.ThreadBackend(
       setup, p, devices=async_threads.worker_devices(p, list(run.layout.devices)),
       delays_s=delays)
   try:
     backend.warm_up()
     driver = async_driver.Driver(backend, [0] * p,
-                                 chunk_steps=async_trainer.CHUNK_STEPS["threads"])
+                                 chunk_steps=async_runs.CHUNK_STEPS["threads"])
     _, shared, _ = backend.state()
     error(shared.center)  # compiles the evaluation
     times, errors, exchanges, train_s = [0.0], [error(shared.center)], [0], 0.0
@@ -255,7 +255,7 @@ def part_b(args):
   import common
   from easgd.asynchrony import log as async_log, simulation as asynchronous
   from easgd.runtimes import shared as async_shared
-  from easgd.training import async_trainer, trainer
+  from easgd.training import async_runs, spmd
   from easgd.training.optimizers import make_optimizer
   print(f"# B. local step, one worker on one device: the threads runtime's "
         f"WorkerLoop.run against a bare jax.jit SGD step, same batches, both waiting one "
@@ -266,11 +266,11 @@ def part_b(args):
   for model, batch in (("cnn", 32), ("mlp", 32), ("cnn", 128)):
     cfg = _config(args, "async_easgd", "threads").replace(
         model=model, num_workers=1, num_devices=1, global_batch_size=batch, tau=1)
-    run = trainer.Run(cfg)
-    loss_fn = trainer.make_loss_fn(run.model)
+    run = spmd.Run(cfg)
+    loss_fn = spmd.make_loss_fn(run.model)
     opt = make_optimizer(cfg, run.steps_per_epoch)
     algo = asynchronous.async_easgd(loss_fn, opt, num_workers=1, tau=2**30, beta=0.9)
-    batch_fn = async_trainer.make_batch_fn(run.dataset, cfg, run.steps_per_epoch)
+    batch_fn = async_runs.make_batch_fn(run.dataset, cfg, run.steps_per_epoch)
     setup = async_shared.AsyncSetup(algo, run.init_params, batch_fn, run.step_key)
     rules = async_log.async_rules(algo)
     programs = async_shared.WorkerPrograms(rules)

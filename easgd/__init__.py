@@ -28,10 +28,14 @@ face; README "Architecture"):
   easgd.runtimes.shared, async_threads, async_ray, async_driver
                     real asynchronous workers (runtime "threads" or "ray"): the
                     compiled rules, the center store and exchange log, the
-                    threads and Ray backends, the scheduler; easgd.training.async_trainer
-                    their training loop
-  easgd.training.trainer     train_and_evaluate(config, workdir): Run, loss/eval, divergence
-                    checks, stability warning
+                    threads and Ray backends, the scheduler; easgd.training.async_runs
+                    their executor of the training loop
+  easgd.training.trainer     train_and_evaluate(config, workdir): the one training loop
+                    (run directory, checkpoints, evaluation, metrics, summary) for
+                    every runtime, whose executor (easgd.training.executor) runs the
+                    steps: easgd.training.spmd (Run: data, model, compiled step and
+                    evaluation) or easgd.training.async_runs
+  easgd.training.divergence  DivergenceError, its messages, the stability warning
   easgd.training.optimizers  the local optimizer, its schedule counted in epochs
   easgd.training.rundir      the run directory: file names, workdir checks, set-aside of
                     an earlier run on overwrite, resume checks, metrics/summary
@@ -76,7 +80,8 @@ __all__, __getattr__, __dir__ = lazy_exports(
             "merge_workers first_copy"),
         "easgd.training.config": "ConfigError TrainConfig",
         "easgd.training.models": "param_bytes",
-        "easgd.training.trainer": "train_and_evaluate DivergenceError StabilityWarning",
+        "easgd.training.trainer": "train_and_evaluate",
+        "easgd.training.divergence": "DivergenceError StabilityWarning",
         "easgd.training.compare": "compare",
         "easgd.training.export": "export_center",
         "easgd.protocol.config": "Arm ProtocolConfig log_grid",

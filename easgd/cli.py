@@ -197,7 +197,7 @@ def _user_errors():
 
 def _run_errors():
   from easgd.runtimes.driver import WorkersLostError
-  from easgd.training.trainer import DivergenceError
+  from easgd.training.divergence import DivergenceError
   return (DivergenceError, WorkersLostError)
 
 

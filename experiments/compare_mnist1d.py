@@ -18,7 +18,7 @@ from pathlib import Path
 
 from easgd import train_and_evaluate
 from easgd.training.config import TrainConfig
-from easgd.training.trainer import DivergenceError
+from easgd.training.divergence import DivergenceError
 
 TAUS = (1, 4, 16)
 ALGORITHMS = ("easgd", "eamsgd", "downpour", "local_sgd", "diloco")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from easgd import cli
-from easgd.training import checkpoint, trainer
+from easgd.training import checkpoint, spmd, trainer
 from easgd.sweeps.engine import CompileCounter
 from easgd.methods.registry import ALGORITHMS
 from easgd.training.config import ConfigError, TrainConfig
@@ -83,12 +83,12 @@ def test_resume_refuses_a_damaged_or_missing_history_before_compiling(tmp_path, 
   else:  # a whole record gone, the file still well formed
     path.write_text(lines[0])
   steps_run = []
-  map_step = trainer.workers.map_step
+  map_step = spmd.workers.map_step
 
   def recording_map_step(*args, **kwargs):  # records every call of the training step
     step_fn = map_step(*args, **kwargs)
     return lambda *a: steps_run.append(a[-1]) or step_fn(*a)
-  monkeypatch.setattr(trainer.workers, "map_step", recording_map_step)
+  monkeypatch.setattr(spmd.workers, "map_step", recording_map_step)
   before = (tmp_path / "summary.json").read_text()
   with CompileCounter() as compiles:  # backend compilations while open
     with pytest.raises(ConfigError, match="cannot resume: '.*metrics.jsonl'"):
@@ -133,7 +133,7 @@ def test_restored_state_runs_through_the_compiled_step_without_recompiling(tmp_p
   with CompileCounter() as compiles:  # backend compilations while open
     worker, shared = run.initial_state()
     ix = np.arange(64).reshape(4, 16)
-    batch = jax.tree.map(lambda a: a, __import__("easgd").workers.split_workers(
+    batch = jax.tree.map(lambda a: a, __import__("easgd").parallel.workers.split_workers(
         (run.dataset.train_x[ix], run.dataset.train_y[ix]), run.layout))
     # clocks 0 (an exchange, tau=4) and 1 (a local step): both step programs
     worker, shared, loss0 = run.step_fn(worker, shared, batch, run.step_key, 0)

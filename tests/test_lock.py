@@ -117,7 +117,8 @@ def test_compare_sets_aside_runs_not_a_dead_runs_lock(tmp_path):
 PAUSED = """
 import sys, time
 from pathlib import Path
-from easgd import cli, rundir
+from easgd import cli
+from easgd.training import rundir
 gate = Path(sys.argv[1])
 write = rundir.write_metrics
 def paused(workdir, history):  # after the first evaluation, wait for the gate
@@ -130,7 +131,7 @@ sys.exit(cli.main(sys.argv[2:]))
 """
 HOLD = """
 import sys
-from easgd import runlock
+from easgd.training import runlock
 with runlock.hold_workdir(sys.argv[1], "train"):
   print("held", flush=True)
   sys.stdin.readline()

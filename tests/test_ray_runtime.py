@@ -14,7 +14,7 @@ import pytest
 
 from easgd import cli
 from easgd.runtimes import ray_actors as async_ray, shared as async_shared
-from easgd.training import async_trainer, checkpoint, trainer
+from easgd.training import async_runs, checkpoint, trainer
 from test_real_async import P, TINY, assert_bitwise, replays_its_checkpoint, restore
 from testutil import interrupt_once
 
@@ -45,7 +45,7 @@ def test_an_unreachable_cluster_is_one_line_and_exit_status_3(tmp_path, capsys):
 def test_a_killed_worker_is_restarted_from_the_center_and_the_run_replays(tmp_path,
                                                                          local_ray):
   cfg = TINY.replace(runtime="ray", worker_delays=())
-  s = async_trainer.train_and_evaluate_async(cfg, tmp_path, faults={2: 7})
+  s = trainer.train_and_evaluate_async(cfg, tmp_path, faults={2: 7})
   assert s["status"] == "complete" and s["steps_done"] == 44
   assert s["layout"] == "4 workers = 4 Ray actors [local Ray, ray; evaluation: pmap]"
   (fault,) = s["faults"]
@@ -63,7 +63,7 @@ def test_a_killed_worker_is_restarted_from_the_center_and_the_run_replays(tmp_pa
     assert [r["local_step"] for r in log
             if r["event"] == "exchange" and r["worker"] == i] == list(range(0, n, 2))
   # four worker processes and the center's, replayed here: the same bits
-  out = async_shared.replay_run(async_trainer.make_setup(run), log, clocks)
+  out = async_shared.replay_run(async_runs.make_setup(run), log, clocks)
   assert_bitwise(jax.device_get(out.workers),
                  async_shared.unstack_workers(final["worker"], P))
   assert_bitwise(out.shared.center, final["shared"].center)
@@ -76,7 +76,7 @@ def test_an_interrupted_run_with_a_restart_resumes_with_its_checkpoints_faults(
   with monkeypatch.context() as m:  # Ctrl-C right after step 22's checkpoint
     fired = interrupt_once(m, checkpoint.Checkpointer, "save", 1, after=True)
     with pytest.raises(KeyboardInterrupt):
-      async_trainer.train_and_evaluate_async(cfg, tmp_path, faults={2: 7})
+      trainer.train_and_evaluate_async(cfg, tmp_path, faults={2: 7})
   assert fired
   done = trainer.train_and_evaluate(cfg, tmp_path, resume=True)
   assert done["status"] == "complete" and done["final_step"] == 44

@@ -28,7 +28,7 @@ import pytest
 from easgd import cli
 from easgd.runtimes import driver as async_driver, shared as async_shared, threads as async_threads
 from easgd.asynchrony import log as async_log, simulation as asynchronous
-from easgd.training import async_trainer, batches, checkpoint, trainer
+from easgd.training import async_runs, batches, checkpoint, trainer
 from easgd.methods import baselines
 from easgd.training.config import ConfigError, TrainConfig
 from testutil import interrupt_once, mlp_setup, random_batches
@@ -190,7 +190,7 @@ def restore(workdir, run):
   ckpt = checkpoint.Checkpointer(workdir)
   try:
     rules = async_log.async_rules(run.algorithm)
-    return ckpt.restore(target=async_trainer._checkpoint_target(run, rules))
+    return ckpt.restore(target=async_runs._checkpoint_target(run, rules))
   finally:
     ckpt.close()
 
@@ -215,7 +215,7 @@ def test_an_interrupted_run_resumes_and_continues_its_log(tmp_path):
   assert sum(clocks) == 44 * P
   assert done["exchanges_per_worker"] == [-(-n // 2) for n in clocks]
   # the whole log, from the start, replays the final checkpoint bit for bit
-  out = async_shared.replay_run(async_trainer.make_setup(run), log, clocks)
+  out = async_shared.replay_run(async_runs.make_setup(run), log, clocks)
   assert_bitwise(jax.device_get(out.workers), async_shared.unstack_workers(
       final["worker"], P))
   assert_bitwise(out.shared.center, final["shared"].center)
@@ -226,8 +226,8 @@ def test_an_interrupted_run_resumes_and_continues_its_log(tmp_path):
 
 
 def test_a_worker_fault_is_reported_not_raised(tmp_path):
-  s = async_trainer.train_and_evaluate_async(TINY.replace(num_epochs=1), tmp_path,
-                                             faults={3: 5})
+  s = trainer.train_and_evaluate_async(TINY.replace(num_epochs=1), tmp_path,
+                                       faults={3: 5})
   assert s["status"] == "complete" and s["steps_done"] == 22
   (fault,) = s["faults"]
   assert (fault["worker"], fault["local_step"], fault["restarted_at"]) == (3, 5, None)
@@ -236,7 +236,7 @@ def test_a_worker_fault_is_reported_not_raised(tmp_path):
 
 def test_the_batches_are_the_spmd_trainers(tmp_path):
   run = trainer.Run(TINY)
-  batch_fn = async_trainer.make_batch_fn(run.dataset, TINY, run.steps_per_epoch)
+  batch_fn = async_runs.make_batch_fn(run.dataset, TINY, run.steps_per_epoch)
   for t in (0, 5, 21, 22, 50):
     epoch, k = t // 22 + 1, t % 22
     ix = batches.worker_batch_indices(len(run.dataset.train_y), P, 16, TINY.seed, epoch)[k]
@@ -278,7 +278,7 @@ def replays_its_checkpoint(workdir, cfg=TINY):
   clocks = final["worker"].clock.tolist()
   log = async_shared.read_log(workdir / "exchanges.jsonl")
   assert int(final["log_length"]) == len(log)
-  out = async_shared.replay_run(async_trainer.make_setup(run), log, clocks)
+  out = async_shared.replay_run(async_runs.make_setup(run), log, clocks)
   assert_bitwise(jax.device_get(out.workers), async_shared.unstack_workers(
       final["worker"], P))
   assert_bitwise(out.shared.center, final["shared"].center)
@@ -293,7 +293,7 @@ def replays_its_checkpoint(workdir, cfg=TINY):
     ("save", 2, True)])
 def test_an_interrupt_at_any_point_of_a_boundary_resumes(tmp_path, monkeypatch, point,
                                                          call, after):
-  owner = {"_evaluate": async_trainer, "write_metrics": async_trainer.rundir,
+  owner = {"_evaluate": trainer, "write_metrics": trainer.rundir,
            "save": checkpoint.Checkpointer}[point]
   with monkeypatch.context() as m:
     fired = interrupt_once(m, owner, point, call, after)
@@ -312,8 +312,8 @@ def test_an_interrupt_at_any_point_of_a_boundary_resumes(tmp_path, monkeypatch, 
 
 def test_summaries_report_the_clocks_and_faults_of_their_checkpoint(tmp_path):
   # worker 3 raises before its local step 2: inside its first chunk (>= 3 steps)
-  first = async_trainer.train_and_evaluate_async(TINY, tmp_path, stop_after_steps=8,
-                                                 faults={3: 2})
+  first = trainer.train_and_evaluate_async(TINY, tmp_path, stop_after_steps=8,
+                                           faults={3: 2})
   clocks = restore(tmp_path, trainer.Run(TINY))["worker"].clock.tolist()
   assert first["status"] == "stopped" and first["steps_done"] == 8
   assert first["worker_local_steps"] == clocks and sum(clocks) == 8 * P

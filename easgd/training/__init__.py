@@ -10,8 +10,9 @@ from easgd._util import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(
     __name__,
-    modules=("config", "data", "batches", "models", "optimizers", "checkpoint",
-             "rundir", "runlock", "trainer", "async_trainer", "export", "compare", "plotting"),
+    modules=("config", "names", "data", "batches", "models", "optimizers", "checkpoint",
+             "rundir", "runlock", "executor", "spmd", "async_runs", "divergence", "trainer",
+             "export", "compare", "plotting"),
     names={
         "easgd.training.config": "TrainConfig ConfigError",
         "easgd.training.data": "DATASETS DataError Dataset load_dataset",
@@ -21,8 +22,9 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "easgd.training.optimizers": "make_optimizer make_schedule",
         "easgd.training.checkpoint": "CheckpointError Checkpointer",
         "easgd.training.runlock": "WorkdirInUseError",
-        "easgd.training.trainer": "train_and_evaluate DivergenceError StabilityWarning",
-        "easgd.training.async_trainer": "train_and_evaluate_async",
+        "easgd.training.executor": "Executor Snapshot",
+        "easgd.training.divergence": "DivergenceError StabilityWarning",
+        "easgd.training.trainer": "train_and_evaluate train_and_evaluate_async",
         "easgd.training.export": "export_center",
         "easgd.training.plotting": "plot_comparison plot_tau_alpha_heatmap",
     })

@@ -24,8 +24,6 @@ with equal speeds one tick is one step for every method).
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -34,7 +32,7 @@ from easgd._util import checks
 from easgd.methods import registry
 from easgd.training.config import ConfigError, TrainConfig, as_train_config
 from easgd._util.files import json_text, write_text_atomic
-from easgd.training.rundir import PREVIOUS_RUN_DIR, check_workdir, drop_previous_run, workdir_path
+from easgd.training.rundir import check_workdir, drop_previous_run, move_aside, workdir_path
 from easgd.training.runlock import LOCK_FILES, hold_workdir
 from easgd.training.trainer import train_and_evaluate
 
@@ -184,7 +182,7 @@ def plan(config: TrainConfig, algorithms: Sequence[str]
 
 def resolve_runs(configs: Sequence[TrainConfig]) -> None:
   """What each run derives from the data's size, checked for every run before
-  the first one starts (``TrainConfig.resolve``, as ``easgd.training.trainer.Run`` does).
+  the first one starts (``TrainConfig.resolve``, as ``easgd.training.spmd.Run`` does).
 
   Args:
     configs: validated configs (:func:`plan`).
@@ -300,18 +298,7 @@ def _set_aside_comparison(workdir: Path) -> None:
         e.rmdir()               # its new run takes it over (easgd.training.runlock)
     elif e.exists():
       old.append(e)
-  if not old:
-    return
-  aside = workdir / PREVIOUS_RUN_DIR
-  if aside.exists() and not (workdir / RESULTS_JSON).exists():
-    for e in old:
-      shutil.rmtree(e) if e.is_dir() else e.unlink()
-    return
-  if aside.exists():
-    shutil.rmtree(aside)
-  aside.mkdir()
-  for e in old:
-    os.replace(e, aside / e.name)
+  move_aside(workdir, old, finished=workdir / RESULTS_JSON)
 
 
 def _title(config: TrainConfig) -> str:

@@ -11,7 +11,7 @@ from easgd.training import batches, checkpoint, data, models
 from easgd.training.config import ConfigError
 from easgd._util.files import json_text, write_bytes_atomic, write_text_atomic
 from easgd.training.rundir import ensure_writable_dir, saved_config
-from easgd.training.trainer import Run
+from easgd.training.spmd import Run
 
 
 def export_center(workdir, out_path) -> Path:

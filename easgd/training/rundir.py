@@ -15,7 +15,7 @@ A run directory (``workdir``) holds, each file replaced atomically
                       steps the center lags the workers
                       (``center_lag_steps``), wall time; real asynchronous
                       runs also the clocks, exchanges and faults of the
-                      checkpoint it describes (``easgd.training.async_trainer``);
+                      checkpoint it describes (``easgd.training.async_runs``);
                       ``wall_time_s``: the whole run in seconds, from the
                       start of training (data loaded, model built) to the
                       summary, compilation, evaluations and checkpoints
@@ -39,7 +39,7 @@ A run directory (``workdir``) holds, each file replaced atomically
                       and holder (``easgd.training.runlock``), never part of the run.
 
 Everything here runs before anything is compiled (the checks) or between the
-trainer's steps (the writers); the training itself is ``easgd.training.trainer``.
+trainer's steps (the writers); the training loop itself is ``easgd.training.trainer``.
 """
 
 from __future__ import annotations
@@ -240,19 +240,38 @@ def set_aside_previous_run(workdir: Path, ckpt: checkpoint.Checkpointer) -> None
   ckpt.close()
   if not old and not has_checkpoints:
     return
+  if (workdir / checkpoint.CHECKPOINT_DIR).exists():
+    old.append(workdir / checkpoint.CHECKPOINT_DIR)
+  move_aside(workdir, old, finished=workdir / SUMMARY_FILE)
+
+
+def move_aside(workdir: Path, entries, finished: Path) -> None:
+  """Moves ``entries`` (files and directories of ``workdir``) to ``workdir/previous_run``.
+
+  The one set-aside of an overwrite (runs: :func:`set_aside_previous_run`;
+  comparisons: ``easgd.training.compare``). If ``previous_run`` is already
+  there and ``finished`` (the file a finished run or comparison writes last)
+  is not, an earlier overwrite failed: ``previous_run`` still holds the last
+  finished one, so it is kept and ``entries`` (the failed attempt's) are
+  deleted instead. An earlier ``previous_run`` is replaced otherwise.
+
+  Args:
+    workdir: the directory that holds ``entries``.
+    entries: paths that exist; nothing happens when there are none.
+    finished: the path whose presence says the entries are a finished run.
+  """
+  if not entries:
+    return
   aside = workdir / PREVIOUS_RUN_DIR
-  if aside.exists() and not (workdir / SUMMARY_FILE).is_file():
-    for f in old:
-      f.unlink()
-    shutil.rmtree(workdir / checkpoint.CHECKPOINT_DIR, ignore_errors=True)
+  if aside.exists() and not finished.exists():
+    for e in entries:
+      shutil.rmtree(e, ignore_errors=True) if e.is_dir() else e.unlink()
     return
   if aside.exists():
     shutil.rmtree(aside)
   aside.mkdir()
-  for f in old:
-    os.replace(f, aside / f.name)
-  if (workdir / checkpoint.CHECKPOINT_DIR).exists():
-    os.replace(workdir / checkpoint.CHECKPOINT_DIR, aside / checkpoint.CHECKPOINT_DIR)
+  for e in entries:
+    os.replace(e, aside / e.name)
 
 
 def open_run(config: TrainConfig, workdir: Path, *, resume: bool

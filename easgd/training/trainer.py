@@ -1,463 +1,52 @@
-"""The trainer: ``train_and_evaluate(config, workdir)``.
+"""The training loop: ``train_and_evaluate(config, workdir)``, for every runtime.
 
-Builds the data, model, local optimizer (schedule counted in epochs) and
-algorithm from a :class:`~easgd.training.config.TrainConfig`, compiles one mapped step
-and one mapped evaluation, and trains. It evaluates the CENTER on every test
-example exactly once, and records the mean worker training loss, the mean
-distance of the workers to the center and the communication so far.
+One driver owns what a run writes and checks: the workdir lock
+(``easgd.training.runlock``), the workdir checks and resume
+(``easgd.training.rundir``), the checkpoint at every boundary (an epoch end,
+every ``checkpoint_every_steps`` steps, a planned stop), the evaluation of the
+center (``easgd.training.spmd.Run.evaluate``), ``metrics.jsonl``, the exchange
+log, ``summary.json`` and the divergence checks (``easgd.training.divergence``).
+How the steps are executed is the runtime's, an ``easgd.training.executor.Executor``:
+``easgd.training.spmd.SpmdExecutor`` (runtime "spmd") or
+``easgd.training.async_runs.AsyncExecutor`` (runtimes "threads", "ray").
 
-The files it writes to ``workdir`` (``config.json``, ``metrics.jsonl``,
-``summary.json``, ``exchanges.jsonl``, ``checkpoints/``), its checks before a
-run, the set-aside of an earlier run on overwrite and the resume checks live in
-``easgd.training.rundir``; the local optimizer in ``easgd.training.optimizers``; the export of
-the center in ``easgd.training.export``.
+At a boundary the loop reads the state (checked finite, never saved
+otherwise); then, at an evaluated epoch end, evaluates, writes the record,
+then the exchange log, then saves the checkpoint: an interrupt between them
+leaves a record past the latest checkpoint, which ``resume`` drops and
+redoes (``easgd.training.rundir.resumed_history``).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
-from typing import Any
+from typing import Any, Mapping
 
 import jax
-import jax.numpy as jnp
-import numpy as np
-from jax import lax
 
-from easgd.core import algorithms, elastic
-from easgd.training import batches, data, models, rundir, runlock
 from easgd._util import checks
-from easgd.parallel import distributed, workers
-from easgd.methods import registry
-from easgd.training.config import ConfigError, TrainConfig, as_train_config
-from easgd.training.optimizers import make_optimizer, make_schedule
 from easgd._util.progress import progress_bar
-from easgd.parallel.workers import WORKER_AXES
+from easgd.methods import registry
+from easgd.parallel import distributed
+from easgd.training import async_runs, models, rundir, runlock
+from easgd.training.config import ConfigError, TrainConfig, as_train_config
+from easgd.training.divergence import (DivergenceError, StabilityWarning,
+                                       stability_warning, worker_loss_message)
+from easgd.training.executor import Executor, Snapshot
+from easgd.training.spmd import (Run, SpmdExecutor, bn_stats_indices,  # noqa: F401
+                                 center_lag_steps, make_loss_fn)  # (re-exported)
 
-
-def make_loss_fn(model):
-  """``loss_fn(params, (x, y), key)``: mean cross-entropy of a mini-batch.
-
-  Models with BatchNorm (``models.has_batch_norm``) normalise with the
-  mini-batch's own statistics; the updated ``batch_stats`` that Flax returns are
-  discarded, so no BatchNorm state is trained, exchanged or checkpointed (the
-  policy of ``easgd.training.models``; the center's statistics: :func:`make_eval_fn`).
-
-  Args:
-    model: a Flax classifier from ``easgd.training.models.make_model``.
-
-  Returns:
-    ``loss_fn``: per-worker params, x [b, ...], integer labels y [b] and a
-    dropout key -> the float32 scalar loss.
-  """
-  if models.has_batch_norm(model):
-    def bn_loss_fn(params, batch, key):
-      x, y = batch
-      logits, _ = model.apply({"params": params}, x, train=True,  # _: batch_stats
-                              rngs={"dropout": key}, mutable=["batch_stats"])
-      return models.cross_entropy_loss(logits, y)
-    return bn_loss_fn
-
-  def loss_fn(params, batch, key):
-    x, y = batch
-    logits = model.apply({"params": params}, x, train=True,
-                         rngs={"dropout": key})
-    return models.cross_entropy_loss(logits, y)
-  return loss_fn
-
-
-def make_eval_fn(model, algo: algorithms.Algorithm):
-  """Per-worker evaluation of the center on this worker's test shard.
-
-  Returns ``eval_fn(worker, shared, x, y, mask) -> (loss_sum, correct, count,
-  distance)`` with x: [num_batches, eval_batch, ...], mask: bool like y. Sums
-  run over masked entries only, so the totals over workers are exact.
-
-  Models with BatchNorm (``models.has_batch_norm``) get one more argument,
-  ``eval_fn(worker, shared, bn_x, x, y, mask)``, and this policy: the center is
-  an average of the workers' parameters (elastic or plain), so statistics
-  collected by any worker do not belong to it. Before the test batches, the
-  center's BatchNorm statistics are recomputed from the center itself: a
-  train-mode pass over ``bn_x`` ([n, ...], this worker's share of the fixed
-  statistics examples, ``Run.bn_stats_data``) with cross-worker BatchNorm
-  (``models.compute_batch_stats`` over ``WORKER_AXES``), i.e. each layer's
-  exact per-channel mean and biased variance over all workers' examples,
-  identical on every worker (as SWA's ``bn_update`` does for averaged weights,
-  Izmailov et al., 2018). The center is then evaluated with
-  ``train=False`` (``use_running_average=True``) and these statistics.
-  Models without BatchNorm compile exactly as before (no extra pass).
-
-  Args:
-    model: a Flax classifier from ``easgd.training.models.make_model``.
-    algo: the run's algorithm (``center``, ``worker_params``).
-
-  Returns:
-    ``eval_fn`` as above, to be mapped over workers (``easgd.parallel.workers.map_workers``).
-  """
-  def evaluate(worker, shared, center, variables, x, y, mask):
-    def body(carry, inputs):
-      xb, yb, mb = inputs
-      logits = model.apply(variables, xb, train=False)
-      loss, correct = models.per_example_stats(logits, yb)
-      return (carry[0] + jnp.sum(jnp.where(mb, loss, 0.0)),
-              carry[1] + jnp.sum(jnp.where(mb, correct, 0).astype(jnp.int32)),
-              carry[2] + jnp.sum(mb.astype(jnp.int32))), None
-
-    zeros = (jnp.float32(0), jnp.int32(0), jnp.int32(0))
-    (loss_sum, correct, count), _ = lax.scan(body, zeros, (x, y, mask))
-    distance = elastic.tree_l2_distance(algo.worker_params(worker, shared), center)
-    return loss_sum, correct, count, distance
-
-  if models.has_batch_norm(model):
-    def bn_eval_fn(worker, shared, bn_x, x, y, mask):
-      center = algo.center(shared)
-      batch_stats = models.compute_batch_stats(model, center, bn_x, WORKER_AXES)
-      return evaluate(worker, shared, center,
-                      {"params": center, "batch_stats": batch_stats}, x, y, mask)
-    return bn_eval_fn
-
-  def eval_fn(worker, shared, x, y, mask):
-    center = algo.center(shared)
-    return evaluate(worker, shared, center, {"params": center}, x, y, mask)
-  return eval_fn
-
-
-def bn_stats_indices(num_examples: int, num_workers: int, bn_stats_examples: int,
-                     seed: int) -> np.ndarray:
-  """The training examples of the center's BatchNorm statistics, per worker.
-
-  The first ``W * n`` entries of ``batches.epoch_permutation(N, seed, 0)`` (epoch 0
-  is never a training epoch), worker i taking the i-th block of n, with
-  ``n = max(1, min(bn_stats_examples, N) // W)``: equal shards, so pooled moments
-  are exact. The same at every evaluation and at export.
-
-  Args:
-    num_examples: N, the training set's size.
-    num_workers: W.
-    bn_stats_examples: how many examples the statistics should use in all.
-    seed: the run's seed.
-
-  Returns:
-    int64 ``[W, n]`` indices into the training set.
-
-  Raises:
-    ConfigError: fewer training examples than workers.
-  """
-  n = max(1, min(bn_stats_examples, num_examples) // num_workers)
-  if n * num_workers > num_examples:
-    raise ConfigError(f"num_workers={num_workers} exceeds the {num_examples} training "
-                      "examples; BatchNorm statistics need one per worker")
-  perm = batches.epoch_permutation(num_examples, seed, 0)
-  return perm[:n * num_workers].reshape(num_workers, n)
-
-
-class DivergenceError(RuntimeError):
-  """Training produced a non-finite loss or parameters."""
-
-
-class Run:
-  """Everything a training run compiles and feeds, built from a config.
-
-  Construction validates the config, the worker layout and the data set before
-  anything is compiled. Attributes: ``config``, ``layout``, ``dataset``,
-  ``model``, ``algorithm``, ``steps_per_epoch``, ``total_steps``,
-  ``param_bytes``, ``step_fn`` (``easgd.parallel.workers.map_step``: called with the
-  host's step count as its last argument), ``eval_fn``
-  (``easgd.parallel.workers.map_workers``), ``step_key``; for models with BatchNorm
-  (``batch_norm`` True) also ``bn_stats_data`` (the examples of the center's
-  statistics, :func:`bn_stats_indices`) and ``batch_stats_fn``.
-
-  Raises:
-    ConfigError, easgd.parallel.workers.LayoutError, easgd.training.data.DataError: bad input.
-  """
-
-  def __init__(self, config: TrainConfig):
-    self.config = config = config.validate()
-    self.layout = workers.make_layout(config.num_workers, config.num_devices,
-                                      backend=config.mapping_backend)
-    full = data.load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
-    # validation_examples: held out of the training set, never trained on
-    self.dataset, self.validation = data.with_validation_split(
-        full, config.validation_examples)
-    ds = self.dataset
-    self.steps_per_epoch = batches.steps_per_epoch(
-        len(ds.train_y), config.num_workers, config.per_worker_batch_size)
-    # every quantity derived from the data's size (tau and K against the run,
-    # the center's first exchange, the schedule in steps), checked before
-    # anything compiles; summary.json and the metrics record it
-    self.resolved = config.resolve(self.steps_per_epoch)
-    self.total_steps = self.resolved["total_steps"]
-    self.resolved.update(validation_examples=config.validation_examples,
-                         train_examples=len(ds.train_y))
-    self.schedule = make_schedule(config, self.steps_per_epoch)
-    self.model = models.make_model(config.model, ds.num_classes,
-                                   param_dtype=config.param_dtype,
-                                   compute_dtype=config.compute_dtype)
-    # crop_size: the model sees crop x crop images (None: ds.input_shape).
-    self.input_shape = batches.cropped_shape(ds.input_shape, config.crop_size)
-    init_key, self.step_key = jax.random.split(jax.random.key(config.seed))
-    self.init_params = models.init_params(self.model, self.input_shape, init_key)
-    self.param_bytes = models.param_bytes(self.init_params)
-    self.algorithm = algo = registry.make_algorithm(
-        config, make_loss_fn(self.model), make_optimizer(config, self.steps_per_epoch),
-        self.total_steps)
-    # (..., clock) -> ...; BatchNorm normalises each worker's own mini-batch, so a
-    # device's workers are not merged into one batch for such models
-    self.step_fn = workers.map_step(algo, self.layout,
-                                    merge_workers=not models.has_batch_norm(self.model))
-    # BatchNorm models: the eval takes one more "worker" argument, bn_x.
-    self.batch_norm = bn = models.has_batch_norm(self.model)
-    self.eval_fn = workers.map_workers(
-        make_eval_fn(self.model, algo), self.layout,
-        ("worker", "shared") + ("worker",) * (4 if bn else 3), ("worker",) * 4)
-    # at most the examples a worker evaluates: a huge eval_batch_size pads nothing
-    eval_batch = min(config.eval_batch_size, -(-len(ds.test_y) // config.num_workers))
-    idx, mask = batches.eval_shards(len(ds.test_y), config.num_workers, eval_batch)
-    test_x = batches.center_crop(ds.test_x, config.crop_size)  # evaluation: centre crop
-    self.test_data = workers.split_workers((test_x[idx], ds.test_y[idx], mask),
-                                           self.layout)
-    self.val_data = None  # validation_examples: the held-out examples, sharded alike
-    if config.validation_examples:
-      val_x, val_y = self.validation
-      val_batch = min(config.eval_batch_size, -(-len(val_y) // config.num_workers))
-      vidx, vmask = batches.eval_shards(len(val_y), config.num_workers, val_batch)
-      self.val_data = workers.split_workers(
-          (batches.center_crop(val_x, config.crop_size)[vidx], val_y[vidx], vmask),
-          self.layout)
-    self.bn_stats_data = self.batch_stats_fn = None  # BatchNorm models only
-    if bn:
-      bn_idx = bn_stats_indices(len(ds.train_y), config.num_workers,
-                                config.bn_stats_examples, config.seed)
-      # training images, centre-cropped like the test images: [d, w, n, ...]
-      self.bn_stats_data = workers.split_workers(
-          batches.center_crop(ds.train_x[bn_idx], config.crop_size), self.layout)
-      self.batch_stats_fn = workers.map_workers(
-          lambda center, bn_x: models.compute_batch_stats(self.model, center, bn_x,
-                                                          WORKER_AXES),
-          self.layout, ("shared", "worker"), ("shared",))
-
-  # -- state ---------------------------------------------------------------
-  def initial_state(self):
-    """(worker_state, shared_state) on the devices: everyone starts equal."""
-    return workers.place_state(self.algorithm, self.init_params, self.layout)
-
-  def to_checkpoint(self, worker, shared, step, epoch_losses):
-    """The layout-free checkpoint dict (see ``easgd.training.checkpoint``)."""
-    losses = np.zeros((self.steps_per_epoch, self.config.num_workers), np.float32)
-    done = host_losses(epoch_losses, self.config.num_workers)
-    losses[:len(done)] = done
-    shared_host = workers.first_copy(shared)
-    return dict(worker=workers.merge_workers(worker), shared=shared_host,
-                center=self.algorithm.center(shared_host),
-                epoch_losses=losses, step=np.asarray(step, np.int64))
-
-  def from_checkpoint(self, restored):
-    """(worker, shared, step, epoch_losses) placed on this run's devices."""
-    step = int(restored["step"])
-    done = step % self.steps_per_epoch
-    losses = [restored["epoch_losses"][i] for i in range(done)]
-    return (workers.split_workers(restored["worker"], self.layout),
-            workers.replicate_per_device(restored["shared"], self.layout),
-            step, losses)
-
-  def checkpoint_target(self):
-    """Host zeros of the checkpoint dict's structure, shapes and dtypes (the
-    target Orbax restores into; see :meth:`to_checkpoint`)."""
-    worker, shared = self.algorithm.init(self.init_params)
-    host_worker = jax.tree.map(
-        lambda x: np.broadcast_to(np.asarray(x), (self.config.num_workers, *np.shape(x))),
-        worker)
-    return dict(worker=host_worker, shared=jax.tree.map(np.asarray, shared),
-                center=jax.tree.map(np.asarray, self.algorithm.center(shared)),
-                epoch_losses=np.zeros((self.steps_per_epoch, self.config.num_workers),
-                                      np.float32),
-                step=np.asarray(0, np.int64))
-
-  # -- evaluation ----------------------------------------------------------
-  def center_batch_stats(self, center):
-    """The BatchNorm statistics of ``center`` (host params) that the evaluation uses.
-
-    Computed as in :func:`make_eval_fn` (same examples, same mapped pass);
-    None for models without BatchNorm.
-    """
-    if not self.batch_norm:
-      return None
-    return workers.first_copy(self.batch_stats_fn(
-        workers.replicate_per_device(center, self.layout), self.bn_stats_data))
-
-  def evaluate(self, worker, shared, epoch, step, epoch_losses):
-    """One metrics record: the center on every test example exactly once (and
-    on every held-out validation example, with ``validation_examples``).
-
-    Args:
-      worker, shared: the state on this run's devices.
-      epoch: epochs done (0: the start).
-      step: global steps done.
-      epoch_losses: the epoch's per-step worker losses (``train_loss`` is
-        their mean), or None.
-
-    Returns:
-      The record (``metrics.jsonl``'s fields).
-
-    Raises:
-      DivergenceError: the test or validation loss is not finite (a center
-        with finite but huge parameters; the record is not returned).
-    """
-    bn_x = (self.bn_stats_data,) if self.batch_norm else ()
-    loss_sum, correct, count, dist = workers.to_host(self.eval_fn(
-        worker, shared, *bn_x, *self.test_data))  # all workers, gathered across processes
-    count = int(count.sum())
-    comm = self.algorithm.communication(step, self.param_bytes)
-    val = {}
-    if self.val_data is not None:
-      v_loss, v_correct, v_count, _ = workers.to_host(self.eval_fn(
-          worker, shared, *bn_x, *self.val_data))
-      v_count = int(v_count.sum())
-      val = dict(val_loss=float(v_loss.astype(np.float64).sum() / v_count),
-                 val_error=1.0 - int(v_correct.sum()) / v_count, val_count=v_count)
-    record = dict(
-        epoch=epoch, step=step,
-        test_loss=float(loss_sum.astype(np.float64).sum() / count),
-        test_accuracy=int(correct.sum()) / count,
-        test_error=1.0 - int(correct.sum()) / count,
-        test_count=count,
-        train_loss=(None if epoch_losses is None or not len(epoch_losses) else float(
-            np.mean(host_losses(epoch_losses, self.config.num_workers).astype(np.float64)))),
-        worker_center_distance=float(np.mean(dist)),
-        all_reduces=comm.all_reduces, bytes_communicated=comm.bytes,
-        # the local step size of the next step (lr_scaling resolved) and how
-        # many of the steps so far were synchronous warm-up
-        learning_rate=float(self.schedule(step)),
-        sync_warmup_steps_done=min(step, self.config.sync_warmup_steps), **val)
-    self.check_finite_record(record)
-    return record
-
-  def check_finite_record(self, record) -> None:
-    """Raises DivergenceError if an evaluated loss of ``record`` is not finite.
-
-    Args:
-      record: a metrics record (:meth:`evaluate`): ``test_loss`` and, with
-        ``validation_examples``, ``val_loss`` (nats per example).
-
-    Raises:
-      DivergenceError: names the quantity, its value, the step and epoch.
-    """
-    for name in ("test_loss", "val_loss"):
-      value = record.get(name)
-      if value is not None and not np.isfinite(value):
-        raise DivergenceError(self._divergence_message(
-            f"the evaluated center's {name} is {value} at step {record['step']} "
-            f"(epoch {record['epoch']})"))
-
-  def check_finite(self, epoch_losses, first_step, state=None):
-    """Raises DivergenceError at the first non-finite loss or state value.
-
-    Called before every checkpoint save, hence before every evaluation: a
-    non-finite state is never saved or evaluated.
-
-    Args:
-      epoch_losses: per-step worker losses, steps ``first_step, ...``
-        (:func:`host_losses`' input or output).
-      first_step: global step of ``epoch_losses[0]``.
-      state: optional checkpoint dict (:meth:`to_checkpoint`): its merged
-        worker state (leaves [num_workers, ...]) and its shared state (the
-        center, or the one model of pmean SGD and the sequential methods,
-        optimizer and master states) are checked for non-finite values.
-
-    Raises:
-      DivergenceError: names the step and worker, or the state entry, and the
-        quadratic model's stability bound.
-    """
-    losses = host_losses(epoch_losses, self.config.num_workers)
-    if len(losses):
-      bad = np.argwhere(~np.isfinite(losses))
-      if bad.size:
-        s, w = (int(v) for v in bad[0])
-        raise DivergenceError(self._divergence_message(
-            f"worker {w} had a non-finite loss ({losses[s, w]}) at step "
-            f"{first_step + s}"))
-    if state is None:
-      return
-    for path, leaf in jax.tree_util.tree_leaves_with_path(state["worker"]):
-      ok = np.isfinite(leaf.reshape(leaf.shape[0], -1)).all(axis=1) \
-          if np.issubdtype(leaf.dtype, np.floating) else None
-      if ok is not None and not ok.all():
-        raise DivergenceError(self._divergence_message(
-            f"worker {int(np.argmin(ok))} has non-finite parameters "
-            f"({jax.tree_util.keystr(path)}) at step {int(state['step'])}"))
-    for path, leaf in jax.tree_util.tree_leaves_with_path(state["shared"]):
-      leaf = np.asarray(leaf)
-      if np.issubdtype(leaf.dtype, np.floating) and not np.isfinite(leaf).all():
-        raise DivergenceError(self._divergence_message(
-            f"the shared state (center or model) has non-finite values "
-            f"({jax.tree_util.keystr(path)}) at step {int(state['step'])}"))
-
-  def _divergence_message(self, what: str) -> str:
-    c = self.config
-    msg = (f"training diverged: {what}; algorithm={c.algorithm}, "
-           f"learning_rate={c.learning_rate}"
-           + (f" (resolved {c.resolved_learning_rate:g}: lr_scaling {c.lr_scaling!r})"
-              if c.lr_scaling != "none" else ""))
-    if "curvature" in registry.TABLE[c.algorithm].reads:  # synchronous EASGD
-      msg += f", alpha={c.resolved_alpha:g}, tau={c.tau}, num_workers={c.num_workers}"
-      hint = _stability_hint(c)
-      if hint:
-        msg += f"; {hint}"
-    return msg + "; lower the learning rate"
-
-
-class StabilityWarning(UserWarning):
-  """The config lies outside the analytic stable region of the quadratic model."""
-
-
-def stability_warning(config: TrainConfig) -> str | None:
-  """A one-line warning when synchronous EASGD is configured outside the region
-  where the quadratic model F(x) = h x^2 / 2 is stable, else None (an elastic
-  method with alpha = 0, whose center never moves, is refused by
-  ``TrainConfig.validate``).
-
-  With ``config.curvature`` (an estimate of the loss's largest Hessian
-  eigenvalue h, e.g. from ``easgd.analysis.hessian``) the check is at eta*h =
-  the resolved learning rate (``lr_scaling`` applied) * curvature
-  (``easgd.analysis.stability.stability_bound_message``);
-  without it, only whether ANY eta*h is stable at this alpha, tau and p.
-
-  Args:
-    config: a validated config.
-
-  Returns:
-    The warning's text, or None.
-  """
-  spec = registry.TABLE[config.algorithm]
-  if spec.family != "elastic":
-    return None
-  a, tau, p = config.resolved_alpha, config.tau, config.num_workers
-  if "curvature" not in spec.reads:  # the analysis is synchronous EASGD's
-    return None
-  from easgd.analysis import stability
-  if config.curvature is not None:
-    return stability.stability_bound_message(config.resolved_learning_rate * config.curvature,
-                                             a, tau, p)
-  if stability.stable_eta_h_interval(a, tau, p) is None:
-    return (f"EASGD with alpha={a:g} (beta={a * p:g}), tau={tau}, num_workers={p} is "
-            "outside the analytic stability region of the quadratic model for every "
-            "eta*h in [0, 4] (see easgd.analysis.stability.stability_bound_message)")
-  return None
-
-
-def _stability_hint(config: TrainConfig) -> str | None:
-  """For divergence errors: the quadratic model's eta*h bound at this alpha, tau, p."""
-  if "curvature" not in registry.TABLE[config.algorithm].reads:  # EASGD's analysis
-    return None
-  from easgd.analysis import stability
-  a, tau, p = config.resolved_alpha, config.tau, config.num_workers
-  interval = stability.stable_eta_h_interval(a, tau, p)
-  if interval is None:
-    return (f"the quadratic model is unstable at alpha={a:g}, tau={tau}, "
-            f"num_workers={p} for every eta*h in [0, 4]")
-  return (f"the quadratic model is stable at alpha={a:g}, tau={tau}, num_workers={p} "
-          f"only for eta*h < {interval[1]:.4g} (resolved learning rate * largest Hessian "
-          f"eigenvalue)")
+SUMMARY_KEYS = (
+    "status", "config", "algorithm", "runtime", "layout", "num_devices", "jax_version",
+    "platform", "num_params", "param_bytes", "train_examples", "test_examples",
+    "steps_per_epoch", "total_steps", "steps_done", "resolved", "center_lag_steps",
+    "communication", "exchanges", "exchanges_per_worker", "worker_local_steps", "faults",
+    "stopped_workers", "final_step", "final", "best_test_accuracy", "wall_time_s",
+    "shared_copies_equal")
+"""``summary.json``'s entries, in order (``runtime`` to ``stopped_workers``
+and ``shared_copies_equal``: those of the runtime, ``Executor.summary_fields``)."""
 
 
 def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
@@ -466,10 +55,11 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
   """Trains ``config`` and writes metrics, checkpoints and a summary to ``workdir``.
 
   Everything is validated first (config values, the worker/device layout, the
-  data set and the workdir), before any compilation. A config whose ``runtime``
-  is "threads" or "ray" runs with real asynchronous workers
-  (``easgd.training.async_trainer.train_and_evaluate_async``, the same files and
-  contract); "spmd" (the default) runs the one SPMD program described here. Checkpoints (see
+  data set and the workdir), before any compilation. ``config.runtime`` says how
+  the steps run: "spmd" (the default) as one mapped program
+  (``easgd.training.spmd``), "threads" or "ray" with real asynchronous workers
+  (``easgd.training.async_runs``, whose summary adds their clocks, exchanges
+  and faults); everything else is this one loop. Checkpoints (see
   ``easgd.training.checkpoint``) are saved every ``config.checkpoint_every_steps`` steps
   and at every epoch end, after checking that losses and parameters are finite
   and, at an evaluated epoch end, after the evaluation (whose test and
@@ -511,142 +101,118 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
     DivergenceError: a non-finite training loss or parameter (names step and
       worker), or a non-finite evaluated test or validation loss.
   """
+  return _start(config, workdir, overwrite, resume, stop_after_steps, None)
+
+
+def train_and_evaluate_async(config: TrainConfig, workdir, *, overwrite: bool = False,
+                             resume: bool = False, stop_after_steps: int | None = None,
+                             faults: Mapping[int, int] | None = None) -> dict[str, Any]:
+  """:func:`train_and_evaluate` of a real asynchronous runtime, with injected faults.
+
+  Args:
+    config: the run's configuration (``runtime`` "threads" or "ray").
+    workdir, overwrite, resume, stop_after_steps: as :func:`train_and_evaluate`
+      (a step is num_workers local steps).
+    faults: ``{worker: local_step}``: make that worker fail before that local
+      step (threads: it raises; Ray: its process exits), for tests and
+      experiments.
+
+  Returns:
+    The summary (also ``workdir/summary.json``), with ``"history"``. It
+    describes the latest checkpoint (``steps_done``): ``worker_local_steps``
+    (its clocks), ``exchanges_per_worker``, ``faults`` (every fault of the run
+    up to it, from the log: worker, local step, error, ``restarted_at``) and
+    ``stopped_workers`` (those a fault stopped for good: on threads every
+    faulted worker, also after a resume; on Ray one whose restarts ran out);
+    ``final`` is the last metrics record, of step ``final_step``.
+
+  Raises:
+    ConfigError: as :func:`train_and_evaluate`; also a runtime that is "spmd".
+    easgd.training.runlock.WorkdirInUseError: another command holds ``workdir``.
+    easgd.parallel.distributed.StartupError: the Ray cluster cannot be reached.
+    DivergenceError: a non-finite loss or state, or a non-finite evaluated
+      test or validation loss.
+    easgd.runtimes.driver.WorkersLostError: every worker stopped.
+  """
+  config = as_train_config(config).validate()
+  if config.runtime not in registry.REAL_RUNTIMES:
+    raise ConfigError(f"train_and_evaluate_async runs runtime 'threads' or 'ray', "
+                      f"got {config.runtime!r}")
+  return _start(config, workdir, overwrite, resume, stop_after_steps, faults)
+
+
+def _start(config, workdir, overwrite, resume, stop_after_steps, faults) -> dict[str, Any]:
+  """The checks before a run, its lock, then :func:`_train` (stack: the caller's caller)."""
   config = as_train_config(config).validate()
   if stop_after_steps is not None:
     stop_after_steps = checks.integer("stop_after_steps", stop_after_steps, 1,
                                       error=ConfigError)
-  if config.runtime in registry.REAL_RUNTIMES:  # real asynchronous workers
-    from easgd.training import async_trainer
-    return async_trainer.train_and_evaluate_async(
-        config, workdir, overwrite=overwrite, resume=resume,
-        stop_after_steps=stop_after_steps)
+  if config.runtime in registry.REAL_RUNTIMES and distributed.is_multiprocess():
+    raise ConfigError(f"runtime {config.runtime!r} runs in one process (Ray spreads "
+                      "the workers over hosts); drop the multi-process flags")
   workdir = rundir.workdir_path(workdir)
   hint = stability_warning(config)
   if hint:
-    warnings.warn(hint, StabilityWarning, stacklevel=2)
+    warnings.warn(hint, StabilityWarning, stacklevel=3)
   primary = distributed.is_primary()  # the process that writes files
   with runlock.hold_workdir(workdir, "train", primary=primary):  # before its checks
-    return _train(config, workdir, overwrite, resume, stop_after_steps)
+    rundir.check_start(config, workdir, overwrite=overwrite, resume=resume)
+    distributed.barrier("easgd:workdir-checked")  # before process 0 writes to it
+    with async_runs.connection(config):  # Ray: the cluster, before anything is built
+      return _train(config, workdir, resume, stop_after_steps, faults)
 
 
-def _train(config, workdir, overwrite, resume, stop_after_steps) -> dict[str, Any]:
-  """:func:`train_and_evaluate` in ``workdir``, whose lock the caller holds."""
-  rundir.check_start(config, workdir, overwrite=overwrite, resume=resume)
-  distributed.barrier("easgd:workdir-checked")  # before process 0 writes to it
+def _executor(run: Run, workdir, faults) -> Executor:
+  if run.config.runtime in registry.REAL_RUNTIMES:
+    return async_runs.AsyncExecutor(run, workdir / rundir.EXCHANGES_FILE, faults)
+  return SpmdExecutor(run)
+
+
+def _train(config, workdir, resume, stop_after_steps, faults) -> dict[str, Any]:
+  """:func:`train_and_evaluate` in ``workdir``, checked, whose lock the caller holds."""
   run = Run(config)
+  executor = _executor(run, workdir, faults)
   primary = distributed.is_primary()  # the process that writes files
   ckpt = rundir.open_run(config, workdir, resume=resume)  # checkpoints: all processes
-
   start = time.perf_counter()
   earlier_wall_time_s = rundir.earlier_wall_time(workdir) if resume else 0.0
-
-  def write_exchanges(step_now):  # every exchange by step_now, for replays
-    if registry.TABLE[config.algorithm].asynchronous:
-      from easgd.asynchrony import log as async_log
-      async_log.write_exchange_log(workdir / rundir.EXCHANGES_FILE, run.algorithm,
-                                   run.step_key, step_now)
-
-  if resume and ckpt.latest_step() is not None:
-    worker, shared, step, epoch_losses = run.from_checkpoint(
-        ckpt.restore(target=run.checkpoint_target()))
-    try:
-      history = rundir.resumed_history(config, workdir, run.steps_per_epoch, step)
-    except ConfigError:
-      ckpt.close()
-      raise
-    if primary:  # what an interrupt left past the checkpoint is redone
-      rundir.write_metrics(workdir, history)
-      write_exchanges(step)
-  else:
-    worker, shared = run.initial_state()
-    step, epoch_losses, history = 0, [], []
-    history.append(run.evaluate(worker, shared, 0, 0, None))
-    if primary:
-      rundir.write_metrics(workdir, history)
-
-  spe, last = run.steps_per_epoch, run.total_steps
-  if stop_after_steps is not None:
-    last = min(last, stop_after_steps)
-  progress = progress_bar(run.total_steps, spe, initial=step,
-                          desc=f"{config.algorithm} p={config.num_workers}",
-                          disable=not (config.progress and step < last and primary))
-
-  def save(step_now, evaluated_epoch=None):
-    # The state, read from the devices once and checked; at an evaluated epoch
-    # end its record (checked too) is written BEFORE its checkpoint, as is the
-    # exchange log: an interrupt between them leaves a record past the latest
-    # checkpoint, which --resume drops and redoes (rundir.resumed_history).
-    losses = host_losses(epoch_losses, config.num_workers)
-    state = run.to_checkpoint(worker, shared, step_now, losses)
-    run.check_finite(losses, step_now - len(losses), state)
-    if evaluated_epoch is not None:
-      rec = run.evaluate(worker, shared, evaluated_epoch, step_now, losses)
-      history.append(rec)
-      if primary:
-        rundir.write_metrics(workdir, history)
-      progress.set_postfix(test_acc=f"{rec['test_accuracy']:.4f}", refresh=False)
-    if primary:
-      write_exchanges(step_now)
-    ckpt.save(step_now, state)
-
+  spe = run.steps_per_epoch
   try:
-    while step < last:
-      epoch = step // spe + 1
-      order = batches.worker_batch_indices(len(run.dataset.train_y), config.num_workers,
-                                           config.per_worker_batch_size, config.seed, epoch)
-      while step < min(epoch * spe, last):
-        ix = order[step % spe]
-        x = run.dataset.train_x[ix]
-        if config.crop_size is not None:  # random crops, fixed by (seed, epoch, step)
-          x = batches.random_crop(x, config.crop_size,
-                               batches.crop_rng(config.seed, epoch, step))
-        local = run.layout.local_workers  # each process feeds only its own workers
-        batch = workers.split_local_workers((x[local], run.dataset.train_y[ix][local]),
-                                            run.layout)
-        worker, shared, loss = run.step_fn(worker, shared, batch, run.step_key, step)
-        if epoch_losses:
-          # Wait for the previous step (one step late, so the host still prepares
-          # the next batch while this one runs): at most two steps are in flight.
-          # Queuing hundreds of steps deadlocks XLA's CPU all-reduce across
-          # (fake) CPU devices.
-          jax.block_until_ready(epoch_losses[-1])
-        epoch_losses.append(loss)  # device arrays, read at checkpoints / epoch ends
-        step += 1
-        progress.update()
-        every = config.checkpoint_every_steps
-        if every and step % every == 0 and step % spe:
-          save(step)
-      if step == epoch * spe:
-        save(step, epoch if epoch % config.eval_every_epochs == 0
-             or epoch == config.num_epochs else None)
-        epoch_losses = []
-      else:  # a planned stop inside the epoch
-        save(step)
+    step, history = _begin(run, executor, ckpt, workdir, resume, primary)
+    last = run.total_steps if stop_after_steps is None else min(run.total_steps,
+                                                                stop_after_steps)
+    runtime = "" if config.runtime == "spmd" else f" [{config.runtime}]"
+    progress = progress_bar(run.total_steps, spe, initial=step,
+                            desc=f"{config.algorithm} p={config.num_workers}{runtime}",
+                            disable=not (config.progress and step < last and primary))
+    files = functools.partial(_write_boundary, run, executor, ckpt, workdir, history,
+                              progress, primary)
+    try:
+      executor.start(lambda steps: progress.update(steps - progress.n))
+      pending = None  # the last boundary's files, written in the next run_to
+      while step < last:
+        epoch = step // spe + 1  # the next boundary: epoch end, checkpoint, or stop
+        boundary = min(epoch * spe, last)
+        if config.checkpoint_every_steps:
+          every = config.checkpoint_every_steps
+          boundary = min(boundary, (step // every + 1) * every)
+        step = boundary
+        executor.run_to(step, while_running=pending)
+        evaluated = step == epoch * spe and (epoch % config.eval_every_epochs == 0
+                                             or epoch == config.num_epochs)
+        snapshot = executor.state_for_checkpoint(evaluated)
+        _check_finite(run, snapshot)
+        pending = functools.partial(files, snapshot, epoch if evaluated else None)
+      if pending is not None:
+        pending()
+    finally:
+      progress.close()
+      executor.close()
   finally:
-    progress.close()
     ckpt.close()
-
-  comm = run.algorithm.communication(step, run.param_bytes)
-  summary = dict(
-      status="complete" if step == run.total_steps else "stopped",
-      config=config.to_dict(),
-      algorithm=dict(name=run.algorithm.name, **run.algorithm.hyperparameters),
-      layout=run.layout.describe(), num_devices=run.layout.num_devices,
-      jax_version=jax.__version__, platform=run.layout.devices[0].platform,
-      num_params=models.count_params(run.init_params), param_bytes=run.param_bytes,
-      train_examples=len(run.dataset.train_y), test_examples=len(run.dataset.test_y),
-      steps_per_epoch=spe, total_steps=run.total_steps, steps_done=step,
-      resolved=run.resolved,
-      center_lag_steps=center_lag_steps(run.algorithm, config.algorithm, step),
-      communication=dict(all_reduces=comm.all_reduces, bytes=comm.bytes,
-                         all_reduces_per_step=comm.all_reduces / max(step, 1),
-                         bytes_per_step=comm.bytes / max(step, 1)),
-      final_step=history[-1]["step"],  # the step of `final` (<= steps_done)
-      final=history[-1],
-      best_test_accuracy=max(r["test_accuracy"] for r in history),
-      # summed over this run's invocations that wrote a summary (resume adds up)
-      wall_time_s=round(earlier_wall_time_s + time.perf_counter() - start, 3),
-      shared_copies_equal=workers.shared_copies_equal(shared))
+  # summed over this run's invocations that wrote a summary (resume adds up)
+  summary = _summary(run, executor, step, history,
+                     round(earlier_wall_time_s + time.perf_counter() - start, 3))
   if primary:
     rundir.write_summary(workdir, summary)
     rundir.drop_previous_run(workdir)  # the new run stands: drop the old
@@ -654,53 +220,81 @@ def _train(config, workdir, overwrite, resume, stop_after_steps) -> dict[str, An
   return summary
 
 
-def center_lag_steps(algorithm: algorithms.Algorithm, name: str, steps_done: int
-                     ) -> int | None:
-  """How many local steps the evaluated model lags the workers after ``steps_done``.
+def _begin(run: Run, executor: Executor, ckpt, workdir, resume: bool, primary: bool
+           ) -> tuple[int, list[dict]]:
+  """(step, history) at the start: a restored checkpoint, or step 0 evaluated.
 
-  Synchronous EASGD/EAMSGD: the center last moved at the exchange of clock
-  t_e (the last t < steps_done with tau | t), towards the workers' parameters
-  of that clock (eq. 6 reads x^i_t before the step), so it lags them by
-  ``steps_done - t_e`` steps (tau = 4, 40 steps: t_e = 36, lag 4). Local SGD
-  and DiLoCo: the center is the average after the step of their last
-  exchange, ``steps_done - t_e - 1`` (0 when the run ends on an average).
-  The one-model methods (pmean SGD, sequential): 0. Asynchronous methods
-  (each worker exchanges on its own clock): None.
+  A resumed run rewrites ``metrics.jsonl`` and the exchange log to its
+  checkpoint's step: what an interrupt left past the checkpoint is redone.
 
-  Args:
-    algorithm: the run's algorithm (``exchange_at``).
-    name: its name in ``easgd.methods.registry.TABLE``.
-    steps_done: global steps done.
-
-  Returns:
-    The lag in steps, or None (asynchronous, or no exchange yet).
+  Raises:
+    ConfigError: the files of ``workdir`` do not match its checkpoint.
+    DivergenceError: the evaluation of step 0 is not finite.
   """
-  spec = registry.TABLE[name]
-  if spec.asynchronous:
-    return None
-  if algorithm.exchange_at is None or steps_done == 0:
-    return 0 if algorithm.exchange_at is None else None
-  t = steps_done - 1
-  while t >= 0 and not bool(algorithm.exchange_at(t)):
-    t -= 1
-  if t < 0:
-    return None  # never exchanged (cannot happen for tau <= the run)
-  return steps_done - t - (0 if spec.family == "elastic" else 1)
+  if resume and ckpt.latest_step() is not None:
+    restored = ckpt.restore(target=executor.checkpoint_target())
+    step = int(restored["step"])
+    history = rundir.resumed_history(run.config, workdir, run.steps_per_epoch, step)
+    snapshot = executor.restore(restored)
+    if primary:
+      rundir.write_metrics(workdir, history)
+      executor.write_exchange_log(workdir / rundir.EXCHANGES_FILE, snapshot)
+    return step, history
+  history = [_evaluate(run, executor, executor.initial_state(), 0)]
+  if primary:
+    rundir.write_metrics(workdir, history)
+  return 0, history
 
 
-def host_losses(epoch_losses, num_workers: int) -> np.ndarray:
-  """Per-step worker losses as one host array.
+def _check_finite(run: Run, snapshot: Snapshot) -> None:
+  """Raises DivergenceError at a non-finite loss or state (which is never saved)."""
+  if snapshot.nonfinite is not None:
+    raise DivergenceError(worker_loss_message(run.config, *snapshot.nonfinite))
+  run.check_finite(snapshot.losses, snapshot.step - len(snapshot.losses), snapshot.state)
 
-  Args:
-    epoch_losses: a list of the step function's losses (device arrays
-      [d, w], float32), or an array this function returned (passed through).
-    num_workers: p.
 
-  Returns:
-    float32 array [len(epoch_losses), num_workers], worker i in column i.
+def _evaluate(run: Run, executor: Executor, snapshot: Snapshot, epoch: int) -> dict:
+  """The metrics record of ``snapshot`` after ``epoch`` epochs (checked finite)."""
+  record = run.evaluate(*executor.evaluate_inputs(snapshot), epoch, snapshot.step,
+                        snapshot.losses)
+  record.update(snapshot.record)
+  return record
+
+
+def _write_boundary(run, executor, ckpt, workdir, history, progress, primary,
+                    snapshot: Snapshot, epoch: int | None) -> None:
+  """A boundary's files: (evaluated epochs) the record, then the log, then the checkpoint.
+
+  Both files come before the checkpoint: an interrupt between them leaves a
+  record and log entries past the latest checkpoint, which a resumed run
+  drops and redoes; a non-finite evaluation (DivergenceError) writes nothing.
+  Only the primary process writes files; every process saves its checkpoint.
   """
-  if isinstance(epoch_losses, np.ndarray):
-    return epoch_losses
-  if not epoch_losses:
-    return np.zeros((0, num_workers), np.float32)
-  return np.stack([workers.to_host(l).reshape(-1) for l in epoch_losses]).astype(np.float32)
+  if epoch is not None:
+    record = _evaluate(run, executor, snapshot, epoch)
+    history.append(record)
+    if primary:
+      rundir.write_metrics(workdir, history)
+    progress.set_postfix(test_acc=f"{record['test_accuracy']:.4f}", refresh=False)
+  if primary:
+    executor.write_exchange_log(workdir / rundir.EXCHANGES_FILE, snapshot)
+  ckpt.save(snapshot.step, snapshot.state)
+
+
+def _summary(run: Run, executor: Executor, step: int, history: list[dict],
+             wall_time_s: float) -> dict[str, Any]:
+  """``summary.json``: the run's common entries and the runtime's, in :data:`SUMMARY_KEYS`' order."""
+  ds = run.dataset
+  entries = dict(
+      status="complete" if step == run.total_steps else "stopped",
+      config=run.config.to_dict(), num_devices=run.layout.num_devices,
+      jax_version=jax.__version__, platform=run.layout.devices[0].platform,
+      num_params=models.count_params(run.init_params), param_bytes=run.param_bytes,
+      train_examples=len(ds.train_y), test_examples=len(ds.test_y),
+      steps_per_epoch=run.steps_per_epoch, total_steps=run.total_steps, steps_done=step,
+      resolved=run.resolved,
+      final_step=history[-1]["step"],  # the step of `final` (<= steps_done)
+      final=history[-1], best_test_accuracy=max(r["test_accuracy"] for r in history),
+      wall_time_s=wall_time_s, **executor.summary_fields())
+  ordered = {k: entries.pop(k) for k in SUMMARY_KEYS if k in entries}
+  return {**ordered, **entries}  # (a runtime's entry not listed: at the end)

@@ -1,0 +1,344 @@
+"""The real asynchronous runtimes (``runtime`` "threads", "ray") of the training loop.
+
+``easgd.training.trainer.train_and_evaluate`` runs a config whose ``runtime`` is not
+"spmd" with :class:`AsyncExecutor` (the contract: ``easgd.training.executor``),
+which trains the same algorithm (the rules of ``Algorithm.async_rules``, the
+same local optimizer, data, model and evaluation as the SPMD runtime) with
+real asynchronous workers:
+``easgd.runtimes.threads`` (one thread per worker, this process) or
+``easgd.runtimes.ray_actors`` (Ray actors, on this machine or a cluster).
+
+Data: worker i's local step at its clock t reads worker i's rows of global
+batch t of the SPMD trainer's order (``easgd.training.batches.worker_batch_indices`` of
+epoch t // steps_per_epoch + 1, its step t % steps_per_epoch; the crops of
+``crop_rng(seed, epoch, t)``), and the key
+``easgd.asynchrony.log.local_key(step_key, i, t)``: a function of (seed, worker,
+local step) only, so a replay rebuilds every batch (:func:`make_setup`). A
+worker that runs ahead reads later global batches.
+
+Budget: the run takes ``total_steps * num_workers`` local steps summed over
+the workers (the synchronous run's number of gradient evaluations), handed
+out by ``easgd.runtimes.driver.Driver``; a fast worker takes more of them. A
+"step" of the run (metrics ``step``, ``--stop-after-steps``,
+``checkpoint_every_steps``, epochs) is num_workers local steps: at step s the
+workers' clocks sum to s * num_workers. At each boundary (an epoch end, a
+checkpoint, the end) every worker is idle; the state is copied to the host,
+checked for non-finite values, and the workers go on while the checkpoint is
+saved and the center evaluated.
+
+Files: those of ``easgd.training.rundir``. ``exchanges.jsonl`` is the real run's log
+(``easgd.runtimes.shared``: one record per exchange, restart or fault, with the
+worker, its local clock and the center version it read), rewritten before
+every checkpoint, after the boundary's metrics record; a resumed run goes on
+with it, cut to the checkpoint's length (records and metrics past the
+checkpoint, left by an interrupt, are redone). Checkpoints hold every
+worker's state (its clock included), the master's state (center and master
+clock), the evaluated center, the losses since the last evaluation and the
+log's length. Metrics records are the SPMD trainer's, with ``all_reduces`` /
+``bytes_communicated`` the mean exchanges per worker so far, and ``exchanges``,
+``worker_local_steps``, ``faults`` and ``wall_time_s`` (seconds of training
+since the start, compilation excluded) added.
+
+Faults: a worker that raises (threads) or whose process dies (Ray) does not
+stop the others; Ray restarts it from the current center. Each fault is
+logged (with its error) and listed in the summary (``faults``, with
+``restarted_at``; ``stopped_workers``) and counted in the metrics. A resumed
+run goes on with the faults of its checkpoint's log: a stopped worker stays
+stopped and Ray's restarts count over the whole run. The
+SPMD runtime, for the same fault, stops the whole run (a Python exception in
+the step, or ``easgd.parallel.distributed``'s watchdog when a process dies, exit 3);
+``--resume`` then continues from the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from typing import Any, Callable, Mapping
+
+import jax
+import numpy as np
+
+from easgd.runtimes import driver as async_driver, shared as async_shared, threads as async_threads
+from easgd.asynchrony import log as async_log
+from easgd.training import batches, data
+from easgd.parallel import workers
+from easgd.training.config import ConfigError, TrainConfig
+from easgd.training.executor import Snapshot
+from easgd.training.spmd import Run
+
+CHUNK_STEPS = {"threads": 8, "ray": 32}
+"""Local steps handed to a worker at a time (``easgd.runtimes.driver.Driver``): a
+Ray chunk is one remote call, so it is longer."""
+
+
+def make_batch_fn(dataset: data.Dataset, config: TrainConfig, steps_per_epoch: int):
+  """``batch_fn(worker, clock)``: worker's rows of global batch ``clock``.
+
+  Args:
+    dataset: the training data.
+    config: the run's config (num_workers, per-worker batch, seed, crops).
+    steps_per_epoch: global steps per epoch of the SPMD order.
+
+  Returns:
+    ``batch_fn(i, t) -> (x [B, ...], y [B])``, the rows of worker i in global
+    batch t of the SPMD trainer (module docstring); thread-safe.
+  """
+  n, p = len(dataset.train_y), config.num_workers
+  b, seed = config.per_worker_batch_size, config.seed
+
+  @functools.lru_cache(maxsize=2 * p + 2)  # workers may be in different epochs
+  def epoch_indices(epoch):
+    return batches.worker_batch_indices(n, p, b, seed, epoch)
+
+  def batch_fn(worker, clock):
+    epoch, t = clock // steps_per_epoch + 1, clock % steps_per_epoch
+    ix = epoch_indices(epoch)[t]  # [p, B]: global batch `clock`
+    if config.crop_size is None:
+      return dataset.train_x[ix[worker]], dataset.train_y[ix[worker]]
+    x = batches.random_crop(dataset.train_x[ix], config.crop_size,
+                         batches.crop_rng(seed, epoch, clock))
+    return x[worker], dataset.train_y[ix[worker]]
+  return batch_fn
+
+
+def make_setup(run: Run) -> async_shared.AsyncSetup:
+  """The ``AsyncSetup`` of a run: its algorithm, initial params, batches, key."""
+  return async_shared.AsyncSetup(
+      run.algorithm, run.init_params,
+      make_batch_fn(run.dataset, run.config, run.steps_per_epoch), run.step_key)
+
+
+def ray_setup(fields: Mapping[str, Any]) -> async_shared.AsyncSetup:
+  """:func:`make_setup` from config fields, in a Ray actor's process (one device)."""
+  config = TrainConfig(**fields).replace(num_devices=1)
+  return make_setup(Run(config))
+
+
+def _checkpoint_target(run: Run, rules) -> dict:
+  p = run.config.num_workers
+  worker = async_log.init_worker(rules, run.init_params)
+  shared = async_log.init_shared(rules, run.init_params)
+  return dict(
+      worker=jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (p, *np.shape(x))),
+                          worker),
+      shared=jax.tree.map(np.asarray, shared),
+      center=jax.tree.map(np.asarray, run.algorithm.center(shared)),
+      loss_sum=np.zeros(p, np.float64), loss_count=np.zeros(p, np.int64),
+      step=np.asarray(0, np.int64), log_length=np.asarray(0, np.int64),
+      train_seconds=np.asarray(0.0, np.float64))
+
+
+def _resumed_log(path, length: int) -> list[dict]:
+  try:
+    log = async_shared.read_log(path)
+  except (OSError, ValueError) as e:
+    raise ConfigError(f"cannot resume: '{path}' (the exchange log) cannot be read: "
+                      f"{e}; start the run again with --overwrite") from None
+  if len(log) < length:
+    raise ConfigError(f"cannot resume: '{path}' holds {len(log)} records, the "
+                      f"checkpoint {length}; start the run again with --overwrite")
+  return log[:length]  # records after the checkpoint are redone
+
+
+def _clocks(stacked) -> list[int]:
+  """Each worker's local clock in a stacked worker state (a checkpoint's)."""
+  return [int(c) for c in np.asarray(stacked.clock).reshape(-1)]
+
+
+def _exchanges_per_worker(log, p: int) -> np.ndarray:
+  counts = np.zeros(p, np.int64)
+  for r in log:
+    if r.get("event", "exchange") == "exchange":
+      counts[r["worker"]] += 1
+  return counts
+
+
+def _make_backend(config, run, setup, worker_states, shared, log, elapsed_s):
+  p = config.num_workers
+  kw = dict(delays_s=config.worker_delays, workers=worker_states, shared=shared,
+            log=log, elapsed_s=elapsed_s)
+  if config.runtime == "threads":
+    devices = async_threads.worker_devices(p, list(run.layout.devices))
+    return async_threads.ThreadBackend(setup, p, devices=devices, **kw)
+  from easgd.runtimes import ray_actors as async_ray
+  return async_ray.RayBackend(functools.partial(ray_setup, config.to_dict_fields()), p,
+                              **kw)
+
+
+def _describe(config, run) -> str:
+  """The layout line: where the workers run, and the mapping that evaluates."""
+  p = config.num_workers
+  evaluation = f"evaluation: {run.layout.backend}"  # mapping_backend is read here
+  if config.runtime == "threads":
+    return (f"{p} workers = {p} threads on {run.layout.num_devices} device(s) "
+            f"[{run.layout.devices[0].platform}, threads; {evaluation}]")
+  return (f"{p} workers = {p} Ray actors [{config.ray_address or 'local Ray'}, ray; "
+          f"{evaluation}]")
+
+
+@contextlib.contextmanager
+def connection(config: TrainConfig):
+  """Runtime "ray": connected to ``config.ray_address`` while open (else nothing).
+
+  Raises:
+    easgd.parallel.distributed.StartupError: the Ray cluster cannot be reached.
+  """
+  if config.runtime != "ray":
+    yield
+    return
+  from easgd.runtimes import ray_actors as async_ray
+  connected = async_ray.connect(config.ray_address)
+  try:
+    yield
+  finally:
+    connected.close()
+
+
+class AsyncExecutor:
+  """Runtimes "threads" and "ray" of the training loop (``easgd.training.executor``).
+
+  Workers run on a backend (``easgd.runtimes.threads.ThreadBackend`` or
+  ``easgd.runtimes.ray_actors.RayBackend``) and take the local steps that
+  ``easgd.runtimes.driver.Driver`` hands out; a global step is num_workers
+  local steps. At a boundary every worker is idle while the state is read;
+  they go on while the loop writes the boundary's files (``while_running``).
+
+  Args:
+    run: the run's ``easgd.training.spmd.Run`` (algorithm, data, evaluation).
+    log_path: the exchange log (``workdir/exchanges.jsonl``), read on resume.
+    faults: ``{worker: local_step}`` faults to inject (tests, experiments).
+  """
+
+  def __init__(self, run: Run, log_path, faults: Mapping[int, int] | None = None):
+    p = run.config.num_workers
+    self.run, self.log_path, self.faults = run, log_path, dict(faults or {})
+    self.rules = async_log.async_rules(run.algorithm)
+    self.setup = make_setup(run)
+    self.backend = self.driver = None
+    self.worker_states = self.shared = None
+    self.log: list[dict] = []
+    self.loss_sum, self.loss_count = np.zeros(p), np.zeros(p, np.int64)
+    self.train_seconds, self.train_start, self.step = 0.0, 0.0, 0
+    self.latest = ([0] * p, self.log)  # (clocks, log) of the latest checkpoint
+
+  def checkpoint_target(self) -> dict:
+    """Host zeros of the checkpoint's tree (workers, master, losses, log length)."""
+    return _checkpoint_target(self.run, self.rules)
+
+  def initial_state(self) -> Snapshot:
+    """Every worker at the initial parameters and clock 0 (host state)."""
+    p = self.run.config.num_workers
+    worker = async_log.init_worker(self.rules, self.run.init_params)
+    shared = async_log.init_shared(self.rules, self.run.init_params)
+    state = dict(worker=async_shared.stack_workers([worker] * p),
+                 shared=jax.device_get(shared))
+    return Snapshot(0, state, self._no_losses(), self._record([], [0] * p, 0.0, None),
+                    log=[])
+
+  def restore(self, restored: dict) -> Snapshot:
+    """Workers, master, losses and the exchange log (cut to the checkpoint's length).
+
+    Raises:
+      ConfigError: the exchange log cannot be read or is shorter than the
+        checkpoint says.
+    """
+    p = self.run.config.num_workers
+    self.log = _resumed_log(self.log_path, int(restored["log_length"]))
+    self.worker_states = async_shared.unstack_workers(restored["worker"], p)
+    self.shared = restored["shared"]
+    self.loss_sum, self.loss_count = restored["loss_sum"], restored["loss_count"]
+    self.train_seconds = float(restored["train_seconds"])
+    self.step = int(restored["step"])
+    self.latest = (_clocks(restored["worker"]), self.log)
+    return Snapshot(self.step, restored, self._no_losses(), {}, log=self.log)
+
+  def start(self, on_progress: Callable[[int], None]) -> None:
+    """Starts the backend, arms the faults, compiles, then starts the clock."""
+    config, p = self.run.config, self.run.config.num_workers
+    self.backend = _make_backend(config, self.run, self.setup, self.worker_states,
+                                 self.shared, self.log, self.train_seconds)
+    for worker, clock in self.faults.items():
+      self.backend.arm_fault(int(worker), int(clock))
+    self.backend.warm_up()  # compile every program before the clock starts
+    self.driver = async_driver.Driver(
+        self.backend, [0] * p if self.worker_states is None else
+        [int(w.clock) for w in self.worker_states], chunk_steps=CHUNK_STEPS[config.runtime],
+        on_progress=lambda total: on_progress(total // p),
+        faults=async_driver.logged_faults(self.log))  # resumed: a stopped worker stays so
+    self.driver.loss_sum[:], self.driver.loss_count[:] = self.loss_sum, self.loss_count
+    self.train_start = time.perf_counter() - self.train_seconds
+
+  def run_to(self, step: int, while_running: Callable[[], None] | None = None) -> None:
+    """Runs the workers until their clocks sum to ``step * num_workers``."""
+    self.driver.run_to(step * self.run.config.num_workers, while_running=while_running)
+    self.step = step
+
+  def state_for_checkpoint(self, evaluated: bool) -> Snapshot:
+    """The idle workers' state, the master's, the log and (``evaluated``) the losses."""
+    driver, step = self.driver, self.step
+    seconds = time.perf_counter() - self.train_start
+    workers_now, shared_now, log_now = self.backend.state()
+    stacked = async_shared.stack_workers(workers_now)
+    shared_now = shared_now._replace(step=np.asarray(step, np.int32))
+    train_loss = None
+    if evaluated:
+      s, c = driver.take_losses()
+      train_loss = float(s.sum() / c.sum()) if c.sum() else None
+    state = dict(worker=stacked, shared=shared_now,
+                 center=self.run.algorithm.center(shared_now),
+                 loss_sum=driver.loss_sum.copy(), loss_count=driver.loss_count.copy(),
+                 step=np.asarray(step, np.int64),
+                 log_length=np.asarray(len(log_now), np.int64),
+                 train_seconds=np.asarray(seconds, np.float64))
+    self.latest = (_clocks(stacked), log_now)
+    return Snapshot(step, state, self._no_losses(),
+                    self._record(log_now, list(driver.clocks), seconds, train_loss),
+                    nonfinite=driver.nonfinite, log=log_now)
+
+  def _no_losses(self) -> np.ndarray:
+    return np.zeros((0, self.run.config.num_workers), np.float32)
+
+  def _record(self, log, clocks, seconds, train_loss) -> dict:
+    """The metrics fields of the real runtimes: exchanges, clocks, faults, time."""
+    per = _exchanges_per_worker(log, self.run.config.num_workers)
+    mean = int(round(float(np.mean(per))))
+    return dict(train_loss=train_loss, all_reduces=mean,
+                bytes_communicated=mean * self.run.param_bytes, exchanges=int(per.sum()),
+                worker_local_steps=[int(c) for c in clocks],
+                faults=sum(r.get("event") == "fault" for r in log),
+                wall_time_s=round(seconds, 3))
+
+  def evaluate_inputs(self, snapshot: Snapshot):
+    """The snapshot's host state placed on the run's devices."""
+    layout = self.run.layout
+    return (workers.split_workers(snapshot.state["worker"], layout),
+            workers.replicate_per_device(snapshot.state["shared"], layout))
+
+  def write_exchange_log(self, path, snapshot: Snapshot) -> None:
+    """The real run's exchange log at the snapshot."""
+    async_shared.write_log(path, snapshot.log)
+
+  def summary_fields(self) -> dict[str, Any]:
+    """The runtime, layout, exchanges, clocks and faults of the latest checkpoint."""
+    run, step = self.run, self.step
+    clocks, log = self.latest  # the clocks, exchanges and faults of the latest checkpoint
+    per_worker = _exchanges_per_worker(log, run.config.num_workers)
+    faults = async_driver.logged_faults(log)
+    mean = int(round(float(np.mean(per_worker))))
+    return dict(
+        algorithm=dict(name=run.algorithm.name, **self.rules.hyperparameters),
+        runtime=run.config.runtime, layout=_describe(run.config, run),
+        center_lag_steps=None,
+        communication=dict(all_reduces=mean, bytes=mean * run.param_bytes,
+                           all_reduces_per_step=mean / max(step, 1),
+                           bytes_per_step=mean * run.param_bytes / max(step, 1)),
+        exchanges=int(per_worker.sum()), exchanges_per_worker=per_worker.tolist(),
+        worker_local_steps=clocks, faults=[f._asdict() for f in faults],
+        stopped_workers=async_driver.stopped_workers(faults))
+
+  def close(self) -> None:
+    """Stops the workers (threads, Ray actors)."""
+    if self.backend is not None:
+      self.backend.close()
