@@ -26,6 +26,14 @@ State is split in two:
                 because it is only ever updated from all-reduced quantities
                 (EASGD: the center x~ and the step counter).
 
+Programs: an algorithm declares which step program runs at clock t
+(``Algorithm.programs`` and ``Algorithm.program_at``; :class:`Program`): one
+program, or with a host-side exchange schedule two (with and without the
+exchange), and, for an algorithm with phases (``Algorithm.phases``: the
+synchronous warm-up of ``easgd.core.warmup``), one per phase. Drivers compile
+each named program once and run the one the host's clock names; nothing
+inspects the step's type.
+
 Algorithms here:
   :func:`easgd`      synchronous EASGD, eq. (5)-(6), communication period tau.
   :func:`eamsgd`     synchronous EAMSGD, eq. (7): the same rule with Nesterov
@@ -218,10 +226,11 @@ class Algorithm(NamedTuple):
       Such a ``step`` also takes a keyword ``exchange``: ``None`` (default)
       decides on the device from the clock (``lax.cond``); a Python bool, which
       must equal ``exchange_at(t)``, compiles the step with or without the
-      communication and no conditional. ``easgd.parallel.workers.map_step`` uses it to
-      run two programs, picked per step on the host; it also evaluates
-      ``exchange_at`` on the shared state's int32 counter ``shared.step`` (so
-      such algorithms keep one) to check the host's clock on the device.
+      communication and no conditional. :meth:`programs` turns it into two
+      programs (``False``, ``True``) picked per step on the host;
+      ``easgd.parallel.workers.map_step`` also evaluates their ``runs_at`` on
+      the shared state's int32 counter ``shared.step`` (so such algorithms
+      keep one) to check the host's clock on the device.
     async_rules: ``None``, or for the asynchronous methods (async EASGD and
       EAMSGD, the DOWNPOUR family) their ``easgd.asynchrony.simulation.AsyncRules``: the
       pure worker-local computation, master rule and finishing rule that

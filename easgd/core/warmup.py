@@ -23,6 +23,13 @@ gradient all-reduce each); step 3 starts EASGD at x_3 and exchanges (clock 0);
 the next exchanges are at steps 7, 11, ... With K = 0 the wrapper is not used
 (the registry builds the plain algorithm).
 
+The wrapper declares its two phases (``Algorithm.phases``): the program
+``easgd.core.algorithms.WARMUP`` for t < K and the algorithm's (with the
+handover) for t >= K, so that drivers that know the clock
+(``easgd.parallel.workers.map_step``, ``easgd.sweeps.curves``) compile each
+and pick one per step on the host (``Algorithm.program_at``), with no
+gradient inside a branch.
+
 The handover needs no communication: every worker already holds x_K (it is the
 shared model). The wrapped algorithm's worker state must be a NamedTuple with
 an ``opt_state`` field (the local optimizer's state: ``ElasticWorker`` of
