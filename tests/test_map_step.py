@@ -125,7 +125,7 @@ def _all_reduce_bytes(hlo_text):
   return count, total
 
 
-SYNCHRONOUS = [n for n, s in __import__("easgd.methods.registry").registry.TABLE.items()
+SYNCHRONOUS = [n for n, s in __import__("easgd.methods.registry").methods.registry.TABLE.items()
                if not s.asynchronous]
 
 

@@ -26,6 +26,14 @@ State is split in two:
                 because it is only ever updated from all-reduced quantities
                 (EASGD: the center x~ and the step counter).
 
+Programs: an algorithm declares which step program runs at clock t
+(``Algorithm.programs`` and ``Algorithm.program_at``; :class:`Program`): one
+program, or with a host-side exchange schedule two (with and without the
+exchange), and, for an algorithm with phases (``Algorithm.phases``: the
+synchronous warm-up of ``easgd.core.warmup``), one per phase. Drivers compile
+each named program once and run the one the host's clock names; nothing
+inspects the step's type.
+
 Algorithms here:
   :func:`easgd`      synchronous EASGD, eq. (5)-(6), communication period tau.
   :func:`eamsgd`     synchronous EAMSGD, eq. (7): the same rule with Nesterov
@@ -46,7 +54,8 @@ dtype. With a single worker there is nothing to reduce and no collective runs.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Protocol
+import functools
+from typing import Any, Callable, Hashable, Mapping, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -138,6 +147,57 @@ class Communication(NamedTuple):
   bytes: int
 
 
+class Program(NamedTuple):
+  """One program of an algorithm: a step and the clocks at which it runs.
+
+  Attributes:
+    step: ``step(worker, shared, batch, key) -> (worker, shared, loss)``, per
+      worker (:class:`StepFn`); with ``exchange_at`` it also takes the keyword
+      ``exchange`` (:class:`ScheduledStepFn`).
+    runs_at: ``runs_at(t) -> bool``: whether this program runs the step at
+      clock t, a host int or the shared state's int32 counter ``shared.step``
+      (traced). Built from Python values only (the clock, K, a Python tau), so
+      that a driver can pick the program on the host.
+    exchange_at: None, or the host-side schedule of the exchange flag this
+      program's step takes (:class:`ExchangeSchedule` on the same clock):
+      :meth:`Algorithm.programs` then splits it into the programs with and
+      without the exchange.
+  """
+  step: StepFn | ScheduledStepFn
+  runs_at: Callable[[Any], Any]
+  exchange_at: ExchangeSchedule | None = None
+
+
+WARMUP = "warmup"
+"""The name of the synchronous warm-up's program (``easgd.core.warmup``)."""
+
+
+def _every_clock(t) -> bool:
+  """``Program.runs_at`` of an algorithm's only phase: every clock."""
+  return True
+
+
+def select_program(programs: Mapping[Hashable, Program], t: int) -> Hashable:
+  """The name of the one program of ``programs`` that runs at host clock ``t``.
+
+  Args:
+    programs: a program table (:meth:`Algorithm.programs`).
+    t: the clock, a Python int (steps taken).
+
+  Returns:
+    The name whose ``runs_at(t)`` holds.
+
+  Raises:
+    ValueError: no program or more than one runs at ``t`` (a table that does
+      not cover the clocks once).
+  """
+  names = [name for name, program in programs.items() if bool(program.runs_at(t))]
+  if len(names) != 1:
+    raise ValueError(f"the programs {list(programs)} must name exactly one program for "
+                     f"clock {t}, got {names}")
+  return names[0]
+
+
 class Algorithm(NamedTuple):
   """A distributed algorithm written for one worker.
 
@@ -166,16 +226,34 @@ class Algorithm(NamedTuple):
       Such a ``step`` also takes a keyword ``exchange``: ``None`` (default)
       decides on the device from the clock (``lax.cond``); a Python bool, which
       must equal ``exchange_at(t)``, compiles the step with or without the
-      communication and no conditional. ``easgd.parallel.workers.map_step`` uses it to
-      run two programs, picked per step on the host; it also evaluates
-      ``exchange_at`` on the shared state's int32 counter ``shared.step`` (so
-      such algorithms keep one) to check the host's clock on the device.
+      communication and no conditional. :meth:`programs` turns it into two
+      programs (``False``, ``True``) picked per step on the host;
+      ``easgd.parallel.workers.map_step`` also evaluates their ``runs_at`` on
+      the shared state's int32 counter ``shared.step`` (so such algorithms
+      keep one) to check the host's clock on the device.
     async_rules: ``None``, or for the asynchronous methods (async EASGD and
       EAMSGD, the DOWNPOUR family) their ``easgd.asynchrony.simulation.AsyncRules``: the
       pure worker-local computation, master rule and finishing rule that
       ``step`` simulates in SPMD code, exposed so that the explicit-order
       replay (``easgd.asynchrony.log.replay``) and the real runtimes (threads,
       Ray) run exactly these functions.
+    phases: ``None`` (one phase: ``step`` at every clock, its exchange
+      scheduled by ``exchange_at``), or for an algorithm whose step changes
+      with the clock (the synchronous warm-up, ``easgd.core.warmup``) its
+      phases by name, each a :class:`Program` whose ``runs_at`` names its
+      clocks (exactly one phase per clock). ``step`` still runs every clock
+      (deciding the phase on the device); a driver that knows the clock runs
+      :meth:`programs` instead, so no gradient sits inside a branch.
+
+  Programs: :meth:`programs` is the table drivers compile, one program per
+  name, and :meth:`program_at` names the one to run at clock t. A program's
+  name is the exchange flag the host fixed in it (``False``: the step
+  without its communication, ``True``: with it, both without a conditional),
+  ``None`` when nothing is fixed (the step decides on the device, or has
+  nothing to decide), or the name of a phase without a schedule
+  (:data:`WARMUP`). To add an algorithm with phases, declare ``phases``;
+  ``easgd.parallel.workers.map_step`` and ``easgd.sweeps.curves`` read
+  nothing else.
   """
   name: str
   init: InitFn
@@ -187,6 +265,53 @@ class Algorithm(NamedTuple):
   exchange_at: ExchangeSchedule | None = None
   shared_model: bool = False
   async_rules: Any = None
+  phases: Mapping[Hashable, Program] | None = None
+
+  def programs(self, exchange_on_host: bool = True) -> dict[Hashable, Program]:
+    """The algorithm's programs by name: what a driver that knows the clock compiles.
+
+    Each phase (``phases``, or the one phase ``step`` with ``exchange_at``)
+    gives one program, or, with ``exchange_on_host`` and a schedule, two:
+    ``False`` and ``True``, the phase's step with ``exchange`` fixed (no
+    conditional, no all-reduce in the local one), each running where the
+    phase runs and the schedule says so. Names: see the class docstring.
+
+    Args:
+      exchange_on_host: fix the exchange flag on the host (the trainer's
+        mapping); False: leave it to the device, one program per phase (the
+        curve engine, whose configurations may trace tau).
+
+    Returns:
+      ``{name: Program}``; the programs' ``exchange_at`` is None where the
+      flag was fixed. A plain algorithm: ``{None: step}``, or with a schedule
+      ``{False: ..., True: ...}``; a warm-up adds :data:`WARMUP`.
+    """
+    phases = self.phases
+    if phases is None:
+      phases = {None: Program(self.step, _every_clock, self.exchange_at)}
+    table = {}
+    for name, phase in phases.items():
+      if not exchange_on_host or phase.exchange_at is None:
+        table[name] = phase
+        continue
+      for flag in (False, True):
+        table[flag if name is None else (name, flag)] = Program(
+            functools.partial(phase.step, exchange=flag),
+            _fixed_flag(phase.runs_at, phase.exchange_at, flag))
+    return table
+
+  def program_at(self, t: int, exchange_on_host: bool = True) -> Hashable:
+    """The name of the program of :meth:`programs` that runs at host clock ``t``.
+
+    Raises:
+      ValueError: the table does not name exactly one program for ``t``.
+    """
+    return select_program(self.programs(exchange_on_host), t)
+
+
+def _fixed_flag(runs_at, exchange_at, flag: bool):
+  """``runs_at`` of a phase's program with the exchange fixed to ``flag``."""
+  return lambda t: runs_at(t) & (exchange_at(t) == flag)
 
 
 def worker_key(key: jax.Array, step, axis_name=WORKER_AXES) -> jax.Array:

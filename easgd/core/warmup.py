@@ -23,6 +23,13 @@ gradient all-reduce each); step 3 starts EASGD at x_3 and exchanges (clock 0);
 the next exchanges are at steps 7, 11, ... With K = 0 the wrapper is not used
 (the registry builds the plain algorithm).
 
+The wrapper declares its two phases (``Algorithm.phases``): the program
+``easgd.core.algorithms.WARMUP`` for t < K and the algorithm's (with the
+handover) for t >= K, so that drivers that know the clock
+(``easgd.parallel.workers.map_step``, ``easgd.sweeps.curves``) compile each
+and pick one per step on the host (``Algorithm.program_at``), with no
+gradient inside a branch.
+
 The handover needs no communication: every worker already holds x_K (it is the
 shared model). The wrapped algorithm's worker state must be a NamedTuple with
 an ``opt_state`` field (the local optimizer's state: ``ElasticWorker`` of
@@ -58,39 +65,6 @@ from optax.tree_utils import tree_where
 
 MAIN_KEY_STREAM = 1
 """``fold_in(key, MAIN_KEY_STREAM)`` is the wrapped algorithm's base key."""
-
-
-class WarmupStep(NamedTuple):
-  """The step of a warmed-up algorithm, with its two phases for drivers that
-  know the clock on the host.
-
-  Calling it is ``Algorithm.step``: with ``exchange`` None or True a
-  ``lax.cond`` on the clock picks the warm-up or the algorithm; with False
-  the algorithm's local step. A driver that knows t (``easgd.parallel.workers.map_step``,
-  ``easgd.sweeps.curves``) runs ``warm(worker, shared, batch, key)`` for
-  t < K and ``main(worker, shared, batch, key, exchange=None)`` for t >= K
-  instead, so no gradient sits inside a branch (on XLA:CPU a convolution in a
-  ``lax.cond`` or loop body runs several times slower than at top level).
-
-  Attributes:
-    step: the step function.
-    warmup_steps: K.
-    warm: the warm-up step (pmean SGD), for t < K.
-    main: the algorithm's step with the handover at K (a select), for
-      t >= K; takes ``exchange`` as the algorithm's step does.
-  """
-  step: Any
-  warmup_steps: int
-  warm: Any
-  main: Any
-
-  def __call__(self, worker, shared, batch, key, exchange=None):
-    return self.step(worker, shared, batch, key, exchange)
-
-
-def phases(algorithm: Algorithm) -> WarmupStep | None:
-  """The :class:`WarmupStep` of a :func:`sync_warmup` algorithm, else None."""
-  return algorithm.step if isinstance(algorithm.step, WarmupStep) else None
 
 
 class WarmupShared(NamedTuple):
@@ -135,11 +109,14 @@ def sync_warmup(algorithm: Algorithm, loss_fn, optimizer: optax.GradientTransfor
     An :class:`~easgd.core.algorithms.Algorithm` named like ``algorithm``:
     ``exchange_at(t) = t < K or algorithm.exchange_at(t - K)`` (every warm-up
     step communicates), None when ``algorithm.exchange_at`` is None (an array
-    tau); its ``step`` is a :class:`WarmupStep`: with ``exchange=False`` the
-    algorithm's local step, with ``True`` or None a ``lax.cond`` on the clock
-    picks the warm-up or the algorithm, and its ``warm`` and ``main`` phases
-    let a driver that knows the clock pick without a branch (the handover at
-    K is a select on the clock in ``main``). ``communication(n)`` counts min(n, K) parameter-sized
+    tau). Its ``phases`` declare the two programs a driver that knows the
+    clock runs instead of ``step`` (:func:`warmup_phases`):
+    ``easgd.core.algorithms.WARMUP`` (pmean SGD) for t < K, and ``None``
+    (the handover at K, a select on the clock, then the algorithm's step,
+    which takes ``exchange`` as the algorithm's does) for t >= K. ``step``
+    itself runs every clock: with ``exchange=False`` the algorithm's local
+    step, with ``True`` or None a ``lax.cond`` on the clock picks the warm-up
+    or the algorithm. ``communication(n)`` counts min(n, K) parameter-sized
     all-reduces of the warm-up (none for p = 1) plus the algorithm's own over
     its n - K steps. ``hyperparameters`` add ``sync_warmup_steps``.
 
@@ -157,17 +134,12 @@ def sync_warmup(algorithm: Algorithm, loss_fn, optimizer: optax.GradientTransfor
   References:
     Lin et al. (2020), post-local SGD.
   """
-  if not isinstance(algorithm, Algorithm):
-    raise TypeError(f"algorithm must be an easgd.core.algorithms.Algorithm, got "
-                    f"{type(algorithm).__name__}")
-  if algorithm.shared_model or algorithm.async_rules is not None:
-    raise TypeError(f"sync_warmup wraps a synchronous algorithm with per-worker "
-                    f"models; {algorithm.name!r} is "
-                    f"{'a one-model method' if algorithm.shared_model else 'asynchronous'}")
+  _check_wrappable(algorithm)
   k = check_warmup_steps(warmup_steps)
   warm = algorithms.pmean_sgd(loss_fn, optimizer, num_workers=num_workers,
                               axis_name=axis_name)
-  inner_at = algorithm.exchange_at
+  phases = warmup_phases(algorithm, warm, k)
+  warm_step, main_step = phases[algorithms.WARMUP].step, phases[None].step
 
   def init(params, model_state=()):
     worker, inner = algorithm.init(params, model_state)
@@ -177,6 +149,51 @@ def sync_warmup(algorithm: Algorithm, loss_fn, optimizer: optax.GradientTransfor
     return worker, WarmupShared(warm.init(params, model_state)[1], inner,
                                 jnp.zeros((), jnp.int32))
 
+  def step(worker, shared, batch, key, exchange=None):
+    algorithms.check_exchange_flag(exchange)
+    if exchange is False:  # the host's local program: t >= K, no communication
+      return main_step(worker, shared, batch, key, False)
+    return lax.cond(shared.step < k, lambda w, s: warm_step(w, s, batch, key),
+                    lambda w, s: main_step(w, s, batch, key, exchange), worker, shared)
+
+  return Algorithm(
+      name=algorithm.name, init=init, step=step,
+      center=_until_handover(k, lambda shared: algorithm.center(shared.inner)),
+      worker_params=_until_handover(
+          k, lambda worker, shared: algorithm.worker_params(worker, shared.inner)),
+      communication=_warmup_communication(warm, algorithm, k),
+      hyperparameters=dict(algorithm.hyperparameters, sync_warmup_steps=k),
+      exchange_at=_warmup_schedule(algorithm.exchange_at, k), phases=phases)
+
+
+def _check_wrappable(algorithm) -> None:
+  """TypeError unless ``algorithm`` is a synchronous Algorithm with per-worker models."""
+  if not isinstance(algorithm, Algorithm):
+    raise TypeError(f"algorithm must be an easgd.core.algorithms.Algorithm, got "
+                    f"{type(algorithm).__name__}")
+  if algorithm.shared_model or algorithm.async_rules is not None:
+    raise TypeError(f"sync_warmup wraps a synchronous algorithm with per-worker "
+                    f"models; {algorithm.name!r} is "
+                    f"{'a one-model method' if algorithm.shared_model else 'asynchronous'}")
+
+
+def warmup_phases(algorithm: Algorithm, warm: Algorithm, k: int) -> dict:
+  """The two phases of ``algorithm`` after K steps of ``warm`` (``Algorithm.phases``).
+
+  Args:
+    algorithm: the wrapped algorithm (its clock counts from K).
+    warm: the warm-up (pmean SGD with the algorithm's optimizer).
+    k: K >= 1.
+
+  Returns:
+    ``{WARMUP: Program(warm_step, t < K), None: Program(main_step, t >= K,
+    exchange_at)}`` on the :class:`WarmupShared` state: ``warm_step`` is a
+    pmean SGD step on the warm-up's model; ``main_step`` the handover (at K:
+    the algorithm's start from the warm-up's model and optimizer state, a
+    select) then the algorithm's step with base key ``fold_in(key, 1)``,
+    taking ``exchange`` as the algorithm's step does, on the schedule
+    ``algorithm.exchange_at(t - K)`` (None for an array tau).
+  """
   def handover(worker, shared):
     """The algorithm's state at step K, as a select (no branch): where the clock
     is K, the algorithm's start from the warm-up's model and optimizer state,
@@ -203,39 +220,43 @@ def sync_warmup(algorithm: Algorithm, loss_fn, optimizer: optax.GradientTransfor
     _, model, loss = warm.step((), shared.warm, batch, key)
     return worker, WarmupShared(model, shared.inner, shared.step + 1), loss
 
-  def step(worker, shared, batch, key, exchange=None):
-    algorithms.check_exchange_flag(exchange)
-    if exchange is False:  # the host's local program: t >= K, no communication
-      return main_step(worker, shared, batch, key, False)
-    return lax.cond(shared.step < k, lambda w, s: warm_step(w, s, batch, key),
-                    lambda w, s: main_step(w, s, batch, key, exchange), worker, shared)
+  inner_at = algorithm.exchange_at
+  return {
+      algorithms.WARMUP: algorithms.Program(warm_step, lambda t: t < k),
+      None: algorithms.Program(
+          main_step, lambda t: t >= k,
+          None if inner_at is None else (lambda t: inner_at(t - k)))}
 
-  def center(shared):
-    inner = algorithm.center(shared.inner)
+
+def _until_handover(k: int, inner_fn):
+  """``fn(..., shared)``: the warm-up's model (in the dtype of ``inner_fn``'s
+  result) while the clock is <= K, then ``inner_fn``'s (``center``,
+  ``worker_params`` of the wrapped algorithm)."""
+  def fn(*args):
+    shared = args[-1]
+    inner = inner_fn(*args)
     model = jax.tree.map(lambda a, b: a.astype(b.dtype), shared.warm.params, inner)
     return jax.tree.map(lambda a, b: jnp.where(shared.step <= k, a, b), model, inner)
+  return fn
 
-  def worker_params(worker, shared):
-    inner = algorithm.worker_params(worker, shared.inner)
-    model = jax.tree.map(lambda a, b: a.astype(b.dtype), shared.warm.params, inner)
-    return jax.tree.map(lambda a, b: jnp.where(shared.step <= k, a, b), model, inner)
 
+def _warmup_communication(warm: Algorithm, algorithm: Algorithm, k: int):
+  """``communication(n)``: min(n, K) steps of ``warm``, then n - K of ``algorithm``."""
   def communication(num_steps, param_bytes):
     n = int(num_steps)
     first = warm.communication(min(n, k), param_bytes)
     rest = algorithm.communication(max(n - k, 0), param_bytes)
     return Communication(first.all_reduces + rest.all_reduces, first.bytes + rest.bytes)
+  return communication
 
-  exchange_at = None
-  if inner_at is not None:
-    def exchange_at(t):
-      if isinstance(t, int):
-        return t < k or bool(inner_at(t - k))
-      return (t < k) | inner_at(t - k)
 
-  return Algorithm(
-      name=algorithm.name, init=init,
-      step=WarmupStep(step, k, warm_step, main_step), center=center,
-      worker_params=worker_params, communication=communication,
-      hyperparameters=dict(algorithm.hyperparameters, sync_warmup_steps=k),
-      exchange_at=exchange_at)
+def _warmup_schedule(inner_at, k: int):
+  """``exchange_at(t) = t < K or inner_at(t - K)``; None when ``inner_at`` is."""
+  if inner_at is None:
+    return None
+
+  def exchange_at(t):
+    if isinstance(t, int):
+      return t < k or bool(inner_at(t - k))
+    return (t < k) | inner_at(t - k)
+  return exchange_at

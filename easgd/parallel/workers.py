@@ -46,8 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from easgd._util import checks
-from easgd.core import warmup
-from easgd.core.algorithms import Algorithm
+from easgd.core.algorithms import Algorithm, select_program
 from easgd.core.elastic import DEVICE_AXIS, LOCAL_AXIS, WORKER_AXES
 from easgd.parallel.names import BACKENDS  # re-exported
 
@@ -360,28 +359,30 @@ def map_step(algorithm, layout: WorkerLayout, donate_state: bool = True,
 
   The result is ``step_fn(worker, shared, batch, key, clock) -> (worker,
   shared, loss)``, where ``clock`` is the host's int count of steps taken
-  (the value of the state's step counter). Algorithms with one shared model
+  (the value of the state's step counter). Each program of
+  ``algorithm.programs()`` (``easgd.core.algorithms.Algorithm``) is mapped
+  and compiled once, and each call runs the one ``program_at(clock)`` names.
+  For algorithms with a host-side schedule (``algorithm.exchange_at``: EASGD,
+  EAMSGD, local SGD, DiLoCo) these are the step with its communication and
+  the step without: no ``lax.cond`` in either, no all-reduce in the local
+  one; a synchronous warm-up (``easgd.core.warmup``) adds its pmean program
+  for the first K steps. Other algorithms run their one step program and
+  ignore ``clock``. Algorithms with one shared model
   (``algorithm.shared_model``: pmean SGD, the sequential methods) run the
   workers of each device as one batch (:func:`_merged_workers_step`: one
   gradient per device, equal to the workers' gradients averaged for a loss
   that is a mean over its batch; ``merge_workers=False`` keeps one pass per
   worker, as models whose forward pass depends on the batch need: BatchNorm
-  normalises each worker's own mini-batch, on any layout). For
-  algorithms with a host-side
-  schedule (``algorithm.exchange_at``: EASGD, EAMSGD, local SGD, DiLoCo) two
-  programs are compiled, the step with its communication and the step
-  without, and each call runs the one ``exchange_at(clock)`` names: no
-  ``lax.cond`` in either, no all-reduce in the local one. Other algorithms run
-  their one step program and ignore ``clock``. The results are those of
-  ``map_workers(algorithm.step, ...)`` at the same clock up to float32
-  rounding (XLA fuses the update differently without the conditional;
-  ``tests/test_map_step.py``). ``clock`` must be the state's step count. It is
-  not read back from the device (that would wait for every step); instead each
-  scheduled program compares ``exchange_at`` of the state's counter with its
-  own flag and returns a NaN loss for every worker when they disagree, so a
-  clock that picks the wrong program shows as a non-finite loss (a wrong clock
-  that picks the right program computes the right step; the trainer always
-  passes the right clock).
+  normalises each worker's own mini-batch, on any layout). The results are
+  those of ``map_workers(algorithm.step, ...)`` at the same clock up to
+  float32 rounding (XLA fuses the update differently without the
+  conditional; ``tests/test_map_step.py``). ``clock`` must be the state's
+  step count. It is not read back from the device (that would wait for
+  every step); instead, with several programs, each compares its
+  ``runs_at`` of the state's counter ``shared.step`` and returns a NaN loss
+  for every worker where it should not run, so a clock that picks the wrong
+  program shows as a non-finite loss (a wrong clock that picks the right
+  program computes the right step; the trainer always passes the right clock).
 
   Args:
     algorithm: an ``easgd.core.algorithms.Algorithm``.
@@ -391,11 +392,10 @@ def map_step(algorithm, layout: WorkerLayout, donate_state: bool = True,
       batch (default); False: one pass per worker.
 
   Returns:
-    ``step_fn`` as above; ``step_fn.programs`` maps the exchange flag
-    (``False``/``True``, or ``None`` for a single program; and ``"warmup"``
-    for an algorithm with a synchronous warm-up, ``easgd.core.warmup``, whose
-    first K steps run its pmean program and the later ones its
-    ``WarmupStep.main``) to the mapped function, e.g. for ``.lower(...)``.
+    ``step_fn`` as above; ``step_fn.programs`` maps each program's name
+    (``algorithm.programs()``: the exchange flag ``False``/``True``, ``None``
+    for a single program, ``"warmup"`` for the warm-up) to the mapped
+    function, e.g. for ``.lower(...)``.
 
   Raises:
     TypeError: ``algorithm`` is not an ``easgd.core.algorithms.Algorithm``, or
@@ -421,35 +421,26 @@ def map_step(algorithm, layout: WorkerLayout, donate_state: bool = True,
                           STEP_IN_KINDS, False, donate)
     return map_workers(fn, layout, STEP_IN_KINDS, STEP_OUT_KINDS, donate)
 
-  phased = warmup.phases(algorithm)  # a synchronous warm-up: its own program
-  if algorithm.exchange_at is None:
-    programs = {None: mapped(algorithm.step)}
-    pick = lambda clock: None
+  table = algorithm.programs()
+  if len(table) == 1:  # nothing to pick: the one program as it is
+    programs = {name: mapped(program.step) for name, program in table.items()}
   else:
-    step_of = algorithm.step if phased is None else phased.main
-    after = 0 if phased is None else phased.warmup_steps
-
-    def checked(flag):  # the step with the exchange fixed to flag, clock checked
-      def step(worker, shared, batch, key):
-        worker_out, shared_out, loss = step_of(worker, shared, batch, key,
-                                               exchange=flag)
-        right = (algorithm.exchange_at(shared.step) == flag) & (shared.step >= after)
-        return worker_out, shared_out, jnp.where(right, loss, jnp.nan)
-      return step
-    programs = {flag: mapped(checked(flag)) for flag in (False, True)}
-    pick = lambda clock: bool(algorithm.exchange_at(clock))
-    if phased is not None:  # t < K: the warm-up's pmean step, no branch
-      def warm(worker, shared, batch, key):
-        worker_out, shared_out, loss = phased.warm(worker, shared, batch, key)
-        return worker_out, shared_out, jnp.where(shared.step < after, loss, jnp.nan)
-      programs["warmup"] = mapped(warm)
-      pick = lambda clock: "warmup" if clock < after else bool(algorithm.exchange_at(clock))
+    programs = {name: mapped(_clock_checked(program)) for name, program in table.items()}
 
   def step_fn(worker, shared, batch, key, clock):
     checks.integer("clock", clock, 0, 2**31 - 1, what="the number of steps taken")
-    return programs[pick(clock)](worker, shared, batch, key)
+    return programs[select_program(table, clock)](worker, shared, batch, key)
   step_fn.programs = programs
   return step_fn
+
+
+def _clock_checked(program) -> Callable:
+  """``program.step`` whose loss is NaN where ``program.runs_at(shared.step)``
+  does not hold (the host's clock picked the wrong program)."""
+  def step(worker, shared, batch, key):
+    worker_out, shared_out, loss = program.step(worker, shared, batch, key)
+    return worker_out, shared_out, jnp.where(program.runs_at(shared.step), loss, jnp.nan)
+  return step
 
 
 def _shard_map_workers(inner, layout, in_kinds, single, donate_argnums):

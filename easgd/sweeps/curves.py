@@ -28,10 +28,11 @@ MNIST-1D CNN, 4 workers x 32 examples: 16 ms per step in a ``lax.scan``,
 many configurations of a small CNN costs up to 2x more per configuration than
 over a few (their working set leaves the caches). Chunks of about 4
 configurations called from the host avoid both; the values are the same for
-any k (the configurations are independent). For the same reason a
-synchronous warm-up (``easgd.core.warmup``) runs its two phases as two step
-programs chosen on the host (t < K: the warm-up; t >= K: the algorithm), not
-a branch.
+any k (the configurations are independent). For the same reason an
+algorithm with phases (a synchronous warm-up, ``easgd.core.warmup``) runs
+each declared phase as its own step program, the one
+``Algorithm.programs(exchange_on_host=False)`` names for clock t chosen on the
+host (t < K: the warm-up; t >= K: the algorithm), not a branch.
 
 Unlike ``make_sweep_fn`` no configuration is frozen when it diverges: its
 values become non-finite and stay within that configuration, and the caller
@@ -51,9 +52,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from easgd._util import checks
-from easgd.core import warmup
 from easgd.parallel import workers
-from easgd.core.algorithms import Algorithm
+from easgd.core.algorithms import WARMUP, Algorithm, select_program
 from easgd.sweeps.engine import SweepError, simulated_params, start_state
 
 
@@ -122,8 +122,10 @@ def make_curve_fn(build: Callable[..., Algorithm], num_workers: int, num_steps: 
     configs_per_batch: k, configurations per call of the step program; None:
       all n at once.
     warmup_steps: K of the algorithm's synchronous warm-up (``easgd.core.warmup``;
-      ``build`` must then return an algorithm wrapped with that K): steps
-      t < K run its warm-up phase, the others its main phase. 0: none.
+      ``build`` must then return an algorithm wrapped with that K), checked
+      against the programs the algorithm declares
+      (``Algorithm.programs(exchange_on_host=False)``, of which step t runs the
+      one ``program_at(t)`` names): steps t < K run its warm-up program. 0: none.
     return_center: also return the final centers (leading axis [n]).
 
   Returns:
@@ -141,7 +143,9 @@ def make_curve_fn(build: Callable[..., Algorithm], num_workers: int, num_steps: 
 
   Raises:
     SweepError: num_workers, num_steps, eval_chunks or configs_per_batch not
-      integers >= 1; warmup_steps not in [0, num_steps); bad eval_steps.
+      integers >= 1; warmup_steps not in [0, num_steps); bad eval_steps;
+      (from ``run``) the algorithm's warm-up program does not run exactly at
+      the steps t < warmup_steps.
   """
   p = checks.integer("num_workers", num_workers, 1, error=SweepError)
   T = checks.integer("num_steps", num_steps, 1, error=SweepError)
@@ -151,109 +155,144 @@ def make_curve_fn(build: Callable[..., Algorithm], num_workers: int, num_steps: 
   if configs_per_batch is not None:
     configs_per_batch = checks.integer("configs_per_batch", configs_per_batch, 1,
                                        error=SweepError)
-  evaluated = set(steps.tolist())
-
-  def step_of(algorithm, phase):
-    if phase == "all":
-      return algorithm.step
-    phased = warmup.phases(algorithm)
-    if phased is None or phased.warmup_steps != k_warm:
-      raise SweepError(f"warmup_steps={k_warm} but build() returned an algorithm "
-                       f"without that synchronous warm-up")
-    return phased.warm if phase == "warm" else phased.main
-
-  def init_one(hyper, params0):
-    algorithm = build(**hyper)
-    worker0 = jax.tree.map(lambda a: jnp.broadcast_to(a, (p, *a.shape)), params0)
-    worker, shared = start_state(algorithm, worker0, params0)
-    return worker, shared, jnp.float32(0)
-
-  def step_one(hyper, state, key_data, config_data, data, t, phase):
-    key = jax.random.wrap_key_data(key_data, impl=key_impl)
-    algorithm = build(**hyper)
-    mapped = workers.vmap_workers(step_of(algorithm, phase), p, workers.STEP_IN_KINDS,
-                                  workers.STEP_OUT_KINDS)
-    worker, shared, total = state
-    worker, shared, losses = mapped(worker, shared, batch_fn(data, config_data, t), key)
-    return worker, shared, total + jnp.mean(losses.astype(jnp.float32))
-
-  def eval_one(hyper, state, config_data, data, j):
-    algorithm = build(**hyper)
-    return {name: jnp.asarray(v, jnp.float32) for name, v in
-            eval_fn(algorithm.center(state[1]), data, config_data, j).items()}
-
-  def final_one(hyper, state, config_data, data, j):
-    algorithm = build(**hyper)
-    worker, shared, _ = state
-    return final_fn(simulated_params(algorithm, p)(worker, shared),
-                    algorithm.center(shared), data, config_data, j)
-
-  def center_one(hyper, state):
-    return build(**hyper).center(state[1])
-
-  per = (0, 0, 0, 0, None, None)
-  init_program = jax.jit(jax.vmap(init_one))
-  step_program = jax.jit(jax.vmap(step_one, in_axes=per + (None,)), static_argnums=6,
-                         donate_argnums=1)
-  eval_program = jax.jit(jax.vmap(eval_one, in_axes=(0, 0, 0, None, None)))
-  final_program = jax.jit(jax.vmap(final_one, in_axes=(0, 0, 0, None, None)))
-  center_program = jax.jit(jax.vmap(center_one))
-
-  def evaluate(program, hyper, state, config_data, data):
-    """The sums over the evaluation chunks, on the host (float64)."""
-    total = None
-    for j in range(chunks):
-      part = jax.tree.map(lambda a: np.asarray(a, np.float64),
-                          program(hyper, state, config_data, data, np.int32(j)))
-      total = part if total is None else jax.tree.map(np.add, total, part)
-    return total
-
-  key_impl = None  # the PRNG implementation of the keys run() is given
+  programs = _CurvePrograms(build, p, batch_fn, eval_fn, final_fn)
 
   def run(hyperparameters: Mapping[str, Any], params0, key, config_data, data):
-    nonlocal key_impl
-    key_impl = jax.random.key_impl(key)
-    host = jax.tree.map(np.asarray, (dict(hyperparameters), params0,
-                                     jax.random.key_data(key), config_data))
-    n = int(np.shape(jax.tree.leaves(host[0])[0])[0])
-    k = n if configs_per_batch is None else min(configs_per_batch, n)
-    size = -(-n // k) * k
-    host = _pad(host, n, size)
-    data = jax.tree.map(jnp.asarray, data)
-    parts = [jax.device_put(jax.tree.map(lambda a: a[i:i + k], host))
-             for i in range(0, size, k)]
-    states = [init_program(h, x0) for h, x0, _, _ in parts]
-    records = [[evaluate(eval_program, h, s, c, data)]
-               for (h, _, _, c), s in zip(parts, states)]
-    losses = [[np.full((k,), np.nan, np.float32)] for _ in parts]
-    since = 0
-    for t in range(T):
-      phase = "all" if not k_warm else ("warm" if t < k_warm else "main")
-      tt = np.int32(t)
-      for i, (h, _, key_i, c) in enumerate(parts):
-        states[i] = step_program(h, states[i], key_i, c, data, tt, phase)
-      since += 1
-      if t + 1 in evaluated:
-        for i, (h, _, _, c) in enumerate(parts):
-          records[i].append(evaluate(eval_program, h, states[i], c, data))
-          worker, shared, total = states[i]
-          losses[i].append(np.asarray(total) / since)  # waits for this chunk
-          states[i] = (worker, shared, jax.device_put(np.zeros((k,), np.float32)))
-        since = 0
-    cat = lambda xs: np.concatenate([np.asarray(x) for x in xs])[:n]
-    out = dict(
-        curves={name: cat([np.stack([np.asarray(r[name]) for r in rec], axis=1)
-                           for rec in records]) for name in records[0][0]},
-        train_loss=cat([np.stack(l, axis=1) for l in losses]))
-    if final_fn is not None:
-      finals = [evaluate(final_program, h, s, c, data)
-                for (h, _, _, c), s in zip(parts, states)]
-      out["final"] = jax.tree.map(lambda *xs: cat(xs), *finals)
-    if return_center:
-      centers = [center_program(h, s) for (h, _, _, _), s in zip(parts, states)]
-      out["center"] = jax.tree.map(lambda *xs: cat(xs), *centers)
-    return out
+    names = _program_names(build, hyperparameters, T, k_warm)
+    parts, n, k = _chunks(hyperparameters, params0, key, config_data, configs_per_batch)
+    programs.key_impl = jax.random.key_impl(key)
+    return _run_chunks(programs, parts, jax.tree.map(jnp.asarray, data), names,
+                       set(steps.tolist()), chunks, n, k,
+                       final=final_fn is not None, center=return_center)
 
-  run.programs = dict(init=init_program, step=step_program, eval=eval_program,
-                      final=final_program)
+  run.programs = dict(init=programs.init, step=programs.step, eval=programs.eval,
+                      final=programs.final)
   return run
+
+
+class _CurvePrograms:
+  """The jitted programs of :func:`make_curve_fn`, each vmapped over a chunk of
+  configurations (one compilation each per shape); ``key_impl`` is the PRNG
+  implementation of the keys the run was given (set before the step runs)."""
+
+  def __init__(self, build, p, batch_fn, eval_fn, final_fn):
+    def init_one(hyper, params0):
+      algorithm = build(**hyper)
+      worker0 = jax.tree.map(lambda a: jnp.broadcast_to(a, (p, *a.shape)), params0)
+      worker, shared = start_state(algorithm, worker0, params0)
+      return worker, shared, jnp.float32(0)
+
+    def step_one(hyper, state, key_data, config_data, data, t, name):
+      key = jax.random.wrap_key_data(key_data, impl=self.key_impl)
+      program = build(**hyper).programs(exchange_on_host=False)[name]
+      mapped = workers.vmap_workers(program.step, p, workers.STEP_IN_KINDS,
+                                    workers.STEP_OUT_KINDS)
+      worker, shared, total = state
+      worker, shared, losses = mapped(worker, shared, batch_fn(data, config_data, t), key)
+      return worker, shared, total + jnp.mean(losses.astype(jnp.float32))
+
+    def eval_one(hyper, state, config_data, data, j):
+      algorithm = build(**hyper)
+      return {name: jnp.asarray(v, jnp.float32) for name, v in
+              eval_fn(algorithm.center(state[1]), data, config_data, j).items()}
+
+    def final_one(hyper, state, config_data, data, j):
+      algorithm = build(**hyper)
+      worker, shared, _ = state
+      return final_fn(simulated_params(algorithm, p)(worker, shared),
+                      algorithm.center(shared), data, config_data, j)
+
+    def center_one(hyper, state):
+      return build(**hyper).center(state[1])
+
+    per = (0, 0, 0, 0, None, None)
+    self.key_impl = None
+    self.init = jax.jit(jax.vmap(init_one))
+    self.step = jax.jit(jax.vmap(step_one, in_axes=per + (None,)), static_argnums=6,
+                        donate_argnums=1)
+    self.eval = jax.jit(jax.vmap(eval_one, in_axes=(0, 0, 0, None, None)))
+    self.final = jax.jit(jax.vmap(final_one, in_axes=(0, 0, 0, None, None)))
+    self.center = jax.jit(jax.vmap(center_one))
+
+
+def _program_names(build, hyperparameters, num_steps: int, warmup_steps: int) -> list:
+  """The name of the program each step t < num_steps runs, read from the table
+  ``build`` declares (``Algorithm.programs(exchange_on_host=False)``) for one
+  configuration's values, traced abstractly (nothing runs or compiles).
+
+  Raises:
+    SweepError: the steps that run the warm-up program are not t < warmup_steps.
+  """
+  table = {}
+
+  def declare(hyper):
+    table.update(build(**hyper).programs(exchange_on_host=False))
+    return ()
+
+  one = {name: jax.ShapeDtypeStruct(np.shape(v)[1:], np.asarray(v).dtype)
+         for name, v in dict(hyperparameters).items()}
+  jax.eval_shape(declare, one)
+  names = [select_program(table, t) for t in range(num_steps)]
+  if [name == WARMUP for name in names] != [t < warmup_steps for t in range(num_steps)]:
+    raise SweepError(f"warmup_steps={warmup_steps} but build() returned an algorithm "
+                     f"without that synchronous warm-up")
+  return names
+
+
+def _chunks(hyperparameters, params0, key, config_data, configs_per_batch):
+  """The configurations on the device in chunks of k (the last padded):
+  ``(parts, n, k)``, each part ``(hyper, params0, key_data, config_data)``."""
+  host = jax.tree.map(np.asarray, (dict(hyperparameters), params0,
+                                   jax.random.key_data(key), config_data))
+  n = int(np.shape(jax.tree.leaves(host[0])[0])[0])
+  k = n if configs_per_batch is None else min(configs_per_batch, n)
+  size = -(-n // k) * k
+  host = _pad(host, n, size)
+  parts = [jax.device_put(jax.tree.map(lambda a: a[i:i + k], host))
+           for i in range(0, size, k)]
+  return parts, n, k
+
+
+def _evaluate(program, chunks: int, hyper, state, config_data, data):
+  """The sums over the evaluation chunks of ``program``, on the host (float64)."""
+  total = None
+  for j in range(chunks):
+    part = jax.tree.map(lambda a: np.asarray(a, np.float64),
+                        program(hyper, state, config_data, data, np.int32(j)))
+    total = part if total is None else jax.tree.map(np.add, total, part)
+  return total
+
+
+def _run_chunks(programs, parts, data, names, evaluated, chunks, n, k, *,
+                final: bool, center: bool) -> dict:
+  """The host loop of :func:`make_curve_fn`: every step of every chunk, the
+  evaluations after the steps in ``evaluated``; the outputs of its ``run``."""
+  evaluate = lambda program, h, s, c: _evaluate(program, chunks, h, s, c, data)
+  states = [programs.init(h, x0) for h, x0, _, _ in parts]
+  records = [[evaluate(programs.eval, h, s, c)] for (h, _, _, c), s in zip(parts, states)]
+  losses = [[np.full((k,), np.nan, np.float32)] for _ in parts]
+  since = 0
+  for t, name in enumerate(names):
+    tt = np.int32(t)
+    for i, (h, _, key_i, c) in enumerate(parts):
+      states[i] = programs.step(h, states[i], key_i, c, data, tt, name)
+    since += 1
+    if t + 1 in evaluated:
+      for i, (h, _, _, c) in enumerate(parts):
+        records[i].append(evaluate(programs.eval, h, states[i], c))
+        worker, shared, total = states[i]
+        losses[i].append(np.asarray(total) / since)  # waits for this chunk
+        states[i] = (worker, shared, jax.device_put(np.zeros((k,), np.float32)))
+      since = 0
+  cat = lambda xs: np.concatenate([np.asarray(x) for x in xs])[:n]
+  out = dict(
+      curves={name: cat([np.stack([np.asarray(r[name]) for r in rec], axis=1)
+                         for rec in records]) for name in records[0][0]},
+      train_loss=cat([np.stack(l, axis=1) for l in losses]))
+  if final:
+    finals = [evaluate(programs.final, h, s, c) for (h, _, _, c), s in zip(parts, states)]
+    out["final"] = jax.tree.map(lambda *xs: cat(xs), *finals)
+  if center:
+    centers = [programs.center(h, s) for (h, _, _, _), s in zip(parts, states)]
+    out["center"] = jax.tree.map(lambda *xs: cat(xs), *centers)
+  return out

@@ -327,69 +327,8 @@ def make_sweep_fn(build: Callable[..., Algorithm], num_workers: int, num_steps: 
   if unknown:
     raise SweepError(f"per_config names unknown arguments {sorted(unknown)}; allowed: "
                      f"{', '.join(RUN_ARGUMENTS)}")
-
-  def evaluate(center, eval_data):
-    metrics = dict(eval_fn(center, eval_data))
-    if "center_loss" not in metrics:
-      raise SweepError(f"eval_fn must return 'center_loss' (the center's divergence "
-                       f"test), got {sorted(metrics)}")
-    return metrics
-
-  def one_config(hyper, worker_params, center0, batches, eval_data, key, factor):
-    algorithm = build(**hyper)
-    step = simulated_step(algorithm, num_workers)
-    params_of = simulated_params(algorithm, num_workers)
-    worker, shared = start_state(algorithm, worker_params, center0)
-    initial_center_loss = (
-        jnp.float32(jnp.nan) if eval_fn is None
-        else jnp.asarray(evaluate(algorithm.center(shared), eval_data)["center_loss"],
-                         jnp.float32))
-
-    def body(state, xs):
-      t, batch = xs
-      worker, shared, losses = step(state.worker, state.shared, batch, key)
-      loss = jnp.mean(losses.astype(jnp.float32))
-      initial = jnp.where(t == 0, loss, state.initial_loss)
-      workers_bad = _above(loss, initial, factor) | ~_all_finite(params_of(worker, shared))
-      center_bad = ~_all_finite(algorithm.center(shared))
-      first = (workers_bad | center_bad) & ~state.diverged
-      diverged = state.diverged | first
-      new = SweepState(
-          worker=tree_where(diverged, state.worker, worker),
-          shared=tree_where(diverged, state.shared, shared),
-          diverged=diverged,
-          workers_diverged=state.workers_diverged | (first & workers_bad),
-          center_diverged=state.center_diverged | (first & center_bad),
-          diverged_step=jnp.where(first, t, state.diverged_step),
-          initial_loss=initial,
-          last_loss=jnp.where(diverged, state.last_loss, loss))
-      return new, None
-
-    false = jnp.bool_(False)
-    init = SweepState(worker, shared, false, false, false, jnp.int32(-1),
-                      jnp.float32(jnp.nan), jnp.float32(jnp.nan))
-    state, _ = lax.scan(body, init, (jnp.arange(num_steps, dtype=jnp.int32), batches))
-    center = algorithm.center(state.shared)
-    dist = jax.vmap(elastic.tree_l2_distance, in_axes=(0, None))(
-        params_of(state.worker, state.shared), center)
-    out = dict(worker_center_distance=jnp.mean(dist), center=center,
-               initial_loss=state.initial_loss, final_loss=state.last_loss,
-               initial_center_loss=initial_center_loss)
-    center_end_bad = false
-    if eval_fn is not None:
-      metrics = evaluate(center, eval_data)
-      out.update(metrics)
-      center_end_bad = _above(jnp.asarray(metrics["center_loss"], jnp.float32),
-                              initial_center_loss, factor)
-    out.update(
-        diverged=state.diverged | center_end_bad,
-        workers_diverged=state.workers_diverged,
-        center_diverged=state.center_diverged | center_end_bad,
-        diverged_step=jnp.where(state.diverged, state.diverged_step,
-                                jnp.where(center_end_bad, jnp.int32(num_steps),
-                                          jnp.int32(-1))))
-    return out
-
+  one_config = _one_config_fn(build, num_workers, num_steps,
+                              None if eval_fn is None else _checked_eval(eval_fn))
   configs = jax.vmap(one_config, in_axes=(0, *(0 if name in per_config else None
                                                for name in RUN_ARGUMENTS), None))
 
@@ -400,6 +339,95 @@ def make_sweep_fn(build: Callable[..., Algorithm], num_workers: int, num_steps: 
                    key, jnp.asarray(divergence_factor, jnp.float32))
 
   return run
+
+
+def _checked_eval(eval_fn: Callable) -> Callable:
+  """``eval_fn`` whose metrics must hold ``center_loss``; else :class:`SweepError`."""
+  def evaluate(center, eval_data):
+    metrics = dict(eval_fn(center, eval_data))
+    if "center_loss" not in metrics:
+      raise SweepError(f"eval_fn must return 'center_loss' (the center's divergence "
+                       f"test), got {sorted(metrics)}")
+    return metrics
+  return evaluate
+
+
+def _one_config_fn(build, num_workers: int, num_steps: int, evaluate) -> Callable:
+  """One configuration of :func:`make_sweep_fn`: ``one_config(hyper,
+  worker_params, center0, batches, eval_data, key, factor) -> dict``, the scan
+  over the steps and the end of the run (``evaluate`` as :func:`_checked_eval`
+  makes it, or None)."""
+  def one_config(hyper, worker_params, center0, batches, eval_data, key, factor):
+    algorithm = build(**hyper)
+    params_of = simulated_params(algorithm, num_workers)
+    worker, shared = start_state(algorithm, worker_params, center0)
+    initial_center_loss = (
+        jnp.float32(jnp.nan) if evaluate is None
+        else jnp.asarray(evaluate(algorithm.center(shared), eval_data)["center_loss"],
+                         jnp.float32))
+    body = _sweep_body(algorithm, simulated_step(algorithm, num_workers), params_of,
+                       key, factor)
+    false = jnp.bool_(False)
+    init = SweepState(worker, shared, false, false, false, jnp.int32(-1),
+                      jnp.float32(jnp.nan), jnp.float32(jnp.nan))
+    state, _ = lax.scan(body, init, (jnp.arange(num_steps, dtype=jnp.int32), batches))
+    return _end_of_sweep(algorithm, params_of, state, initial_center_loss, evaluate,
+                         eval_data, factor, num_steps)
+  return one_config
+
+
+def _sweep_body(algorithm: Algorithm, step: Callable, params_of: Callable, key, factor
+                ) -> Callable:
+  """The scan body of one configuration: ``body(state, (t, batch)) -> (state,
+  None)``, the step and the per-step divergence tests (:class:`SweepState`;
+  a diverged configuration's state is frozen)."""
+  def body(state, xs):
+    t, batch = xs
+    worker, shared, losses = step(state.worker, state.shared, batch, key)
+    loss = jnp.mean(losses.astype(jnp.float32))
+    initial = jnp.where(t == 0, loss, state.initial_loss)
+    workers_bad = _above(loss, initial, factor) | ~_all_finite(params_of(worker, shared))
+    center_bad = ~_all_finite(algorithm.center(shared))
+    first = (workers_bad | center_bad) & ~state.diverged
+    diverged = state.diverged | first
+    new = SweepState(
+        worker=tree_where(diverged, state.worker, worker),
+        shared=tree_where(diverged, state.shared, shared),
+        diverged=diverged,
+        workers_diverged=state.workers_diverged | (first & workers_bad),
+        center_diverged=state.center_diverged | (first & center_bad),
+        diverged_step=jnp.where(first, t, state.diverged_step),
+        initial_loss=initial,
+        last_loss=jnp.where(diverged, state.last_loss, loss))
+    return new, None
+  return body
+
+
+def _end_of_sweep(algorithm: Algorithm, params_of: Callable, state: SweepState,
+                  initial_center_loss, evaluate, eval_data, factor,
+                  num_steps: int) -> dict:
+  """One configuration's outputs of :func:`make_sweep_fn` from its final scan
+  state: the distances, the ``evaluate`` metrics and the center's end test."""
+  center = algorithm.center(state.shared)
+  dist = jax.vmap(elastic.tree_l2_distance, in_axes=(0, None))(
+      params_of(state.worker, state.shared), center)
+  out = dict(worker_center_distance=jnp.mean(dist), center=center,
+             initial_loss=state.initial_loss, final_loss=state.last_loss,
+             initial_center_loss=initial_center_loss)
+  center_end_bad = jnp.bool_(False)
+  if evaluate is not None:
+    metrics = evaluate(center, eval_data)
+    out.update(metrics)
+    center_end_bad = _above(jnp.asarray(metrics["center_loss"], jnp.float32),
+                            initial_center_loss, factor)
+  out.update(
+      diverged=state.diverged | center_end_bad,
+      workers_diverged=state.workers_diverged,
+      center_diverged=state.center_diverged | center_end_bad,
+      diverged_step=jnp.where(state.diverged, state.diverged_step,
+                              jnp.where(center_end_bad, jnp.int32(num_steps),
+                                        jnp.int32(-1))))
+  return out
 
 
 def run_with_algorithm(algorithm: Algorithm, params0: Params, batches, key, *,
