@@ -77,7 +77,7 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
       exclude=("algorithm",) if parser.prog.endswith("compare") else ())
 
 
-def load_config_file(path) -> TrainConfig:
+def load_config_file(path) -> "TrainConfig":  # noqa: F821 (imported when called)
   """``get_config()`` of a Python file, e.g. ``experiments/fashion_mnist.py``.
 
   Raises:

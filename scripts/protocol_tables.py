@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from easgd.protocol import report as protocol_report
+from easgd.protocol import report as protocol_report  # noqa: E402
 from easgd._util.files import write_text_atomic  # noqa: E402
 
 FIGURES = ROOT / "paper_notes" / "figures"

@@ -1,6 +1,5 @@
 """Progress off a terminal: one plain line per epoch (easgd._util.progress)."""
 import io
-import re
 
 from easgd._util import progress
 from easgd.training.config import TrainConfig

@@ -28,7 +28,7 @@ import numpy as np
 import optax
 
 from easgd._util import checks
-from easgd.training.names import BATCH_NORM_MODELS, DTYPES, MODELS  # re-exported
+from easgd.training.names import BATCH_NORM_MODELS, DTYPES, MODELS  # noqa: F401 (re-exported)
 
 
 Params = Any  # A pytree of float32 arrays (Flax's ``variables['params']``).
