@@ -52,32 +52,43 @@ def main():
     def step(p, batch, key):
       loss, g = jax.value_and_grad(loss_fn)(p, batch, key)
       return jax.tree.map(lambda a, b: a - lr * b, p, g), loss
-    f = jax.pmap(step, axis_name="d", in_axes=(0, 0, None), devices=devices,
-                 donate_argnums=(0,))
+
+    f = jax.pmap(step, axis_name="d", in_axes=(0, 0, None), devices=devices, donate_argnums=(0,))
     p0 = workers.replicate_per_device(params, layout)  # [d, ...]
     return common.step_loop(f, (p0,), jax.device_put((x, y), layout.sharding), key)[0]
 
   algo = algorithms.easgd(loss_fn, optax.sgd(lr), num_workers=d, tau=10**9, beta=0.9)
 
   def library(f):
-    return common.step_loop(f, workers.place_state(algo, params, layout),
-                            workers.split_workers((x, y), layout), key)[0]
+    return common.step_loop(
+        f, workers.place_state(algo, params, layout), workers.split_workers((x, y), layout), key
+    )[0]
 
   checked = workers.map_step(algo, layout).programs[False]
-  unchecked = workers.map_workers(functools.partial(algo.step, exchange=False), layout,
-                                  workers.STEP_IN_KINDS, workers.STEP_OUT_KINDS,
-                                  donate_argnums=(0, 1))
-  res = common.time_side_by_side({"bare": bare(), "checked": library(checked),
-                                  "unchecked": library(unchecked)},
-                                 args.steps, args.repeats)
+  unchecked = workers.map_workers(
+      functools.partial(algo.step, exchange=False),
+      layout,
+      workers.STEP_IN_KINDS,
+      workers.STEP_OUT_KINDS,
+      donate_argnums=(0, 1),
+  )
+  res = common.time_side_by_side(
+      {"bare": bare(), "checked": library(checked), "unchecked": library(unchecked)},
+      args.steps,
+      args.repeats,
+  )
   print(f"# clock check cost  ({datetime.date.today()}; {common.machine()})")
-  print(f"# 2 devices x 1 worker; MLP 256,256; batch {args.batch}/worker; "
-        f"{args.steps} steps x {args.repeats} repeats, median; local steps only")
+  print(
+      f"# 2 devices x 1 worker; MLP 256,256; batch {args.batch}/worker; "
+      f"{args.steps} steps x {args.repeats} repeats, median; local steps only"
+  )
   print(f"{'candidate':10s} {'ms/step':>8s} {'spread':>7s} {'/ bare':>7s}")
   m = res["bare"]["median_s"]
   for name, r in res.items():
-    print(f"{name:10s} {1e3 * r['median_s']:8.3f} {common.spread(r['all_s']):>7s} "
-          f"{r['median_s'] / m:7.3f}")
+    print(
+        f"{name:10s} {1e3 * r['median_s']:8.3f} {common.spread(r['all_s']):>7s} "
+        f"{r['median_s'] / m:7.3f}"
+    )
 
 
 if __name__ == "__main__":

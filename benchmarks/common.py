@@ -24,21 +24,28 @@ def force_cpu_devices(n: int) -> None:
   """Fakes ``n`` CPU devices; must run before JAX is imported."""
   if "jax" in sys.modules:
     raise RuntimeError("force_cpu_devices must run before JAX is imported")
-  flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
-           if not f.startswith("--xla_force_host_platform_device_count")]
+  flags = [
+      f
+      for f in os.environ.get("XLA_FLAGS", "").split()
+      if not f.startswith("--xla_force_host_platform_device_count")
+  ]
   os.environ["XLA_FLAGS"] = " ".join(flags + [f"--xla_force_host_platform_device_count={n}"])
 
 
 def machine() -> str:
   import jax
+
   dev = jax.devices()[0]
-  return (f"{platform.machine()} {os.cpu_count()} CPU cores, {jax.device_count()} "
-          f"{dev.platform} device(s) ({dev.device_kind}), JAX {jax.__version__}, "
-          f"Python {platform.python_version()}")
+  return (
+      f"{platform.machine()} {os.cpu_count()} CPU cores, {jax.device_count()} "
+      f"{dev.platform} device(s) ({dev.device_kind}), JAX {jax.__version__}, "
+      f"Python {platform.python_version()}"
+  )
 
 
-def time_side_by_side(candidates: dict, steps: int, repeats: int, warmup: int = 2
-                      ) -> dict[str, dict]:
+def time_side_by_side(
+    candidates: dict, steps: int, repeats: int, warmup: int = 2
+) -> dict[str, dict]:
   """Median seconds per step of each candidate, timed round-robin (see module doc).
 
   Args:
@@ -86,6 +93,7 @@ def step_loop(f, carry, *args, clock: bool = False):
   (``easgd.parallel.workers.map_step``'s ``step_fn(..., clock)``).
   """
   import jax  # lazily, like the rest of this module (see force_cpu_devices)
+
   state = {"carry": tuple(carry), "loss": None, "clock": 0}
 
   def run(steps):
@@ -96,6 +104,7 @@ def step_loop(f, carry, *args, clock: bool = False):
       last = one_step_late(last, loss)
     jax.block_until_ready(c)
     state["carry"], state["loss"] = tuple(c), last
+
   return run, state
 
 
@@ -109,6 +118,7 @@ def mlp_setup(hidden=(256, 256), input_shape=(28, 28, 1), num_classes=10, seed=0
   """(model, params, loss_fn) of the trainer's MLP on Fashion-MNIST-shaped input."""
   import jax
   from easgd.training import models, spmd
+
   model = models.MLP(num_classes=num_classes, hidden=tuple(hidden))
   params = models.init_params(model, input_shape, jax.random.key(seed))
   return model, params, spmd.make_loss_fn(model)
@@ -117,6 +127,7 @@ def mlp_setup(hidden=(256, 256), input_shape=(28, 28, 1), num_classes=10, seed=0
 def random_batch(shape_lead, input_shape=(28, 28, 1), num_classes=10, seed=1):
   """Host arrays x [*shape_lead, *input_shape] float32, y [*shape_lead] int32."""
   import numpy as np
+
   rng = np.random.default_rng(seed)
   x = rng.normal(size=(*shape_lead, *input_shape)).astype(np.float32)
   y = rng.integers(0, num_classes, size=shape_lead).astype(np.int32)
@@ -129,14 +140,29 @@ def int_list(text: str) -> tuple[int, ...]:
 
 # -- compiled HLO text ---------------------------------------------------------
 
-DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2,
-               "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8,
-               "c128": 16}
+DTYPE_BYTES = {
+    "pred": 1,
+    "s8": 1,
+    "u8": 1,
+    "s16": 2,
+    "u16": 2,
+    "f16": 2,
+    "bf16": 2,
+    "s32": 4,
+    "u32": 4,
+    "f32": 4,
+    "s64": 8,
+    "u64": 8,
+    "f64": 8,
+    "c64": 8,
+    "c128": 16,
+}
 
 
 def shape_bytes(type_text: str) -> int:
   """Bytes of an HLO type such as ``f32[784,256]{1,0}`` or a tuple of them."""
   import re
+
   total = 0
   for dtype, dims in re.findall(r"\b([a-z]+\d*)\[([\d,]*)\]", type_text):
     if dtype not in DTYPE_BYTES:
@@ -153,6 +179,7 @@ def parse_hlo(text: str):
   """Computations of an HLO module: name -> list of (op, type_text, line), and
   the name of the ENTRY computation."""
   import re
+
   comps, entry, current = {}, None, None
   header = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
   for line in text.splitlines():
@@ -178,7 +205,7 @@ def parse_hlo(text: str):
         depth -= ch == ")"
         if depth == 0:
           break
-      type_text, rest = rest[:i + 1], rest[i + 1:].lstrip()
+      type_text, rest = rest[: i + 1], rest[i + 1 :].lstrip()
     else:
       type_text, _, rest = rest.partition(" ")
     op = rest.split("(", 1)[0].strip()
@@ -188,13 +215,13 @@ def parse_hlo(text: str):
 
 def _callees(line: str):
   import re
+
   names = []
   for key in ("branch_computations", "called_computations"):
     m = re.search(key + r"=\{([^}]*)\}", line)
     if m:
       names += [n.strip().lstrip("%") for n in m.group(1).split(",")]
-  for key in ("true_computation", "false_computation", "calls", "body", "condition",
-              "to_apply"):
+  for key in ("true_computation", "false_computation", "calls", "body", "condition", "to_apply"):
     m = re.search(key + r"=%?([\w.\-]+)", line)
     if m:
       names.append(m.group(1))
@@ -226,6 +253,7 @@ def collectives(text: str, op_name: str = "all-reduce"):
         slot["bytes"] += shape_bytes(type_text)
       for callee in _callees(line):
         walk(callee, under_cond or op == "conditional")
+
   walk(entry, False)
   return out
 

@@ -61,17 +61,26 @@ def main():
   layout = workers.make_layout(p, d, backend=args.backend)
   x, y = common.random_batch((p, args.batch))
   batch = workers.split_workers((x, y), layout)
-  names = (registry.ALGORITHMS if args.algorithms == "all"
-           else tuple(a.strip() for a in args.algorithms.split(",")))
+  names = (
+      registry.ALGORITHMS
+      if args.algorithms == "all"
+      else tuple(a.strip() for a in args.algorithms.split(","))
+  )
   n_steps = 8 * tau
 
-  print(f"# communication per step from compiled HLO  ({datetime.date.today()}; "
-        f"{common.machine()})")
-  print(f"# {layout.describe()}; tau={tau}; MLP hidden={args.hidden}: {pbytes} param "
-        f"bytes; accounting over N={n_steps} steps; bytes are per device")
-  print(f"{'algorithm':13s} {'local prog.':>12s} {'exchange prog.':>14s} "
-        f"{'in cond':>8s} {'other coll.':>11s} {'HLO bytes/N':>12s} {'accounting':>18s} "
-        f"{'verdict':>8s}")
+  print(
+      f"# communication per step from compiled HLO  ({datetime.date.today()}; "
+      f"{common.machine()})"
+  )
+  print(
+      f"# {layout.describe()}; tau={tau}; MLP hidden={args.hidden}: {pbytes} param "
+      f"bytes; accounting over N={n_steps} steps; bytes are per device"
+  )
+  print(
+      f"{'algorithm':13s} {'local prog.':>12s} {'exchange prog.':>14s} "
+      f"{'in cond':>8s} {'other coll.':>11s} {'HLO bytes/N':>12s} {'accounting':>18s} "
+      f"{'verdict':>8s}"
+  )
   for name in names:
     try:
       cfg, _ = TrainConfig(num_workers=p, tau=tau, beta=0.9).for_algorithm(name)
@@ -79,17 +88,23 @@ def main():
       algo = registry.make_algorithm(cfg, loss_fn, optimizers.make_optimizer(cfg, 100))
       worker, shared = workers.place_state(algo, params, layout)
       programs = workers.map_step(algo, layout, donate_state=False).programs
-      texts = {flag: f.lower(worker, shared, batch, jax.random.key(0)).compile().as_text()
-               for flag, f in programs.items()}
+      texts = {
+          flag: f.lower(worker, shared, batch, jax.random.key(0)).compile().as_text()
+          for flag, f in programs.items()
+      }
     except Exception as e:  # report and go on with the others
       print(f"{name:13s} skipped: {type(e).__name__}: {str(e).splitlines()[0][:80]}")
       continue
     counts = {flag: common.collectives(t) for flag, t in texts.items()}
     in_cond = sum(c["conditional"]["count"] for c in counts.values())
-    other = sum(sum(v["count"] for v in common.collectives(t, op).values())
-                for t in texts.values() for op in OTHER_COLLECTIVES)
-    flags = [None if algo.exchange_at is None else bool(algo.exchange_at(t))
-             for t in range(n_steps)]
+    other = sum(
+        sum(v["count"] for v in common.collectives(t, op).values())
+        for t in texts.values()
+        for op in OTHER_COLLECTIVES
+    )
+    flags = [
+        None if algo.exchange_at is None else bool(algo.exchange_at(t)) for t in range(n_steps)
+    ]
     hlo_bytes = sum(counts[f]["always"]["bytes"] for f in flags)
     hlo_count = sum(counts[f]["always"]["count"] for f in flags)
     comm = algo.communication(n_steps, pbytes)
@@ -99,16 +114,21 @@ def main():
       verdict = "cond?"  # a collective under a conditional: not expected any more
     else:
       verdict = "match" if (hlo_bytes, hlo_count) == (comm.bytes, comm.all_reduces) else "DIFFER"
-    fmt = lambda f: (f"{counts[f]['always']['count']}x{counts[f]['always']['bytes']}"
-                     if f in counts else "-")
+    fmt = lambda f: (
+        f"{counts[f]['always']['count']}x{counts[f]['always']['bytes']}" if f in counts else "-"
+    )
     local, exchange = (fmt(None), "-") if None in counts else (fmt(False), fmt(True))
-    print(f"{name:13s} {local:>12s} {exchange:>14s} {in_cond:>8d} {other:>11d} "
-          f"{hlo_bytes / n_steps:12.1f} "
-          f"{f'{comm.all_reduces}x / {comm.bytes / n_steps:.1f}':>18s} {verdict:>8s}")
-  print("# local / exchange prog.: all-reduce ops x bytes per call of each program the"
-        " trainer runs (one program: under 'local'); HLO bytes/N: mean bytes per step"
-        " over the N steps' programs; accounting: all-reduces over N steps / mean bytes"
-        " per step")
+    print(
+        f"{name:13s} {local:>12s} {exchange:>14s} {in_cond:>8d} {other:>11d} "
+        f"{hlo_bytes / n_steps:12.1f} "
+        f"{f'{comm.all_reduces}x / {comm.bytes / n_steps:.1f}':>18s} {verdict:>8s}"
+    )
+  print(
+      "# local / exchange prog.: all-reduce ops x bytes per call of each program the"
+      " trainer runs (one program: under 'local'); HLO bytes/N: mean bytes per step"
+      " over the N steps' programs; accounting: all-reduces over N steps / mean bytes"
+      " per step"
+  )
 
 
 if __name__ == "__main__":

@@ -52,19 +52,28 @@ def main():
   x, y = common.random_batch((d, args.batch))
   devices = jax.devices()[:d]
   key = jax.random.key(0)
-  sharding = jax.sharding.NamedSharding(jax.sharding.Mesh(np.array(devices), ("d",)),
-                                        jax.sharding.PartitionSpec("d"))
-  put = lambda t: jax.tree.map(lambda a: jax.device_put(
-      np.broadcast_to(np.asarray(a), (d, *np.shape(a))), sharding), t)
+  sharding = jax.sharding.NamedSharding(
+      jax.sharding.Mesh(np.array(devices), ("d",)), jax.sharding.PartitionSpec("d")
+  )
+  put = lambda t: jax.tree.map(
+      lambda a: jax.device_put(np.broadcast_to(np.asarray(a), (d, *np.shape(a))), sharding), t
+  )
   batch = jax.device_put((x, y), sharding)
   opt = optax.sgd(lr)
   hlo = {}
 
   def make(name, step, n_state):
-    f = jax.pmap(step, axis_name="d", in_axes=(0,) * n_state + (0, None, 0),
-                 devices=devices, donate_argnums=tuple(range(n_state)))
-    state = {"s": tuple(put(params) for _ in range(n_state)),
-             "t": put(np.int32(1))}  # clock 1: tau = 10**9 does not divide it
+    f = jax.pmap(
+        step,
+        axis_name="d",
+        in_axes=(0,) * n_state + (0, None, 0),
+        devices=devices,
+        donate_argnums=tuple(range(n_state)),
+    )
+    state = {
+        "s": tuple(put(params) for _ in range(n_state)),
+        "t": put(np.int32(1)),
+    }  # clock 1: tau = 10**9 does not divide it
     hlo[name] = f.lower(*state["s"], batch, key, state["t"]).compile().as_text()
 
     def run(steps):
@@ -74,6 +83,7 @@ def main():
         s, last = out[:n_state], common.one_step_late(last, out[-1])
       jax.block_until_ready(s)
       state["s"] = s
+
     return run
 
   def local_update(p, b, k, t):
@@ -103,24 +113,32 @@ def main():
     u, loss = local_update(p, b, k, t)
     exchange = t % 10**9 == 0
     diff = elastic.elastic_difference(p, c, alpha)
-    summed = lax.cond(exchange, lambda v: lax.psum(v, "d"),
-                      lambda v: jax.tree.map(jnp.zeros_like, v), diff)
+    summed = lax.cond(
+        exchange, lambda v: lax.psum(v, "d"), lambda v: jax.tree.map(jnp.zeros_like, v), diff
+    )
     p2 = jax.tree.map(lambda a, du, dd: a + du - jnp.where(exchange, dd, 0), p, u, diff)
     return p2, elastic.tree_add(c, summed), loss
 
-  cands = {"bare": make("bare", bare, 1), "optax+key": make("optax+key", optax_key, 1),
-           "+center": make("+center", with_center, 2),
-           "+cond(local)": make("+cond(local)", cond_local, 2),
-           "cond(psum only)": make("cond(psum only)", cond_psum_only, 2)}
+  cands = {
+      "bare": make("bare", bare, 1),
+      "optax+key": make("optax+key", optax_key, 1),
+      "+center": make("+center", with_center, 2),
+      "+cond(local)": make("+cond(local)", cond_local, 2),
+      "cond(psum only)": make("cond(psum only)", cond_psum_only, 2),
+  }
   res = common.time_side_by_side(cands, args.steps, args.repeats)
   print(f"# cond cost of the EASGD local step  ({datetime.date.today()}; {common.machine()})")
-  print(f"# {d} devices x 1 worker; MLP 256,256; batch {args.batch}/worker; "
-        f"{args.steps} steps x {args.repeats} repeats, median; no step exchanges")
+  print(
+      f"# {d} devices x 1 worker; MLP 256,256; batch {args.batch}/worker; "
+      f"{args.steps} steps x {args.repeats} repeats, median; no step exchanges"
+  )
   print(f"{'candidate':16s} {'ms/step':>8s} {'spread':>7s} {'/ bare':>7s} {'copies':>14s}")
   for name, r in res.items():
     n, b = common.op_bytes(hlo[name], "copy")
-    print(f"{name:16s} {1e3 * r['median_s']:8.3f} {common.spread(r['all_s']):>7s} "
-          f"{r['median_s'] / res['bare']['median_s']:7.3f} {n:4d} ({b / 1e6:.2f} MB)")
+    print(
+        f"{name:16s} {1e3 * r['median_s']:8.3f} {common.spread(r['all_s']):>7s} "
+        f"{r['median_s'] / res['bare']['median_s']:7.3f} {n:4d} ({b / 1e6:.2f} MB)"
+    )
 
 
 if __name__ == "__main__":

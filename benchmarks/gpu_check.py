@@ -71,43 +71,49 @@ def main():
     layout = workers.make_layout(p, 1, devices=[device])
     batch = workers.split_workers((x.reshape(p, B, *shape), y.reshape(p, B)), layout)
     step_fn = workers.map_step(algo, layout)  # as the trainer runs it, every tau-th
-    return common.step_loop(step_fn, workers.place_state(algo, params, layout),
-                            batch, key, clock=True)  # step exchanging
+    return common.step_loop(
+        step_fn, workers.place_state(algo, params, layout), batch, key, clock=True
+    )  # step exchanging
 
   def bare(x, y):
     def step(p, batch, key):
       loss, g = jax.value_and_grad(loss_fn)(p, batch, key)
       return jax.tree.map(lambda a, b: a - lr * b, p, g), loss
+
     step = jax.jit(step, donate_argnums=(0,))
     p0 = jax.tree.map(lambda a: jax.device_put(np.asarray(a), device), params)
     return common.step_loop(step, (p0,), jax.device_put((x, y), device), key)
 
   print(f"# gpu_check  ({datetime.date.today()}; {common.machine()}; device {device})")
-  print(f"# CifarNet ({models.count_params(params)} params), 28x28x3 random inputs, "
-        f"B={B}/worker, tau={args.tau}; {args.steps} steps x {args.repeats} repeats, median"
-        + ("; --quick" if args.quick else ""))
+  print(
+      f"# CifarNet ({models.count_params(params)} params), 28x28x3 random inputs, "
+      f"B={B}/worker, tau={args.tau}; {args.steps} steps x {args.repeats} repeats, median"
+      + ("; --quick" if args.quick else "")
+  )
   print(f"{'p':>3s} {'candidate':14s} {'ms/step':>9s} {'spread':>7s} {'samples/s':>10s}")
   summary = []
   for p in common.int_list(args.workers):
     x, y = common.random_batch((p * B,), input_shape=shape, seed=p)
-    runs = {"easgd_vmapped": library(p, x, y), "bare_pB": bare(x, y),
-            "bare_B": bare(x[:B], y[:B])}
-    res = common.time_side_by_side({k: v[0] for k, v in runs.items()}, args.steps,
-                                   args.repeats, args.warmup)
+    runs = {"easgd_vmapped": library(p, x, y), "bare_pB": bare(x, y), "bare_B": bare(x[:B], y[:B])}
+    res = common.time_side_by_side(
+        {k: v[0] for k, v in runs.items()}, args.steps, args.repeats, args.warmup
+    )
     for name, r in res.items():
       n = B if name == "bare_B" else p * B
-      print(f"{p:3d} {name:14s} {1e3 * r['median_s']:9.2f} {common.spread(r['all_s']):>7s} "
-            f"{n / r['median_s']:10.0f}")
+      print(
+          f"{p:3d} {name:14s} {1e3 * r['median_s']:9.2f} {common.spread(r['all_s']):>7s} "
+          f"{n / r['median_s']:10.0f}"
+      )
       loss = np.asarray(runs[name][1]["loss"])
       if not np.all(np.isfinite(loss)):
         print(f"    {name}: non-finite loss {loss}")
     m = {k: v["median_s"] for k, v in res.items()}
-    summary.append((p, m["easgd_vmapped"] / m["bare_pB"],
-                    p * m["bare_B"] / m["easgd_vmapped"]))
+    summary.append((p, m["easgd_vmapped"] / m["bare_pB"], p * m["bare_B"] / m["easgd_vmapped"]))
   print(f"{'p':>3s} {'easgd_vmapped/bare_pB':>22s} {'speed-up vs p x bare_B':>23s}  target")
   for p, ratio, speedup in summary:
-    print(f"{p:3d} {ratio:22.3f} {speedup:23.2f}  <= 1.15 "
-          f"{'met' if ratio <= 1.15 else 'NOT met'}")
+    print(
+        f"{p:3d} {ratio:22.3f} {speedup:23.2f}  <= 1.15 " f"{'met' if ratio <= 1.15 else 'NOT met'}"
+    )
   print(f"# total {time.perf_counter() - start:.1f} s")
 
 

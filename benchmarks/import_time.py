@@ -25,15 +25,19 @@ import time
 from pathlib import Path
 
 AFTER = Path(__file__).resolve().parent.parent
-HELP = ["-c", "import sys; from easgd.cli import main; sys.argv[0] = 'easgd'; sys.exit(main())",
-        "--help"]  # what the ``easgd`` console script runs
+HELP = [
+    "-c",
+    "import sys; from easgd.cli import main; sys.argv[0] = 'easgd'; sys.exit(main())",
+    "--help",
+]  # what the ``easgd`` console script runs
 IMPORT = ["-c", "import easgd"]
 
 
 def export(revision: str, into: Path) -> Path:
   """The package's files at ``revision`` (``git archive``; the repository is untouched)."""
-  archive = subprocess.run(["git", "-C", str(AFTER), "archive", revision], check=True,
-                           capture_output=True).stdout
+  archive = subprocess.run(
+      ["git", "-C", str(AFTER), "archive", revision], check=True, capture_output=True
+  ).stdout
   subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
   return into
 
@@ -45,23 +49,38 @@ def environment(tree: Path) -> dict:
 
 
 def imported_from(tree: Path) -> str:
-  return subprocess.run([sys.executable, "-c", "import easgd; print(easgd.__file__)"],
-                        cwd=tree, env=environment(tree), capture_output=True, text=True,
-                        check=True).stdout.strip()
+  return subprocess.run(
+      [sys.executable, "-c", "import easgd; print(easgd.__file__)"],
+      cwd=tree,
+      env=environment(tree),
+      capture_output=True,
+      text=True,
+      check=True,
+  ).stdout.strip()
 
 
 def run_once(tree: Path, argv: list) -> float:
   """Wall seconds of one fresh ``python ARGV`` in ``tree`` (its output discarded)."""
   start = time.perf_counter()
-  subprocess.run([sys.executable, *argv], cwd=tree, env=environment(tree), check=True,
-                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  subprocess.run(
+      [sys.executable, *argv],
+      cwd=tree,
+      env=environment(tree),
+      check=True,
+      stdout=subprocess.DEVNULL,
+      stderr=subprocess.DEVNULL,
+  )
   return time.perf_counter() - start
 
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--before", type=Path, default=None,
-                      help="the BEFORE tree (default: --revision exported to a temp folder)")
+  parser.add_argument(
+      "--before",
+      type=Path,
+      default=None,
+      help="the BEFORE tree (default: --revision exported to a temp folder)",
+  )
   parser.add_argument("--revision", default="issue20-merged")
   parser.add_argument("--repeats", type=int, default=7)
   args = parser.parse_args()
@@ -71,25 +90,31 @@ def main() -> None:
     for name, tree in trees.items():
       where = imported_from(tree)
       assert where.startswith(str(tree)), f"{name} imports easgd from {where}, not {tree}"
-    candidates = {(c, t): (trees[t], argv) for c, argv in (("easgd --help", HELP),
-                                                          ("import easgd", IMPORT))
-                  for t in trees}
+    candidates = {
+        (c, t): (trees[t], argv)
+        for c, argv in (("easgd --help", HELP), ("import easgd", IMPORT))
+        for t in trees
+    }
     for tree, argv in candidates.values():  # warm-up
       run_once(tree, argv)
     times = {key: [] for key in candidates}
     for _ in range(args.repeats):
       for key, (tree, argv) in candidates.items():
         times[key].append(run_once(tree, argv))
-  print(f"BEFORE: {args.before or args.revision}; AFTER: {AFTER}; {args.repeats} repeats, "
-        f"{platform.machine()} {os.cpu_count()} CPU cores, Python {platform.python_version()}, "
-        f"load average {os.getloadavg()[0]:.1f}")
+  print(
+      f"BEFORE: {args.before or args.revision}; AFTER: {AFTER}; {args.repeats} repeats, "
+      f"{platform.machine()} {os.cpu_count()} CPU cores, Python {platform.python_version()}, "
+      f"load average {os.getloadavg()[0]:.1f}"
+  )
   print(f"{'command':<16} {'BEFORE s':>10} {'AFTER s':>10} {'ratio':>7}   spread (BEFORE, AFTER)")
   for command in ("easgd --help", "import easgd"):
     b, a = (times[(command, t)] for t in trees)
     mb, ma = statistics.median(b), statistics.median(a)
     spread = lambda xs, m: (max(xs) - min(xs)) / 2 / m * 100
-    print(f"{command:<16} {mb:>10.2f} {ma:>10.2f} {mb / ma:>6.1f}x   "
-          f"+-{spread(b, mb):.0f}%, +-{spread(a, ma):.0f}%")
+    print(
+        f"{command:<16} {mb:>10.2f} {ma:>10.2f} {mb / ma:>6.1f}x   "
+        f"+-{spread(b, mb):.0f}%, +-{spread(a, ma):.0f}%"
+    )
 
 
 if __name__ == "__main__":

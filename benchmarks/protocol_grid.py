@@ -63,17 +63,25 @@ def main(argv=None) -> int:
   parser.add_argument("--out", default=None, help="write the figures as JSON here")
   args = parser.parse_args(argv)
   import dataclasses
+
   config = load_protocol_file("experiments/protocol_fig2.py")
-  config = dataclasses.replace(config, base=config.base.replace(num_epochs=args.epochs),
-                               configs_per_batch=args.configs_per_batch)
+  config = dataclasses.replace(
+      config,
+      base=config.base.replace(num_epochs=args.epochs),
+      configs_per_batch=args.configs_per_batch,
+  )
   easgd_arms = tuple(a for a in config.arms if a.algorithm == "easgd")
   config = dataclasses.replace(config, arms=easgd_arms).validate()
   seeds = protocol.SeedData(config.base, config.tune_seeds)
   runs = protocol.prepare(config, seeds.num_train)
   model = models.make_model(config.base.model, seeds.num_classes)
   group = [runs[a.name] for a in easgd_arms]
-  configs = [dict(arm=r.arm.name, learning_rate=lr, seed=s) for r in group
-             for lr in r.arm.learning_rates for s in config.tune_seeds][:args.configs]
+  configs = [
+      dict(arm=r.arm.name, learning_rate=lr, seed=s)
+      for r in group
+      for lr in r.arm.learning_rates
+      for s in config.tune_seeds
+  ][: args.configs]
   print(f"{len(configs)} configurations x {group[0].num_steps} steps", flush=True)
 
   start = time.perf_counter()
@@ -90,8 +98,9 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as workdir:
       try:
-        summary = train_and_evaluate(r.config.replace(learning_rate=c["learning_rate"],
-                                                      seed=c["seed"]), workdir)
+        summary = train_and_evaluate(
+            r.config.replace(learning_rate=c["learning_rate"], seed=c["seed"]), workdir
+        )
         b_err.append(summary["final"]["val_error"])
       except DivergenceError:  # the trainer stops there: B's time is then a lower bound
         b_err.append(float("nan"))
@@ -104,24 +113,30 @@ def main(argv=None) -> int:
     c_div.append(protocol._diverged(one["curves"]["val_loss"][0], config.divergence_factor))
     print(f"  {i + 1}/{len(configs)}: B {b_s:.1f} s, C {c_s:.1f} s", flush=True)
   a_err = out["curves"]["val_error"][:, -1]
-  a_div = [protocol._diverged(loss, config.divergence_factor)
-           for loss in out["curves"]["val_loss"]]
+  a_div = [protocol._diverged(loss, config.divergence_factor) for loss in out["curves"]["val_loss"]]
   b_err, c_err = np.asarray(b_err), np.asarray(c_err)
   # the runs no variant saw diverge (near divergence float32 rounding decides)
   calm = np.asarray([not (a or c) for a, c in zip(a_div, c_div)]) & np.isfinite(b_err)
   result = dict(
-      configs=len(configs), steps=group[0].num_steps, one_program_s=round(a_s, 1),
-      one_program_compile_s=info["compile_s"], trainer_one_by_one_s=round(b_s, 1),
+      configs=len(configs),
+      steps=group[0].num_steps,
+      one_program_s=round(a_s, 1),
+      one_program_compile_s=info["compile_s"],
+      trainer_one_by_one_s=round(b_s, 1),
       own_program_one_by_one_s=round(c_s, 1),
-      ratio_trainer=round(b_s / a_s, 2), ratio_own_program=round(c_s / a_s, 2),
+      ratio_trainer=round(b_s / a_s, 2),
+      ratio_own_program=round(c_s / a_s, 2),
       trainer_runs_stopped_by_divergence=b_diverged,
-      runs_diverged=dict(one_program=int(sum(a_div)), trainer=b_diverged,
-                         own_program=int(sum(c_div))),
+      runs_diverged=dict(
+          one_program=int(sum(a_div)), trainer=b_diverged, own_program=int(sum(c_div))
+      ),
       max_val_error_difference_trainer=float(np.max(np.abs(a_err - b_err)[calm])),
       max_val_error_difference_own_program=float(np.max(np.abs(a_err - c_err)[calm])),
-      val_errors=dict(one_program=a_err.tolist(), trainer=b_err.tolist(),
-                      own_program=c_err.tolist()),
-      machine=common.machine())
+      val_errors=dict(
+          one_program=a_err.tolist(), trainer=b_err.tolist(), own_program=c_err.tolist()
+      ),
+      machine=common.machine(),
+  )
   print(json.dumps(result, indent=1))
   if args.out:
     with open(args.out, "w") as f:

@@ -54,8 +54,9 @@ def main():
   ap.add_argument("--lr", type=float, default=0.1)
   ap.add_argument("--tau", type=int, default=4)
   ap.add_argument("--target-error", type=float, default=0.25)
-  ap.add_argument("--repeats", type=int, default=3,
-                  help="runs of each candidate in part A (median time)")
+  ap.add_argument(
+      "--repeats", type=int, default=3, help="runs of each candidate in part A (median time)"
+  )
   ap.add_argument("--eval-every-steps", type=int, default=31)
   ap.add_argument("--slowdown", type=float, default=3.0)
   ap.add_argument("--overhead-steps", type=int, default=50)
@@ -64,6 +65,7 @@ def main():
   args = ap.parse_args()
   force_cpu_devices(args.devices)
   import common
+
   skip = {s.strip().upper() for s in args.skip.split(",") if s.strip()}
   print(f"# real asynchronous workers  ({datetime.date.today()}; {common.machine()})")
   t0 = time.perf_counter()
@@ -76,12 +78,23 @@ def main():
 
 # -- A: time to target with a straggler --------------------------------------------
 
+
 def _config(args, algorithm, runtime="spmd"):
   from easgd import TrainConfig
-  cfg = TrainConfig(algorithm=algorithm, dataset="mnist1d", model="cnn", num_workers=4,
-                    num_devices=args.devices, global_batch_size=128,
-                    num_epochs=args.epochs, learning_rate=args.lr, progress=False,
-                    runtime=runtime, seed=0)
+
+  cfg = TrainConfig(
+      algorithm=algorithm,
+      dataset="mnist1d",
+      model="cnn",
+      num_workers=4,
+      num_devices=args.devices,
+      global_batch_size=128,
+      num_epochs=args.epochs,
+      learning_rate=args.lr,
+      progress=False,
+      runtime=runtime,
+      seed=0,
+  )
   if algorithm == "pmean_sgd":
     cfg = cfg.replace(tau=TrainConfig().tau)
   else:
@@ -92,11 +105,13 @@ def _config(args, algorithm, runtime="spmd"):
 def _center_error(run):
   import jax
   import numpy as np
+
   apply = jax.jit(lambda params, x: run.model.apply({"params": params}, x, train=False))
   x, y = run.dataset.test_x, run.dataset.test_y
 
   def error(center):
     return float(np.mean(np.asarray(apply(center, x)).argmax(-1) != y))
+
   return error
 
 
@@ -105,6 +120,7 @@ def _sync_run(args, algorithm, delay):
   import jax
   from easgd.training import batches, spmd
   from easgd.parallel import workers
+
   run = spmd.Run(_config(args, algorithm))
   error = _center_error(run)
   spe, p = run.steps_per_epoch, run.config.num_workers
@@ -112,18 +128,23 @@ def _sync_run(args, algorithm, delay):
 
   def batch(step):
     epoch = step // spe + 1
-    ix = batches.worker_batch_indices(len(run.dataset.train_y), p, cfg.per_worker_batch_size,
-                                   cfg.seed, epoch)[step % spe]
-    return workers.split_workers((run.dataset.train_x[ix], run.dataset.train_y[ix]),
-                                 run.layout)
+    ix = batches.worker_batch_indices(
+        len(run.dataset.train_y), p, cfg.per_worker_batch_size, cfg.seed, epoch
+    )[step % spe]
+    return workers.split_workers((run.dataset.train_x[ix], run.dataset.train_y[ix]), run.layout)
+
   warm = run.initial_state()
   for clock in (0, 1):  # compile the exchange and the local program
     warm = run.step_fn(*warm, batch(clock), run.step_key, clock)[:2]
   jax.block_until_ready(warm)
   worker, shared = run.initial_state()
   error(workers.first_copy(run.algorithm.center(shared)))  # compiles the evaluation
-  times, errors, train_s, last = [0.0], [error(workers.first_copy(
-      run.algorithm.center(shared)))], 0.0, None
+  times, errors, train_s, last = (
+      [0.0],
+      [error(workers.first_copy(run.algorithm.center(shared)))],
+      0.0,
+      None,
+  )
   start = time.perf_counter()
   for step in range(run.total_steps):
     worker, shared, loss = run.step_fn(worker, shared, batch(step), run.step_key, step)
@@ -145,6 +166,7 @@ def _sync_run(args, algorithm, delay):
 
 def common_one_step_late(previous, current):
   import common
+
   return common.one_step_late(previous, current)
 
 
@@ -153,23 +175,22 @@ def _async_run(args, delays, measure=False):
   import jax
   from easgd.runtimes import driver as async_driver, threads as async_threads
   from easgd.training import async_runs, spmd
+
   run = spmd.Run(_config(args, "async_easgd", "threads"))
   error = _center_error(run)
   p = run.config.num_workers
   setup = async_runs.make_setup(run)
   backend = async_threads.ThreadBackend(
-      setup, p, devices=async_threads.worker_devices(p, list(run.layout.devices)),
-      delays_s=delays)
+      setup, p, devices=async_threads.worker_devices(p, list(run.layout.devices)), delays_s=delays
+  )
   try:
     backend.warm_up()
-    driver = async_driver.Driver(backend, [0] * p,
-                                 chunk_steps=async_runs.CHUNK_STEPS["threads"])
+    driver = async_driver.Driver(backend, [0] * p, chunk_steps=async_runs.CHUNK_STEPS["threads"])
     _, shared, _ = backend.state()
     error(shared.center)  # compiles the evaluation
     times, errors, exchanges, train_s = [0.0], [error(shared.center)], [0], 0.0
     step_s = []
-    for boundary in range(args.eval_every_steps, run.total_steps + 1,
-                          args.eval_every_steps):
+    for boundary in range(args.eval_every_steps, run.total_steps + 1, args.eval_every_steps):
       start = time.perf_counter()
       before = list(driver.clocks)
       driver.run_to(boundary * p)
@@ -198,56 +219,77 @@ def _time_to(times, errors, target):
 
 
 def part_a(args):
-  print(f"# A. time to test error {args.target_error:.2f}: MNIST-1D, CNN, 4 workers x "
-        f"batch 32, SGD lr {args.lr}, EASGD tau={args.tau} beta=0.9, {args.devices} "
-        f"fake CPU devices; center evaluated every {args.eval_every_steps} steps "
-        f"(4 local steps each), clock stopped during evaluations, compilation before")
+  print(
+      f"# A. time to test error {args.target_error:.2f}: MNIST-1D, CNN, 4 workers x "
+      f"batch 32, SGD lr {args.lr}, EASGD tau={args.tau} beta=0.9, {args.devices} "
+      f"fake CPU devices; center evaluated every {args.eval_every_steps} steps "
+      f"(4 local steps each), clock stopped during evaluations, compilation before"
+  )
   _, _, _, t_w = _async_run(args, (0.0,) * 4, measure=True)
   delay = (args.slowdown - 1) * t_w
-  print(f"# a worker's local step in the threads runtime, all 4 at full speed: "
-        f"{1000 * t_w:.2f} ms; the straggler (worker 3) sleeps {1000 * delay:.2f} ms "
-        f"after each local step ({args.slowdown:g}x); a synchronous step sleeps as much")
+  print(
+      f"# a worker's local step in the threads runtime, all 4 at full speed: "
+      f"{1000 * t_w:.2f} ms; the straggler (worker 3) sleeps {1000 * delay:.2f} ms "
+      f"after each local step ({args.slowdown:g}x); a synchronous step sleeps as much"
+  )
   rows, reached = {}, {}
   for repeat in range(args.repeats):
     for straggler in (False, True):
       d = delay if straggler else 0.0
       runs = [("async EASGD (threads)", lambda: _async_run(args, (0.0, 0.0, 0.0, d)))]
-      runs += [(f"{label} (spmd)", lambda name=name: _sync_run(args, name, d) + (None,))
-               for name, label in (("easgd", "sync EASGD"), ("pmean_sgd", "pmean SGD"))]
+      runs += [
+          (f"{label} (spmd)", lambda name=name: _sync_run(args, name, d) + (None,))
+          for name, label in (("easgd", "sync EASGD"), ("pmean_sgd", "pmean SGD"))
+      ]
       for label, go in runs:
         times, errors, exchanges = go()[:3]
         rows.setdefault((label, straggler), (times, errors, exchanges))  # first repeat
         reached.setdefault((label, straggler), []).append(
-            _time_to(times, errors, args.target_error))
+            _time_to(times, errors, args.target_error)
+        )
 
   def median_time(key):
     ts = reached[key]
     return None if None in ts else statistics.median(ts)
+
   names = list(dict.fromkeys(n for n, _ in rows))
   base = {s: median_time((names[0], s)) for s in (False, True)}
-  print(f"# training seconds to test error {args.target_error:.2f}, median of "
-        f"{args.repeats} runs (each run's time in brackets below)")
-  print(f"{'candidate':24s} {'full speed s':>12s} {'/async':>7s} {'one 3x slow s':>13s} "
-        f"{'/async':>7s} {'slow/full':>9s}")
+  print(
+      f"# training seconds to test error {args.target_error:.2f}, median of "
+      f"{args.repeats} runs (each run's time in brackets below)"
+  )
+  print(
+      f"{'candidate':24s} {'full speed s':>12s} {'/async':>7s} {'one 3x slow s':>13s} "
+      f"{'/async':>7s} {'slow/full':>9s}"
+  )
   for n in names:
     t = [median_time((n, s)) for s in (False, True)]
     cells = []
     for s, ts in zip((False, True), t):
-      cells += [f"{ts:12.2f}" if ts is not None else f"{'not reached':>12s}",
-                f"{ts / base[s]:7.2f}" if ts is not None and base[s] else f"{'-':>7s}"]
+      cells += [
+          f"{ts:12.2f}" if ts is not None else f"{'not reached':>12s}",
+          f"{ts / base[s]:7.2f}" if ts is not None and base[s] else f"{'-':>7s}",
+      ]
     ratio = f"{t[1] / t[0]:9.2f}" if None not in t else f"{'-':>9s}"
     print(f"{n:24s} {cells[0]} {cells[1]} {cells[2].rjust(13)} {cells[3]} {ratio}")
   for (n, s), ts in reached.items():
-    print(f"#   {n + (' slow' if s else ''):30s} " + " ".join(
-        "-" if t is None else f"{t:.2f}" for t in ts))
-  print("# curves of the first run (training seconds: center test error; async also exchanges so far)")
+    print(
+        f"#   {n + (' slow' if s else ''):30s} "
+        + " ".join("-" if t is None else f"{t:.2f}" for t in ts)
+    )
+  print(
+      "# curves of the first run (training seconds: center test error; async also exchanges so far)"
+  )
   for (n, s), (times, errors, exchanges) in rows.items():
-    pts = " ".join(f"{t:.1f}:{e:.3f}" + (f"/{x}" if exchanges else "")
-                   for t, e, x in zip(times, errors, exchanges or [None] * len(times)))
+    pts = " ".join(
+        f"{t:.1f}:{e:.3f}" + (f"/{x}" if exchanges else "")
+        for t, e, x in zip(times, errors, exchanges or [None] * len(times))
+    )
     print(f"{n + (' slow' if s else ''):30s} {pts}")
 
 
 # -- B: the runtime's local step against a bare jitted step -------------------------
+
 
 def part_b(args):
   import jax
@@ -257,15 +299,21 @@ def part_b(args):
   from easgd.runtimes import shared as async_shared
   from easgd.training import async_runs, spmd
   from easgd.training.optimizers import make_optimizer
-  print(f"# B. local step, one worker on one device: the threads runtime's "
-        f"WorkerLoop.run against a bare jax.jit SGD step, same batches, both waiting one "
-        f"step late; {args.overhead_steps} steps x {args.overhead_repeats} repeats, "
-        f"median")
-  print(f"{'model':6s} {'batch':>5s} {'runtime ms':>10s} {'spread':>7s} {'bare ms':>8s} "
-        f"{'spread':>7s} {'ratio':>6s} target")
+
+  print(
+      f"# B. local step, one worker on one device: the threads runtime's "
+      f"WorkerLoop.run against a bare jax.jit SGD step, same batches, both waiting one "
+      f"step late; {args.overhead_steps} steps x {args.overhead_repeats} repeats, "
+      f"median"
+  )
+  print(
+      f"{'model':6s} {'batch':>5s} {'runtime ms':>10s} {'spread':>7s} {'bare ms':>8s} "
+      f"{'spread':>7s} {'ratio':>6s} target"
+  )
   for model, batch in (("cnn", 32), ("mlp", 32), ("cnn", 128)):
     cfg = _config(args, "async_easgd", "threads").replace(
-        model=model, num_workers=1, num_devices=1, global_batch_size=batch, tau=1)
+        model=model, num_workers=1, num_devices=1, global_batch_size=batch, tau=1
+    )
     run = spmd.Run(cfg)
     loss_fn = spmd.make_loss_fn(run.model)
     opt = make_optimizer(cfg, run.steps_per_epoch)
@@ -275,10 +323,12 @@ def part_b(args):
     rules = async_log.async_rules(algo)
     programs = async_shared.WorkerPrograms(rules)
     device = jax.devices()[0]
-    center = async_shared.CenterStore(rules, programs, async_log.init_shared(
-        rules, run.init_params), device)
-    loop = async_shared.WorkerLoop(0, programs, setup, async_log.init_worker(
-        rules, run.init_params), center.exchange, device)
+    center = async_shared.CenterStore(
+        rules, programs, async_log.init_shared(rules, run.init_params), device
+    )
+    loop = async_shared.WorkerLoop(
+        0, programs, setup, async_log.init_worker(rules, run.init_params), center.exchange, device
+    )
     loop.warm_up()
     loop.run(1)  # clock 0 exchanges; every later step is local
 
@@ -287,6 +337,7 @@ def part_b(args):
       loss, grads = jax.value_and_grad(loss_fn)(params, (x, y), key)
       updates, opt_state = opt.update(grads, opt_state, params)
       return optax.apply_updates(params, updates), opt_state, loss
+
     state = {"params": jax.device_put(run.init_params, device), "clock": 1}
     state["opt"] = opt.init(state["params"])
     key = jax.device_put(run.step_key, device)
@@ -295,8 +346,7 @@ def part_b(args):
       last = None
       for _ in range(steps):
         x, y = batch_fn(0, state["clock"])
-        state["params"], state["opt"], loss = bare_step(state["params"], state["opt"],
-                                                        x, y, key)
+        state["params"], state["opt"], loss = bare_step(state["params"], state["opt"], x, y, key)
         state["clock"] += 1
         last = common.one_step_late(last, loss)
       jax.block_until_ready(state["params"])
@@ -304,14 +354,18 @@ def part_b(args):
     def runtime(steps):
       loop.run(steps)
       jax.block_until_ready(loop.state)
-    res = common.time_side_by_side({"runtime": runtime, "bare": bare},
-                                   args.overhead_steps, args.overhead_repeats)
+
+    res = common.time_side_by_side(
+        {"runtime": runtime, "bare": bare}, args.overhead_steps, args.overhead_repeats
+    )
     r, b = res["runtime"], res["bare"]
     ratio = r["median_s"] / b["median_s"]
-    print(f"{model:6s} {batch:5d} {1000 * r['median_s']:10.3f} "
-          f"{common.spread(r['all_s']):>7s} {1000 * b['median_s']:8.3f} "
-          f"{common.spread(b['all_s']):>7s} {ratio:6.3f} <= 1.10 "
-          f"{'met' if ratio <= 1.10 else 'NOT met'}")
+    print(
+        f"{model:6s} {batch:5d} {1000 * r['median_s']:10.3f} "
+        f"{common.spread(r['all_s']):>7s} {1000 * b['median_s']:8.3f} "
+        f"{common.spread(b['all_s']):>7s} {ratio:6.3f} <= 1.10 "
+        f"{'met' if ratio <= 1.10 else 'NOT met'}"
+    )
 
 
 if __name__ == "__main__":

@@ -73,14 +73,16 @@ def main():
   def library(algo, p, batch_per_worker, x, y, per_worker=False):
     layout = workers.make_layout(p, 1, backend=args.backend)
     state = dict(zip("ws", workers.place_state(algo, params, layout)))
-    batch = workers.split_workers((x.reshape(p, batch_per_worker, *x.shape[1:]),
-                                   y.reshape(p, batch_per_worker)), layout)
+    batch = workers.split_workers(
+        (x.reshape(p, batch_per_worker, *x.shape[1:]), y.reshape(p, batch_per_worker)), layout
+    )
     # the trainer's program for steps at clock >= 1 (no exchange with tau = 10**9)
     step_fn = workers.map_step(algo, layout)
     f = step_fn.programs[None if algo.exchange_at is None else bool(algo.exchange_at(1))]
     if per_worker:  # every worker its own gradient (map_workers of the per-worker step)
-      f = workers.map_workers(algo.step, layout, workers.STEP_IN_KINDS,
-                              workers.STEP_OUT_KINDS, donate_argnums=(0, 1))
+      f = workers.map_workers(
+          algo.step, layout, workers.STEP_IN_KINDS, workers.STEP_OUT_KINDS, donate_argnums=(0, 1)
+      )
 
     def run(steps):
       w, s = state["w"], state["s"]
@@ -88,19 +90,20 @@ def main():
         w, s, loss = f(w, s, batch, key)
       jax.block_until_ready((w, s))
       state["w"], state["s"] = w, s
+
     return run
 
   def bare(x, y, p=None):
     def step(params, batch, key):
       loss, g = jax.value_and_grad(loss_fn)(params, batch, key)
       return jax.tree.map(lambda a, b: a - lr * b, params, g), loss
+
     if p is None:  # one model, the whole batch
       state = {"p": jax.tree.map(jax.numpy.array, params)}
       batch = jax.device_put((x, y))
     else:  # p models, B examples each: jax.vmap of the same step
       step = jax.vmap(step, in_axes=(0, 0, None))
-      state = {"p": jax.tree.map(lambda a: jax.numpy.broadcast_to(a, (p, *a.shape)) + 0,
-                                 params)}
+      state = {"p": jax.tree.map(lambda a: jax.numpy.broadcast_to(a, (p, *a.shape)) + 0, params)}
       batch = jax.device_put((x.reshape(p, -1, *x.shape[1:]), y.reshape(p, -1)))
     step = jax.jit(step, donate_argnums=(0,))
 
@@ -110,48 +113,65 @@ def main():
         p, loss = step(p, batch, key)
       jax.block_until_ready(p)
       state["p"] = p
+
     return run
 
   print(f"# simulated workers  ({datetime.date.today()}; {common.machine()})")
-  print(f"# MLP hidden={args.hidden} ({models.count_params(params)} params); B={B} per "
-        f"worker; backend {args.backend}; {args.steps} steps x {args.repeats} repeats, "
-        f"median")
+  print(
+      f"# MLP hidden={args.hidden} ({models.count_params(params)} params); B={B} per "
+      f"worker; backend {args.backend}; {args.steps} steps x {args.repeats} repeats, "
+      f"median"
+  )
   print(f"{'p':>3s} {'candidate':16s} {'ms/step':>9s} {'spread':>7s} {'samples/s':>10s}")
   ratios = []
   for p in common.int_list(args.workers):
     x, y = common.random_batch((p * B,), seed=p)
     sgd = optax.sgd(lr)
     cands = {
-        "vmapped_easgd": library(algorithms.easgd(loss_fn, sgd, num_workers=p, tau=10**9,
-                                                  beta=0.9), p, B, x, y),
-        "big_batch": library(algorithms.easgd(loss_fn, sgd, num_workers=1, tau=10**9,
-                                              beta=0.9), 1, p * B, x, y),
-        "vmapped_pmean": library(algorithms.pmean_sgd(loss_fn, sgd, num_workers=p),
-                                 p, B, x, y),
-        "pmean_big_batch": library(algorithms.pmean_sgd(loss_fn, sgd, num_workers=1),
-                                   1, p * B, x, y),
-        "pmean_per_worker": library(algorithms.pmean_sgd(loss_fn, sgd, num_workers=p),
-                                    p, B, x, y, per_worker=True),
+        "vmapped_easgd": library(
+            algorithms.easgd(loss_fn, sgd, num_workers=p, tau=10**9, beta=0.9), p, B, x, y
+        ),
+        "big_batch": library(
+            algorithms.easgd(loss_fn, sgd, num_workers=1, tau=10**9, beta=0.9), 1, p * B, x, y
+        ),
+        "vmapped_pmean": library(algorithms.pmean_sgd(loss_fn, sgd, num_workers=p), p, B, x, y),
+        "pmean_big_batch": library(
+            algorithms.pmean_sgd(loss_fn, sgd, num_workers=1), 1, p * B, x, y
+        ),
+        "pmean_per_worker": library(
+            algorithms.pmean_sgd(loss_fn, sgd, num_workers=p), p, B, x, y, per_worker=True
+        ),
         "bare_big_batch": bare(x, y),
         "bare_vmapped": bare(x, y, p),
     }
     res = common.time_side_by_side(cands, args.steps, args.repeats, args.warmup)
     for name, r in res.items():
-      print(f"{p:3d} {name:16s} {1e3 * r['median_s']:9.3f} {common.spread(r['all_s']):>7s} "
-            f"{p * B / r['median_s']:10.0f}")
+      print(
+          f"{p:3d} {name:16s} {1e3 * r['median_s']:9.3f} {common.spread(r['all_s']):>7s} "
+          f"{p * B / r['median_s']:10.0f}"
+      )
     m = {k: v["median_s"] for k, v in res.items()}
-    ratios.append((p, m["vmapped_easgd"] / m["big_batch"],
-                   m["vmapped_easgd"] / m["bare_vmapped"],
-                   m["bare_vmapped"] / m["bare_big_batch"],
-                   m["vmapped_pmean"] / m["pmean_big_batch"],
-                   m["pmean_per_worker"] / m["pmean_big_batch"]))
-  print(f"{'p':>3s} {'vmapped_easgd/big_batch':>24s} {'easgd/bare_vmapped':>19s} "
-        f"{'bare_vmapped/bare_big':>22s} {'vmapped_pmean/pmean_big':>24s} "
-        f"{'pmean_per_worker/pmean_big':>27s}  targets")
+    ratios.append(
+        (
+            p,
+            m["vmapped_easgd"] / m["big_batch"],
+            m["vmapped_easgd"] / m["bare_vmapped"],
+            m["bare_vmapped"] / m["bare_big_batch"],
+            m["vmapped_pmean"] / m["pmean_big_batch"],
+            m["pmean_per_worker"] / m["pmean_big_batch"],
+        )
+    )
+  print(
+      f"{'p':>3s} {'vmapped_easgd/big_batch':>24s} {'easgd/bare_vmapped':>19s} "
+      f"{'bare_vmapped/bare_big':>22s} {'vmapped_pmean/pmean_big':>24s} "
+      f"{'pmean_per_worker/pmean_big':>27s}  targets"
+  )
   for p, r1, r2, r3, r4, r5 in ratios:
-    print(f"{p:3d} {r1:24.3f} {r2:19.3f} {r3:22.3f} {r4:24.3f} {r5:27.3f}  "
-          f"easgd <= 1.15 {'met' if r1 <= 1.15 else 'NOT met'}; "
-          f"pmean <= 1.10 {'met' if r4 <= 1.10 else 'NOT met'}")
+    print(
+        f"{p:3d} {r1:24.3f} {r2:19.3f} {r3:22.3f} {r4:24.3f} {r5:27.3f}  "
+        f"easgd <= 1.15 {'met' if r1 <= 1.15 else 'NOT met'}; "
+        f"pmean <= 1.10 {'met' if r4 <= 1.10 else 'NOT met'}"
+    )
 
 
 if __name__ == "__main__":

@@ -48,8 +48,12 @@ def main():
   ap.add_argument("--repeats", type=int, default=7, help="timed calls per candidate")
   ap.add_argument("--warmup", type=int, default=2, help="untimed calls per candidate")
   ap.add_argument("--backends", default="pmap,shard_map")
-  ap.add_argument("--no-cond", dest="cond", action="store_false",
-                  help="leave out the single-program (lax.cond) EASGD candidates")
+  ap.add_argument(
+      "--no-cond",
+      dest="cond",
+      action="store_false",
+      help="leave out the single-program (lax.cond) EASGD candidates",
+  )
   args = ap.parse_args()
   force_cpu_devices(args.devices)
 
@@ -76,12 +80,14 @@ def main():
       if pmean:
         g = lax.pmean(g, "d")
       return jax.tree.map(lambda a, b: a - lr * b, p, g), loss
-    f = jax.pmap(step, axis_name="d", in_axes=(0, 0, None), devices=devices,
-                 donate_argnums=(0,))
-    sharding = jax.sharding.NamedSharding(jax.sharding.Mesh(np.array(devices), ("d",)),
-                                          jax.sharding.PartitionSpec("d"))
-    p0 = jax.tree.map(lambda a: jax.device_put(
-        np.broadcast_to(np.asarray(a), (d, *a.shape)), sharding), params)
+
+    f = jax.pmap(step, axis_name="d", in_axes=(0, 0, None), devices=devices, donate_argnums=(0,))
+    sharding = jax.sharding.NamedSharding(
+        jax.sharding.Mesh(np.array(devices), ("d",)), jax.sharding.PartitionSpec("d")
+    )
+    p0 = jax.tree.map(
+        lambda a: jax.device_put(np.broadcast_to(np.asarray(a), (d, *a.shape)), sharding), params
+    )
     batch = jax.device_put((x, y), sharding)
     hlo[name] = f.lower(p0, batch, key).compile().as_text()
     return common.step_loop(f, (p0,), batch, key)[0]
@@ -95,8 +101,9 @@ def main():
       flag = None if algo.exchange_at is None else bool(algo.exchange_at(1))
       f = step_fn.programs[flag]  # the one this loop runs: clocks >= 1 alike
     else:  # one program, the exchange decided on the device by a lax.cond
-      f = workers.map_workers(algo.step, layout, workers.STEP_IN_KINDS,
-                              workers.STEP_OUT_KINDS, donate_argnums=(0, 1))
+      f = workers.map_workers(
+          algo.step, layout, workers.STEP_IN_KINDS, workers.STEP_OUT_KINDS, donate_argnums=(0, 1)
+      )
     hlo[name] = f.lower(w0, s0, batch, key).compile().as_text()
     return common.step_loop(f, (w0, s0), batch, key)[0]
 
@@ -105,8 +112,11 @@ def main():
 
   cands = {"bare_sgd": bare("bare_sgd", False), "bare_pmean": bare("bare_pmean", True)}
   for b in args.backends.split(","):
-    for name, algo in (("easgd_local", easgd(10**9)), ("easgd_exchange", easgd(1)),
-                       ("pmean_sgd", algorithms.pmean_sgd(loss_fn, optax.sgd(lr)))):
+    for name, algo in (
+        ("easgd_local", easgd(10**9)),
+        ("easgd_exchange", easgd(1)),
+        ("pmean_sgd", algorithms.pmean_sgd(loss_fn, optax.sgd(lr))),
+    ):
       cands[f"{name}/{b}"] = library(f"{name}/{b}", algo, b)
   if args.cond:
     for name, algo in (("cond_local", easgd(10**9)), ("cond_exchange", easgd(1))):
@@ -114,40 +124,53 @@ def main():
   res = common.time_side_by_side(cands, args.steps, args.repeats, args.warmup)
 
   from easgd.training import models
+
   print(f"# step overhead  ({datetime.date.today()}; {common.machine()})")
-  print(f"# {d} workers = {d} devices x 1; MLP hidden={args.hidden} "
-        f"({models.count_params(params)} params, {models.param_bytes(params)} bytes); "
-        f"batch {args.batch}/worker; {args.steps} steps x {args.repeats} repeats, "
-        f"median")
-  print("# HLO columns, per device, from the compiled program: all-reduce ops and MB"
-        " (always / inside the exchange conditional), copy ops and MB")
-  print(f"{'candidate':24s} {'ms/step':>9s} {'spread':>7s} {'all-reduce':>18s} "
-        f"{'copies':>12s}")
+  print(
+      f"# {d} workers = {d} devices x 1; MLP hidden={args.hidden} "
+      f"({models.count_params(params)} params, {models.param_bytes(params)} bytes); "
+      f"batch {args.batch}/worker; {args.steps} steps x {args.repeats} repeats, "
+      f"median"
+  )
+  print(
+      "# HLO columns, per device, from the compiled program: all-reduce ops and MB"
+      " (always / inside the exchange conditional), copy ops and MB"
+  )
+  print(f"{'candidate':24s} {'ms/step':>9s} {'spread':>7s} {'all-reduce':>18s} " f"{'copies':>12s}")
   for name, r in res.items():
     c = common.collectives(hlo[name])
     n_copy, b_copy = common.op_bytes(hlo[name], "copy")
-    ar = (f"{c['always']['count']}x{c['always']['bytes'] / 1e6:.2f}/"
-          f"{c['conditional']['count']}x{c['conditional']['bytes'] / 1e6:.2f}")
-    print(f"{name:24s} {1e3 * r['median_s']:9.3f} {common.spread(r['all_s']):>7s} "
-          f"{ar:>18s} {n_copy:>4d} {b_copy / 1e6:5.2f}MB")
+    ar = (
+        f"{c['always']['count']}x{c['always']['bytes'] / 1e6:.2f}/"
+        f"{c['conditional']['count']}x{c['conditional']['bytes'] / 1e6:.2f}"
+    )
+    print(
+        f"{name:24s} {1e3 * r['median_s']:9.3f} {common.spread(r['all_s']):>7s} "
+        f"{ar:>18s} {n_copy:>4d} {b_copy / 1e6:5.2f}MB"
+    )
   m = {k: v["median_s"] for k, v in res.items()}
   print(f"{'ratio':44s} {'value':>7s}  target")
   for b in args.backends.split(","):
     rows = [
         (f"easgd_local/{b} / bare_sgd", m[f"easgd_local/{b}"] / m["bare_sgd"], 1.05),
         (f"easgd_exchange/{b} / bare_pmean", m[f"easgd_exchange/{b}"] / m["bare_pmean"], 1.10),
-        (f"easgd_exchange/{b} / pmean_sgd/{b}",
-         m[f"easgd_exchange/{b}"] / m[f"pmean_sgd/{b}"], 1.10),
+        (
+            f"easgd_exchange/{b} / pmean_sgd/{b}",
+            m[f"easgd_exchange/{b}"] / m[f"pmean_sgd/{b}"],
+            1.10,
+        ),
         (f"pmean_sgd/{b} / bare_pmean", m[f"pmean_sgd/{b}"] / m["bare_pmean"], None),
         (f"easgd_exchange/{b} / bare_sgd", m[f"easgd_exchange/{b}"] / m["bare_sgd"], None),
     ]
     if b == "pmap" and args.cond:
-      rows += [("cond_local/pmap / bare_sgd", m["cond_local/pmap"] / m["bare_sgd"], None),
-               ("cond_exchange/pmap / bare_pmean",
-                m["cond_exchange/pmap"] / m["bare_pmean"], None)]
+      rows += [
+          ("cond_local/pmap / bare_sgd", m["cond_local/pmap"] / m["bare_sgd"], None),
+          ("cond_exchange/pmap / bare_pmean", m["cond_exchange/pmap"] / m["bare_pmean"], None),
+      ]
     for name, value, target in rows:
-      verdict = "" if target is None else (
-          f"<= {target:.2f} {'met' if value <= target else 'NOT met'}")
+      verdict = (
+          "" if target is None else (f"<= {target:.2f} {'met' if value <= target else 'NOT met'}")
+      )
       print(f"{name:44s} {value:7.3f}  {verdict}")
 
 

@@ -61,6 +61,7 @@ ALPHA = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8)
 @dataclasses.dataclass(frozen=True)
 class Options:
   """The benchmark's settings (flags from the fields, ``easgd._util.flags``)."""
+
   num_steps: int = option(100, "steps per configuration")
   repeats: int = option(3, "timed rounds of (A, B, C) after the warm-up")
   learning_rate: float = option(0.2, "eta of every configuration")
@@ -88,25 +89,27 @@ def main():
   n = lr.size
   workers0 = jax.tree.map(lambda a: jnp.broadcast_to(a, (p, *a.shape)), params0)
   run = sweep_engine.make_sweep_fn(
-      functools.partial(algorithms.easgd, loss_fn, num_workers=p), p, steps, eval_fn)
+      functools.partial(algorithms.easgd, loss_fn, num_workers=p), p, steps, eval_fn
+  )
 
   def one_program():
     return jax.block_until_ready(run(hyper, workers0, params0, batches, test, key, 1e3))
 
   def own_programs(indices=range(n)):
     for i in indices:
-      algo = algorithms.easgd(loss_fn, optax.sgd(float(lr[i])), num_workers=p,
-                              tau=int(tau[i]), alpha=float(alpha[i]))
-      sweep_engine.run_with_algorithm(algo, params0, batches, key, num_workers=p,
-                                      eval_fn=eval_fn, eval_data=test)
+      algo = algorithms.easgd(
+          loss_fn, optax.sgd(float(lr[i])), num_workers=p, tau=int(tau[i]), alpha=float(alpha[i])
+      )
+      sweep_engine.run_with_algorithm(
+          algo, params0, batches, key, num_workers=p, eval_fn=eval_fn, eval_data=test
+      )
 
   def one_config(i):
-    return {k: v[i:i + 1] for k, v in hyper.items()}
+    return {k: v[i : i + 1] for k, v in hyper.items()}
 
   def one_compiled_program_each():
     for i in range(n):
-      jax.block_until_ready(run(one_config(i), workers0, params0, batches, test, key,
-                                1e3))
+      jax.block_until_ready(run(one_config(i), workers0, params0, batches, test, key, 1e3))
 
   def timed(fn):
     start = time.perf_counter()
@@ -114,37 +117,50 @@ def main():
       fn()
     return time.perf_counter() - start, cc.count
 
-  print(f"jax {jax.__version__}, {jax.devices()[0].platform} "
-        f"({jax.devices()[0].device_kind}); {n} configurations = 8 tau x 8 alpha, "
-        f"p={p}, eta={args.learning_rate}, {steps} steps, batch {args.batch}/worker, "
-        f"MLP {models.count_params(params0)} params; median of {args.repeats} "
-        f"rounds after warm-up", flush=True)
+  print(
+      f"jax {jax.__version__}, {jax.devices()[0].platform} "
+      f"({jax.devices()[0].device_kind}); {n} configurations = 8 tau x 8 alpha, "
+      f"p={p}, eta={args.learning_rate}, {steps} steps, batch {args.batch}/worker, "
+      f"MLP {models.count_params(params0)} params; median of {args.repeats} "
+      f"rounds after warm-up",
+      flush=True,
+  )
   cold, cold_compiles = timed(one_program)
   print(f"warm-up: A cold {cold:.2f} s ({cold_compiles} compilations)", flush=True)
   t_b1, _ = timed(lambda: own_programs([0]))
-  t_c1, _ = timed(lambda: jax.block_until_ready(
-      run(one_config(0), workers0, params0, batches, test, key, 1e3)))
-  print(f"warm-up: B one configuration {t_b1:.2f} s, C compile {t_c1:.2f} s",
-        flush=True)
+  t_c1, _ = timed(
+      lambda: jax.block_until_ready(run(one_config(0), workers0, params0, batches, test, key, 1e3))
+  )
+  print(f"warm-up: B one configuration {t_b1:.2f} s, C compile {t_c1:.2f} s", flush=True)
   times = {"A": [], "B": [], "C": []}
   compiles = {"A": [], "B": [], "C": []}
   for r in range(args.repeats):
-    for name, fn in (("A", one_program), ("B", own_programs),
-                     ("C", one_compiled_program_each)):
+    for name, fn in (("A", one_program), ("B", own_programs), ("C", one_compiled_program_each)):
       t, c = timed(fn)
       times[name].append(t)
       compiles[name].append(c)
-    print(f"round {r + 1}: A {times['A'][-1]:.2f} s, B {times['B'][-1]:.2f} s, "
-          f"C {times['C'][-1]:.2f} s", flush=True)
+    print(
+        f"round {r + 1}: A {times['A'][-1]:.2f} s, B {times['B'][-1]:.2f} s, "
+        f"C {times['C'][-1]:.2f} s",
+        flush=True,
+    )
   med = {k: statistics.median(v) for k, v in times.items()}
-  print(f"A  one program, 64 configs vmapped   : warm {med['A']:8.2f} s "
-        f"(compilations per round {compiles['A'][-1]}), cold {cold:.2f} s")
-  print(f"B  64 runs, each its own program      : {med['B']:8.2f} s "
-        f"(compilations per round {compiles['B'][-1]})")
-  print(f"C  64 runs of one compiled program    : {med['C']:8.2f} s "
-        f"(compilations per round {compiles['C'][-1]})")
-  print(f"speed-up B / A-warm = {med['B'] / med['A']:.1f}x, "
-        f"B / A-cold = {med['B'] / cold:.1f}x, C / A-warm = {med['C'] / med['A']:.1f}x")
+  print(
+      f"A  one program, 64 configs vmapped   : warm {med['A']:8.2f} s "
+      f"(compilations per round {compiles['A'][-1]}), cold {cold:.2f} s"
+  )
+  print(
+      f"B  64 runs, each its own program      : {med['B']:8.2f} s "
+      f"(compilations per round {compiles['B'][-1]})"
+  )
+  print(
+      f"C  64 runs of one compiled program    : {med['C']:8.2f} s "
+      f"(compilations per round {compiles['C'][-1]})"
+  )
+  print(
+      f"speed-up B / A-warm = {med['B'] / med['A']:.1f}x, "
+      f"B / A-cold = {med['B'] / cold:.1f}x, C / A-warm = {med['C'] / med['A']:.1f}x"
+  )
 
 
 if __name__ == "__main__":

@@ -54,9 +54,12 @@ def main():
   ap.add_argument("--model", default="mlp")
   ap.add_argument("--target-accuracy", type=float, default=0.84)
   ap.add_argument("--eval-every-steps", type=int, default=78)
-  ap.add_argument("--network", action="append", default=None,
-                  help="NAME:LATENCY_US:GBIT_PER_S (repeatable); default: "
-                       + ", ".join(DEFAULT_NETWORKS))
+  ap.add_argument(
+      "--network",
+      action="append",
+      default=None,
+      help="NAME:LATENCY_US:GBIT_PER_S (repeatable); default: " + ", ".join(DEFAULT_NETWORKS),
+  )
   ap.add_argument("--data-dir", default=None, help="Fashion-MNIST IDX directory")
   ap.add_argument("--steps", type=int, default=30, help="steps per timed call")
   ap.add_argument("--repeats", type=int, default=7)
@@ -72,13 +75,22 @@ def main():
   from easgd.training.spmd import Run
 
   networks = [parse_network(n) for n in (args.network or DEFAULT_NETWORKS)]
-  base = TrainConfig(dataset="fashion_mnist", data_dir=args.data_dir, model=args.model,
-                     num_workers=args.workers, num_devices=args.devices,
-                     global_batch_size=args.global_batch, num_epochs=args.epochs,
-                     learning_rate=args.lr, beta=0.9, eval_batch_size=500,
-                     progress=False)
-  configs = [(f"easgd tau={t}", base.replace(algorithm="easgd", tau=t))
-             for t in common.int_list(args.taus)]
+  base = TrainConfig(
+      dataset="fashion_mnist",
+      data_dir=args.data_dir,
+      model=args.model,
+      num_workers=args.workers,
+      num_devices=args.devices,
+      global_batch_size=args.global_batch,
+      num_epochs=args.epochs,
+      learning_rate=args.lr,
+      beta=0.9,
+      eval_batch_size=500,
+      progress=False,
+  )
+  configs = [
+      (f"easgd tau={t}", base.replace(algorithm="easgd", tau=t)) for t in common.int_list(args.taus)
+  ]
   configs.append(("pmean_sgd", base.replace(algorithm="pmean_sgd")))
 
   results, timers = [], {}
@@ -88,40 +100,51 @@ def main():
     curve = [(0, run.evaluate(worker, shared, 0, 0, None)["test_accuracy"])]
     step, last = 0, None
     for epoch in range(1, cfg.num_epochs + 1):
-      order = batches.worker_batch_indices(len(run.dataset.train_y), cfg.num_workers,
-                                           cfg.per_worker_batch_size, cfg.seed, epoch)
+      order = batches.worker_batch_indices(
+          len(run.dataset.train_y), cfg.num_workers, cfg.per_worker_batch_size, cfg.seed, epoch
+      )
       for ix in order:
-        batch = workers.split_workers((run.dataset.train_x[ix], run.dataset.train_y[ix]),
-                                      run.layout)
+        batch = workers.split_workers(
+            (run.dataset.train_x[ix], run.dataset.train_y[ix]), run.layout
+        )
         worker, shared, loss = run.step_fn(worker, shared, batch, run.step_key, step)
         last = common.one_step_late(last, loss)
         step += 1
         if step % args.eval_every_steps == 0 or step == run.total_steps:
-          curve.append((step, run.evaluate(worker, shared, epoch, step, None)
-                        ["test_accuracy"]))
+          curve.append((step, run.evaluate(worker, shared, epoch, step, None)["test_accuracy"]))
     results.append((label, run, curve))
     timers[label] = _step_timer(run, worker, shared, batch, jax)
-  step_s = {k: v["median_s"] for k, v in
-            common.time_side_by_side(timers, args.steps, args.repeats).items()}
+  step_s = {
+      k: v["median_s"]
+      for k, v in common.time_side_by_side(timers, args.steps, args.repeats).items()
+  }
 
   run0 = results[0][1]
   print(f"# time to accuracy, Fashion-MNIST  ({datetime.date.today()}; {common.machine()})")
-  print(f"# {run0.layout.describe()}; model {args.model} ({run0.param_bytes} param bytes);"
-        f" global batch {args.global_batch}; lr {args.lr}; {args.epochs} epochs "
-        f"({run0.total_steps} steps); center evaluated every {args.eval_every_steps} steps "
-        f"on 10000 test images; target accuracy {args.target_accuracy}")
-  print(f"{'algorithm':14s} {'ms/step':>8s} {'final acc':>9s} {'best acc':>8s} "
-        f"{'steps to target':>15s} {'all-reduces/step':>16s}")
+  print(
+      f"# {run0.layout.describe()}; model {args.model} ({run0.param_bytes} param bytes);"
+      f" global batch {args.global_batch}; lr {args.lr}; {args.epochs} epochs "
+      f"({run0.total_steps} steps); center evaluated every {args.eval_every_steps} steps "
+      f"on 10000 test images; target accuracy {args.target_accuracy}"
+  )
+  print(
+      f"{'algorithm':14s} {'ms/step':>8s} {'final acc':>9s} {'best acc':>8s} "
+      f"{'steps to target':>15s} {'all-reduces/step':>16s}"
+  )
   reached = {}
   for label, run, curve in results:
     hit = next((s for s, a in curve if a >= args.target_accuracy), None)
     reached[label] = hit
     comm = run.algorithm.communication(run.total_steps, run.param_bytes)
-    print(f"{label:14s} {1e3 * step_s[label]:8.3f} {curve[-1][1]:9.4f} "
-          f"{max(a for _, a in curve):8.4f} {str(hit) if hit else 'not reached':>15s} "
-          f"{comm.all_reduces / run.total_steps:16.4f}")
-  print(f"# modeled seconds to reach {args.target_accuracy} (compute here + network "
-        f"model); in brackets: the network's share")
+    print(
+        f"{label:14s} {1e3 * step_s[label]:8.3f} {curve[-1][1]:9.4f} "
+        f"{max(a for _, a in curve):8.4f} {str(hit) if hit else 'not reached':>15s} "
+        f"{comm.all_reduces / run.total_steps:16.4f}"
+    )
+  print(
+      f"# modeled seconds to reach {args.target_accuracy} (compute here + network "
+      f"model); in brackets: the network's share"
+  )
   header = f"{'algorithm':14s}" + "".join(f" {n:>26s}" for n, _, _ in networks)
   print(header)
   for label, run, _ in results:
@@ -142,6 +165,7 @@ def main():
 
 def _step_timer(run, worker, shared, batch, jax):
   import common
+
   state = {"w": worker, "s": shared, "clock": 0}
 
   def timed(steps):
@@ -152,6 +176,7 @@ def _step_timer(run, worker, shared, batch, jax):
       last = common.one_step_late(last, loss)
     jax.block_until_ready((w, s))
     state["w"], state["s"] = w, s
+
   return timed
 
 

@@ -67,17 +67,28 @@ __version__ = "0.1.0"
 
 __all__, __getattr__, __dir__ = lazy_exports(
     __name__,
-    modules=("core", "asynchrony", "methods", "analysis",
-             "parallel", "runtimes", "training", "sweeps", "protocol"),
+    modules=(
+        "core",
+        "asynchrony",
+        "methods",
+        "analysis",
+        "parallel",
+        "runtimes",
+        "training",
+        "sweeps",
+        "protocol",
+    ),
     names={
         "easgd.core.algorithms": "Algorithm Communication easgd eamsgd pmean_sgd",
         "easgd.core.elastic": (
             "WORKER_AXES HyperparameterError easgd_update elastic_difference "
-            "elastic_exchange resolve_alpha"),
+            "elastic_exchange resolve_alpha"
+        ),
         "easgd.methods.registry": "ALGORITHMS make_algorithm",
         "easgd.parallel.workers": (
             "LayoutError make_layout map_workers map_step place_state split_workers "
-            "merge_workers first_copy"),
+            "merge_workers first_copy"
+        ),
         "easgd.training.config": "ConfigError TrainConfig",
         "easgd.training.models": "param_bytes",
         "easgd.training.trainer": "train_and_evaluate",
@@ -86,5 +97,6 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "easgd.training.export": "export_center",
         "easgd.protocol.config": "Arm ProtocolConfig log_grid",
         "easgd.protocol.runs": "run_protocol",
-    })
+    },
+)
 __all__ = ["__version__", *__all__]

@@ -70,11 +70,14 @@ class _Parser(argparse.ArgumentParser):
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
   """One flag per TrainConfig field (``easgd._util.flags``: help from the field's metadata)."""
   from easgd.training.config import TrainConfig
+
   flags.add_flags(
-      parser, TrainConfig,
+      parser,
+      TrainConfig,
       title="config (TrainConfig fields; tuples comma-separated, e.g. 10,15; booleans "
-            "--x / --no-x; 'none' for an optional value)",
-      exclude=("algorithm",) if parser.prog.endswith("compare") else ())
+      "--x / --no-x; 'none' for an optional value)",
+      exclude=("algorithm",) if parser.prog.endswith("compare") else (),
+  )
 
 
 def load_config_file(path) -> "TrainConfig":  # noqa: F821 (imported when called)
@@ -85,6 +88,7 @@ def load_config_file(path) -> "TrainConfig":  # noqa: F821 (imported when called
       returning a TrainConfig (``easgd._util.flags.call_config_file``).
   """
   from easgd.training.config import ConfigError, TrainConfig
+
   return flags.call_config_file(path, "get_config", TrainConfig, "config file", ConfigError)
 
 
@@ -97,43 +101,69 @@ def build_parser() -> argparse.ArgumentParser:
   sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
   for name, help_text in (
       ("train", "train one algorithm; metrics.jsonl and summary.json in --workdir"),
-      ("compare", "run several algorithms on the same data budget; plot + table")):
-    sub.add_parser(name, help=help_text, description=help_text,
-                   fill=lambda p, name=name: _add_run_arguments(p, name))
-  p = sub.add_parser("export", help="write the center of a run's latest checkpoint "
-                     "as a plain Flax parameter file (msgpack; cnn_bn: "
-                     "and its BatchNorm statistics)")
+      ("compare", "run several algorithms on the same data budget; plot + table"),
+  ):
+    sub.add_parser(
+        name,
+        help=help_text,
+        description=help_text,
+        fill=lambda p, name=name: _add_run_arguments(p, name),
+    )
+  p = sub.add_parser(
+      "export",
+      help="write the center of a run's latest checkpoint "
+      "as a plain Flax parameter file (msgpack; cnn_bn: "
+      "and its BatchNorm statistics)",
+  )
   p.add_argument("--workdir", required=True, help="the run directory")
   p.add_argument("--out", required=True, help="output file, e.g. center.msgpack")
   p = sub.add_parser(
-      "protocol", help="tuned rates, seeds, intervals, time to target: the comparison "
+      "protocol",
+      help="tuned rates, seeds, intervals, time to target: the comparison "
       "protocol of a config file (easgd.protocol.runs); results.json, results.md, curves.png",
       description="For each arm of the protocol file: its learning-rate grid x tuning "
-                  "seeds on the validation split, the best rate rerun on fresh seeds "
-                  "on the test set; one compiled program per group of arms")
-  p.add_argument("--config", default=None,
-                 help="Python file with get_protocol() -> ProtocolConfig "
-                      "(e.g. experiments/protocol_fig2.py); required unless --report-only")
+      "seeds on the validation split, the best rate rerun on fresh seeds "
+      "on the test set; one compiled program per group of arms",
+  )
+  p.add_argument(
+      "--config",
+      default=None,
+      help="Python file with get_protocol() -> ProtocolConfig "
+      "(e.g. experiments/protocol_fig2.py); required unless --report-only",
+  )
   p.add_argument("--workdir", required=True, help="output directory")
-  p.add_argument("--overwrite", action="store_true",
-                 help="replace the results already in --workdir (they stay in place "
-                      "until the new run is complete)")
-  p.add_argument("--report-only", action="store_true",
-                 help="rewrite results.md and curves.png from --workdir's results.json "
-                      "without running anything")
-  p.add_argument("--group-by", default="tau", choices=("tau", "num_workers", ""),
-                 help="the panels of curves.png (default: %(default)s)")
+  p.add_argument(
+      "--overwrite",
+      action="store_true",
+      help="replace the results already in --workdir (they stay in place "
+      "until the new run is complete)",
+  )
+  p.add_argument(
+      "--report-only",
+      action="store_true",
+      help="rewrite results.md and curves.png from --workdir's results.json "
+      "without running anything",
+  )
+  p.add_argument(
+      "--group-by",
+      default="tau",
+      choices=("tau", "num_workers", ""),
+      help="the panels of curves.png (default: %(default)s)",
+  )
   sub.add_parser(
-      "sweep", help="tau x alpha grid as one compiled program; CSV, JSON, heatmaps",
+      "sweep",
+      help="tau x alpha grid as one compiled program; CSV, JSON, heatmaps",
       description="tau x alpha (x learning rate x num_workers) sweep of EASGD on "
-                  "the quadratic and/or a network, one compiled program per "
-                  "num_workers; the theory's stability boundary on the heatmaps",
-      fill=_add_sweep_arguments)
+      "the quadratic and/or a network, one compiled program per "
+      "num_workers; the theory's stability boundary on the heatmaps",
+      fill=_add_sweep_arguments,
+  )
   return parser
 
 
 def _add_sweep_arguments(p: argparse.ArgumentParser) -> None:
   from easgd.sweeps.command import add_sweep_arguments  # easgd sweep: see easgd.sweeps.command
+
   add_sweep_arguments(p)
 
 
@@ -141,45 +171,93 @@ def _add_run_arguments(p: argparse.ArgumentParser, name: str) -> None:
   """The flags of ``easgd train`` / ``easgd compare`` (one per TrainConfig field)."""
   p.add_argument("--workdir", required=True, help="output directory")
   p.add_argument("--config", help="Python file with get_config() -> TrainConfig")
-  p.add_argument("--overwrite", action="store_true",
-                 help="replace the files of an earlier run in --workdir")
+  p.add_argument(
+      "--overwrite", action="store_true", help="replace the files of an earlier run in --workdir"
+  )
   if name == "train":
-    p.add_argument("--resume", action="store_true",
-                   help="continue the run in --workdir from its latest checkpoint "
-                        "(its saved config, unless --config/flags are given)")
-    p.add_argument("--stop-after-steps", type=int, default=None, metavar="N",
-                   help="stop (with a checkpoint) after N global steps")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --workdir from its latest checkpoint "
+        "(its saved config, unless --config/flags are given)",
+    )
+    p.add_argument(
+        "--stop-after-steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help="stop (with a checkpoint) after N global steps",
+    )
     _add_process_flags(p)
-  p.add_argument("--cpu-devices", type=int, default=None, metavar="N",
-                 help="fake N CPU devices (before JAX starts)")
+  p.add_argument(
+      "--cpu-devices",
+      type=int,
+      default=None,
+      metavar="N",
+      help="fake N CPU devices (before JAX starts)",
+  )
   if name == "compare":
     from easgd.methods import registry
-    p.add_argument("--algorithms", type=flags.list_parser(str),
-                   default=registry.DEFAULT_COMPARISON, metavar="NAMES",
-                   help=f"comma-separated algorithm names, of: "
-                        f"{', '.join(registry.ALGORITHMS)} (default: "
-                        f"{','.join(registry.DEFAULT_COMPARISON)})")
+
+    p.add_argument(
+        "--algorithms",
+        type=flags.list_parser(str),
+        default=registry.DEFAULT_COMPARISON,
+        metavar="NAMES",
+        help=f"comma-separated algorithm names, of: "
+        f"{', '.join(registry.ALGORITHMS)} (default: "
+        f"{','.join(registry.DEFAULT_COMPARISON)})",
+    )
   _add_config_flags(p)
 
 
 def _add_process_flags(parser: argparse.ArgumentParser) -> None:
   group = parser.add_argument_group(
-      "multi-process (easgd.parallel.distributed; default: one process)")
-  group.add_argument("--coordinator-address", default=None, metavar="HOST:PORT",
-                     help="process 0's address (default: $JAX_COORDINATOR_ADDRESS)")
-  group.add_argument("--num-processes", type=int, default=None, metavar="N",
-                     help="number of processes (default: $JAX_NUM_PROCESSES)")
-  group.add_argument("--process-id", type=int, default=None, metavar="I",
-                     help="this process, 0..N-1 (default: $JAX_PROCESS_ID)")
-  group.add_argument("--startup-timeout", type=float, default=None, metavar="S",
-                     help="seconds each process waits for all processes to connect "
-                          "before it stops with an error naming the missing ones "
-                          "(exit status 3; default: 30)")
-  group.add_argument("--heartbeat-timeout", type=float, default=None, metavar="S",
-                     help="jax.distributed heartbeat timeout in seconds (JAX: 100)")
-  group.add_argument("--peer-timeout", type=float, default=None, metavar="S",
-                     help="seconds of silence before a peer process is declared "
-                          "lost (default: 10)")
+      "multi-process (easgd.parallel.distributed; default: one process)"
+  )
+  group.add_argument(
+      "--coordinator-address",
+      default=None,
+      metavar="HOST:PORT",
+      help="process 0's address (default: $JAX_COORDINATOR_ADDRESS)",
+  )
+  group.add_argument(
+      "--num-processes",
+      type=int,
+      default=None,
+      metavar="N",
+      help="number of processes (default: $JAX_NUM_PROCESSES)",
+  )
+  group.add_argument(
+      "--process-id",
+      type=int,
+      default=None,
+      metavar="I",
+      help="this process, 0..N-1 (default: $JAX_PROCESS_ID)",
+  )
+  group.add_argument(
+      "--startup-timeout",
+      type=float,
+      default=None,
+      metavar="S",
+      help="seconds each process waits for all processes to connect "
+      "before it stops with an error naming the missing ones "
+      "(exit status 3; default: 30)",
+  )
+  group.add_argument(
+      "--heartbeat-timeout",
+      type=float,
+      default=None,
+      metavar="S",
+      help="jax.distributed heartbeat timeout in seconds (JAX: 100)",
+  )
+  group.add_argument(
+      "--peer-timeout",
+      type=float,
+      default=None,
+      metavar="S",
+      help="seconds of silence before a peer process is declared " "lost (default: 10)",
+  )
 
 
 def _user_errors():
@@ -190,14 +268,22 @@ def _user_errors():
   from easgd.training.models import ModelError
   from easgd.parallel.workers import LayoutError
   from easgd.training.checkpoint import CheckpointError
-  return (ConfigError, DataError, HyperparameterError, ModelError, LayoutError,
-          CheckpointError,
-          DistributedError)
+
+  return (
+      ConfigError,
+      DataError,
+      HyperparameterError,
+      ModelError,
+      LayoutError,
+      CheckpointError,
+      DistributedError,
+  )
 
 
 def _run_errors():
   from easgd.runtimes.driver import WorkersLostError
   from easgd.training.divergence import DivergenceError
+
   return (DivergenceError, WorkersLostError)
 
 
@@ -219,6 +305,7 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
   from easgd.parallel import distributed
   from easgd._util.files import terminate_as_interrupt
+
   with warnings.catch_warnings(), terminate_as_interrupt():
     warnings.showwarning = _show_warning
     return _main(args, distributed)
@@ -251,6 +338,7 @@ def _main(args, distributed) -> int:
     return 1
   except KeyboardInterrupt as e:
     from easgd._util.files import Terminated
+
     if isinstance(e, Terminated):
       print("easgd: terminated (SIGTERM)", file=sys.stderr)
       return 143
@@ -261,51 +349,78 @@ def _main(args, distributed) -> int:
 def _run(args) -> int:
   from easgd.training.config import ConfigError, TrainConfig
   from easgd.training.rundir import workdir_path
+
   workdir_path(args.workdir, "--workdir")  # every command, before anything else
   if args.command == "sweep":
     from easgd.sweeps.command import main_sweep
+
     return main_sweep(args)
   if args.command == "protocol":
     return _run_protocol(args)
   if args.command == "export":
     from easgd.training.export import export_center
+
     print(f"wrote {export_center(args.workdir, args.out)}")
     return 0
   if args.cpu_devices is not None:
     from easgd._util import checks
+
     checks.integer("--cpu-devices", args.cpu_devices, 1, 1024, error=ConfigError)
     import jax
+
     jax.config.update("jax_num_cpu_devices", args.cpu_devices)
   if args.command == "train":
     from easgd.parallel import distributed
-    distributed.initialize(distributed.resolve(
-        args.coordinator_address, args.num_processes, args.process_id,
-        heartbeat_timeout_s=args.heartbeat_timeout, peer_timeout_s=args.peer_timeout,
-        initialization_timeout_s=args.startup_timeout))
+
+    distributed.initialize(
+        distributed.resolve(
+            args.coordinator_address,
+            args.num_processes,
+            args.process_id,
+            heartbeat_timeout_s=args.heartbeat_timeout,
+            peer_timeout_s=args.peer_timeout,
+            initialization_timeout_s=args.startup_timeout,
+        )
+    )
   overrides = flags.overrides(args, TrainConfig)
   resume = getattr(args, "resume", False)
   if args.config:
     base = load_config_file(args.config)
   elif resume:
     from easgd.training.rundir import saved_config
+
     base = saved_config(args.workdir)
   else:
     base = TrainConfig()
   config = base.replace(**overrides)  # train_and_evaluate / compare validate it
   if args.command == "train":
     from easgd.training.trainer import train_and_evaluate
-    summary = train_and_evaluate(config, args.workdir, overwrite=args.overwrite,
-                                 resume=resume, stop_after_steps=args.stop_after_steps)
+
+    summary = train_and_evaluate(
+        config,
+        args.workdir,
+        overwrite=args.overwrite,
+        resume=resume,
+        stop_after_steps=args.stop_after_steps,
+    )
     final = summary["final"]
-    print(json_text(dict(status=summary["status"], algorithm=summary["algorithm"],
-                          layout=summary["layout"],
-                          final_step=final["step"],
-                          test_accuracy=final["test_accuracy"],
-                          test_loss=final["test_loss"],
-                          communication=summary["communication"],
-                          wall_time_s=summary["wall_time_s"])))
+    print(
+        json_text(
+            dict(
+                status=summary["status"],
+                algorithm=summary["algorithm"],
+                layout=summary["layout"],
+                final_step=final["step"],
+                test_accuracy=final["test_accuracy"],
+                test_loss=final["test_loss"],
+                communication=summary["communication"],
+                wall_time_s=summary["wall_time_s"],
+            )
+        )
+    )
     return 0
   from easgd.training.compare import RESULTS_MD, compare
+
   compare(config, args.workdir, list(args.algorithms), overwrite=args.overwrite)
   print((Path(args.workdir) / RESULTS_MD).read_text(), end="")
   print(f"plot: {Path(args.workdir) / 'comparison.png'}")
@@ -317,29 +432,34 @@ def _run_protocol(args) -> int:
   from easgd.protocol import report as protocol_report
   from easgd.training import rundir, runlock
   from easgd.protocol.config import load_protocol_file
+
   workdir = rundir.workdir_path(args.workdir, "--workdir")
   results = workdir / protocol_report.RESULTS_JSON
   if args.report_only:
     if args.config is not None or args.overwrite:
-      raise ConfigError("--report-only reads --workdir's results.json and runs nothing; "
-                        "it takes no --config or --overwrite")
+      raise ConfigError(
+          "--report-only reads --workdir's results.json and runs nothing; "
+          "it takes no --config or --overwrite"
+      )
     if not results.is_file():
-      raise ConfigError(f"--report-only: '{workdir}' holds no results.json; run the "
-                        "protocol first")
+      raise ConfigError(
+          f"--report-only: '{workdir}' holds no results.json; run the " "protocol first"
+      )
     with runlock.hold_workdir(workdir, "protocol --report-only"):
       protocol_report.write_report(workdir, args.group_by)
   else:
     if args.config is None:
-      raise ConfigError("--config is required (a Python file defining get_protocol(), "
-                        "e.g. experiments/protocol_fig2.py) unless --report-only")
+      raise ConfigError(
+          "--config is required (a Python file defining get_protocol(), "
+          "e.g. experiments/protocol_fig2.py) unless --report-only"
+      )
     config = load_protocol_file(args.config).validate()  # before anything runs
     with runlock.hold_workdir(workdir, "protocol"):  # before the checks of workdir
       _check_protocol_workdir(workdir, args.overwrite)
       from easgd.protocol.runs import run_protocol
       # nothing is written until every arm has run; then each file is replaced
       # whole, so a failed or interrupted run leaves the earlier results as they were
-      fresh = run_protocol(config, None, log=lambda line: print(line, file=sys.stderr,
-                                                                 flush=True))
+      fresh = run_protocol(config, None, log=lambda line: print(line, file=sys.stderr, flush=True))
       protocol_report.write_report(workdir, args.group_by, fresh)
   print((workdir / protocol_report.RESULTS_MD).read_text(), end="")
   return 0
@@ -350,14 +470,21 @@ def _check_protocol_workdir(workdir: Path, overwrite: bool) -> None:
   directory where a result file goes; the lock has created ``workdir``."""
   from easgd.training.config import ConfigError
   from easgd.protocol import report as protocol_report
+
   if (workdir / protocol_report.RESULTS_JSON).exists() and not overwrite:
-    raise ConfigError(f"workdir '{workdir}' already holds a protocol's results; "
-                      "choose another directory or pass --overwrite")
-  for name in (protocol_report.RESULTS_JSON, protocol_report.RESULTS_MD,
-               protocol_report.CURVES_PNG):
+    raise ConfigError(
+        f"workdir '{workdir}' already holds a protocol's results; "
+        "choose another directory or pass --overwrite"
+    )
+  for name in (
+      protocol_report.RESULTS_JSON,
+      protocol_report.RESULTS_MD,
+      protocol_report.CURVES_PNG,
+  ):
     if (workdir / name).exists() and not (workdir / name).is_file():
-      raise ConfigError(f"'{workdir / name}' exists and is not a file; the protocol "
-                        "writes its results there")
+      raise ConfigError(
+          f"'{workdir / name}' exists and is not a file; the protocol " "writes its results there"
+      )
 
 
 if __name__ == "__main__":

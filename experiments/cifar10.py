@@ -30,46 +30,51 @@ The whole grid from Python:
   for name, cfg in grid.items():
       easgd.training.trainer.train_and_evaluate(cfg, f"runs/cifar10/{name}")
 """
+
 import os
 
 from easgd.training.config import TrainConfig
 from easgd.methods.registry import ALGORITHMS
 
-PER_WORKER_BATCH = 128           # examples per worker per step (paper)
-PAPER_NUM_WORKERS = (4, 8, 16)   # p (paper: CIFAR p in {4, 8, 16})
-PAPER_TAUS = (1, 4, 16, 64)      # communication periods, local steps (paper, p = 4)
+PER_WORKER_BATCH = 128  # examples per worker per step (paper)
+PAPER_NUM_WORKERS = (4, 8, 16)  # p (paper: CIFAR p in {4, 8, 16})
+PAPER_TAUS = (1, 4, 16, 64)  # communication periods, local steps (paper, p = 4)
 PAPER_ALGORITHMS = ("easgd", "eamsgd", "downpour")  # listed if registered
-LEARNING_RATES = {               # eta per local step; untuned starting points
-    "easgd": 0.05, "async_easgd": 0.05,
-    "eamsgd": 0.005, "async_eamsgd": 0.005,   # with Nesterov delta 0.99 (default)
-    "downpour": 0.01,            # the center receives all p workers' pushes
+LEARNING_RATES = {  # eta per local step; untuned starting points
+    "easgd": 0.05,
+    "async_easgd": 0.05,
+    "eamsgd": 0.005,
+    "async_eamsgd": 0.005,  # with Nesterov delta 0.99 (default)
+    "downpour": 0.01,  # the center receives all p workers' pushes
 }
 
 
 def get_config() -> TrainConfig:
   return TrainConfig(
-      algorithm="easgd",           # synchronous EASGD, eq. (5)-(6)
-      dataset="cifar10",           # 50000 train / 10000 test images, 32x32x3
+      algorithm="easgd",  # synchronous EASGD, eq. (5)-(6)
+      dataset="cifar10",  # 50000 train / 10000 test images, 32x32x3
       data_dir=os.path.expanduser(  # CIFAR-10 python batches (never downloaded)
-          os.environ.get("CIFAR10_DIR", "data/cifar-10-batches-py")),
-      crop_size=28,                # pixels: random 28x28 train crops, centre crop test
-      model="cifar",               # the paper's 7-layer net, dropout 0.5, biases 0
-      num_workers=4,               # p
+          os.environ.get("CIFAR10_DIR", "data/cifar-10-batches-py")
+      ),
+      crop_size=28,  # pixels: random 28x28 train crops, centre crop test
+      model="cifar",  # the paper's 7-layer net, dropout 0.5, biases 0
+      num_workers=4,  # p
       global_batch_size=4 * PER_WORKER_BATCH,  # examples per step, all workers
-      num_epochs=100,              # passes over the training set
-      learning_rate=LEARNING_RATES["easgd"],   # eta, per local step (constant)
-      lr_schedule="constant",      # the paper's eta is a constant
-      optimizer="sgd",             # plain local SGD (momentum algorithms need it)
-      weight_decay=1e-4,           # L2 coefficient added to the gradient (paper)
-      tau=4,                       # communication period, local steps
-      beta=0.9,                    # center moving rate; alpha = beta / p (paper)
-      eval_batch_size=500,         # test examples per worker per evaluation batch
-      seed=0,                      # initial parameters, data order and crops
+      num_epochs=100,  # passes over the training set
+      learning_rate=LEARNING_RATES["easgd"],  # eta, per local step (constant)
+      lr_schedule="constant",  # the paper's eta is a constant
+      optimizer="sgd",  # plain local SGD (momentum algorithms need it)
+      weight_decay=1e-4,  # L2 coefficient added to the gradient (paper)
+      tau=4,  # communication period, local steps
+      beta=0.9,  # center moving rate; alpha = beta / p (paper)
+      eval_batch_size=500,  # test examples per worker per evaluation batch
+      seed=0,  # initial parameters, data order and crops
   )
 
 
-def get_grid(num_workers=PAPER_NUM_WORKERS, taus=PAPER_TAUS,
-             algorithms=None) -> dict[str, TrainConfig]:
+def get_grid(
+    num_workers=PAPER_NUM_WORKERS, taus=PAPER_TAUS, algorithms=None
+) -> dict[str, TrainConfig]:
   """The paper's CIFAR-10 variants, every (algorithm, p, tau), as TrainConfigs.
 
   Each variant overrides get_config() only in: algorithm, num_workers,
@@ -99,9 +104,9 @@ def get_grid(num_workers=PAPER_NUM_WORKERS, taus=PAPER_TAUS,
       for tau in taus:
         grid[f"{algorithm}_p{p}_tau{tau}"] = base.replace(
             algorithm=algorithm,
-            num_workers=p,                              # p
-            global_batch_size=p * PER_WORKER_BATCH,     # 128 examples per worker
-            tau=tau,                                    # local steps
+            num_workers=p,  # p
+            global_batch_size=p * PER_WORKER_BATCH,  # 128 examples per worker
+            tau=tau,  # local steps
             learning_rate=LEARNING_RATES.get(algorithm, base.learning_rate),
         ).validate()
   return grid

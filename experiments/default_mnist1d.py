@@ -2,6 +2,7 @@
 
 The same as ``TrainConfig()``'s defaults: the README's first command runs it.
 """
+
 from easgd.training.config import TrainConfig
 
 

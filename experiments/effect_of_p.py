@@ -22,30 +22,31 @@ All of them:
   for name, cfg in runpy.run_path("experiments/effect_of_p.py")["get_grid"]().items():
       easgd.train_and_evaluate(cfg, f"runs/effect_of_p/{name}")
 """
+
 from easgd.training.config import TrainConfig
 
-NUM_WORKERS = (4, 8, 16)           # p (paper, CIFAR-10)
-PER_WORKER_BATCH = 32              # examples per worker per step
-BASE_EPOCHS = 8                    # epochs at p = 4; p workers run BASE_EPOCHS * p / 4
-TAU = 4                            # communication period, local steps
-LEARNING_RATE = 0.1                # eta of EASGD
-DELTA = 0.9                        # Nesterov delta of EAMSGD
-MOMENTUM_LEARNING_RATE = 0.01      # eta of EAMSGD: eta / (1 - delta) = 0.1
+NUM_WORKERS = (4, 8, 16)  # p (paper, CIFAR-10)
+PER_WORKER_BATCH = 32  # examples per worker per step
+BASE_EPOCHS = 8  # epochs at p = 4; p workers run BASE_EPOCHS * p / 4
+TAU = 4  # communication period, local steps
+LEARNING_RATE = 0.1  # eta of EASGD
+DELTA = 0.9  # Nesterov delta of EAMSGD
+MOMENTUM_LEARNING_RATE = 0.01  # eta of EAMSGD: eta / (1 - delta) = 0.1
 ALGORITHMS = ("easgd", "eamsgd")
 
 
 def get_config() -> TrainConfig:
   return TrainConfig(
-      algorithm="easgd",           # synchronous EASGD, eq. (5)-(6)
-      dataset="mnist1d",           # 8000 train / 2000 test signals, generated locally
-      model="cnn",                 # the small 1-D CNN
-      num_workers=4,               # p
+      algorithm="easgd",  # synchronous EASGD, eq. (5)-(6)
+      dataset="mnist1d",  # 8000 train / 2000 test signals, generated locally
+      model="cnn",  # the small 1-D CNN
+      num_workers=4,  # p
       global_batch_size=4 * PER_WORKER_BATCH,  # grows with p (get_grid)
-      num_epochs=BASE_EPOCHS,      # passes over the training set, at p = 4
-      learning_rate=LEARNING_RATE, # eta, per local step (constant)
+      num_epochs=BASE_EPOCHS,  # passes over the training set, at p = 4
+      learning_rate=LEARNING_RATE,  # eta, per local step (constant)
       optimizer="sgd",
-      tau=TAU,                     # communication period, local steps
-      beta=0.9,                    # center moving rate; alpha = beta / p (paper)
+      tau=TAU,  # communication period, local steps
+      beta=0.9,  # center moving rate; alpha = beta / p (paper)
       keep_checkpoints=1,
       progress=False,
       seed=0,
@@ -60,8 +61,11 @@ def get_grid() -> dict[str, TrainConfig]:
     for p in NUM_WORKERS:
       momentum = a == "eamsgd"
       grid[f"{a}_p{p}"] = base.replace(
-          algorithm=a, num_workers=p, global_batch_size=p * PER_WORKER_BATCH,
+          algorithm=a,
+          num_workers=p,
+          global_batch_size=p * PER_WORKER_BATCH,
           num_epochs=BASE_EPOCHS * p // 4,
           learning_rate=MOMENTUM_LEARNING_RATE if momentum else LEARNING_RATE,
-          **(dict(delta=DELTA) if momentum else {})).validate()
+          **(dict(delta=DELTA) if momentum else {}),
+      ).validate()
   return grid

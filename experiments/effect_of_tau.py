@@ -23,44 +23,50 @@ All of them:
   for name, cfg in runpy.run_path("experiments/effect_of_tau.py")["get_grid"]().items():
       easgd.train_and_evaluate(cfg, f"runs/effect_of_tau/{name}")
 """
+
 from easgd.training.config import TrainConfig
 
-TAUS = (1, 4, 16, 64)              # communication periods, local steps (paper, p = 4)
-NUM_WORKERS = 4                    # p
-EPOCHS = 8                         # passes over the 8000 training signals
-LEARNING_RATE = 0.1                # eta of the SGD-type methods
-DELTA = 0.9                        # Nesterov delta of EAMSGD and MSGD
-MOMENTUM_LEARNING_RATE = 0.01      # eta of EAMSGD and MSGD: eta / (1 - delta) = 0.1
-DOWNPOUR_CHECK_TAUS = (16, 64)     # DOWNPOUR also at eta / p at these periods
-ELASTIC = ("easgd", "eamsgd", "downpour")   # the methods swept over tau
-REFERENCES = ("msgd", "pmean_sgd")          # no tau: run once
+TAUS = (1, 4, 16, 64)  # communication periods, local steps (paper, p = 4)
+NUM_WORKERS = 4  # p
+EPOCHS = 8  # passes over the 8000 training signals
+LEARNING_RATE = 0.1  # eta of the SGD-type methods
+DELTA = 0.9  # Nesterov delta of EAMSGD and MSGD
+MOMENTUM_LEARNING_RATE = 0.01  # eta of EAMSGD and MSGD: eta / (1 - delta) = 0.1
+DOWNPOUR_CHECK_TAUS = (16, 64)  # DOWNPOUR also at eta / p at these periods
+ELASTIC = ("easgd", "eamsgd", "downpour")  # the methods swept over tau
+REFERENCES = ("msgd", "pmean_sgd")  # no tau: run once
 
 
 def get_config() -> TrainConfig:
   return TrainConfig(
-      algorithm="easgd",           # synchronous EASGD, eq. (5)-(6)
-      dataset="mnist1d",           # 8000 train / 2000 test signals, generated locally
-      model="cnn",                 # the small 1-D CNN
-      num_workers=NUM_WORKERS,     # p
-      global_batch_size=128,       # examples per step, all workers (32 per worker)
-      num_epochs=EPOCHS,           # passes over the training set
-      learning_rate=LEARNING_RATE, # eta, per local step (constant)
-      optimizer="sgd",             # plain local SGD (the momentum methods need it)
-      tau=4,                       # communication period, local steps
-      beta=0.9,                    # center moving rate; alpha = beta / p (paper)
+      algorithm="easgd",  # synchronous EASGD, eq. (5)-(6)
+      dataset="mnist1d",  # 8000 train / 2000 test signals, generated locally
+      model="cnn",  # the small 1-D CNN
+      num_workers=NUM_WORKERS,  # p
+      global_batch_size=128,  # examples per step, all workers (32 per worker)
+      num_epochs=EPOCHS,  # passes over the training set
+      learning_rate=LEARNING_RATE,  # eta, per local step (constant)
+      optimizer="sgd",  # plain local SGD (the momentum methods need it)
+      tau=4,  # communication period, local steps
+      beta=0.9,  # center moving rate; alpha = beta / p (paper)
       keep_checkpoints=1,
       progress=False,
       seed=0,
   )
 
 
-def variant(base: TrainConfig, algorithm: str, tau: int | None = None,
-            learning_rate: float | None = None) -> TrainConfig:
+def variant(
+    base: TrainConfig, algorithm: str, tau: int | None = None, learning_rate: float | None = None
+) -> TrainConfig:
   """``base`` for ``algorithm`` (at ``tau``), with its learning rate and delta."""
   momentum = algorithm in ("eamsgd", "msgd")
   lr = learning_rate or (MOMENTUM_LEARNING_RATE if momentum else LEARNING_RATE)
-  return base.replace(algorithm=algorithm, tau=tau or base.tau, learning_rate=lr,
-                      **(dict(delta=DELTA) if momentum else {})).validate()
+  return base.replace(
+      algorithm=algorithm,
+      tau=tau or base.tau,
+      learning_rate=lr,
+      **(dict(delta=DELTA) if momentum else {}),
+  ).validate()
 
 
 def get_grid() -> dict[str, TrainConfig]:
@@ -70,5 +76,6 @@ def get_grid() -> dict[str, TrainConfig]:
   grid.update({a: variant(base, a) for a in REFERENCES})
   for t in DOWNPOUR_CHECK_TAUS:
     grid[f"downpour_tau{t}_lr{LEARNING_RATE / NUM_WORKERS:g}"] = variant(
-        base, "downpour", t, LEARNING_RATE / NUM_WORKERS)
+        base, "downpour", t, LEARNING_RATE / NUM_WORKERS
+    )
   return grid

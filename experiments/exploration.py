@@ -10,10 +10,11 @@ Run one variant:
   easgd train --config experiments/exploration.py --tau 16 --beta 0.3 \
       --workdir runs/exploration/tau16_beta0.3
 """
+
 from easgd.training.config import TrainConfig
 
-TAUS = (1, 4, 16)                  # communication periods, local steps
-BETAS = (0.1, 0.3, 0.9, 1.8)       # center moving rates; alpha = beta / p
+TAUS = (1, 4, 16)  # communication periods, local steps
+BETAS = (0.1, 0.3, 0.9, 1.8)  # center moving rates; alpha = beta / p
 EPOCHS = 10
 
 
@@ -22,8 +23,8 @@ def get_config() -> TrainConfig:
   # (8000 / 2000 signals) with the small 1-D CNN, p = 4, 128 examples per step (32 per
   # worker), plain SGD at eta = 0.1 per local step, tau = 4, beta = 0.9, seed 0.
   return TrainConfig().replace(
-      num_epochs=EPOCHS,           # passes over the training set
-      keep_checkpoints=1,          # the notebook reads the final checkpoint only
+      num_epochs=EPOCHS,  # passes over the training set
+      keep_checkpoints=1,  # the notebook reads the final checkpoint only
       progress=False,
   )
 
@@ -31,5 +32,4 @@ def get_config() -> TrainConfig:
 def get_grid() -> dict[str, TrainConfig]:
   """``{"tau<tau>_beta<beta>": TrainConfig}``: 12 runs."""
   base = get_config()
-  return {f"tau{t}_beta{b:g}": base.replace(tau=t, beta=b).validate()
-          for t in TAUS for b in BETAS}
+  return {f"tau{t}_beta{b:g}": base.replace(tau=t, beta=b).validate() for t in TAUS for b in BETAS}

@@ -5,18 +5,25 @@ notebook's full mode). ``get_grid()`` names every run of the notebook:
 
     easgd train --config experiments/multi_gpu.py --workdir runs/nb1_one_worker
 """
+
 from easgd.training.config import TrainConfig
 
-BATCH_PER_WORKER = 128   # examples per worker per step
-EPOCHS = 10              # passes over the training set
-LR = 0.05                # peak learning rate per step
+BATCH_PER_WORKER = 128  # examples per worker per step
+EPOCHS = 10  # passes over the training set
+LR = 0.05  # peak learning rate per step
 
 
 def get_config() -> TrainConfig:
   """The 1-worker reference of the notebook."""
-  return TrainConfig(dataset="fashion_mnist", model="mlp", algorithm="pmean_sgd",
-                     num_workers=1, global_batch_size=BATCH_PER_WORKER,
-                     num_epochs=EPOCHS, learning_rate=LR)
+  return TrainConfig(
+      dataset="fashion_mnist",
+      model="mlp",
+      algorithm="pmean_sgd",
+      num_workers=1,
+      global_batch_size=BATCH_PER_WORKER,
+      num_epochs=EPOCHS,
+      learning_rate=LR,
+  )
 
 
 def get_grid() -> dict[str, TrainConfig]:
@@ -27,10 +34,10 @@ def get_grid() -> dict[str, TrainConfig]:
       "1 worker": base,
       "2 workers, same lr": base.replace(**two),
       "2 workers, lr x 2": base.replace(**two, learning_rate=2 * LR),
-      "1 worker, decay at half (epochs)": base.replace(lr_schedule="step",
-                                                       lr_decay_epochs=(half,)),
+      "1 worker, decay at half (epochs)": base.replace(lr_schedule="step", lr_decay_epochs=(half,)),
       "2 workers, lr x 2, decay at half (epochs)": base.replace(
-          **two, learning_rate=2 * LR, lr_schedule="step", lr_decay_epochs=(half,)),
+          **two, learning_rate=2 * LR, lr_schedule="step", lr_decay_epochs=(half,)
+      ),
       # the 1-worker decay step, counted in steps, falls at epoch 2 * half = EPOCHS for 2
       # workers, the end of the run: it never comes (and easgd refuses it), so that run
       # is "2 workers, lr x 2"

@@ -18,9 +18,15 @@ files; 60000 training images, of which 5000 are held out for validation;
 * 3 log-spaced rates per method over one decade (3 tuning seeds each),
   reported on 3 fresh seeds; the center evaluated every 78 steps.
 """
+
 from easgd.training.config import TrainConfig
-from easgd.protocol.config import (Arm, GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET,
-                                   ProtocolConfig, log_grid)
+from easgd.protocol.config import (
+    Arm,
+    GIGABIT_ETHERNET,
+    HUNDRED_GIGABIT_ETHERNET,
+    ProtocolConfig,
+    log_grid,
+)
 
 TAUS = (4, 16)
 SGD_RATES = log_grid(0.03, 0.3, 3)
@@ -32,13 +38,20 @@ DELTA = 0.99
 
 def get_config() -> TrainConfig:
   return TrainConfig(
-      algorithm="easgd", dataset="fashion_mnist", model="mlp",
-      num_workers=4, global_batch_size=128,   # 32 per worker
-      num_epochs=2,                # 858 local steps per worker
-      learning_rate=0.1,           # replaced by each arm's chosen rate
-      optimizer="sgd", tau=4, beta=0.9,
-      validation_examples=5000,    # held out of the 60000 training images
-      keep_checkpoints=1, progress=False)
+      algorithm="easgd",
+      dataset="fashion_mnist",
+      model="mlp",
+      num_workers=4,
+      global_batch_size=128,  # 32 per worker
+      num_epochs=2,  # 858 local steps per worker
+      learning_rate=0.1,  # replaced by each arm's chosen rate
+      optimizer="sgd",
+      tau=4,
+      beta=0.9,
+      validation_examples=5000,  # held out of the 60000 training images
+      keep_checkpoints=1,
+      progress=False,
+  )
 
 
 def get_protocol() -> ProtocolConfig:
@@ -60,12 +73,18 @@ def get_protocol() -> ProtocolConfig:
   ]
   return ProtocolConfig(
       name="fashion_mlp",
-      description=("The Figure 2 methods at p = 4, tau in {4, 16} on Fashion-MNIST with "
-                   "the MLP, 858 local steps per worker (2 epochs), 3 rates x 3 seeds "
-                   "per method on a validation split: a grid sized to this 2-core CPU "
-                   "(the run time is in results.md)."),
-      base=get_config(), arms=tuple(arms),
-      tune_seeds=(0, 1, 2), report_seeds=(100, 101, 102),
-      eval_every_steps=78, targets=(0.3, 0.2, 0.16),
+      description=(
+          "The Figure 2 methods at p = 4, tau in {4, 16} on Fashion-MNIST with "
+          "the MLP, 858 local steps per worker (2 epochs), 3 rates x 3 seeds "
+          "per method on a validation split: a grid sized to this 2-core CPU "
+          "(the run time is in results.md)."
+      ),
+      base=get_config(),
+      arms=tuple(arms),
+      tune_seeds=(0, 1, 2),
+      report_seeds=(100, 101, 102),
+      eval_every_steps=78,
+      targets=(0.3, 0.2, 0.16),
       networks=(GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET),
-      configs_per_batch=4)
+      configs_per_batch=4,
+  )

@@ -31,32 +31,38 @@ split put the best rates: with EAMSGD/MSGD at 1e-4 .. 1e-2, MDOWNPOUR at
 grids' edges. beta = 0.9 (alpha = 0.225); DiLoCo's outer SGD: rate 0.7,
 Nesterov 0.9.
 """
-from easgd.training.config import TrainConfig
-from easgd.protocol.config import (Arm, GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET,
-                                   ProtocolConfig, log_grid)
 
-TAUS = (1, 4, 16, 64)                  # communication periods, local steps (paper)
-SGD_RATES = log_grid(0.01, 1.0, 5)     # plain SGD steps
+from easgd.training.config import TrainConfig
+from easgd.protocol.config import (
+    Arm,
+    GIGABIT_ETHERNET,
+    HUNDRED_GIGABIT_ETHERNET,
+    ProtocolConfig,
+    log_grid,
+)
+
+TAUS = (1, 4, 16, 64)  # communication periods, local steps (paper)
+SGD_RATES = log_grid(0.01, 1.0, 5)  # plain SGD steps
 DOWNPOUR_RATES = log_grid(1e-3, 0.3162, 6)  # its center adds all p workers' pushes
-MOMENTUM_RATES = log_grid(1e-3, 0.1, 5)     # delta = 0.99: eta / (1 - delta) over 0.1 .. 10
-MDOWNPOUR_RATES = log_grid(1e-4, 1e-2, 5)   # master momentum over all p pushes
-DELTA = 0.99                           # Nesterov momentum of EAMSGD, MSGD, MDOWNPOUR
+MOMENTUM_RATES = log_grid(1e-3, 0.1, 5)  # delta = 0.99: eta / (1 - delta) over 0.1 .. 10
+MDOWNPOUR_RATES = log_grid(1e-4, 1e-2, 5)  # master momentum over all p pushes
+DELTA = 0.99  # Nesterov momentum of EAMSGD, MSGD, MDOWNPOUR
 
 
 def get_config() -> TrainConfig:
   """The base setting every arm starts from (``easgd train --config`` runs it)."""
   return TrainConfig(
-      algorithm="easgd",           # synchronous EASGD, eq. (5)-(6)
-      dataset="mnist1d",           # 8000 train / 2000 test signals, generated from the seed
-      model="cnn",                 # the small 1-D CNN (45k parameters)
-      num_workers=4,               # p
-      global_batch_size=128,       # examples per step, all workers (32 per worker)
-      num_epochs=8,                # the budget: 8 x 54 = 432 local steps per worker
-      learning_rate=0.1,           # replaced by each arm's chosen rate
-      optimizer="sgd",             # plain local SGD (the momentum methods need it)
-      tau=4,                       # communication period, local steps
-      beta=0.9,                    # center moving rate; alpha = beta / p (paper)
-      validation_examples=1000,    # held out of the 8000 training signals
+      algorithm="easgd",  # synchronous EASGD, eq. (5)-(6)
+      dataset="mnist1d",  # 8000 train / 2000 test signals, generated from the seed
+      model="cnn",  # the small 1-D CNN (45k parameters)
+      num_workers=4,  # p
+      global_batch_size=128,  # examples per step, all workers (32 per worker)
+      num_epochs=8,  # the budget: 8 x 54 = 432 local steps per worker
+      learning_rate=0.1,  # replaced by each arm's chosen rate
+      optimizer="sgd",  # plain local SGD (the momentum methods need it)
+      tau=4,  # communication period, local steps
+      beta=0.9,  # center moving rate; alpha = beta / p (paper)
+      validation_examples=1000,  # held out of the 8000 training signals
       keep_checkpoints=1,
       progress=False,
   )
@@ -75,21 +81,32 @@ def get_protocol() -> ProtocolConfig:
   arms += [
       Arm("mdownpour tau=1", "mdownpour", dict(tau=1, delta=DELTA), MDOWNPOUR_RATES),
       Arm("pmean_sgd", "pmean_sgd", {}, SGD_RATES),
-      Arm("sgd (1 worker)", "sgd", dict(num_workers=1, global_batch_size=32, num_epochs=2),
-          SGD_RATES),
-      Arm("msgd (1 worker)", "msgd",
+      Arm(
+          "sgd (1 worker)",
+          "sgd",
+          dict(num_workers=1, global_batch_size=32, num_epochs=2),
+          SGD_RATES,
+      ),
+      Arm(
+          "msgd (1 worker)",
+          "msgd",
           dict(num_workers=1, global_batch_size=32, num_epochs=2, delta=DELTA),
-          MOMENTUM_RATES),
+          MOMENTUM_RATES,
+      ),
   ]
   return ProtocolConfig(
       name="fig2_mnist1d",
-      description=("The paper's Figure 2 setting (p = 4, tau in {1, 4, 16, 64}) on "
-                   "MNIST-1D with the small CNN, 432 local steps per worker, every "
-                   "method's rate tuned on a validation split."),
-      base=get_config(), arms=tuple(arms),
-      tune_seeds=(0, 1, 2),          # 5 rates x 3 seeds per arm, on validation
+      description=(
+          "The paper's Figure 2 setting (p = 4, tau in {1, 4, 16, 64}) on "
+          "MNIST-1D with the small CNN, 432 local steps per worker, every "
+          "method's rate tuned on a validation split."
+      ),
+      base=get_config(),
+      arms=tuple(arms),
+      tune_seeds=(0, 1, 2),  # 5 rates x 3 seeds per arm, on validation
       report_seeds=(100, 101, 102),  # fresh seeds at the chosen rate, on test
-      eval_every_steps=27,           # half an epoch at p = 4
-      targets=(0.5, 0.3, 0.2),       # test errors of "time to target"
+      eval_every_steps=27,  # half an epoch at p = 4
+      targets=(0.5, 0.3, 0.2),  # test errors of "time to target"
       networks=(GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET),
-      configs_per_batch=4)           # configurations per call of the step program
+      configs_per_batch=4,
+  )  # configurations per call of the step program

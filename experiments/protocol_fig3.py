@@ -19,13 +19,19 @@ experiments/protocol_fig2.py, chosen on the
 validation split per arm (per p), reported on 3 fresh seeds. beta = 0.9, so
 alpha = 0.9 / p.
 """
-from easgd.training.config import TrainConfig
-from easgd.protocol.config import (Arm, GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET,
-                                   ProtocolConfig, log_grid)
 
-WORKERS = (4, 8, 16)                   # p (paper, CIFAR-10)
-EPOCHS = {4: 8, 8: 16, 16: 33}         # the same ~432 local steps per worker
-TAU = 10                               # the paper's tau for EASGD / EAMSGD
+from easgd.training.config import TrainConfig
+from easgd.protocol.config import (
+    Arm,
+    GIGABIT_ETHERNET,
+    HUNDRED_GIGABIT_ETHERNET,
+    ProtocolConfig,
+    log_grid,
+)
+
+WORKERS = (4, 8, 16)  # p (paper, CIFAR-10)
+EPOCHS = {4: 8, 8: 16, 16: 33}  # the same ~432 local steps per worker
+TAU = 10  # the paper's tau for EASGD / EAMSGD
 SGD_RATES = log_grid(0.01, 1.0, 5)
 DOWNPOUR_RATES = log_grid(1e-3, 0.3162, 6)
 MOMENTUM_RATES = log_grid(1e-3, 0.1, 5)
@@ -35,14 +41,20 @@ DELTA = 0.99
 def get_config() -> TrainConfig:
   """The base setting (p = 4) every arm starts from."""
   return TrainConfig(
-      algorithm="easgd", dataset="mnist1d", model="cnn",
-      num_workers=4,               # p; each arm sets its own
-      global_batch_size=128,       # 32 examples per worker per step
-      num_epochs=8,                # 432 local steps at p = 4
-      learning_rate=0.1,           # replaced by each arm's chosen rate
-      optimizer="sgd", tau=TAU, beta=0.9,
-      validation_examples=1000,    # held out of the 8000 training signals
-      keep_checkpoints=1, progress=False)
+      algorithm="easgd",
+      dataset="mnist1d",
+      model="cnn",
+      num_workers=4,  # p; each arm sets its own
+      global_batch_size=128,  # 32 examples per worker per step
+      num_epochs=8,  # 432 local steps at p = 4
+      learning_rate=0.1,  # replaced by each arm's chosen rate
+      optimizer="sgd",
+      tau=TAU,
+      beta=0.9,
+      validation_examples=1000,  # held out of the 8000 training signals
+      keep_checkpoints=1,
+      progress=False,
+  )
 
 
 def get_protocol() -> ProtocolConfig:
@@ -57,12 +69,18 @@ def get_protocol() -> ProtocolConfig:
     ]
   return ProtocolConfig(
       name="fig3_mnist1d",
-      description=("The paper's Figure 3 setting (p in {4, 8, 16}, tau = 10 for "
-                   "EASGD/EAMSGD, DOWNPOUR at tau = 1) on MNIST-1D with the small CNN, "
-                   "~432 local steps per worker for every p, every arm's rate tuned on "
-                   "a validation split."),
-      base=get_config(), arms=tuple(arms),
-      tune_seeds=(0, 1, 2), report_seeds=(100, 101, 102),
-      eval_every_steps=27, targets=(0.5, 0.3, 0.2),
+      description=(
+          "The paper's Figure 3 setting (p in {4, 8, 16}, tau = 10 for "
+          "EASGD/EAMSGD, DOWNPOUR at tau = 1) on MNIST-1D with the small CNN, "
+          "~432 local steps per worker for every p, every arm's rate tuned on "
+          "a validation split."
+      ),
+      base=get_config(),
+      arms=tuple(arms),
+      tune_seeds=(0, 1, 2),
+      report_seeds=(100, 101, 102),
+      eval_every_steps=27,
+      targets=(0.5, 0.3, 0.2),
       networks=(GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET),
-      configs_per_batch=4)
+      configs_per_batch=4,
+  )

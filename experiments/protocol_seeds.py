@@ -21,24 +21,36 @@ intervals over seeds. MNIST-1D, the small CNN, 32 examples per worker per step,
 
 Reported on 5 fresh seeds (tuned on 3).
 """
-from easgd.training.config import TrainConfig
-from easgd.protocol.config import (Arm, GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET,
-                                   ProtocolConfig, log_grid)
 
-BATCH = 32                          # examples per worker per step
+from easgd.training.config import TrainConfig
+from easgd.protocol.config import (
+    Arm,
+    GIGABIT_ETHERNET,
+    HUNDRED_GIGABIT_ETHERNET,
+    ProtocolConfig,
+    log_grid,
+)
+
+BATCH = 32  # examples per worker per step
 RATES = log_grid(0.01, 1.0, 5)
 RULES = ("none", "linear", "sqrt")
-WARMUP = {2: 109, 4: 54}            # one epoch of steps at each p
+WARMUP = {2: 109, 4: 54}  # one epoch of steps at each p
 
 
 def get_config() -> TrainConfig:
   return TrainConfig(
-      algorithm="pmean_sgd", dataset="mnist1d", model="cnn",
-      num_workers=1, global_batch_size=BATCH,   # the 1-worker reference
-      num_epochs=8,                # equal samples for every p
-      learning_rate=0.1,           # replaced by the chosen rate
-      optimizer="sgd", validation_examples=1000,
-      keep_checkpoints=1, progress=False)
+      algorithm="pmean_sgd",
+      dataset="mnist1d",
+      model="cnn",
+      num_workers=1,
+      global_batch_size=BATCH,  # the 1-worker reference
+      num_epochs=8,  # equal samples for every p
+      learning_rate=0.1,  # replaced by the chosen rate
+      optimizer="sgd",
+      validation_examples=1000,
+      keep_checkpoints=1,
+      progress=False,
+  )
 
 
 def get_protocol() -> ProtocolConfig:
@@ -47,25 +59,36 @@ def get_protocol() -> ProtocolConfig:
     size = dict(num_workers=p, global_batch_size=BATCH * p)
     for rule in RULES:
       scaling = {} if rule == "none" else dict(lr_scaling=rule, lr_reference_batch=BATCH)
-      arms.append(Arm(f"pmean p={p} {rule}", "pmean_sgd", dict(size, **scaling),
-                      lr_from="1 worker"))
+      arms.append(
+          Arm(f"pmean p={p} {rule}", "pmean_sgd", dict(size, **scaling), lr_from="1 worker")
+      )
     arms.append(Arm(f"pmean p={p} tuned", "pmean_sgd", size, RATES))
     for k in (0, WARMUP[p]):
       for rule in RULES:
-        scaling = {} if rule == "none" else dict(lr_scaling=rule,
-                                                 lr_reference_batch=BATCH)
-        arms.append(Arm(f"easgd p={p} {rule}" + (f" K={k}" if k else ""), "easgd",
-                        dict(size, tau=4, beta=0.9, sync_warmup_steps=k, **scaling),
-                        lr_from="1 worker"))
+        scaling = {} if rule == "none" else dict(lr_scaling=rule, lr_reference_batch=BATCH)
+        arms.append(
+            Arm(
+                f"easgd p={p} {rule}" + (f" K={k}" if k else ""),
+                "easgd",
+                dict(size, tau=4, beta=0.9, sync_warmup_steps=k, **scaling),
+                lr_from="1 worker",
+            )
+        )
   return ProtocolConfig(
       name="seeds_workers",
-      description=("1 vs 2 vs 4 workers at 32 examples per worker and 8 epochs "
-                   "(equal samples) on MNIST-1D with the small CNN: pmean SGD and "
-                   "EASGD (tau = 4) with the 1-worker rate scaled none / linear / "
-                   "sqrt, EASGD with and without one epoch of synchronous warm-up, "
-                   "and pmean SGD with its own tuned rate."),
-      base=get_config(), arms=tuple(arms),
-      tune_seeds=(0, 1, 2), report_seeds=(100, 101, 102, 103, 104),
-      eval_every_steps=54, targets=(0.3, 0.2),
+      description=(
+          "1 vs 2 vs 4 workers at 32 examples per worker and 8 epochs "
+          "(equal samples) on MNIST-1D with the small CNN: pmean SGD and "
+          "EASGD (tau = 4) with the 1-worker rate scaled none / linear / "
+          "sqrt, EASGD with and without one epoch of synchronous warm-up, "
+          "and pmean SGD with its own tuned rate."
+      ),
+      base=get_config(),
+      arms=tuple(arms),
+      tune_seeds=(0, 1, 2),
+      report_seeds=(100, 101, 102, 103, 104),
+      eval_every_steps=54,
+      targets=(0.3, 0.2),
       networks=(GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET),
-      configs_per_batch=4)
+      configs_per_batch=4,
+  )

@@ -8,6 +8,7 @@ is the same as
       --tau 1,2,4,8,16,32,64,128 --alpha 0.05,0.1,0.2,0.3,0.4,0.5,0.6,0.8 \
       --learning-rate 0.2 --num-workers 4 --num-steps 300
 """
+
 import argparse
 
 from easgd.sweeps import command as sweep, report as sweep_report
@@ -15,12 +16,16 @@ from easgd.sweeps import command as sweep, report as sweep_report
 
 def get_sweep_config() -> sweep.SweepConfig:
   return sweep.SweepConfig(
-      problem="network", model="mlp", dataset="mnist1d",
-      tau=(1, 2, 4, 8, 16, 32, 64, 128),                    # communication periods (steps)
-      alpha=(0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8),      # moving rates
-      learning_rate=(0.2,), num_workers=(4,),
-      num_steps=300,                                        # steps per configuration
-      per_worker_batch_size=32)                             # examples per worker per step
+      problem="network",
+      model="mlp",
+      dataset="mnist1d",
+      tau=(1, 2, 4, 8, 16, 32, 64, 128),  # communication periods (steps)
+      alpha=(0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8),  # moving rates
+      learning_rate=(0.2,),
+      num_workers=(4,),
+      num_steps=300,  # steps per configuration
+      per_worker_batch_size=32,
+  )  # examples per worker per step
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ The mode reaches the notebook as the environment variable EASGD_NOTEBOOK_MODE
 ("quick": small settings, what CI runs; "full": the committed outputs). With
 --save the executed notebook replaces the file (outputs included).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,16 +40,18 @@ def execute(path: Path, mode: str, timeout: int = 3600) -> tuple[nbformat.Notebo
   os.environ["EASGD_NOTEBOOK_MODE"] = mode
   nb = nbformat.read(path, as_version=4)
   start = time.perf_counter()
-  NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                 resources={"metadata": {"path": str(path.parent)}}).execute()
+  NotebookClient(
+      nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+  ).execute()
   return nb, time.perf_counter() - start
 
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--mode", choices=("quick", "full"), default="quick")
-  parser.add_argument("--save", action="store_true",
-                      help="write the executed notebooks back (outputs included)")
+  parser.add_argument(
+      "--save", action="store_true", help="write the executed notebooks back (outputs included)"
+  )
   parser.add_argument("names", nargs="*", help="notebook file names (default: all)")
   args = parser.parse_args(argv)
   paths = [HERE / n for n in args.names] if args.names else notebooks()

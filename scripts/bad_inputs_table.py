@@ -1,7 +1,8 @@
 """Runs the CLI on each bad input and prints the Markdown table in the README.
 
-    python scripts/bad_inputs_table.py
+python scripts/bad_inputs_table.py
 """
+
 import contextlib
 import io
 import sys
@@ -29,31 +30,67 @@ CASES = [
     ("delta that turns EAMSGD into EASGD", ["--algorithm", "eamsgd", "--delta", "0"]),
     ("a setting the algorithm does not read", ["--algorithm", "pmean_sgd", "--tau", "8"]),
     ("asynchronous setting with a synchronous algorithm", ["--staleness", "2"]),
-    ("communication period longer than the run",
-     ["--dataset", "digits", "--model", "mlp", "--num-epochs", "1", "--algorithm",
-      "local_sgd", "--tau", "12"]),
-    ("a communication period that leaves the center untrained",
-     ["--dataset", "digits", "--model", "mlp", "--num-epochs", "1", "--tau", "11"]),
+    (
+        "communication period longer than the run",
+        [
+            "--dataset",
+            "digits",
+            "--model",
+            "mlp",
+            "--num-epochs",
+            "1",
+            "--algorithm",
+            "local_sgd",
+            "--tau",
+            "12",
+        ],
+    ),
+    (
+        "a communication period that leaves the center untrained",
+        ["--dataset", "digits", "--model", "mlp", "--num-epochs", "1", "--tau", "11"],
+    ),
     ("an elastic force of 0 (the center never moves)", ["--beta", "0"]),
     ("learning rate that overflows float32", ["--learning-rate", "1e300"]),
-    ("learning rate that overflows float32 once scaled",
-     ["--learning-rate", "1e37", "--lr-scaling", "linear", "--lr-reference-batch", "1"]),
-    ("a learning-rate warm-up that rounds to no steps",
-     ["--dataset", "digits", "--model", "mlp", "--num-epochs", "1", "--warmup-epochs",
-      "0.01"]),
-    ("a step decay after the last epoch",
-     ["--num-epochs", "3", "--lr-schedule", "step", "--lr-decay-epochs", "10"]),
+    (
+        "learning rate that overflows float32 once scaled",
+        ["--learning-rate", "1e37", "--lr-scaling", "linear", "--lr-reference-batch", "1"],
+    ),
+    (
+        "a learning-rate warm-up that rounds to no steps",
+        ["--dataset", "digits", "--model", "mlp", "--num-epochs", "1", "--warmup-epochs", "0.01"],
+    ),
+    (
+        "a step decay after the last epoch",
+        ["--num-epochs", "3", "--lr-schedule", "step", "--lr-decay-epochs", "10"],
+    ),
     ("a run longer than the int32 step clock", ["--num-epochs", "100000000000"]),
     ("an empty entry in a list", ["--algorithm", "async_easgd", "--worker-speeds", "1,,1,1"]),
     ("unknown parameter dtype", ["--param-dtype", "float8"]),
-    ("a synchronous algorithm on real asynchronous workers",
-     ["--runtime", "threads", "--algorithm", "easgd"]),
-    ("an injected delay on the simulated runtime",
-     ["--algorithm", "async_easgd", "--worker-delays", "0,0,0,0.01"]),
-    ("start-up wait of 0 s", ["--coordinator-address", "127.0.0.1:1234", "--num-processes",
-                              "2", "--process-id", "1", "--startup-timeout", "0"]),
-    ("coordinator port out of range", ["--coordinator-address", "h:70000",
-                                       "--num-processes", "2", "--process-id", "1"]),
+    (
+        "a synchronous algorithm on real asynchronous workers",
+        ["--runtime", "threads", "--algorithm", "easgd"],
+    ),
+    (
+        "an injected delay on the simulated runtime",
+        ["--algorithm", "async_easgd", "--worker-delays", "0,0,0,0.01"],
+    ),
+    (
+        "start-up wait of 0 s",
+        [
+            "--coordinator-address",
+            "127.0.0.1:1234",
+            "--num-processes",
+            "2",
+            "--process-id",
+            "1",
+            "--startup-timeout",
+            "0",
+        ],
+    ),
+    (
+        "coordinator port out of range",
+        ["--coordinator-address", "h:70000", "--num-processes", "2", "--process-id", "1"],
+    ),
     ("config file that is not Python", ["--config", "README.md"]),
     ("not a number", ["--tau", "two"]),
     ("workdir that holds a run", ["--workdir-holds-run"]),
@@ -71,8 +108,20 @@ def run(flags, tmp):
   elif flags == ["--resume-changed"]:
     work = str(Path(tmp) / "resumed")
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-      cli.main(["train", "--workdir", work, "--dataset", "digits", "--model", "mlp",
-                "--num-epochs", "1", "--no-progress"])
+      cli.main(
+          [
+              "train",
+              "--workdir",
+              work,
+              "--dataset",
+              "digits",
+              "--model",
+              "mlp",
+              "--num-epochs",
+              "1",
+              "--no-progress",
+          ]
+      )
     flags = ["--resume", "--num-epochs", "5"]
   elif flags == ["--resume-overwrite"]:
     work = str(Path(tmp) / "resumed")
@@ -92,10 +141,11 @@ def main():
   with tempfile.TemporaryDirectory() as tmp:
     for what, flags in CASES:
       code, msg = run(flags, tmp)
-      shown = {"--workdir-holds-run": "(--workdir DIR with a summary.json)",
-               "--resume-changed": "--resume --num-epochs 5 (run had 1)",
-               "--resume-overwrite": "--resume --overwrite"}.get(
-                   flags[0], " ".join(flags).replace("{tmp}", "DIR"))
+      shown = {
+          "--workdir-holds-run": "(--workdir DIR with a summary.json)",
+          "--resume-changed": "--resume --num-epochs 5 (run had 1)",
+          "--resume-overwrite": "--resume --overwrite",
+      }.get(flags[0], " ".join(flags).replace("{tmp}", "DIR"))
       print(f"| {what} | `{shown}` | {code} | `{msg}` |")
   return 0
 

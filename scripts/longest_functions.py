@@ -7,6 +7,7 @@
 Nested functions are listed on their own (their lines also count for the
 function that holds them). Paths are relative to the repository.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,11 +27,17 @@ def functions(package: Path = ROOT / "easgd") -> list[tuple[int, str, str]]:
       for child in ast.iter_child_nodes(node):
         if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
           name = f"{prefix}{child.name}"
-          found.append((child.end_lineno - child.lineno + 1,
-                        f"{path.relative_to(ROOT)}:{child.lineno}", name))
+          found.append(
+              (
+                  child.end_lineno - child.lineno + 1,
+                  f"{path.relative_to(ROOT)}:{child.lineno}",
+                  name,
+              )
+          )
           walk(child, name + ".")
         elif isinstance(child, ast.ClassDef):
           walk(child, f"{prefix}{child.name}.")
+
     walk(tree, "")
   return sorted(found, key=lambda f: (-f[0], f[1]))
 
@@ -38,11 +45,15 @@ def functions(package: Path = ROOT / "easgd") -> list[tuple[int, str, str]]:
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("-n", type=int, default=15, help="how many to list")
-  parser.add_argument("--over", type=int, default=None,
-                      help="list every function longer than this many lines instead")
+  parser.add_argument(
+      "--over",
+      type=int,
+      default=None,
+      help="list every function longer than this many lines instead",
+  )
   args = parser.parse_args()
   rows = functions()
-  rows = [r for r in rows if r[0] > args.over] if args.over is not None else rows[:args.n]
+  rows = [r for r in rows if r[0] > args.over] if args.over is not None else rows[: args.n]
   for lines, where, name in rows:
     print(f"{lines:5d}  {name:45s} {where}")
 

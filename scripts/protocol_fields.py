@@ -6,6 +6,7 @@ One row per field of ``easgd.protocol.config.ProtocolConfig``, ``Arm`` and
 ``Network``, in declaration order: its type (the annotation), its default and
 its meaning and unit (the field's help text, ``easgd._util.flags.option``).
 """
+
 import dataclasses
 import sys
 
@@ -18,8 +19,10 @@ CLASSES = (ProtocolConfig, Arm, Network)
 def shown(value) -> str:
   """A default as Python source: floats with ``%g``, a Network by its fields."""
   if isinstance(value, Network):
-    return (f"Network({value.name!r}, {shown(value.bandwidth_bytes_per_s)}, "
-            f"{shown(value.latency_s)})")
+    return (
+        f"Network({value.name!r}, {shown(value.bandwidth_bytes_per_s)}, "
+        f"{shown(value.latency_s)})"
+    )
   if isinstance(value, tuple):
     return "(" + ", ".join(shown(v) for v in value) + ("," if len(value) == 1 else "") + ")"
   if isinstance(value, float):
@@ -34,13 +37,16 @@ def table() -> str:
     for field in dataclasses.fields(cls):
       help_text = field.metadata.get(flags.HELP)
       if not help_text:
-        raise ValueError(f"{cls.__name__}.{field.name} declares no help text "
-                         "(easgd._util.flags.option)")
+        raise ValueError(
+            f"{cls.__name__}.{field.name} declares no help text " "(easgd._util.flags.option)"
+        )
       default = flags.field_default(field)
       default = "required" if default is dataclasses.MISSING else f"`{shown(default)}`"
       kind = str(field.type).replace(" | ", " or ")
-      lines.append(f"| `{cls.__name__}` | `{field.name}` | {kind} | {default} "
-                   f"| {help_text.replace('|', '/')} |")
+      lines.append(
+          f"| `{cls.__name__}` | `{field.name}` | {kind} | {default} "
+          f"| {help_text.replace('|', '/')} |"
+      )
   return "\n".join(lines) + "\n"
 
 

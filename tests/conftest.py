@@ -15,6 +15,7 @@
   (multi-process runs, SIGKILL, notebooks): ``pytest -m "not slow"`` is the
   fast subset; the README's test command (what CI runs) runs everything.
 """
+
 import json
 import os
 from pathlib import Path
@@ -25,7 +26,8 @@ if "jax" not in __import__("sys").modules:
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 _cache = os.environ.setdefault(
-    "EASGD_TEST_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".jax_cache"))
+    "EASGD_TEST_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".jax_cache")
+)
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _cache)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
@@ -36,13 +38,14 @@ import pytest  # noqa: E402
 
 def pytest_configure(config):
   config.addinivalue_line(
-      "markers", "slow: starts subprocesses or notebook kernels (deselect with "
-                 "-m 'not slow')")
+      "markers", "slow: starts subprocesses or notebook kernels (deselect with " "-m 'not slow')"
+  )
   n = len(jax.devices())
   if n < NUM_FAKE_DEVICES:
     raise pytest.UsageError(
         f"expected {NUM_FAKE_DEVICES} fake CPU devices, got {n}: XLA_FLAGS was set "
-        "after JAX started")
+        "after JAX started"
+    )
 
 
 def _refuse_constant(name):
@@ -58,8 +61,7 @@ def strict_json_errors(root: Path) -> list[str]:
     if path.suffix not in (".json", ".jsonl") or not path.is_file():
       continue
     text = path.read_text(errors="replace")
-    docs = ([l for l in text.splitlines() if l.strip()] if path.suffix == ".jsonl"
-            else [text])
+    docs = [l for l in text.splitlines() if l.strip()] if path.suffix == ".jsonl" else [text]
     for doc in docs:
       try:
         json.loads(doc, parse_constant=_refuse_constant)

@@ -3,6 +3,7 @@
 Worker i fits y = X w + b (w: 3 numbers, b: 1) on its own data with its own
 targets; the NumPy reference implementations in the tests use ``np_grad``.
 """
+
 import math
 from fractions import Fraction
 
@@ -28,8 +29,7 @@ def params0():
 
 def flat(params):
   """Parameters as one array [..., 4]: w then b."""
-  return np.concatenate([np.asarray(params["w"]), np.asarray(params["b"])[..., None]],
-                        axis=-1)
+  return np.concatenate([np.asarray(params["w"]), np.asarray(params["b"])[..., None]], axis=-1)
 
 
 def make_data(num_steps, num_workers, n=4, seed=1):

@@ -1,5 +1,6 @@
 """The public API: each subpackage's ``__all__``, the examples use only those names,
 and ``import easgd`` / ``easgd --help`` import no module of JAX, Flax, Optax, Orbax or Ray."""
+
 import ast
 import contextlib
 import importlib
@@ -14,8 +15,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SUBPACKAGES = ("core", "asynchrony", "methods", "analysis", "parallel", "runtimes",
-               "training", "sweeps", "protocol")
+SUBPACKAGES = (
+    "core",
+    "asynchrony",
+    "methods",
+    "analysis",
+    "parallel",
+    "runtimes",
+    "training",
+    "sweeps",
+    "protocol",
+)
 PUBLIC = ("easgd", *(f"easgd.{s}" for s in SUBPACKAGES))
 """The modules with an ``__all__``: the only ones examples import names from."""
 HEAVY = {"jax", "jaxlib", "flax", "optax", "orbax", "ray"}
@@ -44,6 +54,7 @@ def test_the_top_level_names_are_the_functions_they_name():
   from easgd.core import algorithms
   from easgd.protocol import runs
   from easgd.training import compare, models, trainer
+
   assert easgd.easgd is algorithms.easgd and easgd.core.easgd is algorithms.easgd
   assert easgd.train_and_evaluate is trainer.train_and_evaluate
   assert easgd.param_bytes is models.param_bytes is easgd.training.param_bytes
@@ -55,14 +66,17 @@ def test_the_top_level_names_are_the_functions_they_name():
 def examples():
   """(where, source) of every README python block and every notebook code cell."""
   readme = (ROOT / "README.md").read_text()
-  found = [(f"README block {i}", b)
-           for i, b in enumerate(re.findall(r"```python\n(.*?)```", readme, re.S))]
+  found = [
+      (f"README block {i}", b)
+      for i, b in enumerate(re.findall(r"```python\n(.*?)```", readme, re.S))
+  ]
   for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
     for i, cell in enumerate(json.loads(path.read_text())["cells"]):
       if cell["cell_type"] == "code":
         source = "".join(cell["source"])
-        source = "\n".join("" if l.lstrip().startswith(("%", "!")) else l
-                           for l in source.splitlines())
+        source = "\n".join(
+            "" if l.lstrip().startswith(("%", "!")) else l for l in source.splitlines()
+        )
         found.append((f"{path.name} cell {i}", source))
   return found
 
@@ -90,8 +104,7 @@ def private_uses(source: str) -> list:
         if alias.name not in PUBLIC:
           bad.append(f"import {alias.name}")
         else:
-          bound[alias.asname or alias.name.split(".")[0]] = (
-              alias.name if alias.asname else "easgd")
+          bound[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else "easgd"
   for node in ast.walk(tree):  # easgd.X, easgd.sub.X
     if isinstance(node, ast.Attribute):
       chain, base = [], node
@@ -122,17 +135,22 @@ def test_the_check_of_the_examples_finds_private_names():
   assert private_uses("import easgd.training.models")
   assert private_uses("import easgd\neasgd.training.no_such_name(1)")
   assert private_uses("import easgd as e\ne.no_such_name")
-  assert not private_uses("import easgd\nfrom easgd.training import models\n"
-                          "easgd.training.param_bytes(models.init_params)")
+  assert not private_uses(
+      "import easgd\nfrom easgd.training import models\n"
+      "easgd.training.param_bytes(models.init_params)"
+  )
 
 
 def test_train_help_lists_the_config_flags():
   # the sub-commands' flags are added when they are needed, not when the parser is built
   from easgd import cli
+
   parser = cli.build_parser()
   train = parser._subparsers._group_actions[0].choices["train"]
+
   def options():
     return {o for action in train._actions for o in action.option_strings}
+
   assert options() == {"-h", "--help"}  # nothing of TrainConfig yet
   train.format_help()
   assert {"--workdir", "--num-workers", "--tau"} <= options()
@@ -147,8 +165,13 @@ def test_train_help_lists_the_config_flags():
 
 def imported_modules(*argv) -> set:
   """The top-level modules ``python -X importtime ARGV`` imports (a fresh process)."""
-  run = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True,
-                       text=True, cwd=ROOT, check=True)
+  run = subprocess.run(
+      [sys.executable, "-X", "importtime", *argv],
+      capture_output=True,
+      text=True,
+      cwd=ROOT,
+      check=True,
+  )
   names = re.findall(r"^import time:\s+\d+ \|\s+\d+ \| +([\w.]+)$", run.stderr, re.M)
   assert "easgd" in names, run.stderr[-2000:]
   return {n.split(".")[0] for n in names}, run.stdout

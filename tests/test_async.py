@@ -4,6 +4,7 @@ Every algorithm is checked against a plain NumPy (float64) implementation of the
 published rule written here, event by event: worker by worker, message by
 message, on a tiny linear least-squares model whose workers see different data.
 """
+
 import json
 
 import functools
@@ -22,8 +23,7 @@ from easgd.training.config import ConfigError, TrainConfig
 from easgd.core.elastic import HyperparameterError
 import linear_problem
 from testutil import STEP_KINDS
-from linear_problem import (THETA0, local_steps_in_time_order, loss_fn,
-                            np_grad)
+from linear_problem import (THETA0, local_steps_in_time_order, loss_fn, np_grad)
 
 make_data = functools.partial(linear_problem.make_data, seed=1)
 
@@ -40,6 +40,7 @@ def assert_close(actual, expected, tol=2e-5):
 
 
 # -- NumPy references -----------------------------------------------------------
+
 
 def ref_sync_eamsgd(xs, ys, tau, alpha, eta, delta):
   """Synchronous EAMSGD, eq. (5)-(7); delta = 0 is EASGD."""
@@ -95,10 +96,12 @@ def ref_async_elastic(xs, ys, tau, alpha, eta, delta, speeds, orders, staleness)
 
 # -- synchronous EAMSGD ---------------------------------------------------------
 
+
 def test_eamsgd_matches_numpy_reference():
   xs, ys = make_data(9, 4)  # tau = 3: exchanges at t = 0, 3, 6 (3 periods)
-  algo = algorithms.eamsgd(loss_fn, num_workers=4, momentum=0.9, tau=3, alpha=0.2,
-                         learning_rate=0.05)
+  algo = algorithms.eamsgd(
+      loss_fn, num_workers=4, momentum=0.9, tau=3, alpha=0.2, learning_rate=0.05
+  )
   wt, ct, worker, _ = run(algo, xs, ys, num_devices=2)
   ref_w, ref_c = ref_sync_eamsgd(xs, ys, tau=3, alpha=0.2, eta=0.05, delta=0.9)
   assert_close(wt, ref_w)
@@ -108,8 +111,9 @@ def test_eamsgd_matches_numpy_reference():
   assert np.max(np.abs(vel[0] - vel[1])) > 1e-3
 
 
-@pytest.mark.parametrize("make_opt", [lambda: optax.sgd(0.05),
-                                      lambda: optax.adamw(0.01, weight_decay=0.1)])
+@pytest.mark.parametrize(
+    "make_opt", [lambda: optax.sgd(0.05), lambda: optax.adamw(0.01, weight_decay=0.1)]
+)
 def test_eamsgd_with_zero_momentum_is_easgd_bit_for_bit(make_opt):
   xs, ys = make_data(7, 4)
   kw = dict(num_workers=4, tau=2, beta=0.9)
@@ -124,19 +128,20 @@ def test_eamsgd_validates_momentum():
   with pytest.raises(HyperparameterError, match="momentum"):
     algorithms.eamsgd(loss_fn, num_workers=2, momentum=1.0, learning_rate=0.1, beta=0.9)
   with pytest.raises(HyperparameterError, match="momentum"):
-    asynchronous.async_eamsgd(loss_fn, num_workers=2, momentum=-0.1,
-                              learning_rate=0.1, beta=0.9)
+    asynchronous.async_eamsgd(loss_fn, num_workers=2, momentum=-0.1, learning_rate=0.1, beta=0.9)
 
 
 # -- round-robin scheme, eq. (12)-(13) --------------------------------------------
+
 
 def test_round_robin_async_easgd_reproduces_eq_12_13_exactly():
   # F(x) = x^2 / 2 (true gradient x), p = 3, eta = 0.5, alpha = 0.25, tau = 1,
   # all start at 1. Eq. (12)-(13): at global time t only worker i = t mod p moves,
   #   x^i <- x^i - eta x^i - alpha (x^i - x~);   x~ <- x~ + alpha (x^i - x~).
   p, eta, alpha, rounds = 3, np.float32(0.5), np.float32(0.25), 4
-  algo = asynchronous.async_easgd(lambda x, b, k: 0.5 * x ** 2, num_workers=p, tau=1,
-                                  alpha=0.25, learning_rate=0.5)
+  algo = asynchronous.async_easgd(
+      lambda x, b, k: 0.5 * x**2, num_workers=p, tau=1, alpha=0.25, learning_rate=0.5
+  )
   layout = workers.make_layout(p, 3)
   worker, shared = workers.place_state(algo, jnp.float32(1.0), layout)
   step = workers.map_workers(algo.step, layout, *STEP_KINDS)
@@ -174,55 +179,77 @@ def test_async_easgd_serves_the_exchanges_of_a_slot_in_time_order():
   #     c = 0.6796875;  x1 = 0.375 + 0.1015625 - 0.1875 = 0.2890625
   # (Serving slot 1 in the tick's order instead swaps x0 and x1 after slot 1.)
   schedule = async_schedule.exchange_schedule(2, worker_speeds=(2, 3))
-  algo = asynchronous.async_easgd(lambda x, b, k: 0.5 * x ** 2, num_workers=2, tau=1,
-                                  alpha=0.25, learning_rate=0.5, schedule=schedule)
+  algo = asynchronous.async_easgd(
+      lambda x, b, k: 0.5 * x**2,
+      num_workers=2,
+      tau=1,
+      alpha=0.25,
+      learning_rate=0.5,
+      schedule=schedule,
+  )
   layout = workers.make_layout(2, 2)
   worker, shared = workers.place_state(algo, jnp.float32(1.0), layout)
   step = workers.map_workers(algo.step, layout, *STEP_KINDS)
   dummy = workers.split_workers(np.zeros(2, np.float32), layout)
-  expected = [((0.5, 0.5), 1.0), ((0.34375, 0.375), 0.78125),
-              ((0.34375, 0.2890625), 0.6796875)]
+  expected = [((0.5, 0.5), 1.0), ((0.34375, 0.375), 0.78125), ((0.34375, 0.2890625), 0.6796875)]
   for x, c in expected:
     worker, shared, _ = step(worker, shared, dummy, KEY)
     np.testing.assert_array_equal(workers.merge_workers(worker.params), x)
     np.testing.assert_array_equal(workers.first_copy(shared.center), c)
   log = async_log.exchange_log(algo, KEY, 3)
   assert [(r["slot"], r["worker"], r["local_step"]) for r in log] == [
-      (0, 0, 0), (0, 1, 0), (1, 1, 1), (1, 0, 1), (2, 1, 2)]
+      (0, 0, 0),
+      (0, 1, 0),
+      (1, 1, 1),
+      (1, 0, 1),
+      (2, 1, 2),
+  ]
   np.testing.assert_array_equal(log["time"], [0, 0, 1 / 3, 1 / 2, 2 / 3])
 
 
 # -- asynchronous EASGD / EAMSGD with schedules -----------------------------------
 
+
 def orders_for(schedule, num_ticks, key=KEY):
-  return [np.asarray(async_schedule.exchange_order(schedule, key, t)).tolist()
-          for t in range(num_ticks)]
+  return [
+      np.asarray(async_schedule.exchange_order(schedule, key, t)).tolist() for t in range(num_ticks)
+  ]
 
 
-@pytest.mark.parametrize("order,speeds,staleness,delta,tau", [
-    ("round_robin", (1, 1, 1, 1), 0, 0.0, 2),
-    ("random", (1, 2, 1, 3), 2, 0.0, 2),
-    ("random", (2, 1, 3, 1), 1, 0.9, 2),
-    # speeds 2 and 3 start steps at different times within one slot
-    ("random", (2, 3, 3, 1), 1, 0.0, 1),
-    ("round_robin", (3, 2, 2, 3), 0, 0.9, 1),
-])
-def test_async_elastic_matches_event_by_event_reference(order, speeds, staleness,
-                                                        delta, tau):
+@pytest.mark.parametrize(
+    "order,speeds,staleness,delta,tau",
+    [
+        ("round_robin", (1, 1, 1, 1), 0, 0.0, 2),
+        ("random", (1, 2, 1, 3), 2, 0.0, 2),
+        ("random", (2, 1, 3, 1), 1, 0.9, 2),
+        # speeds 2 and 3 start steps at different times within one slot
+        ("random", (2, 3, 3, 1), 1, 0.0, 1),
+        ("round_robin", (3, 2, 2, 3), 0, 0.9, 1),
+    ],
+)
+def test_async_elastic_matches_event_by_event_reference(order, speeds, staleness, delta, tau):
   p, alpha, eta = 4, 0.2, 0.1
   schedule = async_schedule.exchange_schedule(p, order, speeds, staleness)
   num_steps = 6 * schedule.slots_per_tick  # the slowest worker: 6 steps, 3 periods
   xs, ys = make_data(num_steps, p)
   if delta:
-    algo = asynchronous.async_eamsgd(loss_fn, num_workers=p, momentum=delta, tau=tau,
-                                     alpha=alpha, learning_rate=eta, schedule=schedule)
+    algo = asynchronous.async_eamsgd(
+        loss_fn,
+        num_workers=p,
+        momentum=delta,
+        tau=tau,
+        alpha=alpha,
+        learning_rate=eta,
+        schedule=schedule,
+    )
   else:
-    algo = asynchronous.async_easgd(loss_fn, num_workers=p, tau=tau, alpha=alpha,
-                                    learning_rate=eta, schedule=schedule)
+    algo = asynchronous.async_easgd(
+        loss_fn, num_workers=p, tau=tau, alpha=alpha, learning_rate=eta, schedule=schedule
+    )
   wt, ct, worker, shared = run(algo, xs, ys, num_devices=2)
   ref_w, ref_c, exchanges = ref_async_elastic(
-      xs, ys, tau, alpha, eta, delta, schedule.worker_speeds,
-      orders_for(schedule, 6), staleness)
+      xs, ys, tau, alpha, eta, delta, schedule.worker_speeds, orders_for(schedule, 6), staleness
+  )
   assert_close(wt, ref_w)
   assert_close(ct, ref_c)
   clocks = workers.merge_workers(worker.clock)
@@ -274,26 +301,36 @@ def test_schedule_helpers():
   np.testing.assert_array_equal(start.rank, [[0, 0], [2, 1], [0, 3]])
   np.testing.assert_array_equal(
       async_schedule.slot_table((1, 2, 4), "step_end").active,
-      [[0, 0, 1], [0, 1, 1], [0, 0, 1], [1, 1, 1]])
+      [[0, 0, 1], [0, 1, 1], [0, 0, 1], [1, 1, 1]],
+  )
   # served in time order; ties keep the tick's order (ranks are per worker)
   np.testing.assert_array_equal(
-      async_schedule.served_order(np.array([2, 0, 1]), np.array([1, 0, 1])), [1, 2, 0])
+      async_schedule.served_order(np.array([2, 0, 1]), np.array([1, 0, 1])), [1, 2, 0]
+  )
   np.testing.assert_array_equal(
-      async_schedule.served_order(np.array([2, 0, 1]), np.array([0, 0, 0])), [2, 0, 1])
+      async_schedule.served_order(np.array([2, 0, 1]), np.array([0, 0, 0])), [2, 0, 1]
+  )
   s = async_schedule.exchange_schedule(3, worker_speeds=(1, 2, 4))
   np.testing.assert_array_equal(async_schedule.local_steps_done(s, 6), [2, 3, 6])
   assert async_schedule.simulated_time(6, s) == 1.5
-  assert async_schedule.exchange_schedule(
-      2, worker_speeds=(2.0, 1.0)).worker_speeds == (2, 1)
+  assert async_schedule.exchange_schedule(2, worker_speeds=(2.0, 1.0)).worker_speeds == (2, 1)
   a = async_schedule.draw_worker_speeds(16, 4, seed=3)
   assert a == async_schedule.draw_worker_speeds(16, 4, seed=3)
   assert set(a) <= {1, 2, 3, 4} and len(set(a)) > 1
   assert a != async_schedule.draw_worker_speeds(16, 4, seed=4)
-  for bad, match in [(dict(order="fifo"), "unknown exchange order"),
-                     (dict(worker_speeds=(1, 2)), "3 entries|2 entries"),
-                     (dict(worker_speeds=(1, 0, 1)), r"worker_speeds\[1\] \(local steps per tick\) must be an integer >= 1, got 0"),
-                     (dict(worker_speeds=(1, 1.5, 1)), r"worker_speeds\[1\] \(local steps per tick\) must be an integer >= 1, got 1.5"),
-                     (dict(staleness=-1), "staleness")]:
+  for bad, match in [
+      (dict(order="fifo"), "unknown exchange order"),
+      (dict(worker_speeds=(1, 2)), "3 entries|2 entries"),
+      (
+          dict(worker_speeds=(1, 0, 1)),
+          r"worker_speeds\[1\] \(local steps per tick\) must be an integer >= 1, got 0",
+      ),
+      (
+          dict(worker_speeds=(1, 1.5, 1)),
+          r"worker_speeds\[1\] \(local steps per tick\) must be an integer >= 1, got 1.5",
+      ),
+      (dict(staleness=-1), "staleness"),
+  ]:
     with pytest.raises(HyperparameterError, match=match):
       async_schedule.exchange_schedule(3, **bad)
   with pytest.raises(HyperparameterError, match="unknown exchange_at 'middle'"):
@@ -315,6 +352,7 @@ def test_random_order_depends_on_the_seed_and_is_reproducible():
 
 # -- any Optax optimizer as the local optimizer -----------------------------------
 
+
 class NumpyAdamW:
   """optax.adamw by hand: scale_by_adam, + wd * params, * -lr(count)."""
 
@@ -332,8 +370,7 @@ class NumpyAdamW:
     m = self.b1 * state["m"] + (1 - self.b1) * g
     v = self.b2 * state["v"] + (1 - self.b2) * g * g
     count = state["count"] + 1
-    direction = (m / (1 - self.b1 ** count)) / (
-        np.sqrt(v / (1 - self.b2 ** count)) + self.eps)
+    direction = (m / (1 - self.b1**count)) / (np.sqrt(v / (1 - self.b2**count)) + self.eps)
     step = -self.lr(state["schedule_count"]) * (direction + self.wd * theta)
     return step, dict(m=m, v=v, count=count, schedule_count=state["schedule_count"] + 1)
 
@@ -349,8 +386,9 @@ def ref_easgd_with_optimizer(xs, ys, tau, alpha, opt, reset):
     for i in range(p):
       if reset and t % tau == 0:
         states[i] = opt.reset(states[i])
-      step, states[i] = opt.update(np_grad(snaps[i], xs[t, i], ys[t, i]), states[i],
-                                   snaps[i])  # the worker's OWN params
+      step, states[i] = opt.update(
+          np_grad(snaps[i], xs[t, i], ys[t, i]), states[i], snaps[i]
+      )  # the worker's OWN params
       x[i] = snaps[i] + step
       if t % tau == 0:
         x[i] = x[i] - alpha * (snaps[i] - c_t)
@@ -364,11 +402,18 @@ def ref_easgd_with_optimizer(xs, ys, tau, alpha, opt, reset):
 def test_easgd_with_adamw_matches_hand_rolled_adamw_plus_elastic_term(reset):
   xs, ys = make_data(9, 4)
   lr = optax.linear_schedule(0.05, 0.01, 9)  # the schedule must keep its position
-  algo = algorithms.easgd(loss_fn, optax.adamw(lr, weight_decay=0.1), num_workers=4,
-                          tau=3, alpha=0.2, reset_opt_state=reset)
+  algo = algorithms.easgd(
+      loss_fn,
+      optax.adamw(lr, weight_decay=0.1),
+      num_workers=4,
+      tau=3,
+      alpha=0.2,
+      reset_opt_state=reset,
+  )
   wt, ct, worker, _ = run(algo, xs, ys, num_devices=2)
   ref_w, ref_c = ref_easgd_with_optimizer(
-      xs, ys, 3, 0.2, NumpyAdamW(lambda n: 0.05 - 0.04 * min(n, 9) / 9, 0.1), reset)
+      xs, ys, 3, 0.2, NumpyAdamW(lambda n: 0.05 - 0.04 * min(n, 9) / 9, 0.1), reset
+  )
   assert_close(wt, ref_w)
   assert_close(ct, ref_c)
   # the state is per worker: the workers' first moments differ
@@ -385,12 +430,12 @@ def test_reset_differs_from_persistent_state_and_applies_to_eamsgd():
   np.testing.assert_array_equal(keep[:2], reset[:2])  # identical until the 2nd exchange
   assert np.max(np.abs(keep[-1] - reset[-1])) > 1e-4
   # EAMSGD and async EASGD take the option too; momentum 0 keeps them equal to EASGD
-  eam = run(algorithms.eamsgd(loss_fn, opt(), momentum=0.0, reset_opt_state=True, **kw),
-            xs, ys, 1)[0]
+  eam = run(algorithms.eamsgd(loss_fn, opt(), momentum=0.0, reset_opt_state=True, **kw), xs, ys, 1)[
+      0
+  ]
   np.testing.assert_array_equal(eam, reset)
   schedule = async_schedule.exchange_schedule(2)
-  asy = asynchronous.async_easgd(loss_fn, opt(), schedule=schedule,
-                                 reset_opt_state=True, **kw)
+  asy = asynchronous.async_easgd(loss_fn, opt(), schedule=schedule, reset_opt_state=True, **kw)
   assert asy.hyperparameters["reset_opt_state"] is True
   assert np.isfinite(run(asy, xs, ys, 1)[0]).all()
 
@@ -404,9 +449,11 @@ def test_reset_optimizer_state_keeps_the_schedule_count():
   fresh = algorithms.reset_optimizer_state(opt, state, params, jnp.bool_(True))
   kept = algorithms.reset_optimizer_state(opt, state, params, jnp.bool_(False))
   assert int(fresh[0].count) == 0 and float(jnp.abs(fresh[0].mu["w"]).sum()) == 0
-  schedule_counts = [s.count for s in jax.tree.leaves(
-      fresh, is_leaf=lambda n: isinstance(n, optax.ScaleByScheduleState))
-      if isinstance(s, optax.ScaleByScheduleState)]
+  schedule_counts = [
+      s.count
+      for s in jax.tree.leaves(fresh, is_leaf=lambda n: isinstance(n, optax.ScaleByScheduleState))
+      if isinstance(s, optax.ScaleByScheduleState)
+  ]
   assert [int(c) for c in schedule_counts] == [3]
   for a, b in zip(jax.tree.leaves(kept), jax.tree.leaves(state)):
     np.testing.assert_array_equal(a, b)
@@ -415,16 +462,30 @@ def test_reset_optimizer_state_keeps_the_schedule_count():
 # -- through the trainer: reproducibility per seed --------------------------------
 
 ASYNC_TINY = TrainConfig(
-    algorithm="async_easgd", dataset="digits", model="mlp", num_workers=4,
-    num_devices=2, global_batch_size=64, num_epochs=1, learning_rate=0.1, tau=2,
-    beta=0.9, exchange_order="random", worker_speeds=(1.0, 2.0, 1.0, 3.0), staleness=1,
-    eval_batch_size=64, progress=False)
+    algorithm="async_easgd",
+    dataset="digits",
+    model="mlp",
+    num_workers=4,
+    num_devices=2,
+    global_batch_size=64,
+    num_epochs=1,
+    learning_rate=0.1,
+    tau=2,
+    beta=0.9,
+    exchange_order="random",
+    worker_speeds=(1.0, 2.0, 1.0, 3.0),
+    staleness=1,
+    eval_batch_size=64,
+    progress=False,
+)
 
 
 def _metrics(path):
   # wall-clock fields, if any, are not part of the computation
-  return [{k: v for k, v in json.loads(line).items() if not k.endswith("_s")}
-          for line in (path / "metrics.jsonl").read_text().splitlines()]
+  return [
+      {k: v for k, v in json.loads(line).items() if not k.endswith("_s")}
+      for line in (path / "metrics.jsonl").read_text().splitlines()
+  ]
 
 
 def test_async_training_is_reproducible_per_seed(tmp_path):
@@ -432,8 +493,9 @@ def test_async_training_is_reproducible_per_seed(tmp_path):
   s2 = trainer.train_and_evaluate(ASYNC_TINY, tmp_path / "b")
   m1, m2 = _metrics(tmp_path / "a"), _metrics(tmp_path / "b")
   assert m1 == m2
-  assert (tmp_path / "a" / "metrics.jsonl").read_bytes() == \
-      (tmp_path / "b" / "metrics.jsonl").read_bytes()
+  assert (tmp_path / "a" / "metrics.jsonl").read_bytes() == (
+      tmp_path / "b" / "metrics.jsonl"
+  ).read_bytes()
   assert s1["algorithm"]["worker_speeds"] == [1, 2, 1, 3]
   assert s1["algorithm"]["slots_per_tick"] == 3
   assert s1["shared_copies_equal"] and s2["final"] == s1["final"]
@@ -446,8 +508,14 @@ def test_config_fields_are_validated():
   for changes, match in [
       (dict(exchange_order="fifo"), "exchange_order"),
       (dict(worker_speeds=(1.0, 2.0)), "one per worker"),
-      (dict(worker_speeds=(1.0, 2.5, 1.0, 1.0)), r"worker_speeds\[1\] \(local steps per tick\) must be an integer in \[1, 1024\]"),
-      (dict(staleness=10**12), r"staleness \(in master updates\) must be an integer in \[0, 1024\]"),
+      (
+          dict(worker_speeds=(1.0, 2.5, 1.0, 1.0)),
+          r"worker_speeds\[1\] \(local steps per tick\) must be an integer in \[1, 1024\]",
+      ),
+      (
+          dict(staleness=10**12),
+          r"staleness \(in master updates\) must be an integer in \[0, 1024\]",
+      ),
       (dict(worker_speeds=(1.0,) * 4, max_worker_speed=3), "not both"),
       (dict(max_worker_speed=0), "max_worker_speed"),
       (dict(staleness=-1), "staleness"),
@@ -455,20 +523,37 @@ def test_config_fields_are_validated():
       (dict(outer_momentum=1.0), "outer_momentum"),
       (dict(average_rate=0.0), "average_rate"),
       (dict(algorithm="eamsgd", optimizer="nesterov"), "own Nesterov momentum"),
-      (dict(algorithm="nope"), "unknown algorithm")]:
+      (dict(algorithm="nope"), "unknown algorithm"),
+  ]:
     with pytest.raises(ConfigError, match=match):
       base.replace(**changes).validate()
-  cfg = base.replace(algorithm="async_eamsgd", delta=0.9,
-                     worker_speeds=(1.0, 2.0, 1.0, 1.0))
+  cfg = base.replace(algorithm="async_eamsgd", delta=0.9, worker_speeds=(1.0, 2.0, 1.0, 1.0))
   assert TrainConfig.from_dict(json.loads(cfg.validate().to_json())) == cfg
 
 
 def test_cli_flags_of_the_new_fields():
   from easgd import cli
-  args = cli.build_parser().parse_args([
-      "train", "--workdir", "w", "--algorithm", "async_easgd", "--exchange-order", "random",
-      "--worker-speeds", "1,2,1,3", "--staleness", "2", "--reset-opt-state",
-      "--max-worker-speed", "none", "--average-rate", "0.01"])
+
+  args = cli.build_parser().parse_args(
+      [
+          "train",
+          "--workdir",
+          "w",
+          "--algorithm",
+          "async_easgd",
+          "--exchange-order",
+          "random",
+          "--worker-speeds",
+          "1,2,1,3",
+          "--staleness",
+          "2",
+          "--reset-opt-state",
+          "--max-worker-speed",
+          "none",
+          "--average-rate",
+          "0.01",
+      ]
+  )
   assert args.worker_speeds == (1.0, 2.0, 1.0, 3.0)
   assert (args.exchange_order, args.staleness, args.reset_opt_state) == ("random", 2, True)
   assert args.max_worker_speed is None and args.average_rate == 0.01

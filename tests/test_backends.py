@@ -6,6 +6,7 @@ through the trainer, and the multi-process device selection of make_layout.
 In JAX 0.10.2 the two compile to the same program: the tests assert bitwise
 equality (measured: 0 difference for every layout and algorithm).
 """
+
 import collections
 
 import jax
@@ -22,8 +23,9 @@ from testutil import STEP_KINDS, mlp_setup, random_batches
 
 def run_steps(algo, params, layout, xs, ys, donate=True):
   worker, shared = workers.place_state(algo, params, layout)
-  step = workers.map_workers(algo.step, layout, *STEP_KINDS,
-                             donate_argnums=(0, 1) if donate else ())
+  step = workers.map_workers(
+      algo.step, layout, *STEP_KINDS, donate_argnums=(0, 1) if donate else ()
+  )
   key = jax.random.key(3)
   losses = []
   for x, y in zip(xs, ys):
@@ -57,12 +59,17 @@ def test_pmap_and_shard_map_give_the_same_workers_and_center(algorithm, num_devi
     for leaf in jax.tree.leaves(shared):
       assert leaf.shape[0] == num_devices
     assert workers.shared_copies_equal(shared)
-    out[backend] = (workers.merge_workers(algo.worker_params(worker, shared)),
-                    workers.first_copy(algo.center(shared)), losses)
+    out[backend] = (
+        workers.merge_workers(algo.worker_params(worker, shared)),
+        workers.first_copy(algo.center(shared)),
+        losses,
+    )
   assert_trees_equal(out["shard_map"], out["pmap"])
   # the steps moved the center (the comparison is not vacuous)
-  moved = max(float(np.max(np.abs(c - np.asarray(p)))) for c, p in zip(
-      jax.tree.leaves(out["pmap"][1]), jax.tree.leaves(params)))
+  moved = max(
+      float(np.max(np.abs(c - np.asarray(p))))
+      for c, p in zip(jax.tree.leaves(out["pmap"][1]), jax.tree.leaves(params))
+  )
   assert moved > 1e-3
 
 
@@ -89,13 +96,18 @@ def test_worker_index_and_keys_agree_across_backends():
   layout_s = workers.make_layout(8, 2, backend="shard_map")
 
   def draw(dummy, key):
-    return (jax.random.normal(algorithms.worker_key(key, 5), ()), workers.worker_index(),
-            workers.num_mapped_workers())
+    return (
+        jax.random.normal(algorithms.worker_key(key, 5), ()),
+        workers.worker_index(),
+        workers.num_mapped_workers(),
+    )
+
   res = []
   for layout in (layout_p, layout_s):
     f = workers.map_workers(draw, layout, ("worker", "broadcast"), ("worker",) * 3)
-    res.append(workers.merge_workers(
-        f(workers.split_workers(np.zeros(8), layout), jax.random.key(0))))
+    res.append(
+        workers.merge_workers(f(workers.split_workers(np.zeros(8), layout), jax.random.key(0)))
+    )
   np.testing.assert_array_equal(res[1][1], np.arange(8))
   np.testing.assert_array_equal(res[1][2], np.full(8, 8))
   for a, b in zip(res[0], res[1]):
@@ -103,13 +115,22 @@ def test_worker_index_and_keys_agree_across_backends():
 
 
 def test_trainer_runs_are_equal_under_both_backends(tmp_path):
-  cfg = TrainConfig(dataset="digits", model="mlp", num_workers=4, num_devices=2,
-                    global_batch_size=64, num_epochs=1, learning_rate=0.1, tau=3,
-                    beta=0.9, eval_batch_size=64, progress=False)
+  cfg = TrainConfig(
+      dataset="digits",
+      model="mlp",
+      num_workers=4,
+      num_devices=2,
+      global_batch_size=64,
+      num_epochs=1,
+      learning_rate=0.1,
+      tau=3,
+      beta=0.9,
+      eval_batch_size=64,
+      progress=False,
+  )
   runs = {}
   for backend in workers.BACKENDS:
-    s = trainer.train_and_evaluate(cfg.replace(mapping_backend=backend),
-                                   tmp_path / backend)
+    s = trainer.train_and_evaluate(cfg.replace(mapping_backend=backend), tmp_path / backend)
     assert backend in s["layout"] and s["shared_copies_equal"]
     ck = checkpoint.Checkpointer(tmp_path / backend)
     runs[backend] = (s["history"], ck.restore())

@@ -6,6 +6,7 @@ tiny linear least-squares model whose workers see different data, over at
 least three communication periods. Then every registered algorithm passes one
 conformance check through the trainer's ``make_algorithm`` and the mapping.
 """
+
 import functools
 
 import jax
@@ -23,8 +24,7 @@ from easgd.training.config import TrainConfig
 from easgd.core.elastic import HyperparameterError
 import linear_problem
 from testutil import STEP_KINDS
-from linear_problem import (THETA0, flat, local_steps_in_time_order,
-                            loss_fn, np_grad, params0)
+from linear_problem import (THETA0, flat, local_steps_in_time_order, loss_fn, np_grad, params0)
 
 make_data = functools.partial(linear_problem.make_data, seed=2)
 
@@ -43,8 +43,8 @@ def assert_close(actual, expected, tol=2e-5):
 
 # -- DOWNPOUR family: reference -------------------------------------------------
 
-def ref_downpour(xs, ys, tau, eta, speeds, orders, staleness, master,
-                 push_timing="authors"):
+
+def ref_downpour(xs, ys, tau, eta, speeds, orders, staleness, master, push_timing="authors"):
   """The authors' DOWNPOUR (``asyncsgd/optim-downpour.lua``), one event at a time.
 
   Per local step: the gradient at the worker's params, ``dfdx = -eta g``,
@@ -104,22 +104,35 @@ DOWNPOUR_CASES = [
 
 
 @pytest.mark.parametrize("name,kw,master,tau", DOWNPOUR_CASES)
-@pytest.mark.parametrize("order,speeds,staleness", [
-    ("round_robin", (1, 1, 1), 0), ("random", (1, 3, 2), 1)])
-def test_downpour_family_matches_event_by_event_reference(name, kw, master, tau, order,
-                                                          speeds, staleness):
+@pytest.mark.parametrize(
+    "order,speeds,staleness", [("round_robin", (1, 1, 1), 0), ("random", (1, 3, 2), 1)]
+)
+def test_downpour_family_matches_event_by_event_reference(
+    name, kw, master, tau, order, speeds, staleness
+):
   p, eta = 3, 0.1
   schedule = async_schedule.exchange_schedule(p, order, speeds, staleness)
   ticks = 3 * tau  # the slowest worker pushes 3 times
   num_steps = ticks * schedule.slots_per_tick
   xs, ys = make_data(num_steps, p)
-  algo = getattr(baselines, name)(loss_fn, num_workers=p, tau=tau, learning_rate=eta,
-                                  schedule=schedule, **kw)
+  algo = getattr(baselines, name)(
+      loss_fn, num_workers=p, tau=tau, learning_rate=eta, schedule=schedule, **kw
+  )
   wt, ct, shared = run(algo, xs, ys, num_devices=p)
-  orders = [np.asarray(async_schedule.exchange_order(schedule, KEY, t)).tolist()
-            for t in range(ticks)]
-  ref_w, ref_c = ref_downpour(xs, ys, tau, eta, schedule.worker_speeds, orders,
-                              staleness, master, kw.get("push_timing", "authors"))
+  orders = [
+      np.asarray(async_schedule.exchange_order(schedule, KEY, t)).tolist() for t in range(ticks)
+  ]
+  ref_w, ref_c = ref_downpour(
+      xs,
+      ys,
+      tau,
+      eta,
+      schedule.worker_speeds,
+      orders,
+      staleness,
+      master,
+      kw.get("push_timing", "authors"),
+  )
   assert_close(wt, ref_w)
   assert_close(ct, ref_c)
   pushes = int(workers.first_copy(shared.master_clock))
@@ -175,19 +188,19 @@ def test_downpour_pushes_after_steps_0_tau_2tau_as_in_the_authors_code():
   # The issue's example: p = 1, tau = 2, x0 = 1, F(x) = 1.5 x^2 / 2, eta = 0.1.
   # Step 0 pushes -0.15: x~ = x = 0.85. Step 1 moves locally: x = 0.85 - 0.1275
   # = 0.7225, x~ stays 0.85. (Pushing after steps 1, 3, ... gives x~ = 0.7225.)
-  loss = lambda x, b, k: 0.75 * x ** 2
+  loss = lambda x, b, k: 0.75 * x**2
   algo = baselines.downpour(loss, num_workers=1, tau=2, learning_rate=0.1)
   wt, ct, _ = run_scalar(algo, 1, 2)
   np.testing.assert_allclose(ct, [0.85, 0.85], rtol=1e-6)
   np.testing.assert_allclose(wt[:, 0], [0.85, 0.7225], rtol=1e-6)
   for tau in (1, 2, 3):
     for push_timing, phase in (("authors", 0), ("full_period", 1)):
-      algo = baselines.downpour(loss, num_workers=1, tau=tau, learning_rate=0.1,
-                                push_timing=push_timing)
+      algo = baselines.downpour(
+          loss, num_workers=1, tau=tau, learning_rate=0.1, push_timing=push_timing
+      )
       num_steps = 3 * tau + 1
       wt, ct, shared = run_scalar(algo, 1, num_steps)
-      ref_w, ref_c, pushes = ref_authors_downpour_scalar(1.5, 0.1, tau, 1.0, num_steps,
-                                                         phase)
+      ref_w, ref_c, pushes = ref_authors_downpour_scalar(1.5, 0.1, tau, 1.0, num_steps, phase)
       np.testing.assert_allclose(wt[:, 0], ref_w, rtol=1e-6)
       np.testing.assert_allclose(ct, ref_c, rtol=1e-6)
       if push_timing == "authors":
@@ -212,15 +225,22 @@ def test_downpour_pushes_at_the_end_of_the_step_with_unequal_speeds():
   #     w0 pushes -0.5 (gradient at its start value 1): x~ = 0.0,   x0 = 0.0
   #     w1 pushes -0.25 (gradient at 0.5):              x~ = -0.25, x1 = -0.25
   # (Serving w0's push in slot 0, where its step starts, gives x~ = 0, 0.)
-  algo = baselines.downpour(lambda x, b, k: 0.5 * x ** 2, num_workers=2, tau=1,
-                            learning_rate=0.5,
-                            schedule=async_schedule.exchange_schedule(2, worker_speeds=(1, 2)))
+  algo = baselines.downpour(
+      lambda x, b, k: 0.5 * x**2,
+      num_workers=2,
+      tau=1,
+      learning_rate=0.5,
+      schedule=async_schedule.exchange_schedule(2, worker_speeds=(1, 2)),
+  )
   wt, ct, _ = run_scalar(algo, 2, 2)
   np.testing.assert_array_equal(ct, [0.5, -0.25])
   np.testing.assert_array_equal(wt, [[1.0, 0.5], [0.0, -0.25]])
   log = async_log.exchange_log(algo, KEY, 2)
   assert [(r["slot"], r["worker"], r["local_step"], r["time"]) for r in log] == [
-      (0, 1, 0, 0.5), (1, 0, 0, 1.0), (1, 1, 1, 1.0)]
+      (0, 1, 0, 0.5),
+      (1, 0, 0, 1.0),
+      (1, 1, 1, 1.0),
+  ]
 
 
 def test_downpour_with_tau_1_is_asynchronous_sgd():
@@ -238,6 +258,7 @@ def test_downpour_with_tau_1_is_asynchronous_sgd():
 
 
 # -- sequential methods ---------------------------------------------------------
+
 
 def ref_sequential(xs, ys, eta, delta=None, rate=None, averaged=False):
   T, p = xs.shape[:2]
@@ -260,16 +281,18 @@ def ref_sequential(xs, ys, eta, delta=None, rate=None, averaged=False):
 
 
 @pytest.mark.parametrize("num_workers", [1, 2])
-@pytest.mark.parametrize("name,kw,ref_kw", [
-    ("sgd", {}, {}),
-    ("msgd", dict(momentum=0.9), dict(delta=0.9)),
-    ("asgd", {}, dict(averaged=True)),
-    ("mvasgd", dict(average_rate=0.25), dict(averaged=True, rate=0.25)),
-])
+@pytest.mark.parametrize(
+    "name,kw,ref_kw",
+    [
+        ("sgd", {}, {}),
+        ("msgd", dict(momentum=0.9), dict(delta=0.9)),
+        ("asgd", {}, dict(averaged=True)),
+        ("mvasgd", dict(average_rate=0.25), dict(averaged=True, rate=0.25)),
+    ],
+)
 def test_sequential_methods_match_reference(name, kw, ref_kw, num_workers):
   xs, ys = make_data(8, num_workers)
-  algo = getattr(baselines, name)(loss_fn, num_workers=num_workers, learning_rate=0.1,
-                                  **kw)
+  algo = getattr(baselines, name)(loss_fn, num_workers=num_workers, learning_rate=0.1, **kw)
   wt, ct, _ = run(algo, xs, ys, num_devices=num_workers)
   ref_x, ref_z = ref_sequential(xs, ys, 0.1, **ref_kw)
   assert_close(wt[:, 0], ref_x)
@@ -283,7 +306,7 @@ def test_asgd_center_is_the_mean_of_the_previous_iterates():
   wt, ct, _ = run(baselines.asgd(loss_fn, learning_rate=0.1), xs, ys, 1)
   iterates = np.concatenate([THETA0[None], wt[:, 0]])  # x_0 .. x_5
   for t in range(5):
-    assert_close(ct[t], iterates[:t + 1].mean(0))
+    assert_close(ct[t], iterates[: t + 1].mean(0))
 
 
 @pytest.mark.parametrize("name", ["adownpour", "asgd"])
@@ -292,20 +315,21 @@ def test_polyak_averages_in_float64_match_a_float64_reference(name):
   # dtype: in float32 the float64 average drifts by ~1e-7 within 3 periods.
   xs, ys = (a.astype(np.float64) for a in make_data(9, 3))
   with jax.enable_x64(True):
-    init = {"w": jnp.asarray(THETA0[:3], jnp.float64),
-            "b": jnp.asarray(THETA0[3], jnp.float64)}
+    init = {"w": jnp.asarray(THETA0[:3], jnp.float64), "b": jnp.asarray(THETA0[3], jnp.float64)}
     if name == "adownpour":
       schedule = async_schedule.exchange_schedule(3, "random", (1, 3, 2), 1)
-      algo = baselines.adownpour(loss_fn, num_workers=3, tau=2, learning_rate=0.1,
-                                 schedule=schedule)
-      xs, ys = (a[:3 * 2 * 3] for a in (xs, ys))
+      algo = baselines.adownpour(
+          loss_fn, num_workers=3, tau=2, learning_rate=0.1, schedule=schedule
+      )
+      xs, ys = (a[: 3 * 2 * 3] for a in (xs, ys))
     else:
       algo = baselines.asgd(loss_fn, num_workers=3, learning_rate=0.1)
     wt, ct, _, shared = linear_problem.trajectory(algo, xs, ys, 3, KEY, init)
     assert workers.first_copy(algo.center(shared))["w"].dtype == np.float64
   if name == "adownpour":
-    orders = [np.asarray(async_schedule.exchange_order(schedule, KEY, t)).tolist()
-              for t in range(6)]
+    orders = [
+        np.asarray(async_schedule.exchange_order(schedule, KEY, t)).tolist() for t in range(6)
+    ]
     ref_w, ref_c = ref_downpour(xs, ys, 2, 0.1, (1, 3, 2), orders, 1, "adownpour")
     np.testing.assert_allclose(wt, ref_w, rtol=0, atol=1e-14)
   else:
@@ -316,6 +340,7 @@ def test_polyak_averages_in_float64_match_a_float64_reference(name):
 
 
 # -- local SGD and DiLoCo --------------------------------------------------------
+
 
 class NumpyAdam:
   """optax.adam by hand (b1 0.9, b2 0.999, eps 1e-8), one state per worker."""
@@ -330,7 +355,7 @@ class NumpyAdam:
     m = 0.9 * s["m"] + 0.1 * g
     v = 0.999 * s["v"] + 0.001 * g * g
     n = s["count"] + 1
-    step = -self.lr * (m / (1 - 0.9 ** n)) / (np.sqrt(v / (1 - 0.999 ** n)) + 1e-8)
+    step = -self.lr * (m / (1 - 0.9**n)) / (np.sqrt(v / (1 - 0.999**n)) + 1e-8)
     return step, dict(m=m, v=v, count=n)
 
 
@@ -368,6 +393,7 @@ def test_local_sgd_matches_reference():
   class Sgd:
     init = staticmethod(lambda: None)
     update = staticmethod(lambda g, s: (-0.1 * g, s))
+
   ref_w, ref_c = ref_periodic(xs, ys, 3, Sgd())
   assert_close(wt, ref_w)
   assert_close(ct, ref_c)
@@ -377,8 +403,9 @@ def test_local_sgd_matches_reference():
 
 def test_diloco_with_adam_inner_matches_reference():
   xs, ys = make_data(9, 4)
-  algo = baselines.diloco(loss_fn, optax.adam(0.05), num_workers=4, tau=3,
-                          outer_learning_rate=0.7, outer_momentum=0.9)
+  algo = baselines.diloco(
+      loss_fn, optax.adam(0.05), num_workers=4, tau=3, outer_learning_rate=0.7, outer_momentum=0.9
+  )
   wt, ct, _ = run(algo, xs, ys, num_devices=4)
   ref_w, ref_c = ref_periodic(xs, ys, 3, NumpyAdam(0.05), outer=(0.7, 0.9))
   assert_close(wt, ref_w)
@@ -388,23 +415,33 @@ def test_diloco_with_adam_inner_matches_reference():
 
 def test_diloco_with_outer_sgd_1_no_momentum_is_local_sgd():
   xs, ys = make_data(6, 2)
-  a = run(baselines.diloco(loss_fn, num_workers=2, tau=2, learning_rate=0.1,
-                           outer_learning_rate=1.0, outer_momentum=0.0), xs, ys, 1)
-  b = run(baselines.local_sgd(loss_fn, num_workers=2, tau=2, learning_rate=0.1),
-          xs, ys, 1)
+  a = run(
+      baselines.diloco(
+          loss_fn,
+          num_workers=2,
+          tau=2,
+          learning_rate=0.1,
+          outer_learning_rate=1.0,
+          outer_momentum=0.0,
+      ),
+      xs,
+      ys,
+      1,
+  )
+  b = run(baselines.local_sgd(loss_fn, num_workers=2, tau=2, learning_rate=0.1), xs, ys, 1)
   assert_close(a[0], b[0], 1e-6)
   assert_close(a[1], b[1], 1e-6)
 
 
 # -- layouts, validation ----------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["downpour", "diloco"])
 def test_same_results_on_4_and_1_devices(name):
   xs, ys = make_data(8, 4)
   if name == "downpour":
     schedule = async_schedule.exchange_schedule(4, "random", (2, 1, 1, 2), 1)
-    algo = baselines.downpour(loss_fn, num_workers=4, tau=2, learning_rate=0.1,
-                              schedule=schedule)
+    algo = baselines.downpour(loss_fn, num_workers=4, tau=2, learning_rate=0.1, schedule=schedule)
   else:
     algo = baselines.diloco(loss_fn, optax.adamw(0.02), num_workers=4, tau=2)
   (w4, c4, _), (w1, c1, _) = (run(algo, xs, ys, d) for d in (4, 1))
@@ -418,13 +455,13 @@ def test_hyperparameters_are_validated():
   with pytest.raises(HyperparameterError, match="average_rate"):
     baselines.mvasgd(loss_fn, learning_rate=0.1, average_rate=1.5)
   with pytest.raises(HyperparameterError, match="outer_learning_rate"):
-    baselines.diloco(loss_fn, num_workers=2, tau=2, learning_rate=0.1,
-                     outer_learning_rate=0.0)
+    baselines.diloco(loss_fn, num_workers=2, tau=2, learning_rate=0.1, outer_learning_rate=0.0)
   with pytest.raises(HyperparameterError, match="momentum"):
     baselines.mdownpour(loss_fn, num_workers=2, momentum=1.0, learning_rate=0.1)
   with pytest.raises(HyperparameterError, match="schedule is for 3 workers"):
-    baselines.downpour(loss_fn, num_workers=2, learning_rate=0.1,
-                       schedule=async_schedule.exchange_schedule(3))
+    baselines.downpour(
+        loss_fn, num_workers=2, learning_rate=0.1, schedule=async_schedule.exchange_schedule(3)
+    )
 
 
 # -- every registered algorithm through the trainer's factory -------------------
@@ -434,10 +471,17 @@ NEW_ALGORITHMS = [a for a in registry.ALGORITHMS if a not in ("easgd", "pmean_sg
 
 @pytest.mark.parametrize("name", registry.ALGORITHMS)
 def test_every_algorithm_runs_through_make_algorithm(name):
-  cfg, _ = TrainConfig(num_workers=4, tau=2, beta=0.9, delta=0.5,
-                       learning_rate=0.1, worker_speeds=(1.0, 2.0, 1.0, 1.0),
-                       exchange_order="random", staleness=1,
-                       average_rate=0.5).for_algorithm(name)
+  cfg, _ = TrainConfig(
+      num_workers=4,
+      tau=2,
+      beta=0.9,
+      delta=0.5,
+      learning_rate=0.1,
+      worker_speeds=(1.0, 2.0, 1.0, 1.0),
+      exchange_order="random",
+      staleness=1,
+      average_rate=0.5,
+  ).for_algorithm(name)
   algo = registry.make_algorithm(cfg.validate(), loss_fn, optax.sgd(0.1))
   assert algo.name == name
   xs, ys = make_data(8, 4)
@@ -446,8 +490,7 @@ def test_every_algorithm_runs_through_make_algorithm(name):
   step = jax.jit(workers.map_workers(algo.step, layout, *STEP_KINDS))
   losses = []
   for x, y in zip(xs, ys):
-    worker, shared, loss = step(worker, shared, workers.split_workers((x, y), layout),
-                                KEY)
+    worker, shared, loss = step(worker, shared, workers.split_workers((x, y), layout), KEY)
     losses.append(float(np.mean(loss)))
   assert step._cache_size() == 1  # state structure and dtypes are stable
   center = workers.first_copy(algo.center(shared))
@@ -461,8 +504,13 @@ def test_every_algorithm_runs_through_make_algorithm(name):
   # exchange every 2 local steps from the first: (2, 4, 2, 2) per worker, mean 2.5,
   # rounded half to even: 2
   spec = registry.TABLE[name]
-  expected = (int(round(np.mean([2, 4, 2, 2]))) if spec.asynchronous else
-              4 if spec.family in ("elastic",) or name in ("local_sgd", "diloco") else 8)
+  expected = (
+      int(round(np.mean([2, 4, 2, 2])))
+      if spec.asynchronous
+      else 4
+      if spec.family in ("elastic",) or name in ("local_sgd", "diloco")
+      else 8
+  )
   comm = algo.communication(8, 100)
   assert (comm.all_reduces, comm.bytes) == (expected, expected * 100)
   if spec.asynchronous:
@@ -477,10 +525,20 @@ def test_simulated_ticks():
 
 
 def test_compare_with_async_and_baselines_on_digits(tmp_path):
-  cfg = TrainConfig(dataset="digits", model="mlp", num_workers=4, num_devices=2,
-                    global_batch_size=64, num_epochs=1, learning_rate=0.1, tau=2,
-                    beta=0.9, eval_batch_size=64, progress=False,
-                    worker_speeds=(1.0, 2.0, 1.0, 2.0))
+  cfg = TrainConfig(
+      dataset="digits",
+      model="mlp",
+      num_workers=4,
+      num_devices=2,
+      global_batch_size=64,
+      num_epochs=1,
+      learning_rate=0.1,
+      tau=2,
+      beta=0.9,
+      eval_batch_size=64,
+      progress=False,
+      worker_speeds=(1.0, 2.0, 1.0, 2.0),
+  )
   rows = compare(cfg, tmp_path, ["async_easgd", "downpour"])
   assert [r["algorithm"] for r in rows] == ["async_easgd", "downpour"]
   assert [r["settings"]["tau"] for r in rows] == [2, 2]

@@ -4,6 +4,7 @@ Training normalises with each mini-batch's statistics and keeps no running
 averages; before each evaluation (and at export) the trainer recomputes the
 center's statistics over fixed training examples (``bn_stats_examples``).
 """
+
 import json
 
 import jax
@@ -19,9 +20,20 @@ from easgd.training.export import export_center
 
 # digits (1438 training images, 8x8x1): 64 per step = 22 steps per epoch;
 # the statistics over 512 training images, 128 per worker.
-BN = TrainConfig(dataset="digits", model="cnn_bn", num_workers=4, num_devices=2,
-                 global_batch_size=64, num_epochs=1, learning_rate=0.1, tau=4,
-                 beta=0.9, eval_batch_size=64, bn_stats_examples=512, progress=False)
+BN = TrainConfig(
+    dataset="digits",
+    model="cnn_bn",
+    num_workers=4,
+    num_devices=2,
+    global_batch_size=64,
+    num_epochs=1,
+    learning_rate=0.1,
+    tau=4,
+    beta=0.9,
+    eval_batch_size=64,
+    bn_stats_examples=512,
+    progress=False,
+)
 
 
 def reference_batch_stats(params, x, eps=1e-5):
@@ -37,8 +49,9 @@ def reference_batch_stats(params, x, eps=1e-5):
   stats = {}
   for i in range(2):
     k, b = p[f"Conv_{i}"]["kernel"], p[f"Conv_{i}"]["bias"]
-    win = sliding_window_view(np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0))), (3, 3),
-                              axis=(1, 2))                    # [N, H, W, C, 3, 3]
+    win = sliding_window_view(
+        np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0))), (3, 3), axis=(1, 2)
+    )  # [N, H, W, C, 3, 3]
     h = np.einsum("nhwcij,ijcf->nhwf", win, k) + b
     mean = h.mean(axis=(0, 1, 2))
     var = ((h - mean) ** 2).mean(axis=(0, 1, 2))
@@ -51,8 +64,10 @@ def reference_batch_stats(params, x, eps=1e-5):
 
 
 def max_rel_diff(a, b):
-  return max(float(np.max(np.abs(np.asarray(x, np.float64) - y) / (np.abs(y) + 1e-3)))
-             for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+  return max(
+      float(np.max(np.abs(np.asarray(x, np.float64) - y) / (np.abs(y) + 1e-3)))
+      for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))
+  )
 
 
 def test_center_statistics_belong_to_the_center_not_to_a_worker():
@@ -66,7 +81,8 @@ def test_center_statistics_belong_to_the_center_not_to_a_worker():
   shared_host = workers.first_copy(shared)
   center = run.algorithm.center(shared_host)
   worker0 = run.algorithm.worker_params(
-      jax.tree.map(lambda a: a[0], workers.merge_workers(worker)), shared_host)
+      jax.tree.map(lambda a: a[0], workers.merge_workers(worker)), shared_host
+  )
 
   stats = run.center_batch_stats(center)  # what the evaluation uses
   assert set(stats) == {"BatchNorm_0", "BatchNorm_1"}
@@ -74,14 +90,20 @@ def test_center_statistics_belong_to_the_center_not_to_a_worker():
   # permutation of "epoch 0" (never a training epoch)
   x = ds.train_x[batches.epoch_permutation(len(ds.train_y), BN.seed, 0)[:512]]
   np.testing.assert_array_equal(
-      np.asarray(workers.merge_workers(run.bn_stats_data)).reshape(x.shape), x)
+      np.asarray(workers.merge_workers(run.bn_stats_data)).reshape(x.shape), x
+  )
 
   # (1) they are the exact statistics of the center's pre-BN activations
   ref_center = reference_batch_stats(center, x)
   for layer in ref_center:
     for name in ("mean", "var"):
-      np.testing.assert_allclose(stats[layer][name], ref_center[layer][name],
-                                 rtol=2e-5, atol=2e-6, err_msg=f"{layer}/{name}")
+      np.testing.assert_allclose(
+          stats[layer][name],
+          ref_center[layer][name],
+          rtol=2e-5,
+          atol=2e-6,
+          err_msg=f"{layer}/{name}",
+      )
   # (2) ... and not those of a worker's parameters (which is not close)
   ref_worker = reference_batch_stats(worker0, x)
   assert max_rel_diff(stats, ref_worker) > 1e-2
@@ -92,9 +114,9 @@ def test_center_statistics_belong_to_the_center_not_to_a_worker():
   test_x, test_y = ds.test_x, ds.test_y
 
   def direct_loss(batch_stats):
-    logits = run.model.apply({"params": center, "batch_stats": batch_stats}, test_x,
-                             train=False)
+    logits = run.model.apply({"params": center, "batch_stats": batch_stats}, test_x, train=False)
     return float(np.mean(models.per_example_stats(logits, test_y)[0]))
+
   worker_stats = jax.tree.map(lambda a: np.asarray(a, np.float32), ref_worker)
   assert rec["test_loss"] == pytest.approx(direct_loss(stats), rel=1e-5)
   assert rec["test_loss"] != pytest.approx(direct_loss(worker_stats), rel=1e-3)
@@ -142,8 +164,7 @@ def test_training_state_holds_no_batch_statistics_and_config_is_checked():
   assert set(variables) == {"params", "batch_stats"}
   params = models.init_params(model, (8, 8, 1), jax.random.key(0))
   assert jax.tree.structure(params) == jax.tree.structure(variables["params"])
-  assert models.has_batch_norm(model) and not models.has_batch_norm(
-      models.make_model("cnn", 10))
+  assert models.has_batch_norm(model) and not models.has_batch_norm(models.make_model("cnn", 10))
   x = np.random.default_rng(0).normal(size=(8, 8, 8, 1)).astype(np.float32)
   loss = trainer.make_loss_fn(model)(params, (x, np.arange(8)), jax.random.key(1))
   assert np.isfinite(float(loss))
@@ -164,13 +185,14 @@ def test_a_batchnorm_model_normalises_each_workers_batch_on_every_layout(tmp_pat
   cfg = BN.for_algorithm("pmean_sgd")[0].replace(bn_stats_examples=512)
   centers = {}
   for d in (1, 4):
-    trainer.train_and_evaluate(cfg.replace(num_devices=d), tmp_path / f"d{d}",
-                               stop_after_steps=10)
+    trainer.train_and_evaluate(cfg.replace(num_devices=d), tmp_path / f"d{d}", stop_after_steps=10)
     ckpt = checkpoint.Checkpointer(tmp_path / f"d{d}")
     try:
       centers[d] = ckpt.restore(10)["center"]
     finally:
       ckpt.close()
-  gap = max(float(np.max(np.abs(a - b))) for a, b in zip(
-      jax.tree.leaves(centers[1]), jax.tree.leaves(centers[4])))
+  gap = max(
+      float(np.max(np.abs(a - b)))
+      for a, b in zip(jax.tree.leaves(centers[1]), jax.tree.leaves(centers[4]))
+  )
   assert gap <= 1e-5, gap

@@ -1,4 +1,5 @@
 """Checkpoints: exact resume, SIGKILL during a save, no recompilation, divergence."""
+
 import json
 import os
 import signal
@@ -19,12 +20,21 @@ from easgd.training.export import export_center
 from testutil import interrupt_once
 
 # digits, tiny MLP: 1438 training images / 64 = 22 steps per epoch, 2 epochs
-TINY = TrainConfig(dataset="digits", model="mlp", num_workers=4, num_devices=2,
-                   global_batch_size=64, num_epochs=2, learning_rate=0.1, tau=4,
-                   beta=0.9, eval_batch_size=64, progress=False)
+TINY = TrainConfig(
+    dataset="digits",
+    model="mlp",
+    num_workers=4,
+    num_devices=2,
+    global_batch_size=64,
+    num_epochs=2,
+    learning_rate=0.1,
+    tau=4,
+    beta=0.9,
+    eval_batch_size=64,
+    progress=False,
+)
 
-RESUMABLE = [a for a in ALGORITHMS if a in ("easgd", "pmean_sgd", "eamsgd",
-                                             "async_easgd")]
+RESUMABLE = [a for a in ALGORITHMS if a in ("easgd", "pmean_sgd", "eamsgd", "async_easgd")]
 
 
 def metrics_text(path):
@@ -61,10 +71,12 @@ def test_wall_time_of_a_resumed_run_adds_up_its_invocations(tmp_path):
   assert summary["wall_time_s"] == again["wall_time_s"]
 
 
-@pytest.mark.parametrize("damage", ["truncate", "delete", "no_step_0", "not_utf8",
-                                    "no_metrics", "lost_record"])
-def test_resume_refuses_a_damaged_or_missing_history_before_compiling(tmp_path, damage,
-                                                                       monkeypatch):
+@pytest.mark.parametrize(
+    "damage", ["truncate", "delete", "no_step_0", "not_utf8", "no_metrics", "lost_record"]
+)
+def test_resume_refuses_a_damaged_or_missing_history_before_compiling(
+    tmp_path, damage, monkeypatch
+):
   # 26 steps: the step-0 and epoch-1 (step 22) evaluations are recorded
   trainer.train_and_evaluate(TINY, tmp_path, stop_after_steps=26)
   path = tmp_path / "metrics.jsonl"
@@ -88,6 +100,7 @@ def test_resume_refuses_a_damaged_or_missing_history_before_compiling(tmp_path, 
   def recording_map_step(*args, **kwargs):  # records every call of the training step
     step_fn = map_step(*args, **kwargs)
     return lambda *a: steps_run.append(a[-1]) or step_fn(*a)
+
   monkeypatch.setattr(spmd.workers, "map_step", recording_map_step)
   before = (tmp_path / "summary.json").read_text()
   with CompileCounter() as compiles:  # backend compilations while open
@@ -133,8 +146,12 @@ def test_restored_state_runs_through_the_compiled_step_without_recompiling(tmp_p
   with CompileCounter() as compiles:  # backend compilations while open
     worker, shared = run.initial_state()
     ix = np.arange(64).reshape(4, 16)
-    batch = jax.tree.map(lambda a: a, __import__("easgd").parallel.workers.split_workers(
-        (run.dataset.train_x[ix], run.dataset.train_y[ix]), run.layout))
+    batch = jax.tree.map(
+        lambda a: a,
+        __import__("easgd").parallel.workers.split_workers(
+            (run.dataset.train_x[ix], run.dataset.train_y[ix]), run.layout
+        ),
+    )
     # clocks 0 (an exchange, tau=4) and 1 (a local step): both step programs
     worker, shared, loss0 = run.step_fn(worker, shared, batch, run.step_key, 0)
     worker, shared, loss = run.step_fn(worker, shared, batch, run.step_key, 1)
@@ -182,20 +199,32 @@ def test_sigkill_during_checkpoint_write_then_resume_finishes(tmp_path):
   cfg = TINY.replace(checkpoint_every_steps=1, num_epochs=2)
   (tmp_path / "cfg.py").write_text(
       "from easgd import TrainConfig\n"
-      f"def get_config():\n  return TrainConfig(**{cfg.to_dict_fields()!r})\n")
+      f"def get_config():\n  return TrainConfig(**{cfg.to_dict_fields()!r})\n"
+  )
   work = tmp_path / "run"
-  env = dict(os.environ, JAX_PLATFORMS="cpu",
-             XLA_FLAGS="--xla_force_host_platform_device_count=2")
-  proc = subprocess.Popen([sys.executable, "-m", "easgd.cli", "train", "--config",
-                           str(tmp_path / "cfg.py"), "--workdir", str(work)],
-                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2")
+  proc = subprocess.Popen(
+      [
+          sys.executable,
+          "-m",
+          "easgd.cli",
+          "train",
+          "--config",
+          str(tmp_path / "cfg.py"),
+          "--workdir",
+          str(work),
+      ],
+      env=env,
+      stdout=subprocess.DEVNULL,
+      stderr=subprocess.PIPE,
+  )
   ckdir = work / checkpoint.CHECKPOINT_DIR
   caught_in_write = False
   deadline = time.time() + 120
   while proc.poll() is None and time.time() < deadline:
     names = os.listdir(ckdir) if ckdir.exists() else []
     if any("tmp" in n for n in names) and any(n.isdigit() for n in names):
-      proc.send_signal(signal.SIGKILL)   # a save is in progress right now
+      proc.send_signal(signal.SIGKILL)  # a save is in progress right now
       caught_in_write = True
       break
     time.sleep(0.001)
@@ -230,9 +259,15 @@ def test_damaged_checkpoint_and_bad_export_path_are_clear_errors(tmp_path):
 # checkpoint), the step-0 evaluation first: (what is interrupted, which call,
 # whether it completed). TINY's calls: evaluate/write_metrics 1 = step 0,
 # 2 = step 22; save 1 = step 22, 2 = step 44 (the end).
-INTERRUPTS = [("evaluate", 1, False), ("evaluate", 2, False), ("write_metrics", 2, False),
-              ("write_metrics", 2, True), ("save", 1, False), ("save", 1, True),
-              ("save", 2, True)]
+INTERRUPTS = [
+    ("evaluate", 1, False),
+    ("evaluate", 2, False),
+    ("write_metrics", 2, False),
+    ("write_metrics", 2, True),
+    ("save", 1, False),
+    ("save", 1, True),
+    ("save", 2, True),
+]
 
 
 @pytest.fixture(scope="module")
@@ -243,11 +278,14 @@ def uninterrupted(tmp_path_factory):
 
 
 @pytest.mark.parametrize("point,call,after", INTERRUPTS)
-def test_an_interrupt_at_any_point_resumes_to_the_same_metrics(tmp_path, monkeypatch,
-                                                               uninterrupted, point,
-                                                               call, after):
-  owner = {"evaluate": trainer.Run, "write_metrics": trainer.rundir,
-           "save": checkpoint.Checkpointer}[point]
+def test_an_interrupt_at_any_point_resumes_to_the_same_metrics(
+    tmp_path, monkeypatch, uninterrupted, point, call, after
+):
+  owner = {
+      "evaluate": trainer.Run,
+      "write_metrics": trainer.rundir,
+      "save": checkpoint.Checkpointer,
+  }[point]
   with monkeypatch.context() as m:
     fired = interrupt_once(m, owner, point, call, after)
     with pytest.raises(KeyboardInterrupt):
@@ -262,13 +300,32 @@ def test_a_non_finite_evaluation_is_the_divergence_error_exit_1(tmp_path, capsys
   # one step per epoch (1438 // 1436): the training loss of step 0 is finite, the
   # parameters after it finite but huge, the evaluated loss NaN
   work = tmp_path / "run"
-  status = cli.main(["train", "--workdir", str(work), "--dataset", "digits", "--model",
-                     "mlp", "--algorithm", "pmean_sgd", "--learning-rate", "1e30",
-                     "--global-batch-size", "1436", "--num-epochs", "1", "--no-progress"])
+  status = cli.main(
+      [
+          "train",
+          "--workdir",
+          str(work),
+          "--dataset",
+          "digits",
+          "--model",
+          "mlp",
+          "--algorithm",
+          "pmean_sgd",
+          "--learning-rate",
+          "1e30",
+          "--global-batch-size",
+          "1436",
+          "--num-epochs",
+          "1",
+          "--no-progress",
+      ]
+  )
   err = capsys.readouterr().err
   assert status == 1 and err.count("\n") == 1, err
-  assert err.startswith("easgd: error: training diverged: the evaluated center's "
-                        "test_loss is nan at step 1 (epoch 1); algorithm=pmean_sgd")
+  assert err.startswith(
+      "easgd: error: training diverged: the evaluated center's "
+      "test_loss is nan at step 1 (epoch 1); algorithm=pmean_sgd"
+  )
   # the diverged state's record and checkpoint are not written; step 0's stays
   assert [json.loads(l)["step"] for l in metrics_text(work).splitlines()] == [0]
   assert checkpoint.Checkpointer(work).latest_step() is None
@@ -278,8 +335,10 @@ def test_a_non_finite_evaluation_is_the_divergence_error_exit_1(tmp_path, capsys
 def test_a_non_finite_validation_loss_is_a_divergence():
   run = trainer.Run(TINY)
   record = dict(epoch=1, step=22, test_loss=0.3, val_loss=float("inf"))
-  with pytest.raises(trainer.DivergenceError,
-                     match=r"the evaluated center's val_loss is inf at step 22 \(epoch 1\)"):
+  with pytest.raises(
+      trainer.DivergenceError,
+      match=r"the evaluated center's val_loss is inf at step 22 \(epoch 1\)",
+  ):
     run.check_finite_record(record)
   run.check_finite_record(dict(record, val_loss=0.4))  # finite: no error
 
@@ -289,13 +348,25 @@ def test_sigterm_stops_like_ctrl_c_and_the_run_resumes(tmp_path):
   cfg = TINY.replace(checkpoint_every_steps=1)
   (tmp_path / "cfg.py").write_text(
       "from easgd import TrainConfig\n"
-      f"def get_config():\n  return TrainConfig(**{cfg.to_dict_fields()!r})\n")
+      f"def get_config():\n  return TrainConfig(**{cfg.to_dict_fields()!r})\n"
+  )
   work = tmp_path / "run"
-  env = dict(os.environ, JAX_PLATFORMS="cpu",
-             XLA_FLAGS="--xla_force_host_platform_device_count=2")
-  proc = subprocess.Popen([sys.executable, "-m", "easgd.cli", "train", "--config",
-                           str(tmp_path / "cfg.py"), "--workdir", str(work)],
-                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2")
+  proc = subprocess.Popen(
+      [
+          sys.executable,
+          "-m",
+          "easgd.cli",
+          "train",
+          "--config",
+          str(tmp_path / "cfg.py"),
+          "--workdir",
+          str(work),
+      ],
+      env=env,
+      stdout=subprocess.DEVNULL,
+      stderr=subprocess.PIPE,
+  )
   ckdir = work / checkpoint.CHECKPOINT_DIR
   deadline = time.time() + 120
   while proc.poll() is None and time.time() < deadline:

@@ -4,6 +4,7 @@ The fixture is written in the CIFAR-10 python format by hand: five training
 batches of 4 images and a test batch of 3, each a pickled dict with b"data"
 (uint8 [N, 3072], the R plane, then G, then B, rows in order) and b"labels".
 """
+
 import json
 import os
 import pickle
@@ -23,8 +24,10 @@ TRAIN_PER_BATCH, NUM_TEST = 4, 3
 def fixture_images(seed: int, n: int) -> tuple[np.ndarray, list[int]]:
   """uint8 [n, 32, 32, 3] NHWC images and their labels."""
   rng = np.random.default_rng(seed)
-  return (rng.integers(0, 256, size=(n, 32, 32, 3), dtype=np.uint8),
-          [int(v) for v in rng.integers(0, 10, size=n)])
+  return (
+      rng.integers(0, 256, size=(n, 32, 32, 3), dtype=np.uint8),
+      [int(v) for v in rng.integers(0, 10, size=n)],
+  )
 
 
 def to_rows(images: np.ndarray) -> np.ndarray:
@@ -34,8 +37,7 @@ def to_rows(images: np.ndarray) -> np.ndarray:
 
 def write_batch(path, images, labels):
   with open(path, "wb") as f:
-    pickle.dump({b"batch_label": b"fixture", b"data": to_rows(images),
-                 b"labels": list(labels)}, f)
+    pickle.dump({b"batch_label": b"fixture", b"data": to_rows(images), b"labels": list(labels)}, f)
 
 
 def write_cifar(root, nested=False):
@@ -104,7 +106,9 @@ def test_channel_order_is_nhwc_rgb(tmp_path):
 
 def test_missing_directory_and_none(tmp_path):
   missing = tmp_path / "nowhere"
-  with pytest.raises(data.DataError, match=f"'{re.escape(str(missing))}' does not exist.*data_batch_1"):
+  with pytest.raises(
+      data.DataError, match=f"'{re.escape(str(missing))}' does not exist.*data_batch_1"
+  ):
     data.load_cifar10(missing)
   with pytest.raises(data.DataError, match="needs data_dir.*never downloaded"):
     data.load_dataset("cifar10")
@@ -114,28 +118,41 @@ def test_missing_batch_file(tmp_path):
   write_cifar(tmp_path)
   os.remove(tmp_path / "data_batch_3")
   path = tmp_path / "data_batch_3"
-  with pytest.raises(data.DataError, match=f"'{re.escape(str(path))}' does not exist.*test_batch") as e:
+  with pytest.raises(
+      data.DataError, match=f"'{re.escape(str(path))}' does not exist.*test_batch"
+  ) as e:
     data.load_cifar10(tmp_path)
   assert "\n" not in str(e.value)
 
 
 class _Evil:
+
   def __reduce__(self):
     return (os.system, ("echo pwned",))
 
 
-@pytest.mark.parametrize("content,message", [
-    (b"not a pickle at all", "not a readable python pickle"),
-    (pickle.dumps([1, 2, 3]), "holds a list; expected a dict"),
-    (pickle.dumps({b"data": np.zeros((3, 3072), np.uint8)}), "no b'labels' entry"),
-    (pickle.dumps({b"data": np.zeros((3, 100), np.uint8), b"labels": [0, 1, 2]}),
-     r"uint8\(3, 100\); expected uint8 \[N, 3072\]"),
-    (pickle.dumps({b"data": np.zeros((3, 3072), np.uint8), b"labels": [0, 1]}),
-     "expected 3 integers"),
-    (pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0, 10]}),
-     r"labels in \[0, 10\]; expected labels in \[0, 10\)"),
-    (pickle.dumps({b"data": _Evil(), b"labels": []}), "global posix.system is not allowed"),
-], ids=["garbage", "list", "no-labels", "shape", "count", "range", "code"])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        (b"not a pickle at all", "not a readable python pickle"),
+        (pickle.dumps([1, 2, 3]), "holds a list; expected a dict"),
+        (pickle.dumps({b"data": np.zeros((3, 3072), np.uint8)}), "no b'labels' entry"),
+        (
+            pickle.dumps({b"data": np.zeros((3, 100), np.uint8), b"labels": [0, 1, 2]}),
+            r"uint8\(3, 100\); expected uint8 \[N, 3072\]",
+        ),
+        (
+            pickle.dumps({b"data": np.zeros((3, 3072), np.uint8), b"labels": [0, 1]}),
+            "expected 3 integers",
+        ),
+        (
+            pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0, 10]}),
+            r"labels in \[0, 10\]; expected labels in \[0, 10\)",
+        ),
+        (pickle.dumps({b"data": _Evil(), b"labels": []}), "global posix.system is not allowed"),
+    ],
+    ids=["garbage", "list", "no-labels", "shape", "count", "range", "code"],
+)
 def test_malformed_batch_names_the_path(tmp_path, content, message):
   write_cifar(tmp_path)
   path = tmp_path / "test_batch"
@@ -161,8 +178,12 @@ def test_random_crop_is_a_window_of_the_right_size_and_deterministic():
   offsets = set()
   for w in range(2):
     for i in range(3):
-      found = [(r, q) for r in range(5) for q in range(5)
-               if np.array_equal(a[w, i], x[w, i, r:r + 28, q:q + 28])]
+      found = [
+          (r, q)
+          for r in range(5)
+          for q in range(5)
+          if np.array_equal(a[w, i], x[w, i, r : r + 28, q : q + 28])
+      ]
       assert len(found) == 1  # each crop is one 28x28 window of its own image
       offsets.add(found[0])
   assert len(offsets) > 1  # offsets drawn per image
@@ -188,8 +209,7 @@ def test_config_crop_and_data_dir_checks():
   with pytest.raises(ConfigError, match="mnist1d"):
     TrainConfig(crop_size=28).validate()
   # validate() does not touch the disk
-  TrainConfig(dataset="cifar10", data_dir="/no/such/dir", model="cifar",
-              crop_size=28).validate()
+  TrainConfig(dataset="cifar10", data_dir="/no/such/dir", model="cifar", crop_size=28).validate()
 
 
 # --------------------------------------------------------------------------
@@ -200,26 +220,45 @@ def test_config_crop_and_data_dir_checks():
 @pytest.fixture(scope="module")
 def cifar_params():
   """CifarNet's parameters for 28x28x3 inputs (one jitted init: eager init is slow)."""
-  return jax.jit(lambda k: models.init_params(models.CifarNet(), (28, 28, 3), k))(
-      jax.random.key(0))
+  return jax.jit(lambda k: models.init_params(models.CifarNet(), (28, 28, 3), k))(jax.random.key(0))
 
 
 def test_cifarnet_shapes_as_in_the_paper(cifar_params):
   # (3,28) C(64,24) P(64,12) C(128,8) P(128,4) C(64,2) D(256,1) S(10,1)
   model = models.make_model("cifar", num_classes=10)
   assert isinstance(model, models.CifarNet)
-  logits, state = jax.eval_shape(lambda p: model.apply(
-      {"params": p}, jnp.zeros((2, 28, 28, 3)), mutable=["intermediates"]), cifar_params)
+  logits, state = jax.eval_shape(
+      lambda p: model.apply({"params": p}, jnp.zeros((2, 28, 28, 3)), mutable=["intermediates"]),
+      cifar_params,
+  )
   shapes = {k: v[0].shape for k, v in state["intermediates"].items()}
-  assert shapes == {"conv1": (2, 24, 24, 64), "pool1": (2, 12, 12, 64),
-                    "conv2": (2, 8, 8, 128), "pool2": (2, 4, 4, 128),
-                    "conv3": (2, 2, 2, 64), "dense": (2, 256), "logits": (2, 10)}
+  assert shapes == {
+      "conv1": (2, 24, 24, 64),
+      "pool1": (2, 12, 12, 64),
+      "conv2": (2, 8, 8, 128),
+      "pool2": (2, 4, 4, 128),
+      "conv3": (2, 2, 2, 64),
+      "dense": (2, 256),
+      "logits": (2, 10),
+  }
   assert logits.shape == (2, 10) and logits.dtype == jnp.float32
   assert models.count_params(cifar_params) == (
-      5 * 5 * 3 * 64 + 64 + 5 * 5 * 64 * 128 + 128 + 3 * 3 * 128 * 64 + 64
-      + 256 * 256 + 256 + 256 * 10 + 10)
-  biases = [v for p, v in jax.tree_util.tree_leaves_with_path(cifar_params)
-            if jax.tree_util.keystr(p).endswith("['bias']")]
+      5 * 5 * 3 * 64
+      + 64
+      + 5 * 5 * 64 * 128
+      + 128
+      + 3 * 3 * 128 * 64
+      + 64
+      + 256 * 256
+      + 256
+      + 256 * 10
+      + 10
+  )
+  biases = [
+      v
+      for p, v in jax.tree_util.tree_leaves_with_path(cifar_params)
+      if jax.tree_util.keystr(p).endswith("['bias']")
+  ]
   assert len(biases) == 5 and all(not np.any(b) for b in biases)  # paper: biases 0
   with pytest.raises(models.ModelError, match="H, W >= 24"):
     jax.eval_shape(lambda k: models.init_params(model, (8, 8, 1), k), jax.random.key(0))
@@ -231,8 +270,7 @@ def test_cifarnet_dropout_only_in_train_mode(cifar_params):
   params = jax.tree_util.tree_map(lambda v: v, cifar_params)
   params["Dense_0"]["bias"] = jnp.ones_like(params["Dense_0"]["bias"])
   x = jax.random.normal(jax.random.key(1), (4, 28, 28, 3))
-  apply = jax.jit(lambda key: model.apply({"params": params}, x, train=True,
-                                          rngs={"dropout": key}))
+  apply = jax.jit(lambda key: model.apply({"params": params}, x, train=True, rngs={"dropout": key}))
   eval_a = model.apply({"params": params}, x)  # train=False: no rng needed
   np.testing.assert_array_equal(eval_a, model.apply({"params": params}, x, train=False))
   train_a, train_b = apply(jax.random.key(2)), apply(jax.random.key(3))
@@ -249,10 +287,21 @@ def test_cifarnet_dropout_only_in_train_mode(cifar_params):
 
 def test_tiny_run_on_the_fixture(tmp_path):
   write_cifar(tmp_path / "cifar")
-  config = TrainConfig(dataset="cifar10", data_dir=str(tmp_path / "cifar"), model="cifar",
-                       crop_size=28, num_workers=2, global_batch_size=4, num_epochs=1,
-                       learning_rate=0.01, weight_decay=1e-4, tau=2, beta=0.9,
-                       eval_batch_size=2, progress=False)
+  config = TrainConfig(
+      dataset="cifar10",
+      data_dir=str(tmp_path / "cifar"),
+      model="cifar",
+      crop_size=28,
+      num_workers=2,
+      global_batch_size=4,
+      num_epochs=1,
+      learning_rate=0.01,
+      weight_decay=1e-4,
+      tau=2,
+      beta=0.9,
+      eval_batch_size=2,
+      progress=False,
+  )
   summary = trainer.train_and_evaluate(config, tmp_path / "run")
   history = summary["history"]
   assert [r["epoch"] for r in history] == [0, 1]

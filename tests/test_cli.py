@@ -1,4 +1,5 @@
 """The command line: bad input gets one line naming the value, exit status 2."""
+
 import argparse
 import dataclasses
 import os
@@ -16,11 +17,15 @@ BAD_INPUTS = [
     (["--seed", "4294967296"], "seed must be an integer in [0, 4294967295]"),
     (["--alpha", "-0.1"], "alpha must be a finite real in [0, 1e+38], got -0.1"),
     (["--beta", "-1"], "beta must be a finite real in [0, 1e+38], got -1.0"),
-    (["--num-workers", "6", "--num-devices", "4"],
-     "num_workers=6 is not a multiple of num_devices=4"),
+    (
+        ["--num-workers", "6", "--num-devices", "4"],
+        "num_workers=6 is not a multiple of num_devices=4",
+    ),
     (["--num-workers", "64", "--num-devices", "64"], "num_devices=64 but only"),
-    (["--global-batch-size", "130", "--num-workers", "4"],
-     "global_batch_size=130 does not split over num_workers=4"),
+    (
+        ["--global-batch-size", "130", "--num-workers", "4"],
+        "global_batch_size=130 does not split over num_workers=4",
+    ),
     (["--dataset", "fashion_mnist", "--data-dir", "{empty}"], "{empty}"),
     (["--dataset", "cifar100"], "unknown dataset 'cifar100'; allowed: mnist1d"),
     (["--model", "resnet"], "unknown model 'resnet'; allowed: mlp, cnn"),
@@ -47,9 +52,13 @@ def test_bad_input_is_one_line_and_exit_2(flags, message, tmp_path, capsys):
 def test_cli_process_prints_no_traceback(tmp_path):
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   for flags in (["--tau", "0"], ["--dataset", "fashion_mnist", "--data-dir", str(tmp_path)]):
-    proc = subprocess.run([sys.executable, "-m", "easgd.cli", "train", "--workdir",
-                           str(tmp_path / "run"), *flags],
-                          capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "easgd.cli", "train", "--workdir", str(tmp_path / "run"), *flags],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stderr.startswith("easgd: error: ")
@@ -58,12 +67,25 @@ def test_cli_process_prints_no_traceback(tmp_path):
 
 def test_config_file_and_train_end_to_end(tmp_path, capsys):
   cfg = tmp_path / "cfg.py"
-  cfg.write_text("from easgd import TrainConfig\n"
-                 "def get_config():\n"
-                 "  return TrainConfig(dataset='digits', model='mlp', num_epochs=1,\n"
-                 "                     global_batch_size=64, progress=False)\n")
-  code = cli.main(["train", "--config", str(cfg), "--workdir", str(tmp_path / "r"),
-                   "--tau", "2", "--num-devices", "2"])
+  cfg.write_text(
+      "from easgd import TrainConfig\n"
+      "def get_config():\n"
+      "  return TrainConfig(dataset='digits', model='mlp', num_epochs=1,\n"
+      "                     global_batch_size=64, progress=False)\n"
+  )
+  code = cli.main(
+      [
+          "train",
+          "--config",
+          str(cfg),
+          "--workdir",
+          str(tmp_path / "r"),
+          "--tau",
+          "2",
+          "--num-devices",
+          "2",
+      ]
+  )
   assert code == 0
   out = capsys.readouterr().out
   assert '"tau": 2' in out and "2 device(s) x 2 vmapped" in out
@@ -76,8 +98,7 @@ def test_config_file_and_train_end_to_end(tmp_path, capsys):
 
 
 def test_missing_config_file(tmp_path, capsys):
-  assert cli.main(["train", "--config", str(tmp_path / "nope.py"),
-                   "--workdir", str(tmp_path)]) == 2
+  assert cli.main(["train", "--config", str(tmp_path / "nope.py"), "--workdir", str(tmp_path)]) == 2
   assert "config file" in capsys.readouterr().err
 
 
@@ -98,11 +119,11 @@ def test_broken_config_files_and_run_configs_are_one_line_errors(tmp_path, capsy
   assert err.count("\n") == 1 and "is not a readable run config" in err
 
 
-@pytest.mark.parametrize("command", [["train"], ["compare"], ["sweep"],
-                                     ["export", "--out", "x.msgpack"]])
+@pytest.mark.parametrize(
+    "command", [["train"], ["compare"], ["sweep"], ["export", "--out", "x.msgpack"]]
+)
 @pytest.mark.parametrize("workdir", ["", " "])
-def test_blank_workdir_is_refused_by_every_command(command, workdir, tmp_path, capsys,
-                                                   monkeypatch):
+def test_blank_workdir_is_refused_by_every_command(command, workdir, tmp_path, capsys, monkeypatch):
   monkeypatch.chdir(tmp_path)
   assert cli.main([command[0], "--workdir", workdir, *command[1:]]) == 2
   err = capsys.readouterr().err.strip()
@@ -137,12 +158,22 @@ def _toy_parser():
 def test_flags_from_a_dataclass_override_only_what_is_given():
   parse = lambda *a: overrides(_toy_parser().parse_args(list(a)), _Toy)
   assert parse() == {}
-  assert parse("--steps", "3", "--rate", "0.25", "--name", "b", "--no-plots",
-               "--limit", "none", "--taus", "1,2,8", "--rates", "0.1, 0.2") == dict(
-      steps=3, rate=0.25, name="b", plots=False, limit=None, taus=(1, 2, 8),
-      rates=(0.1, 0.2))
-  assert parse("--plots", "--limit", "7", "--taus", "") == dict(plots=True, limit=7,
-                                                                 taus=())
+  assert parse(
+      "--steps",
+      "3",
+      "--rate",
+      "0.25",
+      "--name",
+      "b",
+      "--no-plots",
+      "--limit",
+      "none",
+      "--taus",
+      "1,2,8",
+      "--rates",
+      "0.1, 0.2",
+  ) == dict(steps=3, rate=0.25, name="b", plots=False, limit=None, taus=(1, 2, 8), rates=(0.1, 0.2))
+  assert parse("--plots", "--limit", "7", "--taus", "") == dict(plots=True, limit=7, taus=())
   assert _Toy(**parse("--steps", "3")) == _Toy(steps=3)
   text = _toy_parser().format_help()
   assert "steps to run (default: 10)" in text and "--no-plots" in text
@@ -150,13 +181,16 @@ def test_flags_from_a_dataclass_override_only_what_is_given():
   assert "periods (default: 1,4)" in text and "(default: none)" in text
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--steps", "x"], "argument --steps: invalid int value: 'x'"),
-    (["--taus", "1,x"], "argument --taus: invalid int_list value: '1,x'"),
-    (["--limit", "y"], "argument --limit: invalid int value: 'y'"),
-    (["--name", "c"], "argument --name: invalid choice: 'c'"),
-    (["--plain", "z"], "unrecognized arguments: --plain z"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--steps", "x"], "argument --steps: invalid int value: 'x'"),
+        (["--taus", "1,x"], "argument --taus: invalid int_list value: '1,x'"),
+        (["--limit", "y"], "argument --limit: invalid int value: 'y'"),
+        (["--name", "c"], "argument --name: invalid choice: 'c'"),
+        (["--plain", "z"], "unrecognized arguments: --plain z"),
+    ],
+)
 def test_flags_refuse_bad_values_in_one_line(argv, message, capsys):
   with pytest.raises(SystemExit) as exit_info:
     _toy_parser().parse_args(argv)
@@ -168,6 +202,7 @@ def test_flags_refuse_annotations_they_cannot_parse():
   @dataclasses.dataclass(frozen=True)
   class Bad:
     pair: tuple[int, int] = (1, 2)
+
   with pytest.raises(TypeError, match="tuple"):
     add_flags(argparse.ArgumentParser(), Bad)
   with pytest.raises(TypeError, match="needs a dataclass"):

@@ -9,6 +9,7 @@ sums in another order than the in-process all-reduce; observed differences are
 ~3e-8). Killing a process mid-run must stop the other with an error in bounded
 time; so must a peer that never starts (``--startup-timeout``).
 """
+
 import json
 import os
 import re
@@ -31,13 +32,39 @@ from easgd.training.config import TrainConfig
 pytestmark = pytest.mark.slow  # every test here starts processes
 
 STEPS = 20
-CONFIG = TrainConfig(dataset="digits", model="mlp", num_workers=4, global_batch_size=64,
-                     num_epochs=1, learning_rate=0.1, tau=4, beta=0.9,
-                     eval_batch_size=64, progress=False)
-FLAGS = ["--dataset", "digits", "--model", "mlp", "--num-workers", "4",
-         "--global-batch-size", "64", "--learning-rate", "0.1", "--tau", "4",
-         "--beta", "0.9", "--eval-batch-size", "64", "--no-progress",
-         "--mapping-backend", "shard_map"]
+CONFIG = TrainConfig(
+    dataset="digits",
+    model="mlp",
+    num_workers=4,
+    global_batch_size=64,
+    num_epochs=1,
+    learning_rate=0.1,
+    tau=4,
+    beta=0.9,
+    eval_batch_size=64,
+    progress=False,
+)
+FLAGS = [
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--num-workers",
+    "4",
+    "--global-batch-size",
+    "64",
+    "--learning-rate",
+    "0.1",
+    "--tau",
+    "4",
+    "--beta",
+    "0.9",
+    "--eval-batch-size",
+    "64",
+    "--no-progress",
+    "--mapping-backend",
+    "shard_map",
+]
 
 
 def free_port() -> int:
@@ -48,8 +75,11 @@ def free_port() -> int:
 
 def process_env():
   env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
-  env.update(XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu",
-             PYTHONUNBUFFERED="1")
+  env.update(
+      XLA_FLAGS="--xla_force_host_platform_device_count=2",
+      JAX_PLATFORMS="cpu",
+      PYTHONUNBUFFERED="1",
+  )
   return env
 
 
@@ -60,12 +90,34 @@ def launch(workdir: Path, extra, peer_timeout=30, heartbeat_timeout=60):
   procs = []
   for i in range(2):
     log = open(workdir.parent / f"{workdir.name}.p{i}.log", "w")
-    procs.append(subprocess.Popen(
-        [sys.executable, "-m", "easgd.cli", "train", "--workdir", str(workdir),
-         "--coordinator-address", f"127.0.0.1:{port}", "--num-processes", "2",
-         "--process-id", str(i), "--peer-timeout", str(peer_timeout),
-         "--heartbeat-timeout", str(heartbeat_timeout), *FLAGS, *extra],
-        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).parent.parent))
+    procs.append(
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "easgd.cli",
+                "train",
+                "--workdir",
+                str(workdir),
+                "--coordinator-address",
+                f"127.0.0.1:{port}",
+                "--num-processes",
+                "2",
+                "--process-id",
+                str(i),
+                "--peer-timeout",
+                str(peer_timeout),
+                "--heartbeat-timeout",
+                str(heartbeat_timeout),
+                *FLAGS,
+                *extra,
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=Path(__file__).parent.parent,
+        )
+    )
   return procs
 
 
@@ -88,8 +140,11 @@ def test_two_processes_equal_one_process_with_four_devices(tmp_path, algorithm):
   multi = tmp_path / "multi"
   procs = launch(multi, ["--algorithm", algorithm, "--stop-after-steps", str(STEPS)])
   # meanwhile, the reference: 1 process x 4 devices (pmap), in this process
-  ref = trainer.train_and_evaluate(CONFIG.replace(algorithm=algorithm, num_devices=4),
-                                   tmp_path / "single", stop_after_steps=STEPS)
+  ref = trainer.train_and_evaluate(
+      CONFIG.replace(algorithm=algorithm, num_devices=4),
+      tmp_path / "single",
+      stop_after_steps=STEPS,
+  )
   codes = wait_all(procs, timeout=240)
   assert codes == [0, 0], log_text(multi, 0)[-3000:] + log_text(multi, 1)[-3000:]
   out = [json.loads(log_text(multi, i).strip().splitlines()[-1]) for i in range(2)]
@@ -103,15 +158,22 @@ def test_two_processes_equal_one_process_with_four_devices(tmp_path, algorithm):
   assert summary["final"]["test_accuracy"] == ref["final"]["test_accuracy"]
   # process 0 alone wrote the files (no temporary files of another process left)
   assert sorted(p.name for p in multi.iterdir()) == [
-      "checkpoints", "config.json", "metrics.jsonl", "summary.json"]
+      "checkpoints",
+      "config.json",
+      "metrics.jsonl",
+      "summary.json",
+  ]
   got, want = (checkpoint.Checkpointer(d).restore() for d in (multi, tmp_path / "single"))
   assert int(got["step"]) == int(want["step"]) == STEPS
   for key in ("center", "worker", "shared", "epoch_losses"):
     for a, b in zip(jax.tree.leaves(got[key]), jax.tree.leaves(want[key]), strict=True):
       np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=key)
-  moved = [np.max(np.abs(a - b)) for a, b in zip(
-      jax.tree.leaves(got["center"]),
-      jax.tree.leaves(trainer.Run(CONFIG).init_params))]
+  moved = [
+      np.max(np.abs(a - b))
+      for a, b in zip(
+          jax.tree.leaves(got["center"]), jax.tree.leaves(trainer.Run(CONFIG).init_params)
+      )
+  ]
   assert max(moved) > 1e-3  # 20 steps moved the center: the comparison is not vacuous
 
 
@@ -144,8 +206,10 @@ def test_killing_a_process_stops_the_other_with_an_error(tmp_path, victim):
   else:
     # process 0 hosts the coordination service: JAX's client terminates the
     # survivor itself as soon as the service is gone (SIGABRT), naming it
-    assert ("easgd: error: process 1 of 2 lost the coordination service" in text
-            or "leader task was preempted/died" in text), text[-3000:]
+    assert (
+        "easgd: error: process 1 of 2 lost the coordination service" in text
+        or "leader task was preempted/died" in text
+    ), text[-3000:]
 
 
 # -- start-up: processes that never join ---------------------------------------
@@ -159,12 +223,29 @@ STARTUP_TIMEOUT = 3  # seconds; the start-up guard fires after this
 def start_process(tmp_path, process_id, port, num_processes=2):
   """``easgd train`` as one process of a run whose other processes are absent."""
   return subprocess.Popen(
-      [sys.executable, "-m", "easgd.cli", "train", "--workdir",
-       str(tmp_path / f"run{process_id}"), "--coordinator-address", f"127.0.0.1:{port}",
-       "--num-processes", str(num_processes), "--process-id", str(process_id),
-       "--startup-timeout", str(STARTUP_TIMEOUT), *FLAGS],
-      env=process_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-      cwd=Path(__file__).parent.parent)
+      [
+          sys.executable,
+          "-m",
+          "easgd.cli",
+          "train",
+          "--workdir",
+          str(tmp_path / f"run{process_id}"),
+          "--coordinator-address",
+          f"127.0.0.1:{port}",
+          "--num-processes",
+          str(num_processes),
+          "--process-id",
+          str(process_id),
+          "--startup-timeout",
+          str(STARTUP_TIMEOUT),
+          *FLAGS,
+      ],
+      env=process_env(),
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+      cwd=Path(__file__).parent.parent,
+  )
 
 
 def finish(proc, timeout=60):
@@ -185,10 +266,17 @@ def assert_one_line_error(code, err, expected):
   assert "stack trace" not in err and not re.search(r"^[FEW]\d{4} ", err, re.M), err[-3000:]
 
 
-@pytest.mark.parametrize("process_id,expected", [
-    (0, "process 1 of 2 did not join the run within 3 s (--startup-timeout)"),
-    (1, "process 1 of 2 could not reach the coordinator (process 0) at 127.0.0.1:{port} "
-        "within 3 s (--startup-timeout)")])
+@pytest.mark.parametrize(
+    "process_id,expected",
+    [
+        (0, "process 1 of 2 did not join the run within 3 s (--startup-timeout)"),
+        (
+            1,
+            "process 1 of 2 could not reach the coordinator (process 0) at 127.0.0.1:{port} "
+            "within 3 s (--startup-timeout)",
+        ),
+    ],
+)
 def test_a_process_alone_stops_naming_the_missing_one(tmp_path, process_id, expected):
   port = free_port()
   code, err = finish(start_process(tmp_path, process_id, port))
@@ -203,8 +291,12 @@ def test_two_of_three_processes_both_stop_naming_the_third(tmp_path):
   procs = [start_process(tmp_path, i, port, num_processes=3) for i in (0, 1)]
   (code0, err0), (code1, err1) = (finish(p) for p in procs)
   assert_one_line_error(code0, err0, "one or more of processes 1, 2 of 3 did not join")
-  assert_one_line_error(code1, err1, f"process 1 of 3 reached the coordinator (process 0) "
-                                     f"at 127.0.0.1:{port} but the run did not start")
+  assert_one_line_error(
+      code1,
+      err1,
+      f"process 1 of 3 reached the coordinator (process 0) "
+      f"at 127.0.0.1:{port} but the run did not start",
+  )
   assert "process 2 of 3 did not join" in err1
 
 
@@ -214,8 +306,9 @@ def test_a_taken_coordinator_port_is_a_one_line_error(tmp_path):
     taken.listen()
     port = taken.getsockname()[1]
     code, err = finish(start_process(tmp_path, 0, port))
-  assert_one_line_error(code, err, f"process 0 of 2 cannot start the coordination "
-                                   f"service: port {port}")
+  assert_one_line_error(
+      code, err, f"process 0 of 2 cannot start the coordination " f"service: port {port}"
+  )
 
 
 def test_startup_guard_names_the_processes_that_may_be_missing():
@@ -224,25 +317,30 @@ def test_startup_guard_names_the_processes_that_may_be_missing():
     coordinator.bind(("127.0.0.1", 0))
     coordinator.listen()
     up = f"127.0.0.1:{coordinator.getsockname()[1]}"
-    guard = distributed.StartupGuard(distributed.ProcessSetup(up, 4, 2), timeout_s=0.3,
-                                     poll_s=0.05, on_timeout=reports.append)
+    guard = distributed.StartupGuard(
+        distributed.ProcessSetup(up, 4, 2), timeout_s=0.3, poll_s=0.05, on_timeout=reports.append
+    )
     guard.start()
     guard._thread.join(10)
   assert guard.fired and not guard.cancel()
   assert reports == [
       f"process 2 of 4 reached the coordinator (process 0) at {up} but the run did not "
       f"start within 0.3 s (--startup-timeout): one or more of processes 1, 3 of 4 did "
-      f"not join, or another process already uses --process-id 2"]
+      f"not join, or another process already uses --process-id 2"
+  ]
   down = f"127.0.0.1:{free_port()}"
-  guard = distributed.StartupGuard(distributed.ProcessSetup(down, 4, 0), timeout_s=0.3,
-                                   poll_s=0.05, on_timeout=reports.append)
+  guard = distributed.StartupGuard(
+      distributed.ProcessSetup(down, 4, 0), timeout_s=0.3, poll_s=0.05, on_timeout=reports.append
+  )
   guard.start()
   guard._thread.join(10)
-  assert reports[1].startswith(f"process 0 of 4 could not reach its own coordination "
-                               f"service at {down}")
+  assert reports[1].startswith(
+      f"process 0 of 4 could not reach its own coordination " f"service at {down}"
+  )
   # cancelled in time (start-up done): it never reports
-  guard = distributed.StartupGuard(distributed.ProcessSetup(down, 2, 1), timeout_s=0.3,
-                                   poll_s=0.05, on_timeout=reports.append)
+  guard = distributed.StartupGuard(
+      distributed.ProcessSetup(down, 2, 1), timeout_s=0.3, poll_s=0.05, on_timeout=reports.append
+  )
   guard.start()
   assert guard.cancel()
   guard._thread.join(10)
@@ -251,11 +349,15 @@ def test_startup_guard_names_the_processes_that_may_be_missing():
 
 # -- settings and watchdog, without processes --------------------------------
 
+
 def test_resolve_reads_flags_then_environment():
   assert distributed.resolve(env={}) is None
   assert distributed.resolve(num_processes=1, env={}) is None
-  env = {"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234", "JAX_NUM_PROCESSES": "4",
-         "JAX_PROCESS_ID": "3"}
+  env = {
+      "JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234",
+      "JAX_NUM_PROCESSES": "4",
+      "JAX_PROCESS_ID": "3",
+  }
   s = distributed.resolve(env=env)
   assert (s.coordinator_address, s.num_processes, s.process_id) == ("10.0.0.1:1234", 4, 3)
   s = distributed.resolve("h:1", 2, 0, env=env, peer_timeout_s=5, heartbeat_timeout_s=20.4)
@@ -276,8 +378,10 @@ def test_resolve_reads_flags_then_environment():
   s = distributed.resolve("h:1", 2, 0, env={}, initialization_timeout_s=2.5)
   assert s.initialization_timeout_s == 2.5
   for bad in (0, -1, float("inf"), float("nan")):
-    with pytest.raises(distributed.DistributedError,
-                       match="initialization_timeout_s \\(--startup-timeout, seconds\\)"):
+    with pytest.raises(
+        distributed.DistributedError,
+        match="initialization_timeout_s \\(--startup-timeout, seconds\\)",
+    ):
       distributed.resolve("h:1", 2, 0, env={}, initialization_timeout_s=bad)
   with pytest.raises(distributed.DistributedError, match="port in \\[1, 65535\\]"):
     distributed.resolve("h:70000", 2, 0, env={})
@@ -302,8 +406,10 @@ class FakeKV:
 
 def test_watchdog_names_the_silent_peer_and_ignores_finished_ones():
   kv, reports = FakeKV(), []
-  dogs = [distributed.Watchdog(kv, i, 3, peer_timeout_s=0.6, interval_s=0.05,
-                               on_lost=reports.append) for i in range(3)]
+  dogs = [
+      distributed.Watchdog(kv, i, 3, peer_timeout_s=0.6, interval_s=0.05, on_lost=reports.append)
+      for i in range(3)
+  ]
   for d in dogs:
     d.start()
   time.sleep(0.3)
@@ -318,17 +424,52 @@ def test_watchdog_names_the_silent_peer_and_ignores_finished_ones():
 
 def test_cli_rejects_incomplete_process_flags(tmp_path, capsys):
   from easgd import cli
-  assert cli.main(["train", "--workdir", str(tmp_path), "--num-processes", "2",
-                   "--process-id", "1"]) == 2
+
+  assert (
+      cli.main(["train", "--workdir", str(tmp_path), "--num-processes", "2", "--process-id", "1"])
+      == 2
+  )
   err = capsys.readouterr().err
-  assert err.startswith("easgd: error: a multi-process run needs "
-                        "--coordinator-address/JAX_COORDINATOR_ADDRESS")
-  assert cli.main(["train", "--workdir", str(tmp_path), "--coordinator-address",
-                   "127.0.0.1:1", "--num-processes", "2", "--process-id", "2"]) == 2
+  assert err.startswith(
+      "easgd: error: a multi-process run needs " "--coordinator-address/JAX_COORDINATOR_ADDRESS"
+  )
+  assert (
+      cli.main(
+          [
+              "train",
+              "--workdir",
+              str(tmp_path),
+              "--coordinator-address",
+              "127.0.0.1:1",
+              "--num-processes",
+              "2",
+              "--process-id",
+              "2",
+          ]
+      )
+      == 2
+  )
   assert "process id 2 is outside [0, 2)" in capsys.readouterr().err
-  assert cli.main(["train", "--workdir", str(tmp_path), "--coordinator-address",
-                   "127.0.0.1:1", "--num-processes", "2", "--process-id", "1",
-                   "--startup-timeout", "0"]) == 2
-  assert ("initialization_timeout_s (--startup-timeout, seconds) must be a finite real "
-          "in (0, inf), got 0.0") in capsys.readouterr().err
+  assert (
+      cli.main(
+          [
+              "train",
+              "--workdir",
+              str(tmp_path),
+              "--coordinator-address",
+              "127.0.0.1:1",
+              "--num-processes",
+              "2",
+              "--process-id",
+              "1",
+              "--startup-timeout",
+              "0",
+          ]
+      )
+      == 2
+  )
+  assert (
+      "initialization_timeout_s (--startup-timeout, seconds) must be a finite real "
+      "in (0, inf), got 0.0"
+  ) in capsys.readouterr().err
   assert not any(tmp_path.iterdir())  # nothing written

@@ -7,6 +7,7 @@ and the method's published rule: Algorithm 1/2 for EASGD/EAMSGD, the authors'
 ``optim-downpour.lua`` for DOWNPOUR, Section 5 of the paper for MDOWNPOUR)
 reproduces the device's center after every slot and every worker at the end.
 """
+
 import functools
 import json
 
@@ -41,7 +42,7 @@ def replay(records, kind, xs, ys, final_clocks):
   """
   p = xs.shape[1]
   x = [THETA0.copy() for _ in range(p)]
-  v = [np.zeros(4) for _ in range(p)]    # EAMSGD velocity
+  v = [np.zeros(4) for _ in range(p)]  # EAMSGD velocity
   acc = [np.zeros(4) for _ in range(p)]  # DOWNPOUR accumulated update
   clock = [0] * p
   centers = [THETA0.copy()]
@@ -89,8 +90,9 @@ def replay(records, kind, xs, ys, final_clocks):
   return np.stack(centers), np.stack(x)
 
 
-@pytest.mark.parametrize("name,tau", [("async_easgd", 1), ("async_eamsgd", 3),
-                                      ("downpour", 3), ("mdownpour", 1)])
+@pytest.mark.parametrize(
+    "name,tau", [("async_easgd", 1), ("async_eamsgd", 3), ("downpour", 3), ("mdownpour", 1)]
+)
 def test_a_float64_replay_from_the_log_reproduces_the_device_run(name, tau, tmp_path):
   p = 4
   schedule = async_schedule.exchange_schedule(p, "random", (1, 3, 2, 2), staleness=1)
@@ -108,8 +110,7 @@ def test_a_float64_replay_from_the_log_reproduces_the_device_run(name, tau, tmp_
   else:
     algo = baselines.mdownpour(loss_fn, momentum=DELTA[name], **kw)
   with jax.enable_x64(True):
-    init = {"w": jnp.asarray(THETA0[:3], jnp.float64),
-            "b": jnp.asarray(THETA0[3], jnp.float64)}
+    init = {"w": jnp.asarray(THETA0[:3], jnp.float64), "b": jnp.asarray(THETA0[3], jnp.float64)}
     wt, ct, worker, shared = linear_problem.trajectory(algo, xs, ys, 2, KEY, init)
   path = tmp_path / "exchanges.jsonl"
   count = async_log.write_exchange_log(path, algo, KEY, num_steps)
@@ -118,7 +119,8 @@ def test_a_float64_replay_from_the_log_reproduces_the_device_run(name, tau, tmp_
   assert len({r["worker"] for r in records}) == p
   slots = [r["slot"] for r in records]
   assert slots == sorted(slots) and [r["time"] for r in records] == sorted(
-      r["time"] for r in records)
+      r["time"] for r in records
+  )
   final_clocks = workers.merge_workers(worker.clock).tolist()
   centers, final_x = replay(records, name, xs, ys, final_clocks)
   served_by = np.searchsorted(slots, np.arange(num_steps), side="right")
@@ -133,26 +135,37 @@ def test_exchange_log_fields_and_errors():
   # after local steps 0, 2, 4, ... at the step's end. Worker 0's steps end at
   # ticks 1, 2, 3 (slots 1, 3, 5), worker 1's at 0.5, 1, 1.5, ... (slots 0..5).
   schedule = async_schedule.exchange_schedule(2, worker_speeds=(1, 2), staleness=1)
-  algo = baselines.downpour(loss_fn, num_workers=2, tau=2, learning_rate=0.1,
-                            schedule=schedule)
+  algo = baselines.downpour(loss_fn, num_workers=2, tau=2, learning_rate=0.1, schedule=schedule)
   log = async_log.exchange_log(algo, KEY, 6)
   assert log.dtype == async_log.EXCHANGE_RECORD
   assert [(r["slot"], r["worker"], r["local_step"], r["time"]) for r in log] == [
-      (0, 1, 0, 0.5), (1, 0, 0, 1.0), (2, 1, 2, 1.5), (4, 1, 4, 2.5), (5, 0, 2, 3.0)]
+      (0, 1, 0, 0.5),
+      (1, 0, 0, 1.0),
+      (2, 1, 2, 1.5),
+      (4, 1, 4, 2.5),
+      (5, 0, 2, 3.0),
+  ]
   assert log["version"].tolist() == [0, 1, 2, 3, 4]
   assert log["read_version"].tolist() == [0, 1, 2, 3, 4]  # fetch after own push, 1 late
   assert log["tick"].tolist() == [0, 0, 1, 2, 2]
   assert len(async_log.exchange_log(algo, KEY, 0)) == 0
-  easgd = asynchronous.async_easgd(loss_fn, num_workers=2, tau=2, alpha=0.1,
-                                   learning_rate=0.1, schedule=schedule)
+  easgd = asynchronous.async_easgd(
+      loss_fn, num_workers=2, tau=2, alpha=0.1, learning_rate=0.1, schedule=schedule
+  )
   # at the step's start, clocks 0, 2, ...: worker 0 starts at ticks 0, 1, 2
   # (slots 0, 2, 4), worker 1 at 0, 0.5, 1, ... (slots 0..5); ties in tick order
   log = async_log.exchange_log(easgd, KEY, 6)
   assert [(r["slot"], r["worker"], r["local_step"]) for r in log] == [
-      (0, 0, 0), (0, 1, 0), (2, 1, 2), (4, 0, 2), (4, 1, 4)]
+      (0, 0, 0),
+      (0, 1, 0),
+      (2, 1, 2),
+      (4, 0, 2),
+      (4, 1, 4),
+  ]
   assert log["read_version"].tolist() == [0, 0, 1, 2, 3]  # before its update, 1 late
   with pytest.raises(ValueError, match="no simulated exchange schedule"):
-    async_log.exchange_log(algorithms.easgd(loss_fn, num_workers=2, tau=2, alpha=0.1,
-                                               learning_rate=0.1), KEY, 6)
+    async_log.exchange_log(
+        algorithms.easgd(loss_fn, num_workers=2, tau=2, alpha=0.1, learning_rate=0.1), KEY, 6
+    )
   with pytest.raises(ValueError, match="num_steps"):
     async_log.exchange_log(algo, KEY, -1)

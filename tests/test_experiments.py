@@ -3,6 +3,7 @@
 validate() never touches the disk, so configs whose data directory is absent
 here (CIFAR-10) must validate too; nothing is skipped.
 """
+
 import ast
 import runpy
 from pathlib import Path
@@ -19,8 +20,7 @@ EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
 def defines_get_config(path: Path) -> bool:
   """A top-level ``def get_config`` (read with ast: scripts are not executed)."""
   tree = ast.parse(path.read_text(), filename=str(path))
-  return any(isinstance(node, ast.FunctionDef) and node.name == "get_config"
-             for node in tree.body)
+  return any(isinstance(node, ast.FunctionDef) and node.name == "get_config" for node in tree.body)
 
 
 CONFIG_FILES = sorted(p for p in EXPERIMENTS.glob("*.py") if defines_get_config(p))
@@ -39,8 +39,9 @@ def test_config_file_validates(path, monkeypatch):
   assert config.validate() is config
 
 
-@pytest.mark.parametrize("path", [p for p in CONFIG_FILES if "def get_grid" in p.read_text()],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", [p for p in CONFIG_FILES if "def get_grid" in p.read_text()], ids=lambda p: p.name
+)
 def test_every_config_of_a_grid_validates(path, monkeypatch):
   monkeypatch.delenv("CIFAR10_DIR", raising=False)
   grid = runpy.run_path(str(path))["get_grid"]()

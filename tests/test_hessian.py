@@ -5,6 +5,7 @@ Hessian (``jax.hessian`` on the flat parameter vector). The products run in
 float32, so estimates agree to a few float32 ulps; tolerances are set at the
 measured error (noted at each assertion).
 """
+
 import numpy as np
 import jax
 import jax.numpy as jnp
@@ -54,8 +55,7 @@ def test_dominant_negative_eigenvalue_gives_largest_algebraic():
     np.testing.assert_allclose(r.eigenvalue, 2.0, rtol=1e-7)  # measured <= 2.4e-8
   # The same on the dense path (n = 3).
   d = jnp.array([-5.0, 1.0, 2.0])
-  r = hessian.top_hessian_eigenvalue(lambda v: 0.5 * v @ (d * v), jnp.ones(3),
-                                     jax.random.key(1))
+  r = hessian.top_hessian_eigenvalue(lambda v: 0.5 * v @ (d * v), jnp.ones(3), jax.random.key(1))
   assert r.method == "dense" and r.converged and r.eigenvalue == pytest.approx(2.0, abs=1e-12)
   np.testing.assert_allclose(np.abs(np.asarray(r.eigenvector)), [0, 0, 1], atol=1e-12)
   # A linear loss, H = 0: lambda_max = 0 exactly on both paths (ARPACK alone
@@ -141,8 +141,9 @@ def test_sweep_curvature_matches_dense_and_refuses_uncertified_estimates():
 def test_refuses_traced_params_bad_settings_and_non_finite_products():
   loss = lambda v: v @ v
   with pytest.raises(ValueError, match="cannot be traced; call it outside jax.jit"):
-    jax.jit(lambda q: hessian.top_hessian_eigenvalue(loss, q, jax.random.key(0)).eigenvalue
-            )(jnp.ones(30))
+    jax.jit(lambda q: hessian.top_hessian_eigenvalue(loss, q, jax.random.key(0)).eigenvalue)(
+        jnp.ones(30)
+    )
   with pytest.raises(ValueError, match="num_iterations must be an integer >= 1, got 0"):
     hessian.top_hessian_eigenvalue(loss, jnp.ones(2), jax.random.key(0), 0)
   with pytest.raises(ValueError, match=r"tol must be a finite real in \(0, inf\), got 0"):
@@ -150,5 +151,6 @@ def test_refuses_traced_params_bad_settings_and_non_finite_products():
   # exp(100 x) overflows float32 at x = 10: no eigenvalue, loudly
   for n in (3, 30):
     with pytest.raises(ValueError, match="Hessian-vector product at params is not finite"):
-      hessian.top_hessian_eigenvalue(lambda v: jnp.sum(jnp.exp(100.0 * v)),
-                                     jnp.full(n, 10.0), jax.random.key(0))
+      hessian.top_hessian_eigenvalue(
+          lambda v: jnp.sum(jnp.exp(100.0 * v)), jnp.full(n, 10.0), jax.random.key(0)
+      )

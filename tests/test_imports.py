@@ -5,6 +5,7 @@ bad value refused with exit 2) must not pay for the numerical stack: the
 config's allowed values come from JAX-free name modules and the algorithm
 table imports its factories only when a run builds one.
 """
+
 import subprocess
 import sys
 from pathlib import Path
@@ -27,10 +28,10 @@ assert not heavy, f"import {module} imported {{heavy}}"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("module", ["easgd.training.config", "easgd._util.flags",
-                                    "easgd.methods.registry"])
+@pytest.mark.parametrize(
+    "module", ["easgd.training.config", "easgd._util.flags", "easgd.methods.registry"]
+)
 def test_the_config_imports_no_numerical_stack(module):
   code = PROBE.format(root=str(ROOT), module=module, heavy=HEAVY)
-  done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                        cwd=ROOT)
+  done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
   assert done.returncode == 0, done.stderr.strip().splitlines()[-1]

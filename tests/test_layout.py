@@ -18,6 +18,7 @@ Layers, bottom to top, one subpackage of ``easgd/`` each (README, "Architecture"
 A module may import modules of its own package or of a package below, never above,
 including imports inside functions; no module sits outside a layer.
 """
+
 import ast
 from pathlib import Path
 
@@ -26,8 +27,19 @@ import pytest
 from easgd.methods import registry
 
 PACKAGE = Path(__file__).resolve().parents[1] / "easgd"
-LAYERS = ("_util", "core", "asynchrony", "methods", "analysis", "parallel", "runtimes",
-          "training", "sweeps", "protocol", "")
+LAYERS = (
+    "_util",
+    "core",
+    "asynchrony",
+    "methods",
+    "analysis",
+    "parallel",
+    "runtimes",
+    "training",
+    "sweeps",
+    "protocol",
+    "",
+)
 """The subpackages bottom up; "" is the top (``cli.py``, ``__init__.py``)."""
 
 

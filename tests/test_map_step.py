@@ -13,6 +13,7 @@ bit: |a - b| <= 2.4e-7 over 8 steps (measured, JAX 0.10.2 CPU, this MLP: EASGD
 1.19e-7, one ulp at 1; EAMSGD, local SGD and DiLoCo bit for bit equal here,
 though with other models their fusions differ too).
 """
+
 import jax
 import numpy as np
 import optax
@@ -31,8 +32,14 @@ def make(name, loss_fn):
   if name == "easgd":
     return algorithms.easgd(loss_fn, sgd, num_workers=4, tau=TAU, beta=0.9)
   if name == "easgd_reset":  # reset_opt_state: the reset is also fixed by the host
-    return algorithms.easgd(loss_fn, optax.sgd(0.2, momentum=0.9), num_workers=4,
-                            tau=TAU, beta=0.9, reset_opt_state=True)
+    return algorithms.easgd(
+        loss_fn,
+        optax.sgd(0.2, momentum=0.9),
+        num_workers=4,
+        tau=TAU,
+        beta=0.9,
+        reset_opt_state=True,
+    )
   if name == "eamsgd":
     return algorithms.eamsgd(loss_fn, sgd, num_workers=4, tau=TAU, beta=0.9, momentum=0.9)
   if name == "local_sgd":
@@ -75,9 +82,10 @@ def test_two_host_scheduled_programs_give_the_values_of_the_conditional_step(nam
   assert not np.array_equal(jax.tree.leaves(algo.center(b[-1][1]))[0][0], center0)
 
 
-@pytest.mark.parametrize("name,exchanges", [
-    ("easgd", [0, 3, 6]), ("eamsgd", [0, 3, 6]),
-    ("local_sgd", [2, 5]), ("diloco", [2, 5])])
+@pytest.mark.parametrize(
+    "name,exchanges",
+    [("easgd", [0, 3, 6]), ("eamsgd", [0, 3, 6]), ("local_sgd", [2, 5]), ("diloco", [2, 5])],
+)
 def test_host_schedule_names_the_steps_where_the_device_clock_exchanges(name, exchanges):
   _, loss_fn = mlp_setup()
   algo = make(name, loss_fn)
@@ -93,8 +101,10 @@ def test_only_the_exchange_program_all_reduces_and_neither_has_a_conditional():
   xs, ys = random_batches(1, 4, 4)
   batch = workers.split_workers((xs[0], ys[0]), layout)
   step = workers.map_step(algo, layout)
-  text = {flag: f.lower(worker, shared, batch, jax.random.key(0)).compile().as_text()
-          for flag, f in step.programs.items()}
+  text = {
+      flag: f.lower(worker, shared, batch, jax.random.key(0)).compile().as_text()
+      for flag, f in step.programs.items()
+  }
   count = lambda t, op: sum(1 for line in t.splitlines() if f" {op}(" in line)
   assert count(text[False], "all-reduce") == 0
   assert count(text[True], "all-reduce") >= 1
@@ -113,6 +123,7 @@ def test_algorithms_without_a_schedule_run_their_one_program():
 def _all_reduce_bytes(hlo_text):
   """(count, result bytes) of the all-reduce ops of a compiled program."""
   import re
+
   sizes = {"f32": 4, "s32": 4, "u32": 4, "f16": 2, "bf16": 2, "f64": 8}
   count = total = 0
   for line in hlo_text.splitlines():
@@ -125,14 +136,18 @@ def _all_reduce_bytes(hlo_text):
   return count, total
 
 
-SYNCHRONOUS = [n for n, s in __import__("easgd.methods.registry").methods.registry.TABLE.items()
-               if not s.asynchronous]
+SYNCHRONOUS = [
+    n
+    for n, s in __import__("easgd.methods.registry").methods.registry.TABLE.items()
+    if not s.asynchronous
+]
 
 
 @pytest.mark.parametrize("num_workers,num_devices", [(1, 1), (2, 2), (4, 2), (4, 1)])
 @pytest.mark.parametrize("name", SYNCHRONOUS)
 def test_the_programs_the_trainer_runs_communicate_what_the_accounting_counts(
-    name, num_workers, num_devices):
+    name, num_workers, num_devices
+):
   """Summed over N = 8 tau steps, the all-reduces of the compiled programs that
   map_step runs equal Algorithm.communication, for every synchronous algorithm of
   the table at every p (per device = per worker: the vmapped workers' sum is
@@ -141,6 +156,7 @@ def test_the_programs_the_trainer_runs_communicate_what_the_accounting_counts(
   from easgd.training import models, optimizers
   from easgd.methods import registry
   from easgd.training.config import TrainConfig
+
   params, loss_fn = mlp_setup()
   cfg, _ = TrainConfig(num_workers=num_workers, tau=TAU).for_algorithm(name)
   cfg = cfg.validate()
@@ -150,8 +166,10 @@ def test_the_programs_the_trainer_runs_communicate_what_the_accounting_counts(
   xs, ys = random_batches(1, num_workers, 4)
   batch = workers.split_workers((xs[0], ys[0]), layout)
   programs = workers.map_step(algo, layout, donate_state=False).programs
-  texts = {flag: f.lower(worker, shared, batch, jax.random.key(0)).compile().as_text()
-           for flag, f in programs.items()}
+  texts = {
+      flag: f.lower(worker, shared, batch, jax.random.key(0)).compile().as_text()
+      for flag, f in programs.items()
+  }
   assert not any(" conditional(" in t for t in texts.values())
   per_call = {flag: _all_reduce_bytes(t) for flag, t in texts.items()}
   n = 8 * TAU
@@ -169,8 +187,10 @@ def test_a_clock_that_is_not_a_step_count_is_refused_before_running(clock):
   algo = make("easgd", loss_fn)
   layout = workers.make_layout(4, 2)
   step = workers.map_step(algo, layout)
-  with pytest.raises(ValueError, match=r"clock \(the number of steps taken\) must be an "
-                                       r"integer in \[0, 2147483647\]"):
+  with pytest.raises(
+      ValueError,
+      match=r"clock \(the number of steps taken\) must be an " r"integer in \[0, 2147483647\]",
+  ):
     step(None, None, None, None, clock)
 
 
@@ -204,8 +224,7 @@ def test_a_clock_that_disagrees_with_the_state_gives_a_nan_loss(name):
   key = jax.random.key(0)
   _, _, right = step(worker, shared, batch, key, 0)
   assert np.all(np.isfinite(workers.merge_workers(right)))
-  wrong_clock = next(t for t in range(1, 2 * TAU)
-                     if algo.exchange_at(t) != algo.exchange_at(0))
+  wrong_clock = next(t for t in range(1, 2 * TAU) if algo.exchange_at(t) != algo.exchange_at(0))
   _, _, wrong = step(worker, shared, batch, key, wrong_clock)  # the state is at 0
   assert np.all(np.isnan(workers.merge_workers(wrong)))
   # a wrong clock that happens to name the same program is harmless: same values

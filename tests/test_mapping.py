@@ -1,4 +1,5 @@
 """The worker mapping: pmap x vmap layouts agree, pmean SGD equals a big batch."""
+
 import jax
 import numpy as np
 import optax
@@ -7,6 +8,7 @@ import pytest
 from easgd.core import algorithms
 from easgd.parallel import workers
 from testutil import STEP_KINDS, mlp_setup, random_batches
+
 
 def run(algo, params, layout, xs, ys):
   worker, shared = workers.place_state(algo, params, layout)
@@ -37,8 +39,10 @@ def test_pmean_sgd_with_4_workers_equals_one_device_with_4x_batch(num_devices):
   diffs = [np.max(np.abs(a - b)) for a, b in zip(jax.tree.leaves(p4), jax.tree.leaves(p1))]
   assert max(diffs) < 1e-5
   # and the 10 steps really moved the parameters (the comparison is not vacuous)
-  moved = [np.max(np.abs(a - np.asarray(b)))
-           for a, b in zip(jax.tree.leaves(p1), jax.tree.leaves(params))]
+  moved = [
+      np.max(np.abs(a - np.asarray(b)))
+      for a, b in zip(jax.tree.leaves(p1), jax.tree.leaves(params))
+  ]
   assert max(moved) > 1e-2
   assert workers.shared_copies_equal(shared4)
 
@@ -77,14 +81,17 @@ def test_workers_and_center_start_bitwise_equal_and_keys_differ():
 
   def draw(dummy, key):
     return (jax.random.normal(algorithms.worker_key(key, 5), ()), workers.worker_index())
+
   f = workers.map_workers(draw, layout, ("worker", "broadcast"), ("worker", "worker"))
   noise, index = f(workers.split_workers(np.zeros(8), layout), jax.random.key(0))
   noise, index = workers.merge_workers(noise), workers.merge_workers(index)
   np.testing.assert_array_equal(index, np.arange(8))
   assert len(set(noise.tolist())) == 8
   # the key of worker i is fold_in(fold_in(key, step), i), whatever the layout
-  expect = [float(jax.random.normal(jax.random.fold_in(jax.random.fold_in(
-      jax.random.key(0), 5), i), ())) for i in range(8)]
+  expect = [
+      float(jax.random.normal(jax.random.fold_in(jax.random.fold_in(jax.random.key(0), 5), i), ()))
+      for i in range(8)
+  ]
   np.testing.assert_array_equal(noise, np.array(expect, np.float32))
 
 

@@ -4,6 +4,7 @@ The loss takes and returns the model's state (its ``batch_stats``): every
 algorithm carries it per worker (the one-model methods: one state, the mean of
 the workers' updated states), updated by each worker's own mini-batch.
 """
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -34,8 +35,9 @@ MODEL = TinyBN()
 
 def loss_fn(params, batch, key, model_state):
   x, y = batch
-  logits, updates = MODEL.apply({"params": params, **model_state}, x, train=True,
-                                mutable=["batch_stats"])
+  logits, updates = MODEL.apply(
+      {"params": params, **model_state}, x, train=True, mutable=["batch_stats"]
+  )
   return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), updates
 
 
@@ -58,8 +60,9 @@ def run(algo, params, state, xs, ys, num_devices=2):
   compiles = []
   for t, (x, y) in enumerate(zip(xs, ys)):
     with CompileCounter() as counter:  # steps 0 and 1 compile the two programs
-      worker, shared, loss = step(worker, shared, workers.split_workers((x, y), layout),
-                                  jax.random.key(1), t)
+      worker, shared, loss = step(
+          worker, shared, workers.split_workers((x, y), layout), jax.random.key(1), t
+      )
     compiles.append(counter.count)
   assert np.isfinite(workers.to_host(loss)).all()
   return worker, shared, compiles
@@ -67,8 +70,7 @@ def run(algo, params, state, xs, ys, num_devices=2):
 
 def own_stats(params, state, x):
   """The batch statistics one train-mode pass over ``x`` leaves (running averages)."""
-  _, updates = MODEL.apply({"params": params, **state}, x, train=True,
-                           mutable=["batch_stats"])
+  _, updates = MODEL.apply({"params": params, **state}, x, train=True, mutable=["batch_stats"])
   return updates
 
 
@@ -84,14 +86,18 @@ def test_easgd_carries_each_workers_own_batch_statistics():
   assert np.abs(means[0] - means[3]).max() > 0.1  # the workers' batches differ
 
 
-@pytest.mark.parametrize("factory", [
-    lambda: algorithms.eamsgd(loss_fn, optax.sgd(0.05), num_workers=4, tau=2,
-                              beta=0.9, momentum=0.9),
-    lambda: baselines.local_sgd(loss_fn, optax.sgd(0.1), num_workers=4, tau=2),
-    lambda: asynchronous.async_easgd(loss_fn, optax.sgd(0.1), num_workers=4, tau=2,
-                                     beta=0.9),
-    lambda: baselines.downpour(loss_fn, optax.sgd(0.1), num_workers=4, tau=2),
-], ids=["eamsgd", "local_sgd", "async_easgd", "downpour"])
+@pytest.mark.parametrize(
+    "factory",
+    [
+        lambda: algorithms.eamsgd(
+            loss_fn, optax.sgd(0.05), num_workers=4, tau=2, beta=0.9, momentum=0.9
+        ),
+        lambda: baselines.local_sgd(loss_fn, optax.sgd(0.1), num_workers=4, tau=2),
+        lambda: asynchronous.async_easgd(loss_fn, optax.sgd(0.1), num_workers=4, tau=2, beta=0.9),
+        lambda: baselines.downpour(loss_fn, optax.sgd(0.1), num_workers=4, tau=2),
+    ],
+    ids=["eamsgd", "local_sgd", "async_easgd", "downpour"],
+)
 def test_every_family_updates_the_state_and_keeps_its_structure(factory):
   params, state, xs, ys = setup(steps=3)
   worker, shared, compiles = run(factory(), params, state, xs, ys)
@@ -108,6 +114,7 @@ def test_one_model_methods_share_the_mean_of_the_workers_states():
   for num_devices in (1, 2):  # merged or not, each worker's own batch statistics
     _, shared, _ = run(algo, params, state, xs, ys, num_devices=num_devices)
     got = workers.first_copy(shared.model_state)
-    want = jax.tree.map(lambda *a: np.mean(a, axis=0),
-                        *[own_stats(params, state, xs[0, i]) for i in range(4)])
+    want = jax.tree.map(
+        lambda *a: np.mean(a, axis=0), *[own_stats(params, state, xs[0, i]) for i in range(4)]
+    )
     assert max_abs_diff(got, want) <= 1e-6, num_devices

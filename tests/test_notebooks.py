@@ -1,5 +1,6 @@
 """Every reproduction notebook runs top to bottom in quick mode (what CI checks), and
 shows a reader only its results: no warnings, no local paths."""
+
 import importlib.util
 import re
 from pathlib import Path
@@ -25,8 +26,11 @@ def noise(nb):
         if o.get("name") == "stderr" and "Warning" in texts[0]:
           found.append(f"cell {i}: a warning on stderr: {texts[0][:200]!r}")
       else:  # rich outputs: their text forms (not images, whose base64 holds '/')
-        texts = [v if isinstance(v, str) else "".join(v)
-                 for k, v in o.get("data", {}).items() if k.startswith("text/")]
+        texts = [
+            v if isinstance(v, str) else "".join(v)
+            for k, v in o.get("data", {}).items()
+            if k.startswith("text/")
+        ]
         texts += o.get("traceback", [])
       found += [f"cell {i}: a local path in {t[:200]!r}" for t in texts if LOCAL_PATH.search(t)]
   return found
@@ -42,8 +46,13 @@ def test_notebook_runs_in_quick_mode(path, monkeypatch):
   # a fresh kernel: it must not inherit the 8 fake devices of this test process
   monkeypatch.delenv("XLA_FLAGS", raising=False)
   nb, _ = nb_run.execute(path, "quick", timeout=900)
-  errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-            if o.get("output_type") == "error"]
+  errors = [
+      o
+      for c in nb.cells
+      if c.cell_type == "code"
+      for o in c.get("outputs", [])
+      if o.get("output_type") == "error"
+  ]
   assert not errors
   assert not noise(nb)
 
@@ -51,6 +60,7 @@ def test_notebook_runs_in_quick_mode(path, monkeypatch):
 @pytest.mark.parametrize("path", nb_run.notebooks(), ids=lambda p: p.name)
 def test_committed_notebook_has_full_mode_outputs_and_a_conclusion(path):
   import nbformat
+
   nb = nbformat.read(path, as_version=4)
   code = [c for c in nb.cells if c.cell_type == "code"]
   assert all(c.get("outputs") for c in code), "every code cell has committed outputs"
@@ -65,4 +75,5 @@ def test_committed_notebook_has_full_mode_outputs_and_a_conclusion(path):
 @pytest.mark.parametrize("path", nb_run.notebooks(), ids=lambda p: p.name)
 def test_committed_outputs_hold_no_warning_and_no_local_path(path):
   import nbformat
+
   assert not noise(nbformat.read(path, as_version=4))

@@ -7,6 +7,7 @@ every center (the evaluated model of the elastic, averaging and push methods,
 and the running averages) must be float32, while the workers' parameters keep
 bfloat16.
 """
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -51,17 +52,16 @@ def test_every_reduction_across_workers_and_every_center_is_float32(name):
   # the one-model methods evaluate their model itself; every other center is float32
   one_model = name in ("pmean_sgd", "sgd", "msgd")
   assert {str(x.dtype) for x in jax.tree.leaves(center)} == {
-      "bfloat16" if one_model else "float32"}, name
-  assert {str(x.dtype) for x in jax.tree.leaves(algo.worker_params(worker, shared))} \
-      == {"bfloat16"}
+      "bfloat16" if one_model else "float32"
+  }, name
+  assert {str(x.dtype) for x in jax.tree.leaves(algo.worker_params(worker, shared))} == {"bfloat16"}
   worker = workers.replicate_per_worker(worker, layout)
   shared = workers.replicate_per_device(shared, layout)
   x, y = make_data(1, 4, n=5)
   batch = workers.split_workers((x[0], y[0]), layout)
   found = []
   for program in workers.map_step(algo, layout, donate_state=False).programs.values():
-    found += reductions(jax.make_jaxpr(program)(worker, shared, batch,
-                                                jax.random.key(0)).jaxpr)
+    found += reductions(jax.make_jaxpr(program)(worker, shared, batch, jax.random.key(0)).jaxpr)
   assert found, f"{name}: no reduction across workers traced"
   floats = [dtypes for _, dtypes in found if any("float" in d for d in dtypes)]
   assert floats and all(set(d) <= {"float32", "int32", "bool"} for d in floats), (name, found)
@@ -87,29 +87,42 @@ def test_a_bfloat16_run_keeps_the_center_close_to_a_float64_run():
   with jax.enable_x64(True):
     ref = run(jax.tree.map(lambda v: jnp.asarray(v, jnp.float64), params0()), np.float64)
   assert {str(v.dtype) for v in jax.tree.leaves(low)} == {"float32"}
-  gap = max(float(np.max(np.abs(np.asarray(a, np.float64) - b)))
-            for a, b in zip(jax.tree.leaves(low), jax.tree.leaves(ref)))
+  gap = max(
+      float(np.max(np.abs(np.asarray(a, np.float64) - b)))
+      for a, b in zip(jax.tree.leaves(low), jax.tree.leaves(ref))
+  )
   assert gap < 2e-2, gap  # bfloat16 workers: eps 2**-8 = 3.9e-3 per rounding
 
 
 def test_the_precision_policy_is_a_config_setting_and_reaches_the_model():
   cfg = TrainConfig(param_dtype="bfloat16", compute_dtype="bfloat16").validate()
-  model = models.make_model(cfg.model, 10, param_dtype=cfg.param_dtype,
-                            compute_dtype=cfg.compute_dtype)
+  model = models.make_model(
+      cfg.model, 10, param_dtype=cfg.param_dtype, compute_dtype=cfg.compute_dtype
+  )
   params = models.init_params(model, (40, 1), jax.random.key(0))
   assert {str(x.dtype) for x in jax.tree.leaves(params)} == {"bfloat16"}
-  with pytest.raises(ConfigError, match="unknown param_dtype 'float8'; allowed: float32, "
-                                        "bfloat16"):
+  with pytest.raises(
+      ConfigError, match="unknown param_dtype 'float8'; allowed: float32, " "bfloat16"
+  ):
     TrainConfig(param_dtype="float8").validate()
 
 
 def test_a_bfloat16_training_run_has_a_float32_center(tmp_path):
-  cfg = TrainConfig(dataset="digits", model="mlp", num_workers=2, global_batch_size=64,
-                    num_epochs=1, eval_batch_size=64, progress=False,
-                    param_dtype="bfloat16", compute_dtype="bfloat16")
+  cfg = TrainConfig(
+      dataset="digits",
+      model="mlp",
+      num_workers=2,
+      global_batch_size=64,
+      num_epochs=1,
+      eval_batch_size=64,
+      progress=False,
+      param_dtype="bfloat16",
+      compute_dtype="bfloat16",
+  )
   summary = trainer.train_and_evaluate(cfg, tmp_path)
   assert summary["final"]["test_accuracy"] > 0.5
   from easgd.training import checkpoint
+
   ckpt = checkpoint.Checkpointer(tmp_path)
   try:
     state = ckpt.restore(ckpt.latest_step())

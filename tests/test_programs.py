@@ -8,6 +8,7 @@ t = 0 (which exchanges, as EASGD's own schedule does at t = 0):
     clock     0        1      2      3     4      5
     program   "start"  False  False  True  False  False
 """
+
 import functools
 
 import jax
@@ -25,20 +26,22 @@ TAU = 3
 def with_start_phase(algo):
   """``algo`` with a declared phase "start" (the exchange step at t = 0) and its
   own step, on its own schedule, after."""
-  return algo._replace(phases={
-      "start": algorithms.Program(functools.partial(algo.step, exchange=True),
-                                  lambda t: t == 0),
-      None: algorithms.Program(algo.step, lambda t: t >= 1, algo.exchange_at)})
+  return algo._replace(
+      phases={
+          "start": algorithms.Program(
+              functools.partial(algo.step, exchange=True), lambda t: t == 0
+          ),
+          None: algorithms.Program(algo.step, lambda t: t >= 1, algo.exchange_at),
+      }
+  )
 
 
 def test_declared_phases_are_what_the_mapping_compiles_and_runs():
   params, loss_fn = mlp_setup()
   plain = algorithms.easgd(loss_fn, optax.sgd(0.2), num_workers=4, tau=TAU, beta=0.9)
   algo = with_start_phase(plain)
-  assert [algo.program_at(t) for t in range(6)] == ["start", False, False, True, False,
-                                                    False]
-  assert [algo.program_at(t, exchange_on_host=False) for t in range(3)] == [
-      "start", None, None]
+  assert [algo.program_at(t) for t in range(6)] == ["start", False, False, True, False, False]
+  assert [algo.program_at(t, exchange_on_host=False) for t in range(3)] == ["start", None, None]
   layout = workers.make_layout(4, 2)
   step_fn = workers.map_step(algo, layout, donate_state=False)
   assert set(step_fn.programs) == {"start", False, True}
@@ -55,8 +58,7 @@ def test_declared_phases_are_what_the_mapping_compiles_and_runs():
   # the declared "start" program at a later clock: its runs_at says no, NaN loss
   w, s = workers.place_state(algo, params, layout)
   w, s, _ = step_fn(w, s, workers.split_workers((xs[0], ys[0]), layout), key, 0)
-  _, _, bad = step_fn.programs["start"](w, s, workers.split_workers((xs[1], ys[1]),
-                                                                    layout), key)
+  _, _, bad = step_fn.programs["start"](w, s, workers.split_workers((xs[1], ys[1]), layout), key)
   assert np.isnan(workers.merge_workers(bad)).all()
 
 

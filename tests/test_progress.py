@@ -1,16 +1,28 @@
 """Progress off a terminal: one plain line per epoch (easgd._util.progress)."""
+
 import io
 
 from easgd._util import progress
 from easgd.training.config import TrainConfig
 from easgd.training.trainer import train_and_evaluate
 
-TINY = TrainConfig(dataset="digits", model="mlp", num_workers=4, num_devices=2,
-                   global_batch_size=64, num_epochs=2, learning_rate=0.1, tau=3,
-                   beta=0.9, eval_batch_size=32, progress=True)
+TINY = TrainConfig(
+    dataset="digits",
+    model="mlp",
+    num_workers=4,
+    num_devices=2,
+    global_batch_size=64,
+    num_epochs=2,
+    learning_rate=0.1,
+    tau=3,
+    beta=0.9,
+    eval_batch_size=32,
+    progress=True,
+)
 
 
 class Terminal(io.StringIO):
+
   def isatty(self):
     return True
 
@@ -26,22 +38,23 @@ def test_lines_in_chunks_with_evaluations_every_other_epoch():
   out = io.StringIO()
   bar = progress.progress_bar(12, 4, desc="x", file=out)
   bar.update(3)
-  bar.update(1)            # epoch 1 ends: no evaluation follows
-  bar.update(4)            # epoch 1's line, then epoch 2 ends
+  bar.update(1)  # epoch 1 ends: no evaluation follows
+  bar.update(4)  # epoch 1's line, then epoch 2 ends
   bar.set_postfix(test_acc="0.5000", refresh=False)
-  bar.update(4)            # epoch 3 ends
+  bar.update(4)  # epoch 3 ends
   bar.set_postfix(test_acc="0.7500", refresh=False)
   bar.close()
   assert out.getvalue().splitlines() == [
       "x: epoch 1/3 step 4/12",
       "x: epoch 2/3 step 8/12 test_acc 0.5000",
-      "x: epoch 3/3 step 12/12 test_acc 0.7500"]
+      "x: epoch 3/3 step 12/12 test_acc 0.7500",
+  ]
 
 
 def test_a_resumed_run_and_one_update_over_two_epochs():
   out = io.StringIO()
   bar = progress.progress_bar(12, 4, initial=2, file=out)
-  bar.update(7)            # epochs 1 and 2 end in one update (step 9)
+  bar.update(7)  # epochs 1 and 2 end in one update (step 9)
   bar.close()
   assert out.getvalue().splitlines() == ["epoch 1/3 step 4/12", "epoch 2/3 step 8/12"]
   silent = io.StringIO()
@@ -58,6 +71,8 @@ def test_training_with_stderr_not_a_terminal_prints_one_line_per_epoch(tmp_path,
   lines = [l for l in err.splitlines() if l.startswith("easgd p=4:")]
   assert len(lines) == 2, err
   for epoch, (line, rec) in enumerate(zip(lines, summary["history"][1:]), start=1):
-    assert line == (f"easgd p=4: epoch {epoch}/2 step {rec['step']}/{total} "
-                    f"test_acc {rec['test_accuracy']:.4f}")
+    assert line == (
+        f"easgd p=4: epoch {epoch}/2 step {rec['step']}/{total} "
+        f"test_acc {rec['test_accuracy']:.4f}"
+    )
   assert "\r" not in err

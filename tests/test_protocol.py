@@ -1,6 +1,7 @@
 """The comparison protocol (easgd.protocol.runs): one program = separate runs, a validation
 split that is disjoint from what is trained and tested on, rates chosen without
 the test set, and intervals from scipy.stats checked on known cases."""
+
 import dataclasses
 import json
 import math
@@ -16,8 +17,15 @@ from easgd.protocol import runs as protocol, report as protocol_report, stats as
 from easgd.training.config import ConfigError
 from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError, log_grid, lr_grid_edges
 
-BASE = TrainConfig(dataset="mnist1d", model="mlp", num_epochs=2, global_batch_size=384,
-                   num_workers=4, validation_examples=1000, progress=False)
+BASE = TrainConfig(
+    dataset="mnist1d",
+    model="mlp",
+    num_epochs=2,
+    global_batch_size=384,
+    num_workers=4,
+    validation_examples=1000,
+    progress=False,
+)
 """18 steps per epoch (7000 training signals, 1000 held out, 4 x 96 per step)."""
 LOSS_RTOL = 1e-6
 """Relative tolerance on the test and validation losses, one program with one
@@ -37,15 +45,21 @@ mini-batch or exchange off by one moves the loss by 1e-3 or more)."""
 
 
 def tiny_protocol(**changes):
-  arms = (Arm("easgd tau=1", "easgd", dict(tau=1), log_grid(0.03, 0.3, 3)),
-          Arm("easgd tau=4", "easgd", dict(tau=4), log_grid(0.03, 0.3, 3)),
-          Arm("pmean", "pmean_sgd", {}, log_grid(0.03, 0.3, 3)),
-          Arm("pmean linear", "pmean_sgd", dict(lr_scaling="linear",
-                                                 lr_reference_batch=192),
-              lr_from="pmean"))
+  arms = (
+      Arm("easgd tau=1", "easgd", dict(tau=1), log_grid(0.03, 0.3, 3)),
+      Arm("easgd tau=4", "easgd", dict(tau=4), log_grid(0.03, 0.3, 3)),
+      Arm("pmean", "pmean_sgd", {}, log_grid(0.03, 0.3, 3)),
+      Arm(
+          "pmean linear",
+          "pmean_sgd",
+          dict(lr_scaling="linear", lr_reference_batch=192),
+          lr_from="pmean",
+      ),
+  )
   return dataclasses.replace(
-      ProtocolConfig("tiny", "a test", BASE, arms, eval_every_steps=18,
-                     configs_per_batch=2), **changes)
+      ProtocolConfig("tiny", "a test", BASE, arms, eval_every_steps=18, configs_per_batch=2),
+      **changes,
+  )
 
 
 # ----------------------------------------------------------------------------
@@ -60,8 +74,9 @@ def test_validation_split_is_disjoint_seeded_and_complete():
   again = data.validation_split(8000, 1000)
   assert all(np.array_equal(a, b) for a, b in zip(again, (train, val)))  # fixed
   assert not np.array_equal(val, np.arange(1000))  # a draw, not the first rows
-  with pytest.raises(data.DataError, match=r"validation_examples .* must be an integer "
-                                           r"in \[1, 9\], got 10"):
+  with pytest.raises(
+      data.DataError, match=r"validation_examples .* must be an integer " r"in \[1, 9\], got 10"
+  ):
     data.validation_split(10, 10)
 
 
@@ -74,12 +89,15 @@ def test_validation_examples_are_never_trained_on_and_are_not_test_examples():
   np.testing.assert_array_equal(val_x, full.train_x[val_idx])
   rows = lambda x: {r.tobytes() for r in np.asarray(x).reshape(len(x), -1)}
   assert not rows(val_x) & rows(reduced.train_x)  # disjoint from what is trained on
-  assert not rows(val_x) & rows(full.test_x)      # and from the test set
+  assert not rows(val_x) & rows(full.test_x)  # and from the test set
   # every batch the protocol gathers comes from the training part
-  seeds = protocol.SeedData(BASE.replace(dataset="mnist1d", model="cnn",
-                                         validation_examples=1000), (3,))
-  run = protocol.prepare(tiny_protocol(base=BASE.replace(
-      dataset="mnist1d", model="cnn", validation_examples=1000)), seeds.num_train)
+  seeds = protocol.SeedData(
+      BASE.replace(dataset="mnist1d", model="cnn", validation_examples=1000), (3,)
+  )
+  run = protocol.prepare(
+      tiny_protocol(base=BASE.replace(dataset="mnist1d", model="cnn", validation_examples=1000)),
+      seeds.num_train,
+  )
   idx = protocol.batch_indices(seeds, run["easgd tau=4"], 3)
   assert not set(idx.ravel().tolist()) & set(val_idx.tolist())
 
@@ -90,29 +108,43 @@ def test_validation_examples_are_never_trained_on_and_are_not_test_examples():
 
 
 def test_one_program_gives_each_configuration_its_train_and_evaluate_run():
-  arms = (Arm("easgd tau=4", "easgd", dict(tau=4), (0.1,)),
-          Arm("easgd tau=2", "easgd", dict(tau=2), (0.1,)),   # tau traced, same program
-          Arm("eamsgd K=3", "eamsgd", dict(tau=4, delta=0.9, sync_warmup_steps=3), (0.02,)),
-          Arm("downpour tau=2", "downpour", dict(tau=2), (0.05,)),
-          Arm("local_sgd K=4", "local_sgd", dict(tau=4, sync_warmup_steps=4), (0.1,)),
-          Arm("diloco", "diloco", dict(tau=4), (0.1,)),
-          Arm("pmean", "pmean_sgd", {}, (0.1,)))
+  arms = (
+      Arm("easgd tau=4", "easgd", dict(tau=4), (0.1,)),
+      Arm("easgd tau=2", "easgd", dict(tau=2), (0.1,)),  # tau traced, same program
+      Arm("eamsgd K=3", "eamsgd", dict(tau=4, delta=0.9, sync_warmup_steps=3), (0.02,)),
+      Arm("downpour tau=2", "downpour", dict(tau=2), (0.05,)),
+      Arm("local_sgd K=4", "local_sgd", dict(tau=4, sync_warmup_steps=4), (0.1,)),
+      Arm("diloco", "diloco", dict(tau=4), (0.1,)),
+      Arm("pmean", "pmean_sgd", {}, (0.1,)),
+  )
   config = ProtocolConfig("eq", "", BASE, arms, eval_every_steps=18).validate()
   seeds = protocol.SeedData(BASE, (5, 6))
   runs = protocol.prepare(config, seeds.num_train)
   model = models.make_model("mlp", seeds.num_classes)
   worst = {1: 0.0, 2: 0.0}
   for group in protocol.group_programs(list(runs.values())):
-    configs = [dict(arm=r.arm.name, learning_rate=r.arm.learning_rates[0], seed=s)
-               for r in group for s in (5, 6)]
-    summaries = [train_and_evaluate(runs[c["arm"]].config.replace(
-        learning_rate=c["learning_rate"], seed=c["seed"]), tempfile.mkdtemp())
-        for c in configs]
+    configs = [
+        dict(arm=r.arm.name, learning_rate=r.arm.learning_rates[0], seed=s)
+        for r in group
+        for s in (5, 6)
+    ]
+    summaries = [
+        train_and_evaluate(
+            runs[c["arm"]].config.replace(learning_rate=c["learning_rate"], seed=c["seed"]),
+            tempfile.mkdtemp(),
+        )
+        for c in configs
+    ]
     for kind, split in (("tune", "val"), ("report", "test")):
       for per_call, rtol in ((1, LOSS_RTOL), (2, BATCHED_LOSS_RTOL)):
         out, info = protocol.run_program(
-            group, configs, seeds, model, kind,
-            dataclasses.replace(config, configs_per_batch=per_call))
+            group,
+            configs,
+            seeds,
+            model,
+            kind,
+            dataclasses.replace(config, configs_per_batch=per_call),
+        )
         assert info["compiles"] <= 5  # init, step (x2 phases with a warm-up), eval, final
         for i, (c, summary) in enumerate(zip(configs, summaries)):
           steps = list(runs[c["arm"]].eval_steps)
@@ -124,9 +156,12 @@ def test_one_program_gives_each_configuration_its_train_and_evaluate_run():
             assert got_loss == pytest.approx(want_loss, rel=rtol), (c, per_call)
             if per_call == 1:
               assert out["curves"][f"{split}_error"][i, k] == pytest.approx(
-                  rec[f"{split}_error"], abs=1e-6)
-  print(f"\nmeasured: relative loss difference, one program vs separate runs: "
-        f"{worst[1]:.2e} (one configuration per call), {worst[2]:.2e} (two)")
+                  rec[f"{split}_error"], abs=1e-6
+              )
+  print(
+      f"\nmeasured: relative loss difference, one program vs separate runs: "
+      f"{worst[1]:.2e} (one configuration per call), {worst[2]:.2e} (two)"
+  )
 
 
 def test_the_values_do_not_depend_on_how_many_configurations_share_a_call():
@@ -139,11 +174,18 @@ def test_the_values_do_not_depend_on_how_many_configurations_share_a_call():
   runs = protocol.prepare(config, seeds.num_train)
   model = models.make_model("mlp", seeds.num_classes)
   group = [runs["easgd tau=1"], runs["easgd tau=4"]]
-  configs = [dict(arm=r.arm.name, learning_rate=lr, seed=s)
-             for r in group for lr in r.arm.learning_rates for s in (0, 1, 2)]
-  outs = [protocol.run_program(group, configs, seeds, model, "tune",
-                               dataclasses.replace(config, configs_per_batch=k))[0]
-          for k in (1, 2, 4, None)]
+  configs = [
+      dict(arm=r.arm.name, learning_rate=lr, seed=s)
+      for r in group
+      for lr in r.arm.learning_rates
+      for s in (0, 1, 2)
+  ]
+  outs = [
+      protocol.run_program(
+          group, configs, seeds, model, "tune", dataclasses.replace(config, configs_per_batch=k)
+      )[0]
+      for k in (1, 2, 4, None)
+  ]
   single, batched = outs[0]["curves"]["val_loss"], [o["curves"]["val_loss"] for o in outs[1:]]
   for out in batched[1:]:
     np.testing.assert_allclose(out, batched[0], rtol=1e-6)
@@ -163,15 +205,21 @@ def test_the_chosen_rates_do_not_depend_on_the_test_set(monkeypatch):
   def poisoned(name, data_dir=None, seed=0):
     ds = load(name, data_dir=data_dir, seed=seed)
     rng = np.random.default_rng(seed)
-    return data.Dataset(ds.name, ds.train_x, ds.train_y,
-                        np.full_like(ds.test_x, np.nan),          # no signal at all
-                        rng.permutation(ds.test_y).astype(np.int32), ds.num_classes)
+    return data.Dataset(
+        ds.name,
+        ds.train_x,
+        ds.train_y,
+        np.full_like(ds.test_x, np.nan),  # no signal at all
+        rng.permutation(ds.test_y).astype(np.int32),
+        ds.num_classes,
+    )
+
   monkeypatch.setattr(data, "load_dataset", poisoned)
   dirty = protocol.run_protocol(config, log=lambda line: None)
   for name, arm in clean["arms"].items():
     other = dirty["arms"][name]
     assert other["chosen_learning_rate"] == arm["chosen_learning_rate"]
-    assert other["tuning"] == arm["tuning"]        # every validation curve, bit for bit
+    assert other["tuning"] == arm["tuning"]  # every validation curve, bit for bit
     assert other["final_test_errors"] != arm["final_test_errors"]  # the report did see it
     # the report's evaluation is chosen on its validation curves alone: the
     # same evaluations, whatever the test set holds
@@ -181,8 +229,8 @@ def test_the_chosen_rates_do_not_depend_on_the_test_set(monkeypatch):
       rep = res["report"]
       steps = rep["eval_steps"]
       assert res["test_errors_at_best_val"] == [
-          curve[steps.index(s)] for curve, s in zip(rep["test_error_curve"],
-                                                     res["best_val_steps"])]
+          curve[steps.index(s)] for curve, s in zip(rep["test_error_curve"], res["best_val_steps"])
+      ]
       assert "best_test_error" not in res and "best_test_errors" not in res
   assert {p["kind"] for p in clean["programs"]} == {"tune", "report"}
 
@@ -195,7 +243,7 @@ def test_the_reported_test_error_is_read_where_validation_is_lowest():
   assert protocol_stats.best_val_index(val) == 1
   assert protocol_stats.error_at_best_val(test, val) == 0.40
   assert protocol_stats.best_val_index([0.5, math.nan, None, 0.4]) == 3
-  assert protocol_stats.best_val_index([math.nan, None]) == 1     # none finite: the last
+  assert protocol_stats.best_val_index([math.nan, None]) == 1  # none finite: the last
   assert protocol_stats.error_at_best_val([0.9, math.nan], [0.5, 0.1]) == 1.0  # diverged
   with pytest.raises(ValueError, match="one value per evaluation, got 2 and 3"):
     protocol_stats.error_at_best_val([0.1, 0.2], [0.1, 0.2, 0.3])
@@ -203,14 +251,19 @@ def test_the_reported_test_error_is_read_where_validation_is_lowest():
   config = tiny_protocol().validate()
   run = protocol.prepare(config, 7000)["easgd tau=1"]
   E = len(run.eval_steps)  # 3: steps 0, 18, 36
-  rep = dict(seeds=[100, 101], eval_steps=run.eval_steps.tolist(),
-             test_error_curve=[[0.9, 0.1, 0.3], [0.9, 0.2, 0.15]],
-             val_error_curve=[[0.9, 0.3, 0.2], [0.9, 0.2, 0.25]],
-             test_loss_curve=[[2.3] * E] * 2, train_loss_curve=[[math.nan] + [1.0] * (E - 1)] * 2,
-             worker_test_error=[[0.3] * 4] * 2, worker_center_distance=[0.1, 0.1])
+  rep = dict(
+      seeds=[100, 101],
+      eval_steps=run.eval_steps.tolist(),
+      test_error_curve=[[0.9, 0.1, 0.3], [0.9, 0.2, 0.15]],
+      val_error_curve=[[0.9, 0.3, 0.2], [0.9, 0.2, 0.25]],
+      test_loss_curve=[[2.3] * E] * 2,
+      train_loss_curve=[[math.nan] + [1.0] * (E - 1)] * 2,
+      worker_test_error=[[0.3] * 4] * 2,
+      worker_center_distance=[0.1, 0.1],
+  )
   res = dict(report=rep, chosen_learning_rate=0.1, grid_edge=None, tuning=None)
   arm = protocol.summarize_arm(run, res, config, 1e-3, lambda t: (0, 0))
-  assert arm["test_errors_at_best_val"] == [0.3, 0.2]   # not the minima 0.1 and 0.15
+  assert arm["test_errors_at_best_val"] == [0.3, 0.2]  # not the minima 0.1 and 0.15
   assert arm["best_val_steps"] == [36, 18]
   assert arm["final_test_errors"] == [0.3, 0.15]
   assert arm["test_error_at_best_val"]["mean"] == pytest.approx(0.25)
@@ -226,32 +279,47 @@ def test_a_grid_that_cannot_tune_is_flagged_never_an_edge():
   assert lr_grid_edges((0.1,), 0.1, None) == "untunable: a single rate"
   # every run of every rate diverged (or ended non-finite, written as null):
   # the first rate is "chosen", which says nothing about the low side
-  lost = [dict(diverged=[True, False], val_error_final=[0.9, None]),
-          dict(diverged=[True, True], val_error_final=[0.9, 0.9]),
-          dict(diverged=[False, False], val_error_final=[math.nan, math.nan])]
+  lost = [
+      dict(diverged=[True, False], val_error_final=[0.9, None]),
+      dict(diverged=[True, True], val_error_final=[0.9, 0.9]),
+      dict(diverged=[False, False], val_error_final=[math.nan, math.nan]),
+  ]
   assert lr_grid_edges(grid, 0.01, lost) == "untunable: every rate diverged"
   partly = lost[:2] + ok[:1]
   assert lr_grid_edges(grid, 1.0, partly) == "high"
 
 
 def test_a_diverged_arm_is_flagged_and_its_results_are_strict_json(tmp_path):
-  arms = (Arm("diverges", "pmean_sgd", {}, (1e3, 1e4)),
-          Arm("one rate", "pmean_sgd", {}, (0.1,)),
-          Arm("from diverged", "pmean_sgd", dict(lr_scaling="linear",
-                                                  lr_reference_batch=192),
-              lr_from="diverges"),
-          Arm("tunes", "pmean_sgd", {}, log_grid(0.03, 0.3, 3)))
-  config = ProtocolConfig("strict", "a diverged arm", BASE.replace(num_epochs=1), arms,
-                          eval_every_steps=6, targets=(0.7,), configs_per_batch=4)
+  arms = (
+      Arm("diverges", "pmean_sgd", {}, (1e3, 1e4)),
+      Arm("one rate", "pmean_sgd", {}, (0.1,)),
+      Arm(
+          "from diverged",
+          "pmean_sgd",
+          dict(lr_scaling="linear", lr_reference_batch=192),
+          lr_from="diverges",
+      ),
+      Arm("tunes", "pmean_sgd", {}, log_grid(0.03, 0.3, 3)),
+  )
+  config = ProtocolConfig(
+      "strict",
+      "a diverged arm",
+      BASE.replace(num_epochs=1),
+      arms,
+      eval_every_steps=6,
+      targets=(0.7,),
+      configs_per_batch=4,
+  )
   results = protocol.run_protocol(config, tmp_path, log=lambda line: None)
   text = (tmp_path / "results.json").read_text()
 
   def refuse(name):
     raise ValueError(f"{name} in results.json")
+
   strict = json.loads(text, parse_constant=refuse)  # NaN / Infinity would raise
   diverged = strict["arms"]["diverges"]
   assert all(all(r["diverged"]) for r in diverged["tuning"])
-  assert None in diverged["report"]["test_loss_curve"][0]   # non-finite: null
+  assert None in diverged["report"]["test_loss_curve"][0]  # non-finite: null
   assert all(c[0] is None for c in diverged["report"]["train_loss_curve"])  # no step yet
   flags = {name: a["grid_edge"] for name, a in results["arms"].items()}
   assert flags["diverges"] == "untunable: every rate diverged"
@@ -259,8 +327,7 @@ def test_a_diverged_arm_is_flagged_and_its_results_are_strict_json(tmp_path):
   assert flags["from diverged"] == "untunable: from 'diverges'"
   assert not (flags["tunes"] or "").startswith("untunable")
   protocol_report.write_report(tmp_path, group_by="")  # the report reads null back
-  for table in ((tmp_path / "results.md").read_text(),
-                protocol_report.compact_markdown(strict)):
+  for table in ((tmp_path / "results.md").read_text(), protocol_report.compact_markdown(strict)):
     assert "(untunable: every rate diverged)" in table
     assert "(untunable: a single rate)" in table
     assert "1e+03 (low edge)" not in table and "untunable: every rate diverged edge" not in table
@@ -275,38 +342,47 @@ def test_protocol_settings_are_checked_before_anything_runs():
   with pytest.raises(ProtocolError, match="not log-spaced"):
     dataclasses.replace(good, arms=(Arm("a", "easgd", {}, (0.1, 0.2, 0.25)),)).validate()
   with pytest.raises(ProtocolError, match="overrides \\['learning_rate'\\]"):
-    dataclasses.replace(good, arms=(Arm("a", "easgd", dict(learning_rate=0.1), (0.1,)),)
-                        ).validate()
+    dataclasses.replace(good, arms=(Arm("a", "easgd", dict(learning_rate=0.1), (0.1,)),)).validate()
   with pytest.raises(ProtocolError, match="unknown lr_from"):
     dataclasses.replace(good, arms=(Arm("a", "easgd", {}, lr_from="b"),)).validate()
   with pytest.raises(ProtocolError, match="validation_examples \\(of base\\)"):
     dataclasses.replace(good, base=BASE.replace(validation_examples=0)).validate()
-  with pytest.raises(ProtocolError, match="dataset 'digits' draws its train/test split "
-                                          "from the seed"):
+  with pytest.raises(
+      ProtocolError, match="dataset 'digits' draws its train/test split " "from the seed"
+  ):
     dataclasses.replace(good, base=BASE.replace(dataset="digits")).validate()
   with pytest.raises(ProtocolError, match="overrides \\['compute_dtype'\\]"):
-    dataclasses.replace(good, arms=(Arm("a", "easgd", dict(compute_dtype="bfloat16"),
-                                        (0.1,)),)).validate()
+    dataclasses.replace(
+        good, arms=(Arm("a", "easgd", dict(compute_dtype="bfloat16"), (0.1,)),)
+    ).validate()
   with pytest.raises(ProtocolError, match="give alpha .* and beta"):
-    dataclasses.replace(good, arms=(
-        Arm("a", "easgd", dict(beta=0.9), (0.1,)),
-        Arm("b", "easgd", dict(alpha=0.2, beta=None), (0.1,)))).validate()
+    dataclasses.replace(
+        good,
+        arms=(
+            Arm("a", "easgd", dict(beta=0.9), (0.1,)),
+            Arm("b", "easgd", dict(alpha=0.2, beta=None), (0.1,)),
+        ),
+    ).validate()
   for bad, message in (
       (dict(description=None), "description must be a string"),
       (dict(arms=[tiny_protocol().arms[0]]), "arms must be a tuple"),
       (dict(targets=0.5), "targets must be a tuple"),
       (dict(targets=(0.5, 0.5)), "targets has a test error twice"),
-      (dict(arms=(Arm("a", "easgd", dict(algorithm="sgd"), (0.1,)),)),
-       "overrides \\['algorithm'\\]"),
+      (
+          dict(arms=(Arm("a", "easgd", dict(algorithm="sgd"), (0.1,)),)),
+          "overrides \\['algorithm'\\]",
+      ),
       (dict(arms=(Arm("a", "easgd", None, (0.1,)),)), "overrides of arm 'a' must be a dict"),
       (dict(arms=(Arm("a", "easgd", {}, 0.1),)), "learning_rates of arm 'a' must be a tuple"),
       (dict(arms=(Arm("a", "easgd", {}, (1e300, 1e301)),)), "learning rate of arm 'a'"),
-      (dict(arms=(Arm("a", "easgd", {}, (1e-320,)),)), "learning rate of arm 'a'")):
+      (dict(arms=(Arm("a", "easgd", {}, (1e-320,)),)), "learning rate of arm 'a'"),
+  ):
     with pytest.raises(ProtocolError, match=message):
       dataclasses.replace(good, **bad).validate()
   with pytest.raises(ConfigError, match="is not read by algorithm 'pmean_sgd'"):
-    dataclasses.replace(good, arms=(Arm("a", "pmean_sgd", dict(sync_warmup_steps=3),
-                                        (0.1,)),)).validate()
+    dataclasses.replace(
+        good, arms=(Arm("a", "pmean_sgd", dict(sync_warmup_steps=3), (0.1,)),)
+    ).validate()
 
 
 def test_cli_protocol_writes_results_and_refuses_bad_files(tmp_path, capsys):
@@ -323,7 +399,8 @@ def test_cli_protocol_writes_results_and_refuses_bad_files(tmp_path, capsys):
       "global_batch_size=384, validation_examples=1000, progress=False)\n"
       "  return ProtocolConfig('cli', 'cli test', base, (Arm('easgd', 'easgd', {}, "
       "log_grid(0.05, 0.2, 3)), Arm('pmean', 'pmean_sgd', {}, log_grid(0.05, 0.2, 3))), "
-      "eval_every_steps=6, targets=(0.7,))\n")
+      "eval_every_steps=6, targets=(0.7,))\n"
+  )
   out = tmp_path / "out"
   assert cli.main(["protocol", "--config", str(good), "--workdir", str(out)]) == 0
   text = (out / "results.md").read_text()
@@ -337,8 +414,9 @@ def test_cli_protocol_writes_results_and_refuses_bad_files(tmp_path, capsys):
 
 
 def test_a_budget_beyond_memory_is_refused_before_anything_runs():
-  config = dataclasses.replace(tiny_protocol(), arms=(
-      Arm("long", "easgd", dict(tau=2, num_epochs=10**6), (0.1,)),)).validate()
+  config = dataclasses.replace(
+      tiny_protocol(), arms=(Arm("long", "easgd", dict(tau=2, num_epochs=10**6), (0.1,)),)
+  ).validate()
   with pytest.raises(ProtocolError, match="of batch indices need .* GiB; allowed: at most 2"):
     protocol.prepare(config, 7000)
 
@@ -348,13 +426,14 @@ def test_cli_protocol_refuses_bad_arguments_before_running(tmp_path, capsys):
   assert "--config is required" in capsys.readouterr().err
   assert cli.main(["protocol", "--workdir", str(tmp_path / "o"), "--report-only"]) == 2
   assert "holds no results.json" in capsys.readouterr().err
-  assert cli.main(["protocol", "--config", "experiments/protocol_fig2.py",
-                   "--workdir", " "]) == 2
+  assert cli.main(["protocol", "--config", "experiments/protocol_fig2.py", "--workdir", " "]) == 2
   assert "--workdir must be a non-empty path" in capsys.readouterr().err
   a_file = tmp_path / "f"
   a_file.write_text("")
-  assert cli.main(["protocol", "--config", "experiments/protocol_fig2.py",
-                   "--workdir", str(a_file)]) == 2
+  assert (
+      cli.main(["protocol", "--config", "experiments/protocol_fig2.py", "--workdir", str(a_file)])
+      == 2
+  )
   assert "exists and is not a directory" in capsys.readouterr().err
   assert not (tmp_path / "o").exists()
   damaged = tmp_path / "damaged"
@@ -364,8 +443,19 @@ def test_cli_protocol_refuses_bad_arguments_before_running(tmp_path, capsys):
   assert "is not a readable protocol results file" in capsys.readouterr().err
   (damaged / "results.json").unlink()
   (damaged / "results.json").mkdir()
-  assert cli.main(["protocol", "--config", "experiments/protocol_fig2.py", "--workdir",
-                   str(damaged), "--overwrite"]) == 2
+  assert (
+      cli.main(
+          [
+              "protocol",
+              "--config",
+              "experiments/protocol_fig2.py",
+              "--workdir",
+              str(damaged),
+              "--overwrite",
+          ]
+      )
+      == 2
+  )
   assert "exists and is not a file" in capsys.readouterr().err
   exits = tmp_path / "exits.py"
   exits.write_text("raise SystemExit('bye\\nsecond line')\n")
@@ -396,7 +486,7 @@ def test_mean_interval_is_student_t_from_scipy_on_a_known_case():
 def test_welch_interval_matches_the_welch_satterthwaite_formula():
   a, b = np.array([0.20, 0.22, 0.25, 0.21]), np.array([0.30, 0.31, 0.33])
   va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-  df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+  df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
   half = stats.t.ppf(0.975, df) * math.sqrt(va + vb)
   d = protocol_stats.difference_interval(a, b)
   assert d["difference"] == pytest.approx(a.mean() - b.mean())
@@ -409,8 +499,10 @@ def test_welch_interval_matches_the_welch_satterthwaite_formula():
 
 def test_interval_covers_the_mean_95_percent_of_the_time():
   rng = np.random.default_rng(0)
-  hits = [protocol_stats.mean_interval(x)["low"] <= 0.0 <= protocol_stats.mean_interval(x)["high"]
-          for x in rng.normal(size=(4000, 3))]
+  hits = [
+      protocol_stats.mean_interval(x)["low"] <= 0.0 <= protocol_stats.mean_interval(x)["high"]
+      for x in rng.normal(size=(4000, 3))
+  ]
   assert np.mean(hits) == pytest.approx(0.95, abs=0.012)  # 3 binomial sd: 0.010
 
 
@@ -421,8 +513,9 @@ def test_time_to_target_and_the_network_model():
   s = protocol_stats.allreduce_seconds(10, 1_000_000, 4, 125e6, 50e-6)
   assert s == pytest.approx(10 * 50e-6 + 1.5 * 1e6 / 125e6)
   assert protocol_stats.allreduce_seconds(10, 1_000_000, 1, 125e6, 50e-6) == 0.0
-  assert protocol_stats.modelled_seconds(100, 0.01, 10, 1_000_000, 4, 125e6, 50e-6) == \
-      pytest.approx(1.0 + s)
+  assert protocol_stats.modelled_seconds(
+      100, 0.01, 10, 1_000_000, 4, 125e6, 50e-6
+  ) == pytest.approx(1.0 + s)
 
 
 # ----------------------------------------------------------------------------
@@ -435,41 +528,58 @@ def _claims_arm(algorithm, tau, hits, final=(0.2, 0.21, 0.22), all_reduces_per_s
   10 of 100 steps, first reaching the claims' target at ``hits`` (None: never)."""
   steps = list(range(0, 101, 10))
   return dict(
-      algorithm=algorithm, config=dict(tau=tau, num_workers=4),
-      time_to_target={"0.3": dict(steps=list(hits), n=3,
-                                  reached=sum(h is not None for h in hits))},
-      report=dict(eval_steps=steps), compute_per_step_s=0.01,
-      communication_curve=dict(all_reduces=[int(all_reduces_per_step * s) for s in steps],
-                               bytes=[int(all_reduces_per_step * s) * 10**7 for s in steps]),
-      final_test_errors=list(final), test_errors_at_best_val=list(final),
-      final_worker_test_errors=[e + 0.01 for e in final])
+      algorithm=algorithm,
+      config=dict(tau=tau, num_workers=4),
+      time_to_target={"0.3": dict(steps=list(hits), n=3, reached=sum(h is not None for h in hits))},
+      report=dict(eval_steps=steps),
+      compute_per_step_s=0.01,
+      communication_curve=dict(
+          all_reduces=[int(all_reduces_per_step * s) for s in steps],
+          bytes=[int(all_reduces_per_step * s) * 10**7 for s in steps],
+      ),
+      final_test_errors=list(final),
+      test_errors_at_best_val=list(final),
+      final_worker_test_errors=[e + 0.01 for e in final],
+  )
 
 
 def _claims_results(arms):
-  return dict(protocol=dict(name="synthetic", report_seeds=[100, 101, 102], targets=[0.3],
-                            networks=[dict(name="1GbE", bandwidth_bytes_per_s=125e6,
-                                           latency_s=50e-6)]), arms=arms)
+  return dict(
+      protocol=dict(
+          name="synthetic",
+          report_seeds=[100, 101, 102],
+          targets=[0.3],
+          networks=[dict(name="1GbE", bandwidth_bytes_per_s=125e6, latency_s=50e-6)],
+      ),
+      arms=arms,
+  )
 
 
 def test_a_method_that_never_reaches_the_target_is_never_fastest():
   from easgd.protocol import report as protocol_report
   # EAMSGD misses the target on every seed: its censored time (the whole run,
   # with few exchanges) is BELOW pmean SGD's, whose every step all-reduces
-  missing = _claims_results({
-      "eamsgd tau=64": _claims_arm("eamsgd", 64, (None, None, None), all_reduces_per_step=0.02),
-      "pmean_sgd": _claims_arm("pmean_sgd", 1, (70, 80, 90))})
+  missing = _claims_results(
+      {
+          "eamsgd tau=64": _claims_arm("eamsgd", 64, (None, None, None), all_reduces_per_step=0.02),
+          "pmean_sgd": _claims_arm("pmean_sgd", 1, (70, 80, 90)),
+      }
+  )
   fastest, *_ = protocol_report.claims(missing, None)
   (part,) = fastest["parts"]
-  assert part["interval"]["high"] < 0             # the lower bounds look faster
-  assert part["verdict"] == "inconclusive"        # but a lower bound cannot show it
+  assert part["interval"]["high"] < 0  # the lower bounds look faster
+  assert part["verdict"] == "inconclusive"  # but a lower bound cannot show it
   assert "missed the target on 3 seed(s)" in part["text"]
   # reaching it first on every seed, with the same communication: holds
-  reached = _claims_results({
-      "eamsgd tau=64": _claims_arm("eamsgd", 64, (20, 20, 30)),
-      "pmean_sgd": _claims_arm("pmean_sgd", 1, (70, 80, 90))})
+  reached = _claims_results(
+      {
+          "eamsgd tau=64": _claims_arm("eamsgd", 64, (20, 20, 30)),
+          "pmean_sgd": _claims_arm("pmean_sgd", 1, (70, 80, 90)),
+      }
+  )
   fastest, tau_claim, center = protocol_report.claims(reached, None)
   assert fastest["verdict"] == "holds"
-  assert center["verdict"] == "holds"             # the center 1 point below its workers
+  assert center["verdict"] == "holds"  # the center 1 point below its workers
   assert tau_claim["parts"] == [] and tau_claim["verdict"] == "inconclusive"  # no DOWNPOUR
   assert "EAMSGD" in protocol_report.claims_markdown([fastest, tau_claim, center])
   reached["protocol"]["targets"] = [0.5]
@@ -482,10 +592,19 @@ def test_more_workers_is_judged_on_a_test_error_not_chosen_on_the_test_set():
   # validation evaluation higher: the claim follows the latter; results
   # without validation curves of their report runs use the final error
   def arm(p, final, at_val):
-    return dict(algorithm="easgd", config=dict(num_workers=p, tau=10),
-                final_test_errors=list(final), test_errors_at_best_val=list(at_val))
-  fig3 = _claims_results({"easgd p=4": arm(4, (0.30, 0.31, 0.32), (0.20, 0.21, 0.22)),
-                          "easgd p=8": arm(8, (0.10, 0.11, 0.12), (0.40, 0.41, 0.42))})
+    return dict(
+        algorithm="easgd",
+        config=dict(num_workers=p, tau=10),
+        final_test_errors=list(final),
+        test_errors_at_best_val=list(at_val),
+    )
+
+  fig3 = _claims_results(
+      {
+          "easgd p=4": arm(4, (0.30, 0.31, 0.32), (0.20, 0.21, 0.22)),
+          "easgd p=8": arm(8, (0.10, 0.11, 0.12), (0.40, 0.41, 0.42)),
+      }
+  )
   (workers,) = protocol_report.claims(None, fig3)
   assert "lowest validation error" in workers["measurement"]
   assert workers["parts"][0]["what"] == "easgd p=4 - easgd p=8 (test error at best val)"
@@ -493,6 +612,8 @@ def test_more_workers_is_judged_on_a_test_error_not_chosen_on_the_test_set():
   for a in fig3["arms"].values():
     del a["test_errors_at_best_val"]
   (workers,) = protocol_report.claims(None, fig3)
-  assert "final test error" in workers["measurement"] and "nothing is selected" in \
-      workers["measurement"]
+  assert (
+      "final test error" in workers["measurement"]
+      and "nothing is selected" in workers["measurement"]
+  )
   assert workers["verdict"] == "holds"

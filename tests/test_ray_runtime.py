@@ -9,6 +9,7 @@ A run interrupted right after a checkpoint resumes with the faults and
 restarts its log holds.
 A cluster address that cannot be reached is one line, exit status 3.
 """
+
 import jax
 import pytest
 
@@ -32,9 +33,23 @@ def local_ray():
 def test_an_unreachable_cluster_is_one_line_and_exit_status_3(tmp_path, capsys):
   # first in this file: connect() reuses a Ray this process has already started
   assert not ray.is_initialized()
-  status = cli.main(["train", "--workdir", str(tmp_path / "w"), "--runtime", "ray",
-                     "--algorithm", "async_easgd", "--ray-address", "127.0.0.1:1",
-                     "--dataset", "digits", "--model", "mlp"])
+  status = cli.main(
+      [
+          "train",
+          "--workdir",
+          str(tmp_path / "w"),
+          "--runtime",
+          "ray",
+          "--algorithm",
+          "async_easgd",
+          "--ray-address",
+          "127.0.0.1:1",
+          "--dataset",
+          "digits",
+          "--model",
+          "mlp",
+      ]
+  )
   err = capsys.readouterr().err
   assert status == 3 and err.count("\n") == 1
   assert err.startswith("easgd: error: cannot reach the Ray cluster at '127.0.0.1:1'")
@@ -42,8 +57,7 @@ def test_an_unreachable_cluster_is_one_line_and_exit_status_3(tmp_path, capsys):
     async_ray.connect("ray://127.0.0.1:1")
 
 
-def test_a_killed_worker_is_restarted_from_the_center_and_the_run_replays(tmp_path,
-                                                                         local_ray):
+def test_a_killed_worker_is_restarted_from_the_center_and_the_run_replays(tmp_path, local_ray):
   cfg = TINY.replace(runtime="ray", worker_delays=())
   s = trainer.train_and_evaluate_async(cfg, tmp_path, faults={2: 7})
   assert s["status"] == "complete" and s["steps_done"] == 44
@@ -52,26 +66,26 @@ def test_a_killed_worker_is_restarted_from_the_center_and_the_run_replays(tmp_pa
   assert fault["worker"] == 2 and "process died" in fault["error"]
   assert fault["restarted_at"] == fault["local_step"] >= 7  # after its last exchange
   log = async_shared.read_log(tmp_path / "exchanges.jsonl")
-  events = [(r["event"], r["worker"], r["local_step"]) for r in log
-            if r["event"] != "exchange"]
+  events = [(r["event"], r["worker"], r["local_step"]) for r in log if r["event"] != "exchange"]
   assert events == [("fault", 2, fault["local_step"]), ("restart", 2, fault["local_step"])]
   run = trainer.Run(cfg)
   final = restore(tmp_path, run)
   clocks = final["worker"].clock.tolist()
   assert sum(clocks) == 44 * P
   for i, n in enumerate(clocks):  # no exchange repeated or lost by the restart
-    assert [r["local_step"] for r in log
-            if r["event"] == "exchange" and r["worker"] == i] == list(range(0, n, 2))
+    assert [r["local_step"] for r in log if r["event"] == "exchange" and r["worker"] == i] == list(
+        range(0, n, 2)
+    )
   # four worker processes and the center's, replayed here: the same bits
   out = async_shared.replay_run(async_runs.make_setup(run), log, clocks)
-  assert_bitwise(jax.device_get(out.workers),
-                 async_shared.unstack_workers(final["worker"], P))
+  assert_bitwise(jax.device_get(out.workers), async_shared.unstack_workers(final["worker"], P))
   assert_bitwise(out.shared.center, final["shared"].center)
   assert s["final"]["test_accuracy"] > 0.8
 
 
 def test_an_interrupted_run_with_a_restart_resumes_with_its_checkpoints_faults(
-    tmp_path, local_ray, monkeypatch):
+    tmp_path, local_ray, monkeypatch
+):
   cfg = TINY.replace(runtime="ray", worker_delays=())
   with monkeypatch.context() as m:  # Ctrl-C right after step 22's checkpoint
     fired = interrupt_once(m, checkpoint.Checkpointer, "save", 1, after=True)

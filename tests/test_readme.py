@@ -1,4 +1,5 @@
 """The README stays true: its code runs, and its tables are the outputs they quote."""
+
 import contextlib
 import io
 import os
@@ -22,10 +23,14 @@ def test_the_first_lines_give_the_two_fresh_machine_commands():
   # the main job installs the package alone; the tests install the dev extra
   lines = README.splitlines()
   commands = [l.strip() for l in lines[:12] if l.startswith("    ")]
-  assert commands[0] == ("python3 -m venv .venv && .venv/bin/pip install -e . && "
-                         ".venv/bin/easgd compare --workdir runs/main")
-  assert commands[1] == ('python3 -m venv .venv && .venv/bin/pip install -e ".[dev]" && '
-                         ".venv/bin/python -m pytest -q")
+  assert commands[0] == (
+      "python3 -m venv .venv && .venv/bin/pip install -e . && "
+      ".venv/bin/easgd compare --workdir runs/main"
+  )
+  assert commands[1] == (
+      'python3 -m venv .venv && .venv/bin/pip install -e ".[dev]" && '
+      ".venv/bin/python -m pytest -q"
+  )
   # .ci/run runs the first indented line within 3 lines after "run the tests"
   assert "grep -A3 -m1 'run the tests' README.md" in (ROOT / ".ci" / "run").read_text()
   after = README.split("run the tests", 1)[1].splitlines()[1:4]
@@ -48,9 +53,12 @@ def test_the_results_tables_are_the_committed_outputs(output):
 def test_the_protocol_sections_are_the_committed_outputs(tmp_path):
   # the claims table and every protocol table, printed from the committed results.json
   claims = tmp_path / "claims.md"
-  out = subprocess.run([sys.executable, str(ROOT / "scripts" / "protocol_tables.py"),
-                        "--claims-out", str(claims)],
-                       capture_output=True, text=True, check=True).stdout.strip()
+  out = subprocess.run(
+      [sys.executable, str(ROOT / "scripts" / "protocol_tables.py"), "--claims-out", str(claims)],
+      capture_output=True,
+      text=True,
+      check=True,
+  ).stdout.strip()
   assert out in README
   committed = ROOT / "paper_notes" / "figures" / "protocol_claims.md"
   assert committed.read_text() == claims.read_text()
@@ -58,19 +66,28 @@ def test_the_protocol_sections_are_the_committed_outputs(tmp_path):
 
 
 def test_the_protocol_fields_table_is_their_declarations():
-  out = subprocess.run([sys.executable, str(ROOT / "scripts" / "protocol_fields.py")],
-                       capture_output=True, text=True, check=True).stdout.strip()
+  out = subprocess.run(
+      [sys.executable, str(ROOT / "scripts" / "protocol_fields.py")],
+      capture_output=True,
+      text=True,
+      check=True,
+  ).stdout.strip()
   assert out in README
   import dataclasses
   from easgd.protocol.config import Arm, Network, ProtocolConfig
+
   for cls in (ProtocolConfig, Arm, Network):  # every field has a row
     for field in dataclasses.fields(cls):
       assert f"| `{cls.__name__}` | `{field.name}` |" in out
 
 
 def test_the_algorithm_table_is_the_registry():
-  out = subprocess.run([sys.executable, str(ROOT / "scripts" / "algorithm_table.py")],
-                       capture_output=True, text=True, check=True).stdout.strip()
+  out = subprocess.run(
+      [sys.executable, str(ROOT / "scripts" / "algorithm_table.py")],
+      capture_output=True,
+      text=True,
+      check=True,
+  ).stdout.strip()
   assert out in README
 
 
@@ -78,7 +95,12 @@ def test_the_algorithm_table_is_the_registry():
 def test_the_bad_input_table_is_what_the_command_line_prints():
   # a fresh process on the machine's own devices (not the tests' 8 fake ones)
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-  out = subprocess.run([sys.executable, str(ROOT / "scripts" / "bad_inputs_table.py")],
-                       capture_output=True, text=True, check=True, cwd=ROOT,
-                       env=env).stdout.strip()
+  out = subprocess.run(
+      [sys.executable, str(ROOT / "scripts" / "bad_inputs_table.py")],
+      capture_output=True,
+      text=True,
+      check=True,
+      cwd=ROOT,
+      env=env,
+  ).stdout.strip()
   assert out in README

@@ -18,6 +18,7 @@ worker and local step, as in ``easgd.sweeps.quadratic``) and on a small MLP. The
 * through the trainer: a run interrupted and resumed continues its log, and
   the whole log replays the final checkpoint bit for bit.
 """
+
 import json
 
 import jax
@@ -61,15 +62,15 @@ def make(name, loss, lr, push_timing="authors"):
   if name == "async_easgd":
     return asynchronous.async_easgd(loss, beta=0.9, **kw)
   if name == "async_eamsgd":
-    return asynchronous.async_eamsgd(loss, beta=0.9, momentum=0.9, **dict(
-        kw, learning_rate=lr / 10))
+    return asynchronous.async_eamsgd(
+        loss, beta=0.9, momentum=0.9, **dict(kw, learning_rate=lr / 10)
+    )
   return baselines.downpour(loss, push_timing=push_timing, **kw)
 
 
 def run_threads(setup, total, faults=()):
   devices = async_threads.worker_devices(P, jax.devices()[:2])
-  backend = async_threads.ThreadBackend(setup, P, devices=devices, delays_s=DELAYS,
-                                        record=True)
+  backend = async_threads.ThreadBackend(setup, P, devices=devices, delays_s=DELAYS, record=True)
   for worker, clock in faults:
     backend.arm_fault(worker, clock)
   try:
@@ -93,15 +94,16 @@ def assert_bitwise(a, b):
 
 
 def max_diff(a, b):
-  return max(float(np.max(np.abs(x.astype(np.float64) - y), initial=0))
-             for x, y in zip(leaves(a), leaves(b), strict=True))
+  return max(
+      float(np.max(np.abs(x.astype(np.float64) - y), initial=0))
+      for x, y in zip(leaves(a), leaves(b), strict=True)
+  )
 
 
 @pytest.mark.parametrize("problem", ["quadratic", "mlp"])
 @pytest.mark.parametrize("name", ["async_easgd", "async_eamsgd", "downpour"])
 def test_a_real_run_replays_bit_for_bit_and_loses_no_exchange(name, problem):
-  loss, params, batch_fn, lr = (quadratic_problem if problem == "quadratic"
-                                else mlp_problem)()
+  loss, params, batch_fn, lr = (quadratic_problem if problem == "quadratic" else mlp_problem)()
   algo = make(name, loss, lr)
   setup = async_shared.AsyncSetup(algo, params, batch_fn, KEY)
   driver, states, shared, log, sums = run_threads(setup, 40 * P)
@@ -139,15 +141,16 @@ def test_a_real_run_replays_bit_for_bit_and_loses_no_exchange(name, problem):
 
 def test_downpour_pushing_full_periods_exchanges_floor_n_over_tau_times():
   loss, params, batch_fn, lr = quadratic_problem()
-  setup = async_shared.AsyncSetup(make("downpour", loss, lr, "full_period"), params,
-                                  batch_fn, KEY)
+  setup = async_shared.AsyncSetup(make("downpour", loss, lr, "full_period"), params, batch_fn, KEY)
   _, states, shared, log, _ = run_threads(setup, 25 * P)
   for i, state in enumerate(states):
     n = int(state.clock)
     steps = [r["local_step"] for r in log if r["worker"] == i]
     assert steps == list(range(TAU - 1, n, TAU)) and len(steps) == n // TAU
-  assert_bitwise(jax.device_get(async_shared.replay_run(
-      setup, log, [int(s.clock) for s in states]).shared), shared)
+  assert_bitwise(
+      jax.device_get(async_shared.replay_run(setup, log, [int(s.clock) for s in states]).shared),
+      shared,
+  )
 
 
 def test_a_worker_that_raises_stops_and_the_others_finish():
@@ -162,8 +165,8 @@ def test_a_worker_that_raises_stops_and_the_others_finish():
   assert fault.error.startswith("InjectedFault: fault injected into worker 1")
   assert driver.alive == [True, False, True, True]
   assert [r for r in log if r["event"] == "fault"] == [
-      dict(r, event="fault", worker=1, local_step=2) for r in log
-      if r["event"] == "fault"]
+      dict(r, event="fault", worker=1, local_step=2) for r in log if r["event"] == "fault"
+  ]
   same = async_shared.replay_run(setup, log, clocks)
   assert_bitwise(jax.device_get(same.workers), states)
   assert_bitwise(jax.device_get(same.shared), shared)
@@ -172,18 +175,32 @@ def test_a_worker_that_raises_stops_and_the_others_finish():
 def test_every_worker_failing_is_one_error():
   loss, params, batch_fn, lr = quadratic_problem()
   setup = async_shared.AsyncSetup(make("async_easgd", loss, lr), params, batch_fn, KEY)
-  with pytest.raises(async_driver.WorkersLostError,
-                     match=r"every worker stopped with \d+ of the run.s local steps left; faults: worker \d at local step 2: InjectedFault"):
+  with pytest.raises(
+      async_driver.WorkersLostError,
+      match=r"every worker stopped with \d+ of the run.s local steps left; faults: worker \d at local step 2: InjectedFault",
+  ):
     run_threads(setup, 30 * P, faults=[(i, 2) for i in range(P)])
 
 
 # -- through the trainer -------------------------------------------------------
 
 # digits, tiny MLP: 1438 training images / 64 = 22 steps per epoch, 2 epochs
-TINY = TrainConfig(algorithm="async_easgd", dataset="digits", model="mlp",
-                   num_workers=P, num_devices=2, global_batch_size=64, num_epochs=2,
-                   learning_rate=0.1, tau=2, beta=0.9, eval_batch_size=64,
-                   progress=False, runtime="threads", worker_delays=(0, 0, 0, 0.002))
+TINY = TrainConfig(
+    algorithm="async_easgd",
+    dataset="digits",
+    model="mlp",
+    num_workers=P,
+    num_devices=2,
+    global_batch_size=64,
+    num_epochs=2,
+    learning_rate=0.1,
+    tau=2,
+    beta=0.9,
+    eval_batch_size=64,
+    progress=False,
+    runtime="threads",
+    worker_delays=(0, 0, 0, 0.002),
+)
 
 
 def restore(workdir, run):
@@ -207,7 +224,7 @@ def test_an_interrupted_run_resumes_and_continues_its_log(tmp_path):
   assert done["status"] == "complete" and done["steps_done"] == 44
   assert [r["step"] for r in done["history"]] == [0, 22, 44]
   log = async_shared.read_log(tmp_path / "exchanges.jsonl")
-  assert log[:len(log7)] == log7  # the log goes on
+  assert log[: len(log7)] == log7  # the log goes on
   assert [r["version"] for r in log] == list(range(len(log)))
   run = trainer.Run(TINY)
   final = restore(tmp_path, run)
@@ -216,8 +233,7 @@ def test_an_interrupted_run_resumes_and_continues_its_log(tmp_path):
   assert done["exchanges_per_worker"] == [-(-n // 2) for n in clocks]
   # the whole log, from the start, replays the final checkpoint bit for bit
   out = async_shared.replay_run(async_runs.make_setup(run), log, clocks)
-  assert_bitwise(jax.device_get(out.workers), async_shared.unstack_workers(
-      final["worker"], P))
+  assert_bitwise(jax.device_get(out.workers), async_shared.unstack_workers(final["worker"], P))
   assert_bitwise(out.shared.center, final["shared"].center)
   metrics = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
   assert metrics[-1]["exchanges"] == len(log) and metrics[-1]["faults"] == 0
@@ -226,8 +242,7 @@ def test_an_interrupted_run_resumes_and_continues_its_log(tmp_path):
 
 
 def test_a_worker_fault_is_reported_not_raised(tmp_path):
-  s = trainer.train_and_evaluate_async(TINY.replace(num_epochs=1), tmp_path,
-                                       faults={3: 5})
+  s = trainer.train_and_evaluate_async(TINY.replace(num_epochs=1), tmp_path, faults={3: 5})
   assert s["status"] == "complete" and s["steps_done"] == 22
   (fault,) = s["faults"]
   assert (fault["worker"], fault["local_step"], fault["restarted_at"]) == (3, 5, None)
@@ -246,25 +261,34 @@ def test_the_batches_are_the_spmd_trainers(tmp_path):
       np.testing.assert_array_equal(y, run.dataset.train_y[ix[i]])
 
 
-@pytest.mark.parametrize("changes,match", [
-    (dict(algorithm="easgd", tau=4), "algorithm 'easgd' does not run on runtime 'threads' "
-     r"\(it runs on: spmd\); runtime 'threads' runs: async_easgd"),
-    (dict(staleness=2), "staleness=2 sets the simulated exchange schedule"),
-    (dict(worker_delays=(0.1,)), "worker_delays has 1 entries; expected one per worker"),
-    (dict(worker_delays=(0, 0, 0, -1)), r"worker_delays entry \(seconds per local step\)"),
-    (dict(ray_address="auto"), "ray_address='auto' is not read by runtime 'threads'"),
-    (dict(runtime="spmd"), r"worker_delays=\(0, 0, 0, 0.002\) is not read by runtime "
-     "'spmd'"),
-    (dict(runtime="mpi"), "unknown runtime 'mpi'; allowed: spmd, threads, ray"),
-])
+@pytest.mark.parametrize(
+    "changes,match",
+    [
+        (
+            dict(algorithm="easgd", tau=4),
+            "algorithm 'easgd' does not run on runtime 'threads' "
+            r"\(it runs on: spmd\); runtime 'threads' runs: async_easgd",
+        ),
+        (dict(staleness=2), "staleness=2 sets the simulated exchange schedule"),
+        (dict(worker_delays=(0.1,)), "worker_delays has 1 entries; expected one per worker"),
+        (dict(worker_delays=(0, 0, 0, -1)), r"worker_delays entry \(seconds per local step\)"),
+        (dict(ray_address="auto"), "ray_address='auto' is not read by runtime 'threads'"),
+        (
+            dict(runtime="spmd"),
+            r"worker_delays=\(0, 0, 0, 0.002\) is not read by runtime " "'spmd'",
+        ),
+        (dict(runtime="mpi"), "unknown runtime 'mpi'; allowed: spmd, threads, ray"),
+    ],
+)
 def test_runtime_settings_are_checked_before_anything_starts(changes, match):
   with pytest.raises(ConfigError, match=match):
     TINY.replace(**changes).validate()
 
 
 def test_the_command_line_refuses_a_synchronous_algorithm_in_one_line(tmp_path, capsys):
-  status = cli.main(["train", "--workdir", str(tmp_path / "w"), "--runtime", "threads",
-                     "--algorithm", "easgd"])
+  status = cli.main(
+      ["train", "--workdir", str(tmp_path / "w"), "--runtime", "threads", "--algorithm", "easgd"]
+  )
   err = capsys.readouterr().err
   assert status == 2 and err.count("\n") == 1
   assert err.startswith("easgd: error: algorithm 'easgd' does not run on runtime")
@@ -279,8 +303,7 @@ def replays_its_checkpoint(workdir, cfg=TINY):
   log = async_shared.read_log(workdir / "exchanges.jsonl")
   assert int(final["log_length"]) == len(log)
   out = async_shared.replay_run(async_runs.make_setup(run), log, clocks)
-  assert_bitwise(jax.device_get(out.workers), async_shared.unstack_workers(
-      final["worker"], P))
+  assert_bitwise(jax.device_get(out.workers), async_shared.unstack_workers(final["worker"], P))
   assert_bitwise(out.shared.center, final["shared"].center)
   return clocks
 
@@ -288,13 +311,14 @@ def replays_its_checkpoint(workdir, cfg=TINY):
 # the epoch-end points of the boundary's sequence (evaluate, record, log,
 # checkpoint): calls 2 are step 22's evaluation and record, save 1 step 22's,
 # save 2 the end's (44)
-@pytest.mark.parametrize("point,call,after", [
-    ("_evaluate", 2, False), ("write_metrics", 2, False), ("save", 1, True),
-    ("save", 2, True)])
-def test_an_interrupt_at_any_point_of_a_boundary_resumes(tmp_path, monkeypatch, point,
-                                                         call, after):
-  owner = {"_evaluate": trainer, "write_metrics": trainer.rundir,
-           "save": checkpoint.Checkpointer}[point]
+@pytest.mark.parametrize(
+    "point,call,after",
+    [("_evaluate", 2, False), ("write_metrics", 2, False), ("save", 1, True), ("save", 2, True)],
+)
+def test_an_interrupt_at_any_point_of_a_boundary_resumes(tmp_path, monkeypatch, point, call, after):
+  owner = {"_evaluate": trainer, "write_metrics": trainer.rundir, "save": checkpoint.Checkpointer}[
+      point
+  ]
   with monkeypatch.context() as m:
     fired = interrupt_once(m, owner, point, call, after)
     with pytest.raises(KeyboardInterrupt):
@@ -312,8 +336,7 @@ def test_an_interrupt_at_any_point_of_a_boundary_resumes(tmp_path, monkeypatch, 
 
 def test_summaries_report_the_clocks_and_faults_of_their_checkpoint(tmp_path):
   # worker 3 raises before its local step 2: inside its first chunk (>= 3 steps)
-  first = trainer.train_and_evaluate_async(TINY, tmp_path, stop_after_steps=8,
-                                           faults={3: 2})
+  first = trainer.train_and_evaluate_async(TINY, tmp_path, stop_after_steps=8, faults={3: 2})
   clocks = restore(tmp_path, trainer.Run(TINY))["worker"].clock.tolist()
   assert first["status"] == "stopped" and first["steps_done"] == 8
   assert first["worker_local_steps"] == clocks and sum(clocks) == 8 * P
@@ -338,22 +361,26 @@ def scaled_center_evaluate(monkeypatch, at_step):
 
   def scaled(self, worker, shared, epoch, step, losses):
     if step == at_step:
-      shared = jax.tree.map(lambda x: x * np.float32(np.inf)
-                            if jnp.issubdtype(x.dtype, jnp.floating) else x, shared)
+      shared = jax.tree.map(
+          lambda x: x * np.float32(np.inf) if jnp.issubdtype(x.dtype, jnp.floating) else x, shared
+      )
     return evaluate(self, worker, shared, epoch, step, losses)
+
   monkeypatch.setattr(trainer.Run, "evaluate", scaled)
 
 
 @pytest.mark.parametrize("runtime", ["spmd", "threads"])
-def test_a_non_finite_evaluation_stops_the_run_before_its_checkpoint(tmp_path,
-                                                                     monkeypatch,
-                                                                     runtime):
+def test_a_non_finite_evaluation_stops_the_run_before_its_checkpoint(
+    tmp_path, monkeypatch, runtime
+):
   cfg = TINY.replace(checkpoint_every_steps=11)
   if runtime == "spmd":
     cfg = cfg.replace(runtime="spmd", worker_delays=())
   scaled_center_evaluate(monkeypatch, 22)
-  with pytest.raises(trainer.DivergenceError,
-                     match=r"the evaluated center's test_loss is nan at step 22 \(epoch 1\)"):
+  with pytest.raises(
+      trainer.DivergenceError,
+      match=r"the evaluated center's test_loss is nan at step 22 \(epoch 1\)",
+  ):
     trainer.train_and_evaluate(cfg, tmp_path)
   metrics = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
   assert [r["step"] for r in metrics] == [0]  # the diverged record is not written
@@ -364,7 +391,9 @@ def test_a_non_finite_evaluation_stops_the_run_before_its_checkpoint(tmp_path,
 def test_a_non_finite_step_0_evaluation_is_a_divergence(tmp_path, monkeypatch, runtime):
   cfg = TINY if runtime == "threads" else TINY.replace(runtime="spmd", worker_delays=())
   scaled_center_evaluate(monkeypatch, 0)
-  with pytest.raises(trainer.DivergenceError,
-                     match=r"the evaluated center's test_loss is nan at step 0 \(epoch 0\)"):
+  with pytest.raises(
+      trainer.DivergenceError,
+      match=r"the evaluated center's test_loss is nan at step 0 \(epoch 0\)",
+  ):
     trainer.train_and_evaluate(cfg, tmp_path)
   assert not (tmp_path / "metrics.jsonl").exists()

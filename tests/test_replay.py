@@ -7,6 +7,7 @@ simulation (any speeds, staleness and serving order); a hand-computed
 trajectory pins the order of events; a log that contradicts the method's
 schedule is refused.
 """
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -35,8 +36,9 @@ def make(name, schedule, tau, p=4):
   return baselines.mvadownpour(loss_fn, average_rate=0.1, **kw)
 
 
-@pytest.mark.parametrize("name", ["async_easgd", "async_eamsgd", "downpour", "mdownpour",
-                                  "mvadownpour"])
+@pytest.mark.parametrize(
+    "name", ["async_easgd", "async_eamsgd", "downpour", "mdownpour", "mvadownpour"]
+)
 @pytest.mark.parametrize("staleness", [0, 2])
 def test_replaying_the_simulations_own_log_reproduces_the_simulation(name, staleness):
   p = 4
@@ -49,29 +51,32 @@ def test_replaying_the_simulations_own_log_reproduces_the_simulation(name, stale
   # worker i's local step at clock t is computed in the slot of its m-th step of
   # tick n, t = n k_i + m; the replay reads that slot's batch (the loss ignores
   # the key, which the simulation derives from the slot)
-  active = async_schedule.slot_table(schedule.worker_speeds,
-                                   algo.hyperparameters["exchange_at"]).active
+  active = async_schedule.slot_table(
+      schedule.worker_speeds, algo.hyperparameters["exchange_at"]
+  ).active
   big_k = schedule.slots_per_tick
 
   def batch_fn(i, t):
     tick, m = divmod(t, schedule.worker_speeds[i])
     slot = tick * big_k + np.flatnonzero(active[:, i])[m]
     return xs[slot, i], ys[slot, i]
+
   final_clocks = workers.merge_workers(worker.clock).tolist()
-  out = async_log.replay(algo, log, params0(), batch_fn, KEY, final_clocks,
-                            keep_centers=True)
+  out = async_log.replay(algo, log, params0(), batch_fn, KEY, final_clocks, keep_centers=True)
   # the replay runs the rules op by op, the simulation vmapped in one program:
   # equal up to float32 rounding (measured: <= 1.07e-6, MDOWNPOUR, values up to 7)
-  np.testing.assert_allclose(np.stack([flat(w.params) for w in out.workers]), wt[-1],
-                             rtol=0, atol=2e-6)
+  np.testing.assert_allclose(
+      np.stack([flat(w.params) for w in out.workers]), wt[-1], rtol=0, atol=2e-6
+  )
   np.testing.assert_allclose(flat(algo.center(out.shared)), ct[-1], rtol=0, atol=2e-6)
   assert [int(w.clock) for w in out.workers] == final_clocks
   assert int(out.shared.master_clock) == len(log) == len(out.centers) - 1
   # the center after each slot is the replay's center after that slot's exchanges
   served_by = np.searchsorted(log["slot"], np.arange(num_steps), side="right")
   if name not in ("mvadownpour",):  # its evaluated model is the average, not x~
-    np.testing.assert_allclose(np.stack([flat(out.centers[v]) for v in served_by]), ct,
-                               rtol=0, atol=2e-6)
+    np.testing.assert_allclose(
+        np.stack([flat(out.centers[v]) for v in served_by]), ct, rtol=0, atol=2e-6
+    )
 
 
 def test_a_hand_computed_order_of_events():
@@ -85,35 +90,40 @@ def test_a_hand_computed_order_of_events():
   #   w1 t=1: d = 0.25 (0.5 - 1) = -0.125; x1 = 0.5 + 0.125 - 0.25 = 0.375; c = 0.875
   #   w0 t=0: d = 0.25 (1 - 0.875) = 0.03125; x0 = 1 - 0.03125 - 0.5 = 0.46875;
   #           c = 0.90625
-  algo = asynchronous.async_easgd(lambda x, b, k: 0.5 * x ** 2, num_workers=2, tau=1,
-                                  alpha=0.25, learning_rate=0.5)
-  log = [dict(worker=1, local_step=0, version=0, read_version=0),
-         dict(worker=1, local_step=1, version=1, read_version=1),
-         dict(worker=0, local_step=0, version=2, read_version=2)]
-  out = async_log.replay(algo, log, jnp.float32(1.0), lambda i, t: None, KEY, (1, 2),
-                            keep_centers=True)
+  algo = asynchronous.async_easgd(
+      lambda x, b, k: 0.5 * x**2, num_workers=2, tau=1, alpha=0.25, learning_rate=0.5
+  )
+  log = [
+      dict(worker=1, local_step=0, version=0, read_version=0),
+      dict(worker=1, local_step=1, version=1, read_version=1),
+      dict(worker=0, local_step=0, version=2, read_version=2),
+  ]
+  out = async_log.replay(
+      algo, log, jnp.float32(1.0), lambda i, t: None, KEY, (1, 2), keep_centers=True
+  )
   assert [float(w.params) for w in out.workers] == [0.46875, 0.375]
   assert [float(c) for c in out.centers] == [1.0, 1.0, 0.875, 0.90625]
   # the same events served in another order give another run:
-  other = [dict(worker=0, local_step=0, version=0, read_version=0),
-           dict(worker=1, local_step=0, version=1, read_version=1),
-           dict(worker=1, local_step=1, version=2, read_version=2)]
-  out2 = async_log.replay(algo, other, jnp.float32(1.0), lambda i, t: None, KEY,
-                             (1, 2))
+  other = [
+      dict(worker=0, local_step=0, version=0, read_version=0),
+      dict(worker=1, local_step=0, version=1, read_version=1),
+      dict(worker=1, local_step=1, version=2, read_version=2),
+  ]
+  out2 = async_log.replay(algo, other, jnp.float32(1.0), lambda i, t: None, KEY, (1, 2))
   assert float(out2.shared.center) != 0.90625
   # a restart puts the worker at the center it reads, its clock going on
-  restart = log + [dict(event="restart", worker=0, local_step=1, version=3,
-                        read_version=3)]
-  out3 = async_log.replay(algo, restart, jnp.float32(1.0), lambda i, t: None, KEY,
-                             (1, 2))
+  restart = log + [dict(event="restart", worker=0, local_step=1, version=3, read_version=3)]
+  out3 = async_log.replay(algo, restart, jnp.float32(1.0), lambda i, t: None, KEY, (1, 2))
   assert float(out3.workers[0].params) == 0.90625 and int(out3.workers[0].clock) == 1
 
 
 def test_a_log_that_contradicts_the_schedule_is_refused():
-  algo = asynchronous.async_easgd(lambda x, b, k: 0.5 * x ** 2, num_workers=2, tau=2,
-                                  alpha=0.25, learning_rate=0.5)
+  algo = asynchronous.async_easgd(
+      lambda x, b, k: 0.5 * x**2, num_workers=2, tau=2, alpha=0.25, learning_rate=0.5
+  )
   run = lambda log, clocks=(0, 0): async_log.replay(
-      algo, log, jnp.float32(1.0), lambda i, t: None, KEY, clocks)
+      algo, log, jnp.float32(1.0), lambda i, t: None, KEY, clocks
+  )
   e = dict(worker=0, local_step=0, version=0, read_version=0)
   with pytest.raises(ValueError, match="lacks worker 1's exchange at its local step 0"):
     run([e], (1, 1))
@@ -132,4 +142,5 @@ def test_a_log_that_contradicts_the_schedule_is_refused():
 
 def linear_problem_sync():
   from easgd.core import algorithms
+
   return algorithms.easgd(loss_fn, num_workers=2, tau=2, alpha=0.1, learning_rate=0.1)

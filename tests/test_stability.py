@@ -1,4 +1,5 @@
 """Analytic stability maps (easgd.analysis.stability) vs full matrices and JAX simulations."""
+
 import re
 
 import jax
@@ -19,6 +20,7 @@ def full_radius(m):
 # ---------------------------------------------------------------------------
 # Synchronous EASGD
 # ---------------------------------------------------------------------------
+
 
 # Hand-worked period, p = 2, u = eta*h = 0.5, alpha = 0.25 (beta = 0.5), tau = 2;
 # state (x^1, x^2, x~). Elastic step first (clock 0), then one plain step:
@@ -43,8 +45,9 @@ def test_sync_radius_equals_full_period_matrix(tau):
   p = rng.choice([1, 2, 3, 5, 8], n)
   vectorised = stability.sync_easgd_spectral_radius(u, a, tau, p)
   assert vectorised.shape == (n,)
-  full = [full_radius(stability.sync_easgd_period_matrix(u[k], a[k], tau, int(p[k])))
-          for k in range(n)]
+  full = [
+      full_radius(stability.sync_easgd_period_matrix(u[k], a[k], tau, int(p[k]))) for k in range(n)
+  ]
   np.testing.assert_allclose(vectorised, full, rtol=1e-10)
   assert (np.asarray(full) > 1).any() and (np.asarray(full) < 1).any()
 
@@ -74,10 +77,10 @@ def test_period_map_order_matches_jax_simulation():
   run = quadratic.simulate_sync_easgd(u, a, tau, p, tau, x0=x0)
   simulated = np.r_[np.asarray(run.workers), float(run.center[-1])]
   np.testing.assert_allclose(
-      simulated, stability.sync_easgd_period_matrix(u, a, tau, p) @ x0, rtol=1e-5)
+      simulated, stability.sync_easgd_period_matrix(u, a, tau, p) @ x0, rtol=1e-5
+  )
   elastic, plain = stability.sync_easgd_step_matrices(u, a, p)
-  assert not np.allclose(simulated, elastic @ np.linalg.matrix_power(plain, 2) @ x0,
-                         rtol=1e-3)
+  assert not np.allclose(simulated, elastic @ np.linalg.matrix_power(plain, 2) @ x0, rtol=1e-3)
 
 
 def test_sync_radius_agrees_with_jax_power_iteration():
@@ -89,8 +92,7 @@ def test_sync_radius_agrees_with_jax_power_iteration():
   tau = rng.choice([1, 2, 3, 5], n)
   analytic = stability.sync_easgd_spectral_radius(u, a, tau, 4)
   assert (analytic < 1).sum() >= 5 and (analytic > 1).sum() >= 5
-  estimate = np.asarray(quadratic.estimate_spectral_radius(u, a, tau, 4,
-                                                           num_periods=200))
+  estimate = np.asarray(quadratic.estimate_spectral_radius(u, a, tau, 4, num_periods=200))
   np.testing.assert_allclose(estimate, analytic, rtol=0.03)
   np.testing.assert_array_equal(estimate < 1, analytic < 1)
 
@@ -103,8 +105,9 @@ def test_sync_marginal_and_degenerate_cases():
   np.testing.assert_allclose(stability.sync_easgd_spectral_radius(0.0, 0.1, 1, 4), 1.0)
   # p = 1: only the 2x2 (no deviations); tau = 1: radius of M.
   m = np.array([[1 - 0.3 - 0.6, 0.6], [0.6, 1 - 0.6]])
-  np.testing.assert_allclose(stability.sync_easgd_spectral_radius(0.3, 0.6, 1, 1),
-                             full_radius(m), rtol=1e-12)
+  np.testing.assert_allclose(
+      stability.sync_easgd_spectral_radius(0.3, 0.6, 1, 1), full_radius(m), rtol=1e-12
+  )
   # p = 2 with the same numbers: the deviation factor |1 - u - alpha| counts.
   dev = abs(1 - 1.5 - 0.6)
   assert stability.sync_easgd_spectral_radius(1.5, 0.6, 1, 2) >= dev
@@ -155,9 +158,13 @@ def test_marginal_maps_are_never_stable():
   # Just inside / outside (1e-9, far above rounding), by the tau = 1 Jury
   # conditions: u beta > 0, 4 - 2u - 2(alpha + beta) + u beta > 0, |D| < 1.
   for u, alpha, tau, p, stable in (
-      (1e-9, 0.05, 1, 8, True), (-1e-9, 0.05, 1, 8, False),
-      (0.5, 1e-9, 4, 4, True), (0.5, -1e-9, 4, 4, False),
-      (1e-9, 0.5 - 1e-9, 1, 3, True), (1e-9, 0.5 + 1e-9, 1, 3, False)):
+      (1e-9, 0.05, 1, 8, True),
+      (-1e-9, 0.05, 1, 8, False),
+      (0.5, 1e-9, 4, 4, True),
+      (0.5, -1e-9, 4, 4, False),
+      (1e-9, 0.5 - 1e-9, 1, 3, True),
+      (1e-9, 0.5 + 1e-9, 1, 3, False),
+  ):
     assert stability.sync_easgd_stable(u, alpha, tau, p) == stable, (u, alpha)
     radius = stability.sync_easgd_spectral_radius(u, alpha, tau, p)
     assert (radius < 1) == stable and abs(radius - 1) < 1e-8, (u, alpha, radius)
@@ -165,8 +172,7 @@ def test_marginal_maps_are_never_stable():
 
 def test_eta_h_zero_is_outside_every_region_interval_and_message():
   alphas = np.linspace(0.01, 0.2, 20)
-  assert not stability.sync_easgd_stable_region_tau_alpha(np.arange(1, 9), alphas,
-                                                          0.0, 8).any()
+  assert not stability.sync_easgd_stable_region_tau_alpha(np.arange(1, 9), alphas, 0.0, 8).any()
   region = stability.sync_easgd_stable_region(np.linspace(0.0, 1.0, 11), alphas, 1, 8)
   assert not region[:, 0].any() and region[:, 1].all()
   lo, hi = stability.stable_eta_h_interval(0.05, 1, 8)  # open interval
@@ -198,8 +204,7 @@ def test_round_robin_condition_is_boundary_of_2x2_stability():
   eta, alpha = np.meshgrid(np.linspace(-0.5, 4.5, 501), np.linspace(-0.5, 2.5, 301))
   radius = stability.round_robin_easgd_spectral_radius(eta, alpha)
   m = stability.round_robin_easgd_matrix(eta, alpha)
-  np.testing.assert_allclose(radius, np.max(np.abs(np.linalg.eigvalsh(m)), -1),
-                             rtol=1e-12)
+  np.testing.assert_allclose(radius, np.max(np.abs(np.linalg.eigvalsh(m)), -1), rtol=1e-12)
   cond = stability.round_robin_easgd_condition(eta, alpha)
   assert 0.05 < cond.mean() < 0.2  # area ~1.24 of the 5 x 3 window
   disagree = cond != (radius <= 1 + 1e-12)
@@ -220,8 +225,9 @@ def test_round_robin_condition_is_boundary_of_2x2_stability():
 def test_round_robin_round_map_against_condition(num_workers):
   eta, alpha = np.meshgrid(np.linspace(-0.5, 4.5, 101), np.linspace(-0.5, 2.5, 81))
   cond = stability.round_robin_easgd_condition(eta, alpha)
-  round_stable = stability.round_robin_easgd_round_spectral_radius(
-      eta, alpha, num_workers) <= 1 + 1e-9
+  round_stable = (
+      stability.round_robin_easgd_round_spectral_radius(eta, alpha, num_workers) <= 1 + 1e-9
+  )
   # Sufficiency holds for every p (each F^i is symmetric with norm rho(A)).
   assert not np.any(cond & ~round_stable)
   extra = round_stable & ~cond
@@ -235,8 +241,7 @@ def test_round_robin_round_map_against_condition(num_workers):
     # the curve alpha = (4 - 2 eta) / (4 - eta), inside 0 < eta < 2.
     assert extra.sum() > 10
     assert np.all((eta[extra] > 0) & (eta[extra] < 2))
-    assert np.all((alpha[extra] >= bound[extra] - 1e-12)
-                  & (alpha[extra] < bound[extra] + 0.05))
+    assert np.all((alpha[extra] >= bound[extra] - 1e-12) & (alpha[extra] < bound[extra] + 0.05))
 
 
 def _round_robin_direct(eta, alpha, num_workers, num_rounds, x0=1.0):
@@ -263,8 +268,9 @@ def test_round_robin_worker_map_is_symmetric_and_composes():
   maps = [stability.round_robin_easgd_worker_map(0.3, 0.2, i, 3) for i in range(3)]
   for m in maps:
     np.testing.assert_array_equal(m, m.T)
-  np.testing.assert_allclose(maps[2] @ maps[1] @ maps[0],
-                             stability.round_robin_easgd_round_map(0.3, 0.2, 3))
+  np.testing.assert_allclose(
+      maps[2] @ maps[1] @ maps[0], stability.round_robin_easgd_round_map(0.3, 0.2, 3)
+  )
 
 
 # ---------------------------------------------------------------------------
@@ -280,8 +286,7 @@ def test_admm_single_workers_stable_round_unstable():
     assert full_radius(stability.admm_worker_map(ETA_EX, RHO_EX, i, p)) <= 1 + 1e-12
   radius = float(stability.admm_spectral_radius(ETA_EX, RHO_EX, p))
   assert radius > 1 + 5e-4
-  np.testing.assert_allclose(
-      radius, full_radius(stability.admm_round_map(ETA_EX, RHO_EX, p)))
+  np.testing.assert_allclose(radius, full_radius(stability.admm_round_map(ETA_EX, RHO_EX, p)))
 
 
 def test_admm_simulation_matches_round_map():
@@ -302,8 +307,7 @@ def test_admm_diverges_where_easgd_converges():
   assert admm.norm[-1] > 1e6 and abs(admm.center[-1]) > 1e6
   assert admm.norm[-1] > admm.norm[rounds // 2] > 1e3  # keeps growing
   alpha = ETA_EX * RHO_EX
-  easgd = quadratic.simulate_sync_easgd(ETA_EX, alpha, 1, p, rounds, x0=1000.0,
-                                        trajectory=False)
+  easgd = quadratic.simulate_sync_easgd(ETA_EX, alpha, 1, p, rounds, x0=1000.0, trajectory=False)
   assert abs(float(easgd.center)) < 1e-2
   assert stability.sync_easgd_spectral_radius(ETA_EX, alpha, 1, p) < 1
   assert stability.round_robin_easgd_round_spectral_radius(ETA_EX, alpha, p) < 1
@@ -315,8 +319,7 @@ def test_admm_radius_grid_is_vectorised_and_exceeds_one():
   for p in (3, 8):
     grid = stability.admm_spectral_radius(eta[None, :], rho[:, None], p)
     assert grid.shape == (8, 10)
-    np.testing.assert_allclose(
-        grid[3, 4], full_radius(stability.admm_round_map(eta[4], rho[3], p)))
+    np.testing.assert_allclose(grid[3, 4], full_radius(stability.admm_round_map(eta[4], rho[3], p)))
     assert grid.max() > 1.0 and grid.min() < 1.0
 
 
@@ -349,13 +352,14 @@ def test_stationary_variance_matches_jax_simulation():
   # std(x~^2) / sqrt(4096) (~2.2% of the variance); pass within 4 s.e.
   u, a, p, eta, sigma, chains = 0.2, 0.1, 4, 0.1, 1.0, 4096
   taus = np.repeat(np.array([[1], [3]]), chains, axis=1)
-  run = quadratic.simulate_sync_easgd(u, a, taus, p, 300, x0=0.0,
-                                      key=jax.random.key(7), sigma=sigma, eta=eta,
-                                      trajectory=False)
+  run = quadratic.simulate_sync_easgd(
+      u, a, taus, p, 300, x0=0.0, key=jax.random.key(7), sigma=sigma, eta=eta, trajectory=False
+  )
   sq = np.asarray(run.center, np.float64) ** 2
   for row, tau in enumerate((1, 3)):
-    theory = stability.sync_easgd_stationary_covariance(u, a, p, eta, sigma,
-                                                        tau=tau).center_variance
+    theory = stability.sync_easgd_stationary_covariance(
+        u, a, p, eta, sigma, tau=tau
+    ).center_variance
     se = sq[row].std() / np.sqrt(chains)
     assert abs(sq[row].mean() - theory) < 4 * se, (tau, sq[row].mean(), theory, se)
 
@@ -412,26 +416,34 @@ BAD_CALLS = [
     (lambda: stability.sync_easgd_spectral_radius(np.nan, 0.1, 1, 4), r"eta_h.*nan"),
     (lambda: stability.sync_easgd_stable([0.1, np.inf], 0.1, 1, 4), r"eta_h.*inf"),
     (lambda: stability.sync_easgd_stable(0.1, "big", 1, 4), r"alpha.*'big'"),
-    (lambda: stability.sync_easgd_stable_region(np.zeros((2, 2)), [0.1], 1, 4),
-     r"eta_h_grid.*1-D.*\(2, 2\)"),
-    (lambda: stability.sync_easgd_stable_region_tau_alpha([1, 0], [0.1], 0.1, 4),
-     r"tau_grid.*>= 1.*0"),
-    (lambda: stability.sync_easgd_stationary_covariance(0.1, 0.1, 4, 0.0, 1.0),
-     r"eta must be a finite real in \(0\.0, inf\), got 0\.0"),
-    (lambda: stability.sync_easgd_stationary_covariance(0.1, 0.1, 4, 0.1, -1.0),
-     r"sigma must be a finite real in \[0\.0, inf\), got -1\.0"),
+    (
+        lambda: stability.sync_easgd_stable_region(np.zeros((2, 2)), [0.1], 1, 4),
+        r"eta_h_grid.*1-D.*\(2, 2\)",
+    ),
+    (
+        lambda: stability.sync_easgd_stable_region_tau_alpha([1, 0], [0.1], 0.1, 4),
+        r"tau_grid.*>= 1.*0",
+    ),
+    (
+        lambda: stability.sync_easgd_stationary_covariance(0.1, 0.1, 4, 0.0, 1.0),
+        r"eta must be a finite real in \(0\.0, inf\), got 0\.0",
+    ),
+    (
+        lambda: stability.sync_easgd_stationary_covariance(0.1, 0.1, 4, 0.1, -1.0),
+        r"sigma must be a finite real in \[0\.0, inf\), got -1\.0",
+    ),
     (lambda: stability.stability_bound_message(0.1, 0.1, 3, -2), r"num_workers.*-2"),
     (lambda: stability.round_robin_easgd_worker_map(0.1, 0.1, 3, 3), r"i .*\[0, 2\].*3"),
     (lambda: stability.admm_worker_map(0.1, 0.1, -1, 3), r"i .*>= 0.*-1"),
     (lambda: stability.admm_spectral_radius(-1.0, 1.0, 3), r"eta \* rho.*-1"),
     (lambda: stability.admm_simulate(0.001, 2.5, 3, -5), r"num_rounds.*-5"),
     (lambda: quadratic.simulate_sync_easgd(0.1, 0.1, 0, 2, 5), r"tau.*0"),
-    (lambda: quadratic.simulate_sync_easgd(0.1, 0.1, 1, 2, 5, sigma=1.0, eta=0.1),
-     r"key.*sigma > 0"),
-    (lambda: quadratic.simulate_sync_easgd(0.1, 0.1, 1, 2, 5, x0=np.ones(4)),
-     r"x0.*\(4,\)"),
-    (lambda: quadratic.estimate_spectral_radius(0.1, 0.1, 1, 2, num_periods=1),
-     r"num_periods.*1"),
+    (
+        lambda: quadratic.simulate_sync_easgd(0.1, 0.1, 1, 2, 5, sigma=1.0, eta=0.1),
+        r"key.*sigma > 0",
+    ),
+    (lambda: quadratic.simulate_sync_easgd(0.1, 0.1, 1, 2, 5, x0=np.ones(4)), r"x0.*\(4,\)"),
+    (lambda: quadratic.estimate_spectral_radius(0.1, 0.1, 1, 2, num_periods=1), r"num_periods.*1"),
 ]
 
 

@@ -3,6 +3,7 @@
 Everything is tiny (scalar quadratics, an 8-unit MLP on random data) so the file
 runs in well under a minute on two CPU cores.
 """
+
 import dataclasses
 import functools
 import json
@@ -39,7 +40,7 @@ def numpy_easgd_quadratic(lr, tau, alpha, h, w0, c0, noise):
     loss = np.mean(0.5 * h * x * x + noise[t] * x)
     g = h * x + noise[t]
     if t % tau == 0:
-      d = alpha * (x - c)              # every worker reads x~_t ...
+      d = alpha * (x - c)  # every worker reads x~_t ...
       x, c = x - lr * g - d, c + d.sum()  # ... and the center the SUM of forces
     else:
       x = x - lr * g
@@ -48,43 +49,60 @@ def numpy_easgd_quadratic(lr, tau, alpha, h, w0, c0, noise):
 
 def test_quadratic_sweep_matches_individual_runs():
   p, steps, h, sigma = 3, 40, 1.5, 0.1
-  grid = SweepGrid(tau=(1, 3), alpha=(0.1, 0.3), learning_rate=(0.3, 0.7),
-                   num_workers=(p,))
+  grid = SweepGrid(tau=(1, 3), alpha=(0.1, 0.3), learning_rate=(0.3, 0.7), num_workers=(p,))
   res = quadratic.sweep_quadratic(grid, steps, curvature=h, sigma=sigma, seed=3)
   assert len(res.records) == 8 and not any(r["diverged"] for r in res.records)
   w0, c0 = quadratic.quadratic_start(p)
-  noise = np.asarray(sigma * jax.random.normal(jax.random.key(3), (steps, p)),
-                     np.float64)
+  noise = np.asarray(sigma * jax.random.normal(jax.random.key(3), (steps, p)), np.float64)
   for r in res.records:
     one = quadratic.sweep_quadratic(
-        SweepGrid(tau=(r["tau"],), alpha=(r["alpha"],),
-                  learning_rate=(r["learning_rate"],), num_workers=(p,)),
-        steps, curvature=h, sigma=sigma, seed=3).records[0]
+        SweepGrid(
+            tau=(r["tau"],),
+            alpha=(r["alpha"],),
+            learning_rate=(r["learning_rate"],),
+            num_workers=(p,),
+        ),
+        steps,
+        curvature=h,
+        sigma=sigma,
+        seed=3,
+    ).records[0]
     for k in ("center_loss", "final_loss", "worker_center_distance"):
       np.testing.assert_allclose(r[k], one[k], rtol=1e-6, atol=1e-7, err_msg=k)
-    c, loss, dist = numpy_easgd_quadratic(r["learning_rate"], r["tau"], r["alpha"],
-                                          h, w0, c0, noise)
+    c, loss, dist = numpy_easgd_quadratic(
+        r["learning_rate"], r["tau"], r["alpha"], h, w0, c0, noise
+    )
     np.testing.assert_allclose(r["center_loss"], 0.5 * h * c * c, rtol=1e-4)
     np.testing.assert_allclose(r["final_loss"], loss, rtol=1e-4, atol=1e-7)
-    np.testing.assert_allclose(r["worker_center_distance"], dist, rtol=1e-4,
-                               atol=1e-7)
+    np.testing.assert_allclose(r["worker_center_distance"], dist, rtol=1e-4, atol=1e-7)
   # Noise-free, against easgd.sweeps.quadratic's independent simulation.
   res = quadratic.sweep_quadratic(grid, steps, curvature=h)
   lr, tau, alpha = grid.flat()
-  sim = quadratic.simulate_sync_easgd(lr.astype(np.float64) * h, alpha, tau, p, steps,
-                                      x0=np.r_[w0, c0], trajectory=False)
-  np.testing.assert_allclose([r["center_loss"] for r in res.records],
-                             0.5 * h * np.asarray(sim.center, np.float64) ** 2,
-                             rtol=1e-4)
+  sim = quadratic.simulate_sync_easgd(
+      lr.astype(np.float64) * h, alpha, tau, p, steps, x0=np.r_[w0, c0], trajectory=False
+  )
+  np.testing.assert_allclose(
+      [r["center_loss"] for r in res.records],
+      0.5 * h * np.asarray(sim.center, np.float64) ** 2,
+      rtol=1e-4,
+  )
 
 
 def test_divergence_flags_agree_with_analytic_radius():
   p = 4
-  grid = SweepGrid(tau=(1, 2, 4, 8), alpha=(0.05, 0.2, 0.35, 0.5, 0.7, 0.9),
-                   learning_rate=(0.1, 0.5, 1.0, 1.9), num_workers=(p,))
+  grid = SweepGrid(
+      tau=(1, 2, 4, 8),
+      alpha=(0.05, 0.2, 0.35, 0.5, 0.7, 0.9),
+      learning_rate=(0.1, 0.5, 1.0, 1.9),
+      num_workers=(p,),
+  )
   res = quadratic.sweep_quadratic(grid, 2000)
-  radius = np.array([stability.sync_easgd_spectral_radius(
-      r["learning_rate"], r["alpha"], r["tau"], p) for r in res.records])
+  radius = np.array(
+      [
+          stability.sync_easgd_spectral_radius(r["learning_rate"], r["alpha"], r["tau"], p)
+          for r in res.records
+      ]
+  )
   np.testing.assert_allclose([r["theory_radius"] for r in res.records], radius)
   diverged = np.array([r["diverged"] for r in res.records])
   clear = np.abs(radius - 1.0) > 0.05
@@ -98,8 +116,7 @@ def test_divergence_flags_agree_with_analytic_radius():
 def test_diverged_configuration_does_not_contaminate_others():
   p, steps = 2, 30
   # eta = 1e20 overflows to inf/NaN in two steps; eta = 0.3 is stable.
-  grid = SweepGrid(tau=(1, 2), alpha=(0.2,), learning_rate=(0.3, 1e20),
-                   num_workers=(p,))
+  grid = SweepGrid(tau=(1, 2), alpha=(0.2,), learning_rate=(0.3, 1e20), num_workers=(p,))
   res = quadratic.sweep_quadratic(grid, steps)
   stable = [r for r in res.records if r["learning_rate"] == 0.3]
   exploded = [r for r in res.records if r["learning_rate"] == 1e20]
@@ -109,8 +126,8 @@ def test_diverged_configuration_does_not_contaminate_others():
   for r in stable:
     assert not r["diverged"]
     alone = quadratic.sweep_quadratic(
-        SweepGrid(tau=(r["tau"],), alpha=(0.2,), learning_rate=(0.3,),
-                  num_workers=(p,)), steps).records[0]
+        SweepGrid(tau=(r["tau"],), alpha=(0.2,), learning_rate=(0.3,), num_workers=(p,)), steps
+    ).records[0]
     for k in ("center_loss", "final_loss", "worker_center_distance"):
       assert np.isfinite(r[k])
       np.testing.assert_allclose(r[k], alone[k], rtol=1e-6, atol=1e-12)
@@ -130,8 +147,8 @@ def test_center_divergence_is_flagged_when_the_workers_stay_bounded(tmp_path):
   grid = SweepGrid(tau=(4,), alpha=(0.1, 0.2), learning_rate=(1.0,), num_workers=(p,))
   res = quadratic.sweep_quadratic(grid, steps, curvature=1.0)
   fine, ruined = res.records
-  np.testing.assert_allclose(ruined["center_loss"], 0.5 * 2.2 ** 12, rtol=2e-6)
-  np.testing.assert_allclose(ruined["final_loss"], 0.5 * (0.2 * 2.2 ** 5) ** 2, rtol=2e-6)
+  np.testing.assert_allclose(ruined["center_loss"], 0.5 * 2.2**12, rtol=2e-6)
+  np.testing.assert_allclose(ruined["final_loss"], 0.5 * (0.2 * 2.2**5) ** 2, rtol=2e-6)
   assert ruined["initial_center_loss"] == 0.5 and fine["initial_center_loss"] == 0.5
   assert ruined["final_loss"] < 100 * ruined["initial_loss"]  # workers bounded
   # old code: diverged False (only the workers' loss was tested)
@@ -142,30 +159,35 @@ def test_center_divergence_is_flagged_when_the_workers_stay_bounded(tmp_path):
   # the theory agrees with the combined flag on both (radius 2.2 and 0.6)
   assert [r["theory_stable"] for r in res.records] == [True, False]
   text = sweep_report.summarize(res)
-  assert ("2 configurations, 1 diverged (0 by the workers' loss, 1 by the center's, "
-          "1 of them by the center's alone)") in text
+  assert (
+      "2 configurations, 1 diverged (0 by the workers' loss, 1 by the center's, "
+      "1 of them by the center's alone)"
+  ) in text
   assert "divergence agrees with radius >= 1 on 2/2 configurations" in text  # old: 1/2
   sweep_report.write_result(res, tmp_path, plots=False)
   header, *rows = (tmp_path / "sweep.csv").read_text().splitlines()
   cols = header.split(",")
-  assert ["diverged", "workers_diverged", "center_diverged", "diverged_step"] == \
-      cols[cols.index("diverged"):cols.index("diverged") + 4]
+  assert ["diverged", "workers_diverged", "center_diverged", "diverged_step"] == cols[
+      cols.index("diverged") : cols.index("diverged") + 4
+  ]
   row = dict(zip(cols, rows[1].split(",")))
-  assert (row["diverged"], row["workers_diverged"], row["center_diverged"],
-          row["diverged_step"], row["initial_center_loss"]) == ("True", "False", "True",
-                                                                "26", "0.5")
+  assert (
+      row["diverged"],
+      row["workers_diverged"],
+      row["center_diverged"],
+      row["diverged_step"],
+      row["initial_center_loss"],
+  ) == ("True", "False", "True", "26", "0.5")
   data = json.loads((tmp_path / "sweep.json").read_text())
   assert data["records"][1]["center_diverged"] is True
 
 
 def test_second_sweep_with_other_values_does_not_recompile():
-  grid = SweepGrid(tau=(1, 5), alpha=(0.1, 0.2, 0.3), learning_rate=(0.2,),
-                   num_workers=(3,))
+  grid = SweepGrid(tau=(1, 5), alpha=(0.1, 0.2, 0.3), learning_rate=(0.2,), num_workers=(3,))
   with CompileCounter() as first:
     quadratic.sweep_quadratic(grid, 23)
   assert first.count >= 1  # the counter sees compilations at all
-  other = SweepGrid(tau=(2, 7), alpha=(0.05, 0.4, 0.6), learning_rate=(0.9,),
-                    num_workers=(3,))
+  other = SweepGrid(tau=(2, 7), alpha=(0.05, 0.4, 0.6), learning_rate=(0.9,), num_workers=(3,))
   with CompileCounter() as second:
     res = quadratic.sweep_quadratic(other, 23)
   assert second.count == 0
@@ -189,8 +211,7 @@ def test_network_sweep_matches_easgd_algorithm_runs_and_does_not_recompile():
   loss_fn, eval_fn = sweep_network.network_fns(model)
   build = functools.partial(algorithms.easgd, loss_fn, num_workers=p)
   run = sweep_engine.make_sweep_fn(build, p, steps, eval_fn)
-  grid = SweepGrid(tau=(1, 3), alpha=(0.1, 0.4), learning_rate=(0.5,),
-                   num_workers=(p,)).validate()
+  grid = SweepGrid(tau=(1, 3), alpha=(0.1, 0.4), learning_rate=(0.5,), num_workers=(p,)).validate()
   lr, tau, alpha = grid.flat()
   workers0 = jax.tree.map(lambda a: jnp.stack([a] * p), params0)
   key = jax.random.key(1)
@@ -198,22 +219,33 @@ def test_network_sweep_matches_easgd_algorithm_runs_and_does_not_recompile():
   assert not np.any(out["diverged"])
   assert not np.any(out["workers_diverged"]) and not np.any(out["center_diverged"])
   # the center's reference: eval_fn once at the common start
-  np.testing.assert_allclose(out["initial_center_loss"],
-                             eval_fn(params0, test)["center_loss"], rtol=1e-6)
+  np.testing.assert_allclose(
+      out["initial_center_loss"], eval_fn(params0, test)["center_loss"], rtol=1e-6
+  )
   for i in (0, 3):  # (tau 1, alpha 0.1) and (tau 3, alpha 0.4): both exchange patterns
-    algo = algorithms.easgd(loss_fn, optax.sgd(float(lr[i])), num_workers=p,
-                            tau=int(tau[i]), alpha=float(alpha[i]))
-    ref = sweep_engine.run_with_algorithm(algo, params0, batches, key, num_workers=p,
-                                          eval_fn=eval_fn, eval_data=test)
+    algo = algorithms.easgd(
+        loss_fn, optax.sgd(float(lr[i])), num_workers=p, tau=int(tau[i]), alpha=float(alpha[i])
+    )
+    ref = sweep_engine.run_with_algorithm(
+        algo, params0, batches, key, num_workers=p, eval_fn=eval_fn, eval_data=test
+    )
     got = jax.tree.map(lambda a: a[i], out["center"])
     flat_got, flat_ref = ravel_pytree(got)[0], ravel_pytree(ref["center"])[0]
     np.testing.assert_allclose(flat_got, flat_ref, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(out["final_loss"][i], np.mean(ref["losses"][-1]),
-                               rtol=1e-5)
+    np.testing.assert_allclose(out["final_loss"][i], np.mean(ref["losses"][-1]), rtol=1e-5)
     np.testing.assert_allclose(out["test_accuracy"][i], ref["test_accuracy"])
   with CompileCounter() as cc:
-    jax.block_until_ready(run(dict(learning_rate=lr, tau=tau, alpha=alpha[::-1] * 0.5),
-                              workers0, params0, batches, test, key, 1e3))
+    jax.block_until_ready(
+        run(
+            dict(learning_rate=lr, tau=tau, alpha=alpha[::-1] * 0.5),
+            workers0,
+            params0,
+            batches,
+            test,
+            key,
+            1e3,
+        )
+    )
   assert cc.count == 0
 
 
@@ -226,8 +258,10 @@ def test_network_sweep_uses_only_certified_curvature():
   with pytest.warns(hessian.CurvatureWarning, match="did not converge within 3 Hessian"):
     res = sweep_network.sweep_network(grid, 20, hessian_iterations=3, **kw)
   assert res.curvature is None and not res.info["hessian_init"]["converged"]
-  assert all(r["eta_h"] is None and r["theory_radius"] is None
-             and r["theory_radius_trained"] is None for r in res.records)
+  assert all(
+      r["eta_h"] is None and r["theory_radius"] is None and r["theory_radius_trained"] is None
+      for r in res.records
+  )
   assert "h at the start: NOT converged in 3 Hessian-vector products" in sweep_report.summarize(res)
   res = sweep_network.sweep_network(grid, 20, **kw)
   est = res.info["hessian_init"]
@@ -243,8 +277,11 @@ BAD_INPUTS = [
     (["--num-workers", "0"], "num_workers grid value must be an integer >= 1, got 0"),
     (["--tau", "2,2"], "tau grid has the value 2 twice"),
     (["--tau", "1,x"], "argument --tau: invalid int_list value: '1,x'"),
-    (["--num-steps", "0"], "num_steps (local steps per worker; int32 step counter) must "
-                           "be an integer in [1, 2147483647], got 0"),
+    (
+        ["--num-steps", "0"],
+        "num_steps (local steps per worker; int32 step counter) must "
+        "be an integer in [1, 2147483647], got 0",
+    ),
     (["--divergence-factor", "0.5"], "divergence_factor must be a finite real in (1, inf)"),
     (["--hessian-tol", "0"], "hessian_tol must be a finite real in (0.0, inf), got 0.0"),
     (["--problem", "quad"], "argument --problem: invalid choice: 'quad'"),
@@ -263,15 +300,31 @@ def test_cli_sweep_bad_input_is_one_line_and_exit_2(flags, message, tmp_path, ca
 
 
 def test_cli_sweep_quadratic_end_to_end(tmp_path, capsys):
-  args = ["sweep", "--workdir", str(tmp_path / "s"), "--problem", "quadratic",
-          "--tau", "1,4", "--alpha", "0.1,1.2", "--learning-rate", "0.5",
-          "--num-workers", "2", "--num-steps", "200"]
+  args = [
+      "sweep",
+      "--workdir",
+      str(tmp_path / "s"),
+      "--problem",
+      "quadratic",
+      "--tau",
+      "1,4",
+      "--alpha",
+      "0.1,1.2",
+      "--learning-rate",
+      "0.5",
+      "--num-workers",
+      "2",
+      "--num-steps",
+      "200",
+  ]
   assert cli.main(args) == 0
   out = capsys.readouterr().out
   assert "quadratic: 4 configurations, 2 diverged" in out
   lines = (tmp_path / "s" / "sweep.csv").read_text().splitlines()
-  assert lines[0].split(",")[:5] == ["problem", "num_workers", "learning_rate", "tau",
-                                     "alpha"] and len(lines) == 5
+  assert (
+      lines[0].split(",")[:5] == ["problem", "num_workers", "learning_rate", "tau", "alpha"]
+      and len(lines) == 5
+  )
   data = json.loads((tmp_path / "s" / "sweep.json").read_text())
   assert [r["diverged"] for r in data["records"]] == [False, True, False, True]
   assert all(r["theory_stable"] == (not r["diverged"]) for r in data["records"])
@@ -283,8 +336,21 @@ def test_cli_sweep_quadratic_end_to_end(tmp_path, capsys):
 
 def test_failed_sweep_leaves_an_earlier_sweep_consistent(tmp_path):
   from easgd import cli
-  ok = ["sweep", "--workdir", str(tmp_path), "--problem", "quadratic", "--tau", "1,2",
-        "--alpha", "0.1,0.2", "--num-steps", "5", "--no-plots"]
+
+  ok = [
+      "sweep",
+      "--workdir",
+      str(tmp_path),
+      "--problem",
+      "quadratic",
+      "--tau",
+      "1,2",
+      "--alpha",
+      "0.1,0.2",
+      "--num-steps",
+      "5",
+      "--no-plots",
+  ]
   assert cli.main(ok) == 0
   before = (tmp_path / "sweep_config.json").read_text()
   assert cli.main(ok[:-1] + ["--overwrite", "--problem", "network", "--dataset", "foo"]) == 2
@@ -304,19 +370,27 @@ def _linear_loss(params, batch, key):
 
 SWEPT = [  # (factory, fixed Python arguments, swept values of two configurations)
     (algorithms.easgd, {}, dict(learning_rate=(0.1, 0.3), tau=(1, 3), alpha=(0.1, 0.4))),
-    (algorithms.eamsgd, {}, dict(learning_rate=(0.05, 0.1), tau=(2, 3), alpha=(0.1, 0.2),
-                                 momentum=(0.5, 0.9))),
+    (
+        algorithms.eamsgd,
+        {},
+        dict(learning_rate=(0.05, 0.1), tau=(2, 3), alpha=(0.1, 0.2), momentum=(0.5, 0.9)),
+    ),
     (algorithms.pmean_sgd, {}, dict(learning_rate=(0.1, 0.3))),
     (baselines.local_sgd, dict(num_steps=7), dict(learning_rate=(0.1, 0.2), tau=(2, 3))),
-    (baselines.diloco, dict(num_steps=7), dict(learning_rate=(0.1, 0.2), tau=(2, 3),
-                                               outer_learning_rate=(0.5, 0.9),
-                                               outer_momentum=(0.5, 0.9))),
+    (
+        baselines.diloco,
+        dict(num_steps=7),
+        dict(
+            learning_rate=(0.1, 0.2),
+            tau=(2, 3),
+            outer_learning_rate=(0.5, 0.9),
+            outer_momentum=(0.5, 0.9),
+        ),
+    ),
     (baselines.msgd, {}, dict(learning_rate=(0.05, 0.1), momentum=(0.5, 0.9))),
     (baselines.mvasgd, {}, dict(learning_rate=(0.1, 0.2), average_rate=(0.1, 0.5))),
-    (baselines.mdownpour, dict(tau=2), dict(learning_rate=(0.05, 0.1),
-                                            momentum=(0.5, 0.9))),
-    (asynchronous.async_easgd, dict(tau=2), dict(learning_rate=(0.1, 0.2),
-                                                 alpha=(0.1, 0.3))),
+    (baselines.mdownpour, dict(tau=2), dict(learning_rate=(0.05, 0.1), momentum=(0.5, 0.9))),
+    (asynchronous.async_easgd, dict(tau=2), dict(learning_rate=(0.1, 0.2), alpha=(0.1, 0.3))),
 ]
 
 
@@ -330,21 +404,19 @@ def test_the_engine_sweeps_every_algorithm_with_array_hyperparameters(factory, f
   batches = (jax.random.normal(k2, (steps, p, 4, 3)), jax.random.normal(k3, (steps, p, 4)))
   build = functools.partial(factory, _linear_loss, num_workers=p, **fixed)
   run = sweep_engine.make_sweep_fn(build, p, steps)
-  hyper = {k: np.asarray(v, np.int32 if k == "tau" else np.float32)
-           for k, v in swept.items()}
+  hyper = {k: np.asarray(v, np.int32 if k == "tau" else np.float32) for k, v in swept.items()}
   workers0 = jax.tree.map(lambda a: jnp.stack([a] * p), params0)
   key = jax.random.key(4)
   out = run(hyper, workers0, params0, batches, None, key, 1e3)
   assert not np.any(out["diverged"])
   for i in range(2):
     python = {k: (int if k == "tau" else float)(v[i]) for k, v in swept.items()}
-    ref = sweep_engine.run_with_algorithm(build(**python), params0, batches, key,
-                                          num_workers=p)
+    ref = sweep_engine.run_with_algorithm(build(**python), params0, batches, key, num_workers=p)
     got = jax.tree.map(lambda a: a[i], out["center"])
-    np.testing.assert_allclose(ravel_pytree(got)[0], ravel_pytree(ref["center"])[0],
-                               rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(out["final_loss"][i], np.mean(ref["losses"][-1]),
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        ravel_pytree(got)[0], ravel_pytree(ref["center"])[0], rtol=1e-5, atol=1e-6
+    )
+    np.testing.assert_allclose(out["final_loss"][i], np.mean(ref["losses"][-1]), rtol=1e-5)
 
 
 def test_each_configuration_may_have_its_own_key_and_start():
@@ -355,17 +427,15 @@ def test_each_configuration_may_have_its_own_key_and_start():
   params0 = dict(w=jax.random.normal(k1, (2, 3)), b=jnp.zeros((2,)))  # two seeds
   batches = (jax.random.normal(k2, (steps, p, 4, 3)), jax.random.normal(k3, (steps, p, 4)))
   keys = jax.random.split(jax.random.key(2), 2)
-  build = functools.partial(algorithms.easgd, _linear_loss, num_workers=p, tau=2,
-                            alpha=0.2)
-  run = sweep_engine.make_sweep_fn(build, p, steps,
-                                   per_config=("worker_params", "center", "key"))
+  build = functools.partial(algorithms.easgd, _linear_loss, num_workers=p, tau=2, alpha=0.2)
+  run = sweep_engine.make_sweep_fn(build, p, steps, per_config=("worker_params", "center", "key"))
   workers0 = jax.tree.map(lambda a: jnp.stack([a] * p, axis=1), params0)
-  out = run(dict(learning_rate=np.float32([0.1, 0.1])), workers0, params0, batches,
-            None, keys, 1e3)
+  out = run(dict(learning_rate=np.float32([0.1, 0.1])), workers0, params0, batches, None, keys, 1e3)
   for i in range(2):
     start = jax.tree.map(lambda a: a[i], params0)
-    ref = sweep_engine.run_with_algorithm(build(learning_rate=0.1), start, batches,
-                                          keys[i], num_workers=p)
+    ref = sweep_engine.run_with_algorithm(
+        build(learning_rate=0.1), start, batches, keys[i], num_workers=p
+    )
     np.testing.assert_allclose(out["center"]["w"][i], ref["center"]["w"], rtol=1e-6)
   assert not np.allclose(out["center"]["w"][0], out["center"]["w"][1])
   with pytest.raises(sweep_engine.SweepError, match="per_config names unknown"):
@@ -383,6 +453,7 @@ def test_the_sweep_and_the_simulator_run_the_algorithms_own_step(monkeypatch):
     def step(*a, **kw):
       traced.append(kwargs.get("tau"))
       return algo.step(*a, **kw)
+
     return algo._replace(step=step)
 
   monkeypatch.setattr(algorithms, "easgd", counting_easgd)
@@ -398,10 +469,22 @@ def test_the_sweep_and_the_simulator_run_the_algorithms_own_step(monkeypatch):
 
 def test_sweep_flags_are_generated_from_the_config_fields(capsys):
   args = cli.build_parser().parse_args(
-      ["sweep", "--workdir", "w", "--no-hessian-at-trained", "--data-dir", "none",
-       "--tau", "1,2", "--alpha", "0.5"])
+      [
+          "sweep",
+          "--workdir",
+          "w",
+          "--no-hessian-at-trained",
+          "--data-dir",
+          "none",
+          "--tau",
+          "1,2",
+          "--alpha",
+          "0.5",
+      ]
+  )
   assert flags.overrides(args, sweep.SweepConfig) == dict(
-      hessian_at_trained=False, data_dir=None, tau=(1, 2), alpha=(0.5,))
+      hessian_at_trained=False, data_dir=None, tau=(1, 2), alpha=(0.5,)
+  )
   with pytest.raises(SystemExit):
     cli.build_parser().parse_args(["sweep", "--help"])
   text = capsys.readouterr().out

@@ -1,4 +1,5 @@
 """train_and_evaluate and compare end to end on small real data (scikit-learn digits)."""
+
 import json
 
 import jax
@@ -11,9 +12,19 @@ from easgd.parallel import workers
 from easgd.training.compare import compare
 from easgd.training.config import ConfigError, TrainConfig
 
-TINY = TrainConfig(dataset="digits", model="mlp", num_workers=4, num_devices=2,
-                   global_batch_size=64, num_epochs=2, learning_rate=0.1, tau=3,
-                   beta=0.9, eval_batch_size=32, progress=False)
+TINY = TrainConfig(
+    dataset="digits",
+    model="mlp",
+    num_workers=4,
+    num_devices=2,
+    global_batch_size=64,
+    num_epochs=2,
+    learning_rate=0.1,
+    tau=3,
+    beta=0.9,
+    eval_batch_size=32,
+    progress=False,
+)
 
 
 def test_train_writes_metrics_and_exact_center_evaluation(tmp_path):
@@ -45,14 +56,15 @@ def test_center_accuracy_matches_direct_evaluation(tmp_path):
   summary = trainer.train_and_evaluate(cfg, tmp_path)
   # rebuild the final center deterministically: same seed, same data order
   layout = workers.make_layout(4, 2)
-  params = models.init_params(model, ds.input_shape,
-                              jax.random.split(jax.random.key(cfg.seed))[0])
+  params = models.init_params(model, ds.input_shape, jax.random.split(jax.random.key(cfg.seed))[0])
   spe = batches.steps_per_epoch(len(ds.train_y), 4, 16)
-  algo = registry.make_algorithm(cfg, trainer.make_loss_fn(model),
-                                 optimizers.make_optimizer(cfg, spe), spe)
+  algo = registry.make_algorithm(
+      cfg, trainer.make_loss_fn(model), optimizers.make_optimizer(cfg, spe), spe
+  )
   w, s = workers.place_state(algo, params, layout)
-  step = workers.map_workers(algo.step, layout, ("worker", "shared", "worker", "broadcast"),
-                             ("worker", "shared", "worker"))
+  step = workers.map_workers(
+      algo.step, layout, ("worker", "shared", "worker", "broadcast"), ("worker", "shared", "worker")
+  )
   key = jax.random.split(jax.random.key(cfg.seed))[1]
   for ix in batches.worker_batch_indices(len(ds.train_y), 4, 16, cfg.seed, 1):
     w, s, _ = step(w, s, workers.split_workers((ds.train_x[ix], ds.train_y[ix]), layout), key)
@@ -70,8 +82,14 @@ def test_pmean_baseline_runs_and_counts_every_step(tmp_path):
 
 
 def test_schedule_is_counted_in_epochs():
-  cfg = TrainConfig(num_epochs=10, learning_rate=0.2, lr_schedule="step",
-                    lr_decay_epochs=(5.0,), lr_decay_factor=0.1, warmup_epochs=1.0)
+  cfg = TrainConfig(
+      num_epochs=10,
+      learning_rate=0.2,
+      lr_schedule="step",
+      lr_decay_epochs=(5.0,),
+      lr_decay_factor=0.1,
+      warmup_epochs=1.0,
+  )
   for steps_per_epoch in (10, 40):  # e.g. 4 workers vs 1 worker at another batch
     sched = optimizers.make_schedule(cfg, steps_per_epoch)
     lr_at = lambda epoch: float(sched(int(epoch * steps_per_epoch)))
@@ -86,15 +104,18 @@ def test_schedule_is_counted_in_epochs():
 
 def test_workdir_with_a_run_is_not_overwritten(tmp_path):
   (tmp_path / "summary.json").write_text('{"keep": true}')
-  with pytest.raises(ConfigError, match=r"already holds a run; .*\(--overwrite\) or "
-                                        r"resume \(--resume\)$"):
+  with pytest.raises(
+      ConfigError, match=r"already holds a run; .*\(--overwrite\) or " r"resume \(--resume\)$"
+  ):
     trainer.train_and_evaluate(TINY, tmp_path)
   assert json.loads((tmp_path / "summary.json").read_text()) == {"keep": True}
   # compare cannot resume: its message offers only what it has
   (tmp_path / "easgd").mkdir()
   (tmp_path / "easgd" / "summary.json").write_text("{}")
-  with pytest.raises(ConfigError, match=r"already holds a run; choose another "
-                                        r"directory, pass overwrite \(--overwrite\)$"):
+  with pytest.raises(
+      ConfigError,
+      match=r"already holds a run; choose another " r"directory, pass overwrite \(--overwrite\)$",
+  ):
     compare(TINY.replace(num_epochs=1), tmp_path, ["easgd"])
 
 
@@ -112,39 +133,39 @@ def test_compare_writes_plot_and_table(tmp_path):
 def test_warns_outside_the_analytic_stable_region(tmp_path):
   # beta = 3.6 (alpha = 0.9 with 4 workers): the elastic map alone is unstable
   with pytest.warns(trainer.StabilityWarning, match=r"alpha=0.9 \(beta=3.6\), tau=3"):
-    trainer.train_and_evaluate(TINY.replace(beta=3.6), tmp_path / "a",
-                               stop_after_steps=1)
+    trainer.train_and_evaluate(TINY.replace(beta=3.6), tmp_path / "a", stop_after_steps=1)
   # with a curvature estimate, eta*h = learning_rate * curvature is checked
   with pytest.warns(trainer.StabilityWarning, match=r"eta\*h=3"):
-    trainer.train_and_evaluate(TINY.replace(curvature=30.0), tmp_path / "b",
-                               stop_after_steps=1)
+    trainer.train_and_evaluate(TINY.replace(curvature=30.0), tmp_path / "b", stop_after_steps=1)
   import warnings
+
   with warnings.catch_warnings():
     warnings.simplefilter("error", trainer.StabilityWarning)
-    trainer.train_and_evaluate(TINY.replace(curvature=1.0), tmp_path / "c",
-                               stop_after_steps=1)
+    trainer.train_and_evaluate(TINY.replace(curvature=1.0), tmp_path / "c", stop_after_steps=1)
 
 
 def test_overwrite_keeps_the_earlier_run_until_the_new_one_completes(tmp_path):
   trainer.train_and_evaluate(TINY.replace(num_epochs=1), tmp_path)
   before = (tmp_path / "summary.json").read_text()
-  diverging = TINY.replace(num_epochs=1, learning_rate=1e30, warmup_epochs=0.5,
-                           checkpoint_every_steps=1)
+  diverging = TINY.replace(
+      num_epochs=1, learning_rate=1e30, warmup_epochs=0.5, checkpoint_every_steps=1
+  )
   with pytest.raises(trainer.DivergenceError):
     trainer.train_and_evaluate(diverging, tmp_path, overwrite=True)
   aside = tmp_path / rundir.PREVIOUS_RUN_DIR
-  assert (aside / "summary.json").read_text() == before      # recoverable
+  assert (aside / "summary.json").read_text() == before  # recoverable
   assert (aside / "checkpoints").is_dir()
   trainer.train_and_evaluate(TINY.replace(num_epochs=1), tmp_path, overwrite=True)
-  assert not aside.exists()                                  # dropped once it stands
+  assert not aside.exists()  # dropped once it stands
   assert (tmp_path / "summary.json").read_text() != "{}"
 
 
 def test_two_failed_overwrites_in_a_row_keep_the_last_finished_run(tmp_path):
   trainer.train_and_evaluate(TINY.replace(num_epochs=1), tmp_path)
   before = (tmp_path / "metrics.jsonl").read_text()
-  diverging = TINY.replace(num_epochs=1, learning_rate=1e30, warmup_epochs=0.5,
-                           checkpoint_every_steps=1)
+  diverging = TINY.replace(
+      num_epochs=1, learning_rate=1e30, warmup_epochs=0.5, checkpoint_every_steps=1
+  )
   for _ in range(2):
     with pytest.raises(trainer.DivergenceError):
       trainer.train_and_evaluate(diverging, tmp_path, overwrite=True)
@@ -154,9 +175,15 @@ def test_two_failed_overwrites_in_a_row_keep_the_last_finished_run(tmp_path):
 
 
 def test_numpy_scalars_in_the_config_are_plain_values_in_the_written_files(tmp_path):
-  cfg = TINY.replace(num_epochs=1, tau=np.int64(3), learning_rate=np.float32(0.1),
-                     num_workers=np.int64(4), global_batch_size=np.int32(64),
-                     lr_schedule="step", lr_decay_epochs=(np.float64(0.5),))
+  cfg = TINY.replace(
+      num_epochs=1,
+      tau=np.int64(3),
+      learning_rate=np.float32(0.1),
+      num_workers=np.int64(4),
+      global_batch_size=np.int32(64),
+      lr_schedule="step",
+      lr_decay_epochs=(np.float64(0.5),),
+  )
   summary = trainer.train_and_evaluate(cfg, tmp_path, stop_after_steps=np.int64(5))
   assert summary["status"] == "stopped" and summary["steps_done"] == 5
   written = json.loads((tmp_path / "summary.json").read_text())["config"]
@@ -198,22 +225,24 @@ def test_compare_refuses_to_overwrite_an_earlier_comparison(tmp_path):
   assert (tmp_path / "results.md").read_text() == table
 
 
-@pytest.mark.parametrize("changes,match", [
-    (dict(lr_decay_epochs=5.0), "lr_decay_epochs must be a tuple"),
-    (dict(worker_speeds=3), "worker_speeds must be a sequence"),
-    (dict(learning_rate=10**400), "learning_rate must be a finite real"),
-    (dict(progress="no"), "progress must be a bool"),
-    (dict(data_dir=123), "data_dir must be a path string"),
-    (dict(tau=2**31), r"tau \(communication period\) must be an integer in \[1, 1073741824\]"),
-])
+@pytest.mark.parametrize(
+    "changes,match",
+    [
+        (dict(lr_decay_epochs=5.0), "lr_decay_epochs must be a tuple"),
+        (dict(worker_speeds=3), "worker_speeds must be a sequence"),
+        (dict(learning_rate=10**400), "learning_rate must be a finite real"),
+        (dict(progress="no"), "progress must be a bool"),
+        (dict(data_dir=123), "data_dir must be a path string"),
+        (dict(tau=2**31), r"tau \(communication period\) must be an integer in \[1, 1073741824\]"),
+    ],
+)
 def test_validate_raises_config_errors_not_type_errors(changes, match):
   with pytest.raises(ConfigError, match=match):
     TINY.replace(**changes).validate()
 
 
 def test_huge_eval_batch_is_clamped_to_the_shard(tmp_path):
-  s = trainer.train_and_evaluate(TINY.replace(num_epochs=1, eval_batch_size=10**9),
-                                 tmp_path)
+  s = trainer.train_and_evaluate(TINY.replace(num_epochs=1, eval_batch_size=10**9), tmp_path)
   assert s["final"]["test_count"] == 359
 
 
@@ -221,14 +250,22 @@ def test_pmean_sgd_gives_one_model_however_the_global_batch_is_split(tmp_path):
   """The examples of global step t depend on (seed, epoch, t) only: pmean SGD with
   1, 2, 4 or 8 workers (8 also as 2 devices x 4) at a fixed global batch of 64 is
   the same model after 20 steps (float32 summation order only: measured <= 3e-8)."""
-  cfg = TrainConfig(dataset="digits", model="mlp", algorithm="pmean_sgd",
-                    global_batch_size=64, num_epochs=1, learning_rate=0.1,
-                    eval_batch_size=64, progress=False)
+  cfg = TrainConfig(
+      dataset="digits",
+      model="mlp",
+      algorithm="pmean_sgd",
+      global_batch_size=64,
+      num_epochs=1,
+      learning_rate=0.1,
+      eval_batch_size=64,
+      progress=False,
+  )
   models_by_split = {}
   for p, d in [(1, 1), (2, 2), (4, 4), (8, 8), (8, 2)]:
     workdir = tmp_path / f"p{p}_d{d}"
-    trainer.train_and_evaluate(cfg.replace(num_workers=p, num_devices=d), workdir,
-                               stop_after_steps=20)
+    trainer.train_and_evaluate(
+        cfg.replace(num_workers=p, num_devices=d), workdir, stop_after_steps=20
+    )
     ckpt = checkpoint.Checkpointer(workdir)
     try:
       assert ckpt.latest_step() == 20

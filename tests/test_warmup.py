@@ -12,6 +12,7 @@ gradient):
 Local SGD averages after its own steps tau - 1, 2 tau - 1, ... and at the
 run's last step: with K = 3 and 14 steps, after steps 6, 10 and 13.
 """
+
 import tempfile
 
 import jax
@@ -81,8 +82,7 @@ def test_local_sgd_averages_counted_from_k_and_at_the_end(k):
 def test_warmup_is_pmean_sgd_then_the_algorithm_from_its_model_and_optimizer_state():
   k, lr = 5, 0.05
   opt = optax.sgd(lr, momentum=0.9)  # a state worth handing over
-  config = TrainConfig(algorithm="eamsgd", num_workers=P, tau=TAU, delta=0.5,
-                       sync_warmup_steps=k)
+  config = TrainConfig(algorithm="eamsgd", num_workers=P, tau=TAU, delta=0.5, sync_warmup_steps=k)
   algo = registry.TABLE["eamsgd"].build(config, loss_fn, opt, STEPS)
   xs, ys = make_data(STEPS, P)
   key = jax.random.key(3)
@@ -90,7 +90,7 @@ def test_warmup_is_pmean_sgd_then_the_algorithm_from_its_model_and_optimizer_sta
   # the first K steps: pmean SGD with the same optimizer
   pmean = algorithms.pmean_sgd(loss_fn, opt, num_workers=P)
   ref, _, pm_shared = centers_along(pmean, xs[:k], ys[:k], key)
-  np.testing.assert_array_equal(centers[:k + 1], ref)
+  np.testing.assert_array_equal(centers[: k + 1], ref)
   # then EAMSGD from x_K with the warm-up's optimizer state, its clock from 0,
   # its base key fold_in(key, 1)
   inner = algorithms.eamsgd(loss_fn, opt, num_workers=P, tau=TAU, momentum=0.5, beta=0.9)
@@ -114,8 +114,9 @@ def test_map_step_runs_the_warmup_program_and_the_same_values():
   key = jax.random.key(3)
   worker, shared = workers.place_state(algo, params0(), layout)
   for t in range(STEPS):
-    worker, shared, loss = step_fn(worker, shared,
-                                   workers.split_workers((xs[t], ys[t]), layout), key, t)
+    worker, shared, loss = step_fn(
+        worker, shared, workers.split_workers((xs[t], ys[t]), layout), key, t
+    )
     assert np.isfinite(np.asarray(loss)).all()  # the right program for every clock
   ref, _, _ = centers_along(algo, xs, ys, key)
   center = workers.first_copy(algo.center(shared))
@@ -129,11 +130,13 @@ def test_map_step_runs_the_warmup_program_and_the_same_values():
 
 def test_only_the_synchronous_elastic_and_averaging_methods_read_the_warmup():
   assert set(registry.readers("sync_warmup_steps")) == {
-      name for name, s in registry.TABLE.items()
-      if not s.asynchronous and s.family in ("elastic", "averaging")
-      and name != "pmean_sgd"}
-  with pytest.raises(ConfigError, match="sync_warmup_steps=5 is not read by algorithm "
-                                        "'pmean_sgd'"):
+      name
+      for name, s in registry.TABLE.items()
+      if not s.asynchronous and s.family in ("elastic", "averaging") and name != "pmean_sgd"
+  }
+  with pytest.raises(
+      ConfigError, match="sync_warmup_steps=5 is not read by algorithm " "'pmean_sgd'"
+  ):
     TrainConfig(algorithm="pmean_sgd", sync_warmup_steps=5).validate()
   with pytest.raises(ConfigError, match=r"sync_warmup_steps .* must be an integer in \[0, "):
     TrainConfig(sync_warmup_steps=-1).validate()
@@ -142,31 +145,50 @@ def test_only_the_synchronous_elastic_and_averaging_methods_read_the_warmup():
 def test_lr_scaling_settings_are_checked():
   with pytest.raises(ConfigError, match="give lr_reference_batch"):
     TrainConfig(lr_scaling="linear").validate()
-  with pytest.raises(ConfigError, match="lr_reference_batch=64 has no effect with "
-                                        "lr_scaling 'none'"):
+  with pytest.raises(
+      ConfigError, match="lr_reference_batch=64 has no effect with " "lr_scaling 'none'"
+  ):
     TrainConfig(lr_reference_batch=64).validate()
   with pytest.raises(ConfigError, match="unknown lr_scaling 'cubic'"):
     TrainConfig(lr_scaling="cubic", lr_reference_batch=64).validate()
-  c = TrainConfig(global_batch_size=128, learning_rate=0.1, lr_reference_batch=32,
-                  lr_scaling="linear").validate()
+  c = TrainConfig(
+      global_batch_size=128, learning_rate=0.1, lr_reference_batch=32, lr_scaling="linear"
+  ).validate()
   assert c.lr_scale == 4.0 and c.resolved_learning_rate == pytest.approx(0.4)
   c = c.replace(lr_scaling="sqrt").validate()
   assert c.lr_scale == 2.0 and c.resolved_learning_rate == pytest.approx(0.2)
 
 
 def test_trainer_writes_the_resolved_rate_and_schedule_lengths():
-  config = TrainConfig(dataset="digits", model="mlp", algorithm="easgd", num_workers=4,
-                       global_batch_size=64, num_epochs=2, learning_rate=0.05, tau=4,
-                       lr_scaling="linear", lr_reference_batch=32, sync_warmup_steps=7,
-                       lr_schedule="step", lr_decay_epochs=(1.0,), validation_examples=200,
-                       progress=False)
+  config = TrainConfig(
+      dataset="digits",
+      model="mlp",
+      algorithm="easgd",
+      num_workers=4,
+      global_batch_size=64,
+      num_epochs=2,
+      learning_rate=0.05,
+      tau=4,
+      lr_scaling="linear",
+      lr_reference_batch=32,
+      sync_warmup_steps=7,
+      lr_schedule="step",
+      lr_decay_epochs=(1.0,),
+      validation_examples=200,
+      progress=False,
+  )
   with tempfile.TemporaryDirectory() as workdir:
     summary = train_and_evaluate(config, workdir)
   r = summary["resolved"]
   spe = (1438 - 200) // 64
   assert r["resolved_learning_rate"] == pytest.approx(0.1) and r["lr_scale"] == 2.0
-  assert (r["steps_per_epoch"], r["total_steps"], r["lr_decay_steps"],
-          r["sync_warmup_steps"], r["train_examples"]) == (spe, 2 * spe, [spe], 7, 1238)
+  assert (
+      r["steps_per_epoch"],
+      r["total_steps"],
+      r["lr_decay_steps"],
+      r["sync_warmup_steps"],
+      r["train_examples"],
+  ) == (spe, 2 * spe, [spe], 7, 1238)
   first, last = summary["history"][0], summary["history"][-1]
   assert first["learning_rate"] == pytest.approx(0.1)
   assert last["learning_rate"] == pytest.approx(0.01)  # decayed at epoch 1

@@ -1,10 +1,11 @@
 """Helpers shared by the tests (test code, not library code).
 
-  STEP_KINDS           argument and output kinds of an algorithm step for
-                       ``workers.map_workers``;
-  mlp_setup, random_batches  a tiny MLP classifier and random batches for it;
-  max_abs_diff, assert_trees_close  leafwise comparison of two pytrees.
+STEP_KINDS           argument and output kinds of an algorithm step for
+                     ``workers.map_workers``;
+mlp_setup, random_batches  a tiny MLP classifier and random batches for it;
+max_abs_diff, assert_trees_close  leafwise comparison of two pytrees.
 """
+
 import jax
 import numpy as np
 
@@ -22,6 +23,7 @@ def mlp_setup(seed=0):
   def loss_fn(p, batch, key):
     x, y = batch
     return models.cross_entropy_loss(model.apply({"params": p}, x), y)
+
   return params, loss_fn
 
 
@@ -35,10 +37,13 @@ def random_batches(num_steps, num_workers, batch, seed=1):
 
 def max_abs_diff(a, b) -> float:
   """max |a - b| over all leaves (float64), for trees of the same structure."""
-  return max((float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)),
-                           initial=0.0))
-              for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)),
-             default=0.0)
+  return max(
+      (
+          float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)), initial=0.0))
+          for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+      ),
+      default=0.0,
+  )
 
 
 def assert_trees_close(a, b, atol, rtol=0.0):
@@ -65,5 +70,6 @@ def interrupt_once(monkeypatch, owner, name, call, after=False):
     if after:
       original(*args, **kwargs)
     raise KeyboardInterrupt
+
   monkeypatch.setattr(owner, name, wrapper)
   return fired

@@ -12,8 +12,9 @@ import sys
 from typing import Callable, Iterable, Mapping
 
 
-def lazy_exports(package: str, modules: Iterable[str],
-                 names: Mapping[str, str]) -> tuple[list[str], Callable, Callable]:
+def lazy_exports(
+    package: str, modules: Iterable[str], names: Mapping[str, str]
+) -> tuple[list[str], Callable, Callable]:
   """The public names of ``package``, imported on first access (PEP 562).
 
   Args:

@@ -53,12 +53,22 @@ def _interval(low, high, open_low: bool, open_high: bool) -> str:
 
 def is_python_number(value) -> bool:
   """True for a Python or NumPy int or float scalar (not a bool, not an array)."""
-  return isinstance(value, (numbers.Real, np.generic)) and not isinstance(
-      value, (bool, np.bool_)) and np.ndim(value) == 0
+  return (
+      isinstance(value, (numbers.Real, np.generic))
+      and not isinstance(value, (bool, np.bool_))
+      and np.ndim(value) == 0
+  )
 
 
-def integer(name: str, value, low: int | None = None, high: int | None = None, *,
-            error: type[Exception] = ValueError, what: str | None = None) -> int:
+def integer(
+    name: str,
+    value,
+    low: int | None = None,
+    high: int | None = None,
+    *,
+    error: type[Exception] = ValueError,
+    what: str | None = None,
+) -> int:
   """``value`` as a Python int in [low, high].
 
   Args:
@@ -74,22 +84,33 @@ def integer(name: str, value, low: int | None = None, high: int | None = None, *
   Raises:
     error: not an integer (bools and floats included), or outside [low, high].
   """
-  ok = (isinstance(value, (numbers.Integral, np.integer))
-        and not isinstance(value, (bool, np.bool_)))
+  ok = isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, (bool, np.bool_))
   if ok:
     value = int(value)
     ok = (low is None or value >= low) and (high is None or value <= high)
   if not ok:
-    allowed = ("an integer" if low is None and high is None else
-               f"an integer >= {low}" if high is None else
-               f"an integer in [{low if low is not None else '-inf'}, {high}]")
+    allowed = (
+        "an integer"
+        if low is None and high is None
+        else f"an integer >= {low}"
+        if high is None
+        else f"an integer in [{low if low is not None else '-inf'}, {high}]"
+    )
     raise error(f"{_label(name, what)} must be {allowed}, got {value!r}")
   return value
 
 
-def real(name: str, value, low: float | None = None, high: float | None = None, *,
-         open_low: bool = False, open_high: bool = False,
-         error: type[Exception] = ValueError, what: str | None = None) -> float:
+def real(
+    name: str,
+    value,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    open_low: bool = False,
+    open_high: bool = False,
+    error: type[Exception] = ValueError,
+    what: str | None = None,
+) -> float:
   """``value`` as a finite Python float in the interval from low to high.
 
   Args:
@@ -117,13 +138,14 @@ def real(name: str, value, low: float | None = None, high: float | None = None, 
     if high is not None:
       ok = ok and (value < high if open_high else value <= high)
   if not ok:
-    raise error(f"{_label(name, what)} must be a finite real in "
-                f"{_interval(low, high, open_low, open_high)}, got {value!r}")
+    raise error(
+        f"{_label(name, what)} must be a finite real in "
+        f"{_interval(low, high, open_low, open_high)}, got {value!r}"
+    )
   return value
 
 
-def choice(name: str, value, allowed: Sequence[Any], *,
-           error: type[Exception] = ValueError):
+def choice(name: str, value, allowed: Sequence[Any], *, error: type[Exception] = ValueError):
   """``value`` if it is one of ``allowed``.
 
   Raises:
@@ -149,9 +171,16 @@ def flag(name: str, value, *, error: type[Exception] = ValueError) -> bool:
   return bool(value)
 
 
-def real_array(name: str, value, low: float | None = None, high: float | None = None,
-               *, open_low: bool = False, open_high: bool = False,
-               error: type[Exception] = ValueError) -> np.ndarray:
+def real_array(
+    name: str,
+    value,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    open_low: bool = False,
+    open_high: bool = False,
+    error: type[Exception] = ValueError,
+) -> np.ndarray:
   """``value`` (a scalar or array-like of reals) as a float64 NumPy array, every
   entry finite and in the interval.
 
@@ -174,13 +203,21 @@ def real_array(name: str, value, low: float | None = None, high: float | None = 
   if bad.any():
     index = tuple(int(i) for i in np.argwhere(bad)[0])
     shown = f"{name}[{', '.join(map(str, index))}]" if arr.ndim else name
-    raise error(f"{shown} must be a finite real in "
-                f"{_interval(low, high, open_low, open_high)}, got {arr[bad][0]!r}")
+    raise error(
+        f"{shown} must be a finite real in "
+        f"{_interval(low, high, open_low, open_high)}, got {arr[bad][0]!r}"
+    )
   return arr
 
 
-def integer_array(name: str, value, low: int | None = None, high: int | None = None,
-                  *, error: type[Exception] = ValueError) -> np.ndarray:
+def integer_array(
+    name: str,
+    value,
+    low: int | None = None,
+    high: int | None = None,
+    *,
+    error: type[Exception] = ValueError,
+) -> np.ndarray:
   """``value`` (a scalar or array-like of integers) as an int64 NumPy array, every
   entry in [low, high] (integral floats such as 2.0 are refused: give integers).
 
@@ -199,8 +236,11 @@ def integer_array(name: str, value, low: int | None = None, high: int | None = N
   if bad.any():
     index = tuple(int(i) for i in np.argwhere(bad)[0])
     shown = f"{name}[{', '.join(map(str, index))}]" if arr.ndim else name
-    allowed = (f"an integer >= {low}" if high is None else
-               f"an integer in [{low if low is not None else '-inf'}, {high}]")
+    allowed = (
+        f"an integer >= {low}"
+        if high is None
+        else f"an integer in [{low if low is not None else '-inf'}, {high}]"
+    )
     raise error(f"{shown} must be {allowed}, got {int(arr[bad][0])}")
   return arr
 
@@ -210,6 +250,7 @@ def integer_array(name: str, value, low: int | None = None, high: int | None = N
 # :func:`check_fields`. A bound given as a string is the value of that field
 # of the same instance (declared earlier, so already checked).
 
+
 def _bound(bound, values):
   return values[bound] if isinstance(bound, str) else bound
 
@@ -217,6 +258,7 @@ def _bound(bound, values):
 @dataclasses.dataclass(frozen=True)
 class Integer:
   """An integer in [low, high] (:func:`integer`); ``whole_floats``: 2.0 counts as 2."""
+
   low: int | str | None = None
   high: int | str | None = None
   what: str | None = None
@@ -225,13 +267,20 @@ class Integer:
   def check(self, name: str, value, values: dict, error: type[Exception]) -> None:
     if self.whole_floats and is_python_number(value) and float(value).is_integer():
       value = int(value)
-    integer(name, value, _bound(self.low, values), _bound(self.high, values),
-            error=error, what=self.what)
+    integer(
+        name,
+        value,
+        _bound(self.low, values),
+        _bound(self.high, values),
+        error=error,
+        what=self.what,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
 class Real:
   """A finite real in the interval from low to high (:func:`real`)."""
+
   low: float | str | None = None
   high: float | str | None = None
   open_low: bool = False
@@ -239,13 +288,22 @@ class Real:
   what: str | None = None
 
   def check(self, name: str, value, values: dict, error: type[Exception]) -> None:
-    real(name, value, _bound(self.low, values), _bound(self.high, values),
-         open_low=self.open_low, open_high=self.open_high, error=error, what=self.what)
+    real(
+        name,
+        value,
+        _bound(self.low, values),
+        _bound(self.high, values),
+        open_low=self.open_low,
+        open_high=self.open_high,
+        error=error,
+        what=self.what,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
 class OneOf:
   """One of ``allowed`` (:func:`choice`)."""
+
   allowed: tuple
 
   def check(self, name: str, value, values: dict, error: type[Exception]) -> None:
@@ -263,6 +321,7 @@ class Flag:
 @dataclasses.dataclass(frozen=True)
 class Satisfies:
   """A value for which ``test(value)`` is true: ``{name} must be {what}, got {value!r}``."""
+
   test: Callable[[Any], bool]
   what: str
 
@@ -277,6 +336,7 @@ class Entries:
   worker (its length that of the field ``per_worker``, unless empty) and
   strictly increasing, each entry checked by ``entry`` under the name
   ``label`` (``{name}`` and ``{i}`` filled in)."""
+
   entry: Any
   what: str
   label: str = "{name} entry"
@@ -288,8 +348,10 @@ class Entries:
       raise error(f"{name} must be {self.what}, got {value!r}")
     workers = values[self.per_worker] if self.per_worker else None
     if value and workers is not None and len(value) != workers:
-      raise error(f"{name} has {len(value)} entries; expected one per worker "
-                  f"({self.per_worker}={workers})")
+      raise error(
+          f"{name} has {len(value)} entries; expected one per worker "
+          f"({self.per_worker}={workers})"
+      )
     for i, v in enumerate(value):
       self.entry.check(self.label.format(name=name, i=i), v, values, error)
     if self.increasing and list(value) != sorted(set(value)):
@@ -301,7 +363,9 @@ def _declared(cls: type) -> tuple[tuple[str, Any, bool], ...]:
   hints = typing.get_type_hints(cls)
   return tuple(
       (f.name, f.metadata[ALLOWED], type(None) in typing.get_args(hints[f.name]))
-      for f in dataclasses.fields(cls) if ALLOWED in f.metadata)
+      for f in dataclasses.fields(cls)
+      if ALLOWED in f.metadata
+  )
 
 
 def check_fields(instance, error: type[Exception]) -> None:

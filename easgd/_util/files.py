@@ -112,8 +112,7 @@ def json_text(value: Any, indent: int | None = None, sort_keys: bool = False) ->
     >>> json_text({"loss": float("nan"), "steps": [0, 1]})
     '{"loss": null, "steps": [0, 1]}'
   """
-  return json.dumps(json_ready(value), indent=indent, sort_keys=sort_keys,
-                    allow_nan=False)
+  return json.dumps(json_ready(value), indent=indent, sort_keys=sort_keys, allow_nan=False)
 
 
 class Terminated(KeyboardInterrupt):
@@ -183,8 +182,7 @@ def interrupts_deferred() -> Iterator[None]:
   if sigterm_is_interrupt():
     deferred.append(signal.SIGTERM)
   received = []
-  previous = {s: signal.signal(s, lambda signum, frame: received.append(signum))
-              for s in deferred}
+  previous = {s: signal.signal(s, lambda signum, frame: received.append(signum)) for s in deferred}
   try:
     yield
   finally:

@@ -55,8 +55,14 @@ REQUIRED = dataclasses.MISSING
 """``option(REQUIRED, help)``: a field without a default (the caller gives it)."""
 
 
-def option(default: Any, help: str, *, choices: Sequence[Any] | None = None,
-           factory: Callable[[], Any] | None = None, allowed: Any = None) -> Any:
+def option(
+    default: Any,
+    help: str,
+    *,
+    choices: Sequence[Any] | None = None,
+    factory: Callable[[], Any] | None = None,
+    allowed: Any = None,
+) -> Any:
   """A dataclass field with a default, its help text, optional choices and its
   declared check.
 
@@ -105,14 +111,17 @@ def list_parser(element: type) -> Callable[[str], tuple]:
     argparse.ArgumentTypeError: an empty entry (argparse shows it as
       ``argument --x: ...``); ValueError from ``element`` on a bad entry.
   """
+
   def parse(text: str) -> tuple:
     if not text.strip():
       return ()
     items = [t.strip() for t in text.split(",")]
     if not all(items):
       raise argparse.ArgumentTypeError(
-          f"empty entry in {text!r}; give values separated by single commas")
+          f"empty entry in {text!r}; give values separated by single commas"
+      )
     return tuple(element(t) for t in items)
+
   parse.__name__ = f"{element.__name__}_list"
   return parse
 
@@ -120,6 +129,7 @@ def list_parser(element: type) -> Callable[[str], tuple]:
 def _optional_parser(parse: Callable[[str], Any]) -> Callable[[str], Any]:
   def parse_optional(text: str):
     return None if text.strip().lower() == "none" else parse(text)
+
   parse_optional.__name__ = getattr(parse, "__name__", "value")
   return parse_optional
 
@@ -136,13 +146,17 @@ def flag_type(hint: Any) -> Callable[[str], Any] | None:
   if typing.get_origin(hint) in (typing.Union, types.UnionType):
     rest = [a for a in args if a is not type(None)]
     if len(rest) != 1 or len(args) != 2 or rest[0] is bool:
-      raise TypeError(f"cannot make a flag of the annotation {hint!r} "
-                      "(unions other than 'X | None', or 'bool | None')")
+      raise TypeError(
+          f"cannot make a flag of the annotation {hint!r} "
+          "(unions other than 'X | None', or 'bool | None')"
+      )
     return _optional_parser(flag_type(rest[0]))
   if typing.get_origin(hint) is tuple:
     if len(args) != 2 or args[1] is not Ellipsis or args[0] not in (int, float, str):
-      raise TypeError(f"cannot make a flag of the annotation {hint!r} "
-                      "(tuples must be tuple[int | float | str, ...])")
+      raise TypeError(
+          f"cannot make a flag of the annotation {hint!r} "
+          "(tuples must be tuple[int | float | str, ...])"
+      )
     return list_parser(args[0])
   if hint is bool:
     return None
@@ -170,8 +184,13 @@ def field_default(field: dataclasses.Field) -> Any:
   return dataclasses.MISSING
 
 
-def add_flags(parser: argparse.ArgumentParser, cls: type, *, title: str | None = None,
-              exclude: Iterable[str] = ()) -> argparse._ArgumentGroup:
+def add_flags(
+    parser: argparse.ArgumentParser,
+    cls: type,
+    *,
+    title: str | None = None,
+    exclude: Iterable[str] = (),
+) -> argparse._ArgumentGroup:
   """Adds one flag per field of the dataclass ``cls`` to ``parser``.
 
   ``--field-name`` (underscores become dashes), ``dest`` the field name,
@@ -220,12 +239,10 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, *, title: str | None =
 def overrides(args: argparse.Namespace, cls: type) -> dict[str, Any]:
   """The fields of ``cls`` given on the command line: ``{name: value}``, for
   ``cls(**overrides(args, cls))`` or ``dataclasses.replace(config, **...)``."""
-  return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
-          if hasattr(args, f.name)}
+  return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
 
 
-def call_config_file(path, function: str, returns: type, what: str,
-                     error: type[Exception]) -> Any:
+def call_config_file(path, function: str, returns: type, what: str, error: type[Exception]) -> Any:
   """``function()`` of a Python file given as ``--config FILE.py``.
 
   The one loader of the command line's config files (``easgd train --config``:
@@ -271,6 +288,8 @@ def call_config_file(path, function: str, returns: type, what: str,
     text = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
     raise error(f"{what} '{path}' failed to load: {type(e).__name__}: {text}") from None
   if not isinstance(value, returns):
-    raise error(f"{what} '{path}' must define {function}() returning "
-                f"{returns.__module__}.{returns.__name__}")
+    raise error(
+        f"{what} '{path}' must define {function}() returning "
+        f"{returns.__module__}.{returns.__name__}"
+    )
   return value

@@ -36,8 +36,15 @@ class EpochLines:
     file: the stream (default: ``sys.stderr`` at the time of printing).
   """
 
-  def __init__(self, total: int, steps_per_epoch: int, initial: int = 0, desc: str = "",
-               disable: bool = False, file: TextIO | None = None):
+  def __init__(
+      self,
+      total: int,
+      steps_per_epoch: int,
+      initial: int = 0,
+      desc: str = "",
+      disable: bool = False,
+      file: TextIO | None = None,
+  ):
     self.total, self.steps_per_epoch = int(total), max(int(steps_per_epoch), 1)
     self.n, self.desc, self.disable, self.file = int(initial), desc, disable, file
     self._pending: int | None = None  # an epoch that ended, its line not printed yet
@@ -85,8 +92,15 @@ class EpochLines:
     print(prefix + " ".join(parts), file=self.file or sys.stderr, flush=True)
 
 
-def progress_bar(total: int, steps_per_epoch: int, *, initial: int = 0, desc: str = "",
-                 disable: bool = False, file: TextIO | None = None) -> tqdm | EpochLines:
+def progress_bar(
+    total: int,
+    steps_per_epoch: int,
+    *,
+    initial: int = 0,
+    desc: str = "",
+    disable: bool = False,
+    file: TextIO | None = None,
+) -> tqdm | EpochLines:
   """The progress display of a training loop.
 
   Args:
@@ -105,7 +119,5 @@ def progress_bar(total: int, steps_per_epoch: int, *, initial: int = 0, desc: st
   stream = file if file is not None else sys.stderr
   isatty = getattr(stream, "isatty", None)
   if callable(isatty) and isatty():
-    return tqdm(total=total, initial=initial, unit="step", desc=desc, disable=disable,
-                file=stream)
-  return EpochLines(total, steps_per_epoch, initial=initial, desc=desc, disable=disable,
-                    file=file)
+    return tqdm(total=total, initial=initial, unit="step", desc=desc, disable=disable, file=stream)
+  return EpochLines(total, steps_per_epoch, initial=initial, desc=desc, disable=disable, file=file)

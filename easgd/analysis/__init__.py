@@ -15,8 +15,11 @@ __all__, __getattr__, __dir__ = lazy_exports(
             "sync_easgd_spectral_radius sync_easgd_stable sync_easgd_stable_region "
             "sync_easgd_stable_region_tau_alpha sync_easgd_stationary_covariance "
             "stable_eta_h_interval round_robin_easgd_spectral_radius "
-            "round_robin_easgd_condition admm_spectral_radius admm_simulate"),
+            "round_robin_easgd_condition admm_spectral_radius admm_simulate"
+        ),
         "easgd.analysis.hessian": (
             "HessianEigen top_hessian_eigenvalue curvature_estimate certified_curvature "
-            "CurvatureWarning"),
-    })
+            "CurvatureWarning"
+        ),
+    },
+)

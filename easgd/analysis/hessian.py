@@ -61,8 +61,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
-from scipy.sparse.linalg import (ArpackError, ArpackNoConvergence, LinearOperator,
-                                 eigsh)
+from scipy.sparse.linalg import (ArpackError, ArpackNoConvergence, LinearOperator, eigsh)
 
 from easgd._util import checks
 
@@ -75,8 +74,7 @@ LANCZOS_VECTORS = 20
 """ARPACK's ncv, Lanczos vectors per restart cycle (its default for k = 1)."""
 
 
-def hvp(loss: Callable[[Params], jax.Array], params: Params, vector: Params
-        ) -> Params:
+def hvp(loss: Callable[[Params], jax.Array], params: Params, vector: Params) -> Params:
   """The Hessian-vector product H(params) v of a scalar loss, forward-over-reverse.
 
       H v = d/de [grad loss](params + e v) at e = 0
@@ -117,6 +115,7 @@ class HessianEigen(NamedTuple):
     method: ``"lanczos"`` (ARPACK) or ``"dense"`` (n <=
       :data:`DENSE_MAX_PARAMETERS`).
   """
+
   eigenvalue: float
   eigenvector: Params
   iterations: int
@@ -154,11 +153,14 @@ class _CountedProducts:
 
   def __call__(self, vectors: np.ndarray) -> np.ndarray:
     self.used += vectors.shape[0]
-    out = np.asarray(_products_jit(self.loss, self.params,
-                                   np.asarray(vectors, self.dtype)), np.float64)
+    out = np.asarray(
+        _products_jit(self.loss, self.params, np.asarray(vectors, self.dtype)), np.float64
+    )
     if not np.all(np.isfinite(out)):
-      raise ValueError("the Hessian-vector product at params is not finite "
-                       "(the loss or its derivatives overflow there)")
+      raise ValueError(
+          "the Hessian-vector product at params is not finite "
+          "(the loss or its derivatives overflow there)"
+      )
     self.all_zero = self.all_zero and not np.any(out)
     return out
 
@@ -170,8 +172,9 @@ def _dense_top(products: _CountedProducts, n: int) -> tuple[float, np.ndarray]:
   return float(lam[-1]), vecs[:, -1]
 
 
-def _lanczos_top(products: _CountedProducts, n: int, key: jax.Array,
-                 num_iterations: int, tol: float) -> tuple[float, np.ndarray]:
+def _lanczos_top(
+    products: _CountedProducts, n: int, key: jax.Array, num_iterations: int, tol: float
+) -> tuple[float, np.ndarray]:
   """(lambda_max, its Ritz vector) by ARPACK's Lanczos within ``num_iterations`` products.
 
   NaN (and a NaN vector) when the budget runs out or ARPACK does not
@@ -186,9 +189,15 @@ def _lanczos_top(products: _CountedProducts, n: int, key: jax.Array,
   v0 = np.asarray(jax.random.normal(key, (n,), np.float32), np.float64)
   ncv = max(2, min(LANCZOS_VECTORS, n, num_iterations))
   try:
-    lam, vecs = eigsh(LinearOperator((n, n), matvec=matvec, dtype=np.float64),
-                      k=1, which="LA", v0=v0, ncv=ncv, maxiter=num_iterations,
-                      tol=tol)
+    lam, vecs = eigsh(
+        LinearOperator((n, n), matvec=matvec, dtype=np.float64),
+        k=1,
+        which="LA",
+        v0=v0,
+        ncv=ncv,
+        maxiter=num_iterations,
+        tol=tol,
+    )
     return float(lam[0]), vecs[:, 0]
   except (_BudgetExhausted, ArpackNoConvergence):
     return math.nan, np.full(n, np.nan)
@@ -198,9 +207,13 @@ def _lanczos_top(products: _CountedProducts, n: int, key: jax.Array,
     return 0.0, v0  # H v0 = 0 for a random v0: H = 0 (ARPACK stops, info -9)
 
 
-def top_hessian_eigenvalue(loss: Callable[[Params], jax.Array], params: Params,
-                           key: jax.Array, num_iterations: int = 100,
-                           tol: float = 1e-4) -> HessianEigen:
+def top_hessian_eigenvalue(
+    loss: Callable[[Params], jax.Array],
+    params: Params,
+    key: jax.Array,
+    num_iterations: int = 100,
+    tol: float = 1e-4,
+) -> HessianEigen:
   """Estimates the largest eigenvalue of the Hessian of ``loss`` at ``params``.
 
   With n parameters and H = d^2 loss / d params^2 (applied by :func:`hvp`):
@@ -263,8 +276,10 @@ def top_hessian_eigenvalue(loss: Callable[[Params], jax.Array], params: Params,
   checks.integer("num_iterations", num_iterations, 1)
   checks.real("tol", tol, 0, open_low=True)
   if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(params)):
-    raise ValueError("top_hessian_eigenvalue runs on the host (SciPy ARPACK) and "
-                     "cannot be traced; call it outside jax.jit/vmap")
+    raise ValueError(
+        "top_hessian_eigenvalue runs on the host (SciPy ARPACK) and "
+        "cannot be traced; call it outside jax.jit/vmap"
+    )
   flat, unravel = ravel_pytree(params)
   n, dtype = int(flat.size), np.dtype(flat.dtype)
   if not isinstance(loss, jax.tree_util.Partial):
@@ -286,9 +301,15 @@ def top_hessian_eigenvalue(loss: Callable[[Params], jax.Array], params: Params,
   return HessianEigen(lam, eigenvector, products.used, converged, residual, method)
 
 
-def curvature_estimate(loss: Callable[[Params], jax.Array], params: Params,
-                       key: jax.Array, num_iterations: int = 100, tol: float = 1e-4,
-                       *, examples: int | None = None) -> dict[str, Any]:
+def curvature_estimate(
+    loss: Callable[[Params], jax.Array],
+    params: Params,
+    key: jax.Array,
+    num_iterations: int = 100,
+    tol: float = 1e-4,
+    *,
+    examples: int | None = None,
+) -> dict[str, Any]:
   """:func:`top_hessian_eigenvalue` as a JSON-ready record, timed.
 
   ``h`` is a certified eigenvalue only when ``converged``: ||H v - h v||_2 <=
@@ -309,9 +330,14 @@ def curvature_estimate(loss: Callable[[Params], jax.Array], params: Params,
   start = time.perf_counter()
   r = top_hessian_eigenvalue(loss, params, key, num_iterations, tol)
   finite = lambda v: v if math.isfinite(v) else None
-  record = dict(h=finite(r.eigenvalue), converged=r.converged,
-                residual=finite(r.residual), tol=tol, products=r.iterations,
-                method=r.method)
+  record = dict(
+      h=finite(r.eigenvalue),
+      converged=r.converged,
+      residual=finite(r.residual),
+      tol=tol,
+      products=r.iterations,
+      method=r.method,
+  )
   if examples is not None:
     record["examples"] = int(examples)
   record["seconds"] = round(time.perf_counter() - start, 3)
@@ -347,10 +373,16 @@ def warn_unconverged(estimate: dict[str, Any], where: str) -> None:
   if estimate.get("converged"):
     return
   residual = estimate.get("residual")
-  got = ("no Ritz value" if estimate.get("h") is None else
-         f"h={estimate['h']:.4g} with residual {residual:.3g} > tol*|h| = "
-         f"{estimate['tol'] * abs(estimate['h']):.3g}")
-  warnings.warn(f"Hessian estimate at {where} did not converge within "
-                f"{estimate['products']} Hessian-vector products ({got}); its theory "
-                f"columns are left empty (raise hessian_iterations or hessian_tol)",
-                CurvatureWarning, stacklevel=3)
+  got = (
+      "no Ritz value"
+      if estimate.get("h") is None
+      else f"h={estimate['h']:.4g} with residual {residual:.3g} > tol*|h| = "
+      f"{estimate['tol'] * abs(estimate['h']):.3g}"
+  )
+  warnings.warn(
+      f"Hessian estimate at {where} did not converge within "
+      f"{estimate['products']} Hessian-vector products ({got}); its theory "
+      f"columns are left empty (raise hessian_iterations or hessian_tol)",
+      CurvatureWarning,
+      stacklevel=3,
+  )

@@ -91,8 +91,9 @@ def _batched_radius(matrices: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------
 
 
-def sync_easgd_step_matrices(eta_h: float, alpha: float, num_workers: int
-                             ) -> tuple[np.ndarray, np.ndarray]:
+def sync_easgd_step_matrices(
+    eta_h: float, alpha: float, num_workers: int
+) -> tuple[np.ndarray, np.ndarray]:
   """The elastic-step and plain-step matrices of synchronous EASGD on h x^2/2.
 
   On the state s = (x^1, ..., x^p, x~) (length p + 1), with u = eta * h:
@@ -131,8 +132,7 @@ def sync_easgd_step_matrices(eta_h: float, alpha: float, num_workers: int
   return elastic, plain
 
 
-def sync_easgd_period_matrix(eta_h: float, alpha: float, tau: int,
-                             num_workers: int) -> np.ndarray:
+def sync_easgd_period_matrix(eta_h: float, alpha: float, tau: int, num_workers: int) -> np.ndarray:
   """The linear map of one communication period of synchronous EASGD on h x^2/2.
 
   The worker clock starts at 0 and ``easgd.core.algorithms.easgd`` exchanges when tau
@@ -240,16 +240,19 @@ def _sync_schur_cohn(u, a, tau, p) -> np.ndarray:
   not stable. Inputs already broadcast; returns a bool array.
   """
   even = tau % 2 == 0
-  g_sign = np.select([u == 0, u < 0, u < 2, (u == 2) & even, even],
-                     [0, -1, 1, 0, -1], default=1)
+  g_sign = np.select([u == 0, u < 0, u < 2, (u == 2) & even, even], [0, -1, 1, 0, -1], default=1)
   with np.errstate(all="ignore"):
     k = np.power(1.0 - u, tau - 1)
     beta = p * a
     q_minus = 2.0 - beta + k * ((1.0 - u) * (2.0 - beta) - 2.0 * a)
     det = k * ((1.0 - u) * (1.0 - beta) - a)
     dev = k * (1.0 - u - a)
-    return ((np.sign(a) * g_sign > 0) & (q_minus > 0) & (np.abs(det) < 1.0)
-            & ((p < 2) | (np.abs(dev) < 1.0)))
+    return (
+        (np.sign(a) * g_sign > 0)
+        & (q_minus > 0)
+        & (np.abs(det) < 1.0)
+        & ((p < 2) | (np.abs(dev) < 1.0))
+    )
 
 
 def sync_easgd_stable(eta_h, alpha, tau, num_workers) -> np.ndarray:
@@ -280,8 +283,7 @@ def sync_easgd_stable(eta_h, alpha, tau, num_workers) -> np.ndarray:
   return sync_easgd_spectral_radius(eta_h, alpha, tau, num_workers) < 1.0
 
 
-def sync_easgd_stable_region(eta_h_grid, alpha_grid, tau: int, num_workers: int
-                             ) -> np.ndarray:
+def sync_easgd_stable_region(eta_h_grid, alpha_grid, tau: int, num_workers: int) -> np.ndarray:
   """The stable set of synchronous EASGD on an (eta*h, alpha) grid.
 
       region[j, i] = rho(P(eta_h_grid[i], alpha_grid[j], tau, p)) < 1
@@ -308,12 +310,17 @@ def sync_easgd_stable_region(eta_h_grid, alpha_grid, tau: int, num_workers: int
   for name, g in (("eta_h_grid", u), ("alpha_grid", a)):
     if g.ndim != 1:
       raise ValueError(f"{name} must be a 1-D array, got shape {g.shape}")
-  return sync_easgd_stable(u[None, :], a[:, None], checks.integer("tau", tau, 1),
-                           checks.integer("num_workers", num_workers, 1))
+  return sync_easgd_stable(
+      u[None, :],
+      a[:, None],
+      checks.integer("tau", tau, 1),
+      checks.integer("num_workers", num_workers, 1),
+  )
 
 
-def sync_easgd_stable_region_tau_alpha(tau_grid, alpha_grid, eta_h: float,
-                                       num_workers: int) -> np.ndarray:
+def sync_easgd_stable_region_tau_alpha(
+    tau_grid, alpha_grid, eta_h: float, num_workers: int
+) -> np.ndarray:
   """The stable set of synchronous EASGD on a (tau, alpha) grid at fixed eta*h.
 
       region[j, i] = rho(P(eta_h, alpha_grid[j], tau_grid[i], p)) < 1
@@ -339,8 +346,12 @@ def sync_easgd_stable_region_tau_alpha(tau_grid, alpha_grid, eta_h: float,
   for name, g in (("tau_grid", t), ("alpha_grid", a)):
     if g.ndim != 1:
       raise ValueError(f"{name} must be a 1-D array, got shape {g.shape}")
-  return sync_easgd_stable(checks.real("eta_h", eta_h), a[:, None], t[None, :],
-                           checks.integer("num_workers", num_workers, 1))
+  return sync_easgd_stable(
+      checks.real("eta_h", eta_h),
+      a[:, None],
+      t[None, :],
+      checks.integer("num_workers", num_workers, 1),
+  )
 
 
 class StationaryCovariance(NamedTuple):
@@ -353,13 +364,14 @@ class StationaryCovariance(NamedTuple):
     covariance: float64 (p + 1, p + 1) covariance of (x^1, ..., x^p, x~) at
       clock multiples of tau (just before an exchange).
   """
+
   center_variance: float
   covariance: np.ndarray
 
 
-def sync_easgd_stationary_covariance(eta_h: float, alpha: float,
-                                     num_workers: int, eta: float, sigma: float,
-                                     tau: int = 1) -> StationaryCovariance:
+def sync_easgd_stationary_covariance(
+    eta_h: float, alpha: float, num_workers: int, eta: float, sigma: float, tau: int = 1
+) -> StationaryCovariance:
   """Stationary covariance of synchronous EASGD under gradient noise.
 
   Each worker's gradient is h x^i + xi^i_t with xi iid, mean 0, variance
@@ -404,7 +416,8 @@ def sync_easgd_stationary_covariance(eta_h: float, alpha: float,
     raise ValueError(
         f"no stationary state: synchronous EASGD with eta_h={eta_h!r}, "
         f"alpha={alpha!r}, tau={tau}, num_workers={p} has period spectral "
-        f"radius {radius:.6g} >= 1 (stable requires < 1)")
+        f"radius {radius:.6g} >= 1 (stable requires < 1)"
+    )
   period = np.linalg.matrix_power(plain, tau - 1) @ elastic
   w = (eta * sigma) ** 2 * np.diag(np.r_[np.ones(p), 0.0])
   q = np.zeros_like(w)
@@ -444,19 +457,19 @@ def _stable_interval(f, grid, stable, target) -> tuple[float, float, int] | None
   runs = _stable_intervals(grid, stable)
   if not runs:
     return None
+
   def dist(run):
     lo, hi = grid[run[0]], grid[run[1]]
     return 0.0 if lo <= target <= hi else min(abs(target - lo), abs(target - hi))
+
   first, last = min(runs, key=dist)
   lo = grid[first] if first == 0 else _bisect(f, grid[first - 1], grid[first])
-  hi = (grid[last] if last == len(grid) - 1
-        else _bisect(f, grid[last], grid[last + 1]))
+  hi = grid[last] if last == len(grid) - 1 else _bisect(f, grid[last], grid[last + 1])
   lo, hi = (0.0 if abs(v) < 1e-12 else float(v) for v in (lo, hi))
   return lo, hi, len(runs)
 
 
-def stability_bound_message(eta_h: float, alpha: float, tau: int,
-                            num_workers: int) -> str | None:
+def stability_bound_message(eta_h: float, alpha: float, tau: int, num_workers: int) -> str | None:
   """A one-sentence warning when a config lies outside the analytic stable region.
 
   Uses the quadratic model F(x) = h x^2 / 2: with learning rate eta and a
@@ -495,32 +508,44 @@ def stability_bound_message(eta_h: float, alpha: float, tau: int,
   radius = float(sync_easgd_spectral_radius(u, a, tau, p))
   if radius < 1.0:
     return None
-  head = (f"EASGD config eta*h={u:.4g}, alpha={a:.4g} (beta={p * a:.4g}), "
-          f"tau={tau}, num_workers={p} is outside the analytic stability region "
-          f"of the quadratic model (period spectral radius {radius:.4g} >= 1)")
+  head = (
+      f"EASGD config eta*h={u:.4g}, alpha={a:.4g} (beta={p * a:.4g}), "
+      f"tau={tau}, num_workers={p} is outside the analytic stability region "
+      f"of the quadratic model (period spectral radius {radius:.4g} >= 1)"
+  )
   alphas = np.linspace(0.0, max(4.0, 2.0 * abs(a)), 8001)
-  found = _stable_interval(lambda x: bool(sync_easgd_stable(u, x, tau, p)),
-                           alphas, sync_easgd_stable(u, alphas, tau, p), a)
+  found = _stable_interval(
+      lambda x: bool(sync_easgd_stable(u, x, tau, p)),
+      alphas,
+      sync_easgd_stable(u, alphas, tau, p),
+      a,
+  )
   if found is not None:
     lo, hi, runs = found
     where = "" if runs == 1 else f", the nearest of {runs} stable intervals"
-    return (f"{head}; at this eta*h, tau and num_workers it is stable only for "
-            f"alpha in ({lo:.4g}, {hi:.4g}), i.e. beta in ({p * lo:.4g}, "
-            f"{p * hi:.4g}){where}.")
+    return (
+        f"{head}; at this eta*h, tau and num_workers it is stable only for "
+        f"alpha in ({lo:.4g}, {hi:.4g}), i.e. beta in ({p * lo:.4g}, "
+        f"{p * hi:.4g}){where}."
+    )
   etas = np.linspace(0.0, 4.0, 8001)
-  found = _stable_interval(lambda x: bool(sync_easgd_stable(x, a, tau, p)),
-                           etas, sync_easgd_stable(etas, a, tau, p), u)
+  found = _stable_interval(
+      lambda x: bool(sync_easgd_stable(x, a, tau, p)), etas, sync_easgd_stable(etas, a, tau, p), u
+  )
   if found is not None:
     lo, hi, _ = found
-    return (f"{head}; no alpha in [0, {alphas[-1]:.4g}] is stable at this eta*h, "
-            f"and at this alpha it is stable only for eta*h in ({lo:.4g}, "
-            f"{hi:.4g}) (eta*h = learning_rate * curvature).")
-  return (f"{head}; no alpha in [0, {alphas[-1]:.4g}] is stable at this eta*h "
-          f"and no eta*h in [0, 4] is stable at this alpha.")
+    return (
+        f"{head}; no alpha in [0, {alphas[-1]:.4g}] is stable at this eta*h, "
+        f"and at this alpha it is stable only for eta*h in ({lo:.4g}, "
+        f"{hi:.4g}) (eta*h = learning_rate * curvature)."
+    )
+  return (
+      f"{head}; no alpha in [0, {alphas[-1]:.4g}] is stable at this eta*h "
+      f"and no eta*h in [0, 4] is stable at this alpha."
+  )
 
 
-def stable_eta_h_interval(alpha: float, tau: int, num_workers: int
-                          ) -> tuple[float, float] | None:
+def stable_eta_h_interval(alpha: float, tau: int, num_workers: int) -> tuple[float, float] | None:
   """The range of eta*h in which synchronous EASGD is stable at this alpha, tau, p.
 
   Scans eta*h over [0, 4] (8001 points; the plain step alone is unstable beyond
@@ -545,8 +570,9 @@ def stable_eta_h_interval(alpha: float, tau: int, num_workers: int
   p = checks.integer("num_workers", num_workers, 1)
   etas = np.linspace(0.0, 4.0, 8001)
   stable = sync_easgd_stable(etas, a, tau, p)
-  found = _stable_interval(lambda x: bool(sync_easgd_stable(x, a, tau, p)),
-                           etas, stable, float(etas[np.argmax(stable)]))
+  found = _stable_interval(
+      lambda x: bool(sync_easgd_stable(x, a, tau, p)), etas, stable, float(etas[np.argmax(stable)])
+  )
   return None if found is None else (found[0], found[1])
 
 
@@ -582,8 +608,7 @@ def round_robin_easgd_matrix(eta, alpha) -> np.ndarray:
   eta = checks.real_array("eta", eta)
   a = checks.real_array("alpha", alpha)
   eta, a = np.broadcast_arrays(eta, a)
-  return np.stack([np.stack([1.0 - eta - a, a], -1),
-                   np.stack([a, 1.0 - a], -1)], -2)
+  return np.stack([np.stack([1.0 - eta - a, a], -1), np.stack([a, 1.0 - a], -1)], -2)
 
 
 def round_robin_easgd_spectral_radius(eta, alpha) -> np.ndarray:
@@ -654,8 +679,7 @@ def _rr_worker_maps(eta, a, p: int) -> list[np.ndarray]:
   return maps
 
 
-def round_robin_easgd_worker_map(eta: float, alpha: float, i: int,
-                                 num_workers: int) -> np.ndarray:
+def round_robin_easgd_worker_map(eta: float, alpha: float, i: int, num_workers: int) -> np.ndarray:
   """Round-robin EASGD map of worker i on the full state (x^1, ..., x^p, x~).
 
   The active worker i and the center move by the 2x2 matrix A of
@@ -711,8 +735,7 @@ def round_robin_easgd_round_map(eta, alpha, num_workers: int) -> np.ndarray:
   return out
 
 
-def round_robin_easgd_round_spectral_radius(eta, alpha, num_workers: int
-                                            ) -> np.ndarray:
+def round_robin_easgd_round_spectral_radius(eta, alpha, num_workers: int) -> np.ndarray:
   """Spectral radius of one round-robin EASGD round, rho(F^p o ... o F^1).
 
   Each F^i is symmetric, so ||F^i||_2 = rho(A) and ||F||_2 <= rho(A)^p: the
@@ -774,8 +797,7 @@ def _admm_worker_maps(eta, rho, p: int) -> list[np.ndarray]:
   return maps
 
 
-def admm_worker_map(eta: float, rho: float, i: int, num_workers: int
-                    ) -> np.ndarray:
+def admm_worker_map(eta: float, rho: float, i: int, num_workers: int) -> np.ndarray:
   """Round-robin ADMM map of worker i on (lambda^1, x^1, ..., lambda^p, x^p, x~).
 
   For F(x) = x^2 / 2 (gradient x) and the active worker i, F^i = F^i_3 o F^i_2
@@ -815,9 +837,11 @@ def _check_eta_rho(eta, rho):
   bad = eta * rho == -1.0
   if np.any(bad):
     first = tuple(np.argwhere(bad)[0])
-    raise ValueError(f"eta * rho must not be -1 (division by 1 + eta * rho), "
-                     f"got eta={np.broadcast_to(eta, bad.shape)[first]!r}, "
-                     f"rho={np.broadcast_to(rho, bad.shape)[first]!r}")
+    raise ValueError(
+        f"eta * rho must not be -1 (division by 1 + eta * rho), "
+        f"got eta={np.broadcast_to(eta, bad.shape)[first]!r}, "
+        f"rho={np.broadcast_to(rho, bad.shape)[first]!r}"
+    )
 
 
 def admm_round_map(eta, rho, num_workers: int) -> np.ndarray:
@@ -880,12 +904,14 @@ class AdmmTrajectory(NamedTuple):
     norm: float64 (num_rounds + 1,), Euclidean norm of the whole state
       (lambda^1, x^1, ..., lambda^p, x^p, x~).
   """
+
   center: np.ndarray
   norm: np.ndarray
 
 
-def admm_simulate(eta: float, rho: float, num_workers: int, num_rounds: int,
-                  x0: float = 1000.0) -> AdmmTrajectory:
+def admm_simulate(
+    eta: float, rho: float, num_workers: int, num_rounds: int, x0: float = 1000.0
+) -> AdmmTrajectory:
   """Runs round-robin ADMM on F(x) = x^2 / 2 straight from eq. (9)-(11).
 
   Starts from lambda^i = 0, x^i = x~ = x0; each round activates workers
@@ -923,10 +949,9 @@ def admm_simulate(eta: float, rho: float, num_workers: int, num_rounds: int,
   with np.errstate(all="ignore"):
     for _ in range(num_rounds):
       for i in range(p):
-        lam[i] = lam[i] - (x[i] - c)                                        # (9)
+        lam[i] = lam[i] - (x[i] - c)  # (9)
         x[i] = (x[i] - eta * x[i] + eta * rho * (lam[i] + c)) / (1 + eta * rho)  # (10)
-        c = sum(xj - lj for xj, lj in zip(x, lam)) / p                     # (11)
+        c = sum(xj - lj for xj, lj in zip(x, lam)) / p  # (11)
       centers.append(c)
       norms.append(float(np.sqrt(np.float64(sum(v * v for v in x + lam) + c * c))))
-  return AdmmTrajectory(np.asarray(centers, np.float64),
-                        np.asarray(norms, np.float64))
+  return AdmmTrajectory(np.asarray(centers, np.float64), np.asarray(norms, np.float64))

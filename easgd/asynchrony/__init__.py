@@ -12,9 +12,9 @@ __all__, __getattr__, __dir__ = lazy_exports(
     modules=("schedule", "simulation", "log"),
     names={
         "easgd.asynchrony.schedule": (
-            "ExchangeSchedule exchange_schedule EXCHANGE_ORDERS PUSH_TIMINGS "
-            "draw_worker_speeds"),
-        "easgd.asynchrony.simulation": (
-            "AsyncRules simulate async_easgd async_eamsgd async_push"),
+            "ExchangeSchedule exchange_schedule EXCHANGE_ORDERS PUSH_TIMINGS " "draw_worker_speeds"
+        ),
+        "easgd.asynchrony.simulation": ("AsyncRules simulate async_easgd async_eamsgd async_push"),
         "easgd.asynchrony.log": "exchange_log write_exchange_log Replayed replay",
-    })
+    },
+)

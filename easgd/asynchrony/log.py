@@ -26,8 +26,14 @@ from optax.tree_utils import tree_zeros_like
 from easgd._util import checks
 from easgd.core import elastic
 from easgd.core.algorithms import Algorithm, every_tau_steps
-from easgd.asynchrony.schedule import (ExchangeSchedule, exchange_order, exchange_schedule,
-                                  push_offset, served_order, slot_table)
+from easgd.asynchrony.schedule import (
+    ExchangeSchedule,
+    exchange_order,
+    exchange_schedule,
+    push_offset,
+    served_order,
+    slot_table,
+)
 from easgd.asynchrony.simulator import AsyncRules, AsyncShared, AsyncWorker
 
 Params = Any
@@ -38,10 +44,17 @@ Params = Any
 # --------------------------------------------------------------------------
 
 
-EXCHANGE_RECORD = np.dtype([
-    ("slot", np.int64), ("tick", np.int64), ("time", np.float64),
-    ("worker", np.int32), ("local_step", np.int64), ("version", np.int64),
-    ("read_version", np.int64)])
+EXCHANGE_RECORD = np.dtype(
+    [
+        ("slot", np.int64),
+        ("tick", np.int64),
+        ("time", np.float64),
+        ("worker", np.int32),
+        ("local_step", np.int64),
+        ("version", np.int64),
+        ("read_version", np.int64),
+    ]
+)
 """Fields of :func:`exchange_log` (one record per exchange, in serving order).
 
   slot: the trainer step (0-based ``shared.step`` before the call) in which
@@ -59,17 +72,23 @@ EXCHANGE_RECORD = np.dtype([
 """
 
 
-def _exchange_records(schedule: ExchangeSchedule, key, num_steps: int, *, tau: int,
-                      exchange_at: str, offset: int, ticks_per_chunk: int = 4096
-                      ) -> np.ndarray:
+def _exchange_records(
+    schedule: ExchangeSchedule,
+    key,
+    num_steps: int,
+    *,
+    tau: int,
+    exchange_at: str,
+    offset: int,
+    ticks_per_chunk: int = 4096,
+) -> np.ndarray:
   """:data:`EXCHANGE_RECORD` array of the first ``num_steps`` slots (see exchange_log)."""
   table = slot_table(schedule.worker_speeds, exchange_at)
   due_at = every_tau_steps(tau, offset)
   big_k, s = schedule.slots_per_tick, schedule.staleness
   speeds = np.asarray(schedule.worker_speeds, np.int64)
   before = np.cumsum(table.active, 0) - table.active  # [K, p] steps earlier in the tick
-  time_in_tick = np.array([[float(t) if t is not None else 0.0 for t in row]
-                           for row in table.time])
+  time_in_tick = np.array([[float(t) if t is not None else 0.0 for t in row] for row in table.time])
   orders_of = jax.vmap(lambda t: exchange_order(schedule, key, t))
   served_of = jax.vmap(jax.vmap(served_order, (None, 0)), (0, None))
   num_ticks = -(-int(num_steps) // big_k)
@@ -82,10 +101,12 @@ def _exchange_records(schedule: ExchangeSchedule, key, num_steps: int, *, tau: i
     slot_in_tick = np.broadcast_to(np.arange(big_k)[None, :, None], served.shape)
     slot = tick * big_k + slot_in_tick
     clock = tick * speeds[served] + before[slot_in_tick, served]
-    keep = (table.active[slot_in_tick, served] & np.asarray(due_at(clock), bool)
-            & (slot < int(num_steps)))
-    chunks.append(np.stack([a[keep] for a in (slot, tick, served, clock,
-                                              slot_in_tick)], axis=1))
+    keep = (
+        table.active[slot_in_tick, served]
+        & np.asarray(due_at(clock), bool)
+        & (slot < int(num_steps))
+    )
+    chunks.append(np.stack([a[keep] for a in (slot, tick, served, clock, slot_in_tick)], axis=1))
   rows = np.concatenate(chunks) if chunks else np.zeros((0, 5), np.int64)
   out = np.zeros(len(rows), EXCHANGE_RECORD)
   out["slot"], out["tick"], out["worker"], out["local_step"] = rows[:, :4].T
@@ -125,19 +146,24 @@ def exchange_log(algorithm: Algorithm, key: jax.Array, num_steps: int) -> np.nda
   """
   hyper = algorithm.hyperparameters
   if "exchange_at" not in hyper or "worker_speeds" not in hyper:
-    raise ValueError(f"algorithm {algorithm.name!r} has no simulated exchange "
-                     f"schedule (not easgd.asynchrony.simulation)")
+    raise ValueError(
+        f"algorithm {algorithm.name!r} has no simulated exchange "
+        f"schedule (not easgd.asynchrony.simulation)"
+    )
   checks.integer("num_steps", num_steps, 0)
-  schedule = exchange_schedule(len(hyper["worker_speeds"]), hyper["exchange_order"],
-                               hyper["worker_speeds"], hyper["staleness"])
-  offset = (push_offset(hyper["push_timing"])
-            if hyper["exchange_at"] == "step_end" else 0)
-  return _exchange_records(schedule, key, num_steps, tau=hyper["tau"],
-                           exchange_at=hyper["exchange_at"], offset=offset)
+  schedule = exchange_schedule(
+      len(hyper["worker_speeds"]),
+      hyper["exchange_order"],
+      hyper["worker_speeds"],
+      hyper["staleness"],
+  )
+  offset = push_offset(hyper["push_timing"]) if hyper["exchange_at"] == "step_end" else 0
+  return _exchange_records(
+      schedule, key, num_steps, tau=hyper["tau"], exchange_at=hyper["exchange_at"], offset=offset
+  )
 
 
-def write_exchange_log(path, algorithm: Algorithm, key: jax.Array,
-                       num_steps: int) -> int:
+def write_exchange_log(path, algorithm: Algorithm, key: jax.Array, num_steps: int) -> int:
   """Writes :func:`exchange_log` as JSON lines, one exchange per line.
 
   Each line is an object with the fields of :data:`EXCHANGE_RECORD`, e.g.
@@ -158,10 +184,12 @@ def write_exchange_log(path, algorithm: Algorithm, key: jax.Array,
     OSError: the file cannot be written.
   """
   from easgd._util.files import json_text, write_text_atomic  # atomic: keeps the old file
+
   records = exchange_log(algorithm, key, num_steps)
   names = EXCHANGE_RECORD.names
-  write_text_atomic(path, "".join(json_text(dict(zip(names, record))) + "\n"
-                                  for record in records.tolist()))
+  write_text_atomic(
+      path, "".join(json_text(dict(zip(names, record))) + "\n" for record in records.tolist())
+  )
   return len(records)
 
 
@@ -198,7 +226,8 @@ def async_rules(algorithm: Algorithm) -> AsyncRules:
     raise ValueError(
         f"algorithm {algorithm.name!r} has no asynchronous rules "
         f"(Algorithm.async_rules): only the asynchronous methods (async EASGD and "
-        f"EAMSGD, the DOWNPOUR family) run outside the SPMD program")
+        f"EAMSGD, the DOWNPOUR family) run outside the SPMD program"
+    )
   return rules
 
 
@@ -231,12 +260,12 @@ def init_worker(rules: AsyncRules, params: Params, clock=0) -> AsyncWorker:
   Returns:
     An :class:`AsyncWorker`, as ``Algorithm.init`` builds it.
   """
-  return AsyncWorker(params, rules.init_opt_state(params), rules.init_buffer(params),
-                     jnp.asarray(clock, jnp.int32))
+  return AsyncWorker(
+      params, rules.init_opt_state(params), rules.init_buffer(params), jnp.asarray(clock, jnp.int32)
+  )
 
 
-def restart_worker(rules: AsyncRules, center: Params, like: Params, clock
-                   ) -> AsyncWorker:
+def restart_worker(rules: AsyncRules, center: Params, like: Params, clock) -> AsyncWorker:
   """A worker restarted from the center: ``init_worker(center cast like like)``.
 
   Args:
@@ -262,8 +291,9 @@ def init_shared(rules: AsyncRules, params: Params) -> AsyncShared:
     An :class:`AsyncShared` equal to ``Algorithm.init``'s with staleness 0.
   """
   center = elastic.to_reduction_dtype(params)
-  return AsyncShared(center, rules.init_master(center), (), jnp.zeros((), jnp.int32),
-                     jnp.zeros((), jnp.int32))
+  return AsyncShared(
+      center, rules.init_master(center), (), jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32)
+  )
 
 
 class RulePrograms:
@@ -285,11 +315,11 @@ class RulePrograms:
   def __init__(self, rules: AsyncRules):
     self.rules = rules
 
-  def local(self, worker: AsyncWorker, batch, key: jax.Array, index
-            ) -> tuple[AsyncWorker, jax.Array]:
+  def local(
+      self, worker: AsyncWorker, batch, key: jax.Array, index
+  ) -> tuple[AsyncWorker, jax.Array]:
     """A local step without exchange: ``(worker after the step, its loss)``."""
-    loss, proposal, _, _ = self.rules.local_step(
-        worker, batch, local_key(key, index, worker.clock))
+    loss, proposal, _, _ = self.rules.local_step(worker, batch, local_key(key, index, worker.clock))
     none = tree_zeros_like(elastic.to_reduction_dtype(worker.params))
     new = self.rules.finish(worker, proposal, none, False)
     return new._replace(clock=worker.clock + 1), loss
@@ -301,7 +331,8 @@ class RulePrograms:
     parameters), as the simulation's master receives it.
     """
     loss, proposal, message, _ = self.rules.local_step(
-        worker, batch, local_key(key, index, worker.clock))
+        worker, batch, local_key(key, index, worker.clock)
+    )
     return loss, proposal, elastic.to_reduction_dtype(message)
 
   def serve(self, shared: AsyncShared, message, read) -> tuple[AsyncShared, Params]:
@@ -318,9 +349,9 @@ class RulePrograms:
       center after the update for a fetch (DOWNPOUR).
     """
     center, master, reply = self.rules.master_rule(
-        shared.center, shared.master, message, read, shared.master_clock)
-    new = shared._replace(center=center, master=master,
-                          master_clock=shared.master_clock + 1)
+        shared.center, shared.master, message, read, shared.master_clock
+    )
+    new = shared._replace(center=center, master=master, master_clock=shared.master_clock + 1)
     return new, center if reply is None else reply
 
   def finish(self, worker: AsyncWorker, proposal, reply) -> AsyncWorker:
@@ -338,6 +369,7 @@ class Replayed(NamedTuple):
     centers: with ``keep_centers``, the center after each master update
       (entry v holds it after v updates, entry 0 the initial one); else None.
   """
+
   workers: list
   shared: AsyncShared
   centers: list | None
@@ -391,8 +423,16 @@ class _Replay:
   ``keep_centers``.
   """
 
-  def __init__(self, rules: AsyncRules, programs, params: Params, batch_fn: Callable,
-               key: jax.Array, p: int, keep_centers: bool):
+  def __init__(
+      self,
+      rules: AsyncRules,
+      programs,
+      params: Params,
+      batch_fn: Callable,
+      key: jax.Array,
+      p: int,
+      keep_centers: bool,
+  ):
     self.rules, self.programs, self.params = rules, programs, params
     self.batch_fn, self.key, self.p = batch_fn, key, p
     self.step_end = rules.exchange_at == "step_end"
@@ -408,18 +448,23 @@ class _Replay:
     """Worker i's local steps up to clock ``until`` (raises at a due exchange)."""
     while self.clocks[i] < until:
       if bool(self.rules.due(self.clocks[i])):
-        raise ValueError(f"the log lacks worker {i}'s exchange at its local step "
-                         f"{self.clocks[i]} (due by the method's schedule)")
+        raise ValueError(
+            f"the log lacks worker {i}'s exchange at its local step "
+            f"{self.clocks[i]} (due by the method's schedule)"
+        )
       self.workers[i], _ = self.programs.local(
-          self.workers[i], self.batch_fn(i, self.clocks[i]), self.key, self.index[i])
+          self.workers[i], self.batch_fn(i, self.clocks[i]), self.key, self.index[i]
+      )
       self.clocks[i] += 1
 
   def restart(self, k: int, r: dict) -> None:
     """Log record k, a restart: the worker restarts from the current center."""
     i, t = int(r["worker"]), int(r["local_step"])
     if r["read_version"] != self.version:
-      raise ValueError(f"log record {k}: a restart reads the center after "
-                       f"{r['read_version']} updates, but {self.version} were served")
+      raise ValueError(
+          f"log record {k}: a restart reads the center after "
+          f"{r['read_version']} updates, but {self.version} were served"
+      )
     self.workers[i] = restart_worker(self.rules, self.centers[self.version], self.params, t)
     self.clocks[i] = t
 
@@ -428,20 +473,27 @@ class _Replay:
     i, t = int(r["worker"]), int(r["local_step"])
     version, step_end = self.version, self.step_end
     if r["version"] != version:
-      raise ValueError(f"log record {k} has version {r['version']}; expected "
-                       f"{version} (records must be in serving order)")
+      raise ValueError(
+          f"log record {k} has version {r['version']}; expected "
+          f"{version} (records must be in serving order)"
+      )
     if not 0 <= r["read_version"] <= version + step_end:
-      raise ValueError(f"log record {k} reads center version {r['read_version']} "
-                       f"at master update {version}")
+      raise ValueError(
+          f"log record {k} reads center version {r['read_version']} " f"at master update {version}"
+      )
     self.advance(i, t)
     if self.clocks[i] != t or not bool(self.rules.due(t)):
-      raise ValueError(f"log record {k}: worker {i} exchanges at local step {t}, "
-                       f"which is not due or already passed (its clock is "
-                       f"{self.clocks[i]})")
-    _, proposal, message = self.programs.propose(self.workers[i], self.batch_fn(i, t),
-                                                 self.key, self.index[i])
+      raise ValueError(
+          f"log record {k}: worker {i} exchanges at local step {t}, "
+          f"which is not due or already passed (its clock is "
+          f"{self.clocks[i]})"
+      )
+    _, proposal, message = self.programs.propose(
+        self.workers[i], self.batch_fn(i, t), self.key, self.index[i]
+    )
     self.shared, reply = self.programs.serve(
-        self.shared, message, self.centers[_center_needed(r, step_end)])
+        self.shared, message, self.centers[_center_needed(r, step_end)]
+    )
     self.version += 1
     self.centers[self.version] = self.shared.center
     if self.history is not None:
@@ -458,9 +510,17 @@ class _Replay:
       del self.centers[v]
 
 
-def replay(algorithm: Algorithm, log, params: Params, batch_fn: Callable, key: jax.Array,
-           final_clocks: Sequence[int], *, programs=None,
-           keep_centers: bool = False) -> Replayed:
+def replay(
+    algorithm: Algorithm,
+    log,
+    params: Params,
+    batch_fn: Callable,
+    key: jax.Array,
+    final_clocks: Sequence[int],
+    *,
+    programs=None,
+    keep_centers: bool = False,
+) -> Replayed:
   """Runs an asynchronous method's rules in the exchange order of a log.
 
   This is the simulator with the exchange order made explicit: every worker

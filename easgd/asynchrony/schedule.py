@@ -49,6 +49,7 @@ class ExchangeSchedule(NamedTuple):
     worker_speeds: local steps per tick of each worker (integers >= 1).
     staleness: master updates by which the center a worker reads is late.
   """
+
   order: str
   worker_speeds: tuple[int, ...]
   staleness: int
@@ -63,9 +64,12 @@ class ExchangeSchedule(NamedTuple):
     return max(self.worker_speeds)
 
 
-def exchange_schedule(num_workers: int, order: str = "round_robin",
-                      worker_speeds: Sequence[int] | None = None,
-                      staleness: int = 0) -> ExchangeSchedule:
+def exchange_schedule(
+    num_workers: int,
+    order: str = "round_robin",
+    worker_speeds: Sequence[int] | None = None,
+    staleness: int = 0,
+) -> ExchangeSchedule:
   """Validates and builds an :class:`ExchangeSchedule`.
 
   Args:
@@ -92,20 +96,20 @@ def exchange_schedule(num_workers: int, order: str = "round_robin",
   if len(worker_speeds) != num_workers:
     raise elastic.HyperparameterError(
         f"worker_speeds has {len(worker_speeds)} entries, expected one per "
-        f"worker (num_workers={num_workers})")
+        f"worker (num_workers={num_workers})"
+    )
   speeds = []
   for i, k in enumerate(worker_speeds):  # an integral float such as 2.0 is 2
     if checks.is_python_number(k) and float(k).is_integer():
       k = int(k)
-    speeds.append(checks.integer(f"worker_speeds[{i}]", k, 1, error=error,
-                                 what="local steps per tick"))
-  staleness = checks.integer("staleness", staleness, 0, error=error,
-                             what="in master updates")
+    speeds.append(
+        checks.integer(f"worker_speeds[{i}]", k, 1, error=error, what="local steps per tick")
+    )
+  staleness = checks.integer("staleness", staleness, 0, error=error, what="in master updates")
   return ExchangeSchedule(order, tuple(speeds), staleness)
 
 
-def draw_worker_speeds(num_workers: int, max_speed: int, seed: int
-                       ) -> tuple[int, ...]:
+def draw_worker_speeds(num_workers: int, max_speed: int, seed: int) -> tuple[int, ...]:
   """Speeds drawn once, uniformly on {1, ..., max_speed}, from ``seed``.
 
   Args:
@@ -125,9 +129,12 @@ def draw_worker_speeds(num_workers: int, max_speed: int, seed: int
   return tuple(int(k) for k in rng.integers(1, max_speed + 1, size=num_workers))
 
 
-def resolve_worker_speeds(num_workers: int, worker_speeds: Sequence[float] = (),
-                          max_worker_speed: int | None = None, seed: int = 0
-                          ) -> tuple[int, ...]:
+def resolve_worker_speeds(
+    num_workers: int,
+    worker_speeds: Sequence[float] = (),
+    max_worker_speed: int | None = None,
+    seed: int = 0,
+) -> tuple[int, ...]:
   """The speeds a config asks for: the list, else drawn, else all 1."""
   if worker_speeds:
     return exchange_schedule(num_workers, worker_speeds=worker_speeds).worker_speeds
@@ -144,7 +151,8 @@ EASGD / EAMSGD) or "step_end" (after the gradient: the DOWNPOUR push)."""
 def _check_exchange_at(exchange_at) -> str:
   if exchange_at not in EXCHANGE_POINTS:
     raise elastic.HyperparameterError(
-        f"unknown exchange_at {exchange_at!r}; allowed: {', '.join(EXCHANGE_POINTS)}")
+        f"unknown exchange_at {exchange_at!r}; allowed: {', '.join(EXCHANGE_POINTS)}"
+    )
   return exchange_at
 
 
@@ -161,13 +169,13 @@ class SlotTable(NamedTuple):
       the tick (0 = earliest); 0 where inactive. Exchanges of one slot are
       served in increasing rank (:func:`served_order`).
   """
+
   active: np.ndarray
   time: np.ndarray
   rank: np.ndarray
 
 
-def slot_table(worker_speeds: Sequence[int], exchange_at: str = "step_start"
-               ) -> SlotTable:
+def slot_table(worker_speeds: Sequence[int], exchange_at: str = "step_start") -> SlotTable:
   """The slots of a tick in which each worker computes its local steps.
 
   Worker i's m-th step of a tick (m = 0 .. k_i - 1) runs from m / k_i to
@@ -227,8 +235,9 @@ def active_slots(worker_speeds: Sequence[int]) -> np.ndarray:
   return slot_table(worker_speeds, "step_start").active
 
 
-def local_steps_done(schedule: ExchangeSchedule, num_steps: int,
-                     exchange_at: str = "step_start") -> np.ndarray:
+def local_steps_done(
+    schedule: ExchangeSchedule, num_steps: int, exchange_at: str = "step_start"
+) -> np.ndarray:
   """Local steps each worker has computed after ``num_steps`` trainer steps.
 
   With "step_start" these are the steps started before slot ``num_steps``,
@@ -297,8 +306,13 @@ def served_order(order: jax.Array, ranks: jax.Array) -> jax.Array:
   return order[jnp.lexsort((position, jnp.asarray(ranks, jnp.int32)[order]))]
 
 
-def mean_exchanges(schedule: ExchangeSchedule, num_steps: int, tau: int,
-                   exchange_at: str = "step_start", offset: int = 0) -> int:
+def mean_exchanges(
+    schedule: ExchangeSchedule,
+    num_steps: int,
+    tau: int,
+    exchange_at: str = "step_start",
+    offset: int = 0,
+) -> int:
   """Exchanges per worker over ``num_steps`` trainer steps, mean over workers.
 
   A worker's local step with clock t exchanges when tau divides t + offset
@@ -340,7 +354,8 @@ def check_push_timing(push_timing) -> str:
   """
   if not isinstance(push_timing, str) or push_timing not in PUSH_TIMINGS:
     raise elastic.HyperparameterError(
-        f"unknown push_timing {push_timing!r}; allowed: {', '.join(PUSH_TIMINGS)}")
+        f"unknown push_timing {push_timing!r}; allowed: {', '.join(PUSH_TIMINGS)}"
+    )
   return push_timing
 
 
@@ -358,5 +373,3 @@ def push_offset(push_timing: str) -> int:
     HyperparameterError: any other value.
   """
   return PUSH_TIMINGS.index(check_push_timing(push_timing))
-
-

@@ -106,13 +106,29 @@ import optax
 from optax.tree_utils import tree_where, tree_zeros_like
 
 from easgd.core import elastic, momentum as momentum_lib
-from easgd.core.algorithms import (Algorithm, Communication, LossFn, local_optimizer,
-                              every_tau_steps, reset_optimizer_state)
-from easgd.asynchrony.schedule import (ExchangeSchedule, exchange_schedule,
-                                  mean_exchanges, push_offset)
+from easgd.core.algorithms import (
+    Algorithm,
+    Communication,
+    LossFn,
+    local_optimizer,
+    every_tau_steps,
+    reset_optimizer_state,
+)
+from easgd.asynchrony.schedule import (
+    ExchangeSchedule,
+    exchange_schedule,
+    mean_exchanges,
+    push_offset,
+)
+
 # The engine (its state, rules and builder), re-exported: ``simulation.AsyncWorker`` etc.
-from easgd.asynchrony.simulator import (AsyncRules as AsyncRules, AsyncShared as AsyncShared,
-                                        AsyncWorker as AsyncWorker, MasterRule, simulate)
+from easgd.asynchrony.simulator import (
+    AsyncRules as AsyncRules,
+    AsyncShared as AsyncShared,
+    AsyncWorker as AsyncWorker,
+    MasterRule,
+    simulate,
+)
 from easgd.core.elastic import WORKER_AXES
 
 
@@ -120,16 +136,32 @@ def _resolve_schedule(schedule, num_workers):
   if schedule is None:
     return exchange_schedule(num_workers)
   if not isinstance(schedule, ExchangeSchedule):
-    raise TypeError(f"schedule must be an ExchangeSchedule (see exchange_schedule), "
-                    f"got {type(schedule).__name__}")
+    raise TypeError(
+        f"schedule must be an ExchangeSchedule (see exchange_schedule), "
+        f"got {type(schedule).__name__}"
+    )
   if schedule.num_workers != num_workers:
     raise elastic.HyperparameterError(
-        f"schedule is for {schedule.num_workers} workers, num_workers={num_workers}")
+        f"schedule is for {schedule.num_workers} workers, num_workers={num_workers}"
+    )
   return schedule
 
 
-def _async_elastic(name, loss_fn, optimizer, *, num_workers, tau, alpha, beta,
-                   learning_rate, schedule, momentum, reset_opt_state, axis_name):
+def _async_elastic(
+    name,
+    loss_fn,
+    optimizer,
+    *,
+    num_workers,
+    tau,
+    alpha,
+    beta,
+    learning_rate,
+    schedule,
+    momentum,
+    reset_opt_state,
+    axis_name,
+):
   tau = elastic.check_tau(tau)
   alpha = elastic.resolve_alpha(num_workers, alpha, beta)
   optimizer = local_optimizer(optimizer, learning_rate)
@@ -143,8 +175,16 @@ def _async_elastic(name, loss_fn, optimizer, *, num_workers, tau, alpha, beta,
     if reset_opt_state:
       opt_state = reset_optimizer_state(optimizer, opt_state, worker.params, due)
     loss, step, opt_state, model_state = momentum_lib.nesterov_velocity(
-        loss_fn, optimizer, momentum, worker.params, worker.buffer, opt_state,
-        batch, key, model_state=worker.model_state)
+        loss_fn,
+        optimizer,
+        momentum,
+        worker.params,
+        worker.buffer,
+        opt_state,
+        batch,
+        key,
+        model_state=worker.model_state,
+    )
     return loss, (step, opt_state, model_state), worker.params, due
 
   def master_rule(center, master, x, read, clock):
@@ -156,35 +196,61 @@ def _async_elastic(name, loss_fn, optimizer, *, num_workers, tau, alpha, beta,
     del exchanged  # diff is zero when the worker did not exchange
     step, opt_state, model_state = proposal
     params = elastic.cast_like(  # diff in float32 for bfloat16 parameters
-        elastic.tree_add(elastic.tree_sub(worker.params, diff), step), worker.params)
-    return worker._replace(params=params, opt_state=opt_state,
-                           buffer=() if momentum is None else step,
-                           model_state=model_state)
+        elastic.tree_add(elastic.tree_sub(worker.params, diff), step), worker.params
+    )
+    return worker._replace(
+        params=params,
+        opt_state=opt_state,
+        buffer=() if momentum is None else step,
+        model_state=model_state,
+    )
 
   def communication(num_steps, param_bytes):
     n = mean_exchanges(schedule, num_steps, tau, "step_start", offset=0)
     return Communication(n, n * int(param_bytes))
 
-  hyper = dict(num_workers=int(num_workers), tau=tau, alpha=alpha,
-               beta=alpha * num_workers, reset_opt_state=bool(reset_opt_state))
+  hyper = dict(
+      num_workers=int(num_workers),
+      tau=tau,
+      alpha=alpha,
+      beta=alpha * num_workers,
+      reset_opt_state=bool(reset_opt_state),
+  )
   if momentum is not None:
     hyper["momentum"] = momentum
   return simulate(
-      name, schedule=schedule, local_step=local_step, master_rule=master_rule,
+      name,
+      schedule=schedule,
+      local_step=local_step,
+      master_rule=master_rule,
       finish=finish,
-      init_buffer=(lambda params: ()) if momentum is None else
-      (lambda params: tree_zeros_like(params)),
-      init_opt_state=optimizer.init, init_master=lambda params: (),
-      center=lambda shared: shared.center, communication=communication,
-      hyperparameters=hyper, exchange_at="step_start", axis_name=axis_name,
-      due=exchange_due)
+      init_buffer=(lambda params: ())
+      if momentum is None
+      else (lambda params: tree_zeros_like(params)),
+      init_opt_state=optimizer.init,
+      init_master=lambda params: (),
+      center=lambda shared: shared.center,
+      communication=communication,
+      hyperparameters=hyper,
+      exchange_at="step_start",
+      axis_name=axis_name,
+      due=exchange_due,
+  )
 
 
-def async_easgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
-                *, num_workers: int, tau: int = 1, alpha: float | None = None,
-                beta: float | None = None, learning_rate: float | None = None,
-                schedule: ExchangeSchedule | None = None,
-                reset_opt_state: bool = False, axis_name=WORKER_AXES) -> Algorithm:
+def async_easgd(
+    loss_fn: LossFn,
+    optimizer: optax.GradientTransformation | None = None,
+    *,
+    num_workers: int,
+    tau: int = 1,
+    alpha: float | None = None,
+    beta: float | None = None,
+    learning_rate: float | None = None,
+    schedule: ExchangeSchedule | None = None,
+    reset_opt_state: bool = False,
+    axis_name=WORKER_AXES,
+) -> Algorithm:
   """Asynchronous EASGD (Algorithm 1), simulated with an exchange schedule.
 
   Each local step of worker i, in the order of events of the schedule
@@ -242,18 +308,36 @@ def async_easgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None 
     Zhang, Choromanska, LeCun (2015), Algorithm 1; eq. (12)-(13).
     github.com/sixin-zh/mpiT (commit c359666), ``asyncsgd/optim-eamsgd.lua``.
   """
-  return _async_elastic("async_easgd", loss_fn, optimizer, num_workers=num_workers,
-                        tau=tau, alpha=alpha, beta=beta, learning_rate=learning_rate,
-                        schedule=schedule, momentum=None,
-                        reset_opt_state=reset_opt_state, axis_name=axis_name)
+  return _async_elastic(
+      "async_easgd",
+      loss_fn,
+      optimizer,
+      num_workers=num_workers,
+      tau=tau,
+      alpha=alpha,
+      beta=beta,
+      learning_rate=learning_rate,
+      schedule=schedule,
+      momentum=None,
+      reset_opt_state=reset_opt_state,
+      axis_name=axis_name,
+  )
 
 
-def async_eamsgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
-                 *, num_workers: int, momentum: float, tau: int = 1,
-                 alpha: float | None = None, beta: float | None = None,
-                 learning_rate: float | None = None,
-                 schedule: ExchangeSchedule | None = None,
-                 reset_opt_state: bool = False, axis_name=WORKER_AXES) -> Algorithm:
+def async_eamsgd(
+    loss_fn: LossFn,
+    optimizer: optax.GradientTransformation | None = None,
+    *,
+    num_workers: int,
+    momentum: float,
+    tau: int = 1,
+    alpha: float | None = None,
+    beta: float | None = None,
+    learning_rate: float | None = None,
+    schedule: ExchangeSchedule | None = None,
+    reset_opt_state: bool = False,
+    axis_name=WORKER_AXES,
+) -> Algorithm:
   """Asynchronous EAMSGD (Algorithm 2), simulated with an exchange schedule.
 
       x = x^i                                                  (snapshot)
@@ -286,18 +370,37 @@ def async_eamsgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None
     Zhang, Choromanska, LeCun (2015), Algorithm 2 and eq. (7).
     github.com/sixin-zh/mpiT (commit c359666), ``asyncsgd/optim-eamsgd.lua``.
   """
-  return _async_elastic("async_eamsgd", loss_fn, optimizer, num_workers=num_workers,
-                        tau=tau, alpha=alpha, beta=beta, learning_rate=learning_rate,
-                        schedule=schedule,
-                        momentum=momentum_lib.check_momentum(momentum),
-                        reset_opt_state=reset_opt_state, axis_name=axis_name)
+  return _async_elastic(
+      "async_eamsgd",
+      loss_fn,
+      optimizer,
+      num_workers=num_workers,
+      tau=tau,
+      alpha=alpha,
+      beta=beta,
+      learning_rate=learning_rate,
+      schedule=schedule,
+      momentum=momentum_lib.check_momentum(momentum),
+      reset_opt_state=reset_opt_state,
+      axis_name=axis_name,
+  )
 
 
-def async_push(name: str, loss_fn: LossFn, optimizer: optax.GradientTransformation,
-               *, num_workers: int, tau: int, schedule: ExchangeSchedule | None,
-               master_rule: MasterRule, init_master: Callable, center: Callable,
-               hyperparameters: dict, push_timing: str = "authors",
-               axis_name=WORKER_AXES) -> Algorithm:
+def async_push(
+    name: str,
+    loss_fn: LossFn,
+    optimizer: optax.GradientTransformation,
+    *,
+    num_workers: int,
+    tau: int,
+    schedule: ExchangeSchedule | None,
+    master_rule: MasterRule,
+    init_master: Callable,
+    center: Callable,
+    hyperparameters: dict,
+    push_timing: str = "authors",
+    axis_name=WORKER_AXES,
+) -> Algorithm:
   """A DOWNPOUR-type method on the simulated asynchronous engine.
 
   Each local step of worker i (t^i its clock at the step's start, the
@@ -365,7 +468,8 @@ def async_push(name: str, loss_fn: LossFn, optimizer: optax.GradientTransformati
 
   def local_step(worker, batch, key):
     loss, grads, model_state = momentum_lib.loss_and_grad(
-        loss_fn, worker.params, batch, key, worker.model_state)
+        loss_fn, worker.params, batch, key, worker.model_state
+    )
     step, opt_state = optimizer.update(grads, worker.opt_state, worker.params)
     params = optax.apply_updates(worker.params, step)
     acc = elastic.tree_add(worker.buffer, step)
@@ -376,20 +480,29 @@ def async_push(name: str, loss_fn: LossFn, optimizer: optax.GradientTransformati
     return worker._replace(
         params=tree_where(exchanged, elastic.cast_like(fetched, params), params),
         buffer=tree_where(exchanged, tree_zeros_like(acc), acc),
-        opt_state=opt_state, model_state=model_state)
+        opt_state=opt_state,
+        model_state=model_state,
+    )
 
   def communication(num_steps, param_bytes):
     n = mean_exchanges(schedule, num_steps, tau, "step_end", offset)
     return Communication(n, n * int(param_bytes))
 
   return simulate(
-      name, schedule=schedule, local_step=local_step, master_rule=master_rule,
+      name,
+      schedule=schedule,
+      local_step=local_step,
+      master_rule=master_rule,
       finish=finish,  # the accumulated update u is kept in float32 for bf16 params
       init_buffer=lambda params: tree_zeros_like(elastic.to_reduction_dtype(params)),
-      init_opt_state=optimizer.init, init_master=init_master, center=center,
+      init_opt_state=optimizer.init,
+      init_master=init_master,
+      center=center,
       communication=communication,
-      hyperparameters=dict(hyperparameters, num_workers=int(num_workers), tau=tau,
-                           push_timing=push_timing),
-      exchange_at="step_end", axis_name=axis_name, due=push_due)
-
-
+      hyperparameters=dict(
+          hyperparameters, num_workers=int(num_workers), tau=tau, push_timing=push_timing
+      ),
+      exchange_at="step_end",
+      axis_name=axis_name,
+      due=push_due,
+  )

@@ -23,8 +23,7 @@ from jax import lax
 
 from easgd.core import elastic
 from easgd.core.algorithms import Algorithm, worker_key
-from easgd.asynchrony.schedule import (ExchangeSchedule, exchange_order, served_order,
-                                       slot_table)
+from easgd.asynchrony.schedule import (ExchangeSchedule, exchange_order, served_order, slot_table)
 from easgd.core.elastic import WORKER_AXES
 
 Params = Any
@@ -42,6 +41,7 @@ class AsyncWorker(NamedTuple):
     model_state: the model's state (e.g. BatchNorm statistics), ``()``
       without (``easgd.core.momentum.loss_and_grad``).
   """
+
   params: Params
   opt_state: Any
   buffer: Any
@@ -61,6 +61,7 @@ class AsyncShared(NamedTuple):
     master_clock: int32 scalar, the number of master updates (exchanges served).
     step: int32 scalar, trainer steps (slots) taken; tick = step // K.
   """
+
   center: Params
   master: Any
   history: Any
@@ -84,6 +85,7 @@ def _gather(tree, index, num_workers, axis_name):
   def gather(x):
     buf = jnp.zeros((num_workers,) + x.shape, x.dtype).at[index].set(x)
     return elastic.worker_sum(buf, reduce_over)
+
   return jax.tree.map(gather, tree)
 
 
@@ -120,6 +122,7 @@ class AsyncRules(NamedTuple):
     hyperparameters: the method's own hyperparameters (without the simulated
       schedule's fields).
   """
+
   local_step: Callable
   master_rule: MasterRule
   finish: Callable
@@ -137,8 +140,9 @@ def _read_center(history, clock, s: int):
   return _tree_index(history, (clock + 1) % (s + 1))
 
 
-def _init_fn(s: int, init_opt_state: Callable, init_buffer: Callable,
-             init_master: Callable) -> Callable:
+def _init_fn(
+    s: int, init_opt_state: Callable, init_buffer: Callable, init_master: Callable
+) -> Callable:
   """``init(params, model_state=()) -> (AsyncWorker, AsyncShared)`` of :func:`simulate`.
 
   The center (and its ring of the last ``s + 1`` centers, staleness ``s > 0``)
@@ -147,12 +151,20 @@ def _init_fn(s: int, init_opt_state: Callable, init_buffer: Callable,
 
   def init(params, model_state=()):
     center = elastic.to_reduction_dtype(params)  # float32 for bfloat16 params
-    history = (jax.tree.map(lambda x: jnp.stack([x] * (s + 1)), center)
-               if s else ())
-    return (AsyncWorker(params, init_opt_state(params), init_buffer(params),
-                        jnp.zeros((), jnp.int32), model_state),
-            AsyncShared(center, init_master(center), history,
-                        jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32)))
+    history = jax.tree.map(lambda x: jnp.stack([x] * (s + 1)), center) if s else ()
+    return (
+        AsyncWorker(
+            params,
+            init_opt_state(params),
+            init_buffer(params),
+            jnp.zeros((), jnp.int32),
+            model_state,
+        ),
+        AsyncShared(
+            center, init_master(center), history, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32)
+        ),
+    )
+
   return init
 
 
@@ -172,26 +184,36 @@ def _serve_fn(master_rule: MasterRule, s: int) -> Callable:
       def apply(_):
         before = _read_center(history, clock, s) if s else center
         new_center, new_master, reply = master_rule(
-            center, master, _tree_index(messages, w), before, clock)
+            center, master, _tree_index(messages, w), before, clock
+        )
         new_history = history
         if s:
           new_history = jax.tree.map(
-              lambda h, c: h.at[(clock + 1) % (s + 1)].set(c), history, new_center)
+              lambda h, c: h.at[(clock + 1) % (s + 1)].set(c), history, new_center
+          )
         if reply is None:
           reply = _read_center(new_history, clock + 1, s) if s else new_center
         return (new_center, new_master, new_history, clock + 1), reply
 
       def skip(_):
         return carry, tree_zeros_like(center)
+
       return lax.cond(due[w], apply, skip, None)
 
     init = (shared.center, shared.master, shared.history, shared.master_clock)
     return lax.scan(body, init, order)
+
   return serve
 
 
-def _slot_step_fn(schedule: ExchangeSchedule, table, local_step: Callable,
-                  finish: Callable, serve: Callable, axis_name) -> Callable:
+def _slot_step_fn(
+    schedule: ExchangeSchedule,
+    table,
+    local_step: Callable,
+    finish: Callable,
+    serve: Callable,
+    axis_name,
+) -> Callable:
   """``step(worker, shared, batch, key) -> (worker, shared, loss)``: one slot.
 
   The slot's active workers take ``local_step``; the due messages are gathered
@@ -205,28 +227,38 @@ def _slot_step_fn(schedule: ExchangeSchedule, table, local_step: Callable,
     tick, slot = shared.step // big_k, shared.step % big_k
     active = jnp.asarray(table.active)[slot, index]
     loss, proposal, message, due = local_step(
-        worker, batch, worker_key(key, shared.step, axis_name))
+        worker, batch, worker_key(key, shared.step, axis_name)
+    )
     due = jnp.logical_and(due, active)
     messages = _gather(message, index, p, axis_name)
     all_due = _gather(due.astype(jnp.int32), index, p, axis_name) > 0
-    order = served_order(exchange_order(schedule, key, tick),
-                         jnp.asarray(table.rank)[slot])
-    (center, master, history, clock), replies = serve(shared, messages, all_due,
-                                                      order)
+    order = served_order(exchange_order(schedule, key, tick), jnp.asarray(table.rank)[slot])
+    (center, master, history, clock), replies = serve(shared, messages, all_due, order)
     reply = _tree_index(replies, jnp.argmax(order == index))
     new = finish(worker, proposal, reply, due)
     new = tree_where(active, new._replace(clock=worker.clock + 1), worker)
-    return (new, AsyncShared(center, master, history, clock, shared.step + 1),
-            loss)
+    return (new, AsyncShared(center, master, history, clock, shared.step + 1), loss)
+
   return step
 
 
-def simulate(name: str, *, schedule: ExchangeSchedule, local_step: Callable,
-             master_rule: MasterRule, finish: Callable, init_buffer: Callable,
-             init_opt_state: Callable, init_master: Callable, center: Callable,
-             communication: Callable, hyperparameters: dict,
-             exchange_at: str = "step_start",
-             axis_name=WORKER_AXES, due: Callable | None = None) -> Algorithm:
+def simulate(
+    name: str,
+    *,
+    schedule: ExchangeSchedule,
+    local_step: Callable,
+    master_rule: MasterRule,
+    finish: Callable,
+    init_buffer: Callable,
+    init_opt_state: Callable,
+    init_master: Callable,
+    center: Callable,
+    communication: Callable,
+    hyperparameters: dict,
+    exchange_at: str = "step_start",
+    axis_name=WORKER_AXES,
+    due: Callable | None = None,
+) -> Algorithm:
   """Builds a simulated asynchronous algorithm from its local and master rules.
 
   One call of ``step`` is one slot (module docstring): the workers active in
@@ -272,19 +304,40 @@ def simulate(name: str, *, schedule: ExchangeSchedule, local_step: Callable,
   """
   table = slot_table(schedule.worker_speeds, exchange_at)
   init = _init_fn(schedule.staleness, init_opt_state, init_buffer, init_master)
-  step = _slot_step_fn(schedule, table, local_step, finish,
-                       _serve_fn(master_rule, schedule.staleness), axis_name)
+  step = _slot_step_fn(
+      schedule, table, local_step, finish, _serve_fn(master_rule, schedule.staleness), axis_name
+  )
 
-  rules = None if due is None else AsyncRules(
-      local_step, master_rule, finish, init_buffer, init_opt_state, init_master,
-      center, exchange_at, due, dict(hyperparameters))
+  rules = (
+      None
+      if due is None
+      else AsyncRules(
+          local_step,
+          master_rule,
+          finish,
+          init_buffer,
+          init_opt_state,
+          init_master,
+          center,
+          exchange_at,
+          due,
+          dict(hyperparameters),
+      )
+  )
   return Algorithm(
-      name=name, init=init, step=step, center=center,
+      name=name,
+      init=init,
+      step=step,
+      center=center,
       worker_params=lambda worker, shared: worker.params,
       communication=communication,
-      hyperparameters=dict(hyperparameters, exchange_order=schedule.order,
-                           worker_speeds=list(schedule.worker_speeds),
-                           staleness=schedule.staleness,
-                           slots_per_tick=schedule.slots_per_tick,
-                           exchange_at=exchange_at),
-      async_rules=rules)
+      hyperparameters=dict(
+          hyperparameters,
+          exchange_order=schedule.order,
+          worker_speeds=list(schedule.worker_speeds),
+          staleness=schedule.staleness,
+          slots_per_tick=schedule.slots_per_tick,
+          exchange_at=exchange_at,
+      ),
+      async_rules=rules,
+  )

@@ -13,11 +13,14 @@ __all__, __getattr__, __dir__ = lazy_exports(
     names={
         "easgd.core.algorithms": (
             "Algorithm Communication WorkerState SharedState easgd eamsgd pmean_sgd "
-            "shared_model_algorithm"),
+            "shared_model_algorithm"
+        ),
         "easgd.core.elastic": (
             "WORKER_AXES DEVICE_AXIS LOCAL_AXIS HyperparameterError MappingError "
             "easgd_update elastic_difference elastic_exchange resolve_alpha worker_mean "
-            "worker_sum tree_l2_distance"),
+            "worker_sum tree_l2_distance"
+        ),
         "easgd.core.momentum": "nesterov_velocity loss_and_grad",
         "easgd.core.warmup": "sync_warmup",
-    })
+    },
+)

@@ -66,8 +66,8 @@ from easgd.core import elastic, momentum as momentum_lib
 from easgd.core.elastic import WORKER_AXES
 
 Params = Any
-WorkerState = Any   # one worker's state (a pytree; ``()`` for one-model methods)
-SharedState = Any   # the state all workers share (a pytree with an int32 ``step``)
+WorkerState = Any  # one worker's state (a pytree; ``()`` for one-model methods)
+SharedState = Any  # the state all workers share (a pytree with an int32 ``step``)
 LossFn = Callable[..., Any]
 """``loss_fn(params, batch, key) -> float32 scalar``: mean loss of one worker's
 mini-batch; ``key`` is this worker's key for this step (dropout etc.). A model
@@ -86,15 +86,17 @@ class InitFn(Protocol):
   state (``easgd.core.momentum.loss_and_grad``).
   """
 
-  def __call__(self, params: Params, model_state: Any = ()
-               ) -> tuple[WorkerState, SharedState]: ...
+  def __call__(self, params: Params, model_state: Any = ()) -> tuple[WorkerState, SharedState]:
+    ...
 
 
 class StepFn(Protocol):
   """``step(worker, shared, batch, key) -> (worker, shared, loss)``, per worker."""
 
-  def __call__(self, worker: WorkerState, shared: SharedState, batch: Any,
-               key: jax.Array) -> tuple[WorkerState, SharedState, jax.Array]: ...
+  def __call__(
+      self, worker: WorkerState, shared: SharedState, batch: Any, key: jax.Array
+  ) -> tuple[WorkerState, SharedState, jax.Array]:
+    ...
 
 
 class ScheduledStepFn(Protocol):
@@ -104,34 +106,44 @@ class ScheduledStepFn(Protocol):
   Python bool fixes the branch when the step is traced (:func:`on_exchange`).
   """
 
-  def __call__(self, worker: WorkerState, shared: SharedState, batch: Any,
-               key: jax.Array, exchange: bool | None = None
-               ) -> tuple[WorkerState, SharedState, jax.Array]: ...
+  def __call__(
+      self,
+      worker: WorkerState,
+      shared: SharedState,
+      batch: Any,
+      key: jax.Array,
+      exchange: bool | None = None,
+  ) -> tuple[WorkerState, SharedState, jax.Array]:
+    ...
 
 
 class CenterFn(Protocol):
   """``center(shared) -> params``: the model the method evaluates."""
 
-  def __call__(self, shared: SharedState) -> Params: ...
+  def __call__(self, shared: SharedState) -> Params:
+    ...
 
 
 class WorkerParamsFn(Protocol):
   """``worker_params(worker, shared) -> params``: one worker's iterate."""
 
-  def __call__(self, worker: WorkerState, shared: SharedState) -> Params: ...
+  def __call__(self, worker: WorkerState, shared: SharedState) -> Params:
+    ...
 
 
 class CommunicationFn(Protocol):
   """``communication(num_steps, param_bytes) -> Communication`` per worker."""
 
-  def __call__(self, num_steps: int, param_bytes: int) -> "Communication": ...
+  def __call__(self, num_steps: int, param_bytes: int) -> "Communication":
+    ...
 
 
 class ExchangeSchedule(Protocol):
   """``exchange_at(t) -> bool``: whether the step at clock t communicates (an
   int on the host, or the state's int32 counter on the device)."""
 
-  def __call__(self, t: Any) -> Any: ...
+  def __call__(self, t: Any) -> Any:
+    ...
 
 
 class Communication(NamedTuple):
@@ -143,6 +155,7 @@ class Communication(NamedTuple):
       reduced buffers; what a ring all-reduce puts on the wire is
       2 (p - 1) / p times this).
   """
+
   all_reduces: int
   bytes: int
 
@@ -163,6 +176,7 @@ class Program(NamedTuple):
       :meth:`Algorithm.programs` then splits it into the programs with and
       without the exchange.
   """
+
   step: StepFn | ScheduledStepFn
   runs_at: Callable[[Any], Any]
   exchange_at: ExchangeSchedule | None = None
@@ -193,8 +207,10 @@ def select_program(programs: Mapping[Hashable, Program], t: int) -> Hashable:
   """
   names = [name for name, program in programs.items() if bool(program.runs_at(t))]
   if len(names) != 1:
-    raise ValueError(f"the programs {list(programs)} must name exactly one program for "
-                     f"clock {t}, got {names}")
+    raise ValueError(
+        f"the programs {list(programs)} must name exactly one program for "
+        f"clock {t}, got {names}"
+    )
   return names[0]
 
 
@@ -255,6 +271,7 @@ class Algorithm(NamedTuple):
   ``easgd.parallel.workers.map_step`` and ``easgd.sweeps.curves`` read
   nothing else.
   """
+
   name: str
   init: InitFn
   step: StepFn | ScheduledStepFn
@@ -297,7 +314,8 @@ class Algorithm(NamedTuple):
       for flag in (False, True):
         table[flag if name is None else (name, flag)] = Program(
             functools.partial(phase.step, exchange=flag),
-            _fixed_flag(phase.runs_at, phase.exchange_at, flag))
+            _fixed_flag(phase.runs_at, phase.exchange_at, flag),
+        )
     return table
 
   def program_at(self, t: int, exchange_on_host: bool = True) -> Hashable:
@@ -329,12 +347,12 @@ def worker_key(key: jax.Array, step, axis_name=WORKER_AXES) -> jax.Array:
   Raises:
     easgd.core.elastic.MappingError: ``axis_name`` is not bound.
   """
-  return jax.random.fold_in(jax.random.fold_in(key, step),
-                            elastic.worker_index(axis_name))
+  return jax.random.fold_in(jax.random.fold_in(key, step), elastic.worker_index(axis_name))
 
 
-def local_optimizer(optimizer: optax.GradientTransformation | None,
-                    learning_rate) -> optax.GradientTransformation:
+def local_optimizer(
+    optimizer: optax.GradientTransformation | None, learning_rate
+) -> optax.GradientTransformation:
   """The local optimizer a factory uses: ``optimizer``, else ``optax.sgd(learning_rate)``.
 
   ``learning_rate`` may be a JAX array (not checked, may be traced) or an
@@ -347,21 +365,24 @@ def local_optimizer(optimizer: optax.GradientTransformation | None,
   """
   if optimizer is not None:
     if not isinstance(optimizer, optax.GradientTransformation):
-      raise TypeError(f"optimizer must be an optax.GradientTransformation, "
-                      f"got {type(optimizer).__name__}")
+      raise TypeError(
+          f"optimizer must be an optax.GradientTransformation, " f"got {type(optimizer).__name__}"
+      )
     return optimizer
   if learning_rate is None:
     raise elastic.HyperparameterError(
-        "give an optimizer (optax.GradientTransformation) or a learning_rate "
-        "for plain SGD")
+        "give an optimizer (optax.GradientTransformation) or a learning_rate " "for plain SGD"
+    )
   if not elastic.is_array_hyperparameter(learning_rate):  # arrays: unchecked
-    learning_rate = checks.real("learning_rate", learning_rate, 0, open_low=True,
-                                error=elastic.HyperparameterError)
+    learning_rate = checks.real(
+        "learning_rate", learning_rate, 0, open_low=True, error=elastic.HyperparameterError
+    )
   return optax.sgd(learning_rate)
 
 
-def reset_optimizer_state(optimizer: optax.GradientTransformation, opt_state,
-                          params: Params, reset):
+def reset_optimizer_state(
+    optimizer: optax.GradientTransformation, opt_state, params: Params, reset
+):
   """``optimizer.init(params)`` where ``reset`` is True, else ``opt_state``.
 
   Every part of the state is re-initialised (moments, Adam's bias-correction
@@ -379,15 +400,28 @@ def reset_optimizer_state(optimizer: optax.GradientTransformation, opt_state,
     A state of the structure of ``opt_state``.
   """
   is_schedule = lambda node: isinstance(node, optax.ScaleByScheduleState)
-  fresh = jax.tree.map(lambda new, old: old if is_schedule(new) else new,
-                       optimizer.init(params), opt_state, is_leaf=is_schedule)
-  return jax.tree.map(lambda new, old: jnp.where(reset, new, old).astype(old.dtype),
-                      fresh, opt_state)
+  fresh = jax.tree.map(
+      lambda new, old: old if is_schedule(new) else new,
+      optimizer.init(params),
+      opt_state,
+      is_leaf=is_schedule,
+  )
+  return jax.tree.map(
+      lambda new, old: jnp.where(reset, new, old).astype(old.dtype), fresh, opt_state
+  )
 
 
-def elastic_step_setup(optimizer: optax.GradientTransformation, params: Params, opt_state,
-                       step, key: jax.Array, tau, reset_opt_state: bool, axis_name,
-                       exchange: bool | None = None):
+def elastic_step_setup(
+    optimizer: optax.GradientTransformation,
+    params: Params,
+    opt_state,
+    step,
+    key: jax.Array,
+    tau,
+    reset_opt_state: bool,
+    axis_name,
+    exchange: bool | None = None,
+):
   """The start of an elastic worker step (EASGD, EAMSGD).
 
   Args:
@@ -414,8 +448,9 @@ def elastic_step_setup(optimizer: optax.GradientTransformation, params: Params, 
   return key, exchange, opt_state
 
 
-def every_tau_steps(tau: int, offset: int = 0, last_step: int | None = None
-                    ) -> Callable[[int], bool]:
+def every_tau_steps(
+    tau: int, offset: int = 0, last_step: int | None = None
+) -> Callable[[int], bool]:
   """The host-side schedule ``t -> (t + offset) % tau == 0`` (``Algorithm.exchange_at``).
 
   EASGD and EAMSGD exchange at t = 0, tau, 2 tau, ... (offset 0, Algorithm 1);
@@ -448,14 +483,19 @@ def every_tau_steps(tau: int, offset: int = 0, last_step: int | None = None
   checks.integer("offset", offset, 0, 1, error=elastic.HyperparameterError)
   if last_step is None:
     return lambda t: (t + offset) % tau == 0
-  last_step = checks.integer("last_step", last_step, 0, error=elastic.HyperparameterError,
-                             what="the clock of the run's last step")
+  last_step = checks.integer(
+      "last_step",
+      last_step,
+      0,
+      error=elastic.HyperparameterError,
+      what="the clock of the run's last step",
+  )
   return lambda t: ((t + offset) % tau == 0) | (t == last_step)
 
 
-def periodic_communication(tau: int, offset: int = 0, *, num_workers: int,
-                           last_step: int | None = None
-                           ) -> Callable[[int, int], Communication]:
+def periodic_communication(
+    tau: int, offset: int = 0, *, num_workers: int, last_step: int | None = None
+) -> Callable[[int, int], Communication]:
   """``Algorithm.communication`` of an algorithm with schedule
   ``every_tau_steps(tau, offset, last_step)``.
 
@@ -477,10 +517,14 @@ def periodic_communication(tau: int, offset: int = 0, *, num_workers: int,
     (bytes = exchanges * param_bytes).
   """
   if elastic.is_array_hyperparameter(tau):
+
     def not_counted(num_steps, param_bytes):
-      raise TypeError("communication is counted on the host from a Python tau; this "
-                      "algorithm was built with an array tau (count with the "
-                      "configuration's Python value)")
+      raise TypeError(
+          "communication is counted on the host from a Python tau; this "
+          "algorithm was built with an array tau (count with the "
+          "configuration's Python value)"
+      )
+
     return not_counted
 
   def communication(num_steps, param_bytes):
@@ -491,6 +535,7 @@ def periodic_communication(tau: int, offset: int = 0, *, num_workers: int,
     if last_step is not None and n > last_step and (last_step + offset) % tau:
       exchanges += 1
     return Communication(exchanges, exchanges * int(param_bytes))
+
   return communication
 
 
@@ -501,8 +546,10 @@ def check_exchange_flag(exchange) -> None:
     TypeError: anything else (a traced flag belongs to ``exchange=None``).
   """
   if exchange is not None and not isinstance(exchange, bool):
-    raise TypeError(f"exchange must be None or a Python bool (the host's schedule, "
-                    f"Algorithm.exchange_at), got {exchange!r}")
+    raise TypeError(
+        f"exchange must be None or a Python bool (the host's schedule, "
+        f"Algorithm.exchange_at), got {exchange!r}"
+    )
 
 
 class ElasticWorker(NamedTuple):
@@ -514,6 +561,7 @@ class ElasticWorker(NamedTuple):
       ``()`` for EASGD.
     opt_state: the local optimizer's state.
   """
+
   params: Params
   velocity: Any
   opt_state: Any
@@ -522,12 +570,25 @@ class ElasticWorker(NamedTuple):
 
 class EASGDShared(NamedTuple):
   """Shared state of EASGD: the center x~ and the common worker clock t."""
+
   center: Params
   step: jax.Array  # int32 scalar, the number of steps taken
 
 
-def _synchronous_elastic(name, loss_fn, optimizer, *, num_workers, tau, alpha, beta,
-                         learning_rate, reset_opt_state, momentum, axis_name):
+def _synchronous_elastic(
+    name,
+    loss_fn,
+    optimizer,
+    *,
+    num_workers,
+    tau,
+    alpha,
+    beta,
+    learning_rate,
+    reset_opt_state,
+    momentum,
+    axis_name,
+):
   """The one body of :func:`easgd` (momentum None) and :func:`eamsgd`."""
   tau = elastic.check_tau(tau, allow_array=True)
   alpha = elastic.resolve_alpha(num_workers, alpha, beta)
@@ -538,40 +599,78 @@ def _synchronous_elastic(name, loss_fn, optimizer, *, num_workers, tau, alpha, b
 
   def init(params, model_state=()):
     velocity = () if momentum is None else jax.tree.map(jnp.zeros_like, params)
-    return (ElasticWorker(params, velocity, optimizer.init(params), model_state),
-            EASGDShared(elastic.to_reduction_dtype(params), jnp.zeros((), jnp.int32)))
+    return (
+        ElasticWorker(params, velocity, optimizer.init(params), model_state),
+        EASGDShared(elastic.to_reduction_dtype(params), jnp.zeros((), jnp.int32)),
+    )
 
   def step(worker, shared, batch, key, exchange=None):
     key, exchange, opt_state = elastic_step_setup(
-        optimizer, worker.params, worker.opt_state, shared.step, key, tau,
-        reset_opt_state, axis_name, exchange)
+        optimizer,
+        worker.params,
+        worker.opt_state,
+        shared.step,
+        key,
+        tau,
+        reset_opt_state,
+        axis_name,
+        exchange,
+    )
     loss, update, opt_state, model_state = momentum_lib.nesterov_velocity(
-        loss_fn, optimizer, momentum, worker.params, worker.velocity, opt_state,
-        batch, key, model_state=worker.model_state)
+        loss_fn,
+        optimizer,
+        momentum,
+        worker.params,
+        worker.velocity,
+        opt_state,
+        batch,
+        key,
+        model_state=worker.model_state,
+    )
     # update: the optimizer step u (EASGD) or the new velocity (EAMSGD)
     params, center = elastic.easgd_update(
-        worker.params, update, shared.center, alpha, exchange, reduce_over)
+        worker.params, update, shared.center, alpha, exchange, reduce_over
+    )
     velocity = () if momentum is None else update
-    return (ElasticWorker(params, velocity, opt_state, model_state),
-            EASGDShared(center, shared.step + 1), loss)
+    return (
+        ElasticWorker(params, velocity, opt_state, model_state),
+        EASGDShared(center, shared.step + 1),
+        loss,
+    )
 
-  hyper = dict(num_workers=int(num_workers), tau=tau, alpha=alpha,
-               beta=alpha * num_workers, reset_opt_state=bool(reset_opt_state))
+  hyper = dict(
+      num_workers=int(num_workers),
+      tau=tau,
+      alpha=alpha,
+      beta=alpha * num_workers,
+      reset_opt_state=bool(reset_opt_state),
+  )
   if momentum is not None:
     hyper["momentum"] = momentum
   return Algorithm(
-      name=name, init=init, step=step,
+      name=name,
+      init=init,
+      step=step,
       center=lambda shared: shared.center,
       worker_params=lambda worker, shared: worker.params,
       communication=periodic_communication(tau, num_workers=num_workers),
       hyperparameters=hyper,
-      exchange_at=exchange_at)
+      exchange_at=exchange_at,
+  )
 
 
-def easgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
-          *, num_workers: int, tau: int = 1, alpha: float | None = None,
-          beta: float | None = None, learning_rate: float | None = None,
-          reset_opt_state: bool = False, axis_name=WORKER_AXES) -> Algorithm:
+def easgd(
+    loss_fn: LossFn,
+    optimizer: optax.GradientTransformation | None = None,
+    *,
+    num_workers: int,
+    tau: int = 1,
+    alpha: float | None = None,
+    beta: float | None = None,
+    learning_rate: float | None = None,
+    reset_opt_state: bool = False,
+    axis_name=WORKER_AXES,
+) -> Algorithm:
   """Synchronous Elastic Averaging SGD with communication period tau.
 
   Each worker i takes the local optimizer's step at its own parameters; on steps
@@ -624,16 +723,33 @@ def easgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None
     Zhang, Choromanska, LeCun (2015), eq. (5)-(6) and Algorithm 1.
   """
   return _synchronous_elastic(
-      "easgd", loss_fn, optimizer, num_workers=num_workers, tau=tau, alpha=alpha,
-      beta=beta, learning_rate=learning_rate, reset_opt_state=reset_opt_state,
-      momentum=None, axis_name=axis_name)
+      "easgd",
+      loss_fn,
+      optimizer,
+      num_workers=num_workers,
+      tau=tau,
+      alpha=alpha,
+      beta=beta,
+      learning_rate=learning_rate,
+      reset_opt_state=reset_opt_state,
+      momentum=None,
+      axis_name=axis_name,
+  )
 
 
-def eamsgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
-           *, num_workers: int, momentum: float, tau: int = 1,
-           alpha: float | None = None, beta: float | None = None,
-           learning_rate: float | None = None, reset_opt_state: bool = False,
-           axis_name=WORKER_AXES) -> Algorithm:
+def eamsgd(
+    loss_fn: LossFn,
+    optimizer: optax.GradientTransformation | None = None,
+    *,
+    num_workers: int,
+    momentum: float,
+    tau: int = 1,
+    alpha: float | None = None,
+    beta: float | None = None,
+    learning_rate: float | None = None,
+    reset_opt_state: bool = False,
+    axis_name=WORKER_AXES,
+) -> Algorithm:
   """Synchronous Elastic Averaging Momentum SGD (Nesterov momentum per worker).
 
   All workers share one clock t; on steps where tau divides t every worker
@@ -686,14 +802,28 @@ def eamsgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = Non
     Zhang, Choromanska, LeCun (2015), eq. (7) and Algorithm 2.
   """
   return _synchronous_elastic(
-      "eamsgd", loss_fn, optimizer, num_workers=num_workers, tau=tau, alpha=alpha,
-      beta=beta, learning_rate=learning_rate, reset_opt_state=reset_opt_state,
-      momentum=momentum_lib.check_momentum(momentum), axis_name=axis_name)
+      "eamsgd",
+      loss_fn,
+      optimizer,
+      num_workers=num_workers,
+      tau=tau,
+      alpha=alpha,
+      beta=beta,
+      learning_rate=learning_rate,
+      reset_opt_state=reset_opt_state,
+      momentum=momentum_lib.check_momentum(momentum),
+      axis_name=axis_name,
+  )
 
 
-def pmean_sgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
-              *, num_workers: int | None = None, learning_rate: float | None = None,
-              axis_name=WORKER_AXES) -> Algorithm:
+def pmean_sgd(
+    loss_fn: LossFn,
+    optimizer: optax.GradientTransformation | None = None,
+    *,
+    num_workers: int | None = None,
+    learning_rate: float | None = None,
+    axis_name=WORKER_AXES,
+) -> Algorithm:
   """Synchronous data-parallel SGD: gradients averaged over workers every step.
 
       g_t = (1/p) sum_i g^i_t(x_t)          (lax.pmean, one all-reduce per step)
@@ -732,7 +862,8 @@ def pmean_sgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = 
   if num_workers is not None:
     check_num_workers(num_workers)
   return shared_model_algorithm(
-      "pmean_sgd", loss_fn, optimizer, num_workers=num_workers, axis_name=axis_name)
+      "pmean_sgd", loss_fn, optimizer, num_workers=num_workers, axis_name=axis_name
+  )
 
 
 def check_num_workers(num_workers) -> int:
@@ -754,6 +885,7 @@ class SharedModel(NamedTuple):
     average: z_t (averaged methods) or ``()``.
     step: int32 scalar t.
   """
+
   params: Params
   opt_state: Any
   velocity: Any = ()
@@ -762,12 +894,17 @@ class SharedModel(NamedTuple):
   model_state: Any = ()
 
 
-def shared_model_algorithm(name: str, loss_fn: LossFn,
-                           optimizer: optax.GradientTransformation, *,
-                           num_workers: int | None, axis_name=WORKER_AXES,
-                           momentum: float | None = None,
-                           average: Callable | None = None,
-                           hyperparameters: dict | None = None) -> Algorithm:
+def shared_model_algorithm(
+    name: str,
+    loss_fn: LossFn,
+    optimizer: optax.GradientTransformation,
+    *,
+    num_workers: int | None,
+    axis_name=WORKER_AXES,
+    momentum: float | None = None,
+    average: Callable | None = None,
+    hyperparameters: dict | None = None,
+) -> Algorithm:
   """The one core of every method with a single model: the gradient of the
   global mini-batch (the workers' gradients averaged), one optimizer step.
 
@@ -802,27 +939,39 @@ def shared_model_algorithm(name: str, loss_fn: LossFn,
 
   def init(params, model_state=()):
     zeros = jax.tree.map(jnp.zeros_like, params)
-    return (), SharedModel(params, optimizer.init(params),
-                           zeros if momentum is not None else (),
-                           elastic.to_reduction_dtype(params) if average is not None
-                           else (), jnp.zeros((), jnp.int32), model_state)
+    return (), SharedModel(
+        params,
+        optimizer.init(params),
+        zeros if momentum is not None else (),
+        elastic.to_reduction_dtype(params) if average is not None else (),
+        jnp.zeros((), jnp.int32),
+        model_state,
+    )
 
   def step(worker, shared, batch, key):
     key = worker_key(key, shared.step, axis_name)
     velocity = shared.velocity
     loss, update, opt_state, model_state = momentum_lib.nesterov_velocity(
-        loss_fn, optimizer, momentum, shared.params, velocity, shared.opt_state,
-        batch, key, grad_fn=mean, model_state=shared.model_state)
+        loss_fn,
+        optimizer,
+        momentum,
+        shared.params,
+        velocity,
+        shared.opt_state,
+        batch,
+        key,
+        grad_fn=mean,
+        model_state=shared.model_state,
+    )
     if momentum is not None:
       velocity = update
     if momentum_lib.has_model_state(model_state):  # each worker's own statistics,
-      model_state = mean(model_state)              # averaged: one shared state
+      model_state = mean(model_state)  # averaged: one shared state
     z = shared.average
     if average is not None:
       z = average(z, shared.params, shared.step)
     params = optax.apply_updates(shared.params, update)
-    return worker, SharedModel(params, opt_state, velocity, z, shared.step + 1,
-                               model_state), loss
+    return worker, SharedModel(params, opt_state, velocity, z, shared.step + 1, model_state), loss
 
   def communication(num_steps, param_bytes):
     if num_workers == 1:
@@ -830,9 +979,14 @@ def shared_model_algorithm(name: str, loss_fn: LossFn,
     return Communication(int(num_steps), int(num_steps) * int(param_bytes))
 
   return Algorithm(
-      name=name, init=init, step=step,
-      center=(lambda shared: shared.average) if average is not None else
-      (lambda shared: shared.params),
+      name=name,
+      init=init,
+      step=step,
+      center=(lambda shared: shared.average)
+      if average is not None
+      else (lambda shared: shared.params),
       worker_params=lambda worker, shared: shared.params,
-      communication=communication, hyperparameters=dict(hyperparameters or {}),
-      shared_model=True)
+      communication=communication,
+      hyperparameters=dict(hyperparameters or {}),
+      shared_model=True,
+  )

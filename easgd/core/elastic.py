@@ -53,7 +53,8 @@ def _unmapped(axis_name) -> MappingError:
       f"easgd per-worker code ran outside a worker mapping: its axis {axis_name!r} "
       "is not bound; run an algorithm's step through easgd.parallel.workers.map_step(algorithm, "
       "layout), any per-worker function through easgd.parallel.workers.map_workers(fn, layout, "
-      "in_kinds, out_kinds), or bind the axis yourself (jax.vmap(..., axis_name=...))")
+      "in_kinds, out_kinds), or bind the axis yourself (jax.vmap(..., axis_name=...))"
+  )
 
 
 def worker_axis_size(axis_name: AxisName = WORKER_AXES) -> int:
@@ -98,8 +99,7 @@ def reduction_dtype(dtype) -> jnp.dtype:
 
 def to_reduction_dtype(tree: Params) -> Params:
   """``tree`` with every float leaf cast to :func:`reduction_dtype` of its dtype."""
-  return jax.tree.map(lambda x: jnp.asarray(x).astype(reduction_dtype(jnp.result_type(x))),
-                      tree)
+  return jax.tree.map(lambda x: jnp.asarray(x).astype(reduction_dtype(jnp.result_type(x))), tree)
 
 
 def cast_like(tree: Params, like: Params) -> Params:
@@ -182,12 +182,12 @@ def check_tau(tau, *, allow_array: bool = False) -> int | jax.Array:
   """
   if allow_array and is_array_hyperparameter(tau):
     return tau
-  return checks.integer("tau", tau, 1, error=HyperparameterError,
-                        what="communication period")
+  return checks.integer("tau", tau, 1, error=HyperparameterError, what="communication period")
 
 
-def resolve_alpha(num_workers: int, alpha: float | jax.Array | None = None,
-                  beta: float | jax.Array | None = None) -> float | jax.Array:
+def resolve_alpha(
+    num_workers: int, alpha: float | jax.Array | None = None, beta: float | jax.Array | None = None
+) -> float | jax.Array:
   """Returns the moving rate alpha from either alpha or beta = num_workers * alpha.
 
   The paper (Section 3, "elastic symmetry") ties the center's moving rate to the
@@ -214,7 +214,8 @@ def resolve_alpha(num_workers: int, alpha: float | jax.Array | None = None,
   if (alpha is None) == (beta is None):
     raise HyperparameterError(
         f"give exactly one of alpha and beta (beta = num_workers * alpha), "
-        f"got alpha={alpha!r}, beta={beta!r}")
+        f"got alpha={alpha!r}, beta={beta!r}"
+    )
   name, value = ("alpha", alpha) if alpha is not None else ("beta", beta)
   if is_array_hyperparameter(value):
     return value if alpha is not None else value / num_workers
@@ -277,14 +278,17 @@ def elastic_difference(params: Params, center: Params, alpha) -> Params:
   References:
     Eq. (5)-(6) and Algorithm 1 of the paper.
   """
+
   def diff(x, c):
     dtype = reduction_dtype(jnp.promote_types(jnp.result_type(x), jnp.result_type(c)))
     return (alpha * (x.astype(dtype) - c.astype(dtype))).astype(dtype)
+
   return jax.tree.map(diff, params, center)
 
 
-def elastic_exchange(params: Params, center: Params, alpha,
-                     axis_name: AxisName | None) -> tuple[Params, Params]:
+def elastic_exchange(
+    params: Params, center: Params, alpha, axis_name: AxisName | None
+) -> tuple[Params, Params]:
   """One synchronous elastic exchange between every worker and the center.
 
   Every worker computes its elastic difference d^i = alpha * (x^i - x~) from the
@@ -317,12 +321,15 @@ def elastic_exchange(params: Params, center: Params, alpha,
     Eq. (5)-(6) (elastic terms only) of the paper.
   """
   diff = elastic_difference(params, center, alpha)
-  return (cast_like(tree_sub(params, diff), params),
-          cast_like(tree_add(center, worker_sum(diff, axis_name)), center))
+  return (
+      cast_like(tree_sub(params, diff), params),
+      cast_like(tree_add(center, worker_sum(diff, axis_name)), center),
+  )
 
 
-def easgd_update(params: Params, updates: Params, center: Params, alpha, exchange,
-                 axis_name: AxisName | None) -> tuple[Params, Params]:
+def easgd_update(
+    params: Params, updates: Params, center: Params, alpha, exchange, axis_name: AxisName | None
+) -> tuple[Params, Params]:
   """Synchronous EASGD step with communication period tau (eq. 5-6).
 
   With ``updates`` the local optimizer's step computed at x^i_t (for plain SGD,
@@ -366,6 +373,7 @@ def easgd_update(params: Params, updates: Params, center: Params, alpha, exchang
   References:
     Eq. (5)-(6) of the paper, with the communication period of Algorithm 1.
   """
+
   def exchange_branch():
     diff = elastic_difference(params, center, alpha)
     new_params = cast_like(tree_add(tree_sub(params, diff), updates), params)
@@ -379,6 +387,8 @@ def easgd_update(params: Params, updates: Params, center: Params, alpha, exchang
 
 def tree_l2_distance(a: Params, b: Params) -> jax.Array:
   """Euclidean norm ||a - b||_2 over all leaves (float32 scalar)."""
-  sq = [jnp.sum(jnp.square((x - y).astype(jnp.float32)))
-        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))]
+  sq = [
+      jnp.sum(jnp.square((x - y).astype(jnp.float32)))
+      for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))
+  ]
   return jnp.sqrt(sum(sq)) if sq else jnp.float32(0)

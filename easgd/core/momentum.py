@@ -58,20 +58,25 @@ def check_momentum(momentum) -> float | jax.Array:
   """
   if elastic.is_array_hyperparameter(momentum):
     return momentum
-  return checks.real("momentum", momentum, 0, 1, open_high=True,
-                     error=elastic.HyperparameterError, what="Nesterov delta")
+  return checks.real(
+      "momentum",
+      momentum,
+      0,
+      1,
+      open_high=True,
+      error=elastic.HyperparameterError,
+      what="Nesterov delta",
+  )
 
 
 def lookahead_point(params: Params, velocity: Params, momentum) -> Params:
   """The Nesterov look-ahead point x + delta v, leaf by leaf."""
-  return jax.tree.map(lambda x, v: (x + momentum * v).astype(x.dtype),
-                      params, velocity)
+  return jax.tree.map(lambda x, v: (x + momentum * v).astype(x.dtype), params, velocity)
 
 
 def velocity_update(velocity: Params, step: Params, momentum) -> Params:
   """delta v + u, leaf by leaf (u the optimizer's step, -eta g for SGD)."""
-  return jax.tree.map(lambda v, u: (momentum * v + u).astype(v.dtype),
-                      velocity, step)
+  return jax.tree.map(lambda v, u: (momentum * v + u).astype(v.dtype), velocity, step)
 
 
 def has_model_state(model_state) -> bool:
@@ -110,14 +115,23 @@ def loss_and_grad(loss_fn, params: Params, batch, key, model_state=()):
     loss, grads = jax.value_and_grad(loss_fn)(params, batch, key)
     return loss, grads, model_state
   (loss, new_state), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-      params, batch, key, model_state)
+      params, batch, key, model_state
+  )
   return loss, grads, new_state
 
 
-def nesterov_velocity(loss_fn: LossFn, optimizer: optax.GradientTransformation,
-                      momentum: float | jax.Array | None, params: Params,
-                      velocity: Params, opt_state,
-                      batch, key, grad_fn=None, model_state=()):
+def nesterov_velocity(
+    loss_fn: LossFn,
+    optimizer: optax.GradientTransformation,
+    momentum: float | jax.Array | None,
+    params: Params,
+    velocity: Params,
+    opt_state,
+    batch,
+    key,
+    grad_fn=None,
+    model_state=(),
+):
   """The new velocity of eq. (7) from the look-ahead gradient; params unchanged.
 
       y = x + delta v
@@ -148,8 +162,7 @@ def nesterov_velocity(loss_fn: LossFn, optimizer: optax.GradientTransformation,
     mini-batch loss at the look-ahead point y, where the gradient is taken (no
     extra forward pass), and the model state is the one that pass computed.
   """
-  if momentum is None or (not elastic.is_array_hyperparameter(momentum)
-                          and momentum == 0):
+  if momentum is None or (not elastic.is_array_hyperparameter(momentum) and momentum == 0):
     # delta = 0: y = x and v = u exactly; the same float graph as EASGD, so that
     # XLA's fusion (it contracts a * b + c into FMAs) cannot tell them apart.
     loss, grads, model_state = loss_and_grad(loss_fn, params, batch, key, model_state)

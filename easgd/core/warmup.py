@@ -76,6 +76,7 @@ class WarmupShared(NamedTuple):
     inner: the wrapped algorithm's shared state (its clock counts from K).
     step: int32 scalar, the global clock t (steps taken).
   """
+
   warm: Any
   inner: Any
   step: jax.Array
@@ -83,14 +84,24 @@ class WarmupShared(NamedTuple):
 
 def check_warmup_steps(warmup_steps) -> int:
   """K, an integer >= 1 (0 means no wrapper); else HyperparameterError."""
-  return checks.integer("sync_warmup_steps", warmup_steps, 1,
-                        error=elastic.HyperparameterError,
-                        what="global steps of synchronous warm-up")
+  return checks.integer(
+      "sync_warmup_steps",
+      warmup_steps,
+      1,
+      error=elastic.HyperparameterError,
+      what="global steps of synchronous warm-up",
+  )
 
 
-def sync_warmup(algorithm: Algorithm, loss_fn, optimizer: optax.GradientTransformation,
-                *, num_workers: int, warmup_steps: int,
-                axis_name=WORKER_AXES) -> Algorithm:
+def sync_warmup(
+    algorithm: Algorithm,
+    loss_fn,
+    optimizer: optax.GradientTransformation,
+    *,
+    num_workers: int,
+    warmup_steps: int,
+    axis_name=WORKER_AXES,
+) -> Algorithm:
   """``algorithm`` after ``warmup_steps`` steps of synchronous pmean SGD.
 
   Args:
@@ -136,45 +147,58 @@ def sync_warmup(algorithm: Algorithm, loss_fn, optimizer: optax.GradientTransfor
   """
   _check_wrappable(algorithm)
   k = check_warmup_steps(warmup_steps)
-  warm = algorithms.pmean_sgd(loss_fn, optimizer, num_workers=num_workers,
-                              axis_name=axis_name)
+  warm = algorithms.pmean_sgd(loss_fn, optimizer, num_workers=num_workers, axis_name=axis_name)
   phases = warmup_phases(algorithm, warm, k)
   warm_step, main_step = phases[algorithms.WARMUP].step, phases[None].step
 
   def init(params, model_state=()):
     worker, inner = algorithm.init(params, model_state)
     if not hasattr(worker, "_replace") or "opt_state" not in getattr(worker, "_fields", ()):
-      raise TypeError(f"sync_warmup needs a worker state with an opt_state field; "
-                      f"{algorithm.name!r} has {type(worker).__name__}")
-    return worker, WarmupShared(warm.init(params, model_state)[1], inner,
-                                jnp.zeros((), jnp.int32))
+      raise TypeError(
+          f"sync_warmup needs a worker state with an opt_state field; "
+          f"{algorithm.name!r} has {type(worker).__name__}"
+      )
+    return worker, WarmupShared(warm.init(params, model_state)[1], inner, jnp.zeros((), jnp.int32))
 
   def step(worker, shared, batch, key, exchange=None):
     algorithms.check_exchange_flag(exchange)
     if exchange is False:  # the host's local program: t >= K, no communication
       return main_step(worker, shared, batch, key, False)
-    return lax.cond(shared.step < k, lambda w, s: warm_step(w, s, batch, key),
-                    lambda w, s: main_step(w, s, batch, key, exchange), worker, shared)
+    return lax.cond(
+        shared.step < k,
+        lambda w, s: warm_step(w, s, batch, key),
+        lambda w, s: main_step(w, s, batch, key, exchange),
+        worker,
+        shared,
+    )
 
   return Algorithm(
-      name=algorithm.name, init=init, step=step,
+      name=algorithm.name,
+      init=init,
+      step=step,
       center=_until_handover(k, lambda shared: algorithm.center(shared.inner)),
       worker_params=_until_handover(
-          k, lambda worker, shared: algorithm.worker_params(worker, shared.inner)),
+          k, lambda worker, shared: algorithm.worker_params(worker, shared.inner)
+      ),
       communication=_warmup_communication(warm, algorithm, k),
       hyperparameters=dict(algorithm.hyperparameters, sync_warmup_steps=k),
-      exchange_at=_warmup_schedule(algorithm.exchange_at, k), phases=phases)
+      exchange_at=_warmup_schedule(algorithm.exchange_at, k),
+      phases=phases,
+  )
 
 
 def _check_wrappable(algorithm) -> None:
   """TypeError unless ``algorithm`` is a synchronous Algorithm with per-worker models."""
   if not isinstance(algorithm, Algorithm):
-    raise TypeError(f"algorithm must be an easgd.core.algorithms.Algorithm, got "
-                    f"{type(algorithm).__name__}")
+    raise TypeError(
+        f"algorithm must be an easgd.core.algorithms.Algorithm, got " f"{type(algorithm).__name__}"
+    )
   if algorithm.shared_model or algorithm.async_rules is not None:
-    raise TypeError(f"sync_warmup wraps a synchronous algorithm with per-worker "
-                    f"models; {algorithm.name!r} is "
-                    f"{'a one-model method' if algorithm.shared_model else 'asynchronous'}")
+    raise TypeError(
+        f"sync_warmup wraps a synchronous algorithm with per-worker "
+        f"models; {algorithm.name!r} is "
+        f"{'a one-model method' if algorithm.shared_model else 'asynchronous'}"
+    )
 
 
 def warmup_phases(algorithm: Algorithm, warm: Algorithm, k: int) -> dict:
@@ -194,25 +218,27 @@ def warmup_phases(algorithm: Algorithm, warm: Algorithm, k: int) -> dict:
     taking ``exchange`` as the algorithm's step does, on the schedule
     ``algorithm.exchange_at(t - K)`` (None for an array tau).
   """
+
   def handover(worker, shared):
     """The algorithm's state at step K, as a select (no branch): where the clock
     is K, the algorithm's start from the warm-up's model and optimizer state,
     elsewhere the state as it is."""
     model = shared.warm
-    fresh, inner = algorithm.init(elastic.cast_like(model.params, worker.params),
-                                  model.model_state)
+    fresh, inner = algorithm.init(elastic.cast_like(model.params, worker.params), model.model_state)
     fresh = fresh._replace(opt_state=model.opt_state)
     at = shared.step == k
-    return (tree_where(at, fresh, worker),
-            shared._replace(inner=tree_where(at, inner, shared.inner)))
+    return (
+        tree_where(at, fresh, worker),
+        shared._replace(inner=tree_where(at, inner, shared.inner)),
+    )
 
   def main_step(worker, shared, batch, key, exchange=None):
     """A step at t >= K: the handover (at K), then the algorithm's step."""
     worker, shared = handover(worker, shared)
     key = jax.random.fold_in(key, MAIN_KEY_STREAM)
     worker, inner, loss = algorithm.step(
-        worker, shared.inner, batch, key,
-        **({} if exchange is None else dict(exchange=exchange)))
+        worker, shared.inner, batch, key, **({} if exchange is None else dict(exchange=exchange))
+    )
     return worker, WarmupShared(shared.warm, inner, shared.step + 1), loss
 
   def warm_step(worker, shared, batch, key):
@@ -224,29 +250,34 @@ def warmup_phases(algorithm: Algorithm, warm: Algorithm, k: int) -> dict:
   return {
       algorithms.WARMUP: algorithms.Program(warm_step, lambda t: t < k),
       None: algorithms.Program(
-          main_step, lambda t: t >= k,
-          None if inner_at is None else (lambda t: inner_at(t - k)))}
+          main_step, lambda t: t >= k, None if inner_at is None else (lambda t: inner_at(t - k))
+      ),
+  }
 
 
 def _until_handover(k: int, inner_fn):
   """``fn(..., shared)``: the warm-up's model (in the dtype of ``inner_fn``'s
   result) while the clock is <= K, then ``inner_fn``'s (``center``,
   ``worker_params`` of the wrapped algorithm)."""
+
   def fn(*args):
     shared = args[-1]
     inner = inner_fn(*args)
     model = jax.tree.map(lambda a, b: a.astype(b.dtype), shared.warm.params, inner)
     return jax.tree.map(lambda a, b: jnp.where(shared.step <= k, a, b), model, inner)
+
   return fn
 
 
 def _warmup_communication(warm: Algorithm, algorithm: Algorithm, k: int):
   """``communication(n)``: min(n, K) steps of ``warm``, then n - K of ``algorithm``."""
+
   def communication(num_steps, param_bytes):
     n = int(num_steps)
     first = warm.communication(min(n, k), param_bytes)
     rest = algorithm.communication(max(n - k, 0), param_bytes)
     return Communication(first.all_reduces + rest.all_reduces, first.bytes + rest.bytes)
+
   return communication
 
 
@@ -259,4 +290,5 @@ def _warmup_schedule(inner_at, k: int):
     if isinstance(t, int):
       return t < k or bool(inner_at(t - k))
     return (t < k) | inner_at(t - k)
+
   return exchange_at

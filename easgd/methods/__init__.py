@@ -12,8 +12,11 @@ __all__, __getattr__, __dir__ = lazy_exports(
     modules=("baselines", "registry"),
     names={
         "easgd.methods.baselines": (
-            "downpour mdownpour adownpour mvadownpour sgd msgd asgd mvasgd local_sgd diloco"),
+            "downpour mdownpour adownpour mvadownpour sgd msgd asgd mvasgd local_sgd diloco"
+        ),
         "easgd.methods.registry": (
             "AlgorithmSpec TABLE ALGORITHMS DEFAULT_COMPARISON ASYNC_ALGORITHMS "
-            "MOMENTUM_ALGORITHMS RUNTIMES make_algorithm describe"),
-    })
+            "MOMENTUM_ALGORITHMS RUNTIMES make_algorithm describe"
+        ),
+    },
+)

@@ -52,9 +52,15 @@ from optax.tree_utils import tree_zeros_like
 from easgd.core import algorithms, elastic, momentum as momentum_lib
 from easgd.asynchrony import schedule as async_schedule, simulation as asynchronous
 from easgd._util import checks
-from easgd.core.algorithms import (Algorithm, LossFn, local_optimizer,
-                              check_exchange_flag, every_tau_steps,
-                              periodic_communication, worker_key)
+from easgd.core.algorithms import (
+    Algorithm,
+    LossFn,
+    local_optimizer,
+    check_exchange_flag,
+    every_tau_steps,
+    periodic_communication,
+    worker_key,
+)
 from easgd.core.elastic import WORKER_AXES
 
 Params = Any
@@ -69,8 +75,7 @@ def check_average_rate(rate) -> float | jax.Array:
   """
   if elastic.is_array_hyperparameter(rate):
     return rate
-  return checks.real("average_rate", rate, 0, 1, open_low=True,
-                     error=elastic.HyperparameterError)
+  return checks.real("average_rate", rate, 0, 1, open_low=True, error=elastic.HyperparameterError)
 
 
 def _average(z: Params, x: Params, rate) -> Params:
@@ -81,9 +86,11 @@ def _average(z: Params, x: Params, rate) -> Params:
   (:func:`_polyak_rate`), so a and 1 - a are computed in the dtype of the
   leaf they multiply (float64 parameters get float64 weights).
   """
+
   def leaf(zz, xx):
     a = rate(zz.dtype) if callable(rate) else rate
     return ((1 - a) * zz + a * xx).astype(zz.dtype)
+
   return jax.tree.map(leaf, z, x)
 
 
@@ -97,10 +104,17 @@ def _polyak_rate(clock):
 # --------------------------------------------------------------------------
 
 
-def downpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
-             *, num_workers: int, tau: int = 1, learning_rate: float | None = None,
-             schedule: async_schedule.ExchangeSchedule | None = None,
-             push_timing: str = "authors", axis_name=WORKER_AXES) -> Algorithm:
+def downpour(
+    loss_fn: LossFn,
+    optimizer: optax.GradientTransformation | None = None,
+    *,
+    num_workers: int,
+    tau: int = 1,
+    learning_rate: float | None = None,
+    schedule: async_schedule.ExchangeSchedule | None = None,
+    push_timing: str = "authors",
+    axis_name=WORKER_AXES,
+) -> Algorithm:
   """DOWNPOUR with push period tau, as in the authors' code (simulated async).
 
   Each local step of worker i (t^i its clock at the step's start), the push
@@ -155,17 +169,33 @@ def downpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = N
     return elastic.tree_add(center, update), master, None
 
   return asynchronous.async_push(
-      "downpour", loss_fn, optimizer, num_workers=num_workers, tau=tau,
-      schedule=schedule, master_rule=master_rule, init_master=lambda params: (),
-      center=lambda shared: shared.center, hyperparameters={},
-      push_timing=push_timing, axis_name=axis_name)
+      "downpour",
+      loss_fn,
+      optimizer,
+      num_workers=num_workers,
+      tau=tau,
+      schedule=schedule,
+      master_rule=master_rule,
+      init_master=lambda params: (),
+      center=lambda shared: shared.center,
+      hyperparameters={},
+      push_timing=push_timing,
+      axis_name=axis_name,
+  )
 
 
-def mdownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
-              *, num_workers: int, momentum: float, tau: int = 1,
-              learning_rate: float | None = None,
-              schedule: async_schedule.ExchangeSchedule | None = None,
-              push_timing: str = "authors", axis_name=WORKER_AXES) -> Algorithm:
+def mdownpour(
+    loss_fn: LossFn,
+    optimizer: optax.GradientTransformation | None = None,
+    *,
+    num_workers: int,
+    momentum: float,
+    tau: int = 1,
+    learning_rate: float | None = None,
+    schedule: async_schedule.ExchangeSchedule | None = None,
+    push_timing: str = "authors",
+    axis_name=WORKER_AXES,
+) -> Algorithm:
   """MDOWNPOUR: DOWNPOUR with Nesterov momentum on the master.
 
   Workers as in :func:`downpour` (plain SGD steps u accumulated and pushed,
@@ -209,41 +239,75 @@ def mdownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = 
   def master_rule(center, velocity, update, read, clock):
     del read, clock
     velocity = momentum_lib.velocity_update(velocity, update, momentum)
-    center = jax.tree.map(lambda c, u, v: (c + (u + momentum * v)).astype(c.dtype),
-                          center, update, velocity)
+    center = jax.tree.map(
+        lambda c, u, v: (c + (u + momentum * v)).astype(c.dtype), center, update, velocity
+    )
     return center, velocity, None
 
   return asynchronous.async_push(
-      "mdownpour", loss_fn, optimizer, num_workers=num_workers, tau=tau,
-      schedule=schedule, master_rule=master_rule,
+      "mdownpour",
+      loss_fn,
+      optimizer,
+      num_workers=num_workers,
+      tau=tau,
+      schedule=schedule,
+      master_rule=master_rule,
       init_master=lambda params: tree_zeros_like(params),
       center=lambda shared: shared.center,
-      hyperparameters=dict(momentum=momentum), push_timing=push_timing,
-      axis_name=axis_name)
+      hyperparameters=dict(momentum=momentum),
+      push_timing=push_timing,
+      axis_name=axis_name,
+  )
 
 
-def _averaged_downpour(name, loss_fn, optimizer, *, num_workers, tau, learning_rate,
-                       schedule, rate, push_timing, axis_name):
+def _averaged_downpour(
+    name,
+    loss_fn,
+    optimizer,
+    *,
+    num_workers,
+    tau,
+    learning_rate,
+    schedule,
+    rate,
+    push_timing,
+    axis_name,
+):
   optimizer = local_optimizer(optimizer, learning_rate)
 
   def master_rule(center, average, update, read, clock):
     del read
     a = _polyak_rate(clock) if rate is None else rate
-    average = _average(average, center, a)   # z_{t+1} from the pre-update x~_t
+    average = _average(average, center, a)  # z_{t+1} from the pre-update x~_t
     return elastic.tree_add(center, update), average, None
 
   return asynchronous.async_push(
-      name, loss_fn, optimizer, num_workers=num_workers, tau=tau,
-      schedule=schedule, master_rule=master_rule, init_master=lambda params: params,
+      name,
+      loss_fn,
+      optimizer,
+      num_workers=num_workers,
+      tau=tau,
+      schedule=schedule,
+      master_rule=master_rule,
+      init_master=lambda params: params,
       center=lambda shared: shared.master,
       hyperparameters=dict(average_rate="1/(t+1)" if rate is None else rate),
-      push_timing=push_timing, axis_name=axis_name)
+      push_timing=push_timing,
+      axis_name=axis_name,
+  )
 
 
-def adownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
-              *, num_workers: int, tau: int = 1, learning_rate: float | None = None,
-              schedule: async_schedule.ExchangeSchedule | None = None,
-              push_timing: str = "authors", axis_name=WORKER_AXES) -> Algorithm:
+def adownpour(
+    loss_fn: LossFn,
+    optimizer: optax.GradientTransformation | None = None,
+    *,
+    num_workers: int,
+    tau: int = 1,
+    learning_rate: float | None = None,
+    schedule: async_schedule.ExchangeSchedule | None = None,
+    push_timing: str = "authors",
+    axis_name=WORKER_AXES,
+) -> Algorithm:
   """ADOWNPOUR: DOWNPOUR plus a running average of the center (z is evaluated).
 
   At every master update (push of worker i, master clock t = number of
@@ -271,16 +335,32 @@ def adownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = 
   References:
     Zhang, Choromanska, LeCun (2015), Section 5; Polyak & Juditsky (1992).
   """
-  return _averaged_downpour("adownpour", loss_fn, optimizer, num_workers=num_workers,
-                            tau=tau, learning_rate=learning_rate, schedule=schedule,
-                            rate=None, push_timing=push_timing, axis_name=axis_name)
+  return _averaged_downpour(
+      "adownpour",
+      loss_fn,
+      optimizer,
+      num_workers=num_workers,
+      tau=tau,
+      learning_rate=learning_rate,
+      schedule=schedule,
+      rate=None,
+      push_timing=push_timing,
+      axis_name=axis_name,
+  )
 
 
-def mvadownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
-                *, num_workers: int, tau: int = 1, average_rate: float = 0.001,
-                learning_rate: float | None = None,
-                schedule: async_schedule.ExchangeSchedule | None = None,
-                push_timing: str = "authors", axis_name=WORKER_AXES) -> Algorithm:
+def mvadownpour(
+    loss_fn: LossFn,
+    optimizer: optax.GradientTransformation | None = None,
+    *,
+    num_workers: int,
+    tau: int = 1,
+    average_rate: float = 0.001,
+    learning_rate: float | None = None,
+    schedule: async_schedule.ExchangeSchedule | None = None,
+    push_timing: str = "authors",
+    axis_name=WORKER_AXES,
+) -> Algorithm:
   """MVADOWNPOUR: DOWNPOUR plus a constant-rate moving average (z is evaluated).
 
       z_{t+1}  = (1 - a) z_t + a x~_t            (a = average_rate, paper 0.001)
@@ -303,11 +383,18 @@ def mvadownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None 
   References:
     Zhang, Choromanska, LeCun (2015), Section 5.
   """
-  return _averaged_downpour("mvadownpour", loss_fn, optimizer,
-                            num_workers=num_workers, tau=tau,
-                            learning_rate=learning_rate, schedule=schedule,
-                            rate=check_average_rate(average_rate),
-                            push_timing=push_timing, axis_name=axis_name)
+  return _averaged_downpour(
+      "mvadownpour",
+      loss_fn,
+      optimizer,
+      num_workers=num_workers,
+      tau=tau,
+      learning_rate=learning_rate,
+      schedule=schedule,
+      rate=check_average_rate(average_rate),
+      push_timing=push_timing,
+      axis_name=axis_name,
+  )
 
 
 # --------------------------------------------------------------------------
@@ -315,25 +402,40 @@ def mvadownpour(loss_fn: LossFn, optimizer: optax.GradientTransformation | None 
 # --------------------------------------------------------------------------
 
 
-def _sequential(name, loss_fn, optimizer, *, num_workers, learning_rate, momentum,
-                rate, averaged, axis_name):
+def _sequential(
+    name, loss_fn, optimizer, *, num_workers, learning_rate, momentum, rate, averaged, axis_name
+):
   optimizer = local_optimizer(optimizer, learning_rate)
   num_workers = algorithms.check_num_workers(num_workers)
+
   def average(z, x, t):  # z_{t+1} from x_t, rate 1/(t+1) or constant
     return _average(z, x, _polyak_rate(t) if rate is None else rate)
+
   hyper = dict(num_workers=num_workers)
   if momentum is not None:
     hyper["momentum"] = momentum
   if averaged:
     hyper["average_rate"] = "1/(t+1)" if rate is None else rate
   return algorithms.shared_model_algorithm(
-      name, loss_fn, optimizer, num_workers=num_workers, axis_name=axis_name,
-      momentum=momentum, average=average if averaged else None, hyperparameters=hyper)
+      name,
+      loss_fn,
+      optimizer,
+      num_workers=num_workers,
+      axis_name=axis_name,
+      momentum=momentum,
+      average=average if averaged else None,
+      hyperparameters=hyper,
+  )
 
 
-def sgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None, *,
-        num_workers: int = 1, learning_rate: float | None = None,
-        axis_name=WORKER_AXES) -> Algorithm:
+def sgd(
+    loss_fn: LossFn,
+    optimizer: optax.GradientTransformation | None = None,
+    *,
+    num_workers: int = 1,
+    learning_rate: float | None = None,
+    axis_name=WORKER_AXES,
+) -> Algorithm:
   """Sequential SGD (with the given optimizer; p > 1: on the global batch).
 
       x_{t+1} = x_t - eta g(x_t)
@@ -353,14 +455,28 @@ def sgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None, 
   References:
     Zhang, Choromanska, LeCun (2015), Section 5 (SGD).
   """
-  return _sequential("sgd", loss_fn, optimizer, num_workers=num_workers,
-                     learning_rate=learning_rate, momentum=None, rate=None,
-                     averaged=False, axis_name=axis_name)
+  return _sequential(
+      "sgd",
+      loss_fn,
+      optimizer,
+      num_workers=num_workers,
+      learning_rate=learning_rate,
+      momentum=None,
+      rate=None,
+      averaged=False,
+      axis_name=axis_name,
+  )
 
 
-def msgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None, *,
-         momentum: float, num_workers: int = 1, learning_rate: float | None = None,
-         axis_name=WORKER_AXES) -> Algorithm:
+def msgd(
+    loss_fn: LossFn,
+    optimizer: optax.GradientTransformation | None = None,
+    *,
+    momentum: float,
+    num_workers: int = 1,
+    learning_rate: float | None = None,
+    axis_name=WORKER_AXES,
+) -> Algorithm:
   """Sequential momentum SGD with Nesterov's look-ahead (eq. 7 without elastic).
 
       v_{t+1} = delta v_t - eta g(x_t + delta v_t);    x_{t+1} = x_t + v_{t+1}
@@ -378,15 +494,27 @@ def msgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
   References:
     Zhang, Choromanska, LeCun (2015), Section 5 (MSGD); Sutskever et al. (2013).
   """
-  return _sequential("msgd", loss_fn, optimizer, num_workers=num_workers,
-                     learning_rate=learning_rate,
-                     momentum=momentum_lib.check_momentum(momentum), rate=None,
-                     averaged=False, axis_name=axis_name)
+  return _sequential(
+      "msgd",
+      loss_fn,
+      optimizer,
+      num_workers=num_workers,
+      learning_rate=learning_rate,
+      momentum=momentum_lib.check_momentum(momentum),
+      rate=None,
+      averaged=False,
+      axis_name=axis_name,
+  )
 
 
-def asgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None, *,
-         num_workers: int = 1, learning_rate: float | None = None,
-         axis_name=WORKER_AXES) -> Algorithm:
+def asgd(
+    loss_fn: LossFn,
+    optimizer: optax.GradientTransformation | None = None,
+    *,
+    num_workers: int = 1,
+    learning_rate: float | None = None,
+    axis_name=WORKER_AXES,
+) -> Algorithm:
   """Averaged SGD: SGD plus the running average of its iterates (z evaluated).
 
       z_{t+1} = (1 - a_{t+1}) z_t + a_{t+1} x_t,   a_{t+1} = 1 / (t + 1)
@@ -403,14 +531,28 @@ def asgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
   References:
     Zhang, Choromanska, LeCun (2015), Section 5 (ASGD); Polyak & Juditsky (1992).
   """
-  return _sequential("asgd", loss_fn, optimizer, num_workers=num_workers,
-                     learning_rate=learning_rate, momentum=None, rate=None,
-                     averaged=True, axis_name=axis_name)
+  return _sequential(
+      "asgd",
+      loss_fn,
+      optimizer,
+      num_workers=num_workers,
+      learning_rate=learning_rate,
+      momentum=None,
+      rate=None,
+      averaged=True,
+      axis_name=axis_name,
+  )
 
 
-def mvasgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None, *,
-           num_workers: int = 1, average_rate: float = 0.001,
-           learning_rate: float | None = None, axis_name=WORKER_AXES) -> Algorithm:
+def mvasgd(
+    loss_fn: LossFn,
+    optimizer: optax.GradientTransformation | None = None,
+    *,
+    num_workers: int = 1,
+    average_rate: float = 0.001,
+    learning_rate: float | None = None,
+    axis_name=WORKER_AXES,
+) -> Algorithm:
   """Moving-average SGD: SGD plus a constant-rate average of its iterates.
 
       z_{t+1} = (1 - a) z_t + a x_t   (a = average_rate);   x_{t+1} = x_t - eta g(x_t)
@@ -427,10 +569,17 @@ def mvasgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = Non
   References:
     Zhang, Choromanska, LeCun (2015), Section 5 (MVASGD).
   """
-  return _sequential("mvasgd", loss_fn, optimizer, num_workers=num_workers,
-                     learning_rate=learning_rate, momentum=None,
-                     rate=check_average_rate(average_rate), averaged=True,
-                     axis_name=axis_name)
+  return _sequential(
+      "mvasgd",
+      loss_fn,
+      optimizer,
+      num_workers=num_workers,
+      learning_rate=learning_rate,
+      momentum=None,
+      rate=check_average_rate(average_rate),
+      averaged=True,
+      axis_name=axis_name,
+  )
 
 
 # --------------------------------------------------------------------------
@@ -441,6 +590,7 @@ def mvasgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = Non
 class LocalWorker(NamedTuple):
   """Per-worker state of local SGD / DiLoCo: x^i, the inner optimizer state and
   the model's state (``()`` without, see ``easgd.core.momentum.loss_and_grad``)."""
+
   params: Params
   opt_state: Any
   model_state: Any = ()
@@ -455,19 +605,39 @@ class LocalShared(NamedTuple):
     outer_state: DiLoCo's outer optimizer state, ``()`` for local SGD.
     step: int32 scalar, the common clock t.
   """
+
   center: Params
   outer_state: Any
   step: jax.Array
 
 
-def _periodic(name, loss_fn, optimizer, *, num_workers, tau, learning_rate, outer,
-              hyperparameters, num_steps, axis_name):
+def _periodic(
+    name,
+    loss_fn,
+    optimizer,
+    *,
+    num_workers,
+    tau,
+    learning_rate,
+    outer,
+    hyperparameters,
+    num_steps,
+    axis_name,
+):
   tau = elastic.check_tau(tau, allow_array=True)
   num_workers = algorithms.check_num_workers(num_workers)
   last_step = None
   if num_steps is not None:
-    last_step = checks.integer("num_steps", num_steps, 1, error=elastic.HyperparameterError,
-                               what="the run's length in steps") - 1
+    last_step = (
+        checks.integer(
+            "num_steps",
+            num_steps,
+            1,
+            error=elastic.HyperparameterError,
+            what="the run's length in steps",
+        )
+        - 1
+    )
   # every tau steps, and the run's last step: on the device, and on the host
   # (Algorithm.exchange_at) for a Python tau
   schedule = every_tau_steps(tau, offset=1, last_step=last_step)
@@ -476,15 +646,17 @@ def _periodic(name, loss_fn, optimizer, *, num_workers, tau, learning_rate, oute
 
   def init(params, model_state=()):
     center = elastic.to_reduction_dtype(params)
-    return (LocalWorker(params, optimizer.init(params), model_state),
-            LocalShared(center, () if outer is None else outer.init(center),
-                        jnp.zeros((), jnp.int32)))
+    return (
+        LocalWorker(params, optimizer.init(params), model_state),
+        LocalShared(center, () if outer is None else outer.init(center), jnp.zeros((), jnp.int32)),
+    )
 
   def step(worker, shared, batch, key, exchange=None):
     check_exchange_flag(exchange)
     key = worker_key(key, shared.step, axis_name)
     loss, grads, model_state = momentum_lib.loss_and_grad(
-        loss_fn, worker.params, batch, key, worker.model_state)
+        loss_fn, worker.params, batch, key, worker.model_state
+    )
     update, opt_state = optimizer.update(grads, worker.opt_state, worker.params)
     params = optax.apply_updates(worker.params, update)
 
@@ -493,8 +665,7 @@ def _periodic(name, loss_fn, optimizer, *, num_workers, tau, learning_rate, oute
       if outer is None:
         return elastic.cast_like(mean, params), mean, shared.outer_state
       pseudo_grad = elastic.tree_sub(shared.center, mean)
-      outer_update, outer_state = outer.update(pseudo_grad, shared.outer_state,
-                                               shared.center)
+      outer_update, outer_state = outer.update(pseudo_grad, shared.outer_state, shared.center)
       center = optax.apply_updates(shared.center, outer_update)
       return elastic.cast_like(center, params), center, outer_state
 
@@ -504,22 +675,41 @@ def _periodic(name, loss_fn, optimizer, *, num_workers, tau, learning_rate, oute
     # decided on the device from the clock, or fixed by the host's flag
     flag = schedule(shared.step) if exchange is None else exchange
     params, center, outer_state = elastic.on_exchange(flag, sync, keep)
-    return (LocalWorker(params, opt_state, model_state),
-            LocalShared(center, outer_state, shared.step + 1), loss)
+    return (
+        LocalWorker(params, opt_state, model_state),
+        LocalShared(center, outer_state, shared.step + 1),
+        loss,
+    )
 
   return Algorithm(
-      name=name, init=init, step=step, center=lambda shared: shared.center,
+      name=name,
+      init=init,
+      step=step,
+      center=lambda shared: shared.center,
       worker_params=lambda worker, shared: worker.params,
-      communication=periodic_communication(tau, offset=1, num_workers=num_workers,
-                                           last_step=last_step),
-      hyperparameters=dict(hyperparameters, num_workers=num_workers, tau=tau,
-                           **({} if num_steps is None else dict(num_steps=int(num_steps)))),
-      exchange_at=None if elastic.is_array_hyperparameter(tau) else schedule)
+      communication=periodic_communication(
+          tau, offset=1, num_workers=num_workers, last_step=last_step
+      ),
+      hyperparameters=dict(
+          hyperparameters,
+          num_workers=num_workers,
+          tau=tau,
+          **({} if num_steps is None else dict(num_steps=int(num_steps))),
+      ),
+      exchange_at=None if elastic.is_array_hyperparameter(tau) else schedule,
+  )
 
 
-def local_sgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
-              *, num_workers: int, tau: int, learning_rate: float | None = None,
-              num_steps: int | None = None, axis_name=WORKER_AXES) -> Algorithm:
+def local_sgd(
+    loss_fn: LossFn,
+    optimizer: optax.GradientTransformation | None = None,
+    *,
+    num_workers: int,
+    tau: int,
+    learning_rate: float | None = None,
+    num_steps: int | None = None,
+    axis_name=WORKER_AXES,
+) -> Algorithm:
   """Local SGD (periodic model averaging): average all workers every tau steps.
 
       x^i <- x^i + u^i        (local optimizer step; SGD: u = -eta g^i(x^i))
@@ -555,17 +745,33 @@ def local_sgd(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = 
   References:
     Lin et al. (2020); PyTorch ``PeriodicModelAverager``.
   """
-  return _periodic("local_sgd", loss_fn, optimizer, num_workers=num_workers, tau=tau,
-                   learning_rate=learning_rate, outer=None, hyperparameters={},
-                   num_steps=num_steps, axis_name=axis_name)
+  return _periodic(
+      "local_sgd",
+      loss_fn,
+      optimizer,
+      num_workers=num_workers,
+      tau=tau,
+      learning_rate=learning_rate,
+      outer=None,
+      hyperparameters={},
+      num_steps=num_steps,
+      axis_name=axis_name,
+  )
 
 
-def diloco(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = None,
-           *, num_workers: int, tau: int, outer_learning_rate: float = 0.7,
-           outer_momentum: float = 0.9,
-           outer_optimizer: optax.GradientTransformation | None = None,
-           learning_rate: float | None = None, num_steps: int | None = None,
-           axis_name=WORKER_AXES) -> Algorithm:
+def diloco(
+    loss_fn: LossFn,
+    optimizer: optax.GradientTransformation | None = None,
+    *,
+    num_workers: int,
+    tau: int,
+    outer_learning_rate: float = 0.7,
+    outer_momentum: float = 0.9,
+    outer_optimizer: optax.GradientTransformation | None = None,
+    learning_rate: float | None = None,
+    num_steps: int | None = None,
+    axis_name=WORKER_AXES,
+) -> Algorithm:
   """DiLoCo: inner optimizer for tau steps, then an outer step on the center.
 
       x^i <- x^i + u^i                         (inner optimizer, e.g. AdamW)
@@ -608,18 +814,37 @@ def diloco(loss_fn: LossFn, optimizer: optax.GradientTransformation | None = Non
   """
   if outer_optimizer is None:
     if not elastic.is_array_hyperparameter(outer_learning_rate):  # arrays: unchecked
-      outer_learning_rate = checks.real("outer_learning_rate", outer_learning_rate, 0,
-                                        open_low=True, error=elastic.HyperparameterError)
+      outer_learning_rate = checks.real(
+          "outer_learning_rate",
+          outer_learning_rate,
+          0,
+          open_low=True,
+          error=elastic.HyperparameterError,
+      )
     outer_momentum = momentum_lib.check_momentum(outer_momentum)
-    trace = (outer_momentum if elastic.is_array_hyperparameter(outer_momentum)
-             else outer_momentum or None)  # a Python 0: no momentum trace
+    trace = (
+        outer_momentum
+        if elastic.is_array_hyperparameter(outer_momentum)
+        else outer_momentum or None
+    )  # a Python 0: no momentum trace
     outer_optimizer = optax.sgd(outer_learning_rate, momentum=trace, nesterov=True)
     hyper = dict(outer_learning_rate=outer_learning_rate, outer_momentum=outer_momentum)
   elif not isinstance(outer_optimizer, optax.GradientTransformation):
-    raise TypeError(f"outer_optimizer must be an optax.GradientTransformation, "
-                    f"got {type(outer_optimizer).__name__}")
+    raise TypeError(
+        f"outer_optimizer must be an optax.GradientTransformation, "
+        f"got {type(outer_optimizer).__name__}"
+    )
   else:
     hyper = dict(outer_optimizer="custom")
-  return _periodic("diloco", loss_fn, optimizer, num_workers=num_workers, tau=tau,
-                   learning_rate=learning_rate, outer=outer_optimizer,
-                   hyperparameters=hyper, num_steps=num_steps, axis_name=axis_name)
+  return _periodic(
+      "diloco",
+      loss_fn,
+      optimizer,
+      num_workers=num_workers,
+      tau=tau,
+      learning_rate=learning_rate,
+      outer=outer_optimizer,
+      hyperparameters=hyper,
+      num_steps=num_steps,
+      axis_name=axis_name,
+  )

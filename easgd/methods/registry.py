@@ -52,21 +52,25 @@ if TYPE_CHECKING:  # annotations only: the table is read without JAX (the config
 # itself is read by the config (``easgd.training.config``), which imports no JAX.
 def _algorithms():
   from easgd.core import algorithms
+
   return algorithms
 
 
 def _simulation():
   from easgd.asynchrony import simulation
+
   return simulation
 
 
 def _baselines():
   from easgd.methods import baselines
+
   return baselines
 
 
 def _schedule():
   from easgd.asynchrony import schedule
+
   return schedule
 
 
@@ -85,10 +89,23 @@ asynchronous workers on threads of one process (``easgd.runtimes.threads``);
 REAL_RUNTIMES = RUNTIMES[1:]
 """The runtimes whose workers run for real, each at its own pace."""
 
-ALGORITHM_FIELDS = ("tau", "alpha", "beta", "delta", "reset_opt_state", "exchange_order",
-                    "worker_speeds", "max_worker_speed", "staleness", "push_timing",
-                    "outer_learning_rate", "outer_momentum", "average_rate",
-                    "curvature", "sync_warmup_steps")
+ALGORITHM_FIELDS = (
+    "tau",
+    "alpha",
+    "beta",
+    "delta",
+    "reset_opt_state",
+    "exchange_order",
+    "worker_speeds",
+    "max_worker_speed",
+    "staleness",
+    "push_timing",
+    "outer_learning_rate",
+    "outer_momentum",
+    "average_rate",
+    "curvature",
+    "sync_warmup_steps",
+)
 """The ``TrainConfig`` fields that only some algorithms read."""
 
 _ELASTIC = ("tau", "alpha", "beta", "reset_opt_state")
@@ -121,6 +138,7 @@ class AlgorithmSpec:
       over configurations) builds the algorithm; the others must be Python
       values (they set shapes or host-side schedules).
   """
+
   name: str
   family: str
   asynchronous: bool
@@ -145,27 +163,52 @@ def exchange_schedule(config) -> async_schedule.ExchangeSchedule:
   """
   schedule = _schedule()
   speeds = schedule.resolve_worker_speeds(
-      config.num_workers, config.worker_speeds, config.max_worker_speed, config.seed)
-  return schedule.exchange_schedule(config.num_workers, config.exchange_order, speeds,
-                                        config.staleness)
+      config.num_workers, config.worker_speeds, config.max_worker_speed, config.seed
+  )
+  return schedule.exchange_schedule(
+      config.num_workers, config.exchange_order, speeds, config.staleness
+  )
 
 
 def _elastic_kw(c):
-  return dict(num_workers=c.num_workers, tau=c.tau, alpha=c.alpha, beta=c.beta,
-              reset_opt_state=c.reset_opt_state)
+  return dict(
+      num_workers=c.num_workers,
+      tau=c.tau,
+      alpha=c.alpha,
+      beta=c.beta,
+      reset_opt_state=c.reset_opt_state,
+  )
 
 
 def _push_kw(c):
-  return dict(num_workers=c.num_workers, tau=c.tau, schedule=exchange_schedule(c),
-              push_timing=c.push_timing)
+  return dict(
+      num_workers=c.num_workers, tau=c.tau, schedule=exchange_schedule(c), push_timing=c.push_timing
+  )
 
 
-def _spec(name, family, reads, build, asynchronous_=False, without_momentum=None,
-          summary="", array_fields=()):
+def _spec(
+    name,
+    family,
+    reads,
+    build,
+    asynchronous_=False,
+    without_momentum=None,
+    summary="",
+    array_fields=(),
+):
   # the asynchronous methods expose their rules: they also run for real
   runtimes = RUNTIMES if asynchronous_ else RUNTIMES[:1]
-  return AlgorithmSpec(name, family, asynchronous_, tuple(reads), build,
-                       without_momentum, summary, runtimes, tuple(array_fields))
+  return AlgorithmSpec(
+      name,
+      family,
+      asynchronous_,
+      tuple(reads),
+      build,
+      without_momentum,
+      summary,
+      runtimes,
+      tuple(array_fields),
+  )
 
 
 def _warmed(c, loss, opt, n, make):
@@ -176,84 +219,183 @@ def _warmed(c, loss, opt, n, make):
   if not k:
     return make(n)
   from easgd.core import warmup
-  return warmup.sync_warmup(make(None if n is None else n - k), loss, opt,
-                            num_workers=c.num_workers, warmup_steps=k)
+
+  return warmup.sync_warmup(
+      make(None if n is None else n - k), loss, opt, num_workers=c.num_workers, warmup_steps=k
+  )
 
 
-TABLE: dict[str, AlgorithmSpec] = {s.name: s for s in (
-    _spec("easgd", "elastic", _ELASTIC + ("curvature", "sync_warmup_steps"),
-          lambda c, loss, opt, n: _warmed(
-              c, loss, opt, n, lambda m: _algorithms().easgd(loss, opt, **_elastic_kw(c))),
-          summary="synchronous EASGD, eq. (5)-(6)", array_fields=("tau", "alpha", "beta")),
-    _spec("pmean_sgd", "averaging", (),
-          lambda c, loss, opt, n: _algorithms().pmean_sgd(loss, opt,
-                                                       num_workers=c.num_workers),
-          summary="data-parallel SGD, gradients averaged every step"),
-    _spec("eamsgd", "elastic", _ELASTIC + ("delta", "sync_warmup_steps"),
-          lambda c, loss, opt, n: _warmed(
-              c, loss, opt, n, lambda m: _algorithms().eamsgd(loss, opt, momentum=c.delta,
-                                                           **_elastic_kw(c))),
-          without_momentum="easgd", summary="synchronous EAMSGD, eq. (7)",
-          array_fields=("tau", "alpha", "beta", "delta")),
-    _spec("async_easgd", "elastic", _ELASTIC + _ASYNC,
-          lambda c, loss, opt, n: _simulation().async_easgd(
-              loss, opt, schedule=exchange_schedule(c), **_elastic_kw(c)),
-          asynchronous_=True, summary="asynchronous EASGD, Algorithm 1"),
-    _spec("async_eamsgd", "elastic", _ELASTIC + _ASYNC + ("delta",),
-          lambda c, loss, opt, n: _simulation().async_eamsgd(
-              loss, opt, schedule=exchange_schedule(c), momentum=c.delta,
-              **_elastic_kw(c)),
-          asynchronous_=True, without_momentum="async_easgd",
-          summary="asynchronous EAMSGD, Algorithm 2"),
-    _spec("downpour", "push", _PUSH,
-          lambda c, loss, opt, n: _baselines().downpour(loss, opt, **_push_kw(c)),
-          asynchronous_=True, summary="DOWNPOUR (push every tau steps)"),
-    _spec("mdownpour", "push", _PUSH + ("delta",),
-          lambda c, loss, opt, n: _baselines().mdownpour(loss, opt, momentum=c.delta,
-                                                      **_push_kw(c)),
-          asynchronous_=True, without_momentum="downpour",
-          summary="DOWNPOUR with Nesterov momentum on the master",
-          array_fields=("delta",)),
-    _spec("adownpour", "push", _PUSH,
-          lambda c, loss, opt, n: _baselines().adownpour(loss, opt, **_push_kw(c)),
-          asynchronous_=True, summary="DOWNPOUR with a running average 1/(t+1)"),
-    _spec("mvadownpour", "push", _PUSH + ("average_rate",),
-          lambda c, loss, opt, n: _baselines().mvadownpour(
-              loss, opt, average_rate=c.average_rate, **_push_kw(c)),
-          asynchronous_=True, summary="DOWNPOUR with a constant-rate moving average",
-          array_fields=("average_rate",)),
-    _spec("sgd", "sequential", (),
-          lambda c, loss, opt, n: _baselines().sgd(loss, opt, num_workers=c.num_workers),
-          summary="sequential SGD"),
-    _spec("msgd", "sequential", ("delta",),
-          lambda c, loss, opt, n: _baselines().msgd(loss, opt, num_workers=c.num_workers,
-                                                 momentum=c.delta),
-          without_momentum="sgd", summary="sequential Nesterov momentum SGD",
-          array_fields=("delta",)),
-    _spec("asgd", "sequential", (),
-          lambda c, loss, opt, n: _baselines().asgd(loss, opt, num_workers=c.num_workers),
-          summary="averaged SGD, rate 1/(t+1)"),
-    _spec("mvasgd", "sequential", ("average_rate",),
-          lambda c, loss, opt, n: _baselines().mvasgd(loss, opt, num_workers=c.num_workers,
-                                                   average_rate=c.average_rate),
-          summary="SGD with a constant-rate moving average",
-          array_fields=("average_rate",)),
-    _spec("local_sgd", "averaging", ("tau", "sync_warmup_steps"),
-          lambda c, loss, opt, n: _warmed(
-              c, loss, opt, n, lambda m: _baselines().local_sgd(
-                  loss, opt, num_workers=c.num_workers, tau=c.tau, num_steps=m)),
-          summary="local SGD: workers averaged every tau steps and at the end",
-          array_fields=("tau",)),
-    _spec("diloco", "averaging",
-          ("tau", "outer_learning_rate", "outer_momentum", "sync_warmup_steps"),
-          lambda c, loss, opt, n: _warmed(
-              c, loss, opt, n, lambda m: _baselines().diloco(
-                  loss, opt, num_workers=c.num_workers, tau=c.tau, num_steps=m,
-                  outer_learning_rate=c.outer_learning_rate,
-                  outer_momentum=c.outer_momentum)),
-          summary="DiLoCo: outer Nesterov step every tau steps and at the end",
-          array_fields=("tau", "outer_learning_rate", "outer_momentum")),
-)}
+TABLE: dict[str, AlgorithmSpec] = {
+    s.name: s
+    for s in (
+        _spec(
+            "easgd",
+            "elastic",
+            _ELASTIC + ("curvature", "sync_warmup_steps"),
+            lambda c, loss, opt, n: _warmed(
+                c, loss, opt, n, lambda m: _algorithms().easgd(loss, opt, **_elastic_kw(c))
+            ),
+            summary="synchronous EASGD, eq. (5)-(6)",
+            array_fields=("tau", "alpha", "beta"),
+        ),
+        _spec(
+            "pmean_sgd",
+            "averaging",
+            (),
+            lambda c, loss, opt, n: _algorithms().pmean_sgd(loss, opt, num_workers=c.num_workers),
+            summary="data-parallel SGD, gradients averaged every step",
+        ),
+        _spec(
+            "eamsgd",
+            "elastic",
+            _ELASTIC + ("delta", "sync_warmup_steps"),
+            lambda c, loss, opt, n: _warmed(
+                c,
+                loss,
+                opt,
+                n,
+                lambda m: _algorithms().eamsgd(loss, opt, momentum=c.delta, **_elastic_kw(c)),
+            ),
+            without_momentum="easgd",
+            summary="synchronous EAMSGD, eq. (7)",
+            array_fields=("tau", "alpha", "beta", "delta"),
+        ),
+        _spec(
+            "async_easgd",
+            "elastic",
+            _ELASTIC + _ASYNC,
+            lambda c, loss, opt, n: _simulation().async_easgd(
+                loss, opt, schedule=exchange_schedule(c), **_elastic_kw(c)
+            ),
+            asynchronous_=True,
+            summary="asynchronous EASGD, Algorithm 1",
+        ),
+        _spec(
+            "async_eamsgd",
+            "elastic",
+            _ELASTIC + _ASYNC + ("delta",),
+            lambda c, loss, opt, n: _simulation().async_eamsgd(
+                loss, opt, schedule=exchange_schedule(c), momentum=c.delta, **_elastic_kw(c)
+            ),
+            asynchronous_=True,
+            without_momentum="async_easgd",
+            summary="asynchronous EAMSGD, Algorithm 2",
+        ),
+        _spec(
+            "downpour",
+            "push",
+            _PUSH,
+            lambda c, loss, opt, n: _baselines().downpour(loss, opt, **_push_kw(c)),
+            asynchronous_=True,
+            summary="DOWNPOUR (push every tau steps)",
+        ),
+        _spec(
+            "mdownpour",
+            "push",
+            _PUSH + ("delta",),
+            lambda c, loss, opt, n: _baselines().mdownpour(
+                loss, opt, momentum=c.delta, **_push_kw(c)
+            ),
+            asynchronous_=True,
+            without_momentum="downpour",
+            summary="DOWNPOUR with Nesterov momentum on the master",
+            array_fields=("delta",),
+        ),
+        _spec(
+            "adownpour",
+            "push",
+            _PUSH,
+            lambda c, loss, opt, n: _baselines().adownpour(loss, opt, **_push_kw(c)),
+            asynchronous_=True,
+            summary="DOWNPOUR with a running average 1/(t+1)",
+        ),
+        _spec(
+            "mvadownpour",
+            "push",
+            _PUSH + ("average_rate",),
+            lambda c, loss, opt, n: _baselines().mvadownpour(
+                loss, opt, average_rate=c.average_rate, **_push_kw(c)
+            ),
+            asynchronous_=True,
+            summary="DOWNPOUR with a constant-rate moving average",
+            array_fields=("average_rate",),
+        ),
+        _spec(
+            "sgd",
+            "sequential",
+            (),
+            lambda c, loss, opt, n: _baselines().sgd(loss, opt, num_workers=c.num_workers),
+            summary="sequential SGD",
+        ),
+        _spec(
+            "msgd",
+            "sequential",
+            ("delta",),
+            lambda c, loss, opt, n: _baselines().msgd(
+                loss, opt, num_workers=c.num_workers, momentum=c.delta
+            ),
+            without_momentum="sgd",
+            summary="sequential Nesterov momentum SGD",
+            array_fields=("delta",),
+        ),
+        _spec(
+            "asgd",
+            "sequential",
+            (),
+            lambda c, loss, opt, n: _baselines().asgd(loss, opt, num_workers=c.num_workers),
+            summary="averaged SGD, rate 1/(t+1)",
+        ),
+        _spec(
+            "mvasgd",
+            "sequential",
+            ("average_rate",),
+            lambda c, loss, opt, n: _baselines().mvasgd(
+                loss, opt, num_workers=c.num_workers, average_rate=c.average_rate
+            ),
+            summary="SGD with a constant-rate moving average",
+            array_fields=("average_rate",),
+        ),
+        _spec(
+            "local_sgd",
+            "averaging",
+            ("tau", "sync_warmup_steps"),
+            lambda c, loss, opt, n: _warmed(
+                c,
+                loss,
+                opt,
+                n,
+                lambda m: _baselines().local_sgd(
+                    loss, opt, num_workers=c.num_workers, tau=c.tau, num_steps=m
+                ),
+            ),
+            summary="local SGD: workers averaged every tau steps and at the end",
+            array_fields=("tau",),
+        ),
+        _spec(
+            "diloco",
+            "averaging",
+            ("tau", "outer_learning_rate", "outer_momentum", "sync_warmup_steps"),
+            lambda c, loss, opt, n: _warmed(
+                c,
+                loss,
+                opt,
+                n,
+                lambda m: _baselines().diloco(
+                    loss,
+                    opt,
+                    num_workers=c.num_workers,
+                    tau=c.tau,
+                    num_steps=m,
+                    outer_learning_rate=c.outer_learning_rate,
+                    outer_momentum=c.outer_momentum,
+                ),
+            ),
+            summary="DiLoCo: outer Nesterov step every tau steps and at the end",
+            array_fields=("tau", "outer_learning_rate", "outer_momentum"),
+        ),
+    )
+}
+
 
 class CenterUpdate(NamedTuple):
   """When the model an algorithm returns first takes in its workers' training.
@@ -265,6 +407,7 @@ class CenterUpdate(NamedTuple):
       exchange ever moves it.
     why: the rule, one clause (for error messages).
   """
+
   local_step: int | None
   why: str
 
@@ -272,8 +415,9 @@ class CenterUpdate(NamedTuple):
 def _elastic_update(c) -> CenterUpdate:
   if c.resolved_alpha == 0:
     return CenterUpdate(None, "its elastic force alpha * (x^i - center) is 0")
-  return CenterUpdate(c.tau, "at step 0 every worker still equals the center, the "
-                             "next exchange is at step tau")
+  return CenterUpdate(
+      c.tau, "at step 0 every worker still equals the center, the " "next exchange is at step tau"
+  )
 
 
 def _push_update(c) -> CenterUpdate:
@@ -364,8 +508,11 @@ def reads_table() -> str:
   lines = []
   for reads, names in groups.items():
     fields = ", ".join(reads).replace("alpha, beta", "alpha/beta") or "(none)"
-    lines.append(textwrap.fill(fields, 80, initial_indent=f"  {', '.join(names):<26}  ",
-                               subsequent_indent=" " * 30))
+    lines.append(
+        textwrap.fill(
+            fields, 80, initial_indent=f"  {', '.join(names):<26}  ", subsequent_indent=" " * 30
+        )
+    )
   return "\n".join(lines)
 
 
@@ -377,8 +524,9 @@ def runs_on(runtime: str) -> tuple[str, ...]:
   return names_where(lambda s: runtime in s.runtimes)
 
 
-def make_algorithm(config, loss_fn, optimizer: optax.GradientTransformation,
-                   num_steps: int | None = None) -> Algorithm:
+def make_algorithm(
+    config, loss_fn, optimizer: optax.GradientTransformation, num_steps: int | None = None
+) -> Algorithm:
   """The algorithm ``config.algorithm`` with the local optimizer ``optimizer``.
 
   Args:
@@ -407,7 +555,8 @@ def simulated_ticks(num_steps: int, config) -> float:
   the default speeds 1, a step is a tick for every algorithm).
   """
   speeds = _schedule().resolve_worker_speeds(
-      config.num_workers, config.worker_speeds, config.max_worker_speed, config.seed)
+      config.num_workers, config.worker_speeds, config.max_worker_speed, config.seed
+  )
   if TABLE[config.algorithm].asynchronous:
     return num_steps / max(speeds)
   return num_steps / min(speeds)
@@ -416,6 +565,12 @@ def simulated_ticks(num_steps: int, config) -> float:
 def describe(name: str) -> dict[str, Any]:
   """The spec of ``name`` as plain data (for logs and summaries)."""
   s = TABLE[name]
-  return dict(name=s.name, family=s.family, asynchronous=s.asynchronous,
-              reads=list(s.reads), without_momentum=s.without_momentum,
-              runtimes=list(s.runtimes), array_fields=list(s.array_fields))
+  return dict(
+      name=s.name,
+      family=s.family,
+      asynchronous=s.asynchronous,
+      reads=list(s.reads),
+      without_momentum=s.without_momentum,
+      runtimes=list(s.runtimes),
+      array_fields=list(s.array_fields),
+  )

@@ -13,7 +13,8 @@ __all__, __getattr__, __dir__ = lazy_exports(
     names={
         "easgd.parallel.workers": (
             "BACKENDS LayoutError WorkerLayout make_layout map_workers vmap_workers map_step "
-            "place_state split_workers merge_workers first_copy to_host"),
-        "easgd.parallel.distributed": (
-            "DistributedError StartupError ProcessSetup EXIT_PEER_LOST"),
-    })
+            "place_state split_workers merge_workers first_copy to_host"
+        ),
+        "easgd.parallel.distributed": ("DistributedError StartupError ProcessSetup EXIT_PEER_LOST"),
+    },
+)

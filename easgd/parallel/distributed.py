@@ -79,9 +79,11 @@ STARTUP_TIMEOUT_S = 30.0
 _JAX_DEADLINE_MARGIN_S = 30
 """JAX's ``initialization_timeout`` is the guard's limit plus this (seconds)."""
 
-_TIMEOUT_FLAGS = {"heartbeat_timeout_s": "--heartbeat-timeout",
-                  "peer_timeout_s": "--peer-timeout",
-                  "initialization_timeout_s": "--startup-timeout"}
+_TIMEOUT_FLAGS = {
+    "heartbeat_timeout_s": "--heartbeat-timeout",
+    "peer_timeout_s": "--peer-timeout",
+    "initialization_timeout_s": "--startup-timeout",
+}
 
 _KEY = "easgd/heartbeat/{}"
 _DONE = "done"
@@ -110,6 +112,7 @@ class ProcessSetup:
       of :func:`initialize`, for all processes to connect before it stops
       with an error (:class:`StartupGuard`); ``--startup-timeout``.
   """
+
   coordinator_address: str
   num_processes: int
   process_id: int
@@ -118,9 +121,14 @@ class ProcessSetup:
   initialization_timeout_s: float = STARTUP_TIMEOUT_S
 
 
-def resolve(coordinator_address: str | None = None, num_processes: int | None = None,
-            process_id: int | None = None, *, env: Mapping[str, str] | None = None,
-            **timeouts) -> ProcessSetup | None:
+def resolve(
+    coordinator_address: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    **timeouts,
+) -> ProcessSetup | None:
   """The process settings from arguments, else the environment.
 
   Args:
@@ -147,15 +155,22 @@ def resolve(coordinator_address: str | None = None, num_processes: int | None = 
     return None
   if n == 1 and pid in (None, 0):  # one process: nothing to join
     return None
-  missing = [name for name, v in (("--coordinator-address/" + ENV_COORDINATOR, address),
-                                  ("--num-processes/" + ENV_NUM_PROCESSES, n),
-                                  ("--process-id/" + ENV_PROCESS_ID, pid)) if v is None]
+  missing = [
+      name
+      for name, v in (
+          ("--coordinator-address/" + ENV_COORDINATOR, address),
+          ("--num-processes/" + ENV_NUM_PROCESSES, n),
+          ("--process-id/" + ENV_PROCESS_ID, pid),
+      )
+      if v is None
+  ]
   if missing:
     raise DistributedError(f"a multi-process run needs {', '.join(missing)} as well")
   host, sep, port = address.rpartition(":")
   if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-    raise DistributedError(f"coordinator address must be host:port with a port in "
-                           f"[1, 65535], got {address!r}")
+    raise DistributedError(
+        f"coordinator address must be host:port with a port in " f"[1, 65535], got {address!r}"
+    )
   if not 0 <= pid < n:
     raise DistributedError(f"process id {pid} is outside [0, {n}) for {n} processes")
   kw = {k: v for k, v in timeouts.items() if v is not None}
@@ -163,8 +178,9 @@ def resolve(coordinator_address: str | None = None, num_processes: int | None = 
   if unknown:
     raise TypeError(f"unknown setting(s) {sorted(unknown)}")
   for k, v in kw.items():
-    kw[k] = checks.real(k, v, 0, open_low=True, error=DistributedError,
-                        what=f"{_TIMEOUT_FLAGS[k]}, seconds")
+    kw[k] = checks.real(
+        k, v, 0, open_low=True, error=DistributedError, what=f"{_TIMEOUT_FLAGS[k]}, seconds"
+    )
   if "heartbeat_timeout_s" in kw:  # JAX takes whole seconds
     kw["heartbeat_timeout_s"] = max(1, int(round(kw["heartbeat_timeout_s"])))
   return ProcessSetup(address, n, pid, **kw)
@@ -218,22 +234,30 @@ def initialize(setup: ProcessSetup | None) -> "Watchdog | None":
   try:
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(
-        setup.coordinator_address, setup.num_processes, setup.process_id,
-        initialization_timeout=(math.ceil(setup.initialization_timeout_s)
-                                + _JAX_DEADLINE_MARGIN_S),
-        heartbeat_timeout_seconds=setup.heartbeat_timeout_s)
+        setup.coordinator_address,
+        setup.num_processes,
+        setup.process_id,
+        initialization_timeout=(math.ceil(setup.initialization_timeout_s) + _JAX_DEADLINE_MARGIN_S),
+        heartbeat_timeout_seconds=setup.heartbeat_timeout_s,
+    )
   except Exception as e:
     text = str(e).strip().splitlines()
     raise StartupError(
         f"process {setup.process_id} of {setup.num_processes} could not join the "
         f"run at {setup.coordinator_address}: {type(e).__name__}: "
-        f"{(text[0] if text else '')[:300]}") from None
+        f"{(text[0] if text else '')[:300]}"
+    ) from None
   finally:
     guard.cancel()
   from jax._src import distributed as _jax_distributed
-  _WATCHDOG = Watchdog(_jax_distributed.global_state.client, setup.process_id,
-                       setup.num_processes, setup.peer_timeout_s,
-                       coordinator=setup.coordinator_address)
+
+  _WATCHDOG = Watchdog(
+      _jax_distributed.global_state.client,
+      setup.process_id,
+      setup.num_processes,
+      setup.peer_timeout_s,
+      coordinator=setup.coordinator_address,
+  )
   _WATCHDOG.start()
   return _WATCHDOG
 
@@ -254,8 +278,9 @@ def _check_port_free(setup: ProcessSetup) -> None:
   if os.environ.get("JAX_COORDINATOR_BIND_ADDRESS"):
     return  # bound elsewhere than we would check
   port = _host_port(setup.coordinator_address)[1]
-  family, address = ((socket.AF_INET6, ("::", port)) if socket.has_ipv6
-                     else (socket.AF_INET, ("0.0.0.0", port)))
+  family, address = (
+      (socket.AF_INET6, ("::", port)) if socket.has_ipv6 else (socket.AF_INET, ("0.0.0.0", port))
+  )
   try:
     with socket.socket(family, socket.SOCK_STREAM) as s:
       s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -267,7 +292,8 @@ def _check_port_free(setup: ProcessSetup) -> None:
         f"process 0 of {setup.num_processes} cannot start the coordination "
         f"service: port {port} (of --coordinator-address "
         f"{setup.coordinator_address}) is not free on this machine "
-        f"({e.strerror or e}); choose another port") from None
+        f"({e.strerror or e}); choose another port"
+    ) from None
 
 
 def _reachable(host: str, port: int, timeout_s: float) -> bool:
@@ -306,19 +332,22 @@ class StartupGuard:
     on_timeout: called once with the message; default: print it and exit.
   """
 
-  def __init__(self, setup: ProcessSetup, timeout_s: float | None = None,
-               poll_s: float = 0.5, on_timeout: Callable[[str], None] | None = None):
+  def __init__(
+      self,
+      setup: ProcessSetup,
+      timeout_s: float | None = None,
+      poll_s: float = 0.5,
+      on_timeout: Callable[[str], None] | None = None,
+  ):
     self.setup = setup
-    self.timeout_s = float(setup.initialization_timeout_s if timeout_s is None
-                           else timeout_s)
+    self.timeout_s = float(setup.initialization_timeout_s if timeout_s is None else timeout_s)
     self.poll_s = poll_s
     self.on_timeout = on_timeout or (lambda message: _exit(message, EXIT_PEER_LOST))
     self.reached = False  # the coordinator accepted a TCP connection
     self.fired = False
     self._lock = threading.Lock()
     self._done = threading.Event()
-    self._thread = threading.Thread(target=self._run, name="easgd-startup-guard",
-                                    daemon=True)
+    self._thread = threading.Thread(target=self._run, name="easgd-startup-guard", daemon=True)
 
   def start(self) -> None:
     """Starts the clock (call right before ``jax.distributed.initialize``)."""
@@ -336,26 +365,40 @@ class StartupGuard:
 
   def message(self) -> str:
     """The error for a start-up that did not complete within ``timeout_s``."""
-    n, i, address = (self.setup.num_processes, self.setup.process_id,
-                     self.setup.coordinator_address)
+    n, i, address = (
+        self.setup.num_processes,
+        self.setup.process_id,
+        self.setup.coordinator_address,
+    )
     within = f"within {self.timeout_s:g} s (--startup-timeout)"
     if i == 0 and not self.reached:
-      return (f"process 0 of {n} could not reach its own coordination service at "
-              f"{address} {within}: is that host an address of this machine?")
+      return (
+          f"process 0 of {n} could not reach its own coordination service at "
+          f"{address} {within}: is that host an address of this machine?"
+      )
     if i == 0:
-      return (f"{_processes(list(range(1, n)), n)} did not join the run {within}; "
-              f"process 0 waited at {address} (not started, crashed, or given "
-              f"another --coordinator-address/--num-processes?)")
+      return (
+          f"{_processes(list(range(1, n)), n)} did not join the run {within}; "
+          f"process 0 waited at {address} (not started, crashed, or given "
+          f"another --coordinator-address/--num-processes?)"
+      )
     if not self.reached:
-      return (f"process {i} of {n} could not reach the coordinator (process 0) "
-              f"at {address} {within}: process 0 is not running there (not "
-              f"started, exited, or another address/port?)")
+      return (
+          f"process {i} of {n} could not reach the coordinator (process 0) "
+          f"at {address} {within}: process 0 is not running there (not "
+          f"started, exited, or another address/port?)"
+      )
     others = [j for j in range(1, n) if j != i]
-    who = (f"{_processes(others, n)} did not join" if others else
-           "process 0 did not complete the start-up")
-    return (f"process {i} of {n} reached the coordinator (process 0) at {address} "
-            f"but the run did not start {within}: {who}, or another process "
-            f"already uses --process-id {i}")
+    who = (
+        f"{_processes(others, n)} did not join"
+        if others
+        else "process 0 did not complete the start-up"
+    )
+    return (
+        f"process {i} of {n} reached the coordinator (process 0) at {address} "
+        f"but the run did not start {within}: {who}, or another process "
+        f"already uses --process-id {i}"
+    )
 
   def _run(self) -> None:
     host, port = _host_port(self.setup.coordinator_address)
@@ -391,6 +434,7 @@ def barrier(name: str) -> None:
   """Waits until every process reaches ``barrier(name)``; no-op when alone."""
   if jax.process_count() > 1:
     from jax.experimental import multihost_utils
+
     multihost_utils.sync_global_devices(name)
 
 
@@ -450,9 +494,16 @@ class Watchdog:
     on_lost: called once with the message; default: print it and exit.
   """
 
-  def __init__(self, client, process_id: int, num_processes: int,
-               peer_timeout_s: float, interval_s: float | None = None,
-               coordinator: str = "", on_lost: Callable[[str], None] | None = None):
+  def __init__(
+      self,
+      client,
+      process_id: int,
+      num_processes: int,
+      peer_timeout_s: float,
+      interval_s: float | None = None,
+      coordinator: str = "",
+      on_lost: Callable[[str], None] | None = None,
+  ):
     self.client = client
     self.process_id = process_id
     self.num_processes = num_processes
@@ -463,8 +514,7 @@ class Watchdog:
     self.lost: str | None = None
     self._stop = threading.Event()
     self._found = threading.Event()
-    self._thread = threading.Thread(target=self._run, name="easgd-watchdog",
-                                    daemon=True)
+    self._thread = threading.Thread(target=self._run, name="easgd-watchdog", daemon=True)
 
   def start(self) -> None:
     self._thread.start()
@@ -486,7 +536,7 @@ class Watchdog:
   def _run(self) -> None:
     peers = [i for i in range(self.num_processes) if i != self.process_id]
     now = time.monotonic()
-    seen = {i: (None, now) for i in peers}   # last value, local time it changed
+    seen = {i: (None, now) for i in peers}  # last value, local time it changed
     unreachable_since = None
     beat = 0
     while not self._stop.is_set():
@@ -502,7 +552,8 @@ class Watchdog:
           self._report(
               f"process {self.process_id} of {self.num_processes} lost the "
               f"coordination service at {self.coordinator} (process 0) for "
-              f"{now - unreachable_since:.1f} s: {str(e).splitlines()[0][:200]}")
+              f"{now - unreachable_since:.1f} s: {str(e).splitlines()[0][:200]}"
+          )
           return
         self._stop.wait(self.interval_s)
         continue
@@ -521,7 +572,8 @@ class Watchdog:
             f"{names} of {self.num_processes} stopped responding (no heartbeat "
             f"for {max(t for _, t in lost):.1f} s: died, hung or unreachable); "
             f"process {self.process_id} stops instead of waiting in a "
-            f"collective")
+            f"collective"
+        )
         return
       self._stop.wait(self.interval_s)
 

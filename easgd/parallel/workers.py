@@ -67,6 +67,7 @@ class WorkerLayout:
       one process are contiguous, so its workers are a contiguous range).
     backend: ``"pmap"`` or ``"shard_map"`` (module docstring).
   """
+
   num_workers: int
   devices: tuple[Any, ...]
   backend: str = "pmap"
@@ -102,8 +103,7 @@ class WorkerLayout:
     All workers in a single process; with several processes, the contiguous
     range of workers this process feeds (its devices are contiguous).
     """
-    local = [i for i, d in enumerate(self.devices)
-             if d.process_index == jax.process_index()]
+    local = [i for i, d in enumerate(self.devices) if d.process_index == jax.process_index()]
     if not local:
       return slice(0, 0)
     w = self.workers_per_device
@@ -111,16 +111,20 @@ class WorkerLayout:
 
   def describe(self) -> str:
     """One line for logs, e.g. "4 workers = 2 device(s) x 2 vmapped worker(s) [cpu, pmap]"."""
-    procs = (f", {self.num_processes} processes" if self.num_processes > 1
-             else "")
-    return (f"{self.num_workers} workers = {self.num_devices} device(s) x "
-            f"{self.workers_per_device} vmapped worker(s) "
-            f"[{self.devices[0].platform}, {self.backend}{procs}]")
+    procs = f", {self.num_processes} processes" if self.num_processes > 1 else ""
+    return (
+        f"{self.num_workers} workers = {self.num_devices} device(s) x "
+        f"{self.workers_per_device} vmapped worker(s) "
+        f"[{self.devices[0].platform}, {self.backend}{procs}]"
+    )
 
 
-def make_layout(num_workers: int, num_devices: int | None = None,
-                devices: Sequence[Any] | None = None,
-                backend: str = "pmap") -> WorkerLayout:
+def make_layout(
+    num_workers: int,
+    num_devices: int | None = None,
+    devices: Sequence[Any] | None = None,
+    backend: str = "pmap",
+) -> WorkerLayout:
   """Chooses the devices for ``num_workers`` workers.
 
   With several processes (``jax.process_count() > 1``, see
@@ -147,8 +151,7 @@ def make_layout(num_workers: int, num_devices: int | None = None,
       unknown backend, or for pmap across processes.
   """
   if backend not in BACKENDS:
-    raise LayoutError(f"unknown mapping backend {backend!r}; allowed: "
-                      f"{', '.join(BACKENDS)}")
+    raise LayoutError(f"unknown mapping backend {backend!r}; allowed: " f"{', '.join(BACKENDS)}")
   checks.integer("num_workers", num_workers, 1, error=LayoutError)
   available = list(devices) if devices is not None else jax.devices()
   procs = sorted({d.process_index for d in available})
@@ -156,17 +159,20 @@ def make_layout(num_workers: int, num_devices: int | None = None,
     available.sort(key=lambda d: (d.process_index, d.id))
     return _multiprocess_layout(num_workers, num_devices, available, procs, backend)
   if num_devices is None:
-    num_devices = max(d for d in range(1, min(num_workers, len(available)) + 1)
-                      if num_workers % d == 0)
+    num_devices = max(
+        d for d in range(1, min(num_workers, len(available)) + 1) if num_workers % d == 0
+    )
   checks.integer("num_devices", num_devices, 1, error=LayoutError)
   if num_devices > len(available):
     raise LayoutError(
         f"num_devices={num_devices} but only {len(available)} "
-        f"{available[0].platform} device(s) are available")
+        f"{available[0].platform} device(s) are available"
+    )
   if num_workers % num_devices:
     raise LayoutError(
         f"num_workers={num_workers} is not a multiple of the {num_devices} "
-        f"devices used; allowed: a multiple of {num_devices}")
+        f"devices used; allowed: a multiple of {num_devices}"
+    )
   return WorkerLayout(int(num_workers), tuple(available[:num_devices]), backend)
 
 
@@ -174,7 +180,8 @@ def _multiprocess_layout(num_workers, num_devices, available, procs, backend):
   if backend != "shard_map":
     raise LayoutError(
         f"{len(procs)} processes need the 'shard_map' mapping backend, got "
-        f"{backend!r} (--mapping-backend shard_map)")
+        f"{backend!r} (--mapping-backend shard_map)"
+    )
   per_proc = {p: [d for d in available if d.process_index == p] for p in procs}
   most = min(len(v) for v in per_proc.values()) * len(procs)
   if num_devices is None:
@@ -182,17 +189,20 @@ def _multiprocess_layout(num_workers, num_devices, available, procs, backend):
     if not fits:
       raise LayoutError(
           f"num_workers={num_workers} cannot be spread over {len(procs)} "
-          f"processes; allowed: a multiple of {len(procs)}")
+          f"processes; allowed: a multiple of {len(procs)}"
+      )
     num_devices = max(fits)
   checks.integer("num_devices", num_devices, 1, error=LayoutError)
   if num_devices % len(procs) or num_devices > most:
     raise LayoutError(
         f"num_devices={num_devices} must be a multiple of the {len(procs)} "
-        f"processes and at most {most} (the same number of devices from each)")
+        f"processes and at most {most} (the same number of devices from each)"
+    )
   if num_workers % num_devices:
     raise LayoutError(
         f"num_workers={num_workers} is not a multiple of the {num_devices} "
-        f"devices used; allowed: a multiple of {num_devices}")
+        f"devices used; allowed: a multiple of {num_devices}"
+    )
   k = num_devices // len(procs)
   chosen = tuple(d for p in procs for d in per_proc[p][:k])
   return WorkerLayout(int(num_workers), chosen, backend)
@@ -206,9 +216,13 @@ def _pmap_axis(kind):
   return None if kind == "broadcast" else 0
 
 
-def map_workers(fn: Callable, layout: WorkerLayout, in_kinds: Sequence[str],
-                out_kinds: Sequence[str], donate_argnums: Sequence[int] = ()
-                ) -> Callable:
+def map_workers(
+    fn: Callable,
+    layout: WorkerLayout,
+    in_kinds: Sequence[str],
+    out_kinds: Sequence[str],
+    donate_argnums: Sequence[int] = (),
+) -> Callable:
   """Maps per-worker ``fn`` over all workers of ``layout``.
 
   ``fn`` sees one worker's values (no leading axes) and may use collectives over
@@ -237,8 +251,9 @@ def map_workers(fn: Callable, layout: WorkerLayout, in_kinds: Sequence[str],
   return _map_devices(inner, layout, in_kinds, single, tuple(donate_argnums))
 
 
-def vmap_workers(fn: Callable, num_workers: int, in_kinds: Sequence[str],
-                 out_kinds: Sequence[str]) -> Callable:
+def vmap_workers(
+    fn: Callable, num_workers: int, in_kinds: Sequence[str], out_kinds: Sequence[str]
+) -> Callable:
   """Maps per-worker ``fn`` over ``num_workers`` simulated workers with ``vmap`` only.
 
   The same binding of :data:`WORKER_AXES` as :func:`map_workers` on one
@@ -262,8 +277,7 @@ def vmap_workers(fn: Callable, num_workers: int, in_kinds: Sequence[str],
     ValueError: for an unknown kind.
   """
   _check_kinds(in_kinds, out_kinds)
-  local = _vmap_local(fn, in_kinds, out_kinds, alone=num_workers == 1,
-                      axis_size=num_workers)
+  local = _vmap_local(fn, in_kinds, out_kinds, alone=num_workers == 1, axis_size=num_workers)
   # one simulated device: the device axis (size 1) binds the name; no input is
   # batched along it, so only what depends on the device index (the workers'
   # keys, through worker_index) is computed with a leading axis of size 1
@@ -283,18 +297,24 @@ def _vmap_local(fn, in_kinds, out_kinds, alone: bool, axis_size: int | None = No
   """
   single = len(out_kinds) == 1
   out_axes = tuple(0 if alone else _vmap_axis(k) for k in out_kinds)
-  inner = jax.vmap(fn, in_axes=tuple(_vmap_axis(k) for k in in_kinds),
-                   out_axes=out_axes[0] if single else out_axes, axis_name=LOCAL_AXIS,
-                   axis_size=axis_size)
+  inner = jax.vmap(
+      fn,
+      in_axes=tuple(_vmap_axis(k) for k in in_kinds),
+      out_axes=out_axes[0] if single else out_axes,
+      axis_name=LOCAL_AXIS,
+      axis_size=axis_size,
+  )
   if not alone:
     return inner
 
   def squeeze_shared(*args):
     out = inner(*args)
     outs = (out,) if single else out
-    outs = tuple(jax.tree.map(lambda x: x[0], o) if k == "shared" else o
-                 for o, k in zip(outs, out_kinds))
+    outs = tuple(
+        jax.tree.map(lambda x: x[0], o) if k == "shared" else o for o, k in zip(outs, out_kinds)
+    )
     return outs[0] if single else outs
+
   return squeeze_shared
 
 
@@ -311,9 +331,13 @@ def _map_devices(per_device, layout, in_kinds, single, donate_argnums):
   devices of ``layout`` by its backend."""
   if layout.backend == "shard_map":
     return _shard_map_workers(per_device, layout, in_kinds, single, donate_argnums)
-  return jax.pmap(per_device, axis_name=DEVICE_AXIS,
-                  in_axes=tuple(_pmap_axis(k) for k in in_kinds),
-                  devices=layout.devices, donate_argnums=donate_argnums)
+  return jax.pmap(
+      per_device,
+      axis_name=DEVICE_AXIS,
+      in_axes=tuple(_pmap_axis(k) for k in in_kinds),
+      devices=layout.devices,
+      donate_argnums=donate_argnums,
+  )
 
 
 def _merged_workers_step(step: Callable, alone: bool) -> Callable:
@@ -341,9 +365,9 @@ def _merged_workers_step(step: Callable, alone: bool) -> Callable:
     merged = jax.tree.map(lambda x: x.reshape(1, w * x.shape[1], *x.shape[2:]), batch)
     one = jax.tree.map(lambda x: x[:1], worker)
     worker_out, shared_out, loss = inner(one, shared, merged, key)
-    worker_out = jax.tree.map(lambda x: jnp.broadcast_to(x, (w, *x.shape[1:])),
-                              worker_out)
+    worker_out = jax.tree.map(lambda x: jnp.broadcast_to(x, (w, *x.shape[1:])), worker_out)
     return worker_out, shared_out, jnp.broadcast_to(loss, (w,))
+
   return per_device
 
 
@@ -353,8 +377,9 @@ STEP_OUT_KINDS = ("worker", "shared", "worker")
 shared, loss)`` (``easgd.core.algorithms.Algorithm``)."""
 
 
-def map_step(algorithm, layout: WorkerLayout, donate_state: bool = True,
-             merge_workers: bool = True) -> Callable:
+def map_step(
+    algorithm, layout: WorkerLayout, donate_state: bool = True, merge_workers: bool = True
+) -> Callable:
   """An algorithm's step mapped over all workers, with its program chosen per step.
 
   The result is ``step_fn(worker, shared, batch, key, clock) -> (worker,
@@ -408,17 +433,21 @@ def map_step(algorithm, layout: WorkerLayout, donate_state: bool = True,
     Algorithm 1 of the paper ("if tau divides t"), decided on the host.
   """
   if not isinstance(algorithm, Algorithm):
-    raise TypeError(f"algorithm must be an easgd.core.algorithms.Algorithm, got "
-                    f"{type(algorithm).__name__}")
+    raise TypeError(
+        f"algorithm must be an easgd.core.algorithms.Algorithm, got " f"{type(algorithm).__name__}"
+    )
   if not isinstance(layout, WorkerLayout):
-    raise TypeError(f"layout must be an easgd.parallel.workers.WorkerLayout (make_layout), got "
-                    f"{type(layout).__name__}")
+    raise TypeError(
+        f"layout must be an easgd.parallel.workers.WorkerLayout (make_layout), got "
+        f"{type(layout).__name__}"
+    )
   donate = (0, 1) if donate_state else ()
 
   def mapped(fn):
     if algorithm.shared_model and merge_workers:
-      return _map_devices(_merged_workers_step(fn, layout.num_workers == 1), layout,
-                          STEP_IN_KINDS, False, donate)
+      return _map_devices(
+          _merged_workers_step(fn, layout.num_workers == 1), layout, STEP_IN_KINDS, False, donate
+      )
     return map_workers(fn, layout, STEP_IN_KINDS, STEP_OUT_KINDS, donate)
 
   table = algorithm.programs()
@@ -430,6 +459,7 @@ def map_step(algorithm, layout: WorkerLayout, donate_state: bool = True,
   def step_fn(worker, shared, batch, key, clock):
     checks.integer("clock", clock, 0, 2**31 - 1, what="the number of steps taken")
     return programs[select_program(table, clock)](worker, shared, batch, key)
+
   step_fn.programs = programs
   return step_fn
 
@@ -437,9 +467,11 @@ def map_step(algorithm, layout: WorkerLayout, donate_state: bool = True,
 def _clock_checked(program) -> Callable:
   """``program.step`` whose loss is NaN where ``program.runs_at(shared.step)``
   does not hold (the host's clock picked the wrong program)."""
+
   def step(worker, shared, batch, key):
     worker_out, shared_out, loss = program.step(worker, shared, batch, key)
     return worker_out, shared_out, jnp.where(program.runs_at(shared.step), loss, jnp.nan)
+
   return step
 
 
@@ -454,16 +486,18 @@ def _shard_map_workers(inner, layout, in_kinds, single, donate_argnums):
   in_specs = tuple(P() if k == "broadcast" else P(DEVICE_AXIS) for k in in_kinds)
 
   def per_device(*args):
-    args = [a if k == "broadcast" else jax.tree.map(lambda x: x[0], a)
-            for a, k in zip(args, in_kinds)]
+    args = [
+        a if k == "broadcast" else jax.tree.map(lambda x: x[0], a) for a, k in zip(args, in_kinds)
+    ]
     out = inner(*args)
     return jax.tree.map(lambda x: x[None], out)
 
   # check_vma=False as in JAX's own pmap-on-shard_map: the varying-axes type
   # check rejects a psum over ("devices", "local_workers") where the second
   # axis is vmap's, not the mesh's, although the collective is well defined.
-  mapped = jax.shard_map(per_device, mesh=layout.mesh, in_specs=in_specs,
-                         out_specs=P(DEVICE_AXIS), check_vma=False)
+  mapped = jax.shard_map(
+      per_device, mesh=layout.mesh, in_specs=in_specs, out_specs=P(DEVICE_AXIS), check_vma=False
+  )
   return jax.jit(mapped, donate_argnums=donate_argnums)
 
 
@@ -480,6 +514,7 @@ def _put(tree, layout: WorkerLayout):
     if jax.process_count() == 1:
       return jax.device_put(x, sharding)
     return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
   return jax.tree.map(put, tree)
 
 
@@ -495,8 +530,9 @@ def replicate_per_worker(tree, layout: WorkerLayout):
     The pytree with leaves [d, w, *shape] (dtype kept), sharded over the devices.
   """
   d, w = layout.num_devices, layout.workers_per_device
-  return _put(jax.tree.map(
-      lambda x: np.broadcast_to(np.asarray(x), (d, w, *np.shape(x))), tree), layout)
+  return _put(
+      jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (d, w, *np.shape(x))), tree), layout
+  )
 
 
 def replicate_per_device(tree, layout: WorkerLayout):
@@ -510,8 +546,9 @@ def replicate_per_device(tree, layout: WorkerLayout):
     The pytree with leaves [d, *shape] (dtype kept), sharded over the devices.
   """
   d = layout.num_devices
-  return _put(jax.tree.map(
-      lambda x: np.broadcast_to(np.asarray(x), (d, *np.shape(x))), tree), layout)
+  return _put(
+      jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (d, *np.shape(x))), tree), layout
+  )
 
 
 def place_state(algorithm, params, layout: WorkerLayout, model_state=()):
@@ -550,9 +587,11 @@ def split_workers(tree, layout: WorkerLayout):
   def reshape(x):
     x = np.asarray(x)
     if x.shape[:1] != (layout.num_workers,):
-      raise LayoutError(f"expected a leading axis of num_workers="
-                        f"{layout.num_workers}, got shape {x.shape}")
+      raise LayoutError(
+          f"expected a leading axis of num_workers=" f"{layout.num_workers}, got shape {x.shape}"
+      )
     return x.reshape(d, w, *x.shape[1:])
+
   return _put(jax.tree.map(reshape, tree), layout)
 
 
@@ -584,11 +623,14 @@ def split_local_workers(tree, layout: WorkerLayout):
   def put(x):
     x = np.asarray(x)
     if x.shape[:1] != (n_local,):
-      raise LayoutError(f"expected a leading axis of this process's {n_local} "
-                        f"workers, got shape {x.shape}")
+      raise LayoutError(
+          f"expected a leading axis of this process's {n_local} " f"workers, got shape {x.shape}"
+      )
     local = x.reshape(n_local // w, w, *x.shape[1:])
     return jax.make_array_from_process_local_data(
-        sharding, local, (layout.num_devices, w, *x.shape[1:]))
+        sharding, local, (layout.num_devices, w, *x.shape[1:])
+    )
+
   return jax.tree.map(put, tree)
 
 
@@ -605,11 +647,14 @@ def to_host(tree):
   Returns:
     The pytree with NumPy leaves of the same global shapes and dtypes.
   """
+
   def host(x):
     if isinstance(x, jax.Array) and not x.is_fully_addressable:
       from jax.experimental import multihost_utils
+
       return np.asarray(multihost_utils.process_allgather(x, tiled=True))
     return np.asarray(x)
+
   return jax.tree.map(host, tree)
 
 
@@ -640,11 +685,13 @@ def first_copy(tree):
   Returns:
     The pytree with NumPy leaves [*shape] (dtype kept).
   """
+
   def first(x):
     if isinstance(x, jax.Array) and not x.is_fully_addressable:
       shard = min(x.addressable_shards, key=lambda s: s.index[0].start or 0)
       return np.asarray(shard.data)[0]
     return np.asarray(x[0])
+
   return jax.tree.map(first, tree)
 
 
@@ -653,8 +700,10 @@ def shared_copies_equal(tree) -> bool:
 
   Gathers across processes (see :func:`to_host`).
   """
+
   def equal(x):
     return all(x[i].tobytes() == x[0].tobytes() for i in range(1, x.shape[0]))
+
   return all(equal(x) for x in jax.tree.leaves(to_host(tree)))
 
 
@@ -665,6 +714,7 @@ def worker_index():
     easgd.core.elastic.MappingError: called outside a mapping.
   """
   from easgd.core import elastic
+
   return elastic.worker_index(WORKER_AXES)
 
 
@@ -675,4 +725,5 @@ def num_mapped_workers() -> int:
     easgd.core.elastic.MappingError: called outside a mapping.
   """
   from easgd.core import elastic
+
   return elastic.worker_axis_size(WORKER_AXES)

@@ -13,8 +13,10 @@ __all__, __getattr__, __dir__ = lazy_exports(
     names={
         "easgd.protocol.config": (
             "ProtocolError Arm ProtocolConfig Network log_grid load_protocol_file "
-            "GIGABIT_ETHERNET HUNDRED_GIGABIT_ETHERNET"),
+            "GIGABIT_ETHERNET HUNDRED_GIGABIT_ETHERNET"
+        ),
         "easgd.protocol.runs": "run_protocol",
         "easgd.protocol.stats": "mean_interval difference_interval verdict",
         "easgd.protocol.report": "load_results results_markdown write_report",
-    })
+    },
+)

@@ -49,8 +49,19 @@ _real = functools.partial(checks.real, error=ProtocolError)
 RESULTS_JSON = "results.json"
 """The file a protocol's results are written to (``easgd protocol --workdir``)."""
 
-FIXED_BY_BASE = ("algorithm", "learning_rate", "seed", "validation_examples", "dataset",
-                 "data_dir", "model", "param_dtype", "compute_dtype", "crop_size", "runtime")
+FIXED_BY_BASE = (
+    "algorithm",
+    "learning_rate",
+    "seed",
+    "validation_examples",
+    "dataset",
+    "data_dir",
+    "model",
+    "param_dtype",
+    "compute_dtype",
+    "crop_size",
+    "runtime",
+)
 """Fields an arm may not override: its algorithm is ``Arm.algorithm``; one data
 set, split, model and runtime for every arm (the programs share them); the rate
 and seed come from the protocol."""
@@ -83,6 +94,7 @@ class Network:
   bandwidth_bytes_per_s`` (ring all-reduce traffic per worker). Every field
   carries its meaning and unit in its help text.
   """
+
   name: str = option("1GbE", "the network's name (keys the modelled times)")
   bandwidth_bytes_per_s: float = option(125e6, "link bandwidth per worker, bytes per second")
   latency_s: float = option(50e-6, "seconds added to every all-reduce")
@@ -102,23 +114,33 @@ class Arm:
   (``dataclasses.fields(Arm)[i].metadata["help"]``; the README's table of the
   protocol's fields is printed from it by ``scripts/protocol_fields.py``).
   """
-  name: str = option(REQUIRED, "the arm's label, unique in the protocol (e.g. "
-                     "'easgd tau=4'); keys results.json's arms")
+
+  name: str = option(
+      REQUIRED,
+      "the arm's label, unique in the protocol (e.g. " "'easgd tau=4'); keys results.json's arms",
+  )
   algorithm: str = option(REQUIRED, "a name of easgd.methods.registry.ALGORITHMS")
   overrides: Mapping[str, Any] = option(
-      REQUIRED, "TrainConfig fields that differ from the protocol's base (tau, "
+      REQUIRED,
+      "TrainConfig fields that differ from the protocol's base (tau, "
       "num_workers, global_batch_size, num_epochs, delta, beta, sync_warmup_steps, "
       "lr_scaling, ...); settings the algorithm does not read are reset to their "
       "defaults (TrainConfig.for_algorithm) before the overrides apply; not "
-      f"allowed: {', '.join(FIXED_BY_BASE)}", factory=dict)
+      f"allowed: {', '.join(FIXED_BY_BASE)}",
+      factory=dict,
+  )
   learning_rates: tuple[float, ...] = option(
-      (), "the grid of base learning rates (learning_rate; the run's eta is it "
+      (),
+      "the grid of base learning rates (learning_rate; the run's eta is it "
       "times lr_scale), log-spaced (log_grid); the best is chosen on the "
-      "validation split; empty with lr_from")
+      "validation split; empty with lr_from",
+  )
   lr_from: str | None = option(
-      None, "instead of a grid, the arm whose chosen base rate this arm takes "
+      None,
+      "instead of a grid, the arm whose chosen base rate this arm takes "
       "(then its own lr_scaling applies, e.g. the linear scaling rule from a "
-      "1-worker arm); None: the arm's own grid")
+      "1-worker arm); None: the arm's own grid",
+  )
 
   def config(self, base: TrainConfig) -> TrainConfig:
     """The arm's ``TrainConfig`` (learning rate and seed still the base's)."""
@@ -135,35 +157,49 @@ class ProtocolConfig:
   table of the protocol's fields is printed from it by
   ``scripts/protocol_fields.py``). :meth:`validate` checks every value.
   """
+
   name: str = option(REQUIRED, "the experiment's name, without '/' (files, titles)")
-  description: str = option(REQUIRED, "what it asks, in a sentence or two (written to "
-                            "results.md)")
+  description: str = option(
+      REQUIRED, "what it asks, in a sentence or two (written to " "results.md)"
+  )
   base: TrainConfig = option(
-      REQUIRED, "the TrainConfig every arm starts from: data set, model, batch, "
+      REQUIRED,
+      "the TrainConfig every arm starts from: data set, model, batch, "
       "num_epochs (the budget) and validation_examples > 0 (the held-out split the "
-      "rates are chosen on)")
+      "rates are chosen on)",
+  )
   arms: tuple[Arm, ...] = option(REQUIRED, "the arms (Arm), at least one")
   tune_seeds: tuple[int, ...] = option(
-      (0, 1, 2), f"seeds of the tuning runs, at least {MIN_SEEDS}; every rate of a "
-      "grid runs with each")
+      (0, 1, 2),
+      f"seeds of the tuning runs, at least {MIN_SEEDS}; every rate of a " "grid runs with each",
+  )
   report_seeds: tuple[int, ...] = option(
-      (100, 101, 102), f"fresh seeds of the reported reruns at the chosen rate, at "
-      f"least {MIN_SEEDS}, none of them a tuning seed; only these see the test set")
+      (100, 101, 102),
+      f"fresh seeds of the reported reruns at the chosen rate, at "
+      f"least {MIN_SEEDS}, none of them a tuning seed; only these see the test set",
+  )
   eval_every_steps: int = option(
-      25, "the center is evaluated every this many local steps (and at the start "
-      "and the last step)")
+      25,
+      "the center is evaluated every this many local steps (and at the start " "and the last step)",
+  )
   targets: tuple[float, ...] = option(
-      (0.3, 0.2), "test errors (fractions in (0, 1)) of \"time to target\"")
+      (0.3, 0.2), 'test errors (fractions in (0, 1)) of "time to target"'
+  )
   networks: tuple[Network, ...] = option(
       (GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET),
-      "the networks (Network) of the modelled wall-clock time")
+      "the networks (Network) of the modelled wall-clock time",
+  )
   divergence_factor: float = option(
-      10.0, "a run whose center validation loss is non-finite or exceeds this "
+      10.0,
+      "a run whose center validation loss is non-finite or exceeds this "
       "factor times its initial value at its last evaluation counts as diverged "
-      "(its error is taken as 1 when rates are compared); > 1")
+      "(its error is taken as 1 when rates are compared); > 1",
+  )
   configs_per_batch: int | None = option(
-      None, "configurations vmapped together inside a program (easgd.sweeps.curves); "
-      "None: all of a program's configurations")
+      None,
+      "configurations vmapped together inside a program (easgd.sweeps.curves); "
+      "None: all of a program's configurations",
+  )
   eval_chunk: int = option(500, "examples per forward pass of an evaluation")
 
   def arm(self, name: str) -> Arm:
@@ -188,39 +224,53 @@ class ProtocolConfig:
     for field in ("arms", "tune_seeds", "report_seeds", "targets", "networks"):
       value = getattr(self, field)
       if not isinstance(value, tuple):
-        raise ProtocolError(f"{field} must be a tuple, got {type(value).__name__} "
-                            f"{value!r}")
+        raise ProtocolError(f"{field} must be a tuple, got {type(value).__name__} " f"{value!r}")
     if not isinstance(self.base, TrainConfig):
       raise ProtocolError(f"base must be an easgd.TrainConfig, got {type(self.base).__name__}")
     base = self.base.validate()
-    _int("validation_examples (of base)", base.validation_examples, 1,
-         what="the rates are chosen on a held-out split")
+    _int(
+        "validation_examples (of base)",
+        base.validation_examples,
+        1,
+        what="the rates are chosen on a held-out split",
+    )
     if base.model in BATCH_NORM_MODELS:
-      raise ProtocolError(f"model {base.model!r} has BatchNorm, which the protocol's "
-                          "one-program runs do not keep; use the trainer")
+      raise ProtocolError(
+          f"model {base.model!r} has BatchNorm, which the protocol's "
+          "one-program runs do not keep; use the trainer"
+      )
     if base.crop_size is not None:
-      raise ProtocolError("crop_size: the protocol gathers whole examples inside the "
-                          "program; allowed: crop_size None")
+      raise ProtocolError(
+          "crop_size: the protocol gathers whole examples inside the "
+          "program; allowed: crop_size None"
+      )
     if base.dataset in SEEDED_SPLITS:
       raise ProtocolError(
           f"dataset {base.dataset!r} draws its train/test split from the seed: a "
           "tuning seed's validation examples would be test examples of a report "
-          f"seed; allowed: {', '.join(d for d in DATASETS if d not in SEEDED_SPLITS)}")
+          f"seed; allowed: {', '.join(d for d in DATASETS if d not in SEEDED_SPLITS)}"
+      )
     if base.runtime != "spmd":
-      raise ProtocolError(f"runtime {base.runtime!r}: the protocol simulates the "
-                          "workers in one program; allowed: runtime 'spmd'")
+      raise ProtocolError(
+          f"runtime {base.runtime!r}: the protocol simulates the "
+          "workers in one program; allowed: runtime 'spmd'"
+      )
     for field, seeds in (("tune_seeds", self.tune_seeds), ("report_seeds", self.report_seeds)):
       if not isinstance(seeds, tuple) or len(seeds) < MIN_SEEDS:
-        raise ProtocolError(f"{field} must be a tuple of at least {MIN_SEEDS} seeds "
-                            f"(a 95% interval needs n >= {MIN_SEEDS}), got {seeds!r}")
+        raise ProtocolError(
+            f"{field} must be a tuple of at least {MIN_SEEDS} seeds "
+            f"(a 95% interval needs n >= {MIN_SEEDS}), got {seeds!r}"
+        )
       for s in seeds:
         _int(f"{field} entry", s, 0, 2**32 - 1)
       if len(set(seeds)) != len(seeds):
         raise ProtocolError(f"{field} has a seed twice: {seeds!r}")
     shared = sorted(set(self.tune_seeds) & set(self.report_seeds))
     if shared:
-      raise ProtocolError(f"report_seeds must be fresh: {shared} also tune the rates; "
-                          "give the reruns seeds the tuning never used")
+      raise ProtocolError(
+          f"report_seeds must be fresh: {shared} also tune the rates; "
+          "give the reruns seeds the tuning never used"
+      )
     _int("eval_every_steps", self.eval_every_steps, 1)
     if not self.targets:
       raise ProtocolError("targets must hold at least one test error")
@@ -235,13 +285,15 @@ class ProtocolConfig:
         raise ProtocolError(f"networks entries must be easgd.protocol.config.Network, got {n!r}")
       if not isinstance(n.name, str) or not n.name:
         raise ProtocolError(f"a network's name must be a non-empty string, got {n.name!r}")
-      _real(f"bandwidth_bytes_per_s of network {n.name!r}", n.bandwidth_bytes_per_s, 0,
-            open_low=True)
+      _real(
+          f"bandwidth_bytes_per_s of network {n.name!r}", n.bandwidth_bytes_per_s, 0, open_low=True
+      )
       _real(f"latency_s of network {n.name!r}", n.latency_s, 0)
     names = [n.name for n in self.networks]
     if len(set(names)) != len(names):
-      raise ProtocolError(f"two networks share a name: {names}; the modelled times are "
-                          "keyed by it")
+      raise ProtocolError(
+          f"two networks share a name: {names}; the modelled times are " "keyed by it"
+      )
     _real("divergence_factor", self.divergence_factor, 1, open_low=True)
     if self.configs_per_batch is not None:
       _int("configs_per_batch", self.configs_per_batch, 1)
@@ -256,14 +308,19 @@ class ProtocolConfig:
       if not isinstance(a, Arm):
         raise ProtocolError(f"arms entries must be easgd.protocol.config.Arm, got {a!r}")
       if not isinstance(a.overrides, Mapping):
-        raise ProtocolError(f"overrides of arm {a.name!r} must be a dict of TrainConfig "
-                            f"fields, got {a.overrides!r}")
+        raise ProtocolError(
+            f"overrides of arm {a.name!r} must be a dict of TrainConfig "
+            f"fields, got {a.overrides!r}"
+        )
       if not isinstance(a.learning_rates, tuple):
-        raise ProtocolError(f"learning_rates of arm {a.name!r} must be a tuple (e.g. "
-                            f"log_grid(0.01, 1, 5)), got {a.learning_rates!r}")
+        raise ProtocolError(
+            f"learning_rates of arm {a.name!r} must be a tuple (e.g. "
+            f"log_grid(0.01, 1, 5)), got {a.learning_rates!r}"
+        )
       if a.lr_from is not None and not isinstance(a.lr_from, str):
-        raise ProtocolError(f"lr_from of arm {a.name!r} must be an arm's name or None, "
-                            f"got {a.lr_from!r}")
+        raise ProtocolError(
+            f"lr_from of arm {a.name!r} must be an arm's name or None, " f"got {a.lr_from!r}"
+        )
     names = [a.name for a in self.arms]
     gives: dict[str, dict[str, str]] = {}  # algorithm -> "alpha"/"beta" -> an arm
     for a in self.arms:
@@ -274,10 +331,12 @@ class ProtocolConfig:
       checks.choice("algorithm", a.algorithm, registry.ALGORITHMS, error=ProtocolError)
       fixed = sorted(set(FIXED_BY_BASE) & set(a.overrides))
       if fixed:
-        raise ProtocolError(f"arm {a.name!r} overrides {fixed}: the algorithm is the "
-                            "arm's own field, the learning rate comes from the grid, the "
-                            "seed from the protocol's seeds, and the data, split, crop, "
-                            "model, its dtypes and the runtime are the base's for every arm")
+        raise ProtocolError(
+            f"arm {a.name!r} overrides {fixed}: the algorithm is the "
+            "arm's own field, the learning rate comes from the grid, the "
+            "seed from the protocol's seeds, and the data, split, crop, "
+            "model, its dtypes and the runtime are the base's for every arm"
+        )
       arm_config = a.config(base).validate()  # tau, K vs the run's length: easgd.protocol.runs
       if "alpha" in registry.TABLE[a.algorithm].reads:
         given = "alpha" if arm_config.alpha is not None else "beta"
@@ -286,32 +345,42 @@ class ProtocolConfig:
           raise ProtocolError(
               f"arms of {a.algorithm} give alpha ({gives[a.algorithm]['alpha']!r}) and "
               f"beta ({gives[a.algorithm]['beta']!r}); their grids share one program: "
-              "give the same one of the two in every arm")
+              "give the same one of the two in every arm"
+          )
       if arm_config.max_worker_speed is not None:
-        raise ProtocolError(f"arm {a.name!r}: max_worker_speed draws the speeds from the "
-                            "seed, which a program over seeds cannot follow; give "
-                            "worker_speeds")
+        raise ProtocolError(
+            f"arm {a.name!r}: max_worker_speed draws the speeds from the "
+            "seed, which a program over seeds cannot follow; give "
+            "worker_speeds"
+        )
       if a.lr_from is None:
         if not a.learning_rates:
-          raise ProtocolError(f"arm {a.name!r} needs learning_rates (a log-spaced grid, "
-                              "easgd.protocol.config.log_grid) or lr_from")
-        values = [_real(f"learning rate of arm {a.name!r}", v, FLOAT32_TINY, MAX_REAL)
-                  for v in a.learning_rates]
+          raise ProtocolError(
+              f"arm {a.name!r} needs learning_rates (a log-spaced grid, "
+              "easgd.protocol.config.log_grid) or lr_from"
+          )
+        values = [
+            _real(f"learning rate of arm {a.name!r}", v, FLOAT32_TINY, MAX_REAL)
+            for v in a.learning_rates
+        ]
         _check_resolved_rates(a, arm_config, values)
         if len(set(values)) != len(values):
           raise ProtocolError(f"arm {a.name!r} has a learning rate twice: {a.learning_rates}")
         if len(values) > 2 and not _log_spaced(sorted(values)):
-          raise ProtocolError(f"arm {a.name!r}: learning_rates {a.learning_rates} are not "
-                              "log-spaced (equal ratios); use easgd.protocol.config.log_grid")
+          raise ProtocolError(
+              f"arm {a.name!r}: learning_rates {a.learning_rates} are not "
+              "log-spaced (equal ratios); use easgd.protocol.config.log_grid"
+          )
       else:
         if a.learning_rates:
-          raise ProtocolError(f"arm {a.name!r} gives both learning_rates and lr_from; "
-                              "give one")
+          raise ProtocolError(f"arm {a.name!r} gives both learning_rates and lr_from; " "give one")
         checks.choice(f"lr_from of arm {a.name!r}", a.lr_from, names, error=ProtocolError)
         source = self.arm(a.lr_from)
         if source.lr_from is not None:
-          raise ProtocolError(f"arm {a.name!r} takes its rate from {source.name!r}, which "
-                              "takes its own from another arm; point at an arm with a grid")
+          raise ProtocolError(
+              f"arm {a.name!r} takes its rate from {source.name!r}, which "
+              "takes its own from another arm; point at an arm with a grid"
+          )
         _check_resolved_rates(a, arm_config, source.learning_rates)
 
 
@@ -343,8 +412,7 @@ def load_protocol_file(path) -> ProtocolConfig:
       no ``get_protocol`` returning a ProtocolConfig
       (``easgd._util.flags.call_config_file``).
   """
-  return call_config_file(path, "get_protocol", ProtocolConfig, "protocol file",
-                          ProtocolError)
+  return call_config_file(path, "get_protocol", ProtocolConfig, "protocol file", ProtocolError)
 
 
 def to_dict(config: ProtocolConfig) -> dict[str, Any]:
@@ -352,23 +420,38 @@ def to_dict(config: ProtocolConfig) -> dict[str, Any]:
   config resolved)."""
   base = config.base
   return dict(
-      name=config.name, description=config.description, base=base.to_dict(),
-      arms=[dict(name=a.name, algorithm=a.algorithm, overrides=dict(a.overrides),
-                 learning_rates=list(a.learning_rates), lr_from=a.lr_from,
-                 config=a.config(base).to_dict()) for a in config.arms],
-      tune_seeds=list(config.tune_seeds), report_seeds=list(config.report_seeds),
-      eval_every_steps=config.eval_every_steps, targets=list(config.targets),
+      name=config.name,
+      description=config.description,
+      base=base.to_dict(),
+      arms=[
+          dict(
+              name=a.name,
+              algorithm=a.algorithm,
+              overrides=dict(a.overrides),
+              learning_rates=list(a.learning_rates),
+              lr_from=a.lr_from,
+              config=a.config(base).to_dict(),
+          )
+          for a in config.arms
+      ],
+      tune_seeds=list(config.tune_seeds),
+      report_seeds=list(config.report_seeds),
+      eval_every_steps=config.eval_every_steps,
+      targets=list(config.targets),
       networks=[dataclasses.asdict(n) for n in config.networks],
       divergence_factor=config.divergence_factor,
-      configs_per_batch=config.configs_per_batch, eval_chunk=config.eval_chunk)
+      configs_per_batch=config.configs_per_batch,
+      eval_chunk=config.eval_chunk,
+  )
 
 
 UNTUNABLE = "untunable"
 """The start of a grid flag saying that the grid could not choose a rate."""
 
 
-def lr_grid_edges(learning_rates: Sequence[float], chosen: float,
-                  tuning: Sequence[dict] | None = None) -> str | None:
+def lr_grid_edges(
+    learning_rates: Sequence[float], chosen: float, tuning: Sequence[dict] | None = None
+) -> str | None:
   """The flag of a chosen rate: at an edge of its grid, or a grid that cannot tune.
 
   Args:
@@ -388,8 +471,11 @@ def lr_grid_edges(learning_rates: Sequence[float], chosen: float,
   """
   if len(learning_rates) < 2:
     return f"{UNTUNABLE}: a single rate"
-  if tuning and all(d or e is None or not math.isfinite(e)
-                    for r in tuning for d, e in zip(r["diverged"], r["val_error_final"])):
+  if tuning and all(
+      d or e is None or not math.isfinite(e)
+      for r in tuning
+      for d, e in zip(r["diverged"], r["val_error_final"])
+  ):
     return f"{UNTUNABLE}: every rate diverged"
   if math.isclose(chosen, min(learning_rates)):
     return "low"

@@ -64,8 +64,9 @@ runs); a larger budget is refused before anything is compiled."""
 @dataclasses.dataclass
 class ArmRun:
   """An arm with what its runs need: config, steps, evaluation steps."""
+
   arm: Arm
-  config: TrainConfig          # the arm's config (learning rate: the base's)
+  config: TrainConfig  # the arm's config (learning rate: the base's)
   steps_per_epoch: int
   num_steps: int
   eval_steps: np.ndarray
@@ -105,17 +106,16 @@ def prepare(config: ProtocolConfig, num_train: int) -> dict[str, ArmRun]:
     except ConfigError as e:
       raise ProtocolError(f"arm {arm.name!r}: {e}") from None
     # every configuration of a program holds its batch indices of every step
-    configs = max(len(arm.learning_rates) * len(config.tune_seeds),
-                  len(config.report_seeds))
+    configs = max(len(arm.learning_rates) * len(config.tune_seeds), len(config.report_seeds))
     index_bytes = configs * total * cfg.global_batch_size * 4
     if index_bytes > MAX_INDEX_BYTES:
       raise ProtocolError(
           f"arm {arm.name!r}: {configs} configurations x {total} steps x "
           f"{cfg.global_batch_size} examples of batch indices need "
           f"{index_bytes / 2**30:.1f} GiB; allowed: at most {MAX_INDEX_BYTES / 2**30:g} "
-          f"GiB (fewer epochs, rates or seeds)")
-    runs[arm.name] = ArmRun(arm, cfg, spe, total,
-                            eval_steps_of(total, config.eval_every_steps))
+          f"GiB (fewer epochs, rates or seeds)"
+      )
+    runs[arm.name] = ArmRun(arm, cfg, spe, total, eval_steps_of(total, config.eval_every_steps))
   return runs
 
 
@@ -149,8 +149,9 @@ def why_separate(groups: list[list[ArmRun]]) -> list[str]:
       theirs = dict(program_key(other[0]))
       for k in sorted(set(mine) | set(theirs)):
         if mine.get(k) != theirs.get(k):
-          why = WHY_STATIC.get(k, f"{k} is not an array field of {algo} "
-                                  "(easgd.methods.registry)")
+          why = WHY_STATIC.get(
+              k, f"{k} is not an array field of {algo} " "(easgd.methods.registry)"
+          )
           reasons.add(f"{k} differs: {why}")
     out.append("; ".join(sorted(reasons)))
   return out
@@ -184,16 +185,14 @@ class SeedData:
         sets.append(ds)
     first = sets[0]
     self.num_classes, self.input_shape = first.num_classes, first.input_shape
-    self.train_idx, self.val_idx = data.validation_split(first.num_train,
-                                                         base.validation_examples)
+    self.train_idx, self.val_idx = data.validation_split(first.num_train, base.validation_examples)
     self.num_train = len(self.train_idx)
     self.sets = sets
 
   def train(self):
     """(x [S, N, ...], y [S, N]): every training example (the held-out ones
     too: the runs gather only their training indices)."""
-    return (np.stack([d.train_x for d in self.sets]),
-            np.stack([d.train_y for d in self.sets]))
+    return (np.stack([d.train_x for d in self.sets]), np.stack([d.train_y for d in self.sets]))
 
   def num_examples(self, split: str) -> int:
     """How many validation ("val") or test ("test") examples each seed has."""
@@ -230,8 +229,7 @@ class SeedData:
     x = np.stack([np.concatenate([v, np.zeros((pad, *v.shape[1:]), v.dtype)]) for v in xs])
     y = np.stack([np.concatenate([v, np.zeros((pad,), v.dtype)]) for v in ys])
     mask = (np.arange(c * chunk) < n).reshape(c, chunk)
-    return (x.reshape(len(xs), c, chunk, *x.shape[2:]), y.reshape(len(ys), c, chunk),
-            mask)
+    return (x.reshape(len(xs), c, chunk, *x.shape[2:]), y.reshape(len(ys), c, chunk), mask)
 
 
 def batch_indices(seed_data: SeedData, run: ArmRun, seed: int) -> np.ndarray:
@@ -239,10 +237,14 @@ def batch_indices(seed_data: SeedData, run: ArmRun, seed: int) -> np.ndarray:
   full training set (the trainer's order: epochs 1, 2, ... of
   ``worker_batch_indices`` over the training part)."""
   c = run.config
-  idx = np.concatenate([
-      batches.worker_batch_indices(seed_data.num_train, c.num_workers,
-                                c.per_worker_batch_size, seed, epoch)
-      for epoch in range(1, c.num_epochs + 1)])[:run.num_steps]
+  idx = np.concatenate(
+      [
+          batches.worker_batch_indices(
+              seed_data.num_train, c.num_workers, c.per_worker_batch_size, seed, epoch
+          )
+          for epoch in range(1, c.num_epochs + 1)
+      ]
+  )[: run.num_steps]
   return seed_data.train_idx[idx].astype(np.int32)
 
 
@@ -273,12 +275,17 @@ def make_eval(model, splits):
       x, y, mask = shared[split]
       m = mask[j]
       loss, correct = models.per_example_stats(
-          model.apply({"params": params}, x[cfg["slot"], j], train=False),
-          y[cfg["slot"], j])
-      out.update({f"{split}_loss_sum": jnp.sum(jnp.where(m, loss, 0.0)),
-                  f"{split}_correct": jnp.sum(jnp.where(m, correct, 0).astype(jnp.float32)),
-                  f"{split}_count": jnp.sum(m).astype(jnp.float32)})
+          model.apply({"params": params}, x[cfg["slot"], j], train=False), y[cfg["slot"], j]
+      )
+      out.update(
+          {
+              f"{split}_loss_sum": jnp.sum(jnp.where(m, loss, 0.0)),
+              f"{split}_correct": jnp.sum(jnp.where(m, correct, 0).astype(jnp.float32)),
+              f"{split}_count": jnp.sum(m).astype(jnp.float32),
+          }
+      )
     return out
+
   return eval_fn
 
 
@@ -290,8 +297,10 @@ def make_final(model):
   def final_fn(worker_params, center, shared, cfg, j):
     correct = jax.vmap(lambda w: test_eval(w, shared, cfg, j)["test_correct"])(worker_params)
     dist = jax.vmap(lambda w: elastic.tree_l2_distance(w, center))(worker_params)
-    return dict(worker_test_correct=correct,
-                worker_center_distance=jnp.where(j == 0, jnp.mean(dist), 0.0))
+    return dict(
+        worker_test_correct=correct, worker_center_distance=jnp.where(j == 0, jnp.mean(dist), 0.0)
+    )
+
   return final_fn
 
 
@@ -319,9 +328,16 @@ def means(curves: dict, split: str) -> tuple[np.ndarray, np.ndarray]:
   return curves[f"{split}_loss_sum"] / count, 1.0 - curves[f"{split}_correct"] / count
 
 
-def run_program(group: list[ArmRun], configs: list[dict], seed_data: SeedData,
-                model, kind: str, protocol: ProtocolConfig, *,
-                return_center: bool = False) -> tuple[dict, dict]:
+def run_program(
+    group: list[ArmRun],
+    configs: list[dict],
+    seed_data: SeedData,
+    model,
+    kind: str,
+    protocol: ProtocolConfig,
+    *,
+    return_center: bool = False,
+) -> tuple[dict, dict]:
   """Runs the configurations of one program.
 
   Args:
@@ -344,8 +360,7 @@ def run_program(group: list[ArmRun], configs: list[dict], seed_data: SeedData,
   static = first.config
   spec = registry.TABLE[static.algorithm]
   by_name = {r.arm.name: r for r in group}
-  varying = [f for f in spec.array_fields
-             if len({getattr(r.config, f) for r in group}) > 1]
+  varying = [f for f in spec.array_fields if len({getattr(r.config, f) for r in group}) > 1]
   loss_fn = make_loss_fn(model)
 
   def build(learning_rate, **fields):
@@ -353,9 +368,11 @@ def run_program(group: list[ArmRun], configs: list[dict], seed_data: SeedData,
     opt = make_optimizer(static, first.steps_per_epoch, learning_rate=learning_rate)
     return spec.build(cfg, loss_fn, opt, first.num_steps)
 
-  hyper = {"learning_rate": np.asarray(
-      [c["learning_rate"] * by_name[c["arm"]].config.lr_scale for c in configs],
-      np.float32)}
+  hyper = {
+      "learning_rate": np.asarray(
+          [c["learning_rate"] * by_name[c["arm"]].config.lr_scale for c in configs], np.float32
+      )
+  }
   for f in varying:
     values = [getattr(by_name[c["arm"]].config, f) for c in configs]
     hyper[f] = np.asarray(values, np.int32 if f == "tau" else np.float32)
@@ -365,21 +382,28 @@ def run_program(group: list[ArmRun], configs: list[dict], seed_data: SeedData,
     keys.append(step_key)
     params.append(models.init_params(model, seed_data.input_shape, init_key))
   params0 = jax.tree.map(lambda *a: jnp.stack(a), *params)
-  cfg_data = dict(slot=np.asarray([seed_data.slot[c["seed"]] for c in configs], np.int32),
-                  idx=np.stack([batch_indices(seed_data, by_name[c["arm"]], c["seed"])
-                                for c in configs]))
+  cfg_data = dict(
+      slot=np.asarray([seed_data.slot[c["seed"]] for c in configs], np.int32),
+      idx=np.stack([batch_indices(seed_data, by_name[c["arm"]], c["seed"]) for c in configs]),
+  )
   shared = dict(train=seed_data.train())
   splits = ("val",) if kind == "tune" else ("val", "test")
   num_chunks = max(seed_data.num_chunks(s, protocol.eval_chunk) for s in splits)
   for s in splits:
     shared[s] = seed_data.chunks(s, protocol.eval_chunk, num_chunks)
   program = make_curve_fn(
-      build, static.num_workers, first.num_steps, first.eval_steps,
-      batch_fn=batch_fn, eval_fn=make_eval(model, splits),
+      build,
+      static.num_workers,
+      first.num_steps,
+      first.eval_steps,
+      batch_fn=batch_fn,
+      eval_fn=make_eval(model, splits),
       eval_chunks=num_chunks,
       final_fn=make_final(model) if kind == "report" else None,
       configs_per_batch=protocol.configs_per_batch,
-      warmup_steps=static.sync_warmup_steps, return_center=return_center)
+      warmup_steps=static.sync_warmup_steps,
+      return_center=return_center,
+  )
   keys = jnp.stack(keys)
   start = time.perf_counter()
   with CompileCounter() as cc:
@@ -391,12 +415,19 @@ def run_program(group: list[ArmRun], configs: list[dict], seed_data: SeedData,
   if kind == "report":
     count = float(shared["test"][2].sum())
     out["final"]["worker_test_error"] = 1.0 - out["final"].pop("worker_test_correct") / count
-  info = dict(kind=kind, algorithm=static.algorithm, arms=[r.arm.name for r in group],
-              configs=len(configs), traced_fields=["learning_rate", "seed"] + varying,
-              num_workers=static.num_workers, num_steps=first.num_steps,
-              wall_s=round(time.perf_counter() - start, 3),
-              # the grid's programs (init, step per phase, evaluation, end); the
-              # others are JAX's small placement helpers
-              compiles=sum(str(n).endswith("_one)") for n in cc.names),
-              compiles_all=cc.count, compile_s=round(cc.seconds, 3))
+  info = dict(
+      kind=kind,
+      algorithm=static.algorithm,
+      arms=[r.arm.name for r in group],
+      configs=len(configs),
+      traced_fields=["learning_rate", "seed"] + varying,
+      num_workers=static.num_workers,
+      num_steps=first.num_steps,
+      wall_s=round(time.perf_counter() - start, 3),
+      # the grid's programs (init, step per phase, evaluation, end); the
+      # others are JAX's small placement helpers
+      compiles=sum(str(n).endswith("_one)") for n in cc.names),
+      compiles_all=cc.count,
+      compile_s=round(cc.seconds, 3),
+  )
   return out, info

@@ -59,11 +59,14 @@ def load_results(path) -> dict[str, Any]:
   try:
     results = json.loads(path.read_text())
   except (OSError, UnicodeDecodeError, ValueError) as e:
-    raise ProtocolError(f"'{path}' is not a readable protocol results file: "
-                        f"{type(e).__name__}: {e}") from None
+    raise ProtocolError(
+        f"'{path}' is not a readable protocol results file: " f"{type(e).__name__}: {e}"
+    ) from None
   if not isinstance(results, dict) or not {"protocol", "arms"} <= set(results):
-    raise ProtocolError(f"'{path}' is not a protocol's results (no 'protocol' and "
-                        "'arms'); write it with easgd protocol")
+    raise ProtocolError(
+        f"'{path}' is not a protocol's results (no 'protocol' and "
+        "'arms'); write it with easgd protocol"
+    )
   return results
 
 
@@ -88,10 +91,14 @@ def selected_error(results: dict[str, Any]) -> tuple[str, str]:
     (the arms' key, a description for the claims table).
   """
   if all("test_errors_at_best_val" in a for a in results["arms"].values()):
-    return ("test_errors_at_best_val", "test error at the evaluation with the lowest "
-            "validation error")
-  return ("final_test_errors", "final test error (the report runs recorded no "
-          "validation curve, so nothing is selected)")
+    return (
+        "test_errors_at_best_val",
+        "test error at the evaluation with the lowest " "validation error",
+    )
+  return (
+      "final_test_errors",
+      "final test error (the report runs recorded no " "validation curve, so nothing is selected)",
+  )
 
 
 def _has_best_val(results: dict[str, Any]) -> bool:
@@ -112,8 +119,14 @@ def _setting(arm: dict) -> str:
   return " ".join(parts)
 
 
-def _ttt(arm: dict, target: float, what: str = "steps", network: str | None = None,
-         scale: float = 1.0, digits: int = 0) -> str:
+def _ttt(
+    arm: dict,
+    target: float,
+    what: str = "steps",
+    network: str | None = None,
+    scale: float = 1.0,
+    digits: int = 0,
+) -> str:
   entry = arm["time_to_target"].get(str(target))
   if entry is None:
     return "-"
@@ -137,12 +150,18 @@ def results_markdown(results: dict[str, Any]) -> str:
       f"{proto['tune_seeds']}; reported on fresh seeds {proto['report_seeds']} "
       f"(mean \u00b1 95% Student-t half-width, n = {len(proto['report_seeds'])}). "
       f"Center evaluated every {proto['eval_every_steps']} local steps"
-      + ("; the test error at the best validation error is read at the evaluation with "
-         "the lowest validation error of each report run (nothing is chosen on the test "
-         "set). " if _has_best_val(results) else ". ") +
-      f"Total {results['wall_time_s']:.0f} s on {results['machine']['platform']} "
+      + (
+          "; the test error at the best validation error is read at the evaluation with "
+          "the lowest validation error of each report run (nothing is chosen on the test "
+          "set). "
+          if _has_best_val(results)
+          else ". "
+      )
+      + f"Total {results['wall_time_s']:.0f} s on {results['machine']['platform']} "
       f"({results['machine']['cpu_count']} cores, {results['machine']['note']}; "
-      f"JAX {results['machine']['jax_version']}).", ""]
+      f"JAX {results['machine']['jax_version']}).",
+      "",
+  ]
   targets = proto["targets"]
   best_val = _has_best_val(results)
   header = ["arm", "setting", "epochs (steps)", "rate (grid)", "final test err %"]
@@ -155,10 +174,17 @@ def results_markdown(results: dict[str, Any]) -> str:
     if a["lr_from"]:
       grid = f"from '{a['lr_from']}'"
     else:
-      grid = f"{min(a['learning_rates']):g}..{max(a['learning_rates']):g} ({len(a['learning_rates'])})"
+      grid = (
+          f"{min(a['learning_rates']):g}..{max(a['learning_rates']):g} ({len(a['learning_rates'])})"
+      )
     rate = f"{a['resolved_learning_rate']:.4g}" + grid_note(grid_flag(a))
-    row = [name, _setting(a), f"{a['epochs']} ({a['num_steps']})", f"{rate}; {grid}",
-           format_interval(a["final_test_error"])]
+    row = [
+        name,
+        _setting(a),
+        f"{a['epochs']} ({a['num_steps']})",
+        f"{rate}; {grid}",
+        format_interval(a["final_test_error"]),
+    ]
     row += [format_interval(a["test_error_at_best_val"])] if best_val else []
     row += [format_interval(a["final_worker_test_error"])]
     row += [_ttt(a, t) for t in targets]
@@ -167,42 +193,64 @@ def results_markdown(results: dict[str, Any]) -> str:
       row[4] += f" ({sum(a['diverged'])} diverged)"
     lines.append("| " + " | ".join(row) + " |")
   nets = [n["name"] for n in proto["networks"]]
-  net_text = ", ".join("%s: %g GB/s, %g us" % (n["name"], n["bandwidth_bytes_per_s"] / 1e9,
-                                               1e6 * n["latency_s"])
-                       for n in proto["networks"])
-  step_text = ", ".join("%.2f ms (batch %s)" % (1e3 * v, k)
-                        for k, v in results["compute_per_step_s"].items())
-  lines += ["", "Modelled wall-clock time to each target (seconds, mean \u00b1 95% "
-            "half-width): measured compute per local step on this machine x steps + per "
-            f"all-reduce latency + 2(p-1)/p x bytes / bandwidth ({net_text}); compute per "
-            f"step: {step_text}.", ""]
+  net_text = ", ".join(
+      "%s: %g GB/s, %g us" % (n["name"], n["bandwidth_bytes_per_s"] / 1e9, 1e6 * n["latency_s"])
+      for n in proto["networks"]
+  )
+  step_text = ", ".join(
+      "%.2f ms (batch %s)" % (1e3 * v, k) for k, v in results["compute_per_step_s"].items()
+  )
+  lines += [
+      "",
+      "Modelled wall-clock time to each target (seconds, mean \u00b1 95% "
+      "half-width): measured compute per local step on this machine x steps + per "
+      f"all-reduce latency + 2(p-1)/p x bytes / bandwidth ({net_text}); compute per "
+      f"step: {step_text}.",
+      "",
+  ]
   header = ["arm"] + [f"{100 * t:g}% on {n}" for t in targets for n in nets]
   lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
   for name, a in results["arms"].items():
     row = [name] + [_ttt(a, t, "modelled_s", n, digits=2) for t in targets for n in nets]
     lines.append("| " + " | ".join(row) + " |")
-  lines += ["", "Tuning (mean final validation error % over the tuning seeds per rate; "
-            "a diverged run counts as 100%):", ""]
+  lines += [
+      "",
+      "Tuning (mean final validation error % over the tuning seeds per rate; "
+      "a diverged run counts as 100%):",
+      "",
+  ]
   for name, a in results["arms"].items():
     if a["tuning"]:
       cells = ", ".join(
           f"{r['learning_rate']:g}: {100 * r['score']:.1f}"
           + (f" ({sum(r['diverged'])} div.)" if any(r["diverged"]) else "")
-          for r in a["tuning"])
+          for r in a["tuning"]
+      )
       lines.append(f"- {name}: {cells}; chosen {a['chosen_learning_rate']:g}")
-  lines += ["", "Compiled programs (one per group of arms that differ only in the "
-            "learning rate, the seed and their algorithm's array fields):", "",
-            "| kind | algorithm | arms | configs | traced per config | wall s | compile s | "
-            "why apart from the algorithm's other programs |", "|---|---|---|---|---|---|---|---|"]
+  lines += [
+      "",
+      "Compiled programs (one per group of arms that differ only in the "
+      "learning rate, the seed and their algorithm's array fields):",
+      "",
+      "| kind | algorithm | arms | configs | traced per config | wall s | compile s | "
+      "why apart from the algorithm's other programs |",
+      "|---|---|---|---|---|---|---|---|",
+  ]
   for p in results["programs"]:
-    lines.append(f"| {p['kind']} | {p['algorithm']} | {', '.join(p['arms'])} | {p['configs']} "
-                 f"| {', '.join(p['traced_fields'])} | {p['wall_s']:.1f} | "
-                 f"{p['compile_s']:.1f} | {p['separate_because'] or '-'} |")
+    lines.append(
+        f"| {p['kind']} | {p['algorithm']} | {', '.join(p['arms'])} | {p['configs']} "
+        f"| {', '.join(p['traced_fields'])} | {p['wall_s']:.1f} | "
+        f"{p['compile_s']:.1f} | {p['separate_because'] or '-'} |"
+    )
   return "\n".join(lines) + "\n"
 
 
-def compact_markdown(results: dict[str, Any], target: float | None = None,
-                     network: str | None = None, arms: Sequence[str] | None = None) -> str:
+def compact_markdown(
+    results: dict[str, Any],
+    target: float | None = None,
+    network: str | None = None,
+    arms: Sequence[str] | None = None,
+) -> str:
   """A short table of one experiment (the README's): chosen rate (and its grid
   flag), the final center test error and, where the report runs recorded
   validation curves, the test error at the evaluation with the lowest
@@ -216,28 +264,41 @@ def compact_markdown(results: dict[str, Any], target: float | None = None,
   best_val = _has_best_val(results)
   header = ["arm", "rate", "final test err %"]
   header += ["test err at best val %"] if best_val else []
-  header += [f"steps to {100 * target:g}%", f"{network} s to {100 * target:g}%",
-             "all-reduces / MB per worker"]
+  header += [
+      f"steps to {100 * target:g}%",
+      f"{network} s to {100 * target:g}%",
+      "all-reduces / MB per worker",
+  ]
   lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
   for name, a in results["arms"].items():
     if arms is not None and name not in arms:
       continue
-    row = [name, f"{a['resolved_learning_rate']:.3g}" + grid_note(grid_flag(a)),
-           format_interval(a["final_test_error"])]
+    row = [
+        name,
+        f"{a['resolved_learning_rate']:.3g}" + grid_note(grid_flag(a)),
+        format_interval(a["final_test_error"]),
+    ]
     row += [format_interval(a["test_error_at_best_val"])] if best_val else []
-    row += [_ttt(a, target), _ttt(a, target, "modelled_s", network, digits=2),
-            f"{a['all_reduces']} / {a['bytes_per_worker'] / 1e6:.1f}"]
+    row += [
+        _ttt(a, target),
+        _ttt(a, target, "modelled_s", network, digits=2),
+        f"{a['all_reduces']} / {a['bytes_per_worker'] / 1e6:.1f}",
+    ]
     lines.append("| " + " | ".join(row) + " |")
   return "\n".join(lines) + "\n"
 
 
-def differences(results: dict[str, Any], reference: str,
-                metric: str = "final_test_errors") -> dict[str, dict]:
+def differences(
+    results: dict[str, Any], reference: str, metric: str = "final_test_errors"
+) -> dict[str, dict]:
   """Each arm's ``metric`` minus the reference arm's: Welch's 95% interval over
   the report seeds (``easgd.protocol.stats.difference_interval``)."""
   ref = results["arms"][reference][metric]
-  return {name: protocol_stats.difference_interval(a[metric], ref)
-          for name, a in results["arms"].items() if name != reference}
+  return {
+      name: protocol_stats.difference_interval(a[metric], ref)
+      for name, a in results["arms"].items()
+      if name != reference
+  }
 
 
 def differences_markdown(results: dict[str, Any], reference: str) -> str:
@@ -245,17 +306,25 @@ def differences_markdown(results: dict[str, Any], reference: str) -> str:
   difference to ``reference`` (percentage points, Welch's 95% interval)."""
   diffs = differences(results, reference)
   ref = results["arms"][reference]
-  lines = [f"| arm | rate (resolved) | final test err % | minus '{reference}' (pp, 95% CI) "
-           f"| verdict |", "|---|---|---|---|---|",
-           f"| {reference} | {ref['resolved_learning_rate']:.3g} | "
-           f"{format_interval(ref['final_test_error'])} | - | - |"]
+  lines = [
+      f"| arm | rate (resolved) | final test err % | minus '{reference}' (pp, 95% CI) "
+      f"| verdict |",
+      "|---|---|---|---|---|",
+      f"| {reference} | {ref['resolved_learning_rate']:.3g} | "
+      f"{format_interval(ref['final_test_error'])} | - | - |",
+  ]
   for name, d in diffs.items():
     a = results["arms"][name]
     v = protocol_stats.verdict(d, holds_if="positive")
-    word = {"holds": "worse", "does not hold": "better", "inconclusive": "no difference "
-            "resolved"}[v]
-    lines.append(f"| {name} | {a['resolved_learning_rate']:.3g} | "
-                 f"{format_interval(a['final_test_error'])} | {_fmt_diff(d)} | {word} |")
+    word = {
+        "holds": "worse",
+        "does not hold": "better",
+        "inconclusive": "no difference " "resolved",
+    }[v]
+    lines.append(
+        f"| {name} | {a['resolved_learning_rate']:.3g} | "
+        f"{format_interval(a['final_test_error'])} | {_fmt_diff(d)} | {word} |"
+    )
   return "\n".join(lines) + "\n"
 
 
@@ -263,6 +332,7 @@ def plot_curves(results: dict[str, Any], path, group_by: str = "tau") -> None:
   """Center test error (mean over report seeds, 95% band) against local steps,
   one panel per value of ``group_by`` ("tau", "num_workers", or "" for one panel)."""
   import matplotlib
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   from scipy import stats
@@ -271,13 +341,15 @@ def plot_curves(results: dict[str, Any], path, group_by: str = "tau") -> None:
   for name, a in results["arms"].items():
     c = a["config"]
     reads = registry.TABLE[a["algorithm"]].reads
-    key = (c[group_by] if group_by and (group_by != "tau" or "tau" in reads)
-           else "any") if group_by else "all"
+    key = (
+        (c[group_by] if group_by and (group_by != "tau" or "tau" in reads) else "any")
+        if group_by
+        else "all"
+    )
     panels.setdefault(key, []).append((name, a))
   shared = panels.pop("any", [])
   keys = sorted(panels, key=str) or ["all"]
-  fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.6), sharey=True,
-                           squeeze=False)
+  fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.6), sharey=True, squeeze=False)
   for ax, key in zip(axes[0], keys):
     for i, (name, a) in enumerate(panels.get(key, []) + shared):
       rep = a["report"]
@@ -289,8 +361,11 @@ def plot_curves(results: dict[str, Any], path, group_by: str = "tau") -> None:
       style = "--" if (name, a) in shared else "-"
       ax.plot(steps, mean, style, color=f"C{i % 10}", label=name)
       ax.fill_between(steps, mean - half, mean + half, color=f"C{i % 10}", alpha=0.15)
-    ax.set(title=f"{group_by} = {key}" if group_by else "", xlabel="local steps per worker",
-           ylim=(0, 100))
+    ax.set(
+        title=f"{group_by} = {key}" if group_by else "",
+        xlabel="local steps per worker",
+        ylim=(0, 100),
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6)
   axes[0][0].set_ylabel("center test error (%)")
@@ -320,6 +395,7 @@ def write_report(workdir, group_by: str = "tau", results: dict | None = None) ->
     ProtocolError: no readable results.json (``results`` None).
   """
   from easgd.protocol.runs import results_json
+
   workdir = Path(workdir)
   fresh = results is not None
   if not fresh:
@@ -368,9 +444,17 @@ def _censored_times(arm: dict, target: float, network: str) -> list[float]:
   out = []
   for h in entry["steps"]:
     i = len(steps) - 1 if h is None else steps.index(h)
-    out.append(protocol_stats.modelled_seconds(
-        steps[i], arm["compute_per_step_s"], comm["all_reduces"][i], comm["bytes"][i],
-        c["num_workers"], net["bandwidth_bytes_per_s"], net["latency_s"]))
+    out.append(
+        protocol_stats.modelled_seconds(
+            steps[i],
+            arm["compute_per_step_s"],
+            comm["all_reduces"][i],
+            comm["bytes"][i],
+            c["num_workers"],
+            net["bandwidth_bytes_per_s"],
+            net["latency_s"],
+        )
+    )
   return out
 
 
@@ -379,16 +463,25 @@ def _resolution(arm: dict, network: str) -> float:
   c = arm["config"]
   net = next(n for n in arm["_networks"] if n["name"] == network)
   steps, comm = arm["report"]["eval_steps"], arm["communication_curve"]
-  return max(protocol_stats.modelled_seconds(
-      steps[i + 1] - steps[i], arm["compute_per_step_s"],
-      comm["all_reduces"][i + 1] - comm["all_reduces"][i],
-      comm["bytes"][i + 1] - comm["bytes"][i], c["num_workers"],
-      net["bandwidth_bytes_per_s"], net["latency_s"]) for i in range(len(steps) - 1))
+  return max(
+      protocol_stats.modelled_seconds(
+          steps[i + 1] - steps[i],
+          arm["compute_per_step_s"],
+          comm["all_reduces"][i + 1] - comm["all_reduces"][i],
+          comm["bytes"][i + 1] - comm["bytes"][i],
+          c["num_workers"],
+          net["bandwidth_bytes_per_s"],
+          net["latency_s"],
+      )
+      for i in range(len(steps) - 1)
+  )
 
 
 def _fmt_diff(d: dict, scale: float = 100.0, unit: str = " pp") -> str:
-  return (f"{scale * d['difference']:+.2f}{unit} [{scale * d['low']:+.2f}, "
-          f"{scale * d['high']:+.2f}]")
+  return (
+      f"{scale * d['difference']:+.2f}{unit} [{scale * d['low']:+.2f}, "
+      f"{scale * d['high']:+.2f}]"
+  )
 
 
 def claims(fig2: dict | None, fig3: dict | None) -> list[dict[str, Any]]:
@@ -431,9 +524,11 @@ def claims(fig2: dict | None, fig3: dict | None) -> list[dict[str, Any]]:
   if fig2 is not None:
     targets = fig2["protocol"]["targets"]
     if not any(abs(t - CLAIMS_TARGET) < 1e-12 for t in targets):
-      raise ValueError(f"the claim 'EAMSGD is fastest' is measured at test error "
-                       f"{CLAIMS_TARGET}, which is not among the protocol's targets "
-                       f"{targets}; add it to ProtocolConfig.targets")
+      raise ValueError(
+          f"the claim 'EAMSGD is fastest' is measured at test error "
+          f"{CLAIMS_TARGET}, which is not among the protocol's targets "
+          f"{targets}; add it to ProtocolConfig.targets"
+      )
     for a in fig2["arms"].values():
       a["_networks"] = fig2["protocol"]["networks"]
     out.append(_claim_fastest(fig2))
@@ -446,30 +541,33 @@ def claims(fig2: dict | None, fig3: dict | None) -> list[dict[str, Any]]:
 
 
 def _finish(claim, measurement, parts, n, source):
-  verdict = protocol_stats.combine_verdicts([p["verdict"] for p in parts]) if parts \
-      else "inconclusive"
-  return dict(claim=claim, measurement=measurement, parts=parts, n=n, verdict=verdict,
-              source=source)
+  verdict = (
+      protocol_stats.combine_verdicts([p["verdict"] for p in parts]) if parts else "inconclusive"
+  )
+  return dict(
+      claim=claim, measurement=measurement, parts=parts, n=n, verdict=verdict, source=source
+  )
 
 
 def _claim_fastest(res):
   target, net = CLAIMS_TARGET, CLAIMS_NETWORK
-  refs = {k: v for k, v in res["arms"].items()
-          if "tau" not in registry.TABLE[v["algorithm"]].reads}
+  refs = {k: v for k, v in res["arms"].items() if "tau" not in registry.TABLE[v["algorithm"]].reads}
   parts = []
   for name, a in _arms(res, "eamsgd").items():
     tau = a["config"]["tau"]
     mine = _censored_times(a, target, net)
     missed = a["time_to_target"][str(target)]["n"] - a["time_to_target"][str(target)]["reached"]
-    others = {k: v for k, v in _arms(res, tau=tau).items()
-              if k != name and "tau" in registry.TABLE[v["algorithm"]].reads}
+    others = {
+        k: v
+        for k, v in _arms(res, tau=tau).items()
+        if k != name and "tau" in registry.TABLE[v["algorithm"]].reads
+    }
     others.update(refs)
     for other, b in others.items():
       d = protocol_stats.difference_interval(mine, _censored_times(b, target, net))
       # a time to target is known to one evaluation interval: widen by it
       resolution = max(_resolution(a, net), _resolution(b, net))
-      d = dict(d, low=d["low"] - resolution, high=d["high"] + resolution,
-               resolution=resolution)
+      d = dict(d, low=d["low"] - resolution, high=d["high"] + resolution, resolution=resolution)
       verdict = protocol_stats.verdict(d, holds_if="negative")
       text = _fmt_diff(d, 1.0, " s")
       if missed:
@@ -478,15 +576,19 @@ def _claim_fastest(res):
         text += f"; EAMSGD missed the target on {missed} seed(s)"
         if verdict == "holds":
           verdict = "inconclusive"
-      parts.append(dict(what=f"{name} - {other}", interval=d, text=text,
-                        verdict=verdict))
+      parts.append(dict(what=f"{name} - {other}", interval=d, text=text, verdict=verdict))
   n = len(res["protocol"]["report_seeds"])
-  return _finish("EAMSGD reaches a given test error fastest, at every tau",
-                 f"modelled time to {100 * target:g}% test error on {net} (EAMSGD minus "
-                 f"each other method at the same tau and the tau-free references, "
-                 f"intervals widened by one evaluation interval; "
-                 f"{sum(p['verdict'] == 'holds' for p in parts)}/{len(parts)} "
-                 f"comparisons hold)", parts, n, res["protocol"]["name"])
+  return _finish(
+      "EAMSGD reaches a given test error fastest, at every tau",
+      f"modelled time to {100 * target:g}% test error on {net} (EAMSGD minus "
+      f"each other method at the same tau and the tau-free references, "
+      f"intervals widened by one evaluation interval; "
+      f"{sum(p['verdict'] == 'holds' for p in parts)}/{len(parts)} "
+      f"comparisons hold)",
+      parts,
+      n,
+      res["protocol"]["name"],
+  )
 
 
 def _claim_tau(res):
@@ -501,22 +603,34 @@ def _claim_tau(res):
         for mn, m_arm in mine.items():
           if d_arm["config"]["num_workers"] != m_arm["config"]["num_workers"]:
             continue
-          d = protocol_stats.difference_interval(d_arm["final_test_errors"],
-                                                 m_arm["final_test_errors"])
-          parts.append(dict(what=f"{dn} - {mn} (final test error)", interval=d,
-                            text=_fmt_diff(d), verdict=protocol_stats.verdict(
-                                d, holds_if="positive")))
+          d = protocol_stats.difference_interval(
+              d_arm["final_test_errors"], m_arm["final_test_errors"]
+          )
+          parts.append(
+              dict(
+                  what=f"{dn} - {mn} (final test error)",
+                  interval=d,
+                  text=_fmt_diff(d),
+                  verdict=protocol_stats.verdict(d, holds_if="positive"),
+              )
+          )
   context = []
   for algo in _elastic(res) + ["downpour"]:
     lo, hi = _arms(res, algo, tau=1), _arms(res, algo, tau=64)
     if lo and hi:
-      d = protocol_stats.difference_interval(next(iter(hi.values()))["final_test_errors"],
-                                             next(iter(lo.values()))["final_test_errors"])
+      d = protocol_stats.difference_interval(
+          next(iter(hi.values()))["final_test_errors"], next(iter(lo.values()))["final_test_errors"]
+      )
       context.append(f"{algo} tau=64 - tau=1: {_fmt_diff(d)}")
   n = len(res["protocol"]["report_seeds"])
-  return _finish("EASGD and EAMSGD are robust to large tau where DOWNPOUR breaks down",
-                 "final test error, DOWNPOUR minus EASGD / EAMSGD at tau = 16 and 64 "
-                 f"(context: {'; '.join(context)})", parts, n, res["protocol"]["name"])
+  return _finish(
+      "EASGD and EAMSGD are robust to large tau where DOWNPOUR breaks down",
+      "final test error, DOWNPOUR minus EASGD / EAMSGD at tau = 16 and 64 "
+      f"(context: {'; '.join(context)})",
+      parts,
+      n,
+      res["protocol"]["name"],
+  )
 
 
 def _claim_workers(res):
@@ -533,13 +647,22 @@ def _claim_workers(res):
         continue
       name, a = arms[p]
       d = protocol_stats.difference_interval(base[key], a[key])
-      parts.append(dict(what=f"{base_name} - {name} ({short})", interval=d,
-                        text=_fmt_diff(d), verdict=protocol_stats.verdict(
-                            d, holds_if="positive")))
+      parts.append(
+          dict(
+              what=f"{base_name} - {name} ({short})",
+              interval=d,
+              text=_fmt_diff(d),
+              verdict=protocol_stats.verdict(d, holds_if="positive"),
+          )
+      )
   n = len(res["protocol"]["report_seeds"])
-  return _finish("More workers help EASGD and EAMSGD (lower test error with larger p)",
-                 f"center {what} at p = 4 minus at p = 8 and 16, same local steps",
-                 parts, n, res["protocol"]["name"])
+  return _finish(
+      "More workers help EASGD and EAMSGD (lower test error with larger p)",
+      f"center {what} at p = 4 minus at p = 8 and 16, same local steps",
+      parts,
+      n,
+      res["protocol"]["name"],
+  )
 
 
 def _claim_center(res):
@@ -549,14 +672,23 @@ def _claim_center(res):
       diffs = np.asarray(a["final_test_errors"]) - np.asarray(a["final_worker_test_errors"])
       m = protocol_stats.mean_interval(diffs)
       d = dict(difference=m["mean"], low=m["low"], high=m["high"])
-      parts.append(dict(what=f"{name}: center - mean worker (final test error, paired)",
-                        interval=d, text=_fmt_diff(d),
-                        verdict=protocol_stats.verdict(d, holds_if="negative")))
+      parts.append(
+          dict(
+              what=f"{name}: center - mean worker (final test error, paired)",
+              interval=d,
+              text=_fmt_diff(d),
+              verdict=protocol_stats.verdict(d, holds_if="negative"),
+          )
+      )
   n = len(res["protocol"]["report_seeds"])
-  return _finish("The center beats the workers",
-                 "final test error of the center minus the mean of the workers', per "
-                 "seed (paired), EASGD and EAMSGD at every tau", parts, n,
-                 res["protocol"]["name"])
+  return _finish(
+      "The center beats the workers",
+      "final test error of the center minus the mean of the workers', per "
+      "seed (paired), EASGD and EAMSGD at every tau",
+      parts,
+      n,
+      res["protocol"]["name"],
+  )
 
 
 def claims_markdown(items: Sequence[dict], detail: bool = True, max_parts: int = 6) -> str:
@@ -567,18 +699,25 @@ def claims_markdown(items: Sequence[dict], detail: bool = True, max_parts: int =
     detail: every part of every claim; False: a claim with more than
       ``max_parts`` parts shows its counts and only the parts that do not hold.
   """
-  lines = ["| claim (paper, Section 5) | our measurement | differences, 95% interval | n | "
-           "verdict at this scale |", "|---|---|---|---|---|"]
+  lines = [
+      "| claim (paper, Section 5) | our measurement | differences, 95% interval | n | "
+      "verdict at this scale |",
+      "|---|---|---|---|---|",
+  ]
   for c in items:
     parts = c["parts"]
     shown = parts
     prefix = ""
     if not detail and len(parts) > max_parts:
       counts = {v: sum(p["verdict"] == v for p in parts) for v in protocol_stats.VERDICTS}
-      prefix = (f"{counts['holds']} of {len(parts)} hold, {counts['does not hold']} do "
-                f"not, {counts['inconclusive']} inconclusive; not holding:<br>")
+      prefix = (
+          f"{counts['holds']} of {len(parts)} hold, {counts['does not hold']} do "
+          f"not, {counts['inconclusive']} inconclusive; not holding:<br>"
+      )
       shown = [p for p in parts if p["verdict"] != "holds"][:max_parts]
     text = prefix + "<br>".join(f"{p['what']}: {p['text']} ({p['verdict']})" for p in shown)
-    lines.append(f"| {c['claim']} | {c['measurement']} ({c['source']}) | {text} | "
-                 f"{c['n']} seeds per arm | **{c['verdict']}** |")
+    lines.append(
+        f"| {c['claim']} | {c['measurement']} ({c['source']}) | {text} | "
+        f"{c['n']} seeds per arm | **{c['verdict']}** |"
+    )
   return "\n".join(lines) + "\n"

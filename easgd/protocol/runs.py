@@ -81,16 +81,19 @@ from easgd.training import models, runlock
 from easgd.protocol import stats as protocol_stats
 from easgd.methods import registry
 from easgd._util.files import json_text, write_text_atomic
-from easgd.protocol.config import (RESULTS_JSON, UNTUNABLE, ProtocolConfig,
-                                   lr_grid_edges, to_dict)
+from easgd.protocol.config import (RESULTS_JSON, UNTUNABLE, ProtocolConfig, lr_grid_edges, to_dict)
 from easgd.training.spmd import make_loss_fn
-# The arms' runs, the seeds' data and one program, re-exported (``runs.prepare`` etc.).
-from easgd.protocol.programs import (ArmRun as ArmRun, SeedData as SeedData,
-                                     batch_indices as batch_indices,
-                                     group_programs as group_programs, prepare as prepare,
-                                     run_program as run_program,
-                                     why_separate as why_separate)
 
+# The arms' runs, the seeds' data and one program, re-exported (``runs.prepare`` etc.).
+from easgd.protocol.programs import (
+    ArmRun as ArmRun,
+    SeedData as SeedData,
+    batch_indices as batch_indices,
+    group_programs as group_programs,
+    prepare as prepare,
+    run_program as run_program,
+    why_separate as why_separate,
+)
 
 # ----------------------------------------------------------------------------
 # The protocol
@@ -141,13 +144,11 @@ def measure_step_seconds(model, input_shape, batch_size: int, repeats: int = 30)
 
 def _communication(run: ArmRun, model, input_shape, param_bytes: int) -> Callable:
   """``comm(steps) -> (all_reduces, bytes)`` per worker of the arm (Python tau)."""
-  algo = registry.make_algorithm(run.config, make_loss_fn(model), optax.sgd(0.1),
-                                 run.num_steps)
+  algo = registry.make_algorithm(run.config, make_loss_fn(model), optax.sgd(0.1), run.num_steps)
   return lambda t: tuple(algo.communication(int(t), param_bytes))
 
 
-def run_protocol(config: ProtocolConfig, workdir=None, *, log: Callable = print
-                 ) -> dict[str, Any]:
+def run_protocol(config: ProtocolConfig, workdir=None, *, log: Callable = print) -> dict[str, Any]:
   """Tunes, chooses and reruns every arm of ``config``; returns (and writes) the results.
 
   Args:
@@ -182,8 +183,9 @@ def _run_protocol(config: ProtocolConfig, workdir, log: Callable) -> dict[str, A
   base = config.base
   tune = SeedData(base, config.tune_seeds)
   runs = prepare(config, tune.num_train)
-  model = models.make_model(base.model, tune.num_classes, param_dtype=base.param_dtype,
-                            compute_dtype=base.compute_dtype)
+  model = models.make_model(
+      base.model, tune.num_classes, param_dtype=base.param_dtype, compute_dtype=base.compute_dtype
+  )
   params = models.init_params(model, tune.input_shape, jax.random.key(0))
   param_bytes = models.param_bytes(params)
   programs: list[dict] = []
@@ -193,8 +195,12 @@ def _run_protocol(config: ProtocolConfig, workdir, log: Callable) -> dict[str, A
   tuned = [runs[a.name] for a in config.arms if a.lr_from is None]
   groups = group_programs(tuned)
   for group, reason in zip(groups, why_separate(groups)):
-    configs = [dict(arm=r.arm.name, learning_rate=lr, seed=s)
-               for r in group for lr in r.arm.learning_rates for s in config.tune_seeds]
+    configs = [
+        dict(arm=r.arm.name, learning_rate=lr, seed=s)
+        for r in group
+        for lr in r.arm.learning_rates
+        for s in config.tune_seeds
+    ]
     out = _run_logged(group, reason, configs, tune, model, "tune", config, programs, log)
     for r in group:
       rows = [i for i, c in enumerate(configs) if c["arm"] == r.arm.name]
@@ -203,20 +209,26 @@ def _run_protocol(config: ProtocolConfig, workdir, log: Callable) -> dict[str, A
         idx = [i for i in rows if configs[i]["learning_rate"] == lr]
         final = [float(out["curves"]["val_error"][i, -1]) for i in idx]
         best = [float(np.nanmin(out["curves"]["val_error"][i])) for i in idx]
-        div = [_diverged(out["curves"]["val_loss"][i], config.divergence_factor)
-               for i in idx]
+        div = [_diverged(out["curves"]["val_loss"][i], config.divergence_factor) for i in idx]
         scored = [1.0 if d or not np.isfinite(e) else e for e, d in zip(final, div)]
-        per_rate.append(dict(learning_rate=lr,
-                             resolved_learning_rate=lr * r.config.lr_scale,
-                             val_error_final=final, val_error_best=best, diverged=div,
-                             score=float(np.mean(scored)),
-                             val_error_curve=[out["curves"]["val_error"][i].tolist()
-                                              for i in idx]))
+        per_rate.append(
+            dict(
+                learning_rate=lr,
+                resolved_learning_rate=lr * r.config.lr_scale,
+                val_error_final=final,
+                val_error_best=best,
+                diverged=div,
+                score=float(np.mean(scored)),
+                val_error_curve=[out["curves"]["val_error"][i].tolist() for i in idx],
+            )
+        )
       best_i = int(np.argmin([p["score"] for p in per_rate]))
       chosen = per_rate[best_i]["learning_rate"]
-      results[r.arm.name] = dict(tuning=per_rate, chosen_learning_rate=chosen,
-                                 grid_edge=lr_grid_edges(r.arm.learning_rates, chosen,
-                                                         per_rate))
+      results[r.arm.name] = dict(
+          tuning=per_rate,
+          chosen_learning_rate=chosen,
+          grid_edge=lr_grid_edges(r.arm.learning_rates, chosen, per_rate),
+      )
 
   # 2. choose: the arms with lr_from take their source's base rate (and the
   # flag of a source whose grid could not tune)
@@ -225,30 +237,35 @@ def _run_protocol(config: ProtocolConfig, workdir, log: Callable) -> dict[str, A
       source = results[a.lr_from]
       untuned = (source["grid_edge"] or "").startswith(UNTUNABLE)
       results[a.name] = dict(
-          tuning=None, lr_from=a.lr_from,
+          tuning=None,
+          lr_from=a.lr_from,
           grid_edge=f"{UNTUNABLE}: from '{a.lr_from}'" if untuned else None,
-          chosen_learning_rate=source["chosen_learning_rate"])
+          chosen_learning_rate=source["chosen_learning_rate"],
+      )
 
   # 3. report: every arm at its chosen rate on the fresh seeds, on test
   report = SeedData(base, config.report_seeds)
   groups = group_programs([runs[a.name] for a in config.arms])
   for group, reason in zip(groups, why_separate(groups)):
-    configs = [dict(arm=r.arm.name, learning_rate=results[r.arm.name]["chosen_learning_rate"],
-                    seed=s) for r in group for s in config.report_seeds]
-    out = _run_logged(group, reason, configs, report, model, "report", config, programs,
-                      log)
+    configs = [
+        dict(arm=r.arm.name, learning_rate=results[r.arm.name]["chosen_learning_rate"], seed=s)
+        for r in group
+        for s in config.report_seeds
+    ]
+    out = _run_logged(group, reason, configs, report, model, "report", config, programs, log)
     for r in group:
       idx = [i for i, c in enumerate(configs) if c["arm"] == r.arm.name]
       results[r.arm.name]["report"] = dict(
-          seeds=list(config.report_seeds), eval_steps=r.eval_steps.tolist(),
+          seeds=list(config.report_seeds),
+          eval_steps=r.eval_steps.tolist(),
           val_error_curve=[out["curves"]["val_error"][i].tolist() for i in idx],
           val_loss_curve=[out["curves"]["val_loss"][i].tolist() for i in idx],
           test_error_curve=[out["curves"]["test_error"][i].tolist() for i in idx],
           test_loss_curve=[out["curves"]["test_loss"][i].tolist() for i in idx],
           train_loss_curve=[out["train_loss"][i].tolist() for i in idx],
           worker_test_error=[out["final"]["worker_test_error"][i].tolist() for i in idx],
-          worker_center_distance=[float(out["final"]["worker_center_distance"][i])
-                                  for i in idx])
+          worker_center_distance=[float(out["final"]["worker_center_distance"][i]) for i in idx],
+      )
 
   # 4. statistics: intervals over the report seeds, time to target
   step_s = {}
@@ -259,10 +276,19 @@ def _run_protocol(config: ProtocolConfig, workdir, log: Callable) -> dict[str, A
     key = (r.config.per_worker_batch_size,)
     if key not in step_s:
       step_s[key] = measure_step_seconds(model, tune.input_shape, key[0])
-    arms_out[a.name] = summarize_arm(r, res, config, step_s[key],
-                                     _communication(r, model, tune.input_shape, param_bytes))
-  return _finish(config, arms_out, programs, step_s, param_bytes,
-                 models.count_params(params), time.perf_counter() - start, workdir)
+    arms_out[a.name] = summarize_arm(
+        r, res, config, step_s[key], _communication(r, model, tune.input_shape, param_bytes)
+    )
+  return _finish(
+      config,
+      arms_out,
+      programs,
+      step_s,
+      param_bytes,
+      models.count_params(params),
+      time.perf_counter() - start,
+      workdir,
+  )
 
 
 def _run_logged(group, reason, configs, seed_data, model, kind, config, programs, log):
@@ -271,13 +297,16 @@ def _run_logged(group, reason, configs, seed_data, model, kind, config, programs
   out, info = run_program(group, configs, seed_data, model, kind, config)
   info["separate_because"] = reason
   programs.append(info)
-  log(f"{kind:6s} {info['algorithm']:11s} {len(group):2d} arm(s) {info['configs']:4d} "
-      f"configs  {info['wall_s']:7.1f} s ({info['compile_s']:.1f} s compiling)")
+  log(
+      f"{kind:6s} {info['algorithm']:11s} {len(group):2d} arm(s) {info['configs']:4d} "
+      f"configs  {info['wall_s']:7.1f} s ({info['compile_s']:.1f} s compiling)"
+  )
   return out
 
 
-def summarize_arm(run: ArmRun, res: dict, config: ProtocolConfig, step_s: float,
-                  comm: Callable) -> dict:
+def summarize_arm(
+    run: ArmRun, res: dict, config: ProtocolConfig, step_s: float, comm: Callable
+) -> dict:
   """The arm's reported numbers with 95% intervals over the report seeds.
 
   Per arm: ``final_test_error`` (the last evaluation) and
@@ -292,8 +321,12 @@ def summarize_arm(run: ArmRun, res: dict, config: ProtocolConfig, step_s: float,
   curves = np.asarray(rep["test_error_curve"], np.float64)
   final = np.nan_to_num(curves[:, -1], nan=1.0)
   at_val = [protocol_stats.best_val_index(v) for v in rep["val_error_curve"]]
-  at_best_val = np.asarray([protocol_stats.error_at_best_val(t, v) for t, v in
-                            zip(rep["test_error_curve"], rep["val_error_curve"])])
+  at_best_val = np.asarray(
+      [
+          protocol_stats.error_at_best_val(t, v)
+          for t, v in zip(rep["test_error_curve"], rep["val_error_curve"])
+      ]
+  )
   workers_final = np.asarray(rep["worker_test_error"], np.float64).mean(axis=1)
   steps = run.eval_steps
   ttt = {}
@@ -307,45 +340,74 @@ def summarize_arm(run: ArmRun, res: dict, config: ProtocolConfig, step_s: float,
           samples=protocol_stats.mean_interval([h * c.global_batch_size for h in hits]),
           all_reduces=protocol_stats.mean_interval([a for a, _ in comms]),
           bytes=protocol_stats.mean_interval([b for _, b in comms]),
-          modelled_s={n.name: protocol_stats.mean_interval([
-              protocol_stats.modelled_seconds(h, step_s, a, b, c.num_workers,
-                                              n.bandwidth_bytes_per_s, n.latency_s)
-              for h, (a, b) in zip(hits, comms)]) for n in config.networks})
+          modelled_s={
+              n.name: protocol_stats.mean_interval(
+                  [
+                      protocol_stats.modelled_seconds(
+                          h, step_s, a, b, c.num_workers, n.bandwidth_bytes_per_s, n.latency_s
+                      )
+                      for h, (a, b) in zip(hits, comms)
+                  ]
+              )
+              for n in config.networks
+          },
+      )
     ttt[str(target)] = entry
   total = comm(run.num_steps)
   at_evals = [comm(t) for t in steps]
   return dict(
-      algorithm=c.algorithm, config=c.to_dict(), num_steps=run.num_steps,
-      steps_per_epoch=run.steps_per_epoch, epochs=c.num_epochs,
-      learning_rates=list(run.arm.learning_rates), lr_from=run.arm.lr_from,
+      algorithm=c.algorithm,
+      config=c.to_dict(),
+      num_steps=run.num_steps,
+      steps_per_epoch=run.steps_per_epoch,
+      epochs=c.num_epochs,
+      learning_rates=list(run.arm.learning_rates),
+      lr_from=run.arm.lr_from,
       chosen_learning_rate=res["chosen_learning_rate"],
       resolved_learning_rate=res["chosen_learning_rate"] * c.lr_scale,
-      lr_scale=c.lr_scale, grid_edge=res["grid_edge"], tuning=res["tuning"],
+      lr_scale=c.lr_scale,
+      grid_edge=res["grid_edge"],
+      tuning=res["tuning"],
       report=rep,
       final_test_error=protocol_stats.mean_interval(final),
       test_error_at_best_val=protocol_stats.mean_interval(at_best_val),
       final_worker_test_error=protocol_stats.mean_interval(workers_final),
-      final_test_errors=final.tolist(), test_errors_at_best_val=at_best_val.tolist(),
+      final_test_errors=final.tolist(),
+      test_errors_at_best_val=at_best_val.tolist(),
       best_val_steps=[int(steps[i]) for i in at_val],
       final_worker_test_errors=workers_final.tolist(),
-      diverged=[_diverged(np.asarray(loss, np.float64), config.divergence_factor)
-                for loss in rep["test_loss_curve"]],
-      time_to_target=ttt, compute_per_step_s=step_s,
-      communication_curve=dict(all_reduces=[a for a, _ in at_evals],
-                               bytes=[b for _, b in at_evals]),
-      all_reduces=total[0], bytes_per_worker=total[1],
-      samples=run.num_steps * c.global_batch_size)
+      diverged=[
+          _diverged(np.asarray(loss, np.float64), config.divergence_factor)
+          for loss in rep["test_loss_curve"]
+      ],
+      time_to_target=ttt,
+      compute_per_step_s=step_s,
+      communication_curve=dict(
+          all_reduces=[a for a, _ in at_evals], bytes=[b for _, b in at_evals]
+      ),
+      all_reduces=total[0],
+      bytes_per_worker=total[1],
+      samples=run.num_steps * c.global_batch_size,
+  )
 
 
 def _finish(config, arms, programs, step_s, param_bytes, num_params, seconds, workdir):
   results = dict(
       protocol=to_dict(config),
-      machine=dict(platform=jax.devices()[0].platform, jax_version=jax.__version__,
-                   cpu_count=os.cpu_count(), processor=platform.processor() or None,
-                   note="wall times from this machine, which other jobs may share"),
-      num_params=num_params, param_bytes=param_bytes,
+      machine=dict(
+          platform=jax.devices()[0].platform,
+          jax_version=jax.__version__,
+          cpu_count=os.cpu_count(),
+          processor=platform.processor() or None,
+          note="wall times from this machine, which other jobs may share",
+      ),
+      num_params=num_params,
+      param_bytes=param_bytes,
       compute_per_step_s={str(k[0]): v for k, v in step_s.items()},
-      arms=arms, programs=programs, wall_time_s=round(seconds, 1))
+      arms=arms,
+      programs=programs,
+      wall_time_s=round(seconds, 1),
+  )
   if workdir is not None:
     path = Path(workdir)
     path.mkdir(parents=True, exist_ok=True)
@@ -359,4 +421,3 @@ def results_json(results: dict[str, Any]) -> str:
   where a number was not finite (a diverged run's loss or error) or was not
   measured (``train_loss_curve`` at step 0, before any step)."""
   return json_text(results, indent=1)
-

@@ -74,15 +74,21 @@ def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> di
     raise ValueError("values must hold at least one number, got none")
   mean = float(np.mean(arr))
   if n == 1 or np.all(arr == arr[0]):
-    return dict(mean=mean, low=mean, high=mean, half_width=0.0, n=n,
-                std=None if n == 1 else 0.0)
+    return dict(mean=mean, low=mean, high=mean, half_width=0.0, n=n, std=None if n == 1 else 0.0)
   low, high = stats.t.interval(confidence, n - 1, loc=mean, scale=stats.sem(arr))
-  return dict(mean=mean, low=float(low), high=float(high),
-              half_width=float(high - mean), n=n, std=float(np.std(arr, ddof=1)))
+  return dict(
+      mean=mean,
+      low=float(low),
+      high=float(high),
+      half_width=float(high - mean),
+      n=n,
+      std=float(np.std(arr, ddof=1)),
+  )
 
 
-def difference_interval(a: Sequence[float], b: Sequence[float],
-                        confidence: float = CONFIDENCE) -> dict:
+def difference_interval(
+    a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE
+) -> dict:
   """mean(a) - mean(b) with Welch's confidence interval (unequal variances).
 
   Returns:
@@ -98,14 +104,19 @@ def difference_interval(a: Sequence[float], b: Sequence[float],
     raise ValueError(f"each sample needs at least 2 values, got {len(a)} and {len(b)}")
   diff = float(np.mean(a) - np.mean(b))
   if np.ptp(a) == 0 and np.ptp(b) == 0:
-    return dict(difference=diff, low=diff, high=diff, n_a=len(a), n_b=len(b),
-                p_value=None)
+    return dict(difference=diff, low=diff, high=diff, n_a=len(a), n_b=len(b), p_value=None)
   with warnings.catch_warnings():  # nearly equal samples: scipy warns, the values stand
     warnings.simplefilter("ignore", RuntimeWarning)
     test = stats.ttest_ind(a, b, equal_var=False)
     ci = test.confidence_interval(confidence)
-  return dict(difference=diff, low=float(ci.low), high=float(ci.high), n_a=len(a),
-              n_b=len(b), p_value=float(test.pvalue))
+  return dict(
+      difference=diff,
+      low=float(ci.low),
+      high=float(ci.high),
+      n_a=len(a),
+      n_b=len(b),
+      p_value=float(test.pvalue),
+  )
 
 
 def verdict(interval: dict, *, holds_if: str) -> str:
@@ -181,8 +192,7 @@ def best_val_index(val_error_curve: Sequence[float]) -> int:
   return int(np.argmin(np.where(finite, curve, np.inf)))
 
 
-def error_at_best_val(test_error_curve: Sequence[float],
-                      val_error_curve: Sequence[float]) -> float:
+def error_at_best_val(test_error_curve: Sequence[float], val_error_curve: Sequence[float]) -> float:
   """The test error at the evaluation with the lowest validation error.
 
   The test set is read at the one evaluation the validation split chose
@@ -204,14 +214,21 @@ def error_at_best_val(test_error_curve: Sequence[float],
     0.2
   """
   if len(test_error_curve) != len(val_error_curve):
-    raise ValueError(f"the test and validation curves must have one value per "
-                     f"evaluation, got {len(test_error_curve)} and {len(val_error_curve)}")
+    raise ValueError(
+        f"the test and validation curves must have one value per "
+        f"evaluation, got {len(test_error_curve)} and {len(val_error_curve)}"
+    )
   value = test_error_curve[best_val_index(val_error_curve)]
   return 1.0 if value is None or not math.isfinite(value) else float(value)
 
 
-def allreduce_seconds(all_reduces: int, bytes_per_worker: int, num_workers: int,
-                      bandwidth_bytes_per_s: float, latency_s: float) -> float:
+def allreduce_seconds(
+    all_reduces: int,
+    bytes_per_worker: int,
+    num_workers: int,
+    bandwidth_bytes_per_s: float,
+    latency_s: float,
+) -> float:
   """Seconds one worker spends in ``all_reduces`` ring all-reduces moving
   ``bytes_per_worker`` reduced bytes in all:
 
@@ -222,24 +239,36 @@ def allreduce_seconds(all_reduces: int, bytes_per_worker: int, num_workers: int,
   """
   if num_workers <= 1:
     return 0.0
-  return (all_reduces * latency_s
-          + 2.0 * (num_workers - 1) / num_workers * bytes_per_worker / bandwidth_bytes_per_s)
+  return (
+      all_reduces * latency_s
+      + 2.0 * (num_workers - 1) / num_workers * bytes_per_worker / bandwidth_bytes_per_s
+  )
 
 
-def modelled_seconds(steps: int, compute_per_step_s: float, all_reduces: int,
-                     bytes_per_worker: int, num_workers: int,
-                     bandwidth_bytes_per_s: float, latency_s: float) -> float:
+def modelled_seconds(
+    steps: int,
+    compute_per_step_s: float,
+    all_reduces: int,
+    bytes_per_worker: int,
+    num_workers: int,
+    bandwidth_bytes_per_s: float,
+    latency_s: float,
+) -> float:
   """Modelled wall-clock time of ``steps`` local steps: measured compute per
   step times steps, plus :func:`allreduce_seconds` (no overlap of compute and
   communication)."""
   return steps * compute_per_step_s + allreduce_seconds(
-      all_reduces, bytes_per_worker, num_workers, bandwidth_bytes_per_s, latency_s)
+      all_reduces, bytes_per_worker, num_workers, bandwidth_bytes_per_s, latency_s
+  )
 
 
-def format_interval(summary: dict | None, scale: float = 100.0, digits: int = 2,
-                    unit: str = "") -> str:
+def format_interval(
+    summary: dict | None, scale: float = 100.0, digits: int = 2, unit: str = ""
+) -> str:
   """``"12.34 +/- 0.56"`` (mean +/- half width, times ``scale``) or "-"."""
   if summary is None or summary.get("mean") is None or not math.isfinite(summary["mean"]):
     return "-"
-  return (f"{scale * summary['mean']:.{digits}f} \u00b1 "
-          f"{scale * summary['half_width']:.{digits}f}{unit}")
+  return (
+      f"{scale * summary['mean']:.{digits}f} \u00b1 "
+      f"{scale * summary['half_width']:.{digits}f}{unit}"
+  )

@@ -12,8 +12,10 @@ __all__, __getattr__, __dir__ = lazy_exports(
     modules=("shared", "driver", "threads", "ray_actors"),
     names={
         "easgd.runtimes.shared": (
-            "AsyncSetup CenterStore InjectedFault replay_run write_log read_log"),
+            "AsyncSetup CenterStore InjectedFault replay_run write_log read_log"
+        ),
         "easgd.runtimes.driver": "Driver Backend Fault WorkerLost WorkersLostError",
         "easgd.runtimes.threads": "ThreadBackend",
         "easgd.runtimes.ray_actors": "RayBackend",
-    })
+    },
+)

@@ -54,6 +54,7 @@ class Fault(NamedTuple):
     restarted_at: the local clock it restarted from (from the current center),
       or None if it was not restarted.
   """
+
   worker: int
   local_step: int
   error: str
@@ -67,6 +68,7 @@ class Backend(Protocol):
     num_workers: p.
     restartable: whether :meth:`restart` is available.
   """
+
   num_workers: int
   restartable: bool
 
@@ -106,8 +108,9 @@ def logged_faults(log) -> list[Fault]:
     event, worker = r.get("event", "exchange"), r.get("worker")
     if event == "fault":
       open_faults[worker] = len(faults)
-      faults.append(Fault(int(worker), int(r["local_step"]),
-                          str(r.get("error", "(not logged)")), None))
+      faults.append(
+          Fault(int(worker), int(r["local_step"]), str(r.get("error", "(not logged)")), None)
+      )
     elif event == "restart" and worker in open_faults:
       k = open_faults.pop(worker)
       faults[k] = faults[k]._replace(restarted_at=int(r["local_step"]))
@@ -142,15 +145,23 @@ class Driver:
     nonfinite: None, or the first non-finite loss ``(worker, clock, value)``.
   """
 
-  def __init__(self, backend: Backend, clocks: Sequence[int], *, chunk_steps: int = 8,
-               max_restarts: int = 3, on_progress: Callable[[int], None] | None = None,
-               faults: Sequence[Fault] = ()):
+  def __init__(
+      self,
+      backend: Backend,
+      clocks: Sequence[int],
+      *,
+      chunk_steps: int = 8,
+      max_restarts: int = 3,
+      on_progress: Callable[[int], None] | None = None,
+      faults: Sequence[Fault] = (),
+  ):
     p = backend.num_workers
     self.backend = backend
     self.clocks = [int(c) for c in clocks]
     self.faults: list[Fault] = list(faults)
-    self.restarts = [sum(f.worker == i and f.restarted_at is not None for f in faults)
-                     for i in range(p)]
+    self.restarts = [
+        sum(f.worker == i and f.restarted_at is not None for f in faults) for i in range(p)
+    ]
     stopped = stopped_workers(self.faults)
     self.alive = [i not in stopped for i in range(p)]
     self.chunk_steps = max(1, int(chunk_steps))
@@ -230,9 +241,11 @@ class Driver:
     if self.total < target:
       raise WorkersLostError(
           f"every worker stopped with {target - self.total} of the run's local steps "
-          f"left; faults: " + "; ".join(
-              f"worker {f.worker} at local step {f.local_step}: {f.error}"
-              for f in self.faults))
+          f"left; faults: "
+          + "; ".join(
+              f"worker {f.worker} at local step {f.local_step}: {f.error}" for f in self.faults
+          )
+      )
 
   def _collect(self, handle, i: int, start: int) -> None:
     try:

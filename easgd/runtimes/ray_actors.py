@@ -57,6 +57,7 @@ class Connection:
     """Shuts Ray down if :func:`connect` started it (a caller's ``ray.init`` stays)."""
     if self.started:
       import ray
+
       ray.shutdown()
       self.started = False
 
@@ -79,6 +80,7 @@ def connect(address: str | None = None) -> Connection:
       reached (one line; ``easgd train`` exits with status 3).
   """
   import ray
+
   if ray.is_initialized():
     return Connection(False)
   if address not in (None, "auto", "local"):
@@ -90,8 +92,8 @@ def connect(address: str | None = None) -> Connection:
     text = str(e).strip().splitlines()
     where = f"the Ray cluster at {address!r}" if address else "a local Ray instance"
     raise distributed.StartupError(
-        f"cannot connect to {where}: {type(e).__name__}: "
-        f"{(text[0] if text else '')[:300]}") from None
+        f"cannot connect to {where}: {type(e).__name__}: " f"{(text[0] if text else '')[:300]}"
+    ) from None
   finally:
     if sigterm_is_interrupt:  # ray.init replaces it by sys.exit
       files.restore_sigterm_as_interrupt()
@@ -107,7 +109,8 @@ def _probe(address: str) -> None:
   host, sep, port = address.removeprefix("ray://").rpartition(":")
   if not sep or not host or not port.isdigit():
     raise distributed.StartupError(
-        f"ray_address must be [ray://]host:port or 'auto', got {address!r}")
+        f"ray_address must be [ray://]host:port or 'auto', got {address!r}"
+    )
   try:
     with socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S):
       pass
@@ -115,7 +118,8 @@ def _probe(address: str) -> None:
     raise distributed.StartupError(
         f"cannot reach the Ray cluster at {address!r} ({e.strerror or e}); start one "
         f"with 'ray start --head' there, or leave ray_address unset for a local "
-        f"Ray") from None
+        f"Ray"
+    ) from None
 
 
 class CenterActor:
@@ -174,6 +178,7 @@ class WorkerActor:
 
   def __init__(self, index, factory, center_name, delay_s):
     import ray
+
     center = ray.get_actor(center_name)  # by name: a restart finds it again
     self.setup = factory()
     self.rules = async_log.async_rules(self.setup.algorithm)
@@ -181,8 +186,10 @@ class WorkerActor:
 
     def exchange(worker, clock, message):
       return ray.get(center.exchange.remote(worker, clock, jax.device_get(message)))
-    self.loop = WorkerLoop(index, WorkerPrograms(self.rules), self.setup, state, exchange,
-                           None, delay_s)
+
+    self.loop = WorkerLoop(
+        index, WorkerPrograms(self.rules), self.setup, state, exchange, None, delay_s
+    )
 
   def run(self, num_steps) -> ChunkResult:
     return self.loop.run(num_steps)
@@ -194,8 +201,7 @@ class WorkerActor:
     self.loop.arm_fault(clock, lambda t: os._exit(1))  # the process dies
 
   def restart_from(self, center, clock):
-    self.loop.set_state(async_log.restart_worker(self.rules, center, self.setup.params,
-                                                    clock))
+    self.loop.set_state(async_log.restart_worker(self.rules, center, self.setup.params, clock))
 
   def set_state(self, state):
     self.loop.set_state(state)
@@ -222,22 +228,32 @@ class RayBackend:
 
   restartable = True
 
-  def __init__(self, factory: Callable[[], AsyncSetup], num_workers: int, *,
-               delays_s: Sequence[float] = (), workers: Sequence | None = None,
-               shared=None, log: Sequence[dict] = (), elapsed_s: float = 0.0,
-               gpus_per_worker: float | None = None, max_restarts: int = MAX_RESTARTS):
+  def __init__(
+      self,
+      factory: Callable[[], AsyncSetup],
+      num_workers: int,
+      *,
+      delays_s: Sequence[float] = (),
+      workers: Sequence | None = None,
+      shared=None,
+      log: Sequence[dict] = (),
+      elapsed_s: float = 0.0,
+      gpus_per_worker: float | None = None,
+      max_restarts: int = MAX_RESTARTS,
+  ):
     import ray
+
     self._ray = ray
     self.num_workers = p = int(num_workers)
     if gpus_per_worker is None:
       gpus_per_worker = 1 if ray.cluster_resources().get("GPU", 0) >= p else 0
     delays = list(delays_s) or [0.0] * p
     center_cls = ray.remote(num_cpus=0)(CenterActor)
-    worker_cls = ray.remote(num_cpus=0, num_gpus=gpus_per_worker,
-                            max_restarts=max_restarts)(WorkerActor)
+    worker_cls = ray.remote(num_cpus=0, num_gpus=gpus_per_worker, max_restarts=max_restarts)(
+        WorkerActor
+    )
     name = f"easgd-center-{uuid.uuid4().hex}"
-    self.center = center_cls.options(name=name).remote(factory, shared, list(log),
-                                                       elapsed_s)
+    self.center = center_cls.options(name=name).remote(factory, shared, list(log), elapsed_s)
     self._ray.get(self.center.start_clock.remote(elapsed_s))  # the center is up
     self.actors = [worker_cls.remote(i, factory, name, delays[i]) for i in range(p)]
     if workers is not None:  # a resumed run
@@ -269,8 +285,9 @@ class RayBackend:
       return self._ray.get(ref)
     except self._ray.exceptions.RayActorError as e:
       text = str(e).strip().splitlines()
-      raise error(f"{whose} died ({type(e).__name__}: "
-                  f"{(text[0] if text else '')[:200]})") from None
+      raise error(
+          f"{whose} died ({type(e).__name__}: " f"{(text[0] if text else '')[:200]})"
+      ) from None
 
   def fault(self, worker: int, clock: int, error: str = "") -> int:
     """Logs the fault at the worker's clock after its last exchange, if later."""
@@ -284,14 +301,17 @@ class RayBackend:
     last = self._center(self.center.last_exchange_clock.remote(worker))
     clock = max(int(clock), int(last) + 1)
     center = self._center(self.center.restart.remote(worker, clock))
-    self._get(self.actors[worker].restart_from.options(max_task_retries=-1).remote(
-        center, clock), worker)  # retried until Ray has restarted the process
+    self._get(
+        self.actors[worker].restart_from.options(max_task_retries=-1).remote(center, clock), worker
+    )  # retried until Ray has restarted the process
     return clock
 
   def warm_up(self) -> None:
     """Waits for every actor to be built and its programs compiled."""
-    self._ray.get([self.center.warm_up.remote()]
-                  + [a.warm_up.options(max_task_retries=-1).remote() for a in self.actors])
+    self._ray.get(
+        [self.center.warm_up.remote()]
+        + [a.warm_up.options(max_task_retries=-1).remote() for a in self.actors]
+    )
     self._ray.get(self.center.start_clock.remote(self._elapsed_s))
 
   def arm_fault(self, worker: int, clock: int) -> None:
@@ -300,8 +320,10 @@ class RayBackend:
 
   def state(self):
     """``(worker states, master state, log)`` as host values; call when idle."""
-    workers = [self._get(a.state.options(max_task_retries=-1).remote(), i)
-               for i, a in enumerate(self.actors)]
+    workers = [
+        self._get(a.state.options(max_task_retries=-1).remote(), i)
+        for i, a in enumerate(self.actors)
+    ]
     shared, log = self._center(self.center.state.remote())
     return workers, shared, log
 

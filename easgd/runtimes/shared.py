@@ -62,8 +62,7 @@ from easgd._util.files import json_text, write_text_atomic
 
 Params = Any
 
-LOG_FIELDS = ("event", "worker", "local_step", "version", "read_version", "time_s",
-              "error")
+LOG_FIELDS = ("event", "worker", "local_step", "version", "read_version", "time_s", "error")
 """Fields of a record of a real run's exchange log (module docstring)."""
 
 
@@ -79,6 +78,7 @@ class AsyncSetup(NamedTuple):
     key: the run's base key; the step's key is
       ``easgd.asynchrony.log.local_key(key, worker, clock)``.
   """
+
   algorithm: Algorithm
   params: Params
   batch_fn: Callable[[int, int], Any]
@@ -124,9 +124,15 @@ class CenterStore:
     elapsed_s: seconds the run has already taken (``time_s`` goes on from it).
   """
 
-  def __init__(self, rules: asynchronous.AsyncRules, programs: WorkerPrograms,
-               shared: asynchronous.AsyncShared, device=None,
-               log: Sequence[dict] = (), elapsed_s: float = 0.0):
+  def __init__(
+      self,
+      rules: asynchronous.AsyncRules,
+      programs: WorkerPrograms,
+      shared: asynchronous.AsyncShared,
+      device=None,
+      log: Sequence[dict] = (),
+      elapsed_s: float = 0.0,
+  ):
     self.rules = rules
     self.programs = programs
     self.device = device
@@ -142,9 +148,17 @@ class CenterStore:
     self._lock = threading.Lock()
 
   def _record(self, event, worker, clock, read_version, **extra):
-    self.log.append(dict(event=event, worker=int(worker), local_step=int(clock),
-                         version=self.version, read_version=int(read_version),
-                         time_s=round(time.time() - self._start, 6), **extra))
+    self.log.append(
+        dict(
+            event=event,
+            worker=int(worker),
+            local_step=int(clock),
+            version=self.version,
+            read_version=int(read_version),
+            time_s=round(time.time() - self._start, 6),
+            **extra,
+        )
+    )
 
   def exchange(self, worker: int, clock: int, message) -> Params:
     """One exchange of worker ``worker`` at its local step ``clock``, atomic.
@@ -220,6 +234,7 @@ class ChunkResult(NamedTuple):
     error: None, or one line naming the exception that stopped the worker
       before its local step ``clock``.
   """
+
   worker: int
   clock: int
   losses: np.ndarray
@@ -251,9 +266,17 @@ class WorkerLoop:
       exchange.
   """
 
-  def __init__(self, index: int, programs: WorkerPrograms, setup: AsyncSetup,
-               state: asynchronous.AsyncWorker, exchange: Callable, device=None,
-               delay_s: float = 0.0, record: bool = False):
+  def __init__(
+      self,
+      index: int,
+      programs: WorkerPrograms,
+      setup: AsyncSetup,
+      state: asynchronous.AsyncWorker,
+      exchange: Callable,
+      device=None,
+      delay_s: float = 0.0,
+      record: bool = False,
+  ):
     self.index = int(index)
     self.programs = programs
     self.due = programs.rules.due
@@ -285,9 +308,10 @@ class WorkerLoop:
       clock: the local step before which the fault fires.
       action: what happens; default: raise :class:`InjectedFault`.
     """
+
     def raise_fault(t):
-      raise InjectedFault(f"fault injected into worker {self.index} before its "
-                          f"local step {t}")
+      raise InjectedFault(f"fault injected into worker {self.index} before its " f"local step {t}")
+
     self._fault = (int(clock), action or raise_fault)
 
   def stop(self) -> None:
@@ -298,15 +322,15 @@ class WorkerLoop:
     """Compiles the worker's programs: runs each once on its state, discards it."""
     batch = self.batch_fn(self.index, self.clock)
     out = self.programs.local(self.state, batch, self.key, self._index_arg)
-    _, proposal, message = self.programs.propose(self.state, batch, self.key,
-                                                 self._index_arg)
+    _, proposal, message = self.programs.propose(self.state, batch, self.key, self._index_arg)
     reply = jax.tree.map(lambda m: m * 0, message)  # the reply's structure
     jax.block_until_ready((out, self.programs.finish(self.state, proposal, reply)))
 
   def _accumulate(self, message, reply):
     host = [jax.tree.map(lambda x: np.asarray(x, np.float64), t) for t in (message, reply)]
-    self.sums = host if self.sums is None else [
-        jax.tree.map(np.add, a, b) for a, b in zip(self.sums, host)]
+    self.sums = (
+        host if self.sums is None else [jax.tree.map(np.add, a, b) for a, b in zip(self.sums, host)]
+    )
 
   def run(self, num_steps: int) -> ChunkResult:
     """Takes ``num_steps`` local steps (fewer if stopped or on an error).
@@ -337,15 +361,15 @@ class WorkerLoop:
           action(t)
         batch = self.batch_fn(self.index, t)
         if self.due(t):
-          loss, proposal, message = self.programs.propose(self.state, batch, self.key,
-                                                          self._index_arg)
+          loss, proposal, message = self.programs.propose(
+              self.state, batch, self.key, self._index_arg
+          )
           reply = jax.device_put(self.exchange(self.index, t, message), self.device)
           if self.record:
             self._accumulate(message, reply)
           self.state = self.programs.finish(self.state, proposal, reply)
         else:
-          self.state, loss = self.programs.local(self.state, batch, self.key,
-                                                 self._index_arg)
+          self.state, loss = self.programs.local(self.state, batch, self.key, self._index_arg)
         self.clock = t + 1
         if losses:  # one step late: the host prepares the next batch meanwhile
           losses[-1].block_until_ready()
@@ -371,9 +395,15 @@ def _finished_losses(losses) -> np.ndarray:
   return np.asarray(out, np.float32)
 
 
-def replay_run(setup: AsyncSetup, log: Sequence[dict], final_clocks: Sequence[int], *,
-               compiled: bool = True, device=None, keep_centers: bool = False
-               ) -> async_log.Replayed:
+def replay_run(
+    setup: AsyncSetup,
+    log: Sequence[dict],
+    final_clocks: Sequence[int],
+    *,
+    compiled: bool = True,
+    device=None,
+    keep_centers: bool = False,
+) -> async_log.Replayed:
   """Replays a real run from its exchange log (``easgd.asynchrony.log.replay``).
 
   Args:
@@ -393,9 +423,16 @@ def replay_run(setup: AsyncSetup, log: Sequence[dict], final_clocks: Sequence[in
   rules = async_log.async_rules(setup.algorithm)
   programs = WorkerPrograms(rules) if compiled else None
   params = jax.device_put(setup.params, device)
-  return async_log.replay(setup.algorithm, log, params, setup.batch_fn,
-                             jax.device_put(setup.key, device), final_clocks,
-                             programs=programs, keep_centers=keep_centers)
+  return async_log.replay(
+      setup.algorithm,
+      log,
+      params,
+      setup.batch_fn,
+      jax.device_put(setup.key, device),
+      final_clocks,
+      programs=programs,
+      keep_centers=keep_centers,
+  )
 
 
 def write_log(path, records: Sequence[dict]) -> int:
@@ -404,8 +441,9 @@ def write_log(path, records: Sequence[dict]) -> int:
   Raises:
     OSError: the file cannot be written (the previous file stays).
   """
-  write_text_atomic(path, "".join(json_text({k: r[k] for k in LOG_FIELDS if k in r})
-                                  + "\n" for r in records))
+  write_text_atomic(
+      path, "".join(json_text({k: r[k] for k in LOG_FIELDS if k in r}) + "\n" for r in records)
+  )
   return len(records)
 
 

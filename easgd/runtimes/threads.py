@@ -31,8 +31,7 @@ from typing import Sequence
 import jax
 
 from easgd.asynchrony import log as async_log, simulation as asynchronous
-from easgd.runtimes.shared import (AsyncSetup, CenterStore, ChunkResult, WorkerLoop,
-                                WorkerPrograms)
+from easgd.runtimes.shared import (AsyncSetup, CenterStore, ChunkResult, WorkerLoop, WorkerPrograms)
 
 
 class ThreadBackend:
@@ -56,11 +55,20 @@ class ThreadBackend:
 
   restartable = False
 
-  def __init__(self, setup: AsyncSetup, num_workers: int, *,
-               devices: Sequence | None = None, center_device=None,
-               delays_s: Sequence[float] = (), workers: Sequence | None = None,
-               shared: asynchronous.AsyncShared | None = None, log: Sequence[dict] = (),
-               elapsed_s: float = 0.0, record: bool = False):
+  def __init__(
+      self,
+      setup: AsyncSetup,
+      num_workers: int,
+      *,
+      devices: Sequence | None = None,
+      center_device=None,
+      delays_s: Sequence[float] = (),
+      workers: Sequence | None = None,
+      shared: asynchronous.AsyncShared | None = None,
+      log: Sequence[dict] = (),
+      elapsed_s: float = 0.0,
+      record: bool = False,
+  ):
     rules = async_log.async_rules(setup.algorithm)
     self.num_workers = p = int(num_workers)
     self.devices = list(devices) if devices is not None else [None] * p
@@ -69,16 +77,27 @@ class ThreadBackend:
     self.programs = WorkerPrograms(rules)
     if shared is None:
       shared = async_log.init_shared(rules, setup.params)
-    self.center = CenterStore(rules, self.programs, shared, center_device, log,
-                              elapsed_s)
+    self.center = CenterStore(rules, self.programs, shared, center_device, log, elapsed_s)
     self._elapsed_s = float(elapsed_s)
     delays = list(delays_s) or [0.0] * p
     if workers is None:
       workers = [async_log.init_worker(rules, setup.params)] * p
-    self.loops = [WorkerLoop(i, self.programs, setup, workers[i], self.center.exchange,
-                             self.devices[i], delays[i], record) for i in range(p)]
-    self._pools = [futures.ThreadPoolExecutor(1, thread_name_prefix=f"easgd-worker-{i}")
-                   for i in range(p)]
+    self.loops = [
+        WorkerLoop(
+            i,
+            self.programs,
+            setup,
+            workers[i],
+            self.center.exchange,
+            self.devices[i],
+            delays[i],
+            record,
+        )
+        for i in range(p)
+    ]
+    self._pools = [
+        futures.ThreadPoolExecutor(1, thread_name_prefix=f"easgd-worker-{i}") for i in range(p)
+    ]
 
   def submit(self, worker: int, num_steps: int) -> futures.Future:
     return self._pools[worker].submit(self.loops[worker].run, num_steps)

@@ -18,4 +18,5 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "easgd.sweeps.quadratic": "quadratic_loss simulate_sync_easgd sweep_quadratic",
         "easgd.sweeps.network": "sweep_network",
         "easgd.sweeps.report": "write_result plot_result",
-    })
+    },
+)

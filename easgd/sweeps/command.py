@@ -44,8 +44,16 @@ PROBLEMS = ("quadratic", "network", "both")
 
 QUADRATIC_FIELDS = ("curvature", "quadratic_spread", "quadratic_sigma")
 """The :class:`SweepConfig` fields only the quadratic reads."""
-NETWORK_FIELDS = ("per_worker_batch_size", "dataset", "model", "hessian_iterations",
-                  "hessian_tol", "hessian_examples", "hessian_at_trained", "data_dir")
+NETWORK_FIELDS = (
+    "per_worker_batch_size",
+    "dataset",
+    "model",
+    "hessian_iterations",
+    "hessian_tol",
+    "hessian_examples",
+    "hessian_at_trained",
+    "data_dir",
+)
 """The :class:`SweepConfig` fields only the network reads."""
 HESSIAN_FIELDS = ("hessian_tol", "hessian_examples", "hessian_at_trained")
 """The fields read only when there is a Hessian estimate (hessian_iterations >= 1)."""
@@ -69,12 +77,14 @@ class SweepConfig:
   "both"; a field the chosen problem does not read must keep its default
   (:meth:`unread_fields`).
   """
-  problem: str = option("network", "quadratic, network or both (subdirectories)",
-                        choices=PROBLEMS)
-  tau: tuple[int, ...] = option((1, 2, 4, 8, 16, 32, 64, 128),
-                                "communication periods (local steps)")
-  alpha: tuple[float, ...] = option((0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8),
-                                    "moving rates (beta = num_workers * alpha)")
+
+  problem: str = option("network", "quadratic, network or both (subdirectories)", choices=PROBLEMS)
+  tau: tuple[int, ...] = option(
+      (1, 2, 4, 8, 16, 32, 64, 128), "communication periods (local steps)"
+  )
+  alpha: tuple[float, ...] = option(
+      (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8), "moving rates (beta = num_workers * alpha)"
+  )
   learning_rate: tuple[float, ...] = option((0.1,), "eta values (local SGD step size)")
   num_workers: tuple[int, ...] = option((4,), "p values (one compiled program each)")
   num_steps: int = option(300, "local steps per worker")
@@ -85,16 +95,22 @@ class SweepConfig:
   quadratic_spread: float = option(0.5, "relative spread of the quadratic's worker starts")
   quadratic_sigma: float = option(0.0, "gradient-noise std of the quadratic")
   divergence_factor: float = option(
-      1e3, "loss ratio that counts as diverged: the workers' mean loss to its step-0 "
-      "value, the center's final loss to its initial one")
+      1e3,
+      "loss ratio that counts as diverged: the workers' mean loss to its step-0 "
+      "value, the center's final loss to its initial one",
+  )
   hessian_iterations: int = option(
-      100, "budget of Hessian-vector products for h (0: skip; network)")
+      100, "budget of Hessian-vector products for h (0: skip; network)"
+  )
   hessian_tol: float = option(
-      1e-4, "relative residual tolerance of h: certified when ||H v - h v|| <= "
-      "hessian_tol |h| (> 0)")
+      1e-4,
+      "relative residual tolerance of h: certified when ||H v - h v|| <= " "hessian_tol |h| (> 0)",
+  )
   hessian_examples: int | None = option(
-      None, "training examples in the Hessian's loss, at most the data set's "
-      "training examples (none: 2000, or all of them if fewer)")
+      None,
+      "training examples in the Hessian's loss, at most the data set's "
+      "training examples (none: 2000, or all of them if fewer)",
+  )
   hessian_at_trained: bool = option(True, "also estimate h at the best final center")
   seed: int = option(0, "seed of data order, initialisation and noise, in [0, 2**32 - 1]")
   data_dir: str | None = option(None, "Fashion-MNIST or CIFAR-10 directory, or none")
@@ -127,8 +143,11 @@ class SweepConfig:
       unread.update(HESSIAN_FIELDS)
     if self.dataset not in DATA_DIR_DATASETS:
       unread.add("data_dir")
-    return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-            if f.name in unread and _differs(self, f.name)}
+    return {
+        f.name: getattr(self, f.name)
+        for f in dataclasses.fields(self)
+        if f.name in unread and _differs(self, f.name)
+    }
 
   def validate(self) -> "SweepConfig":
     """Checks every field, without loading data or compiling anything.
@@ -159,26 +178,31 @@ class SweepConfig:
         raise SweepError(f"data_dir must be a path string or None, got {data_dir!r}")
       data_dir = os.fspath(data_dir)
     plain = dict(
-        tau=g.tau, alpha=g.alpha, learning_rate=g.learning_rate,
+        tau=g.tau,
+        alpha=g.alpha,
+        learning_rate=g.learning_rate,
         num_workers=g.num_workers,
         num_steps=check_num_steps(g, self.num_steps),
-        per_worker_batch_size=check_int("per_worker_batch_size",
-                                        self.per_worker_batch_size, 1),
+        per_worker_batch_size=check_int("per_worker_batch_size", self.per_worker_batch_size, 1),
         hessian_iterations=check_int("hessian_iterations", self.hessian_iterations, 0),
-        hessian_examples=(None if self.hessian_examples is None else
-                          check_int("hessian_examples", self.hessian_examples, 1)),
+        hessian_examples=(
+            None
+            if self.hessian_examples is None
+            else check_int("hessian_examples", self.hessian_examples, 1)
+        ),
         curvature=check_real("curvature", self.curvature, 0.0, True),
         quadratic_spread=check_real("quadratic_spread", self.quadratic_spread, 0.0, False),
         quadratic_sigma=check_real("quadratic_sigma", self.quadratic_sigma, 0.0, False),
         hessian_tol=check_real("hessian_tol", self.hessian_tol, 0.0, True),
         divergence_factor=check_factor(self.divergence_factor),
-        hessian_at_trained=checks.flag("hessian_at_trained", self.hessian_at_trained,
-                                       error=SweepError),
-        dataset=checks.choice("dataset", self.dataset, data.DATASETS,
-                              error=data.DataError),
+        hessian_at_trained=checks.flag(
+            "hessian_at_trained", self.hessian_at_trained, error=SweepError
+        ),
+        dataset=checks.choice("dataset", self.dataset, data.DATASETS, error=data.DataError),
         model=sweep_network.check_model_name(self.model),
         seed=check_int("seed", self.seed, 0, 2**32 - 1),
-        data_dir=data_dir)
+        data_dir=data_dir,
+    )
     config = dataclasses.replace(self, **plain)
     unread = config.unread_fields()
     if unread:
@@ -202,21 +226,28 @@ def _differs(config: SweepConfig, name: str) -> bool:
 def _unread_message(config: SweepConfig, name: str, value) -> str:
   default = _DEFAULTS[name]
   if name in QUADRATIC_FIELDS + NETWORK_FIELDS and not any(
-      name in (QUADRATIC_FIELDS if p == "quadratic" else NETWORK_FIELDS)
-      for p in config.problems):
+      name in (QUADRATIC_FIELDS if p == "quadratic" else NETWORK_FIELDS) for p in config.problems
+  ):
     reader = "quadratic" if name in QUADRATIC_FIELDS else "network"
-    return (f"{name}={value!r} is not read by problem {config.problem!r}; leave it at "
-            f"its default {default!r}, or use problem {reader!r} or 'both'")
+    return (
+        f"{name}={value!r} is not read by problem {config.problem!r}; leave it at "
+        f"its default {default!r}, or use problem {reader!r} or 'both'"
+    )
   if name in HESSIAN_FIELDS:
-    return (f"{name}={value!r} is not read with hessian_iterations=0 (no Hessian "
-            f"estimate); leave it at its default {default!r}, or give "
-            f"hessian_iterations >= 1")
-  return (f"data_dir={value!r} is not read by dataset {config.dataset!r} (generated "
-          f"or shipped); allowed: data_dir None")
+    return (
+        f"{name}={value!r} is not read with hessian_iterations=0 (no Hessian "
+        f"estimate); leave it at its default {default!r}, or give "
+        f"hessian_iterations >= 1"
+    )
+  return (
+      f"data_dir={value!r} is not read by dataset {config.dataset!r} (generated "
+      f"or shipped); allowed: data_dir None"
+  )
 
 
-def run_sweep(config: SweepConfig, workdir, *, overwrite: bool = False,
-              plots: bool = True) -> dict[str, SweepResult]:
+def run_sweep(
+    config: SweepConfig, workdir, *, overwrite: bool = False, plots: bool = True
+) -> dict[str, SweepResult]:
   """Runs ``config`` and writes results to ``workdir`` (``easgd sweep``).
 
   With ``problem="both"`` the quadratic goes to ``workdir/quadratic`` and the
@@ -253,17 +284,25 @@ def run_sweep(config: SweepConfig, workdir, *, overwrite: bool = False,
   setup = None
   if "network" in config.problems:
     setup = sweep_network.check_network(
-        config.grid, config.num_steps, dataset=config.dataset, model=config.model,
-        per_worker_batch_size=config.per_worker_batch_size, seed=config.seed,
-        data_dir=config.data_dir, hessian_iterations=config.hessian_iterations,
-        hessian_examples=config.hessian_examples)
+        config.grid,
+        config.num_steps,
+        dataset=config.dataset,
+        model=config.model,
+        per_worker_batch_size=config.per_worker_batch_size,
+        seed=config.seed,
+        data_dir=config.data_dir,
+        hessian_iterations=config.hessian_iterations,
+        hessian_examples=config.hessian_examples,
+    )
   workdir = rundir.workdir_path(workdir)
   # the lock creates workdir, and removes it again if the sweep fails in it
   with runlock.hold_workdir(workdir, "sweep"):
     _recover(workdir)
     if not overwrite and _holds_sweep(workdir):
-      raise ConfigError(f"workdir '{workdir}' already holds a sweep; choose another "
-                        "directory or pass --overwrite")
+      raise ConfigError(
+          f"workdir '{workdir}' already holds a sweep; choose another "
+          "directory or pass --overwrite"
+      )
     new = workdir / NEW_DIR
     shutil.rmtree(new, ignore_errors=True)  # left by a sweep that was killed
     new.mkdir()
@@ -271,16 +310,14 @@ def run_sweep(config: SweepConfig, workdir, *, overwrite: bool = False,
       results = _run_parts(config, setup, new, plots)
       if setup is not None and config.hessian_iterations:  # the examples used
         config = dataclasses.replace(config, hessian_examples=setup.hessian_examples)
-      write_text_atomic(new / CONFIG_FILE,
-                        json_text(dataclasses.asdict(config), indent=2) + "\n")
+      write_text_atomic(new / CONFIG_FILE, json_text(dataclasses.asdict(config), indent=2) + "\n")
       _install(new, workdir)
     finally:
       shutil.rmtree(new, ignore_errors=True)
   return results
 
 
-def _run_parts(config: SweepConfig, setup, out: Path, plots: bool
-               ) -> dict[str, SweepResult]:
+def _run_parts(config: SweepConfig, setup, out: Path, plots: bool) -> dict[str, SweepResult]:
   """Runs each problem of ``config`` and writes its results under ``out``.
 
   Raises:
@@ -291,29 +328,41 @@ def _run_parts(config: SweepConfig, setup, out: Path, plots: bool
     start = time.perf_counter()
     if problem == "quadratic":
       res = quadratic.sweep_quadratic(
-          config.grid, config.num_steps, curvature=config.curvature,
-          spread=config.quadratic_spread, sigma=config.quadratic_sigma,
-          seed=config.seed, divergence_factor=config.divergence_factor)
+          config.grid,
+          config.num_steps,
+          curvature=config.curvature,
+          spread=config.quadratic_spread,
+          sigma=config.quadratic_sigma,
+          seed=config.seed,
+          divergence_factor=config.divergence_factor,
+      )
     else:
       res = sweep_network.sweep_network(
-          config.grid, config.num_steps, dataset=config.dataset, model=setup.model,
-          per_worker_batch_size=config.per_worker_batch_size, seed=config.seed,
-          divergence_factor=config.divergence_factor, data_dir=config.data_dir,
-          hessian_iterations=config.hessian_iterations, hessian_tol=config.hessian_tol,
+          config.grid,
+          config.num_steps,
+          dataset=config.dataset,
+          model=setup.model,
+          per_worker_batch_size=config.per_worker_batch_size,
+          seed=config.seed,
+          divergence_factor=config.divergence_factor,
+          data_dir=config.data_dir,
+          hessian_iterations=config.hessian_iterations,
+          hessian_tol=config.hessian_tol,
           hessian_examples=setup.hessian_examples,
-          hessian_at_trained=config.hessian_at_trained)
+          hessian_at_trained=config.hessian_at_trained,
+      )
       res.info["model"] = setup.model_name
     res.info["total_wall_s"] = round(time.perf_counter() - start, 3)
     res.info["platform"] = jax.devices()[0].platform
     res.info["jax_version"] = jax.__version__
-    sweep_report.write_result(res, out / problem if len(config.problems) > 1 else out,
-                              plots)
+    sweep_report.write_result(res, out / problem if len(config.problems) > 1 else out, plots)
     results[problem] = res
   return results
 
 
-_HEATMAP = re.compile(r"(%s)(_p\d+)?(_lr[^/]*)?\.png" % "|".join(
-    map(re.escape, sweep_report.HEATMAP_METRICS)))
+_HEATMAP = re.compile(
+    r"(%s)(_p\d+)?(_lr[^/]*)?\.png" % "|".join(map(re.escape, sweep_report.HEATMAP_METRICS))
+)
 
 
 def _sweep_entries(directory: Path) -> list[Path]:
@@ -381,11 +430,13 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
   """Adds the ``easgd sweep`` flags: --workdir, --overwrite, --no-plots and one
   flag per :class:`SweepConfig` field (``easgd._util.flags``; lists comma-separated)."""
   parser.add_argument("--workdir", required=True, help="output directory")
-  parser.add_argument("--overwrite", action="store_true",
-                      help="replace an earlier sweep in --workdir")
+  parser.add_argument(
+      "--overwrite", action="store_true", help="replace an earlier sweep in --workdir"
+  )
   parser.add_argument("--no-plots", action="store_true", help="CSV and JSON only")
-  flags.add_flags(parser, SweepConfig,
-                  title="sweep (SweepConfig fields; lists: 1,2,4; 'none' for no value)")
+  flags.add_flags(
+      parser, SweepConfig, title="sweep (SweepConfig fields; lists: 1,2,4; 'none' for no value)"
+  )
 
 
 def main_sweep(args: argparse.Namespace) -> int:
@@ -395,8 +446,7 @@ def main_sweep(args: argparse.Namespace) -> int:
     As :func:`run_sweep` (the command line prints them as one line, exit 2).
   """
   config = SweepConfig(**flags.overrides(args, SweepConfig))
-  results = run_sweep(config, args.workdir, overwrite=args.overwrite,
-                      plots=not args.no_plots)
+  results = run_sweep(config, args.workdir, overwrite=args.overwrite, plots=not args.no_plots)
   for res in results.values():
     print(sweep_report.summarize(res))
   print(f"results: {args.workdir}")

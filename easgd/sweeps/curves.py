@@ -64,28 +64,38 @@ def check_eval_steps(eval_steps: Sequence[int], num_steps: int) -> np.ndarray:
     SweepError: a step outside [0, num_steps], a repeated step, or 0 or
       num_steps missing.
   """
-  steps = checks.integer_array("eval_steps", list(eval_steps), 0, num_steps,
-                               error=SweepError)
+  steps = checks.integer_array("eval_steps", list(eval_steps), 0, num_steps, error=SweepError)
   if steps.ndim != 1 or len(set(steps.tolist())) != len(steps):
     raise SweepError(f"eval_steps must be distinct steps, got {list(eval_steps)}")
   steps = np.sort(steps)
   if steps[0] != 0 or steps[-1] != num_steps:
-    raise SweepError(f"eval_steps must include 0 and num_steps={num_steps}, got "
-                     f"{steps.tolist()}")
+    raise SweepError(
+        f"eval_steps must include 0 and num_steps={num_steps}, got " f"{steps.tolist()}"
+    )
   return steps
 
 
 def _pad(tree, n: int, size: int):
   """Host arrays with leading axis n padded to size by repeating the last entry."""
-  return jax.tree.map(lambda a: np.concatenate([a, np.repeat(a[-1:], size - n, axis=0)])
-                      if size > n else a, tree)
+  return jax.tree.map(
+      lambda a: np.concatenate([a, np.repeat(a[-1:], size - n, axis=0)]) if size > n else a, tree
+  )
 
 
-def make_curve_fn(build: Callable[..., Algorithm], num_workers: int, num_steps: int,
-                  eval_steps: Sequence[int], *, batch_fn: Callable, eval_fn: Callable,
-                  eval_chunks: int = 1, final_fn: Callable | None = None,
-                  configs_per_batch: int | None = None, warmup_steps: int = 0,
-                  return_center: bool = False) -> Callable:
+def make_curve_fn(
+    build: Callable[..., Algorithm],
+    num_workers: int,
+    num_steps: int,
+    eval_steps: Sequence[int],
+    *,
+    batch_fn: Callable,
+    eval_fn: Callable,
+    eval_chunks: int = 1,
+    final_fn: Callable | None = None,
+    configs_per_batch: int | None = None,
+    warmup_steps: int = 0,
+    return_center: bool = False,
+) -> Callable:
   """Builds the one-program learning curves of many configurations of an algorithm.
 
   For configuration c with hyperparameters H_c (traced 0-d arrays), start
@@ -153,20 +163,29 @@ def make_curve_fn(build: Callable[..., Algorithm], num_workers: int, num_steps: 
   chunks = checks.integer("eval_chunks", eval_chunks, 1, error=SweepError)
   k_warm = checks.integer("warmup_steps", warmup_steps, 0, T - 1, error=SweepError)
   if configs_per_batch is not None:
-    configs_per_batch = checks.integer("configs_per_batch", configs_per_batch, 1,
-                                       error=SweepError)
+    configs_per_batch = checks.integer("configs_per_batch", configs_per_batch, 1, error=SweepError)
   programs = _CurvePrograms(build, p, batch_fn, eval_fn, final_fn)
 
   def run(hyperparameters: Mapping[str, Any], params0, key, config_data, data):
     names = _program_names(build, hyperparameters, T, k_warm)
     parts, n, k = _chunks(hyperparameters, params0, key, config_data, configs_per_batch)
     programs.key_impl = jax.random.key_impl(key)
-    return _run_chunks(programs, parts, jax.tree.map(jnp.asarray, data), names,
-                       set(steps.tolist()), chunks, n, k,
-                       final=final_fn is not None, center=return_center)
+    return _run_chunks(
+        programs,
+        parts,
+        jax.tree.map(jnp.asarray, data),
+        names,
+        set(steps.tolist()),
+        chunks,
+        n,
+        k,
+        final=final_fn is not None,
+        center=return_center,
+    )
 
-  run.programs = dict(init=programs.init, step=programs.step, eval=programs.eval,
-                      final=programs.final)
+  run.programs = dict(
+      init=programs.init, step=programs.step, eval=programs.eval, final=programs.final
+  )
   return run
 
 
@@ -185,22 +204,28 @@ class _CurvePrograms:
     def step_one(hyper, state, key_data, config_data, data, t, name):
       key = jax.random.wrap_key_data(key_data, impl=self.key_impl)
       program = build(**hyper).programs(exchange_on_host=False)[name]
-      mapped = workers.vmap_workers(program.step, p, workers.STEP_IN_KINDS,
-                                    workers.STEP_OUT_KINDS)
+      mapped = workers.vmap_workers(program.step, p, workers.STEP_IN_KINDS, workers.STEP_OUT_KINDS)
       worker, shared, total = state
       worker, shared, losses = mapped(worker, shared, batch_fn(data, config_data, t), key)
       return worker, shared, total + jnp.mean(losses.astype(jnp.float32))
 
     def eval_one(hyper, state, config_data, data, j):
       algorithm = build(**hyper)
-      return {name: jnp.asarray(v, jnp.float32) for name, v in
-              eval_fn(algorithm.center(state[1]), data, config_data, j).items()}
+      return {
+          name: jnp.asarray(v, jnp.float32)
+          for name, v in eval_fn(algorithm.center(state[1]), data, config_data, j).items()
+      }
 
     def final_one(hyper, state, config_data, data, j):
       algorithm = build(**hyper)
       worker, shared, _ = state
-      return final_fn(simulated_params(algorithm, p)(worker, shared),
-                      algorithm.center(shared), data, config_data, j)
+      return final_fn(
+          simulated_params(algorithm, p)(worker, shared),
+          algorithm.center(shared),
+          data,
+          config_data,
+          j,
+      )
 
     def center_one(hyper, state):
       return build(**hyper).center(state[1])
@@ -208,8 +233,9 @@ class _CurvePrograms:
     per = (0, 0, 0, 0, None, None)
     self.key_impl = None
     self.init = jax.jit(jax.vmap(init_one))
-    self.step = jax.jit(jax.vmap(step_one, in_axes=per + (None,)), static_argnums=6,
-                        donate_argnums=1)
+    self.step = jax.jit(
+        jax.vmap(step_one, in_axes=per + (None,)), static_argnums=6, donate_argnums=1
+    )
     self.eval = jax.jit(jax.vmap(eval_one, in_axes=(0, 0, 0, None, None)))
     self.final = jax.jit(jax.vmap(final_one, in_axes=(0, 0, 0, None, None)))
     self.center = jax.jit(jax.vmap(center_one))
@@ -229,27 +255,31 @@ def _program_names(build, hyperparameters, num_steps: int, warmup_steps: int) ->
     table.update(build(**hyper).programs(exchange_on_host=False))
     return ()
 
-  one = {name: jax.ShapeDtypeStruct(np.shape(v)[1:], np.asarray(v).dtype)
-         for name, v in dict(hyperparameters).items()}
+  one = {
+      name: jax.ShapeDtypeStruct(np.shape(v)[1:], np.asarray(v).dtype)
+      for name, v in dict(hyperparameters).items()
+  }
   jax.eval_shape(declare, one)
   names = [select_program(table, t) for t in range(num_steps)]
   if [name == WARMUP for name in names] != [t < warmup_steps for t in range(num_steps)]:
-    raise SweepError(f"warmup_steps={warmup_steps} but build() returned an algorithm "
-                     f"without that synchronous warm-up")
+    raise SweepError(
+        f"warmup_steps={warmup_steps} but build() returned an algorithm "
+        f"without that synchronous warm-up"
+    )
   return names
 
 
 def _chunks(hyperparameters, params0, key, config_data, configs_per_batch):
   """The configurations on the device in chunks of k (the last padded):
   ``(parts, n, k)``, each part ``(hyper, params0, key_data, config_data)``."""
-  host = jax.tree.map(np.asarray, (dict(hyperparameters), params0,
-                                   jax.random.key_data(key), config_data))
+  host = jax.tree.map(
+      np.asarray, (dict(hyperparameters), params0, jax.random.key_data(key), config_data)
+  )
   n = int(np.shape(jax.tree.leaves(host[0])[0])[0])
   k = n if configs_per_batch is None else min(configs_per_batch, n)
   size = -(-n // k) * k
   host = _pad(host, n, size)
-  parts = [jax.device_put(jax.tree.map(lambda a: a[i:i + k], host))
-           for i in range(0, size, k)]
+  parts = [jax.device_put(jax.tree.map(lambda a: a[i : i + k], host)) for i in range(0, size, k)]
   return parts, n, k
 
 
@@ -257,14 +287,16 @@ def _evaluate(program, chunks: int, hyper, state, config_data, data):
   """The sums over the evaluation chunks of ``program``, on the host (float64)."""
   total = None
   for j in range(chunks):
-    part = jax.tree.map(lambda a: np.asarray(a, np.float64),
-                        program(hyper, state, config_data, data, np.int32(j)))
+    part = jax.tree.map(
+        lambda a: np.asarray(a, np.float64), program(hyper, state, config_data, data, np.int32(j))
+    )
     total = part if total is None else jax.tree.map(np.add, total, part)
   return total
 
 
-def _run_chunks(programs, parts, data, names, evaluated, chunks, n, k, *,
-                final: bool, center: bool) -> dict:
+def _run_chunks(
+    programs, parts, data, names, evaluated, chunks, n, k, *, final: bool, center: bool
+) -> dict:
   """The host loop of :func:`make_curve_fn`: every step of every chunk, the
   evaluations after the steps in ``evaluated``; the outputs of its ``run``."""
   evaluate = lambda program, h, s, c: _evaluate(program, chunks, h, s, c, data)
@@ -286,9 +318,12 @@ def _run_chunks(programs, parts, data, names, evaluated, chunks, n, k, *,
       since = 0
   cat = lambda xs: np.concatenate([np.asarray(x) for x in xs])[:n]
   out = dict(
-      curves={name: cat([np.stack([np.asarray(r[name]) for r in rec], axis=1)
-                         for rec in records]) for name in records[0][0]},
-      train_loss=cat([np.stack(l, axis=1) for l in losses]))
+      curves={
+          name: cat([np.stack([np.asarray(r[name]) for r in rec], axis=1) for rec in records])
+          for name in records[0][0]
+      },
+      train_loss=cat([np.stack(l, axis=1) for l in losses]),
+  )
   if final:
     finals = [evaluate(programs.final, h, s, c) for (h, _, _, c), s in zip(parts, states)]
     out["final"] = jax.tree.map(lambda *xs: cat(xs), *finals)

@@ -101,8 +101,9 @@ class SweepError(elastic.HyperparameterError):
   """A sweep grid or setting is outside its allowed range (one-line message)."""
 
 
-def check_int(name: str, value, minimum: int, maximum: int | None = None, *,
-              what: str | None = None) -> int:
+def check_int(
+    name: str, value, minimum: int, maximum: int | None = None, *, what: str | None = None
+) -> int:
   """``int(value)`` for an integer in [minimum, maximum] (None: unbounded above).
 
   Raises:
@@ -167,8 +168,13 @@ def run_timed(run: Callable, args: tuple, num_configs: int) -> tuple[Any, dict]:
   start = time.perf_counter()
   with CompileCounter() as cc:
     out = jax.block_until_ready(run(*args))
-  return out, dict(configs=num_configs, wall_s=round(time.perf_counter() - start, 3),
-                   compiles=cc.count, compile_s=round(cc.seconds, 3), compiled=cc.names)
+  return out, dict(
+      configs=num_configs,
+      wall_s=round(time.perf_counter() - start, 3),
+      compiles=cc.count,
+      compile_s=round(cc.seconds, 3),
+      compiled=cc.names,
+  )
 
 
 # ----------------------------------------------------------------------------
@@ -199,15 +205,17 @@ def simulated_step(algorithm: Algorithm, num_workers: int) -> Callable:
   """``step(worker [p], shared, batch [p], key) -> (worker, shared, losses [p])``:
   ``algorithm.step`` on ``num_workers`` simulated workers
   (``easgd.parallel.workers.vmap_workers``), nestable under vmap, scan and jit."""
-  return workers.vmap_workers(algorithm.step, num_workers, workers.STEP_IN_KINDS,
-                              workers.STEP_OUT_KINDS)
+  return workers.vmap_workers(
+      algorithm.step, num_workers, workers.STEP_IN_KINDS, workers.STEP_OUT_KINDS
+  )
 
 
 def simulated_params(algorithm: Algorithm, num_workers: int) -> Callable:
   """``params(worker [p], shared) -> pytree [p, ...]``: every worker's iterate
   (``algorithm.worker_params``; the one model, repeated, for one-model methods)."""
-  mapped = workers.vmap_workers(lambda w, s: (algorithm.worker_params(w, s),),
-                                num_workers, ("worker", "shared"), ("worker",))
+  mapped = workers.vmap_workers(
+      lambda w, s: (algorithm.worker_params(w, s),), num_workers, ("worker", "shared"), ("worker",)
+  )
   return lambda worker, shared: mapped(worker, shared)[0]
 
 
@@ -231,6 +239,7 @@ class SweepState(NamedTuple):
     initial_loss: float32 scalar, mean worker loss at step 0.
     last_loss: float32 scalar, mean worker loss of the last good step.
   """
+
   worker: Any
   shared: Any
   diverged: jax.Array
@@ -252,9 +261,14 @@ def _above(loss, reference, factor):
   return ~jnp.isfinite(loss) | (loss > limit)
 
 
-def make_sweep_fn(build: Callable[..., Algorithm], num_workers: int, num_steps: int,
-                  eval_fn: Callable | None = None, *,
-                  per_config: Collection[str] = ()) -> Callable:
+def make_sweep_fn(
+    build: Callable[..., Algorithm],
+    num_workers: int,
+    num_steps: int,
+    eval_fn: Callable | None = None,
+    *,
+    per_config: Collection[str] = (),
+) -> Callable:
   """Builds the one-program sweep of an algorithm: all configurations, all steps.
 
   For each configuration c with hyperparameters H_c, ``algorithm =
@@ -325,30 +339,52 @@ def make_sweep_fn(build: Callable[..., Algorithm], num_workers: int, num_steps: 
   num_steps = check_int("num_steps", num_steps, 1, MAX_STEPS, what="int32 step counter")
   unknown = set(per_config) - set(RUN_ARGUMENTS)
   if unknown:
-    raise SweepError(f"per_config names unknown arguments {sorted(unknown)}; allowed: "
-                     f"{', '.join(RUN_ARGUMENTS)}")
-  one_config = _one_config_fn(build, num_workers, num_steps,
-                              None if eval_fn is None else _checked_eval(eval_fn))
-  configs = jax.vmap(one_config, in_axes=(0, *(0 if name in per_config else None
-                                               for name in RUN_ARGUMENTS), None))
+    raise SweepError(
+        f"per_config names unknown arguments {sorted(unknown)}; allowed: "
+        f"{', '.join(RUN_ARGUMENTS)}"
+    )
+  one_config = _one_config_fn(
+      build, num_workers, num_steps, None if eval_fn is None else _checked_eval(eval_fn)
+  )
+  configs = jax.vmap(
+      one_config, in_axes=(0, *(0 if name in per_config else None for name in RUN_ARGUMENTS), None)
+  )
 
   @jax.jit
-  def run(hyperparameters: Mapping[str, jax.Array], worker_params, center, batches,
-          eval_data, key, divergence_factor):
-    return configs(dict(hyperparameters), worker_params, center, batches, eval_data,
-                   key, jnp.asarray(divergence_factor, jnp.float32))
+  def run(
+      hyperparameters: Mapping[str, jax.Array],
+      worker_params,
+      center,
+      batches,
+      eval_data,
+      key,
+      divergence_factor,
+  ):
+    return configs(
+        dict(hyperparameters),
+        worker_params,
+        center,
+        batches,
+        eval_data,
+        key,
+        jnp.asarray(divergence_factor, jnp.float32),
+    )
 
   return run
 
 
 def _checked_eval(eval_fn: Callable) -> Callable:
   """``eval_fn`` whose metrics must hold ``center_loss``; else :class:`SweepError`."""
+
   def evaluate(center, eval_data):
     metrics = dict(eval_fn(center, eval_data))
     if "center_loss" not in metrics:
-      raise SweepError(f"eval_fn must return 'center_loss' (the center's divergence "
-                       f"test), got {sorted(metrics)}")
+      raise SweepError(
+          f"eval_fn must return 'center_loss' (the center's divergence "
+          f"test), got {sorted(metrics)}"
+      )
     return metrics
+
   return evaluate
 
 
@@ -357,30 +393,41 @@ def _one_config_fn(build, num_workers: int, num_steps: int, evaluate) -> Callabl
   worker_params, center0, batches, eval_data, key, factor) -> dict``, the scan
   over the steps and the end of the run (``evaluate`` as :func:`_checked_eval`
   makes it, or None)."""
+
   def one_config(hyper, worker_params, center0, batches, eval_data, key, factor):
     algorithm = build(**hyper)
     params_of = simulated_params(algorithm, num_workers)
     worker, shared = start_state(algorithm, worker_params, center0)
     initial_center_loss = (
-        jnp.float32(jnp.nan) if evaluate is None
-        else jnp.asarray(evaluate(algorithm.center(shared), eval_data)["center_loss"],
-                         jnp.float32))
-    body = _sweep_body(algorithm, simulated_step(algorithm, num_workers), params_of,
-                       key, factor)
+        jnp.float32(jnp.nan)
+        if evaluate is None
+        else jnp.asarray(evaluate(algorithm.center(shared), eval_data)["center_loss"], jnp.float32)
+    )
+    body = _sweep_body(algorithm, simulated_step(algorithm, num_workers), params_of, key, factor)
     false = jnp.bool_(False)
-    init = SweepState(worker, shared, false, false, false, jnp.int32(-1),
-                      jnp.float32(jnp.nan), jnp.float32(jnp.nan))
+    init = SweepState(
+        worker,
+        shared,
+        false,
+        false,
+        false,
+        jnp.int32(-1),
+        jnp.float32(jnp.nan),
+        jnp.float32(jnp.nan),
+    )
     state, _ = lax.scan(body, init, (jnp.arange(num_steps, dtype=jnp.int32), batches))
-    return _end_of_sweep(algorithm, params_of, state, initial_center_loss, evaluate,
-                         eval_data, factor, num_steps)
+    return _end_of_sweep(
+        algorithm, params_of, state, initial_center_loss, evaluate, eval_data, factor, num_steps
+    )
+
   return one_config
 
 
-def _sweep_body(algorithm: Algorithm, step: Callable, params_of: Callable, key, factor
-                ) -> Callable:
+def _sweep_body(algorithm: Algorithm, step: Callable, params_of: Callable, key, factor) -> Callable:
   """The scan body of one configuration: ``body(state, (t, batch)) -> (state,
   None)``, the step and the per-step divergence tests (:class:`SweepState`;
   a diverged configuration's state is frozen)."""
+
   def body(state, xs):
     t, batch = xs
     worker, shared, losses = step(state.worker, state.shared, batch, key)
@@ -398,41 +445,66 @@ def _sweep_body(algorithm: Algorithm, step: Callable, params_of: Callable, key, 
         center_diverged=state.center_diverged | (first & center_bad),
         diverged_step=jnp.where(first, t, state.diverged_step),
         initial_loss=initial,
-        last_loss=jnp.where(diverged, state.last_loss, loss))
+        last_loss=jnp.where(diverged, state.last_loss, loss),
+    )
     return new, None
+
   return body
 
 
-def _end_of_sweep(algorithm: Algorithm, params_of: Callable, state: SweepState,
-                  initial_center_loss, evaluate, eval_data, factor,
-                  num_steps: int) -> dict:
+def _end_of_sweep(
+    algorithm: Algorithm,
+    params_of: Callable,
+    state: SweepState,
+    initial_center_loss,
+    evaluate,
+    eval_data,
+    factor,
+    num_steps: int,
+) -> dict:
   """One configuration's outputs of :func:`make_sweep_fn` from its final scan
   state: the distances, the ``evaluate`` metrics and the center's end test."""
   center = algorithm.center(state.shared)
   dist = jax.vmap(elastic.tree_l2_distance, in_axes=(0, None))(
-      params_of(state.worker, state.shared), center)
-  out = dict(worker_center_distance=jnp.mean(dist), center=center,
-             initial_loss=state.initial_loss, final_loss=state.last_loss,
-             initial_center_loss=initial_center_loss)
+      params_of(state.worker, state.shared), center
+  )
+  out = dict(
+      worker_center_distance=jnp.mean(dist),
+      center=center,
+      initial_loss=state.initial_loss,
+      final_loss=state.last_loss,
+      initial_center_loss=initial_center_loss,
+  )
   center_end_bad = jnp.bool_(False)
   if evaluate is not None:
     metrics = evaluate(center, eval_data)
     out.update(metrics)
-    center_end_bad = _above(jnp.asarray(metrics["center_loss"], jnp.float32),
-                            initial_center_loss, factor)
+    center_end_bad = _above(
+        jnp.asarray(metrics["center_loss"], jnp.float32), initial_center_loss, factor
+    )
   out.update(
       diverged=state.diverged | center_end_bad,
       workers_diverged=state.workers_diverged,
       center_diverged=state.center_diverged | center_end_bad,
-      diverged_step=jnp.where(state.diverged, state.diverged_step,
-                              jnp.where(center_end_bad, jnp.int32(num_steps),
-                                        jnp.int32(-1))))
+      diverged_step=jnp.where(
+          state.diverged,
+          state.diverged_step,
+          jnp.where(center_end_bad, jnp.int32(num_steps), jnp.int32(-1)),
+      ),
+  )
   return out
 
 
-def run_with_algorithm(algorithm: Algorithm, params0: Params, batches, key, *,
-                       num_workers: int, eval_fn: Callable | None = None,
-                       eval_data=None) -> dict[str, Any]:
+def run_with_algorithm(
+    algorithm: Algorithm,
+    params0: Params,
+    batches,
+    key,
+    *,
+    num_workers: int,
+    eval_fn: Callable | None = None,
+    eval_data=None,
+) -> dict[str, Any]:
   """Runs ONE configuration of ``algorithm`` as its own program (no divergence test).
 
   ``algorithm`` is built with Python hyperparameters (e.g.
@@ -460,8 +532,7 @@ def run_with_algorithm(algorithm: Algorithm, params0: Params, batches, key, *,
 
   @jax.jit
   def run(params0, batches, key, eval_data):
-    worker_params = jax.tree.map(lambda a: jnp.broadcast_to(a, (num_workers, *a.shape)),
-                                 params0)
+    worker_params = jax.tree.map(lambda a: jnp.broadcast_to(a, (num_workers, *a.shape)), params0)
     worker, shared = start_state(algorithm, worker_params, params0)
 
     def body(carry, batch):
@@ -469,8 +540,9 @@ def run_with_algorithm(algorithm: Algorithm, params0: Params, batches, key, *,
       return (w, s), loss
 
     (worker, shared), losses = lax.scan(body, (worker, shared), batches)
-    out = dict(worker_params=params_of(worker, shared),
-               center=algorithm.center(shared), losses=losses)
+    out = dict(
+        worker_params=params_of(worker, shared), center=algorithm.center(shared), losses=losses
+    )
     if eval_fn is not None:
       out.update(eval_fn(algorithm.center(shared), eval_data))
     return out

@@ -37,12 +37,29 @@ from easgd._util import checks
 from easgd.analysis import stability
 from easgd.sweeps.engine import MAX_STEPS, SweepError, run_timed
 
-CSV_COLUMNS = ("problem", "num_workers", "learning_rate", "tau", "alpha", "beta",
-               "diverged", "workers_diverged", "center_diverged", "diverged_step",
-               "initial_loss", "final_loss", "initial_center_loss", "center_loss",
-               "test_accuracy", "worker_center_distance",
-               "eta_h", "theory_radius", "theory_stable", "eta_h_trained",
-               "theory_radius_trained")
+CSV_COLUMNS = (
+    "problem",
+    "num_workers",
+    "learning_rate",
+    "tau",
+    "alpha",
+    "beta",
+    "diverged",
+    "workers_diverged",
+    "center_diverged",
+    "diverged_step",
+    "initial_loss",
+    "final_loss",
+    "initial_center_loss",
+    "center_loss",
+    "test_accuracy",
+    "worker_center_distance",
+    "eta_h",
+    "theory_radius",
+    "theory_stable",
+    "eta_h_trained",
+    "theory_radius_trained",
+)
 """The keys of a record, in the CSV's column order."""
 
 MAX_SWEEP_BYTES = 4 * 2**30
@@ -70,15 +87,21 @@ def _sorted_unique(name, values):
 
 def _int_tuple(name: str, values, minimum: int) -> tuple[int, ...]:
   values = _as_tuple(name, values)
-  return _sorted_unique(name, tuple(
-      checks.integer(f"{name} grid value", v, minimum, error=SweepError) for v in values))
+  return _sorted_unique(
+      name,
+      tuple(checks.integer(f"{name} grid value", v, minimum, error=SweepError) for v in values),
+  )
 
 
 def _real_tuple(name: str, values, minimum: float, strictly: bool) -> tuple[float, ...]:
   values = _as_tuple(name, values)
-  return _sorted_unique(name, tuple(
-      checks.real(f"{name} grid value", v, minimum, open_low=strictly, error=SweepError)
-      for v in values))
+  return _sorted_unique(
+      name,
+      tuple(
+          checks.real(f"{name} grid value", v, minimum, open_low=strictly, error=SweepError)
+          for v in values
+      ),
+  )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +118,7 @@ class SweepGrid:
     learning_rate: eta, the local plain-SGD step size, finite reals > 0.
     num_workers: p, integers >= 1; one compiled program per value.
   """
+
   tau: tuple[int, ...]
   alpha: tuple[float, ...]
   learning_rate: tuple[float, ...] = (0.1,)
@@ -112,10 +136,12 @@ class SweepGrid:
     tau = _int_tuple("tau", self.tau, 1)
     if max(tau) > 2**30:
       raise SweepError(f"tau values must be at most 2**30 (int32 clocks), got {max(tau)}")
-    return SweepGrid(tau=tau, alpha=_real_tuple("alpha", self.alpha, 0.0, False),
-                     learning_rate=_real_tuple("learning_rate", self.learning_rate,
-                                               0.0, True),
-                     num_workers=_int_tuple("num_workers", self.num_workers, 1))
+    return SweepGrid(
+        tau=tau,
+        alpha=_real_tuple("alpha", self.alpha, 0.0, False),
+        learning_rate=_real_tuple("learning_rate", self.learning_rate, 0.0, True),
+        num_workers=_int_tuple("num_workers", self.num_workers, 1),
+    )
 
   @property
   def configs_per_program(self) -> int:
@@ -128,11 +154,17 @@ class SweepGrid:
     Returns:
       float32 [n], int32 [n], float32 [n] with n = :attr:`configs_per_program`.
     """
-    lr, tau, alpha = np.meshgrid(np.asarray(self.learning_rate, np.float64),
-                                 np.asarray(self.tau, np.int64),
-                                 np.asarray(self.alpha, np.float64), indexing="ij")
-    return (lr.ravel().astype(np.float32), tau.ravel().astype(np.int32),
-            alpha.ravel().astype(np.float32))
+    lr, tau, alpha = np.meshgrid(
+        np.asarray(self.learning_rate, np.float64),
+        np.asarray(self.tau, np.int64),
+        np.asarray(self.alpha, np.float64),
+        indexing="ij",
+    )
+    return (
+        lr.ravel().astype(np.float32),
+        tau.ravel().astype(np.int32),
+        alpha.ravel().astype(np.float32),
+    )
 
   def hyperparameters(self) -> dict[str, np.ndarray]:
     """:meth:`flat` as the keyword arguments of ``easgd.core.algorithms.easgd``:
@@ -159,15 +191,33 @@ def check_num_steps(grid: SweepGrid, num_steps) -> int:
     SweepError: num_steps not an integer in [1, 2**31 - 1] (int32 step
       counter), or a tau of the grid above it (names that tau).
   """
-  num_steps = checks.integer("num_steps", num_steps, 1, MAX_STEPS, error=SweepError,
-                             what="local steps per worker; int32 step counter")
-  checks.integer("tau grid value", max(grid.tau), 1, num_steps, error=SweepError,
-                 what=f"communication period, at most the run's num_steps={num_steps}")
+  num_steps = checks.integer(
+      "num_steps",
+      num_steps,
+      1,
+      MAX_STEPS,
+      error=SweepError,
+      what="local steps per worker; int32 step counter",
+  )
+  checks.integer(
+      "tau grid value",
+      max(grid.tau),
+      1,
+      num_steps,
+      error=SweepError,
+      what=f"communication period, at most the run's num_steps={num_steps}",
+  )
   return num_steps
 
 
-def check_memory(problem: str, grid: SweepGrid, num_steps: int, worker_step_bytes: int,
-                 state_bytes: int, inputs: str) -> int:
+def check_memory(
+    problem: str,
+    grid: SweepGrid,
+    num_steps: int,
+    worker_step_bytes: int,
+    state_bytes: int,
+    inputs: str,
+) -> int:
   """Refuses a sweep whose memory estimate exceeds :data:`MAX_SWEEP_BYTES`.
 
   A program (one num_workers value p) holds every step's inputs at once
@@ -193,8 +243,10 @@ def check_memory(problem: str, grid: SweepGrid, num_steps: int, worker_step_byte
     SweepError: the estimate exceeds :data:`MAX_SWEEP_BYTES` (names both).
   """
   n = grid.configs_per_program
-  need, p = max((num_steps * (p * worker_step_bytes + 4) + n * (p + 1) * state_bytes, p)
-                for p in grid.num_workers)
+  need, p = max(
+      (num_steps * (p * worker_step_bytes + 4) + n * (p + 1) * state_bytes, p)
+      for p in grid.num_workers
+  )
   if need > MAX_SWEEP_BYTES:
     raise SweepError(
         f"the {problem} sweep needs about {need / 2**30:.3g} GiB ({need} bytes: "
@@ -202,7 +254,8 @@ def check_memory(problem: str, grid: SweepGrid, num_steps: int, worker_step_byte
         f"+ a 4-byte step index) + {n} configurations x {p + 1} parameter copies x "
         f"{state_bytes} bytes); "
         f"allowed: at most {MAX_SWEEP_BYTES / 2**30:g} GiB (easgd.sweeps.grid."
-        f"MAX_SWEEP_BYTES); use fewer steps, configurations or workers")
+        f"MAX_SWEEP_BYTES); use fewer steps, configurations or workers"
+    )
   return need
 
 
@@ -210,13 +263,19 @@ def grid_config(grid: SweepGrid, index: int) -> dict[str, Any]:
   """learning_rate, tau, alpha of configuration ``index`` of :meth:`SweepGrid.flat`,
   as the grid's Python numbers (not float32 round trips)."""
   na, nt = len(grid.alpha), len(grid.tau)
-  return dict(learning_rate=grid.learning_rate[index // (nt * na)],
-              tau=grid.tau[(index // na) % nt], alpha=grid.alpha[index % na])
+  return dict(
+      learning_rate=grid.learning_rate[index // (nt * na)],
+      tau=grid.tau[(index // na) % nt],
+      alpha=grid.alpha[index % na],
+  )
 
 
-def run_grid(grid: SweepGrid, program: Callable[[int], Callable],
-             inputs: Callable[[int], tuple], divergence_factor: float
-             ) -> tuple[dict[int, dict], dict[int, dict]]:
+def run_grid(
+    grid: SweepGrid,
+    program: Callable[[int], Callable],
+    inputs: Callable[[int], tuple],
+    divergence_factor: float,
+) -> tuple[dict[int, dict], dict[int, dict]]:
   """Runs every configuration of ``grid``: one compiled program per num_workers.
 
   Args:
@@ -244,13 +303,17 @@ def theory(learning_rate, alpha, tau, num_workers, h) -> tuple[float | None, flo
   if h is None or not math.isfinite(h):
     return None, None
   u = float(learning_rate) * float(h)
-  return u, float(stability.sync_easgd_spectral_radius(u, float(alpha), int(tau),
-                                                       int(num_workers)))
+  return u, float(stability.sync_easgd_spectral_radius(u, float(alpha), int(tau), int(num_workers)))
 
 
-def records(problem: str, grid: SweepGrid, num_workers: int, outputs: dict,
-            curvature: float | None, curvature_trained: float | None
-            ) -> list[dict[str, Any]]:
+def records(
+    problem: str,
+    grid: SweepGrid,
+    num_workers: int,
+    outputs: dict,
+    curvature: float | None,
+    curvature_trained: float | None,
+) -> list[dict[str, Any]]:
   """One record per configuration of a program's ``outputs`` (keys
   :data:`CSV_COLUMNS`; Python numbers, None where not applicable or not
   finite), with the theory columns at ``curvature`` and ``curvature_trained``."""
@@ -262,21 +325,32 @@ def records(problem: str, grid: SweepGrid, num_workers: int, outputs: dict,
     r_lr, r_tau, r_alpha = c["learning_rate"], c["tau"], c["alpha"]
     u, radius = theory(r_lr, r_alpha, r_tau, p, curvature)
     u2, radius2 = theory(r_lr, r_alpha, r_tau, p, curvature_trained)
-    f = lambda k: (None if k not in host or not np.isfinite(host[k][i])
-                   else float(host[k][i]))
-    rows.append(dict(
-        problem=problem, num_workers=p, learning_rate=r_lr, tau=r_tau,
-        alpha=r_alpha, beta=p * r_alpha, diverged=bool(host["diverged"][i]),
-        workers_diverged=bool(host["workers_diverged"][i]),
-        center_diverged=bool(host["center_diverged"][i]),
-        diverged_step=int(host["diverged_step"][i]),
-        initial_loss=f("initial_loss"), final_loss=f("final_loss"),
-        initial_center_loss=f("initial_center_loss"),
-        center_loss=f("center_loss"), test_accuracy=f("test_accuracy"),
-        worker_center_distance=f("worker_center_distance"),
-        eta_h=u, theory_radius=radius,
-        theory_stable=None if radius is None else bool(radius < 1.0),
-        eta_h_trained=u2, theory_radius_trained=radius2))
+    f = lambda k: (None if k not in host or not np.isfinite(host[k][i]) else float(host[k][i]))
+    rows.append(
+        dict(
+            problem=problem,
+            num_workers=p,
+            learning_rate=r_lr,
+            tau=r_tau,
+            alpha=r_alpha,
+            beta=p * r_alpha,
+            diverged=bool(host["diverged"][i]),
+            workers_diverged=bool(host["workers_diverged"][i]),
+            center_diverged=bool(host["center_diverged"][i]),
+            diverged_step=int(host["diverged_step"][i]),
+            initial_loss=f("initial_loss"),
+            final_loss=f("final_loss"),
+            initial_center_loss=f("initial_center_loss"),
+            center_loss=f("center_loss"),
+            test_accuracy=f("test_accuracy"),
+            worker_center_distance=f("worker_center_distance"),
+            eta_h=u,
+            theory_radius=radius,
+            theory_stable=None if radius is None else bool(radius < 1.0),
+            eta_h_trained=u2,
+            theory_radius_trained=radius2,
+        )
+    )
   return rows
 
 
@@ -297,6 +371,7 @@ class SweepResult:
     centers: num_workers -> final centers (pytree, leading axis [n]) on the
       host; not written to disk.
   """
+
   problem: str
   grid: SweepGrid
   records: list[dict[str, Any]]
@@ -304,8 +379,9 @@ class SweepResult:
   info: dict[str, Any] = dataclasses.field(default_factory=dict)
   centers: dict[int, Any] = dataclasses.field(default_factory=dict, repr=False)
 
-  def table(self, metric: str, num_workers: int | None = None,
-            learning_rate: float | None = None) -> np.ndarray:
+  def table(
+      self, metric: str, num_workers: int | None = None, learning_rate: float | None = None
+  ) -> np.ndarray:
     """One metric as a float64 [len(alpha), len(tau)] array (rows: alpha).
 
     Args:
@@ -337,13 +413,24 @@ class SweepResult:
 
   def to_json(self) -> dict[str, Any]:
     """JSON-ready dict: problem, grid, curvature, info, records."""
-    return dict(problem=self.problem, grid=dataclasses.asdict(self.grid),
-                curvature=self.curvature, info=self.info, records=self.records)
+    return dict(
+        problem=self.problem,
+        grid=dataclasses.asdict(self.grid),
+        curvature=self.curvature,
+        info=self.info,
+        records=self.records,
+    )
 
 
-def sweep_result(problem: str, grid: SweepGrid, outputs: dict[int, dict],
-                 curvature: float | None, curvature_trained: float | None,
-                 info: dict[str, Any], centers: dict[int, Any]) -> SweepResult:
+def sweep_result(
+    problem: str,
+    grid: SweepGrid,
+    outputs: dict[int, dict],
+    curvature: float | None,
+    curvature_trained: float | None,
+    info: dict[str, Any],
+    centers: dict[int, Any],
+) -> SweepResult:
   """The :class:`SweepResult` of :func:`run_grid`'s ``outputs``.
 
   Args:

@@ -36,8 +36,15 @@ from easgd._util import checks
 from easgd.analysis import hessian
 from easgd.sweeps import engine as sweep_engine
 from easgd.sweeps.engine import SweepError, check_factor, check_int, check_real
-from easgd.sweeps.grid import (SweepGrid, SweepResult, check_memory, check_num_steps,
-                              grid_config, run_grid, sweep_result)
+from easgd.sweeps.grid import (
+    SweepGrid,
+    SweepResult,
+    check_memory,
+    check_num_steps,
+    grid_config,
+    run_grid,
+    sweep_result,
+)
 
 HESSIAN_EXAMPLES = 2000
 """Training examples of the Hessian's loss when none are given (fewer if the
@@ -51,16 +58,18 @@ def network_fns(model):
   ``easgd.training.spmd.make_loss_fn``); ``eval_fn(center, (x, y))`` gives the
   center's mean cross-entropy ``center_loss`` and ``test_accuracy`` on (x, y).
   """
+
   def loss_fn(params, batch, key):
     x, y = batch
-    return models.cross_entropy_loss(model.apply({"params": params}, x, train=True,
-                                                 rngs={"dropout": key}), y)
+    return models.cross_entropy_loss(
+        model.apply({"params": params}, x, train=True, rngs={"dropout": key}), y
+    )
 
   def eval_fn(center, eval_data):
     x, y = eval_data
-    loss, correct = models.per_example_stats(model.apply({"params": center}, x,
-                                                         train=False), y)
+    loss, correct = models.per_example_stats(model.apply({"params": center}, x, train=False), y)
     return dict(center_loss=jnp.mean(loss), test_accuracy=jnp.mean(correct))
+
   return loss_fn, eval_fn
 
 
@@ -71,8 +80,9 @@ def _network_program(model, num_workers: int, num_steps: int):
   return sweep_engine.make_sweep_fn(build, num_workers, num_steps, eval_fn)
 
 
-def network_batches(dataset, num_workers: int, per_worker_batch_size: int,
-                    num_steps: int, seed: int = 0):
+def network_batches(
+    dataset, num_workers: int, per_worker_batch_size: int, num_steps: int, seed: int = 0
+):
   """The training batches of every step, as the trainer draws them.
 
   Epoch e (1-based, as ``easgd.training.trainer``) uses
@@ -83,10 +93,14 @@ def network_batches(dataset, num_workers: int, per_worker_batch_size: int,
     (x float32 [num_steps, p, B, ...], y int32 [num_steps, p, B]) host arrays.
   """
   spe = batches.steps_per_epoch(len(dataset.train_y), num_workers, per_worker_batch_size)
-  idx = np.concatenate([
-      batches.worker_batch_indices(len(dataset.train_y), num_workers,
-                                per_worker_batch_size, seed, epoch)
-      for epoch in range(1, -(-num_steps // spe) + 1)])[:num_steps]
+  idx = np.concatenate(
+      [
+          batches.worker_batch_indices(
+              len(dataset.train_y), num_workers, per_worker_batch_size, seed, epoch
+          )
+          for epoch in range(1, -(-num_steps // spe) + 1)
+      ]
+  )[:num_steps]
   return dataset.train_x[idx], dataset.train_y[idx]
 
 
@@ -94,14 +108,16 @@ def network_batches(dataset, num_workers: int, per_worker_batch_size: int,
 def _data_loss(model):
   """``loss(x, y, params)``: mean cross-entropy of (x, y), eval mode; one
   function object per model, so the Hessian's compiled products are reused."""
+
   def loss(x, y, params):
-    return models.cross_entropy_loss(model.apply({"params": params}, x, train=False),
-                                     y)
+    return models.cross_entropy_loss(model.apply({"params": params}, x, train=False), y)
+
   return loss
 
 
-def hessian_curvature(model, params, x, y, key, num_iterations: int = 100,
-                      tol: float = 1e-4) -> dict[str, Any]:
+def hessian_curvature(
+    model, params, x, y, key, num_iterations: int = 100, tol: float = 1e-4
+) -> dict[str, Any]:
   """Largest Hessian eigenvalue of the mean cross-entropy on (x, y) at params.
 
   ``easgd.analysis.hessian.curvature_estimate`` (Hessian-vector products by
@@ -129,8 +145,9 @@ def hessian_curvature(model, params, x, y, key, num_iterations: int = 100,
     Pearlmutter (1994); Lehoucq, Sorensen, Yang, ARPACK Users' Guide (1998).
   """
   loss = jax.tree_util.Partial(_data_loss(model), x, y)
-  return hessian.curvature_estimate(loss, params, key, num_iterations, tol,
-                                    examples=int(x.shape[0]))
+  return hessian.curvature_estimate(
+      loss, params, key, num_iterations, tol, examples=int(x.shape[0])
+  )
 
 
 def _best_center(outputs: dict[int, dict]) -> tuple[int, int] | None:
@@ -138,8 +155,11 @@ def _best_center(outputs: dict[int, dict]) -> tuple[int, int] | None:
   finite ``center_loss``, or None."""
   best = None
   for p, out in outputs.items():
-    loss = np.where(np.asarray(out["diverged"]), np.inf,
-                    np.nan_to_num(np.asarray(out["center_loss"]), nan=np.inf))
+    loss = np.where(
+        np.asarray(out["diverged"]),
+        np.inf,
+        np.nan_to_num(np.asarray(out["center_loss"]), nan=np.inf),
+    )
     i = int(np.argmin(loss))
     if np.isfinite(loss[i]) and (best is None or loss[i] < best[0]):
       best = (float(loss[i]), p, i)
@@ -148,9 +168,11 @@ def _best_center(outputs: dict[int, dict]) -> tuple[int, int] | None:
 
 SWEEP_MODELS = tuple(m for m in models.MODELS if m not in models.BATCH_NORM_MODELS)
 """The ``easgd.training.models.MODELS`` the sweep runs (it keeps no BatchNorm statistics)."""
-_BATCH_NORM = ("model {!r} has BatchNorm, which the sweep does not support (it keeps "
-               "no BatchNorm statistics; train it with easgd.training.trainer); allowed: "
-               + ", ".join(SWEEP_MODELS))
+_BATCH_NORM = (
+    "model {!r} has BatchNorm, which the sweep does not support (it keeps "
+    "no BatchNorm statistics; train it with easgd.training.trainer); allowed: "
+    + ", ".join(SWEEP_MODELS)
+)
 
 
 def check_model_name(name) -> str:
@@ -177,6 +199,7 @@ class NetworkSetup:
       Python ints (hessian_examples resolved: never None).
     memory_bytes: the sweep's memory estimate (``easgd.sweeps.grid.check_memory``).
   """
+
   dataset: data.Dataset
   model: Any
   model_name: str
@@ -186,10 +209,18 @@ class NetworkSetup:
   memory_bytes: int
 
 
-def check_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
-                  model="mlp", per_worker_batch_size: int = 32, seed: int = 0,
-                  data_dir=None, hessian_iterations: int = 100,
-                  hessian_examples: int | None = None) -> NetworkSetup:
+def check_network(
+    grid: SweepGrid,
+    num_steps: int,
+    *,
+    dataset: str = "mnist1d",
+    model="mlp",
+    per_worker_batch_size: int = 32,
+    seed: int = 0,
+    data_dir=None,
+    hessian_iterations: int = 100,
+    hessian_examples: int | None = None,
+) -> NetworkSetup:
   """Loads the data set and checks the network sweep against it; compiles nothing.
 
   Everything :func:`sweep_network` could refuse is refused here, before any
@@ -233,32 +264,47 @@ def check_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
   if models.has_batch_norm(model):
     raise models.ModelError(_BATCH_NORM.format(model_name))
   try:
-    shapes = jax.eval_shape(lambda k: models.init_params(model, ds.input_shape, k),
-                            jax.random.key(0))
+    shapes = jax.eval_shape(
+        lambda k: models.init_params(model, ds.input_shape, k), jax.random.key(0)
+    )
   except models.ModelError:
     raise
   except Exception as e:  # a Flax shape error: one line, the model and the data named
     first = str(e).strip().splitlines()[0] if str(e).strip() else ""
     raise models.ModelError(
         f"model {model_name!r} cannot take the inputs of dataset {dataset!r} (shape "
-        f"{ds.input_shape}): {type(e).__name__}: {first}") from None
+        f"{ds.input_shape}): {type(e).__name__}: {first}"
+    ) from None
   n, p = ds.num_train, max(grid.num_workers)
-  check_int("per_worker_batch_size", batch_size, 1, n // p,
-            what=f"examples per worker per step; one step of {p} workers must fit "
-                 f"in the {n} training examples of dataset {dataset!r}")
+  check_int(
+      "per_worker_batch_size",
+      batch_size,
+      1,
+      n // p,
+      what=f"examples per worker per step; one step of {p} workers must fit "
+      f"in the {n} training examples of dataset {dataset!r}",
+  )
   if hessian_examples is None:
     hessian_examples = min(HESSIAN_EXAMPLES, n)
   else:
-    check_int("hessian_examples", hessian_examples, 1, n,
-              what=f"training examples in the Hessian's loss; dataset {dataset!r} "
-                   f"has {n}")
+    check_int(
+        "hessian_examples",
+        hessian_examples,
+        1,
+        n,
+        what=f"training examples in the Hessian's loss; dataset {dataset!r} " f"has {n}",
+    )
   example_bytes = 4 * int(np.prod(ds.input_shape)) + 4
-  param_bytes = sum(int(np.prod(a.shape)) * a.dtype.itemsize
-                    for a in jax.tree.leaves(shapes))
-  need = check_memory("network", grid, num_steps, batch_size * example_bytes, param_bytes,
-                      f"a batch of {batch_size} examples")
-  return NetworkSetup(ds, model, model_name, batch_size, hessian_iterations,
-                      hessian_examples, need)
+  param_bytes = sum(int(np.prod(a.shape)) * a.dtype.itemsize for a in jax.tree.leaves(shapes))
+  need = check_memory(
+      "network",
+      grid,
+      num_steps,
+      batch_size * example_bytes,
+      param_bytes,
+      f"a batch of {batch_size} examples",
+  )
+  return NetworkSetup(ds, model, model_name, batch_size, hessian_iterations, hessian_examples, need)
 
 
 def _curvature_fn(setup: NetworkSetup, key: jax.Array, tol: float):
@@ -266,12 +312,12 @@ def _curvature_fn(setup: NetworkSetup, key: jax.Array, tol: float):
   first ``hessian_examples`` training examples, with its budget, ``key`` and ``tol``."""
   n = setup.hessian_examples
   hx, hy = jnp.asarray(setup.dataset.train_x[:n]), jnp.asarray(setup.dataset.train_y[:n])
-  return lambda params: hessian_curvature(setup.model, params, hx, hy, key,
-                                          setup.hessian_iterations, tol)
+  return lambda params: hessian_curvature(
+      setup.model, params, hx, hy, key, setup.hessian_iterations, tol
+  )
 
 
-def _inputs_fn(setup: NetworkSetup, params0, num_steps: int, seed: int,
-               step_key: jax.Array):
+def _inputs_fn(setup: NetworkSetup, params0, num_steps: int, seed: int, step_key: jax.Array):
   """``inputs(p)`` of ``easgd.sweeps.grid.run_grid``: p workers and the center at
   ``params0``, every step's batches (:func:`network_batches`), the test set, the key."""
   ds, batch_size = setup.dataset, setup.per_worker_batch_size
@@ -281,15 +327,25 @@ def _inputs_fn(setup: NetworkSetup, params0, num_steps: int, seed: int,
     x, y = network_batches(ds, p, batch_size, num_steps, seed)
     worker0 = jax.tree.map(lambda a: jnp.broadcast_to(a, (p, *a.shape)), params0)
     return worker0, params0, (jnp.asarray(x), jnp.asarray(y)), test, step_key
+
   return inputs
 
 
-def sweep_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
-                  model="mlp", per_worker_batch_size: int = 32, seed: int = 0,
-                  divergence_factor: float = 1e3, data_dir=None,
-                  hessian_iterations: int = 100, hessian_tol: float = 1e-4,
-                  hessian_examples: int | None = None, hessian_at_trained: bool = True
-                  ) -> SweepResult:
+def sweep_network(
+    grid: SweepGrid,
+    num_steps: int,
+    *,
+    dataset: str = "mnist1d",
+    model="mlp",
+    per_worker_batch_size: int = 32,
+    seed: int = 0,
+    divergence_factor: float = 1e3,
+    data_dir=None,
+    hessian_iterations: int = 100,
+    hessian_tol: float = 1e-4,
+    hessian_examples: int | None = None,
+    hessian_at_trained: bool = True,
+) -> SweepResult:
   """Sweeps synchronous EASGD on a Flax classifier, one program per p.
 
   Every configuration runs ``easgd.core.algorithms.easgd``'s step from the same
@@ -350,19 +406,32 @@ def sweep_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
   check_real("hessian_tol", hessian_tol, 0.0, True)
   checks.flag("hessian_at_trained", hessian_at_trained, error=SweepError)
   seed = check_int("seed", seed, 0, 2**32 - 1)
-  setup = check_network(grid, num_steps, dataset=dataset, model=model,
-                        per_worker_batch_size=per_worker_batch_size, seed=seed,
-                        data_dir=data_dir, hessian_iterations=hessian_iterations,
-                        hessian_examples=hessian_examples)
+  setup = check_network(
+      grid,
+      num_steps,
+      dataset=dataset,
+      model=model,
+      per_worker_batch_size=per_worker_batch_size,
+      seed=seed,
+      data_dir=data_dir,
+      hessian_iterations=hessian_iterations,
+      hessian_examples=hessian_examples,
+  )
   num_steps = int(num_steps)
   ds, model, iterations = setup.dataset, setup.model, setup.hessian_iterations
   init_key, step_key = jax.random.split(jax.random.key(seed))
   params0 = models.init_params(model, ds.input_shape, init_key)
   curvature = _curvature_fn(setup, jax.random.fold_in(init_key, 1), hessian_tol)
-  info = dict(programs={}, num_steps=num_steps, dataset=dataset, model=setup.model_name,
-              num_params=models.count_params(params0),
-              per_worker_batch_size=setup.per_worker_batch_size, seed=seed,
-              divergence_factor=factor)
+  info = dict(
+      programs={},
+      num_steps=num_steps,
+      dataset=dataset,
+      model=setup.model_name,
+      num_params=models.count_params(params0),
+      per_worker_batch_size=setup.per_worker_batch_size,
+      seed=seed,
+      divergence_factor=factor,
+  )
   h = None
   if iterations:
     info["hessian_init"] = curvature(params0)
@@ -370,8 +439,11 @@ def sweep_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
     h = hessian.certified_curvature(info["hessian_init"])
 
   outputs, info["programs"] = run_grid(
-      grid, lambda p: _network_program(model, p, num_steps),
-      _inputs_fn(setup, params0, num_steps, seed, step_key), factor)
+      grid,
+      lambda p: _network_program(model, p, num_steps),
+      _inputs_fn(setup, params0, num_steps, seed, step_key),
+      factor,
+  )
   centers = {p: jax.tree.map(np.asarray, out["center"]) for p, out in outputs.items()}
   h2 = None
   best = _best_center(outputs) if iterations and hessian_at_trained else None
@@ -379,7 +451,8 @@ def sweep_network(grid: SweepGrid, num_steps: int, *, dataset: str = "mnist1d",
     p, i = best
     point = jax.tree.map(lambda a: jnp.asarray(a[i]), centers[p])
     info["hessian_trained"] = dict(
-        curvature(point), at=dict(num_workers=p, **grid_config(grid, i), step=num_steps))
+        curvature(point), at=dict(num_workers=p, **grid_config(grid, i), step=num_steps)
+    )
     hessian.warn_unconverged(info["hessian_trained"], "the best final center")
     h2 = hessian.certified_curvature(info["hessian_trained"])
   return sweep_result("network", grid, outputs, h, h2, info, centers)

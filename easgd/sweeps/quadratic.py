@@ -41,8 +41,14 @@ from easgd.core import algorithms
 from easgd._util import checks
 from easgd.sweeps import engine as sweep_engine
 from easgd.sweeps.engine import SweepError, check_factor, check_int, check_real
-from easgd.sweeps.grid import (SweepGrid, SweepResult, check_memory, check_num_steps,
-                              run_grid, sweep_result)
+from easgd.sweeps.grid import (
+    SweepGrid,
+    SweepResult,
+    check_memory,
+    check_num_steps,
+    run_grid,
+    sweep_result,
+)
 
 
 def quadratic_loss(x, batch, key):
@@ -60,12 +66,14 @@ def quadratic_loss(x, batch, key):
 
 def _sync_easgd(alpha, tau, num_workers):
   """EASGD with plain-SGD step 1 on :func:`quadratic_loss` (eta folded into u and xi)."""
-  return algorithms.easgd(quadratic_loss, num_workers=num_workers, learning_rate=1.0,
-                          tau=tau, alpha=alpha)
+  return algorithms.easgd(
+      quadratic_loss, num_workers=num_workers, learning_rate=1.0, tau=tau, alpha=alpha
+  )
 
 
-def _run_one(eta_h, alpha, tau, noise_scale, state0, key, *, num_workers,
-             num_steps, noisy, normalize):
+def _run_one(
+    eta_h, alpha, tau, noise_scale, state0, key, *, num_workers, num_steps, noisy, normalize
+):
   """Scans ``num_steps`` steps of one configuration (scalars, state (p + 1,)).
 
   Returns the final workers and center, the per-step outputs (center after
@@ -84,8 +92,7 @@ def _run_one(eta_h, alpha, tau, noise_scale, state0, key, *, num_workers,
   def body(carry, t):
     worker, shared, log_norm = carry
     if noisy:
-      noise = noise_scale * jax.random.normal(jax.random.fold_in(key, t), (p,),
-                                              state0.dtype)
+      noise = noise_scale * jax.random.normal(jax.random.fold_in(key, t), (p,), state0.dtype)
     else:
       noise = jnp.zeros((p,), state0.dtype)
     worker, shared, _ = step(worker, shared, (curvature, noise), step_key)
@@ -99,19 +106,28 @@ def _run_one(eta_h, alpha, tau, noise_scale, state0, key, *, num_workers,
 
   worker, shared = sweep_engine.start_state(algorithm, state0[:p], state0[p])
   (worker, shared, _), (centers, log_norms) = lax.scan(
-      body, (worker, shared, jnp.zeros((), state0.dtype)),
-      jnp.arange(num_steps, dtype=jnp.int32))
+      body, (worker, shared, jnp.zeros((), state0.dtype)), jnp.arange(num_steps, dtype=jnp.int32)
+  )
   return params_of(worker, shared), algorithm.center(shared), centers, log_norms
 
 
-@functools.partial(jax.jit, static_argnames=("num_workers", "num_steps", "noisy",
-                                             "trajectory"))
-def _simulate_flat(eta_h, alpha, tau, noise_scale, state0, keys, *, num_workers,
-                   num_steps, noisy, trajectory):
+@functools.partial(jax.jit, static_argnames=("num_workers", "num_steps", "noisy", "trajectory"))
+def _simulate_flat(
+    eta_h, alpha, tau, noise_scale, state0, keys, *, num_workers, num_steps, noisy, trajectory
+):
   def one(eta_h, alpha, tau, noise_scale, state0, key):
-    x, c, centers, _ = _run_one(eta_h, alpha, tau, noise_scale, state0, key,
-                                num_workers=num_workers, num_steps=num_steps,
-                                noisy=noisy, normalize=False)
+    x, c, centers, _ = _run_one(
+        eta_h,
+        alpha,
+        tau,
+        noise_scale,
+        state0,
+        key,
+        num_workers=num_workers,
+        num_steps=num_steps,
+        noisy=noisy,
+        normalize=False,
+    )
     if trajectory:
       centers = jnp.concatenate([state0[num_workers:], centers])
     return x, c, centers if trajectory else c
@@ -119,15 +135,22 @@ def _simulate_flat(eta_h, alpha, tau, noise_scale, state0, keys, *, num_workers,
   return jax.vmap(one)(eta_h, alpha, tau, noise_scale, state0, keys)
 
 
-@functools.partial(jax.jit, static_argnames=("num_workers", "num_periods",
-                                             "max_tau"))
-def _radius_flat(eta_h, alpha, tau, state0, *, num_workers, num_periods,
-                 max_tau):
+@functools.partial(jax.jit, static_argnames=("num_workers", "num_periods", "max_tau"))
+def _radius_flat(eta_h, alpha, tau, state0, *, num_workers, num_periods, max_tau):
   def one(eta_h, alpha, tau, state0):
     state0 = state0 / jnp.linalg.norm(state0)
     _, _, _, log_norms = _run_one(
-        eta_h, alpha, tau, 0.0, state0, None, num_workers=num_workers,
-        num_steps=num_periods * max_tau, noisy=False, normalize=True)
+        eta_h,
+        alpha,
+        tau,
+        0.0,
+        state0,
+        None,
+        num_workers=num_workers,
+        num_steps=num_periods * max_tau,
+        noisy=False,
+        normalize=True,
+    )
     # log ||state|| after k periods is log_norms[k tau - 1] (start has norm 1).
     k1, k2 = num_periods // 2, num_periods
     rate = (log_norms[k2 * tau - 1] - log_norms[k1 * tau - 1]) / (k2 - k1)
@@ -145,13 +168,23 @@ class QuadraticRun(NamedTuple):
     workers: float32 config_shape + (num_workers,), the workers x^i at
       num_steps.
   """
+
   center: jax.Array
   workers: jax.Array
 
 
-def simulate_sync_easgd(eta_h, alpha, tau, num_workers: int, num_steps: int,
-                        x0=1.0, key: jax.Array | None = None, sigma=0.0,
-                        eta=None, trajectory: bool = True) -> QuadraticRun:
+def simulate_sync_easgd(
+    eta_h,
+    alpha,
+    tau,
+    num_workers: int,
+    num_steps: int,
+    x0=1.0,
+    key: jax.Array | None = None,
+    sigma=0.0,
+    eta=None,
+    trajectory: bool = True,
+) -> QuadraticRun:
   """Simulates synchronous EASGD on F(x) = h x^2 / 2 for many configurations.
 
   Each configuration runs, from clock t = 0,
@@ -212,33 +245,41 @@ def simulate_sync_easgd(eta_h, alpha, tau, num_workers: int, num_steps: int,
     if key is None:
       raise ValueError("key must be a JAX PRNG key when sigma > 0, got None")
     if eta is None:
-      raise ValueError("eta (learning rate > 0) is required when sigma > 0, "
-                       "got None")
+      raise ValueError("eta (learning rate > 0) is required when sigma > 0, " "got None")
   e = checks.real_array("eta", 1.0 if eta is None else eta, 0.0, open_low=True)
   x0 = checks.real_array("x0", x0)
   try:
-    shape = np.broadcast_shapes(u.shape, a.shape, t.shape, s.shape, e.shape,
-                                x0.shape[:-1] if x0.ndim else ())
+    shape = np.broadcast_shapes(
+        u.shape, a.shape, t.shape, s.shape, e.shape, x0.shape[:-1] if x0.ndim else ()
+    )
     x0 = np.broadcast_to(x0 if x0.ndim else x0[None], shape + (p + 1,))
   except ValueError:
-    raise ValueError(f"x0 of shape {x0.shape} does not broadcast to "
-                     f"config_shape + (num_workers + 1,) = (..., {p + 1})") from None
+    raise ValueError(
+        f"x0 of shape {x0.shape} does not broadcast to "
+        f"config_shape + (num_workers + 1,) = (..., {p + 1})"
+    ) from None
   n = int(np.prod(shape))
   flat = lambda v, dt: jnp.asarray(np.broadcast_to(v, shape).reshape(n), dt)
-  keys = (jax.random.split(key, n) if noisy else
-          jnp.zeros((n, 2), jnp.uint32))
+  keys = jax.random.split(key, n) if noisy else jnp.zeros((n, 2), jnp.uint32)
   x, c, centers = _simulate_flat(
-      flat(u, jnp.float32), flat(a, jnp.float32), flat(t, jnp.int32),
-      flat(s * e, jnp.float32), jnp.asarray(x0.reshape(n, p + 1), jnp.float32),
-      keys, num_workers=p, num_steps=num_steps, noisy=noisy,
-      trajectory=bool(trajectory))
+      flat(u, jnp.float32),
+      flat(a, jnp.float32),
+      flat(t, jnp.int32),
+      flat(s * e, jnp.float32),
+      jnp.asarray(x0.reshape(n, p + 1), jnp.float32),
+      keys,
+      num_workers=p,
+      num_steps=num_steps,
+      noisy=noisy,
+      trajectory=bool(trajectory),
+  )
   centers = centers.reshape(shape + ((num_steps + 1,) if trajectory else ()))
   return QuadraticRun(centers, x.reshape(shape + (p,)))
 
 
-def estimate_spectral_radius(eta_h, alpha, tau, num_workers: int,
-                             num_periods: int = 200,
-                             key: jax.Array | None = None) -> jax.Array:
+def estimate_spectral_radius(
+    eta_h, alpha, tau, num_workers: int, num_periods: int = 200, key: jax.Array | None = None
+) -> jax.Array:
   """Empirical spectral radius of one period, by power iteration on the simulation.
 
   From a random start s_0 (standard normal, per configuration) the noise-free
@@ -282,9 +323,15 @@ def estimate_spectral_radius(eta_h, alpha, tau, num_workers: int,
   key = jax.random.key(0) if key is None else key
   state0 = jax.random.normal(key, (n, p + 1), jnp.float32)
   flat = lambda v, dt: jnp.asarray(np.broadcast_to(v, shape).reshape(n), dt)
-  radius = _radius_flat(flat(u, jnp.float32), flat(a, jnp.float32),
-                        flat(t, jnp.int32), state0, num_workers=p,
-                        num_periods=num_periods, max_tau=int(t.max()))
+  radius = _radius_flat(
+      flat(u, jnp.float32),
+      flat(a, jnp.float32),
+      flat(t, jnp.int32),
+      state0,
+      num_workers=p,
+      num_periods=num_periods,
+      max_tau=int(t.max()),
+  )
   return radius.reshape(shape)
 
 
@@ -302,8 +349,9 @@ def _quadratic_program(num_workers: int, num_steps: int):
   return sweep_engine.make_sweep_fn(build, num_workers, num_steps, eval_fn)
 
 
-def quadratic_start(num_workers: int, x0: float = 1.0, spread: float = 0.5
-                    ) -> tuple[np.ndarray, float]:
+def quadratic_start(
+    num_workers: int, x0: float = 1.0, spread: float = 0.5
+) -> tuple[np.ndarray, float]:
   """Start of the quadratic sweep: workers spread evenly around x0, center x0.
 
       x^i_0 = x0 (1 + spread (2 i / (p - 1) - 1)),  i = 0..p-1   (x0 for p = 1)
@@ -319,8 +367,7 @@ def quadratic_start(num_workers: int, x0: float = 1.0, spread: float = 0.5
   if num_workers == 1:
     return np.full((1,), x0, np.float32), float(x0)
   i = np.arange(num_workers, dtype=np.float64)
-  return (x0 * (1.0 + spread * (2.0 * i / (num_workers - 1) - 1.0))).astype(
-      np.float32), float(x0)
+  return (x0 * (1.0 + spread * (2.0 * i / (num_workers - 1) - 1.0))).astype(np.float32), float(x0)
 
 
 def check_quadratic(grid: SweepGrid, num_steps) -> int:
@@ -342,14 +389,21 @@ def check_quadratic(grid: SweepGrid, num_steps) -> int:
       above ``easgd.sweeps.grid.MAX_SWEEP_BYTES``.
   """
   num_steps = check_num_steps(grid, num_steps)
-  check_memory("quadratic", grid, num_steps, 8, 4,
-               "curvature and noise (2 float32)")
+  check_memory("quadratic", grid, num_steps, 8, 4, "curvature and noise (2 float32)")
   return num_steps
 
 
-def sweep_quadratic(grid: SweepGrid, num_steps: int, *, curvature: float = 1.0,
-                    x0: float = 1.0, spread: float = 0.5, sigma: float = 0.0,
-                    seed: int = 0, divergence_factor: float = 1e3) -> SweepResult:
+def sweep_quadratic(
+    grid: SweepGrid,
+    num_steps: int,
+    *,
+    curvature: float = 1.0,
+    x0: float = 1.0,
+    spread: float = 0.5,
+    sigma: float = 0.0,
+    seed: int = 0,
+    divergence_factor: float = 1e3,
+) -> SweepResult:
   """Sweeps synchronous EASGD on F(x) = h x^2 / 2 over a grid, one program per p.
 
   Each configuration runs ``easgd.core.algorithms.easgd``'s step (eq. 5-6 with
@@ -406,12 +460,18 @@ def sweep_quadratic(grid: SweepGrid, num_steps: int, *, curvature: float = 1.0,
     w0, c0 = quadratic_start(p, x0, spread)
     noise = sigma * jax.random.normal(jax.random.key(seed), (num_steps, p), jnp.float32)
     hs = jnp.full((num_steps, p), h, jnp.float32)
-    return (jnp.asarray(w0), jnp.float32(c0), (hs, noise), jnp.float32(h),
-            jax.random.key(seed))
+    return (jnp.asarray(w0), jnp.float32(c0), (hs, noise), jnp.float32(h), jax.random.key(seed))
 
-  outputs, programs = run_grid(grid, lambda p: _quadratic_program(p, num_steps), inputs,
-                               factor)
+  outputs, programs = run_grid(grid, lambda p: _quadratic_program(p, num_steps), inputs, factor)
   centers = {p: np.asarray(out["center"]) for p, out in outputs.items()}
-  info = dict(programs=programs, num_steps=num_steps, curvature=h, x0=x0, spread=spread,
-              sigma=sigma, seed=seed, divergence_factor=factor)
+  info = dict(
+      programs=programs,
+      num_steps=num_steps,
+      curvature=h,
+      x0=x0,
+      spread=spread,
+      sigma=sigma,
+      seed=seed,
+      divergence_factor=factor,
+  )
   return sweep_result("quadratic", grid, outputs, h, None, info, centers)

@@ -39,8 +39,9 @@ HEATMAP_METRICS = {
 }
 
 
-def theory_contour(grid: SweepGrid, eta_h: float, num_workers: int,
-                   num_alpha: int = 241) -> dict[str, np.ndarray]:
+def theory_contour(
+    grid: SweepGrid, eta_h: float, num_workers: int, num_alpha: int = 241
+) -> dict[str, np.ndarray]:
   """The analytic radius on a (tau, fine alpha) mesh in heatmap cell coordinates.
 
   The radius of :func:`easgd.analysis.stability.sync_easgd_spectral_radius` is
@@ -70,8 +71,7 @@ def theory_contour(grid: SweepGrid, eta_h: float, num_workers: int,
     lo, hi, y_lo, y_hi = a[0] * 0.9, a[0] * 1.1 + 1e-3, -0.5, 0.5
   alphas = np.linspace(lo, hi, num_alpha)
   y = np.interp(alphas, np.r_[lo, a, hi], np.r_[y_lo, cells, y_hi])
-  radius = stability.sync_easgd_spectral_radius(eta_h, alphas[:, None], tau[None, :],
-                                                num_workers)
+  radius = stability.sync_easgd_spectral_radius(eta_h, alphas[:, None], tau[None, :], num_workers)
   radius = np.concatenate([radius[:, :1], radius, radius[:, -1:]], axis=1)
   x = np.r_[-0.5, np.arange(len(tau), dtype=np.float64), len(tau) - 0.5]
   return dict(x=x, y=y, radius=np.minimum(radius, 1e6))
@@ -101,15 +101,19 @@ def plot_result(result: SweepResult, workdir, prefix: str | None = None) -> list
   paths = []
   for p in g.num_workers:
     for lr in g.learning_rate:
-      suffix = ((f"_p{p}" if len(g.num_workers) > 1 else "")
-                + (f"_lr{lr:g}" if len(g.learning_rate) > 1 else ""))
+      suffix = (f"_p{p}" if len(g.num_workers) > 1 else "") + (
+          f"_lr{lr:g}" if len(g.learning_rate) > 1 else ""
+      )
       contours = []
-      for h, style, name in ((result.curvature, "-", "h at the start"),
-                             (h2, "--", "h at the trained point")):
+      for h, style, name in (
+          (result.curvature, "-", "h at the start"),
+          (h2, "--", "h at the trained point"),
+      ):
         if h is not None and math.isfinite(h) and h > 0:
           c = theory_contour(g, lr * h, p)
-          contours.append(dict(c, label=f"theory radius=1, {name} (eta*h={lr * h:.3g})",
-                               linestyle=style))
+          contours.append(
+              dict(c, label=f"theory radius=1, {name} (eta*h={lr * h:.3g})", linestyle=style)
+          )
       diverged = result.table("diverged", p, lr) > 0
       steps = result.table("diverged_step", p, lr)
       for metric, (label, log) in HEATMAP_METRICS.items():
@@ -119,18 +123,33 @@ def plot_result(result: SweepResult, workdir, prefix: str | None = None) -> list
         annot = None
         if metric == "diverged":
           annot = np.where(diverged, steps, np.nan)
-        title = (f"{result.problem}: {metric}, p={p}, eta={lr:g}, "
-                 f"{result.info.get('num_steps')} steps"
-                 + (f"\n(numbers: step of divergence; {result.info.get('num_steps')}: "
-                    "the center's final loss only)" if metric == "diverged" else
-                    "\n(hatched: diverged; a workers' divergence freezes the state)"
-                    if diverged.any() else ""))
-        paths.append(plotting.plot_tau_alpha_heatmap(
-            values, g.tau, g.alpha, workdir / f"{prefix}{metric}{suffix}.png",
-            title=title, label=label, log=log,
-            mask=None if metric == "diverged" else diverged,
-            annotations=annot, contours=contours,
-            cmap=_DIVERGED_CMAP if metric == "diverged" else "viridis"))
+        title = (
+            f"{result.problem}: {metric}, p={p}, eta={lr:g}, "
+            f"{result.info.get('num_steps')} steps"
+            + (
+                f"\n(numbers: step of divergence; {result.info.get('num_steps')}: "
+                "the center's final loss only)"
+                if metric == "diverged"
+                else "\n(hatched: diverged; a workers' divergence freezes the state)"
+                if diverged.any()
+                else ""
+            )
+        )
+        paths.append(
+            plotting.plot_tau_alpha_heatmap(
+                values,
+                g.tau,
+                g.alpha,
+                workdir / f"{prefix}{metric}{suffix}.png",
+                title=title,
+                label=label,
+                log=log,
+                mask=None if metric == "diverged" else diverged,
+                annotations=annot,
+                contours=contours,
+                cmap=_DIVERGED_CMAP if metric == "diverged" else "viridis",
+            )
+        )
   return paths
 
 
@@ -139,8 +158,7 @@ def write_result(result: SweepResult, workdir, plots: bool = True) -> list[Path]
   workdir = Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   write_text_atomic(workdir / "sweep.csv", result.to_csv())
-  write_text_atomic(workdir / "sweep.json",
-                    json_text(result.to_json(), indent=1) + "\n")
+  write_text_atomic(workdir / "sweep.json", json_text(result.to_json(), indent=1) + "\n")
   paths = [workdir / "sweep.csv", workdir / "sweep.json"]
   if plots:
     paths += plot_result(result, workdir, prefix="")
@@ -160,38 +178,58 @@ def summarize(result: SweepResult) -> str:
   workers = sum(r["workers_diverged"] for r in recs)
   center = sum(r["center_diverged"] for r in recs)
   center_only = sum(r["center_diverged"] and not r["workers_diverged"] for r in recs)
-  lines = [f"{result.problem}: {len(recs)} configurations, {div} diverged "
-           f"({workers} by the workers' loss, {center} by the center's, "
-           f"{center_only} of them by the center's alone)"]
+  lines = [
+      f"{result.problem}: {len(recs)} configurations, {div} diverged "
+      f"({workers} by the workers' loss, {center} by the center's, "
+      f"{center_only} of them by the center's alone)"
+  ]
   for p, prog in result.info.get("programs", {}).items():
-    lines.append(f"  p={p}: {prog['configs']} configs in one program, "
-                 f"{prog['wall_s']:.2f} s wall ({prog['compiles']} compilations, "
-                 f"{prog['compile_s']:.2f} s compiling)")
+    lines.append(
+        f"  p={p}: {prog['configs']} configs in one program, "
+        f"{prog['wall_s']:.2f} s wall ({prog['compiles']} compilations, "
+        f"{prog['compile_s']:.2f} s compiling)"
+    )
   for name, where in (("hessian_init", "the start"), ("hessian_trained", "the trained point")):
     est = result.info.get(name)
     if est and est.get("converged"):
-      lines.append(f"  h at {where}: {est['h']:.4g} (residual {est['residual']:.2g} "
-                   f"<= tol*|h|, {est['products']} Hessian-vector products)")
+      lines.append(
+          f"  h at {where}: {est['h']:.4g} (residual {est['residual']:.2g} "
+          f"<= tol*|h|, {est['products']} Hessian-vector products)"
+      )
     elif est:
-      got = ("no Ritz value" if est["h"] is None else
-             f"estimate {est['h']:.4g}, residual {est['residual']:.2g} > tol*|h|")
-      lines.append(f"  h at {where}: NOT converged in {est['products']} Hessian-vector "
-                   f"products ({got}); no theory from it")
-  for column, h, where in (("theory_radius", result.curvature, "h"),
-                           ("theory_radius_trained",
-                            certified_curvature(result.info.get("hessian_trained")),
-                            "trained h")):
+      got = (
+          "no Ritz value"
+          if est["h"] is None
+          else f"estimate {est['h']:.4g}, residual {est['residual']:.2g} > tol*|h|"
+      )
+      lines.append(
+          f"  h at {where}: NOT converged in {est['products']} Hessian-vector "
+          f"products ({got}); no theory from it"
+      )
+  for column, h, where in (
+      ("theory_radius", result.curvature, "h"),
+      (
+          "theory_radius_trained",
+          certified_curvature(result.info.get("hessian_trained")),
+          "trained h",
+      ),
+  ):
     known = [r for r in recs if r[column] is not None]
     if h is not None and known:
       agree = sum(r["diverged"] == (r[column] >= 1.0) for r in known)
-      lines.append(f"  theory at {where}={h:.4g}: divergence agrees with "
-                   f"radius >= 1 on {agree}/{len(known)} configurations")
+      lines.append(
+          f"  theory at {where}={h:.4g}: divergence agrees with "
+          f"radius >= 1 on {agree}/{len(known)} configurations"
+      )
   ok = [r for r in recs if not r["diverged"] and r["center_loss"] is not None]
   if ok:
     best = min(ok, key=lambda r: r["center_loss"])
-    extra = (f", test accuracy {best['test_accuracy']:.4f}"
-             if best["test_accuracy"] is not None else "")
-    lines.append(f"  best: tau={best['tau']}, alpha={best['alpha']:g}, "
-                 f"eta={best['learning_rate']:g}, p={best['num_workers']}: "
-                 f"center loss {best['center_loss']:.4g}{extra}")
+    extra = (
+        f", test accuracy {best['test_accuracy']:.4f}" if best["test_accuracy"] is not None else ""
+    )
+    lines.append(
+        f"  best: tau={best['tau']}, alpha={best['alpha']:g}, "
+        f"eta={best['learning_rate']:g}, p={best['num_workers']}: "
+        f"center loss {best['center_loss']:.4g}{extra}"
+    )
   return "\n".join(lines)

@@ -10,15 +10,32 @@ from easgd._util import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(
     __name__,
-    modules=("config", "names", "data", "batches", "models", "optimizers", "checkpoint",
-             "rundir", "runlock", "executor", "spmd", "async_runs", "divergence", "trainer",
-             "export", "compare", "plotting"),
+    modules=(
+        "config",
+        "names",
+        "data",
+        "batches",
+        "models",
+        "optimizers",
+        "checkpoint",
+        "rundir",
+        "runlock",
+        "executor",
+        "spmd",
+        "async_runs",
+        "divergence",
+        "trainer",
+        "export",
+        "compare",
+        "plotting",
+    ),
     names={
         "easgd.training.config": "TrainConfig ConfigError",
         "easgd.training.data": "DATASETS DataError Dataset load_dataset",
         "easgd.training.models": (
             "MODELS ModelError make_model init_params count_params param_bytes "
-            "cross_entropy_loss"),
+            "cross_entropy_loss"
+        ),
         "easgd.training.optimizers": "make_optimizer make_schedule",
         "easgd.training.checkpoint": "CheckpointError Checkpointer",
         "easgd.training.runlock": "WorkdirInUseError",
@@ -27,4 +44,5 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "easgd.training.trainer": "train_and_evaluate train_and_evaluate_async",
         "easgd.training.export": "export_center",
         "easgd.training.plotting": "plot_comparison plot_tau_alpha_heatmap",
-    })
+    },
+)

@@ -97,17 +97,22 @@ def make_batch_fn(dataset: data.Dataset, config: TrainConfig, steps_per_epoch: i
     ix = epoch_indices(epoch)[t]  # [p, B]: global batch `clock`
     if config.crop_size is None:
       return dataset.train_x[ix[worker]], dataset.train_y[ix[worker]]
-    x = batches.random_crop(dataset.train_x[ix], config.crop_size,
-                         batches.crop_rng(seed, epoch, clock))
+    x = batches.random_crop(
+        dataset.train_x[ix], config.crop_size, batches.crop_rng(seed, epoch, clock)
+    )
     return x[worker], dataset.train_y[ix[worker]]
+
   return batch_fn
 
 
 def make_setup(run: Run) -> async_shared.AsyncSetup:
   """The ``AsyncSetup`` of a run: its algorithm, initial params, batches, key."""
   return async_shared.AsyncSetup(
-      run.algorithm, run.init_params,
-      make_batch_fn(run.dataset, run.config, run.steps_per_epoch), run.step_key)
+      run.algorithm,
+      run.init_params,
+      make_batch_fn(run.dataset, run.config, run.steps_per_epoch),
+      run.step_key,
+  )
 
 
 def ray_setup(fields: Mapping[str, Any]) -> async_shared.AsyncSetup:
@@ -121,24 +126,30 @@ def _checkpoint_target(run: Run, rules) -> dict:
   worker = async_log.init_worker(rules, run.init_params)
   shared = async_log.init_shared(rules, run.init_params)
   return dict(
-      worker=jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (p, *np.shape(x))),
-                          worker),
+      worker=jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (p, *np.shape(x))), worker),
       shared=jax.tree.map(np.asarray, shared),
       center=jax.tree.map(np.asarray, run.algorithm.center(shared)),
-      loss_sum=np.zeros(p, np.float64), loss_count=np.zeros(p, np.int64),
-      step=np.asarray(0, np.int64), log_length=np.asarray(0, np.int64),
-      train_seconds=np.asarray(0.0, np.float64))
+      loss_sum=np.zeros(p, np.float64),
+      loss_count=np.zeros(p, np.int64),
+      step=np.asarray(0, np.int64),
+      log_length=np.asarray(0, np.int64),
+      train_seconds=np.asarray(0.0, np.float64),
+  )
 
 
 def _resumed_log(path, length: int) -> list[dict]:
   try:
     log = async_shared.read_log(path)
   except (OSError, ValueError) as e:
-    raise ConfigError(f"cannot resume: '{path}' (the exchange log) cannot be read: "
-                      f"{e}; start the run again with --overwrite") from None
+    raise ConfigError(
+        f"cannot resume: '{path}' (the exchange log) cannot be read: "
+        f"{e}; start the run again with --overwrite"
+    ) from None
   if len(log) < length:
-    raise ConfigError(f"cannot resume: '{path}' holds {len(log)} records, the "
-                      f"checkpoint {length}; start the run again with --overwrite")
+    raise ConfigError(
+        f"cannot resume: '{path}' holds {len(log)} records, the "
+        f"checkpoint {length}; start the run again with --overwrite"
+    )
   return log[:length]  # records after the checkpoint are redone
 
 
@@ -157,14 +168,19 @@ def _exchanges_per_worker(log, p: int) -> np.ndarray:
 
 def _make_backend(config, run, setup, worker_states, shared, log, elapsed_s):
   p = config.num_workers
-  kw = dict(delays_s=config.worker_delays, workers=worker_states, shared=shared,
-            log=log, elapsed_s=elapsed_s)
+  kw = dict(
+      delays_s=config.worker_delays,
+      workers=worker_states,
+      shared=shared,
+      log=log,
+      elapsed_s=elapsed_s,
+  )
   if config.runtime == "threads":
     devices = async_threads.worker_devices(p, list(run.layout.devices))
     return async_threads.ThreadBackend(setup, p, devices=devices, **kw)
   from easgd.runtimes import ray_actors as async_ray
-  return async_ray.RayBackend(functools.partial(ray_setup, config.to_dict_fields()), p,
-                              **kw)
+
+  return async_ray.RayBackend(functools.partial(ray_setup, config.to_dict_fields()), p, **kw)
 
 
 def _describe(config, run) -> str:
@@ -172,10 +188,13 @@ def _describe(config, run) -> str:
   p = config.num_workers
   evaluation = f"evaluation: {run.layout.backend}"  # mapping_backend is read here
   if config.runtime == "threads":
-    return (f"{p} workers = {p} threads on {run.layout.num_devices} device(s) "
-            f"[{run.layout.devices[0].platform}, threads; {evaluation}]")
-  return (f"{p} workers = {p} Ray actors [{config.ray_address or 'local Ray'}, ray; "
-          f"{evaluation}]")
+    return (
+        f"{p} workers = {p} threads on {run.layout.num_devices} device(s) "
+        f"[{run.layout.devices[0].platform}, threads; {evaluation}]"
+    )
+  return (
+      f"{p} workers = {p} Ray actors [{config.ray_address or 'local Ray'}, ray; " f"{evaluation}]"
+  )
 
 
 @contextlib.contextmanager
@@ -189,6 +208,7 @@ def connection(config: TrainConfig):
     yield
     return
   from easgd.runtimes import ray_actors as async_ray
+
   connected = async_ray.connect(config.ray_address)
   try:
     yield
@@ -232,10 +252,8 @@ class AsyncExecutor:
     p = self.run.config.num_workers
     worker = async_log.init_worker(self.rules, self.run.init_params)
     shared = async_log.init_shared(self.rules, self.run.init_params)
-    state = dict(worker=async_shared.stack_workers([worker] * p),
-                 shared=jax.device_get(shared))
-    return Snapshot(0, state, self._no_losses(), self._record([], [0] * p, 0.0, None),
-                    log=[])
+    state = dict(worker=async_shared.stack_workers([worker] * p), shared=jax.device_get(shared))
+    return Snapshot(0, state, self._no_losses(), self._record([], [0] * p, 0.0, None), log=[])
 
   def restore(self, restored: dict) -> Snapshot:
     """Workers, master, losses and the exchange log (cut to the checkpoint's length).
@@ -257,16 +275,19 @@ class AsyncExecutor:
   def start(self, on_progress: Callable[[int], None]) -> None:
     """Starts the backend, arms the faults, compiles, then starts the clock."""
     config, p = self.run.config, self.run.config.num_workers
-    self.backend = _make_backend(config, self.run, self.setup, self.worker_states,
-                                 self.shared, self.log, self.train_seconds)
+    self.backend = _make_backend(
+        config, self.run, self.setup, self.worker_states, self.shared, self.log, self.train_seconds
+    )
     for worker, clock in self.faults.items():
       self.backend.arm_fault(int(worker), int(clock))
     self.backend.warm_up()  # compile every program before the clock starts
     self.driver = async_driver.Driver(
-        self.backend, [0] * p if self.worker_states is None else
-        [int(w.clock) for w in self.worker_states], chunk_steps=CHUNK_STEPS[config.runtime],
+        self.backend,
+        [0] * p if self.worker_states is None else [int(w.clock) for w in self.worker_states],
+        chunk_steps=CHUNK_STEPS[config.runtime],
         on_progress=lambda total: on_progress(total // p),
-        faults=async_driver.logged_faults(self.log))  # resumed: a stopped worker stays so
+        faults=async_driver.logged_faults(self.log),
+    )  # resumed: a stopped worker stays so
     self.driver.loss_sum[:], self.driver.loss_count[:] = self.loss_sum, self.loss_count
     self.train_start = time.perf_counter() - self.train_seconds
 
@@ -286,16 +307,25 @@ class AsyncExecutor:
     if evaluated:
       s, c = driver.take_losses()
       train_loss = float(s.sum() / c.sum()) if c.sum() else None
-    state = dict(worker=stacked, shared=shared_now,
-                 center=self.run.algorithm.center(shared_now),
-                 loss_sum=driver.loss_sum.copy(), loss_count=driver.loss_count.copy(),
-                 step=np.asarray(step, np.int64),
-                 log_length=np.asarray(len(log_now), np.int64),
-                 train_seconds=np.asarray(seconds, np.float64))
+    state = dict(
+        worker=stacked,
+        shared=shared_now,
+        center=self.run.algorithm.center(shared_now),
+        loss_sum=driver.loss_sum.copy(),
+        loss_count=driver.loss_count.copy(),
+        step=np.asarray(step, np.int64),
+        log_length=np.asarray(len(log_now), np.int64),
+        train_seconds=np.asarray(seconds, np.float64),
+    )
     self.latest = (_clocks(stacked), log_now)
-    return Snapshot(step, state, self._no_losses(),
-                    self._record(log_now, list(driver.clocks), seconds, train_loss),
-                    nonfinite=driver.nonfinite, log=log_now)
+    return Snapshot(
+        step,
+        state,
+        self._no_losses(),
+        self._record(log_now, list(driver.clocks), seconds, train_loss),
+        nonfinite=driver.nonfinite,
+        log=log_now,
+    )
 
   def _no_losses(self) -> np.ndarray:
     return np.zeros((0, self.run.config.num_workers), np.float32)
@@ -304,17 +334,23 @@ class AsyncExecutor:
     """The metrics fields of the real runtimes: exchanges, clocks, faults, time."""
     per = _exchanges_per_worker(log, self.run.config.num_workers)
     mean = int(round(float(np.mean(per))))
-    return dict(train_loss=train_loss, all_reduces=mean,
-                bytes_communicated=mean * self.run.param_bytes, exchanges=int(per.sum()),
-                worker_local_steps=[int(c) for c in clocks],
-                faults=sum(r.get("event") == "fault" for r in log),
-                wall_time_s=round(seconds, 3))
+    return dict(
+        train_loss=train_loss,
+        all_reduces=mean,
+        bytes_communicated=mean * self.run.param_bytes,
+        exchanges=int(per.sum()),
+        worker_local_steps=[int(c) for c in clocks],
+        faults=sum(r.get("event") == "fault" for r in log),
+        wall_time_s=round(seconds, 3),
+    )
 
   def evaluate_inputs(self, snapshot: Snapshot):
     """The snapshot's host state placed on the run's devices."""
     layout = self.run.layout
-    return (workers.split_workers(snapshot.state["worker"], layout),
-            workers.replicate_per_device(snapshot.state["shared"], layout))
+    return (
+        workers.split_workers(snapshot.state["worker"], layout),
+        workers.replicate_per_device(snapshot.state["shared"], layout),
+    )
 
   def write_exchange_log(self, path, snapshot: Snapshot) -> None:
     """The real run's exchange log at the snapshot."""
@@ -329,14 +365,21 @@ class AsyncExecutor:
     mean = int(round(float(np.mean(per_worker))))
     return dict(
         algorithm=dict(name=run.algorithm.name, **self.rules.hyperparameters),
-        runtime=run.config.runtime, layout=_describe(run.config, run),
+        runtime=run.config.runtime,
+        layout=_describe(run.config, run),
         center_lag_steps=None,
-        communication=dict(all_reduces=mean, bytes=mean * run.param_bytes,
-                           all_reduces_per_step=mean / max(step, 1),
-                           bytes_per_step=mean * run.param_bytes / max(step, 1)),
-        exchanges=int(per_worker.sum()), exchanges_per_worker=per_worker.tolist(),
-        worker_local_steps=clocks, faults=[f._asdict() for f in faults],
-        stopped_workers=async_driver.stopped_workers(faults))
+        communication=dict(
+            all_reduces=mean,
+            bytes=mean * run.param_bytes,
+            all_reduces_per_step=mean / max(step, 1),
+            bytes_per_step=mean * run.param_bytes / max(step, 1),
+        ),
+        exchanges=int(per_worker.sum()),
+        exchanges_per_worker=per_worker.tolist(),
+        worker_local_steps=clocks,
+        faults=[f._asdict() for f in faults],
+        stopped_workers=async_driver.stopped_workers(faults),
+    )
 
   def close(self) -> None:
     """Stops the workers (threads, Ray actors)."""

@@ -52,12 +52,13 @@ class Checkpointer:
 
   def __init__(self, workdir, max_to_keep: int = 2):
     import orbax.checkpoint as ocp
+
     _quiet_orbax()
     self._ocp = ocp
     self.directory = Path(workdir).absolute() / CHECKPOINT_DIR
     self.manager = ocp.CheckpointManager(
-        self.directory,
-        options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True))
+        self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
+    )
 
   def latest_step(self) -> int | None:
     """The step of the newest complete checkpoint, or None."""
@@ -98,18 +99,22 @@ class Checkpointer:
       restored = to_host(self.manager.restore(step, args=args))
     except Exception as e:  # Orbax raises many types for damaged files
       first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-      raise CheckpointError(f"checkpoint {step} in '{self.directory}' cannot be "
-                            f"read ({type(e).__name__}: {first[:200]}); delete it to "
-                            "fall back to an earlier one") from None
+      raise CheckpointError(
+          f"checkpoint {step} in '{self.directory}' cannot be "
+          f"read ({type(e).__name__}: {first[:200]}); delete it to "
+          "fall back to an earlier one"
+      ) from None
     if target is None:
       return restored
     target = to_host(target)
-    for (path, want), got in zip(jax.tree_util.tree_leaves_with_path(target),
-                                 jax.tree.leaves(restored)):
+    for (path, want), got in zip(
+        jax.tree_util.tree_leaves_with_path(target), jax.tree.leaves(restored)
+    ):
       if want.shape != got.shape or want.dtype != got.dtype:
         raise CheckpointError(
             f"checkpoint {step} leaf {jax.tree_util.keystr(path)} has shape "
-            f"{got.shape} {got.dtype}; the run expects {want.shape} {want.dtype}")
+            f"{got.shape} {got.dtype}; the run expects {want.shape} {want.dtype}"
+        )
     return restored
 
   def close(self):

@@ -43,10 +43,26 @@ DEFAULT_ALGORITHMS = registry.DEFAULT_COMPARISON
 """What ``compare`` runs when no names are given (the CLI's default too)."""
 
 
-SETTINGS = ("optimizer", "learning_rate", "momentum", "delta", "weight_decay", "tau",
-            "beta", "reset_opt_state", "exchange_order", "worker_speeds", "max_worker_speed",
-            "staleness", "outer_learning_rate", "outer_momentum", "average_rate",
-            "lr_schedule", "param_dtype", "compute_dtype")
+SETTINGS = (
+    "optimizer",
+    "learning_rate",
+    "momentum",
+    "delta",
+    "weight_decay",
+    "tau",
+    "beta",
+    "reset_opt_state",
+    "exchange_order",
+    "worker_speeds",
+    "max_worker_speed",
+    "staleness",
+    "outer_learning_rate",
+    "outer_momentum",
+    "average_rate",
+    "lr_schedule",
+    "param_dtype",
+    "compute_dtype",
+)
 """Config fields a comparison row can differ in (shown when they differ)."""
 
 
@@ -59,8 +75,9 @@ def _settings(config: TrainConfig) -> dict[str, Any]:
       continue
     if name == "momentum" and config.optimizer not in ("momentum", "nesterov"):
       continue
-    out[name] = (config.resolved_alpha * config.num_workers if name == "beta"
-                 else getattr(config, name))
+    out[name] = (
+        config.resolved_alpha * config.num_workers if name == "beta" else getattr(config, name)
+    )
   return {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items()}
 
 
@@ -70,14 +87,16 @@ def _row(summary: dict[str, Any], config: TrainConfig) -> dict[str, Any]:
       algorithm=summary["algorithm"]["name"],
       num_workers=config.num_workers,
       settings=_settings(config),
-      epochs=final["epoch"], steps=final["step"],
+      epochs=final["epoch"],
+      steps=final["step"],
       test_accuracy=final["test_accuracy"],
       best_test_accuracy=summary["best_test_accuracy"],
       test_loss=final["test_loss"],
       center_lag_steps=summary.get("center_lag_steps"),
       all_reduces_per_worker=comm["all_reduces"],
       mb_per_worker=comm["bytes"] / 1e6,
-      wall_time_s=summary["wall_time_s"])
+      wall_time_s=summary["wall_time_s"],
+  )
 
 
 IDENTITY = ("tau", "beta", "delta")
@@ -95,6 +114,7 @@ def differing_settings(rows: Sequence[dict[str, Any]]) -> list[str]:
   learning rate that differs between rows gets a column.
   """
   from easgd.training.config import TrainConfig  # the defaults
+
   defaults = TrainConfig()
   names = []
   for name in SETTINGS:
@@ -127,19 +147,43 @@ def results_table(rows: Sequence[dict[str, Any]], notes: Sequence[str] = ()) -> 
     column per setting that differs between the rows ("-": not read).
   """
   diff = differing_settings(rows)
-  fmt = lambda v: "-" if v is None else (format(v, "g") if isinstance(v, float) else
-                                          ",".join(map(str, v)) if isinstance(v, list)
-                                          else str(v))
-  head = (["algorithm", "p"] + diff +
-          ["epochs", "center test acc. (final)", "best", "all-reduces / worker",
-           "MB / worker", "wall time (s)"])
+  fmt = (
+      lambda v: "-"
+      if v is None
+      else (
+          format(v, "g")
+          if isinstance(v, float)
+          else ",".join(map(str, v))
+          if isinstance(v, list)
+          else str(v)
+      )
+  )
+  head = (
+      ["algorithm", "p"]
+      + diff
+      + [
+          "epochs",
+          "center test acc. (final)",
+          "best",
+          "all-reduces / worker",
+          "MB / worker",
+          "wall time (s)",
+      ]
+  )
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for r in rows:
-    cells = ([r["algorithm"], str(r["num_workers"])] +
-             [fmt(r["settings"].get(name)) for name in diff] +
-             [str(r["epochs"]), f"{100 * r['test_accuracy']:.2f}%",
-              f"{100 * r['best_test_accuracy']:.2f}%", str(r["all_reduces_per_worker"]),
-              f"{r['mb_per_worker']:.1f}", f"{r['wall_time_s']:.0f}"])
+    cells = (
+        [r["algorithm"], str(r["num_workers"])]
+        + [fmt(r["settings"].get(name)) for name in diff]
+        + [
+            str(r["epochs"]),
+            f"{100 * r['test_accuracy']:.2f}%",
+            f"{100 * r['best_test_accuracy']:.2f}%",
+            str(r["all_reduces_per_worker"]),
+            f"{r['mb_per_worker']:.1f}",
+            f"{r['wall_time_s']:.0f}",
+        ]
+    )
     lines.append("| " + " | ".join(cells) + " |")
   text = "\n".join(lines) + "\n"
   if notes:
@@ -147,8 +191,7 @@ def results_table(rows: Sequence[dict[str, Any]], notes: Sequence[str] = ()) -> 
   return text
 
 
-def plan(config: TrainConfig, algorithms: Sequence[str]
-         ) -> tuple[list[TrainConfig], list[str]]:
+def plan(config: TrainConfig, algorithms: Sequence[str]) -> tuple[list[TrainConfig], list[str]]:
   """The per-algorithm configs of a comparison, and its notes.
 
   Each algorithm gets ``config.for_algorithm(name)``: the shared settings it
@@ -174,9 +217,9 @@ def plan(config: TrainConfig, algorithms: Sequence[str]
       raise ConfigError(
           f"{name}={value!r} is read by none of the compared algorithms "
           f"({', '.join(algorithms)}); leave it at its default or compare an "
-          f"algorithm that reads it")
-    notes.append(f"Not read by {', '.join(names)} (run at its default): "
-                 f"{name}={value!r}.")
+          f"algorithm that reads it"
+      )
+    notes.append(f"Not read by {', '.join(names)} (run at its default): " f"{name}={value!r}.")
   return configs, notes
 
 
@@ -197,15 +240,17 @@ def resolve_runs(configs: Sequence[TrainConfig]) -> None:
     key = (c.dataset, c.data_dir, c.seed, c.validation_examples)
     if key not in train_sizes:
       full = data.load_dataset(c.dataset, data_dir=c.data_dir, seed=c.seed)
-      train_sizes[key] = len(data.with_validation_split(full, c.validation_examples)[0]
-                             .train_y)
-    c.resolve(batches.steps_per_epoch(train_sizes[key], c.num_workers,
-                                      c.per_worker_batch_size))
+      train_sizes[key] = len(data.with_validation_split(full, c.validation_examples)[0].train_y)
+    c.resolve(batches.steps_per_epoch(train_sizes[key], c.num_workers, c.per_worker_batch_size))
 
 
-def compare(config: TrainConfig, workdir,
-            algorithms: Sequence[str] = DEFAULT_ALGORITHMS,
-            *, overwrite: bool = False) -> list[dict[str, Any]]:
+def compare(
+    config: TrainConfig,
+    workdir,
+    algorithms: Sequence[str] = DEFAULT_ALGORITHMS,
+    *,
+    overwrite: bool = False,
+) -> list[dict[str, Any]]:
   """Runs ``algorithms`` on ``config``'s data budget; writes plot and table.
 
   Args:
@@ -234,16 +279,15 @@ def compare(config: TrainConfig, workdir,
   config = as_train_config(config)
   overwrite = checks.flag("overwrite", overwrite, error=ConfigError)
   if isinstance(algorithms, str) or not isinstance(algorithms, Sequence):
-    raise ConfigError(f"algorithms must be a list of names (e.g. "
-                      f"['easgd', 'pmean_sgd']), got {algorithms!r}")
+    raise ConfigError(
+        f"algorithms must be a list of names (e.g. " f"['easgd', 'pmean_sgd']), got {algorithms!r}"
+    )
   algorithms = list(algorithms)
   if not algorithms:
-    raise ConfigError(f"algorithms must name at least one of "
-                      f"{', '.join(registry.ALGORITHMS)}")
+    raise ConfigError(f"algorithms must name at least one of " f"{', '.join(registry.ALGORITHMS)}")
   for a in algorithms:
     if a not in registry.ALGORITHMS:
-      raise ConfigError(f"unknown algorithm {a!r}; allowed: "
-                        f"{', '.join(registry.ALGORITHMS)}")
+      raise ConfigError(f"unknown algorithm {a!r}; allowed: " f"{', '.join(registry.ALGORITHMS)}")
   if len(set(algorithms)) != len(algorithms):
     raise ConfigError(f"algorithms has repeats: {algorithms}")
   workdir = workdir_path(workdir)
@@ -258,21 +302,34 @@ def _compare(config, workdir, algorithms, configs, notes, overwrite) -> list[dic
   for a in algorithms:
     check_workdir(workdir / a, overwrite, resumable=False)  # compare cannot resume
   if not overwrite and any((workdir / f).exists() for f in (RESULTS_MD, RESULTS_JSON, PLOT_FILE)):
-    raise ConfigError(f"workdir '{workdir}' already holds a comparison; choose another "
-                      "directory or pass overwrite (--overwrite)")
+    raise ConfigError(
+        f"workdir '{workdir}' already holds a comparison; choose another "
+        "directory or pass overwrite (--overwrite)"
+    )
   _set_aside_comparison(workdir)
   summaries = [train_and_evaluate(c, workdir / c.algorithm) for c in configs]
   rows = [_row(s, c) for s, c in zip(summaries, configs)]
   from easgd.training.plotting import plot_comparison
   # simulated time: with the shared worker speeds, a synchronous method waits
   # for the slowest worker at every step (registry.simulated_ticks)
-  histories = {s["algorithm"]["name"]: [dict(r, simulated_time=registry.simulated_ticks(
-      r["step"], config.replace(algorithm=c.algorithm))) for r in s["history"]]
-      for c, s in zip(configs, summaries)}
+  histories = {
+      s["algorithm"]["name"]: [
+          dict(
+              r,
+              simulated_time=registry.simulated_ticks(
+                  r["step"], config.replace(algorithm=c.algorithm)
+              ),
+          )
+          for r in s["history"]
+      ]
+      for c, s in zip(configs, summaries)
+  }
   plot_comparison(histories, workdir / PLOT_FILE, title=_title(config))
   write_text_atomic(workdir / RESULTS_MD, results_table(rows, notes))
-  write_text_atomic(workdir / RESULTS_JSON,  # last: it marks the comparison complete
-                    json_text(dict(rows=rows, notes=notes), indent=2) + "\n")
+  write_text_atomic(
+      workdir / RESULTS_JSON,  # last: it marks the comparison complete
+      json_text(dict(rows=rows, notes=notes), indent=2) + "\n",
+  )
   drop_previous_run(workdir)
   return rows
 
@@ -295,12 +352,14 @@ def _set_aside_comparison(workdir: Path) -> None:
   for e in entries:
     if e.is_dir() and all(p.name in LOCK_FILES for p in e.iterdir()):
       if not any(e.iterdir()):  # made by the checks; a dead run's lock is no run,
-        e.rmdir()               # its new run takes it over (easgd.training.runlock)
+        e.rmdir()  # its new run takes it over (easgd.training.runlock)
     elif e.exists():
       old.append(e)
   move_aside(workdir, old, finished=workdir / RESULTS_JSON)
 
 
 def _title(config: TrainConfig) -> str:
-  return (f"{config.dataset} / {config.model}, p={config.num_workers}, "
-          f"global batch {config.global_batch_size}, lr {config.learning_rate:g}")
+  return (
+      f"{config.dataset} / {config.model}, p={config.num_workers}, "
+      f"global batch {config.global_batch_size}, lr {config.learning_rate:g}"
+  )

@@ -36,13 +36,13 @@ LR_SCALINGS = ("none", "linear", "sqrt")
 
 
 # Upper bounds that keep values inside int32 clocks and memory that exists.
-MAX_STEPS = 2**30        # tau, in steps (the clocks are int32)
-MAX_WORKERS = 2**16      # num_workers
-MAX_SPEED = 1024         # local steps per tick of the asynchronous schedules
-MAX_STALENESS = 1024     # master updates (a buffer of that many centers is kept)
-MAX_DELAY_S = 3600.0     # seconds: an injected delay per local step
+MAX_STEPS = 2**30  # tau, in steps (the clocks are int32)
+MAX_WORKERS = 2**16  # num_workers
+MAX_SPEED = 1024  # local steps per tick of the asynchronous schedules
+MAX_STALENESS = 1024  # master updates (a buffer of that many centers is kept)
+MAX_DELAY_S = 3600.0  # seconds: an injected delay per local step
 MAX_TOTAL_STEPS = 2**31 - 1  # the steps of a whole run (int32 step clocks)
-MAX_REAL = 1e38          # rates and coefficients: finite in float32 arithmetic
+MAX_REAL = 1e38  # rates and coefficients: finite in float32 arithmetic
 FLOAT32_TINY = float(np.finfo(np.float32).tiny)
 """The smallest resolved learning rate (float32's smallest normal number: the
 programs compute in float32, where a smaller rate is 0 or denormal)."""
@@ -76,8 +76,10 @@ def as_train_config(value) -> "TrainConfig":
     ConfigError: anything else, e.g. a dict (use ``TrainConfig.from_dict(d)``).
   """
   if not isinstance(value, TrainConfig):
-    raise ConfigError(f"config must be an easgd.TrainConfig (from a dict: "
-                      f"TrainConfig.from_dict(d)), got {type(value).__name__}")
+    raise ConfigError(
+        f"config must be an easgd.TrainConfig (from a dict: "
+        f"TrainConfig.from_dict(d)), got {type(value).__name__}"
+    )
   return value
 
 
@@ -99,87 +101,97 @@ class TrainConfig:
   algorithm reads. :meth:`validate` checks every value, the rules between
   fields, and refuses a setting the run would not read.
   """
+
   algorithm: str = option(
       "easgd",
       f"the algorithm, one of: {', '.join(registry.ALGORITHMS)} (the table "
       "easgd.methods.registry lists the settings each one reads; a setting it does "
       "not read must keep its default).",
-      allowed=OneOf(registry.ALGORITHMS))
+      allowed=OneOf(registry.ALGORITHMS),
+  )
   dataset: str = option(
       "mnist1d",
       "'mnist1d' (generated locally; the default), 'fashion_mnist' "
       "(Debian's IDX files), 'digits' (scikit-learn's 8x8 digits), or "
       "'cifar10' (the CIFAR-10 python batches in data_dir; never "
       "downloaded).",
-      allowed=OneOf(DATASETS))
+      allowed=OneOf(DATASETS),
+  )
   data_dir: str | None = option(
       None,
       "directory of the Fashion-MNIST IDX files (None: the Debian location "
       "/usr/share/datasets/fashion-mnist) or of the CIFAR-10 python batches "
       "(required for 'cifar10'); the other data sets read none. Its "
       "contents are checked when the data are loaded, not by validate().",
-      allowed=Satisfies(_is_text, "a path string or None"))
+      allowed=Satisfies(_is_text, "a path string or None"),
+  )
   crop_size: int | None = option(
       None,
       "side of the square image crops, in pixels: random crops for training "
       "(fixed by seed, epoch and step), the centre crop for evaluation "
       "(paper, CIFAR-10: 28 of 32); None = whole images. Images only.",
-      allowed=Integer(1, what="pixels"))
+      allowed=Integer(1, what="pixels"),
+  )
   model: str = option(
       "cnn",
       "'cnn', 'cnn_bn' (the CNN with BatchNorm), 'mlp' or 'cifar' "
       "(the paper's 7-layer CIFAR-10 net).",
-      allowed=OneOf(MODELS))
-  num_workers: int = option(
-      4, "number of workers p.",
-      allowed=Integer(1, MAX_WORKERS))
+      allowed=OneOf(MODELS),
+  )
+  num_workers: int = option(4, "number of workers p.", allowed=Integer(1, MAX_WORKERS))
   num_devices: int | None = option(
       None,
       "devices to spread the workers over (must divide num_workers); None = "
       "the largest available count that divides num_workers.",
-      allowed=Integer(1))
+      allowed=Integer(1),
+  )
   global_batch_size: int = option(
       128,
       "examples per step summed over all workers; each worker takes "
       "global_batch_size / num_workers. The examples of global step t are "
       "fixed by (seed, epoch, t) alone; worker i reads rows i*B..(i+1)*B-1 of "
       "them (``easgd.training.batches.worker_batch_indices``).",
-      allowed=Integer(1))
-  num_epochs: int = option(
-      40, "passes over the training set (integer).",
-      allowed=Integer(1))
+      allowed=Integer(1),
+  )
+  num_epochs: int = option(40, "passes over the training set (integer).", allowed=Integer(1))
   learning_rate: float = option(
-      0.1, "peak local step size eta (per step of a worker).",
-      allowed=Real(0, MAX_REAL, open_low=True))
+      0.1,
+      "peak local step size eta (per step of a worker).",
+      allowed=Real(0, MAX_REAL, open_low=True),
+  )
   lr_schedule: str = option(
       "constant",
       "'constant', 'cosine' (to 0 at the end) or 'step' (times "
       "lr_decay_factor at each epoch of lr_decay_epochs).",
-      allowed=OneOf(LR_SCHEDULES))
-  warmup_epochs: float = option(
-      0.0, "linear warm-up from 0, in epochs.",
-      allowed=Real(0))
+      allowed=OneOf(LR_SCHEDULES),
+  )
+  warmup_epochs: float = option(0.0, "linear warm-up from 0, in epochs.", allowed=Real(0))
   lr_decay_epochs: tuple[float, ...] = option(
-      (), "epochs at which the 'step' schedule decays, increasing, each in "
+      (),
+      "epochs at which the 'step' schedule decays, increasing, each in "
       "(0, num_epochs) (read by lr_schedule 'step' only).",
-      allowed=Entries(Real(0, "num_epochs", open_low=True, open_high=True,
-                           what="a decay inside the run"),
-                      "a tuple of epochs", increasing=True))
+      allowed=Entries(
+          Real(0, "num_epochs", open_low=True, open_high=True, what="a decay inside the run"),
+          "a tuple of epochs",
+          increasing=True,
+      ),
+  )
   lr_decay_factor: float = option(
       0.1,
-      "multiplier of the 'step' schedule, in (0, 1] (read by lr_schedule "
-      "'step' only).",
-      allowed=Real(0, 1, open_low=True))
+      "multiplier of the 'step' schedule, in (0, 1] (read by lr_schedule " "'step' only).",
+      allowed=Real(0, 1, open_low=True),
+  )
   optimizer: str = option(
       "sgd",
-      "local optimizer: 'sgd', 'momentum' (heavy ball), 'nesterov', "
-      "'adam', 'adamw'.",
-      allowed=OneOf(OPTIMIZERS))
+      "local optimizer: 'sgd', 'momentum' (heavy ball), 'nesterov', " "'adam', 'adamw'.",
+      allowed=OneOf(OPTIMIZERS),
+  )
   momentum: float = option(
       0.0,
       "momentum coefficient of the local optimizer 'momentum' or "
       "'nesterov', in [0, 1); read by no other optimizer.",
-      allowed=Real(0, 1, open_high=True))
+      allowed=Real(0, 1, open_high=True),
+  )
   delta: float = option(
       0.99,
       f"the Nesterov momentum delta built into {_listed(registry.readers('delta'))} "
@@ -187,74 +199,95 @@ class TrainConfig:
       "'sgd'). delta = 0 would turn each into "
       f"{_listed([registry.TABLE[a].without_momentum for a in registry.readers('delta')])}"
       " (in that order) and is refused.",
-      allowed=Real(0, 1, open_low=True, open_high=True))
+      allowed=Real(0, 1, open_low=True, open_high=True),
+  )
   weight_decay: float = option(
-      0.0, "L2 coefficient (added to the gradient; decoupled for adamw).",
-      allowed=Real(0, MAX_REAL))
+      0.0, "L2 coefficient (added to the gradient; decoupled for adamw).", allowed=Real(0, MAX_REAL)
+  )
   tau: int = option(
-      4, "EASGD communication period, in local steps (>= 1).",
-      allowed=Integer(1, MAX_STEPS, what="communication period"))
+      4,
+      "EASGD communication period, in local steps (>= 1).",
+      allowed=Integer(1, MAX_STEPS, what="communication period"),
+  )
   alpha: float | None = option(
-      None, "EASGD moving rate, the elastic coefficient of each worker; giving "
+      None,
+      "EASGD moving rate, the elastic coefficient of each worker; giving "
       "alpha replaces the default beta (alpha = beta / num_workers).",
-      allowed=Real(0, MAX_REAL))
+      allowed=Real(0, MAX_REAL),
+  )
   beta: float | None = option(
-      0.9, "EASGD center moving rate, beta = num_workers * alpha (paper: 0.9); "
+      0.9,
+      "EASGD center moving rate, beta = num_workers * alpha (paper: 0.9); "
       "used when alpha is not given. Giving both is refused.",
-      allowed=Real(0, MAX_REAL))
+      allowed=Real(0, MAX_REAL),
+  )
   reset_opt_state: bool = option(
       False,
       "EASGD/EAMSGD (sync and async): re-initialise the local optimizer state "
       "at every exchange (schedules keep their position).",
-      allowed=Flag())
+      allowed=Flag(),
+  )
   exchange_order: str = option(
       "round_robin",
       "asynchronous algorithms: order in which the exchanges of a tick are "
       "served, 'round_robin' or 'random' (a permutation per tick).",
-      allowed=OneOf(EXCHANGE_ORDERS))
+      allowed=OneOf(EXCHANGE_ORDERS),
+  )
   worker_speeds: tuple[int, ...] = option(
       (),
       "asynchronous algorithms: local steps per tick of each worker, "
       "num_workers integers >= 1; () = all 1 (or drawn, below).",
-      allowed=Entries(Integer(1, MAX_SPEED, what="local steps per tick", whole_floats=True),
-                      "a sequence (one integer per worker)", label="{name}[{i}]",
-                      per_worker="num_workers"))
+      allowed=Entries(
+          Integer(1, MAX_SPEED, what="local steps per tick", whole_floats=True),
+          "a sequence (one integer per worker)",
+          label="{name}[{i}]",
+          per_worker="num_workers",
+      ),
+  )
   max_worker_speed: int | None = option(
       None,
       "asynchronous algorithms: if set (and worker_speeds is empty), speeds "
       "are drawn uniformly from {1, ..., max_worker_speed} with the seed.",
-      allowed=Integer(1, MAX_SPEED))
+      allowed=Integer(1, MAX_SPEED),
+  )
   staleness: int = option(
       0,
       "asynchronous algorithms: the center a worker reads is this many master "
       "updates old (integer >= 0).",
-      allowed=Integer(0, MAX_STALENESS, what="in master updates"))
+      allowed=Integer(0, MAX_STALENESS, what="in master updates"),
+  )
   push_timing: str = option(
       "authors",
       "the DOWNPOUR family: 'authors' (push after local steps 0, tau, 2 "
       "tau, ..., the authors' released code) or 'full_period' (after steps "
       "tau - 1, 2 tau - 1, ...: every push carries tau full steps).",
-      allowed=OneOf(PUSH_TIMINGS))
+      allowed=OneOf(PUSH_TIMINGS),
+  )
   outer_learning_rate: float = option(
-      0.7, "DiLoCo's outer SGD step size (> 0; DiLoCo: 0.7).",
-      allowed=Real(0, MAX_REAL, open_low=True))
+      0.7,
+      "DiLoCo's outer SGD step size (> 0; DiLoCo: 0.7).",
+      allowed=Real(0, MAX_REAL, open_low=True),
+  )
   outer_momentum: float = option(
-      0.9, "DiLoCo's outer Nesterov momentum, in [0, 1) (0.9).",
-      allowed=Real(0, 1, open_high=True))
+      0.9, "DiLoCo's outer Nesterov momentum, in [0, 1) (0.9).", allowed=Real(0, 1, open_high=True)
+  )
   average_rate: float = option(
       0.001,
       f"constant moving-average rate of {_listed(registry.readers('average_rate'))}, "
       "in (0, 1] (paper: 0.001).",
-      allowed=Real(0, 1, open_low=True))
+      allowed=Real(0, 1, open_low=True),
+  )
   seed: int = option(
-      0, "seeds the initial parameters, the data order and the worker keys.",
-      allowed=Integer(0, 2**32 - 1))
+      0,
+      "seeds the initial parameters, the data order and the worker keys.",
+      allowed=Integer(0, 2**32 - 1),
+  )
   eval_every_epochs: int = option(
-      1, "evaluate the center every this many epochs (and last).",
-      allowed=Integer(1))
+      1, "evaluate the center every this many epochs (and last).", allowed=Integer(1)
+  )
   eval_batch_size: int = option(
-      500, "test examples per worker per evaluation batch.",
-      allowed=Integer(1))
+      500, "test examples per worker per evaluation batch.", allowed=Integer(1)
+  )
   bn_stats_examples: int = option(
       2048,
       "models with BatchNorm only: training examples (centre crops) over "
@@ -262,7 +295,8 @@ class TrainConfig:
       "evaluation and at export: the first of a seeded permutation, split "
       "equally over the workers (min(this, training set) // num_workers each, "
       "at least 1), the same every time (``easgd.training.spmd.bn_stats_indices``).",
-      allowed=Integer(1))
+      allowed=Integer(1),
+  )
   curvature: float | None = option(
       None,
       "optional estimate of the loss's largest Hessian eigenvalue h (1 / "
@@ -271,36 +305,39 @@ class TrainConfig:
       "eta*h = learning_rate * curvature against synchronous EASGD's stable "
       "region on the quadratic model and warns once when outside (read by "
       f"{_listed(registry.readers('curvature'))} only).",
-      allowed=Real(0, MAX_REAL, open_low=True))
+      allowed=Real(0, MAX_REAL, open_low=True),
+  )
   checkpoint_every_steps: int = option(
       0,
       "also checkpoint every this many global steps inside an epoch (0: only "
       "at epoch ends, where a checkpoint is always written).",
-      allowed=Integer(0))
+      allowed=Integer(0),
+  )
   keep_checkpoints: int = option(
-      2, "number of most recent checkpoints kept (>= 1).",
-      allowed=Integer(1))
-  progress: bool = option(
-      True, "show a progress bar.",
-      allowed=Flag())
+      2, "number of most recent checkpoints kept (>= 1).", allowed=Integer(1)
+  )
+  progress: bool = option(True, "show a progress bar.", allowed=Flag())
   mapping_backend: str = option(
       "pmap",
       "how workers are mapped onto devices (``easgd.parallel.workers``): 'pmap' "
       "(pmap of vmap) or 'shard_map' (jit of shard_map of vmap; needed for "
       "multi-process runs). Same results and array layouts.",
-      allowed=OneOf(MAPPING_BACKENDS))
+      allowed=OneOf(MAPPING_BACKENDS),
+  )
   param_dtype: str = option(
       "float32",
       "dtype of the workers' parameters and optimizer state, 'float32' or "
       "'bfloat16' (Flax's ``param_dtype``). The center, the elastic "
       "differences and every sum across workers are kept in float32 whatever "
       "this is (``easgd.core.elastic.reduction_dtype``).",
-      allowed=OneOf(DTYPES))
+      allowed=OneOf(DTYPES),
+  )
   compute_dtype: str = option(
       "float32",
       "dtype of the model's forward and backward computation, 'float32' or "
       "'bfloat16' (Flax's ``dtype``); the loss is float32.",
-      allowed=OneOf(DTYPES))
+      allowed=OneOf(DTYPES),
+  )
   runtime: str = option(
       "spmd",
       "where the workers run (easgd.methods.registry.RUNTIMES): 'spmd' (one SPMD "
@@ -310,22 +347,28 @@ class TrainConfig:
       "process) or 'ray' (real asynchronous workers as Ray actors; needs pip "
       "install 'easgd[ray]'). The real runtimes run the asynchronous "
       "algorithms (the table's runtimes).",
-      allowed=OneOf(registry.RUNTIMES))
+      allowed=OneOf(registry.RUNTIMES),
+  )
   ray_address: str | None = option(
       None,
       "runtime 'ray' only: the address of a running Ray cluster (e.g. "
       "'ray://head:10001', 'head:6379' or 'auto'); None starts a local Ray "
       "instance on this machine.",
-      allowed=Satisfies(_is_ray_address,
-                        "[ray://]host:port (e.g. 'ray://head:10001'), 'auto' or None"))
+      allowed=Satisfies(
+          _is_ray_address, "[ray://]host:port (e.g. 'ray://head:10001'), 'auto' or None"
+      ),
+  )
   worker_delays: tuple[float, ...] = option(
       (),
       "real runtimes only: seconds each worker waits after each of its local "
       "steps, num_workers reals >= 0 (an injected straggler, e.g. "
       "0,0,0,0.01); () = none.",
-      allowed=Entries(Real(0, MAX_DELAY_S, what="seconds per local step"),
-                      "a tuple (seconds per local step, one per worker)",
-                      per_worker="num_workers"))
+      allowed=Entries(
+          Real(0, MAX_DELAY_S, what="seconds per local step"),
+          "a tuple (seconds per local step, one per worker)",
+          per_worker="num_workers",
+      ),
+  )
   sync_warmup_steps: int = option(
       0,
       "synchronous warm-up, in global steps K: the first K steps run pmean SGD "
@@ -335,7 +378,8 @@ class TrainConfig:
       "2020; easgd.core.warmup); 0 = none. Read by the synchronous elastic and "
       "averaging algorithms (the table easgd.methods.registry); K must be below the "
       "run's total steps.",
-      allowed=Integer(0, MAX_STEPS, what="global steps of synchronous warm-up"))
+      allowed=Integer(0, MAX_STEPS, what="global steps of synchronous warm-up"),
+  )
   lr_scaling: str = option(
       "none",
       "how the peak learning rate scales with the global batch G (examples per "
@@ -343,13 +387,15 @@ class TrainConfig:
       "learning_rate * G / lr_reference_batch, Goyal et al. 2017) or 'sqrt' "
       "(eta = learning_rate * sqrt(G / lr_reference_batch)); the resolved eta "
       "is in summary.json ('resolved') and in every metrics record.",
-      allowed=OneOf(LR_SCALINGS))
+      allowed=OneOf(LR_SCALINGS),
+  )
   lr_reference_batch: int | None = option(
       None,
       "the global batch (examples per step, all workers) at which "
       "learning_rate is stated; needed by lr_scaling 'linear' and 'sqrt', read "
       "by nothing else.",
-      allowed=Integer(1, what="global batch at which learning_rate is stated"))
+      allowed=Integer(1, what="global batch at which learning_rate is stated"),
+  )
   validation_examples: int = option(
       0,
       "examples held out of the training set for validation, never trained "
@@ -357,7 +403,8 @@ class TrainConfig:
       "(easgd.training.data.validation_split); the runs train on the rest, and every "
       "evaluation also reports the center's val_loss and val_error on them. "
       "0 = none.",
-      allowed=Integer(0, what="examples held out of the training set"))
+      allowed=Integer(0, what="examples held out of the training set"),
+  )
 
   def replace(self, **changes) -> "TrainConfig":
     """A copy with ``changes``; unknown field names raise ConfigError."""
@@ -427,33 +474,44 @@ class TrainConfig:
       raise ConfigError(
           f"delta=0 turns {self.algorithm} into {spec.without_momentum} (eq. 7 with "
           f"delta = 0 is the plain step); use algorithm {spec.without_momentum!r}, "
-          f"or delta in (0, 1) (paper: 0.99)")
+          f"or delta in (0, 1) (paper: 0.99)"
+      )
     if (self.alpha is None) == (self.beta is None):
-      raise ConfigError(f"give exactly one of alpha and beta (beta = num_workers * "
-                        f"alpha), got alpha={self.alpha!r}, beta={self.beta!r}")
+      raise ConfigError(
+          f"give exactly one of alpha and beta (beta = num_workers * "
+          f"alpha), got alpha={self.alpha!r}, beta={self.beta!r}"
+      )
 
   def _check_relations(self) -> None:
     """The rules between fields (each field already inside its declaration)."""
     if self.dataset == "cifar10" and self.data_dir is None:
-      raise ConfigError("dataset 'cifar10' needs data_dir, the directory of the "
-                        "CIFAR-10 python batches (it is never downloaded)")
+      raise ConfigError(
+          "dataset 'cifar10' needs data_dir, the directory of the "
+          "CIFAR-10 python batches (it is never downloaded)"
+      )
     if self.crop_size is not None and self.dataset == "mnist1d":
-      raise ConfigError("crop_size crops images; dataset 'mnist1d' holds 1-D "
-                        "signals; allowed: crop_size None")
+      raise ConfigError(
+          "crop_size crops images; dataset 'mnist1d' holds 1-D " "signals; allowed: crop_size None"
+      )
     if self.num_devices is not None and self.num_workers % self.num_devices:
       raise ConfigError(
           f"num_workers={self.num_workers} is not a multiple of num_devices="
-          f"{self.num_devices}; allowed: a multiple of the devices used")
+          f"{self.num_devices}; allowed: a multiple of the devices used"
+      )
     if self.global_batch_size % self.num_workers:
       raise ConfigError(
           f"global_batch_size={self.global_batch_size} does not split over "
-          f"num_workers={self.num_workers}; allowed: a multiple of {self.num_workers}")
+          f"num_workers={self.num_workers}; allowed: a multiple of {self.num_workers}"
+      )
     if self.warmup_epochs >= self.num_epochs and self.warmup_epochs > 0:
-      raise ConfigError(f"warmup_epochs={self.warmup_epochs} must be less than "
-                        f"num_epochs={self.num_epochs}")
+      raise ConfigError(
+          f"warmup_epochs={self.warmup_epochs} must be less than " f"num_epochs={self.num_epochs}"
+      )
     if self.lr_decay_epochs and self.lr_schedule != "step":
-      raise ConfigError(f"lr_decay_epochs={tuple(self.lr_decay_epochs)} has no effect "
-                        f"with lr_schedule {self.lr_schedule!r}; use lr_schedule 'step'")
+      raise ConfigError(
+          f"lr_decay_epochs={tuple(self.lr_decay_epochs)} has no effect "
+          f"with lr_schedule {self.lr_schedule!r}; use lr_schedule 'step'"
+      )
     if self.worker_speeds and self.max_worker_speed is not None:
       raise ConfigError("give worker_speeds or max_worker_speed, not both")
     runtimes = registry.TABLE[self.algorithm].runtimes
@@ -461,16 +519,21 @@ class TrainConfig:
       raise ConfigError(
           f"algorithm {self.algorithm!r} does not run on runtime {self.runtime!r} "
           f"(it runs on: {', '.join(runtimes)}); "
-          f"runtime {self.runtime!r} runs: {', '.join(registry.runs_on(self.runtime))}")
+          f"runtime {self.runtime!r} runs: {', '.join(registry.runs_on(self.runtime))}"
+      )
     if self.runtime == "ray":
       import importlib.util
+
       if importlib.util.find_spec("ray") is None:
-        raise ConfigError("runtime 'ray' needs Ray, which is not installed; "
-                          "pip install 'easgd[ray]'")
+        raise ConfigError(
+            "runtime 'ray' needs Ray, which is not installed; " "pip install 'easgd[ray]'"
+        )
     if self.lr_reference_batch is None and self.lr_scaling != "none":
-      raise ConfigError(f"lr_scaling {self.lr_scaling!r} scales learning_rate from a "
-                        "reference batch; give lr_reference_batch (the global batch "
-                        "at which learning_rate is stated)")
+      raise ConfigError(
+          f"lr_scaling {self.lr_scaling!r} scales learning_rate from a "
+          "reference batch; give lr_reference_batch (the global batch "
+          "at which learning_rate is stated)"
+      )
 
   def _validate_derived(self) -> None:
     """The values the run derives from other fields, checked as derived.
@@ -485,13 +548,20 @@ class TrainConfig:
     num_workers * alpha is only recorded (the updates read alpha).
     """
     G, G0 = self.global_batch_size, self.lr_reference_batch
-    how = {"none": "learning_rate, lr_scaling 'none'",
-           "linear": f"learning_rate * global_batch_size / lr_reference_batch = "
-                     f"{self.learning_rate!r} * {G} / {G0}, lr_scaling 'linear'",
-           "sqrt": f"learning_rate * sqrt(global_batch_size / lr_reference_batch) = "
-                   f"{self.learning_rate!r} * sqrt({G} / {G0}), lr_scaling 'sqrt'"}
-    _real("resolved_learning_rate", self.resolved_learning_rate, FLOAT32_TINY, MAX_REAL,
-          what=how[self.lr_scaling])
+    how = {
+        "none": "learning_rate, lr_scaling 'none'",
+        "linear": f"learning_rate * global_batch_size / lr_reference_batch = "
+        f"{self.learning_rate!r} * {G} / {G0}, lr_scaling 'linear'",
+        "sqrt": f"learning_rate * sqrt(global_batch_size / lr_reference_batch) = "
+        f"{self.learning_rate!r} * sqrt({G} / {G0}), lr_scaling 'sqrt'",
+    }
+    _real(
+        "resolved_learning_rate",
+        self.resolved_learning_rate,
+        FLOAT32_TINY,
+        MAX_REAL,
+        what=how[self.lr_scaling],
+    )
     spec = registry.TABLE[self.algorithm]
     if "alpha" not in spec.reads:
       return
@@ -501,10 +571,17 @@ class TrainConfig:
           f"{given}={getattr(self, given)!r} leaves the center untrained: "
           f"{registry.center_update(self).why}, so the center {self.algorithm} "
           f"evaluates and exports stays at the initial parameters; allowed: "
-          f"{given} > 0")
-    _real("resolved_alpha", self.resolved_alpha, FLOAT32_TINY, MAX_REAL,
-          what="alpha" if given == "alpha" else
-          f"beta / num_workers = {self.beta!r} / {self.num_workers}")
+          f"{given} > 0"
+      )
+    _real(
+        "resolved_alpha",
+        self.resolved_alpha,
+        FLOAT32_TINY,
+        MAX_REAL,
+        what="alpha"
+        if given == "alpha"
+        else f"beta / num_workers = {self.beta!r} / {self.num_workers}",
+    )
 
   def resolve(self, steps_per_epoch: int) -> dict[str, Any]:
     """The quantities a run derives from this config and its data's size, each
@@ -543,26 +620,29 @@ class TrainConfig:
     if total > MAX_TOTAL_STEPS:
       raise ConfigError(
           f"num_epochs={self.num_epochs} gives {total} steps ({spe} per epoch); the "
-          f"step clocks are int32: allowed num_epochs <= {MAX_TOTAL_STEPS // spe}")
+          f"step clocks are int32: allowed num_epochs <= {MAX_TOTAL_STEPS // spe}"
+      )
     spec = registry.TABLE[self.algorithm]
     if "tau" in spec.reads and self.tau > total:
       raise ConfigError(
           f"tau={self.tau} (communication period) is longer than the whole run "
-          f"({length}); allowed: tau <= {total}")
+          f"({length}); allowed: tau <= {total}"
+      )
     k = self.sync_warmup_steps
     if k >= total:
       raise ConfigError(
           f"sync_warmup_steps={k} (global steps of synchronous warm-up) leaves nothing "
-          f"of the run ({length}); allowed: sync_warmup_steps < {total}")
-    self._check_center_trained(total - k, length + (f", less sync_warmup_steps={k}"
-                                                    if k else ""))
+          f"of the run ({length}); allowed: sync_warmup_steps < {total}"
+      )
+    self._check_center_trained(total - k, length + (f", less sync_warmup_steps={k}" if k else ""))
     warmup = int(round(self.warmup_epochs * spe))
     if self.warmup_epochs > 0 and not 0 < warmup < total:
       raise ConfigError(
           f"warmup_epochs={self.warmup_epochs!r} gives a learning-rate warm-up of "
           f"{warmup} steps (round(warmup_epochs * {spe} steps per epoch), {total} "
           f"steps in all); allowed: warmup_epochs 0, or one that gives 1 to "
-          f"{total - 1} steps")
+          f"{total - 1} steps"
+      )
     decay = []
     if self.lr_schedule == "step":
       decay = [int(round(e * spe)) for e in self.lr_decay_epochs]
@@ -571,16 +651,21 @@ class TrainConfig:
         raise ConfigError(
             f"lr_decay_epochs={tuple(self.lr_decay_epochs)} fall on steps {decay} "
             f"({spe} steps per epoch, warm-up {warmup} steps, {total} steps in all); "
-            f"allowed: distinct steps after the warm-up and before the end of the run")
+            f"allowed: distinct steps after the warm-up and before the end of the run"
+        )
     return dict(
-        learning_rate=self.learning_rate, lr_scaling=self.lr_scaling,
-        lr_reference_batch=self.lr_reference_batch, lr_scale=self.lr_scale,
+        learning_rate=self.learning_rate,
+        lr_scaling=self.lr_scaling,
+        lr_reference_batch=self.lr_reference_batch,
+        lr_scale=self.lr_scale,
         resolved_learning_rate=self.resolved_learning_rate,
-        steps_per_epoch=spe, total_steps=total,
-        lr_warmup_steps=warmup, lr_decay_steps=decay,
-        cosine_decay_steps=(max(total - warmup, 1) if self.lr_schedule == "cosine"
-                            else None),
-        sync_warmup_steps=k)
+        steps_per_epoch=spe,
+        total_steps=total,
+        lr_warmup_steps=warmup,
+        lr_decay_steps=decay,
+        cosine_decay_steps=(max(total - warmup, 1) if self.lr_schedule == "cosine" else None),
+        sync_warmup_steps=k,
+    )
 
   def _check_center_trained(self, steps: int, length: str) -> None:
     """Refuses a run whose returned model no exchange moves within ``steps``, the
@@ -590,14 +675,18 @@ class TrainConfig:
       return  # None: refused by validate (alpha = 0)
     # the rule's step grows with tau (the others are 0, below any run's steps)
     tau_max = steps - 1 - (update.local_step - self.tau)
-    allowed = (f"tau <= {tau_max}" if tau_max >= 1 else
-               f"a run that gives {self.algorithm} at least "
-               f"{update.local_step - self.tau + 2} steps")
+    allowed = (
+        f"tau <= {tau_max}"
+        if tau_max >= 1
+        else f"a run that gives {self.algorithm} at least "
+        f"{update.local_step - self.tau + 2} steps"
+    )
     raise ConfigError(
         f"tau={self.tau} leaves the center untrained: {self.algorithm} first moves it "
         f"at the exchange of a worker's local step {update.local_step} ({update.why}), "
         f"and the run is sure to give a worker only {steps} steps ({length}); "
-        f"allowed: {allowed}")
+        f"allowed: {allowed}"
+    )
 
   def unread_fields(self) -> dict[str, Any]:
     """The fields set away from their default that this config's run never reads.
@@ -647,50 +736,67 @@ class TrainConfig:
       if self.optimizer != "sgd":
         raise ConfigError(
             f"algorithm {self.algorithm!r} has its own Nesterov momentum (delta); it "
-            f"needs optimizer 'sgd', got {self.optimizer!r}")
+            f"needs optimizer 'sgd', got {self.optimizer!r}"
+        )
     unread = self.unread_fields()
     if not unread:
       return
     name, value = next(iter(unread.items()))
     if name == "momentum":
-      hint = ("use optimizer 'momentum' or 'nesterov'" +
-              (f", or delta for {self.algorithm}'s own Nesterov momentum"
-               if spec.without_momentum else
-               f" (the algorithms with their own Nesterov momentum take delta: "
-               f"{', '.join(registry.MOMENTUM_ALGORITHMS)})"))
-      raise ConfigError(f"momentum={value} has no effect with optimizer "
-                        f"{self.optimizer!r}; {hint}")
+      hint = "use optimizer 'momentum' or 'nesterov'" + (
+          f", or delta for {self.algorithm}'s own Nesterov momentum"
+          if spec.without_momentum
+          else f" (the algorithms with their own Nesterov momentum take delta: "
+          f"{', '.join(registry.MOMENTUM_ALGORITHMS)})"
+      )
+      raise ConfigError(
+          f"momentum={value} has no effect with optimizer " f"{self.optimizer!r}; {hint}"
+      )
     if name == "lr_decay_factor":
-      raise ConfigError(f"lr_decay_factor={value} has no effect with lr_schedule "
-                        f"{self.lr_schedule!r}; use lr_schedule 'step'")
+      raise ConfigError(
+          f"lr_decay_factor={value} has no effect with lr_schedule "
+          f"{self.lr_schedule!r}; use lr_schedule 'step'"
+      )
     if name == "bn_stats_examples":
-      raise ConfigError(f"bn_stats_examples={value} has no effect with model "
-                        f"{self.model!r} (no BatchNorm); allowed models: "
-                        f"{', '.join(BATCH_NORM_MODELS)}")
+      raise ConfigError(
+          f"bn_stats_examples={value} has no effect with model "
+          f"{self.model!r} (no BatchNorm); allowed models: "
+          f"{', '.join(BATCH_NORM_MODELS)}"
+      )
     if name == "data_dir":
-      raise ConfigError(f"data_dir={value!r} is not read by dataset {self.dataset!r} "
-                        "(generated or shipped); allowed: data_dir None")
+      raise ConfigError(
+          f"data_dir={value!r} is not read by dataset {self.dataset!r} "
+          "(generated or shipped); allowed: data_dir None"
+      )
     if name == "worker_delays":
-      raise ConfigError(f"worker_delays={value!r} is not read by runtime "
-                        f"{self.runtime!r} (the simulation's stragglers are "
-                        "worker_speeds); use runtime 'threads' or 'ray'")
+      raise ConfigError(
+          f"worker_delays={value!r} is not read by runtime "
+          f"{self.runtime!r} (the simulation's stragglers are "
+          "worker_speeds); use runtime 'threads' or 'ray'"
+      )
     if name == "ray_address":
-      raise ConfigError(f"ray_address={value!r} is not read by runtime "
-                        f"{self.runtime!r}; use runtime 'ray' or leave it None")
+      raise ConfigError(
+          f"ray_address={value!r} is not read by runtime "
+          f"{self.runtime!r}; use runtime 'ray' or leave it None"
+      )
     if name == "lr_reference_batch":
-      raise ConfigError(f"lr_reference_batch={value!r} has no effect with lr_scaling "
-                        f"'none'; use lr_scaling 'linear' or 'sqrt', or leave it None")
+      raise ConfigError(
+          f"lr_reference_batch={value!r} has no effect with lr_scaling "
+          f"'none'; use lr_scaling 'linear' or 'sqrt', or leave it None"
+      )
     if name in registry.SCHEDULE_FIELDS and name in spec.reads:
       raise ConfigError(
           f"{name}={value!r} sets the simulated exchange schedule (runtime 'spmd'); "
           f"runtime {self.runtime!r} runs the workers for real, their order and "
-          "staleness come from timing; for a straggler use worker_delays")
+          "staleness come from timing; for a straggler use worker_delays"
+      )
     readers = registry.readers("alpha" if name == "beta" else name)
     default = _DEFAULTS[name]
     raise ConfigError(
         f"{name}={value!r} is not read by algorithm {self.algorithm!r}; leave it at "
         f"its default {default!r}, or use an algorithm that reads it: "
-        f"{', '.join(readers)}")
+        f"{', '.join(readers)}"
+    )
 
   def for_algorithm(self, algorithm: str) -> tuple["TrainConfig", dict[str, Any]]:
     """This config for ``algorithm``, with the settings it does not read reset.

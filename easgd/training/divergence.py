@@ -31,10 +31,15 @@ def divergence_message(config: TrainConfig, what: str) -> str:
     tau=..., num_workers=...; <the stability bound>]; lower the learning rate"``.
   """
   c = config
-  msg = (f"training diverged: {what}; algorithm={c.algorithm}, "
-         f"learning_rate={c.learning_rate}"
-         + (f" (resolved {c.resolved_learning_rate:g}: lr_scaling {c.lr_scaling!r})"
-            if c.lr_scaling != "none" else ""))
+  msg = (
+      f"training diverged: {what}; algorithm={c.algorithm}, "
+      f"learning_rate={c.learning_rate}"
+      + (
+          f" (resolved {c.resolved_learning_rate:g}: lr_scaling {c.lr_scaling!r})"
+          if c.lr_scaling != "none"
+          else ""
+      )
+  )
   if "curvature" in registry.TABLE[c.algorithm].reads:  # synchronous EASGD
     msg += f", alpha={c.resolved_alpha:g}, tau={c.tau}, num_workers={c.num_workers}"
     hint = _stability_hint(c)
@@ -54,9 +59,11 @@ def worker_loss_message(config: TrainConfig, worker: int, local_step: int, value
     The one-line message of the :class:`DivergenceError`.
   """
   c = config
-  return (f"training diverged: worker {worker} had a non-finite loss ({value}) at its "
-          f"local step {local_step}; algorithm={c.algorithm}, "
-          f"learning_rate={c.learning_rate}, runtime={c.runtime}; lower the learning rate")
+  return (
+      f"training diverged: worker {worker} had a non-finite loss ({value}) at its "
+      f"local step {local_step}; algorithm={c.algorithm}, "
+      f"learning_rate={c.learning_rate}, runtime={c.runtime}; lower the learning rate"
+  )
 
 
 class StabilityWarning(UserWarning):
@@ -88,13 +95,17 @@ def stability_warning(config: TrainConfig) -> str | None:
   if "curvature" not in spec.reads:  # the analysis is synchronous EASGD's
     return None
   from easgd.analysis import stability
+
   if config.curvature is not None:
-    return stability.stability_bound_message(config.resolved_learning_rate * config.curvature,
-                                             a, tau, p)
+    return stability.stability_bound_message(
+        config.resolved_learning_rate * config.curvature, a, tau, p
+    )
   if stability.stable_eta_h_interval(a, tau, p) is None:
-    return (f"EASGD with alpha={a:g} (beta={a * p:g}), tau={tau}, num_workers={p} is "
-            "outside the analytic stability region of the quadratic model for every "
-            "eta*h in [0, 4] (see easgd.analysis.stability.stability_bound_message)")
+    return (
+        f"EASGD with alpha={a:g} (beta={a * p:g}), tau={tau}, num_workers={p} is "
+        "outside the analytic stability region of the quadratic model for every "
+        "eta*h in [0, 4] (see easgd.analysis.stability.stability_bound_message)"
+    )
   return None
 
 
@@ -103,11 +114,16 @@ def _stability_hint(config: TrainConfig) -> str | None:
   if "curvature" not in registry.TABLE[config.algorithm].reads:  # EASGD's analysis
     return None
   from easgd.analysis import stability
+
   a, tau, p = config.resolved_alpha, config.tau, config.num_workers
   interval = stability.stable_eta_h_interval(a, tau, p)
   if interval is None:
-    return (f"the quadratic model is unstable at alpha={a:g}, tau={tau}, "
-            f"num_workers={p} for every eta*h in [0, 4]")
-  return (f"the quadratic model is stable at alpha={a:g}, tau={tau}, num_workers={p} "
-          f"only for eta*h < {interval[1]:.4g} (resolved learning rate * largest Hessian "
-          f"eigenvalue)")
+    return (
+        f"the quadratic model is unstable at alpha={a:g}, tau={tau}, "
+        f"num_workers={p} for every eta*h in [0, 4]"
+    )
+  return (
+      f"the quadratic model is stable at alpha={a:g}, tau={tau}, num_workers={p} "
+      f"only for eta*h < {interval[1]:.4g} (resolved learning rate * largest Hessian "
+      f"eigenvalue)"
+  )

@@ -45,11 +45,14 @@ def export_center(workdir, out_path) -> Path:
     easgd.training.checkpoint.CheckpointError: the latest checkpoint is unreadable.
   """
   from flax import serialization
+
   config = saved_config(workdir)
   out_path = Path(out_path)
   if out_path.is_dir():
-    raise ConfigError(f"--out '{out_path}' is a directory; give a file name, e.g. "
-                      f"'{out_path / 'center.msgpack'}'")
+    raise ConfigError(
+        f"--out '{out_path}' is a directory; give a file name, e.g. "
+        f"'{out_path / 'center.msgpack'}'"
+    )
   ensure_writable_dir(out_path.parent)
   ckpt = checkpoint.Checkpointer(workdir)
   try:
@@ -61,17 +64,22 @@ def export_center(workdir, out_path) -> Path:
     ckpt.close()
 
   def write_msgpack(path, tree):
-    write_bytes_atomic(path, serialization.msgpack_serialize(
-        jax.tree.map(np.asarray, tree)))
+    write_bytes_atomic(path, serialization.msgpack_serialize(jax.tree.map(np.asarray, tree)))
+
   write_msgpack(out_path, center)
   ds = data.load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
   info = dict(
-      model=config.model, dataset=config.dataset, num_classes=ds.num_classes,
+      model=config.model,
+      dataset=config.dataset,
+      num_classes=ds.num_classes,
       input_shape=list(batches.cropped_shape(ds.input_shape, config.crop_size)),
-      step=int(step), algorithm=config.algorithm,
+      step=int(step),
+      algorithm=config.algorithm,
       # the center is kept in float32 for bfloat16 workers (the precision policy)
-      param_dtype=config.param_dtype, compute_dtype=config.compute_dtype,
-      center_dtype=sorted({str(np.asarray(x).dtype) for x in jax.tree.leaves(center)}))
+      param_dtype=config.param_dtype,
+      compute_dtype=config.compute_dtype,
+      center_dtype=sorted({str(np.asarray(x).dtype) for x in jax.tree.leaves(center)}),
+  )
   if models.has_batch_norm(models.make_model(config.model, ds.num_classes)):
     # BatchNorm: the center's own statistics, as the evaluation computes them (on
     # the run's layout when this machine has its devices).
@@ -80,7 +88,9 @@ def export_center(workdir, out_path) -> Path:
     run = Run(config)
     stats_path = Path(str(out_path) + ".batch_stats.msgpack")
     write_msgpack(stats_path, run.center_batch_stats(center))
-    info.update(batch_stats=stats_path.name,  # and the number of examples used
-                bn_stats_examples=int(np.prod(run.bn_stats_data.shape[:3])))
+    info.update(
+        batch_stats=stats_path.name,  # and the number of examples used
+        bn_stats_examples=int(np.prod(run.bn_stats_data.shape[:3])),
+    )
   write_text_atomic(Path(str(out_path) + ".json"), json_text(info, indent=2) + "\n")
   return out_path

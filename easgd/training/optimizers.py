@@ -13,8 +13,7 @@ import optax
 from easgd.training.config import TrainConfig
 
 
-def make_schedule(config: TrainConfig, steps_per_epoch: int,
-                  learning_rate=None) -> optax.Schedule:
+def make_schedule(config: TrainConfig, steps_per_epoch: int, learning_rate=None) -> optax.Schedule:
   """The learning-rate schedule of ``config``, converted from epochs to steps.
 
   Epoch-based settings (warm-up, decay points, total length) are multiplied by
@@ -48,15 +47,16 @@ def make_schedule(config: TrainConfig, steps_per_epoch: int,
     main = optax.cosine_decay_schedule(lr, max(total - warmup, 1))
   else:  # step
     main = optax.piecewise_constant_schedule(
-        lr, {t - warmup: config.lr_decay_factor for t in lengths["lr_decay_steps"]})
+        lr, {t - warmup: config.lr_decay_factor for t in lengths["lr_decay_steps"]}
+    )
   if warmup == 0:
     return main
-  return optax.join_schedules(
-      [optax.linear_schedule(0.0, lr, warmup), main], [warmup])
+  return optax.join_schedules([optax.linear_schedule(0.0, lr, warmup), main], [warmup])
 
 
-def make_optimizer(config: TrainConfig, steps_per_epoch: int, learning_rate=None
-                   ) -> optax.GradientTransformation:
+def make_optimizer(
+    config: TrainConfig, steps_per_epoch: int, learning_rate=None
+) -> optax.GradientTransformation:
   """The local optimizer of ``config`` with its epoch-based schedule.
 
   "sgd", "momentum" and "nesterov" are ``optax.sgd``; "adam" and "adamw" the
@@ -82,8 +82,9 @@ def make_optimizer(config: TrainConfig, steps_per_epoch: int, learning_rate=None
   if name == "adam":
     opt = optax.adam(schedule)
   else:
-    opt = optax.sgd(schedule, momentum=config.momentum if name != "sgd" else None,
-                    nesterov=name == "nesterov")
+    opt = optax.sgd(
+        schedule, momentum=config.momentum if name != "sgd" else None, nesterov=name == "nesterov"
+    )
   if config.weight_decay:
     opt = optax.chain(optax.add_decayed_weights(config.weight_decay), opt)
   return opt

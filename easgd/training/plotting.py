@@ -6,8 +6,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 
-def comparison_figure(histories: Mapping[str, Sequence[Mapping[str, Any]]],
-                      title: str = ""):
+def comparison_figure(histories: Mapping[str, Sequence[Mapping[str, Any]]], title: str = ""):
   """The figure of :func:`plot_comparison` (a Matplotlib ``Figure``, open).
 
   The error axes are logarithmic and span every error of every history, from
@@ -23,14 +22,15 @@ def comparison_figure(histories: Mapping[str, Sequence[Mapping[str, Any]]],
     ``matplotlib.pyplot.close(fig)``.
   """
   import matplotlib
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   from matplotlib.ticker import FuncFormatter
 
-  timed = bool(histories) and all(
-      "simulated_time" in r for h in histories.values() for r in h)
-  fig, axes = plt.subplots(1, 3 if timed else 2, figsize=(15 if timed else 10, 4),
-                           constrained_layout=True)
+  timed = bool(histories) and all("simulated_time" in r for h in histories.values() for r in h)
+  fig, axes = plt.subplots(
+      1, 3 if timed else 2, figsize=(15 if timed else 10, 4), constrained_layout=True
+  )
   ax_e, ax_b = axes[0], axes[1]
   for name, hist in histories.items():
     epochs = [r["epoch"] for r in hist]
@@ -61,8 +61,9 @@ def comparison_figure(histories: Mapping[str, Sequence[Mapping[str, Any]]],
   return fig
 
 
-def plot_comparison(histories: Mapping[str, Sequence[Mapping[str, Any]]], path,
-                    title: str = "") -> Path:
+def plot_comparison(
+    histories: Mapping[str, Sequence[Mapping[str, Any]]], path, title: str = ""
+) -> Path:
   """Center test error against epochs, MB per worker and simulated time.
 
   Args:
@@ -85,9 +86,20 @@ def plot_comparison(histories: Mapping[str, Sequence[Mapping[str, Any]]], path,
   return path
 
 
-def plot_tau_alpha_heatmap(values, tau, alpha, path, *, title: str = "",
-                           label: str = "", log: bool = False, mask=None,
-                           annotations=None, contours=(), cmap="viridis") -> Path:
+def plot_tau_alpha_heatmap(
+    values,
+    tau,
+    alpha,
+    path,
+    *,
+    title: str = "",
+    label: str = "",
+    log: bool = False,
+    mask=None,
+    annotations=None,
+    contours=(),
+    cmap="viridis",
+) -> Path:
   """A (tau, alpha) heatmap of one sweep metric, with theory contours on top.
 
   Cells are the grid values (tau on the x axis, alpha on the y axis, evenly
@@ -114,6 +126,7 @@ def plot_tau_alpha_heatmap(values, tau, alpha, path, *, title: str = "",
     ``Path(path)``.
   """
   import matplotlib
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   import numpy as np
@@ -128,41 +141,79 @@ def plot_tau_alpha_heatmap(values, tau, alpha, path, *, title: str = "",
     if pos.size:  # exact zeros (e.g. an underflowed loss) get the lowest colour
       shown = np.where(np.isfinite(shown), np.maximum(shown, pos.min()), np.nan)
       norm = LogNorm(vmin=pos.min(), vmax=max(pos.max(), pos.min() * 1.0001))
-  fig, ax = plt.subplots(figsize=(max(5.0, 2.8 + 0.75 * len(tau)),
-                                  max(3.6, 1.9 + 0.5 * len(alpha))),
-                         constrained_layout=True)
+  fig, ax = plt.subplots(
+      figsize=(max(5.0, 2.8 + 0.75 * len(tau)), max(3.6, 1.9 + 0.5 * len(alpha))),
+      constrained_layout=True,
+  )
   cmap = plt.get_cmap(cmap).with_extremes(bad="#dddddd")
-  im = ax.imshow(np.ma.masked_invalid(shown), origin="lower", aspect="auto", cmap=cmap,
-                 norm=norm, interpolation="nearest")
+  im = ax.imshow(
+      np.ma.masked_invalid(shown),
+      origin="lower",
+      aspect="auto",
+      cmap=cmap,
+      norm=norm,
+      interpolation="nearest",
+  )
   fig.colorbar(im, ax=ax, label=label)
   if mask is not None and np.any(mask):
     ys, xs = np.nonzero(mask)
     for x, y in zip(xs, ys):
-      ax.add_patch(plt.Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, hatch="xx",
-                                 edgecolor="#888888", linewidth=0))
+      ax.add_patch(
+          plt.Rectangle(
+              (x - 0.5, y - 0.5), 1, 1, fill=False, hatch="xx", edgecolor="#888888", linewidth=0
+          )
+      )
   if annotations is not None:
     for (y, x), v in np.ndenumerate(np.asarray(annotations, dtype=np.float64)):
       if np.isfinite(v):
         rgb = im.cmap(im.norm(shown[y, x]))[:3] if np.isfinite(shown[y, x]) else (1, 1, 1)
         dark = 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2] < 0.5
-        ax.text(x, y, f"{int(v)}", ha="center", va="center", fontsize=7,
-                color="white" if dark else "black")
+        ax.text(
+            x,
+            y,
+            f"{int(v)}",
+            ha="center",
+            va="center",
+            fontsize=7,
+            color="white" if dark else "black",
+        )
   handles = []
   for k, c in enumerate(contours):
     r = np.asarray(c["radius"])
     if k == 0 and np.nanmax(r) >= 1.0:  # shade where the first theory is unstable
       ax.contourf(c["x"], c["y"], r, levels=[1.0, np.inf], colors="red", alpha=0.12)
-      handles.append(plt.Rectangle((0, 0), 1, 1, color="red", alpha=0.12,
-                                   label="shaded: theory radius >= 1 (first line)"))
+      handles.append(
+          plt.Rectangle(
+              (0, 0), 1, 1, color="red", alpha=0.12, label="shaded: theory radius >= 1 (first line)"
+          )
+      )
     if np.nanmin(r) < 1.0 < np.nanmax(r):
-      ax.contour(c["x"], c["y"], r, levels=[1.0], colors="red",
-                 linestyles=c.get("linestyle", "-"), linewidths=1.6)
-    handles.append(Line2D([], [], color="red", linestyle=c.get("linestyle", "-"),
-                          label=c.get("label", "theory radius = 1")))
+      ax.contour(
+          c["x"],
+          c["y"],
+          r,
+          levels=[1.0],
+          colors="red",
+          linestyles=c.get("linestyle", "-"),
+          linewidths=1.6,
+      )
+    handles.append(
+        Line2D(
+            [],
+            [],
+            color="red",
+            linestyle=c.get("linestyle", "-"),
+            label=c.get("label", "theory radius = 1"),
+        )
+    )
   ax.set_xticks(range(len(tau)), [f"{t:g}" for t in tau])
   ax.set_yticks(range(len(alpha)), [f"{a:g}" for a in alpha])
-  ax.set(xlabel="tau (communication period, local steps)", ylabel="alpha (moving rate)",
-         xlim=(-0.5, len(tau) - 0.5), ylim=(-0.5, len(alpha) - 0.5))
+  ax.set(
+      xlabel="tau (communication period, local steps)",
+      ylabel="alpha (moving rate)",
+      xlim=(-0.5, len(tau) - 0.5),
+      ylim=(-0.5, len(alpha) - 0.5),
+  )
   if handles:
     fig.legend(handles=handles, loc="outside lower center", fontsize=7, frameon=False)
   if title:

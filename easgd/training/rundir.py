@@ -65,8 +65,14 @@ PREVIOUS_RUN_DIR = "previous_run"
 
 # Fields that may differ between a run and its resumption: where it runs and how
 # it reports, not what it computes.
-RESUMABLE_CHANGES = ("num_devices", "mapping_backend", "progress", "checkpoint_every_steps",
-                     "keep_checkpoints", "ray_address")
+RESUMABLE_CHANGES = (
+    "num_devices",
+    "mapping_backend",
+    "progress",
+    "checkpoint_every_steps",
+    "keep_checkpoints",
+    "ray_address",
+)
 
 
 # -- checks before a run ------------------------------------------------------
@@ -134,9 +140,10 @@ def check_workdir(workdir, overwrite: bool, resumable: bool = True) -> Path:
   if workdir.exists() and not workdir.is_dir():
     raise ConfigError(f"workdir '{workdir}' exists and is not a directory")
   if not overwrite and any((workdir / f).exists() for f in RUN_FILES):
-    raise ConfigError(f"workdir '{workdir}' already holds a run; choose another "
-                      "directory, pass overwrite (--overwrite)"
-                      + (" or resume (--resume)" if resumable else ""))
+    raise ConfigError(
+        f"workdir '{workdir}' already holds a run; choose another "
+        "directory, pass overwrite (--overwrite)" + (" or resume (--resume)" if resumable else "")
+    )
   ensure_writable_dir(workdir)
   return workdir
 
@@ -160,8 +167,9 @@ def saved_config(workdir) -> TrainConfig:
     saved = json.loads(path.read_text())
     return TrainConfig.from_dict(saved)
   except (ValueError, TypeError, AttributeError) as e:
-    raise ConfigError(f"'{path}' is not a readable run config: "
-                      f"{type(e).__name__}: {e}") from None
+    raise ConfigError(
+        f"'{path}' is not a readable run config: " f"{type(e).__name__}: {e}"
+    ) from None
 
 
 def check_resume_config(config: TrainConfig, workdir) -> None:
@@ -181,12 +189,13 @@ def check_resume_config(config: TrainConfig, workdir) -> None:
   changed = sorted(k for k in new if k not in RESUMABLE_CHANGES and old.get(k) != new[k])
   if changed:
     diffs = ", ".join(f"{k}: {old.get(k)!r} -> {new[k]!r}" for k in changed)
-    raise ConfigError(f"--resume with a different config ({diffs}); allowed to "
-                      f"change: {', '.join(RESUMABLE_CHANGES)}")
+    raise ConfigError(
+        f"--resume with a different config ({diffs}); allowed to "
+        f"change: {', '.join(RESUMABLE_CHANGES)}"
+    )
 
 
-def check_start(config: TrainConfig, workdir: Path, *, overwrite: bool,
-                resume: bool) -> None:
+def check_start(config: TrainConfig, workdir: Path, *, overwrite: bool, resume: bool) -> None:
   """Checks that a run can start, or resume, in ``workdir``; before compiling.
 
   Args:
@@ -206,8 +215,10 @@ def check_start(config: TrainConfig, workdir: Path, *, overwrite: bool,
   overwrite = checks.flag("overwrite", overwrite, error=ConfigError)
   resume = checks.flag("resume", resume, error=ConfigError)
   if overwrite and resume:
-    raise ConfigError("overwrite and resume exclude each other (resume goes on from "
-                      f"the run in '{workdir}', overwrite replaces it); pass one")
+    raise ConfigError(
+        "overwrite and resume exclude each other (resume goes on from "
+        f"the run in '{workdir}', overwrite replaces it); pass one"
+    )
   if resume:
     check_resume_config(config, workdir)
     ensure_writable_dir(workdir)
@@ -274,8 +285,7 @@ def move_aside(workdir: Path, entries, finished: Path) -> None:
     os.replace(e, aside / e.name)
 
 
-def open_run(config: TrainConfig, workdir: Path, *, resume: bool
-             ) -> checkpoint.Checkpointer:
+def open_run(config: TrainConfig, workdir: Path, *, resume: bool) -> checkpoint.Checkpointer:
   """Opens ``workdir`` for writing a run; call it on every process.
 
   A new run (not ``resume``): process 0 sets an earlier run aside
@@ -337,31 +347,40 @@ def read_history(workdir: Path, up_to_step: int | None = None) -> list[dict[str,
   try:
     text = path.read_text()
   except OSError as e:
-    raise ConfigError(f"cannot resume: '{path}' (the run's evaluation history) cannot "
-                      f"be read: {e.strerror or e}") from None
+    raise ConfigError(
+        f"cannot resume: '{path}' (the run's evaluation history) cannot "
+        f"be read: {e.strerror or e}"
+    ) from None
   except ValueError as e:  # not UTF-8
-    raise ConfigError(f"cannot resume: '{path}' is damaged ({type(e).__name__}); "
-                      "start the run again with --overwrite") from None
+    raise ConfigError(
+        f"cannot resume: '{path}' is damaged ({type(e).__name__}); "
+        "start the run again with --overwrite"
+    ) from None
   try:
     records = [json.loads(l) for l in text.splitlines() if l.strip()]
     steps = [r["step"] for r in records]
     for r in records:
-      if not all(r[k] is None or isinstance(r[k], (int, float)) and not isinstance(r[k], bool)
-                 for k in ("test_accuracy", "test_loss")):
+      if not all(
+          r[k] is None or isinstance(r[k], (int, float)) and not isinstance(r[k], bool)
+          for k in ("test_accuracy", "test_loss")
+      ):
         raise ValueError(f"record of step {r['step']!r} without numeric test metrics")
     if not all(isinstance(t, int) and not isinstance(t, bool) for t in steps):
       raise ValueError(f"steps must be integers, got {steps}")
   except (ValueError, KeyError, TypeError) as e:
-    raise ConfigError(f"cannot resume: '{path}' is damaged ({type(e).__name__}: {e}); "
-                      "start the run again with --overwrite") from None
+    raise ConfigError(
+        f"cannot resume: '{path}' is damaged ({type(e).__name__}: {e}); "
+        "start the run again with --overwrite"
+    ) from None
   if not records or steps[0] != 0:
-    raise ConfigError(f"cannot resume: '{path}' lacks the step-0 evaluation; start the "
-                      "run again with --overwrite")
+    raise ConfigError(
+        f"cannot resume: '{path}' lacks the step-0 evaluation; start the "
+        "run again with --overwrite"
+    )
   return [r for r, t in zip(records, steps) if up_to_step is None or t <= up_to_step]
 
 
-def evaluation_steps(config: TrainConfig, steps_per_epoch: int, up_to_step: int
-                     ) -> list[int]:
+def evaluation_steps(config: TrainConfig, steps_per_epoch: int, up_to_step: int) -> list[int]:
   """The steps of the evaluations a run has recorded by ``up_to_step``.
 
   Args:
@@ -373,12 +392,16 @@ def evaluation_steps(config: TrainConfig, steps_per_epoch: int, up_to_step: int
     Step 0 and the ends of the evaluated epochs (every ``eval_every_epochs``,
     and the last epoch) up to ``up_to_step``, ascending.
   """
-  return [0] + [e * steps_per_epoch for e in range(1, up_to_step // steps_per_epoch + 1)
-                if e % config.eval_every_epochs == 0 or e == config.num_epochs]
+  return [0] + [
+      e * steps_per_epoch
+      for e in range(1, up_to_step // steps_per_epoch + 1)
+      if e % config.eval_every_epochs == 0 or e == config.num_epochs
+  ]
 
 
-def resumed_history(config: TrainConfig, workdir: Path, steps_per_epoch: int,
-                    step: int) -> list[dict[str, Any]]:
+def resumed_history(
+    config: TrainConfig, workdir: Path, steps_per_epoch: int, step: int
+) -> list[dict[str, Any]]:
   """The evaluation history a run resumed from the checkpoint at ``step`` goes on with.
 
   Args:
@@ -403,7 +426,8 @@ def resumed_history(config: TrainConfig, workdir: Path, steps_per_epoch: int,
     raise ConfigError(
         f"cannot resume: '{workdir / METRICS_FILE}' holds evaluations at steps "
         f"{[r['step'] for r in history]} up to the checkpoint at step {step}; "
-        f"expected {expected}; start the run again with --overwrite")
+        f"expected {expected}; start the run again with --overwrite"
+    )
   return history
 
 

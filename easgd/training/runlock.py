@@ -111,8 +111,11 @@ def hold_workdir(workdir, command: str, *, primary: bool = True) -> Iterator[Pat
       dead = _read_holder(workdir)  # the flock is free: its holder is gone
       write_text_atomic(workdir / HOLDER_FILE, json.dumps(_holder(command)) + "\n")
       if dead is not None:
-        warnings.warn(f"took over the lock of workdir '{workdir}' from dead process "
-                      f"{_describe(dead)}", WorkdirLockWarning, stacklevel=3)
+        warnings.warn(
+            f"took over the lock of workdir '{workdir}' from dead process " f"{_describe(dead)}",
+            WorkdirLockWarning,
+            stacklevel=3,
+        )
     yield workdir
   finally:
     if fd is not None:
@@ -134,8 +137,9 @@ def _lock(workdir: Path) -> int | None:
     try:
       fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
-      raise ConfigError(f"workdir '{workdir}' cannot be locked: '{path}': "
-                        f"{e.strerror or e}") from None
+      raise ConfigError(
+          f"workdir '{workdir}' cannot be locked: '{path}': " f"{e.strerror or e}"
+      ) from None
     try:
       if fcntl is None:
         raise OSError(errno.ENOSYS, "no fcntl.flock on this platform")
@@ -144,9 +148,12 @@ def _lock(workdir: Path) -> int | None:
       os.close(fd)
       if e.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
         raise WorkdirInUseError(_in_use_message(workdir)) from None
-      warnings.warn(f"workdir '{workdir}' cannot be locked ({e.strerror or e}); two "
-                    "commands started on it would not be kept apart",
-                    WorkdirLockWarning, stacklevel=4)
+      warnings.warn(
+          f"workdir '{workdir}' cannot be locked ({e.strerror or e}); two "
+          "commands started on it would not be kept apart",
+          WorkdirLockWarning,
+          stacklevel=4,
+      )
       return None
     try:
       if os.path.samestat(os.fstat(fd), os.stat(path)):
@@ -154,18 +161,23 @@ def _lock(workdir: Path) -> int | None:
     except FileNotFoundError:
       pass
     os.close(fd)  # a released holder removed this file between open and flock: again
-  raise WorkdirInUseError(f"workdir '{workdir}' is in use: its lock file '{path}' keeps "
-                          "being replaced; wait for the other commands or choose "
-                          "another workdir")
+  raise WorkdirInUseError(
+      f"workdir '{workdir}' is in use: its lock file '{path}' keeps "
+      "being replaced; wait for the other commands or choose "
+      "another workdir"
+  )
 
 
 def _holder(command: str) -> dict[str, Any]:
   """The holder file's record of this process."""
-  argv = [Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python",
-          *sys.argv[1:]]
-  return dict(pid=os.getpid(), host=socket.gethostname(), command=f"easgd {command}",
-              argv=argv,
-              started=datetime.datetime.now().astimezone().isoformat(timespec="seconds"))
+  argv = [Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python", *sys.argv[1:]]
+  return dict(
+      pid=os.getpid(),
+      host=socket.gethostname(),
+      command=f"easgd {command}",
+      argv=argv,
+      started=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+  )
 
 
 def _read_holder(workdir: Path) -> dict[str, Any] | None:
@@ -180,10 +192,15 @@ def _read_holder(workdir: Path) -> dict[str, Any] | None:
 def _describe(holder: dict[str, Any]) -> str:
   """``P on host H (easgd train: cli.py train --workdir X ..., started T)``."""
   argv = holder.get("argv")
-  line = (" ".join(shlex.quote(str(a)) for a in argv) if isinstance(argv, list)
-          else "command line unknown")
-  return (f"{holder.get('pid', '?')} on host {holder.get('host', '?')} "
-          f"({holder.get('command', 'easgd')}: {line}, started {holder.get('started', '?')})")
+  line = (
+      " ".join(shlex.quote(str(a)) for a in argv)
+      if isinstance(argv, list)
+      else "command line unknown"
+  )
+  return (
+      f"{holder.get('pid', '?')} on host {holder.get('host', '?')} "
+      f"({holder.get('command', 'easgd')}: {line}, started {holder.get('started', '?')})"
+  )
 
 
 def _in_use_message(workdir: Path) -> str:
@@ -194,5 +211,4 @@ def _in_use_message(workdir: Path) -> str:
     time.sleep(0.05)
     holder = _read_holder(workdir)
   who = f"pid {_describe(holder)}" if holder is not None else "another easgd process"
-  return (f"workdir '{workdir}' is in use by {who}; wait for it to end or choose another "
-          "workdir")
+  return f"workdir '{workdir}' is in use by {who}; wait for it to end or choose another " "workdir"

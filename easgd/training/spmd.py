@@ -49,18 +49,25 @@ def make_loss_fn(model):
     dropout key -> the float32 scalar loss.
   """
   if models.has_batch_norm(model):
+
     def bn_loss_fn(params, batch, key):
       x, y = batch
-      logits, _ = model.apply({"params": params}, x, train=True,  # _: batch_stats
-                              rngs={"dropout": key}, mutable=["batch_stats"])
+      logits, _ = model.apply(
+          {"params": params},
+          x,
+          train=True,  # _: batch_stats
+          rngs={"dropout": key},
+          mutable=["batch_stats"],
+      )
       return models.cross_entropy_loss(logits, y)
+
     return bn_loss_fn
 
   def loss_fn(params, batch, key):
     x, y = batch
-    logits = model.apply({"params": params}, x, train=True,
-                         rngs={"dropout": key})
+    logits = model.apply({"params": params}, x, train=True, rngs={"dropout": key})
     return models.cross_entropy_loss(logits, y)
+
   return loss_fn
 
 
@@ -92,14 +99,17 @@ def make_eval_fn(model, algo: algorithms.Algorithm):
   Returns:
     ``eval_fn`` as above, to be mapped over workers (``easgd.parallel.workers.map_workers``).
   """
+
   def evaluate(worker, shared, center, variables, x, y, mask):
     def body(carry, inputs):
       xb, yb, mb = inputs
       logits = model.apply(variables, xb, train=False)
       loss, correct = models.per_example_stats(logits, yb)
-      return (carry[0] + jnp.sum(jnp.where(mb, loss, 0.0)),
-              carry[1] + jnp.sum(jnp.where(mb, correct, 0).astype(jnp.int32)),
-              carry[2] + jnp.sum(mb.astype(jnp.int32))), None
+      return (
+          carry[0] + jnp.sum(jnp.where(mb, loss, 0.0)),
+          carry[1] + jnp.sum(jnp.where(mb, correct, 0).astype(jnp.int32)),
+          carry[2] + jnp.sum(mb.astype(jnp.int32)),
+      ), None
 
     zeros = (jnp.float32(0), jnp.int32(0), jnp.int32(0))
     (loss_sum, correct, count), _ = lax.scan(body, zeros, (x, y, mask))
@@ -107,21 +117,26 @@ def make_eval_fn(model, algo: algorithms.Algorithm):
     return loss_sum, correct, count, distance
 
   if models.has_batch_norm(model):
+
     def bn_eval_fn(worker, shared, bn_x, x, y, mask):
       center = algo.center(shared)
       batch_stats = models.compute_batch_stats(model, center, bn_x, WORKER_AXES)
-      return evaluate(worker, shared, center,
-                      {"params": center, "batch_stats": batch_stats}, x, y, mask)
+      return evaluate(
+          worker, shared, center, {"params": center, "batch_stats": batch_stats}, x, y, mask
+      )
+
     return bn_eval_fn
 
   def eval_fn(worker, shared, x, y, mask):
     center = algo.center(shared)
     return evaluate(worker, shared, center, {"params": center}, x, y, mask)
+
   return eval_fn
 
 
-def bn_stats_indices(num_examples: int, num_workers: int, bn_stats_examples: int,
-                     seed: int) -> np.ndarray:
+def bn_stats_indices(
+    num_examples: int, num_workers: int, bn_stats_examples: int, seed: int
+) -> np.ndarray:
   """The training examples of the center's BatchNorm statistics, per worker.
 
   The first ``W * n`` entries of ``batches.epoch_permutation(N, seed, 0)`` (epoch 0
@@ -143,10 +158,12 @@ def bn_stats_indices(num_examples: int, num_workers: int, bn_stats_examples: int
   """
   n = max(1, min(bn_stats_examples, num_examples) // num_workers)
   if n * num_workers > num_examples:
-    raise ConfigError(f"num_workers={num_workers} exceeds the {num_examples} training "
-                      "examples; BatchNorm statistics need one per worker")
+    raise ConfigError(
+        f"num_workers={num_workers} exceeds the {num_examples} training "
+        "examples; BatchNorm statistics need one per worker"
+    )
   perm = batches.epoch_permutation(num_examples, seed, 0)
-  return perm[:n * num_workers].reshape(num_workers, n)
+  return perm[: n * num_workers].reshape(num_workers, n)
 
 
 class Run:
@@ -167,68 +184,83 @@ class Run:
 
   def __init__(self, config: TrainConfig):
     self.config = config = config.validate()
-    self.layout = workers.make_layout(config.num_workers, config.num_devices,
-                                      backend=config.mapping_backend)
+    self.layout = workers.make_layout(
+        config.num_workers, config.num_devices, backend=config.mapping_backend
+    )
     full = data.load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
     # validation_examples: held out of the training set, never trained on
-    self.dataset, self.validation = data.with_validation_split(
-        full, config.validation_examples)
+    self.dataset, self.validation = data.with_validation_split(full, config.validation_examples)
     ds = self.dataset
     self.steps_per_epoch = batches.steps_per_epoch(
-        len(ds.train_y), config.num_workers, config.per_worker_batch_size)
+        len(ds.train_y), config.num_workers, config.per_worker_batch_size
+    )
     # every quantity derived from the data's size (tau and K against the run,
     # the center's first exchange, the schedule in steps), checked before
     # anything compiles; summary.json and the metrics record it
     self.resolved = config.resolve(self.steps_per_epoch)
     self.total_steps = self.resolved["total_steps"]
-    self.resolved.update(validation_examples=config.validation_examples,
-                         train_examples=len(ds.train_y))
+    self.resolved.update(
+        validation_examples=config.validation_examples, train_examples=len(ds.train_y)
+    )
     self.schedule = make_schedule(config, self.steps_per_epoch)
-    self.model = models.make_model(config.model, ds.num_classes,
-                                   param_dtype=config.param_dtype,
-                                   compute_dtype=config.compute_dtype)
+    self.model = models.make_model(
+        config.model,
+        ds.num_classes,
+        param_dtype=config.param_dtype,
+        compute_dtype=config.compute_dtype,
+    )
     # crop_size: the model sees crop x crop images (None: ds.input_shape).
     self.input_shape = batches.cropped_shape(ds.input_shape, config.crop_size)
     init_key, self.step_key = jax.random.split(jax.random.key(config.seed))
     self.init_params = models.init_params(self.model, self.input_shape, init_key)
     self.param_bytes = models.param_bytes(self.init_params)
     self.algorithm = algo = registry.make_algorithm(
-        config, make_loss_fn(self.model), make_optimizer(config, self.steps_per_epoch),
-        self.total_steps)
+        config,
+        make_loss_fn(self.model),
+        make_optimizer(config, self.steps_per_epoch),
+        self.total_steps,
+    )
     # (..., clock) -> ...; BatchNorm normalises each worker's own mini-batch, so a
     # device's workers are not merged into one batch for such models
-    self.step_fn = workers.map_step(algo, self.layout,
-                                    merge_workers=not models.has_batch_norm(self.model))
+    self.step_fn = workers.map_step(
+        algo, self.layout, merge_workers=not models.has_batch_norm(self.model)
+    )
     # BatchNorm models: the eval takes one more "worker" argument, bn_x.
     self.batch_norm = bn = models.has_batch_norm(self.model)
     self.eval_fn = workers.map_workers(
-        make_eval_fn(self.model, algo), self.layout,
-        ("worker", "shared") + ("worker",) * (4 if bn else 3), ("worker",) * 4)
+        make_eval_fn(self.model, algo),
+        self.layout,
+        ("worker", "shared") + ("worker",) * (4 if bn else 3),
+        ("worker",) * 4,
+    )
     # at most the examples a worker evaluates: a huge eval_batch_size pads nothing
     eval_batch = min(config.eval_batch_size, -(-len(ds.test_y) // config.num_workers))
     idx, mask = batches.eval_shards(len(ds.test_y), config.num_workers, eval_batch)
     test_x = batches.center_crop(ds.test_x, config.crop_size)  # evaluation: centre crop
-    self.test_data = workers.split_workers((test_x[idx], ds.test_y[idx], mask),
-                                           self.layout)
+    self.test_data = workers.split_workers((test_x[idx], ds.test_y[idx], mask), self.layout)
     self.val_data = None  # validation_examples: the held-out examples, sharded alike
     if config.validation_examples:
       val_x, val_y = self.validation
       val_batch = min(config.eval_batch_size, -(-len(val_y) // config.num_workers))
       vidx, vmask = batches.eval_shards(len(val_y), config.num_workers, val_batch)
       self.val_data = workers.split_workers(
-          (batches.center_crop(val_x, config.crop_size)[vidx], val_y[vidx], vmask),
-          self.layout)
+          (batches.center_crop(val_x, config.crop_size)[vidx], val_y[vidx], vmask), self.layout
+      )
     self.bn_stats_data = self.batch_stats_fn = None  # BatchNorm models only
     if bn:
-      bn_idx = bn_stats_indices(len(ds.train_y), config.num_workers,
-                                config.bn_stats_examples, config.seed)
+      bn_idx = bn_stats_indices(
+          len(ds.train_y), config.num_workers, config.bn_stats_examples, config.seed
+      )
       # training images, centre-cropped like the test images: [d, w, n, ...]
       self.bn_stats_data = workers.split_workers(
-          batches.center_crop(ds.train_x[bn_idx], config.crop_size), self.layout)
+          batches.center_crop(ds.train_x[bn_idx], config.crop_size), self.layout
+      )
       self.batch_stats_fn = workers.map_workers(
-          lambda center, bn_x: models.compute_batch_stats(self.model, center, bn_x,
-                                                          WORKER_AXES),
-          self.layout, ("shared", "worker"), ("shared",))
+          lambda center, bn_x: models.compute_batch_stats(self.model, center, bn_x, WORKER_AXES),
+          self.layout,
+          ("shared", "worker"),
+          ("shared",),
+      )
 
   # -- state ---------------------------------------------------------------
   def initial_state(self):
@@ -239,33 +271,42 @@ class Run:
     """The layout-free checkpoint dict (see ``easgd.training.checkpoint``)."""
     losses = np.zeros((self.steps_per_epoch, self.config.num_workers), np.float32)
     done = host_losses(epoch_losses, self.config.num_workers)
-    losses[:len(done)] = done
+    losses[: len(done)] = done
     shared_host = workers.first_copy(shared)
-    return dict(worker=workers.merge_workers(worker), shared=shared_host,
-                center=self.algorithm.center(shared_host),
-                epoch_losses=losses, step=np.asarray(step, np.int64))
+    return dict(
+        worker=workers.merge_workers(worker),
+        shared=shared_host,
+        center=self.algorithm.center(shared_host),
+        epoch_losses=losses,
+        step=np.asarray(step, np.int64),
+    )
 
   def from_checkpoint(self, restored):
     """(worker, shared, step, epoch_losses) placed on this run's devices."""
     step = int(restored["step"])
     done = step % self.steps_per_epoch
     losses = [restored["epoch_losses"][i] for i in range(done)]
-    return (workers.split_workers(restored["worker"], self.layout),
-            workers.replicate_per_device(restored["shared"], self.layout),
-            step, losses)
+    return (
+        workers.split_workers(restored["worker"], self.layout),
+        workers.replicate_per_device(restored["shared"], self.layout),
+        step,
+        losses,
+    )
 
   def checkpoint_target(self):
     """Host zeros of the checkpoint dict's structure, shapes and dtypes (the
     target Orbax restores into; see :meth:`to_checkpoint`)."""
     worker, shared = self.algorithm.init(self.init_params)
     host_worker = jax.tree.map(
-        lambda x: np.broadcast_to(np.asarray(x), (self.config.num_workers, *np.shape(x))),
-        worker)
-    return dict(worker=host_worker, shared=jax.tree.map(np.asarray, shared),
-                center=jax.tree.map(np.asarray, self.algorithm.center(shared)),
-                epoch_losses=np.zeros((self.steps_per_epoch, self.config.num_workers),
-                                      np.float32),
-                step=np.asarray(0, np.int64))
+        lambda x: np.broadcast_to(np.asarray(x), (self.config.num_workers, *np.shape(x))), worker
+    )
+    return dict(
+        worker=host_worker,
+        shared=jax.tree.map(np.asarray, shared),
+        center=jax.tree.map(np.asarray, self.algorithm.center(shared)),
+        epoch_losses=np.zeros((self.steps_per_epoch, self.config.num_workers), np.float32),
+        step=np.asarray(0, np.int64),
+    )
 
   # -- evaluation ----------------------------------------------------------
   def center_batch_stats(self, center):
@@ -276,8 +317,9 @@ class Run:
     """
     if not self.batch_norm:
       return None
-    return workers.first_copy(self.batch_stats_fn(
-        workers.replicate_per_device(center, self.layout), self.bn_stats_data))
+    return workers.first_copy(
+        self.batch_stats_fn(workers.replicate_per_device(center, self.layout), self.bn_stats_data)
+    )
 
   def evaluate(self, worker, shared, epoch, step, epoch_losses):
     """One metrics record: the center on every test example exactly once (and
@@ -298,31 +340,45 @@ class Run:
         with finite but huge parameters; the record is not returned).
     """
     bn_x = (self.bn_stats_data,) if self.batch_norm else ()
-    loss_sum, correct, count, dist = workers.to_host(self.eval_fn(
-        worker, shared, *bn_x, *self.test_data))  # all workers, gathered across processes
+    loss_sum, correct, count, dist = workers.to_host(
+        self.eval_fn(worker, shared, *bn_x, *self.test_data)
+    )  # all workers, gathered across processes
     count = int(count.sum())
     comm = self.algorithm.communication(step, self.param_bytes)
     val = {}
     if self.val_data is not None:
-      v_loss, v_correct, v_count, _ = workers.to_host(self.eval_fn(
-          worker, shared, *bn_x, *self.val_data))
+      v_loss, v_correct, v_count, _ = workers.to_host(
+          self.eval_fn(worker, shared, *bn_x, *self.val_data)
+      )
       v_count = int(v_count.sum())
-      val = dict(val_loss=float(v_loss.astype(np.float64).sum() / v_count),
-                 val_error=1.0 - int(v_correct.sum()) / v_count, val_count=v_count)
+      val = dict(
+          val_loss=float(v_loss.astype(np.float64).sum() / v_count),
+          val_error=1.0 - int(v_correct.sum()) / v_count,
+          val_count=v_count,
+      )
     record = dict(
-        epoch=epoch, step=step,
+        epoch=epoch,
+        step=step,
         test_loss=float(loss_sum.astype(np.float64).sum() / count),
         test_accuracy=int(correct.sum()) / count,
         test_error=1.0 - int(correct.sum()) / count,
         test_count=count,
-        train_loss=(None if epoch_losses is None or not len(epoch_losses) else float(
-            np.mean(host_losses(epoch_losses, self.config.num_workers).astype(np.float64)))),
+        train_loss=(
+            None
+            if epoch_losses is None or not len(epoch_losses)
+            else float(
+                np.mean(host_losses(epoch_losses, self.config.num_workers).astype(np.float64))
+            )
+        ),
         worker_center_distance=float(np.mean(dist)),
-        all_reduces=comm.all_reduces, bytes_communicated=comm.bytes,
+        all_reduces=comm.all_reduces,
+        bytes_communicated=comm.bytes,
         # the local step size of the next step (lr_scaling resolved) and how
         # many of the steps so far were synchronous warm-up
         learning_rate=float(self.schedule(step)),
-        sync_warmup_steps_done=min(step, self.config.sync_warmup_steps), **val)
+        sync_warmup_steps_done=min(step, self.config.sync_warmup_steps),
+        **val,
+    )
     self.check_finite_record(record)
     return record
 
@@ -339,9 +395,13 @@ class Run:
     for name in ("test_loss", "val_loss"):
       value = record.get(name)
       if value is not None and not np.isfinite(value):
-        raise DivergenceError(divergence_message(self.config,
-            f"the evaluated center's {name} is {value} at step {record['step']} "
-            f"(epoch {record['epoch']})"))
+        raise DivergenceError(
+            divergence_message(
+                self.config,
+                f"the evaluated center's {name} is {value} at step {record['step']} "
+                f"(epoch {record['epoch']})",
+            )
+        )
 
   def check_finite(self, epoch_losses, first_step, state=None):
     """Raises DivergenceError at the first non-finite loss or state value.
@@ -367,28 +427,41 @@ class Run:
       bad = np.argwhere(~np.isfinite(losses))
       if bad.size:
         s, w = (int(v) for v in bad[0])
-        raise DivergenceError(divergence_message(self.config,
-            f"worker {w} had a non-finite loss ({losses[s, w]}) at step "
-            f"{first_step + s}"))
+        raise DivergenceError(
+            divergence_message(
+                self.config,
+                f"worker {w} had a non-finite loss ({losses[s, w]}) at step " f"{first_step + s}",
+            )
+        )
     if state is None:
       return
     for path, leaf in jax.tree_util.tree_leaves_with_path(state["worker"]):
-      ok = np.isfinite(leaf.reshape(leaf.shape[0], -1)).all(axis=1) \
-          if np.issubdtype(leaf.dtype, np.floating) else None
+      ok = (
+          np.isfinite(leaf.reshape(leaf.shape[0], -1)).all(axis=1)
+          if np.issubdtype(leaf.dtype, np.floating)
+          else None
+      )
       if ok is not None and not ok.all():
-        raise DivergenceError(divergence_message(self.config,
-            f"worker {int(np.argmin(ok))} has non-finite parameters "
-            f"({jax.tree_util.keystr(path)}) at step {int(state['step'])}"))
+        raise DivergenceError(
+            divergence_message(
+                self.config,
+                f"worker {int(np.argmin(ok))} has non-finite parameters "
+                f"({jax.tree_util.keystr(path)}) at step {int(state['step'])}",
+            )
+        )
     for path, leaf in jax.tree_util.tree_leaves_with_path(state["shared"]):
       leaf = np.asarray(leaf)
       if np.issubdtype(leaf.dtype, np.floating) and not np.isfinite(leaf).all():
-        raise DivergenceError(divergence_message(self.config,
-            f"the shared state (center or model) has non-finite values "
-            f"({jax.tree_util.keystr(path)}) at step {int(state['step'])}"))
+        raise DivergenceError(
+            divergence_message(
+                self.config,
+                f"the shared state (center or model) has non-finite values "
+                f"({jax.tree_util.keystr(path)}) at step {int(state['step'])}",
+            )
+        )
 
 
-def center_lag_steps(algorithm: algorithms.Algorithm, name: str, steps_done: int
-                     ) -> int | None:
+def center_lag_steps(algorithm: algorithms.Algorithm, name: str, steps_done: int) -> int | None:
   """How many local steps the evaluated model lags the workers after ``steps_done``.
 
   Synchronous EASGD/EAMSGD: the center last moved at the exchange of clock
@@ -472,8 +545,7 @@ class SpmdExecutor:
 
   def restore(self, restored: dict) -> Snapshot:
     """The restored checkpoint placed on this run's devices (any device count)."""
-    self.worker, self.shared, self.step, self.epoch_losses = self.run.from_checkpoint(
-        restored)
+    self.worker, self.shared, self.step, self.epoch_losses = self.run.from_checkpoint(restored)
     return Snapshot(self.step, restored, host_losses([], self.run.config.num_workers), {})
 
   def start(self, on_progress: Callable[[int], None]) -> None:
@@ -487,8 +559,9 @@ class SpmdExecutor:
     run = self.run
     while self.step < step:
       batch = self._batch(self.step)
-      self.worker, self.shared, loss = run.step_fn(self.worker, self.shared, batch,
-                                                   run.step_key, self.step)
+      self.worker, self.shared, loss = run.step_fn(
+          self.worker, self.shared, batch, run.step_key, self.step
+      )
       if self.epoch_losses:
         # Wait for the previous step (one step late, so the host still prepares
         # the next batch while this one runs): at most two steps are in flight.
@@ -505,16 +578,22 @@ class SpmdExecutor:
     spe = run.steps_per_epoch
     epoch = step // spe + 1
     if self._order[0] != epoch:
-      self._order = (epoch, batches.worker_batch_indices(
-          len(run.dataset.train_y), config.num_workers, config.per_worker_batch_size,
-          config.seed, epoch))
+      self._order = (
+          epoch,
+          batches.worker_batch_indices(
+              len(run.dataset.train_y),
+              config.num_workers,
+              config.per_worker_batch_size,
+              config.seed,
+              epoch,
+          ),
+      )
     ix = self._order[1][step % spe]
     x = run.dataset.train_x[ix]
     if config.crop_size is not None:  # random crops, fixed by (seed, epoch, step)
       x = batches.random_crop(x, config.crop_size, batches.crop_rng(config.seed, epoch, step))
     local = run.layout.local_workers  # each process feeds only its own workers
-    return workers.split_local_workers((x[local], run.dataset.train_y[ix][local]),
-                                       run.layout)
+    return workers.split_local_workers((x[local], run.dataset.train_y[ix][local]), run.layout)
 
   def state_for_checkpoint(self, evaluated: bool) -> Snapshot:
     """The state and this epoch's losses, read from the devices once."""
@@ -533,9 +612,9 @@ class SpmdExecutor:
   def write_exchange_log(self, path, snapshot: Snapshot) -> None:
     """Simulated asynchronous algorithms: every exchange by the snapshot's step."""
     if registry.TABLE[self.run.config.algorithm].asynchronous:  # simulated: every exchange
-      from easgd.asynchrony import log as async_log          # by the step, for replays
-      async_log.write_exchange_log(path, self.run.algorithm, self.run.step_key,
-                                   snapshot.step)
+      from easgd.asynchrony import log as async_log  # by the step, for replays
+
+      async_log.write_exchange_log(path, self.run.algorithm, self.run.step_key, snapshot.step)
 
   def summary_fields(self) -> dict[str, Any]:
     """Algorithm, layout, the center's lag, communication, shared copies equal."""
@@ -545,10 +624,14 @@ class SpmdExecutor:
         algorithm=dict(name=run.algorithm.name, **run.algorithm.hyperparameters),
         layout=run.layout.describe(),
         center_lag_steps=center_lag_steps(run.algorithm, run.config.algorithm, step),
-        communication=dict(all_reduces=comm.all_reduces, bytes=comm.bytes,
-                           all_reduces_per_step=comm.all_reduces / max(step, 1),
-                           bytes_per_step=comm.bytes / max(step, 1)),
-        shared_copies_equal=workers.shared_copies_equal(self.shared))
+        communication=dict(
+            all_reduces=comm.all_reduces,
+            bytes=comm.bytes,
+            all_reduces_per_step=comm.all_reduces / max(step, 1),
+            bytes_per_step=comm.bytes / max(step, 1),
+        ),
+        shared_copies_equal=workers.shared_copies_equal(self.shared),
+    )
 
   def close(self) -> None:
     """Nothing to stop."""

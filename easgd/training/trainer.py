@@ -32,26 +32,63 @@ from easgd.methods import registry
 from easgd.parallel import distributed
 from easgd.training import async_runs, models, rundir, runlock
 from easgd.training.config import ConfigError, TrainConfig, as_train_config
-from easgd.training.divergence import (DivergenceError, StabilityWarning,
-                                       stability_warning, worker_loss_message)
+from easgd.training.divergence import (
+    DivergenceError,
+    StabilityWarning,
+    stability_warning,
+    worker_loss_message,
+)
 from easgd.training.executor import Executor, Snapshot
-from easgd.training.spmd import (Run, SpmdExecutor, bn_stats_indices,  # noqa: F401
-                                 center_lag_steps, make_loss_fn)  # (re-exported)
+from easgd.training.spmd import (
+    Run,
+    SpmdExecutor,
+    bn_stats_indices,  # noqa: F401
+    center_lag_steps,  # noqa: F401
+    make_loss_fn,  # noqa: F401
+)  # (re-exported)
 
 SUMMARY_KEYS = (
-    "status", "config", "algorithm", "runtime", "layout", "num_devices", "jax_version",
-    "platform", "num_params", "param_bytes", "train_examples", "test_examples",
-    "steps_per_epoch", "total_steps", "steps_done", "resolved", "center_lag_steps",
-    "communication", "exchanges", "exchanges_per_worker", "worker_local_steps", "faults",
-    "stopped_workers", "final_step", "final", "best_test_accuracy", "wall_time_s",
-    "shared_copies_equal")
+    "status",
+    "config",
+    "algorithm",
+    "runtime",
+    "layout",
+    "num_devices",
+    "jax_version",
+    "platform",
+    "num_params",
+    "param_bytes",
+    "train_examples",
+    "test_examples",
+    "steps_per_epoch",
+    "total_steps",
+    "steps_done",
+    "resolved",
+    "center_lag_steps",
+    "communication",
+    "exchanges",
+    "exchanges_per_worker",
+    "worker_local_steps",
+    "faults",
+    "stopped_workers",
+    "final_step",
+    "final",
+    "best_test_accuracy",
+    "wall_time_s",
+    "shared_copies_equal",
+)
 """``summary.json``'s entries, in order (``runtime`` to ``stopped_workers``
 and ``shared_copies_equal``: those of the runtime, ``Executor.summary_fields``)."""
 
 
-def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
-                       resume: bool = False, stop_after_steps: int | None = None
-                       ) -> dict[str, Any]:
+def train_and_evaluate(
+    config: TrainConfig,
+    workdir,
+    *,
+    overwrite: bool = False,
+    resume: bool = False,
+    stop_after_steps: int | None = None,
+) -> dict[str, Any]:
   """Trains ``config`` and writes metrics, checkpoints and a summary to ``workdir``.
 
   Everything is validated first (config values, the worker/device layout, the
@@ -104,9 +141,15 @@ def train_and_evaluate(config: TrainConfig, workdir, *, overwrite: bool = False,
   return _start(config, workdir, overwrite, resume, stop_after_steps, None)
 
 
-def train_and_evaluate_async(config: TrainConfig, workdir, *, overwrite: bool = False,
-                             resume: bool = False, stop_after_steps: int | None = None,
-                             faults: Mapping[int, int] | None = None) -> dict[str, Any]:
+def train_and_evaluate_async(
+    config: TrainConfig,
+    workdir,
+    *,
+    overwrite: bool = False,
+    resume: bool = False,
+    stop_after_steps: int | None = None,
+    faults: Mapping[int, int] | None = None,
+) -> dict[str, Any]:
   """:func:`train_and_evaluate` of a real asynchronous runtime, with injected faults.
 
   Args:
@@ -136,8 +179,9 @@ def train_and_evaluate_async(config: TrainConfig, workdir, *, overwrite: bool = 
   """
   config = as_train_config(config).validate()
   if config.runtime not in registry.REAL_RUNTIMES:
-    raise ConfigError(f"train_and_evaluate_async runs runtime 'threads' or 'ray', "
-                      f"got {config.runtime!r}")
+    raise ConfigError(
+        f"train_and_evaluate_async runs runtime 'threads' or 'ray', " f"got {config.runtime!r}"
+    )
   return _start(config, workdir, overwrite, resume, stop_after_steps, faults)
 
 
@@ -145,11 +189,12 @@ def _start(config, workdir, overwrite, resume, stop_after_steps, faults) -> dict
   """The checks before a run, its lock, then :func:`_train` (stack: the caller's caller)."""
   config = as_train_config(config).validate()
   if stop_after_steps is not None:
-    stop_after_steps = checks.integer("stop_after_steps", stop_after_steps, 1,
-                                      error=ConfigError)
+    stop_after_steps = checks.integer("stop_after_steps", stop_after_steps, 1, error=ConfigError)
   if config.runtime in registry.REAL_RUNTIMES and distributed.is_multiprocess():
-    raise ConfigError(f"runtime {config.runtime!r} runs in one process (Ray spreads "
-                      "the workers over hosts); drop the multi-process flags")
+    raise ConfigError(
+        f"runtime {config.runtime!r} runs in one process (Ray spreads "
+        "the workers over hosts); drop the multi-process flags"
+    )
   workdir = rundir.workdir_path(workdir)
   hint = stability_warning(config)
   if hint:
@@ -179,14 +224,18 @@ def _train(config, workdir, resume, stop_after_steps, faults) -> dict[str, Any]:
   spe = run.steps_per_epoch
   try:
     step, history = _begin(run, executor, ckpt, workdir, resume, primary)
-    last = run.total_steps if stop_after_steps is None else min(run.total_steps,
-                                                                stop_after_steps)
+    last = run.total_steps if stop_after_steps is None else min(run.total_steps, stop_after_steps)
     runtime = "" if config.runtime == "spmd" else f" [{config.runtime}]"
-    progress = progress_bar(run.total_steps, spe, initial=step,
-                            desc=f"{config.algorithm} p={config.num_workers}{runtime}",
-                            disable=not (config.progress and step < last and primary))
-    files = functools.partial(_write_boundary, run, executor, ckpt, workdir, history,
-                              progress, primary)
+    progress = progress_bar(
+        run.total_steps,
+        spe,
+        initial=step,
+        desc=f"{config.algorithm} p={config.num_workers}{runtime}",
+        disable=not (config.progress and step < last and primary),
+    )
+    files = functools.partial(
+        _write_boundary, run, executor, ckpt, workdir, history, progress, primary
+    )
     try:
       executor.start(lambda steps: progress.update(steps - progress.n))
       pending = None  # the last boundary's files, written in the next run_to
@@ -198,8 +247,9 @@ def _train(config, workdir, resume, stop_after_steps, faults) -> dict[str, Any]:
           boundary = min(boundary, (step // every + 1) * every)
         step = boundary
         executor.run_to(step, while_running=pending)
-        evaluated = step == epoch * spe and (epoch % config.eval_every_epochs == 0
-                                             or epoch == config.num_epochs)
+        evaluated = step == epoch * spe and (
+            epoch % config.eval_every_epochs == 0 or epoch == config.num_epochs
+        )
         snapshot = executor.state_for_checkpoint(evaluated)
         _check_finite(run, snapshot)
         pending = functools.partial(files, snapshot, epoch if evaluated else None)
@@ -211,8 +261,9 @@ def _train(config, workdir, resume, stop_after_steps, faults) -> dict[str, Any]:
   finally:
     ckpt.close()
   # summed over this run's invocations that wrote a summary (resume adds up)
-  summary = _summary(run, executor, step, history,
-                     round(earlier_wall_time_s + time.perf_counter() - start, 3))
+  summary = _summary(
+      run, executor, step, history, round(earlier_wall_time_s + time.perf_counter() - start, 3)
+  )
   if primary:
     rundir.write_summary(workdir, summary)
     rundir.drop_previous_run(workdir)  # the new run stands: drop the old
@@ -220,8 +271,9 @@ def _train(config, workdir, resume, stop_after_steps, faults) -> dict[str, Any]:
   return summary
 
 
-def _begin(run: Run, executor: Executor, ckpt, workdir, resume: bool, primary: bool
-           ) -> tuple[int, list[dict]]:
+def _begin(
+    run: Run, executor: Executor, ckpt, workdir, resume: bool, primary: bool
+) -> tuple[int, list[dict]]:
   """(step, history) at the start: a restored checkpoint, or step 0 evaluated.
 
   A resumed run rewrites ``metrics.jsonl`` and the exchange log to its
@@ -255,14 +307,14 @@ def _check_finite(run: Run, snapshot: Snapshot) -> None:
 
 def _evaluate(run: Run, executor: Executor, snapshot: Snapshot, epoch: int) -> dict:
   """The metrics record of ``snapshot`` after ``epoch`` epochs (checked finite)."""
-  record = run.evaluate(*executor.evaluate_inputs(snapshot), epoch, snapshot.step,
-                        snapshot.losses)
+  record = run.evaluate(*executor.evaluate_inputs(snapshot), epoch, snapshot.step, snapshot.losses)
   record.update(snapshot.record)
   return record
 
 
-def _write_boundary(run, executor, ckpt, workdir, history, progress, primary,
-                    snapshot: Snapshot, epoch: int | None) -> None:
+def _write_boundary(
+    run, executor, ckpt, workdir, history, progress, primary, snapshot: Snapshot, epoch: int | None
+) -> None:
   """A boundary's files: (evaluated epochs) the record, then the log, then the checkpoint.
 
   Both files come before the checkpoint: an interrupt between them leaves a
@@ -281,20 +333,30 @@ def _write_boundary(run, executor, ckpt, workdir, history, progress, primary,
   ckpt.save(snapshot.step, snapshot.state)
 
 
-def _summary(run: Run, executor: Executor, step: int, history: list[dict],
-             wall_time_s: float) -> dict[str, Any]:
+def _summary(
+    run: Run, executor: Executor, step: int, history: list[dict], wall_time_s: float
+) -> dict[str, Any]:
   """``summary.json``: the run's common entries and the runtime's, in :data:`SUMMARY_KEYS`' order."""
   ds = run.dataset
   entries = dict(
       status="complete" if step == run.total_steps else "stopped",
-      config=run.config.to_dict(), num_devices=run.layout.num_devices,
-      jax_version=jax.__version__, platform=run.layout.devices[0].platform,
-      num_params=models.count_params(run.init_params), param_bytes=run.param_bytes,
-      train_examples=len(ds.train_y), test_examples=len(ds.test_y),
-      steps_per_epoch=run.steps_per_epoch, total_steps=run.total_steps, steps_done=step,
+      config=run.config.to_dict(),
+      num_devices=run.layout.num_devices,
+      jax_version=jax.__version__,
+      platform=run.layout.devices[0].platform,
+      num_params=models.count_params(run.init_params),
+      param_bytes=run.param_bytes,
+      train_examples=len(ds.train_y),
+      test_examples=len(ds.test_y),
+      steps_per_epoch=run.steps_per_epoch,
+      total_steps=run.total_steps,
+      steps_done=step,
       resolved=run.resolved,
       final_step=history[-1]["step"],  # the step of `final` (<= steps_done)
-      final=history[-1], best_test_accuracy=max(r["test_accuracy"] for r in history),
-      wall_time_s=wall_time_s, **executor.summary_fields())
+      final=history[-1],
+      best_test_accuracy=max(r["test_accuracy"] for r in history),
+      wall_time_s=wall_time_s,
+      **executor.summary_fields(),
+  )
   ordered = {k: entries.pop(k) for k in SUMMARY_KEYS if k in entries}
   return {**ordered, **entries}  # (a runtime's entry not listed: at the end)
