@@ -104,3 +104,17 @@ def test_the_bad_input_table_is_what_the_command_line_prints():
       env=env,
   ).stdout.strip()
   assert out in README
+
+
+def test_the_architecture_table_lists_every_folder_and_module():
+  """Each row of the README's architecture table names a folder of ``easgd/`` and
+  exactly the modules in it (``__init__`` aside for the subpackages)."""
+  section = README.split("## Architecture", 1)[1].split("\n## ", 1)[0]
+  rows = re.findall(r"^\| `(easgd/[a-z_]*/?)` \| ([^|]*) \|", section, re.M)
+  listed = {folder.rstrip("/"): set(re.findall(r"`([a-z_]+)`", mods)) for folder, mods in rows}
+  package = ROOT / "easgd"
+  actual = {"easgd": {p.stem for p in package.glob("*.py")} - {"__init__"} | {"__init__"}}
+  for sub in package.iterdir():
+    if sub.is_dir() and (sub / "__init__.py").exists():
+      actual[f"easgd/{sub.name}"] = {p.stem for p in sub.glob("*.py")} - {"__init__"}
+  assert listed == actual
