@@ -31,6 +31,11 @@ HELP = [
     "--help",
 ]  # what the ``easgd`` console script runs
 IMPORT = ["-c", "import easgd"]
+COMMANDS = {
+    "easgd --help": HELP,
+    "easgd train --help": [*HELP[:2], "train", "--help"],
+    "import easgd": IMPORT,
+}
 
 
 def export(revision: str, into: Path) -> Path:
@@ -90,11 +95,7 @@ def main() -> None:
     for name, tree in trees.items():
       where = imported_from(tree)
       assert where.startswith(str(tree)), f"{name} imports easgd from {where}, not {tree}"
-    candidates = {
-        (c, t): (trees[t], argv)
-        for c, argv in (("easgd --help", HELP), ("import easgd", IMPORT))
-        for t in trees
-    }
+    candidates = {(c, t): (trees[t], argv) for c, argv in COMMANDS.items() for t in trees}
     for tree, argv in candidates.values():  # warm-up
       run_once(tree, argv)
     times = {key: [] for key in candidates}
@@ -106,13 +107,13 @@ def main() -> None:
       f"{platform.machine()} {os.cpu_count()} CPU cores, Python {platform.python_version()}, "
       f"load average {os.getloadavg()[0]:.1f}"
   )
-  print(f"{'command':<16} {'BEFORE s':>10} {'AFTER s':>10} {'ratio':>7}   spread (BEFORE, AFTER)")
-  for command in ("easgd --help", "import easgd"):
+  print(f"{'command':<20} {'BEFORE s':>10} {'AFTER s':>10} {'ratio':>7}   spread (BEFORE, AFTER)")
+  for command in COMMANDS:
     b, a = (times[(command, t)] for t in trees)
     mb, ma = statistics.median(b), statistics.median(a)
     spread = lambda xs, m: (max(xs) - min(xs)) / 2 / m * 100
     print(
-        f"{command:<16} {mb:>10.2f} {ma:>10.2f} {mb / ma:>6.1f}x   "
+        f"{command:<20} {mb:>10.2f} {ma:>10.2f} {mb / ma:>6.1f}x   "
         f"+-{spread(b, mb):.0f}%, +-{spread(a, ma):.0f}%"
     )
 
