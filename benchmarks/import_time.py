@@ -1,11 +1,11 @@
 """Start-up time: ``easgd --help`` and ``python -c "import easgd"``, BEFORE against AFTER.
 
-BEFORE is a copy of the package at a git revision (default: the tag ``issue20-merged``,
+BEFORE is a copy of the package at a git revision (default: the tag ``flat-layout``,
 exported with ``git archive`` into a temporary folder) or the tree given as ``--before
 PATH``; AFTER is this tree. Each command runs in a fresh process with ``PYTHONPATH`` set
 to its tree (the script checks which ``easgd`` each process imports). Method: one untimed
-warm-up run of each of the four candidates (file caches), then ``--repeats`` rounds in
-ROUND-ROBIN order (BEFORE help, AFTER help, BEFORE import, AFTER import, ...), so that load
+warm-up run of each candidate (file caches), then ``--repeats`` rounds in
+ROUND-ROBIN order (BEFORE help, AFTER help, BEFORE train help, ...), so that load
 from other processes hits all alike; a candidate's figure is the MEDIAN wall time of its
 runs (process start to exit), the spread the half-range of its runs. Ratios are of medians.
 
@@ -86,7 +86,7 @@ def main() -> None:
       default=None,
       help="the BEFORE tree (default: --revision exported to a temp folder)",
   )
-  parser.add_argument("--revision", default="issue20-merged")
+  parser.add_argument("--revision", default="flat-layout")
   parser.add_argument("--repeats", type=int, default=7)
   args = parser.parse_args()
   with tempfile.TemporaryDirectory(prefix="easgd-before-") as tmp:
