@@ -40,9 +40,12 @@ COMMANDS = {
 
 def export(revision: str, into: Path) -> Path:
   """The package's files at ``revision`` (``git archive``; the repository is untouched)."""
-  archive = subprocess.run(
-      ["git", "-C", str(AFTER), "archive", revision], check=True, capture_output=True
-  ).stdout
+  out = subprocess.run(["git", "-C", str(AFTER), "archive", revision], capture_output=True)
+  if out.returncode:
+    sys.exit(
+        f"import_time: git has no revision {revision!r} here; give --revision REV or --before PATH"
+    )
+  archive = out.stdout
   subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
   return into
 
