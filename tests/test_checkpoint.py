@@ -194,9 +194,9 @@ def test_divergence_stops_with_step_and_worker_and_keeps_last_checkpoint(tmp_pat
   ckpt.close()
 
 
-@pytest.mark.slow
-def test_sigkill_during_checkpoint_write_then_resume_finishes(tmp_path):
-  cfg = TINY.replace(checkpoint_every_steps=1, num_epochs=2)
+def _start_train(tmp_path, cfg):
+  """``easgd train`` of ``cfg`` (via a --config file) in a subprocess writing to
+  ``tmp_path/run`` on 2 fake CPU devices; returns (workdir, Popen with stderr piped)."""
   (tmp_path / "cfg.py").write_text(
       "from easgd import TrainConfig\n"
       f"def get_config():\n  return TrainConfig(**{cfg.to_dict_fields()!r})\n"
@@ -218,6 +218,13 @@ def test_sigkill_during_checkpoint_write_then_resume_finishes(tmp_path):
       stdout=subprocess.DEVNULL,
       stderr=subprocess.PIPE,
   )
+  return work, proc
+
+
+@pytest.mark.slow
+def test_sigkill_during_checkpoint_write_then_resume_finishes(tmp_path):
+  cfg = TINY.replace(checkpoint_every_steps=1, num_epochs=2)
+  work, proc = _start_train(tmp_path, cfg)
   ckdir = work / checkpoint.CHECKPOINT_DIR
   caught_in_write = False
   deadline = time.time() + 120
@@ -346,27 +353,7 @@ def test_a_non_finite_validation_loss_is_a_divergence():
 @pytest.mark.slow
 def test_sigterm_stops_like_ctrl_c_and_the_run_resumes(tmp_path):
   cfg = TINY.replace(checkpoint_every_steps=1)
-  (tmp_path / "cfg.py").write_text(
-      "from easgd import TrainConfig\n"
-      f"def get_config():\n  return TrainConfig(**{cfg.to_dict_fields()!r})\n"
-  )
-  work = tmp_path / "run"
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2")
-  proc = subprocess.Popen(
-      [
-          sys.executable,
-          "-m",
-          "easgd.cli",
-          "train",
-          "--config",
-          str(tmp_path / "cfg.py"),
-          "--workdir",
-          str(work),
-      ],
-      env=env,
-      stdout=subprocess.DEVNULL,
-      stderr=subprocess.PIPE,
-  )
+  work, proc = _start_train(tmp_path, cfg)
   ckdir = work / checkpoint.CHECKPOINT_DIR
   deadline = time.time() + 120
   while proc.poll() is None and time.time() < deadline:
