@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from easgd import cli
-from easgd.training import checkpoint, trainer
+from easgd.training import checkpoint, spmd, trainer
 from easgd._util import files, flags
 from easgd.training.compare import RESULTS_JSON, RESULTS_MD, compare
 from easgd.training.config import MAX_REAL, ConfigError, TrainConfig
@@ -42,7 +42,7 @@ def no_compile(monkeypatch):
   def refuse(*args, **kwargs):
     raise AssertionError("reached Run(): the input should have been refused before")
 
-  monkeypatch.setattr(trainer.Run, "__init__", refuse)
+  monkeypatch.setattr(spmd.Run, "__init__", refuse)
 
 
 # -- arguments of the wrong type ------------------------------------------------

@@ -13,7 +13,7 @@ import pytest
 from flax import serialization
 from numpy.lib.stride_tricks import sliding_window_view
 
-from easgd.training import batches, checkpoint, data, models, trainer
+from easgd.training import batches, checkpoint, data, models, spmd, trainer
 from easgd.parallel import workers
 from easgd.training.config import ConfigError, TrainConfig
 from easgd.training.export import export_center
@@ -71,7 +71,7 @@ def max_rel_diff(a, b):
 
 
 def test_center_statistics_belong_to_the_center_not_to_a_worker():
-  run = trainer.Run(BN)
+  run = spmd.Run(BN)
   ds = run.dataset
   worker, shared = run.initial_state()
   # 6 steps: exchanges at steps 0 and 4, so workers and center have moved apart
@@ -166,15 +166,15 @@ def test_training_state_holds_no_batch_statistics_and_config_is_checked():
   assert jax.tree.structure(params) == jax.tree.structure(variables["params"])
   assert models.has_batch_norm(model) and not models.has_batch_norm(models.make_model("cnn", 10))
   x = np.random.default_rng(0).normal(size=(8, 8, 8, 1)).astype(np.float32)
-  loss = trainer.make_loss_fn(model)(params, (x, np.arange(8)), jax.random.key(1))
+  loss = spmd.make_loss_fn(model)(params, (x, np.arange(8)), jax.random.key(1))
   assert np.isfinite(float(loss))
   with pytest.raises(models.ModelError, match="no BatchNorm"):
     models.compute_batch_stats(models.make_model("cnn", 10), params, x)
   with pytest.raises(ConfigError, match="bn_stats_examples"):
     BN.replace(bn_stats_examples=0).validate()
   # fewer examples than workers: still one per worker
-  assert trainer.bn_stats_indices(100, 4, 1, 0).shape == (4, 1)
-  assert trainer.bn_stats_indices(100, 4, 10_000, 0).shape == (4, 25)
+  assert spmd.bn_stats_indices(100, 4, 1, 0).shape == (4, 1)
+  assert spmd.bn_stats_indices(100, 4, 10_000, 0).shape == (4, 25)
 
 
 def test_a_batchnorm_model_normalises_each_workers_batch_on_every_layout(tmp_path):

@@ -142,7 +142,7 @@ def test_resume_refuses_a_different_config(tmp_path):
 
 
 def test_restored_state_runs_through_the_compiled_step_without_recompiling(tmp_path):
-  run = trainer.Run(TINY)
+  run = spmd.Run(TINY)
   with CompileCounter() as compiles:  # backend compilations while open
     worker, shared = run.initial_state()
     ix = np.arange(64).reshape(4, 16)
@@ -289,7 +289,7 @@ def test_an_interrupt_at_any_point_resumes_to_the_same_metrics(
     tmp_path, monkeypatch, uninterrupted, point, call, after
 ):
   owner = {
-      "evaluate": trainer.Run,
+      "evaluate": spmd.Run,
       "write_metrics": trainer.rundir,
       "save": checkpoint.Checkpointer,
   }[point]
@@ -340,7 +340,7 @@ def test_a_non_finite_evaluation_is_the_divergence_error_exit_1(tmp_path, capsys
 
 
 def test_a_non_finite_validation_loss_is_a_divergence():
-  run = trainer.Run(TINY)
+  run = spmd.Run(TINY)
   record = dict(epoch=1, step=22, test_loss=0.3, val_loss=float("inf"))
   with pytest.raises(
       trainer.DivergenceError,

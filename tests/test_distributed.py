@@ -25,7 +25,7 @@ import jax
 import numpy as np
 import pytest
 
-from easgd.training import checkpoint, trainer
+from easgd.training import checkpoint, spmd, trainer
 from easgd.parallel import distributed
 from easgd.training.config import TrainConfig
 
@@ -170,9 +170,7 @@ def test_two_processes_equal_one_process_with_four_devices(tmp_path, algorithm):
       np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=key)
   moved = [
       np.max(np.abs(a - b))
-      for a, b in zip(
-          jax.tree.leaves(got["center"]), jax.tree.leaves(trainer.Run(CONFIG).init_params)
-      )
+      for a, b in zip(jax.tree.leaves(got["center"]), jax.tree.leaves(spmd.Run(CONFIG).init_params))
   ]
   assert max(moved) > 1e-3  # 20 steps moved the center: the comparison is not vacuous
 

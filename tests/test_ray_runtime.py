@@ -15,7 +15,7 @@ import pytest
 
 from easgd import cli
 from easgd.runtimes import ray_actors as async_ray, shared as async_shared
-from easgd.training import async_runs, checkpoint, trainer
+from easgd.training import async_runs, checkpoint, spmd, trainer
 from test_real_async import P, TINY, assert_bitwise, replays_its_checkpoint, restore
 from testutil import interrupt_once
 
@@ -68,7 +68,7 @@ def test_a_killed_worker_is_restarted_from_the_center_and_the_run_replays(tmp_pa
   log = async_shared.read_log(tmp_path / "exchanges.jsonl")
   events = [(r["event"], r["worker"], r["local_step"]) for r in log if r["event"] != "exchange"]
   assert events == [("fault", 2, fault["local_step"]), ("restart", 2, fault["local_step"])]
-  run = trainer.Run(cfg)
+  run = spmd.Run(cfg)
   final = restore(tmp_path, run)
   clocks = final["worker"].clock.tolist()
   assert sum(clocks) == 44 * P

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from easgd.core import algorithms, elastic
-from easgd.training import checkpoint, trainer
+from easgd.training import checkpoint, spmd, trainer
 from easgd.methods import registry
 from easgd.training.compare import compare
 from easgd.training.config import ConfigError, TrainConfig
@@ -168,7 +168,7 @@ def test_a_tau_that_leaves_the_center_untrained_is_refused_at_the_edge(tmp_path)
   cfg = DIGITS.replace(tau=21)
   s = trainer.train_and_evaluate(cfg, tmp_path / "edge")
   center, _, _ = center_and_workers(tmp_path / "edge")
-  init = trainer.Run(cfg).init_params
+  init = spmd.Run(cfg).init_params
   moved = [
       float(np.abs(np.asarray(c) - np.asarray(i)).max())
       for c, i in zip(jax.tree.leaves(center), jax.tree.leaves(init))
@@ -274,7 +274,7 @@ def test_the_summary_states_how_far_the_center_lags_the_workers(tmp_path):
   s = trainer.train_and_evaluate(DIGITS.replace(tau=8), tmp_path)
   assert s["center_lag_steps"] == 6
   tau1 = algorithms.easgd(loss_fn, num_workers=4, tau=1, beta=0.9, learning_rate=0.1)
-  assert trainer.center_lag_steps(tau1, "easgd", 22) == 1
+  assert spmd.center_lag_steps(tau1, "easgd", 22) == 1
 
 
 # -- 1. compare reports what it did not apply, and refuses what nobody reads -----

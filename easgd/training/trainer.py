@@ -39,13 +39,7 @@ from easgd.training.divergence import (
     worker_loss_message,
 )
 from easgd.training.executor import Executor, Snapshot
-from easgd.training.spmd import (
-    Run,
-    SpmdExecutor,
-    bn_stats_indices,  # noqa: F401
-    center_lag_steps,  # noqa: F401
-    make_loss_fn,  # noqa: F401
-)  # (re-exported)
+from easgd.training.spmd import Run, SpmdExecutor
 
 SUMMARY_KEYS = (
     "status",
