@@ -117,11 +117,11 @@ def spread(all_s) -> str:
 def mlp_setup(hidden=(256, 256), input_shape=(28, 28, 1), num_classes=10, seed=0):
   """(model, params, loss_fn) of the trainer's MLP on Fashion-MNIST-shaped input."""
   import jax
-  from easgd.training import models, spmd
+  from easgd.training import builtin_tasks, models, spmd
 
   model = models.MLP(num_classes=num_classes, hidden=tuple(hidden))
   params = models.init_params(model, input_shape, jax.random.key(seed))
-  return model, params, spmd.make_loss_fn(model)
+  return model, params, builtin_tasks.make_loss_fn(model)
 
 
 def random_batch(shape_lead, input_shape=(28, 28, 1), num_classes=10, seed=1):

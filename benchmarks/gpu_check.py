@@ -56,13 +56,13 @@ def main():
 
   import common
   from easgd.core import algorithms
-  from easgd.training import models, spmd
+  from easgd.training import builtin_tasks, models, spmd
   from easgd.parallel import workers
 
   lr, B, shape = 0.01, args.batch, (28, 28, 3)
   model = models.make_model("cifar", 10)
   params = models.init_params(model, shape, jax.random.key(0))
-  loss_fn = spmd.make_loss_fn(model)  # dropout active, as in training
+  loss_fn = builtin_tasks.make_loss_fn(model)  # dropout active, as in training
   key = jax.random.key(1)
   device = jax.devices()[0]
 

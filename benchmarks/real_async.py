@@ -106,11 +106,11 @@ def _center_error(run):
   import jax
   import numpy as np
 
-  apply = jax.jit(lambda params, x: run.model.apply({"params": params}, x, train=False))
-  x, y = run.dataset.test_x, run.dataset.test_y
+  evaluate = jax.jit(run.task.evaluate)
+  batch = run.task.test.arrays
 
   def error(center):
-    return float(np.mean(np.asarray(apply(center, x)).argmax(-1) != y))
+    return 1.0 - float(np.mean(np.asarray(evaluate(center, batch)["correct"])))
 
   return error
 
@@ -129,9 +129,9 @@ def _sync_run(args, algorithm, delay):
   def batch(step):
     epoch = step // spe + 1
     ix = batches.worker_batch_indices(
-        len(run.dataset.train_y), p, cfg.per_worker_batch_size, cfg.seed, epoch
+        len(run.task.train), p, cfg.per_worker_batch_size, cfg.seed, epoch
     )[step % spe]
-    return workers.split_workers((run.dataset.train_x[ix], run.dataset.train_y[ix]), run.layout)
+    return workers.split_workers(run.task.train.take(ix), run.layout)
 
   warm = run.initial_state()
   for clock in (0, 1):  # compile the exchange and the local program
@@ -315,10 +315,10 @@ def part_b(args):
         model=model, num_workers=1, num_devices=1, global_batch_size=batch, tau=1
     )
     run = spmd.Run(cfg)
-    loss_fn = spmd.make_loss_fn(run.model)
+    loss_fn = run.task.loss
     opt = make_optimizer(cfg, run.steps_per_epoch)
     algo = asynchronous.async_easgd(loss_fn, opt, num_workers=1, tau=2**30, beta=0.9)
-    batch_fn = async_runs.make_batch_fn(run.dataset, cfg, run.steps_per_epoch)
+    batch_fn = async_runs.make_batch_fn(run)
     setup = async_shared.AsyncSetup(algo, run.init_params, batch_fn, run.step_key)
     rules = async_log.async_rules(algo)
     programs = async_shared.WorkerPrograms(rules)

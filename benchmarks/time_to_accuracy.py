@@ -101,11 +101,11 @@ def main():
     step, last = 0, None
     for epoch in range(1, cfg.num_epochs + 1):
       order = batches.worker_batch_indices(
-          len(run.dataset.train_y), cfg.num_workers, cfg.per_worker_batch_size, cfg.seed, epoch
+          len(run.task.train), cfg.num_workers, cfg.per_worker_batch_size, cfg.seed, epoch
       )
       for ix in order:
         batch = workers.split_workers(
-            (run.dataset.train_x[ix], run.dataset.train_y[ix]), run.layout
+            run.task.train.take(ix), run.layout
         )
         worker, shared, loss = run.step_fn(worker, shared, batch, run.step_key, step)
         last = common.one_step_late(last, loss)

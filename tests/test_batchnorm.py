@@ -13,7 +13,7 @@ import pytest
 from flax import serialization
 from numpy.lib.stride_tricks import sliding_window_view
 
-from easgd.training import batches, checkpoint, data, models, spmd, trainer
+from easgd.training import batches, builtin_tasks, checkpoint, data, models, spmd, trainer
 from easgd.parallel import workers
 from easgd.training.config import ConfigError, TrainConfig
 from easgd.training.export import export_center
@@ -72,7 +72,8 @@ def max_rel_diff(a, b):
 
 def test_center_statistics_belong_to_the_center_not_to_a_worker():
   run = spmd.Run(BN)
-  ds = run.dataset
+  ds = data.load_dataset(BN.dataset, seed=BN.seed)  # the run's task's data
+  model = models.make_model(BN.model, ds.num_classes)
   worker, shared = run.initial_state()
   # 6 steps: exchanges at steps 0 and 4, so workers and center have moved apart
   for t, ix in enumerate(batches.worker_batch_indices(len(ds.train_y), 4, 16, BN.seed, 1)[:6]):
@@ -114,7 +115,7 @@ def test_center_statistics_belong_to_the_center_not_to_a_worker():
   test_x, test_y = ds.test_x, ds.test_y
 
   def direct_loss(batch_stats):
-    logits = run.model.apply({"params": center, "batch_stats": batch_stats}, test_x, train=False)
+    logits = model.apply({"params": center, "batch_stats": batch_stats}, test_x, train=False)
     return float(np.mean(models.per_example_stats(logits, test_y)[0]))
 
   worker_stats = jax.tree.map(lambda a: np.asarray(a, np.float32), ref_worker)
@@ -166,7 +167,7 @@ def test_training_state_holds_no_batch_statistics_and_config_is_checked():
   assert jax.tree.structure(params) == jax.tree.structure(variables["params"])
   assert models.has_batch_norm(model) and not models.has_batch_norm(models.make_model("cnn", 10))
   x = np.random.default_rng(0).normal(size=(8, 8, 8, 1)).astype(np.float32)
-  loss = spmd.make_loss_fn(model)(params, (x, np.arange(8)), jax.random.key(1))
+  loss = builtin_tasks.make_loss_fn(model)(params, (x, np.arange(8)), jax.random.key(1))
   assert np.isfinite(float(loss))
   with pytest.raises(models.ModelError, match="no BatchNorm"):
     models.compute_batch_stats(models.make_model("cnn", 10), params, x)

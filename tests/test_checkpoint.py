@@ -149,7 +149,7 @@ def test_restored_state_runs_through_the_compiled_step_without_recompiling(tmp_p
     batch = jax.tree.map(
         lambda a: a,
         __import__("easgd").parallel.workers.split_workers(
-            (run.dataset.train_x[ix], run.dataset.train_y[ix]), run.layout
+            jax.tree.map(lambda a: a[ix], run.task.train.arrays), run.layout
         ),
     )
     # clocks 0 (an exchange, tau=4) and 1 (a local step): both step programs

@@ -251,14 +251,15 @@ def test_a_worker_fault_is_reported_not_raised(tmp_path):
 
 def test_the_batches_are_the_spmd_trainers(tmp_path):
   run = spmd.Run(TINY)
-  batch_fn = async_runs.make_batch_fn(run.dataset, TINY, run.steps_per_epoch)
+  batch_fn = async_runs.make_batch_fn(run)
+  train_x, train_y = run.task.train.arrays
   for t in (0, 5, 21, 22, 50):
     epoch, k = t // 22 + 1, t % 22
-    ix = batches.worker_batch_indices(len(run.dataset.train_y), P, 16, TINY.seed, epoch)[k]
+    ix = batches.worker_batch_indices(len(train_y), P, 16, TINY.seed, epoch)[k]
     for i in range(P):
       x, y = batch_fn(i, t)
-      np.testing.assert_array_equal(x, run.dataset.train_x[ix[i]])
-      np.testing.assert_array_equal(y, run.dataset.train_y[ix[i]])
+      np.testing.assert_array_equal(x, train_x[ix[i]])
+      np.testing.assert_array_equal(y, train_y[ix[i]])
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from easgd.training import batches, checkpoint, data, models, optimizers, rundir, spmd, trainer
+from easgd.training import batches, builtin_tasks, checkpoint, data, models, optimizers, rundir, spmd, trainer
 from easgd.methods import registry
 from easgd.parallel import workers
 from easgd.training.compare import compare
@@ -59,7 +59,7 @@ def test_center_accuracy_matches_direct_evaluation(tmp_path):
   params = models.init_params(model, ds.input_shape, jax.random.split(jax.random.key(cfg.seed))[0])
   spe = batches.steps_per_epoch(len(ds.train_y), 4, 16)
   algo = registry.make_algorithm(
-      cfg, spmd.make_loss_fn(model), optimizers.make_optimizer(cfg, spe), spe
+      cfg, builtin_tasks.make_loss_fn(model), optimizers.make_optimizer(cfg, spe), spe
   )
   w, s = workers.place_state(algo, params, layout)
   step = workers.map_workers(

@@ -35,7 +35,7 @@ from easgd.training.optimizers import make_optimizer
 from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError
 from easgd.sweeps.curves import make_curve_fn
 from easgd.sweeps.engine import CompileCounter
-from easgd.training.spmd import make_loss_fn
+from easgd.training.builtin_tasks import make_loss_fn
 
 TRACED_ALWAYS = ("learning_rate", "seed", "lr_scaling", "lr_reference_batch")
 """Fields every program takes per configuration: the rate (resolved with the

@@ -82,7 +82,7 @@ from easgd.protocol import stats as protocol_stats
 from easgd.methods import registry
 from easgd._util.files import json_text, write_text_atomic
 from easgd.protocol.config import (RESULTS_JSON, UNTUNABLE, ProtocolConfig, lr_grid_edges, to_dict)
-from easgd.training.spmd import make_loss_fn
+from easgd.training.builtin_tasks import make_loss_fn
 
 # The arms' runs, the seeds' data and one program, re-exported (``runs.prepare`` etc.).
 from easgd.protocol.programs import (

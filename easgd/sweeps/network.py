@@ -55,7 +55,7 @@ def network_fns(model):
   """(loss_fn, eval_fn) of a Flax classifier for ``easgd.sweeps.engine.make_sweep_fn``.
 
   ``loss_fn(params, (x, y), key)`` is the mean cross-entropy of a batch (as
-  ``easgd.training.spmd.make_loss_fn``); ``eval_fn(center, (x, y))`` gives the
+  ``easgd.training.builtin_tasks.make_loss_fn``); ``eval_fn(center, (x, y))`` gives the
   center's mean cross-entropy ``center_loss`` and ``test_accuracy`` on (x, y).
   """
 

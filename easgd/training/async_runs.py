@@ -62,30 +62,31 @@ import numpy as np
 
 from easgd.runtimes import driver as async_driver, shared as async_shared, threads as async_threads
 from easgd.asynchrony import log as async_log
-from easgd.training import batches, data
+from easgd.training import batches
 from easgd.parallel import workers
 from easgd.training.config import ConfigError, TrainConfig
 from easgd.training.executor import Snapshot
-from easgd.training.spmd import Run
+from easgd.training.spmd import Run, global_batch
+from easgd.training.task import module_root, take
 
 CHUNK_STEPS = {"threads": 8, "ray": 32}
 """Local steps handed to a worker at a time (``easgd.runtimes.driver.Driver``): a
 Ray chunk is one remote call, so it is longer."""
 
 
-def make_batch_fn(dataset: data.Dataset, config: TrainConfig, steps_per_epoch: int):
+def make_batch_fn(run: Run):
   """``batch_fn(worker, clock)``: worker's rows of global batch ``clock``.
 
   Args:
-    dataset: the training data.
-    config: the run's config (num_workers, per-worker batch, seed, crops).
-    steps_per_epoch: global steps per epoch of the SPMD order.
+    run: the run (its task's training data, config and steps per epoch).
 
   Returns:
-    ``batch_fn(i, t) -> (x [B, ...], y [B])``, the rows of worker i in global
-    batch t of the SPMD trainer (module docstring); thread-safe.
+    ``batch_fn(i, t) -> batch`` (leaves ``[B, ...]``), the rows of worker i in
+    global batch t of the SPMD trainer (``easgd.training.spmd.global_batch``;
+    module docstring); thread-safe.
   """
-  n, p = len(dataset.train_y), config.num_workers
+  config, steps_per_epoch = run.config, run.steps_per_epoch
+  n, p = len(run.task.train), config.num_workers
   b, seed = config.per_worker_batch_size, config.seed
 
   @functools.lru_cache(maxsize=2 * p + 2)  # workers may be in different epochs
@@ -95,28 +96,32 @@ def make_batch_fn(dataset: data.Dataset, config: TrainConfig, steps_per_epoch: i
   def batch_fn(worker, clock):
     epoch, t = clock // steps_per_epoch + 1, clock % steps_per_epoch
     ix = epoch_indices(epoch)[t]  # [p, B]: global batch `clock`
-    if config.crop_size is None:
-      return dataset.train_x[ix[worker]], dataset.train_y[ix[worker]]
-    x = batches.random_crop(
-        dataset.train_x[ix], config.crop_size, batches.crop_rng(seed, epoch, clock)
-    )
-    return x[worker], dataset.train_y[ix[worker]]
+    if run.task.augment is None:  # only this worker's rows are read
+      return take(run.task.train, ix[worker])
+    return jax.tree.map(lambda a: a[worker], global_batch(run, ix, epoch, clock))
 
   return batch_fn
 
 
 def make_setup(run: Run) -> async_shared.AsyncSetup:
   """The ``AsyncSetup`` of a run: its algorithm, initial params, batches, key."""
-  return async_shared.AsyncSetup(
-      run.algorithm,
-      run.init_params,
-      make_batch_fn(run.dataset, run.config, run.steps_per_epoch),
-      run.step_key,
-  )
+  return async_shared.AsyncSetup(run.algorithm, run.init_params, make_batch_fn(run), run.step_key)
 
 
-def ray_setup(fields: Mapping[str, Any]) -> async_shared.AsyncSetup:
-  """:func:`make_setup` from config fields, in a Ray actor's process (one device)."""
+def ray_setup(fields: Mapping[str, Any], import_dirs: tuple[str, ...] = ()) -> async_shared.AsyncSetup:
+  """:func:`make_setup` from config fields, in a Ray actor's process (one device).
+
+  Args:
+    fields: the config's fields (``TrainConfig.to_dict_fields``); its
+      ``task`` (an import path) is built again in this process.
+    import_dirs: directories to search first for the task's module (the
+      driver's, ``easgd.training.task.module_root``).
+  """
+  import sys
+
+  for d in reversed(import_dirs):
+    if d not in sys.path:
+      sys.path.insert(0, d)
   config = TrainConfig(**fields).replace(num_devices=1)
   return make_setup(Run(config))
 
@@ -180,7 +185,11 @@ def _make_backend(config, run, setup, worker_states, shared, log, elapsed_s):
     return async_threads.ThreadBackend(setup, p, devices=devices, **kw)
   from easgd.runtimes import ray_actors as async_ray
 
-  return async_ray.RayBackend(functools.partial(ray_setup, config.to_dict_fields()), p, **kw)
+  # (a task built in code, which no other process can build, is refused by the trainer)
+  dirs = tuple(d for d in [module_root(run.task.factory)] if d)
+  return async_ray.RayBackend(
+      functools.partial(ray_setup, config.to_dict_fields(), dirs), p, **kw
+  )
 
 
 def _describe(config, run) -> str:

@@ -58,6 +58,24 @@ def _is_text(value) -> bool:
   return isinstance(value, str)
 
 
+def _is_task_path(value) -> bool:
+  """``package.module:function`` (dotted Python names, one colon)."""
+  if not isinstance(value, str) or value.count(":") != 1:
+    return False
+  module, _, attr = value.partition(":")
+  return bool(module) and all(p.isidentifier() for p in module.split(".")) and attr.isidentifier()
+
+
+def _is_task_arg(value) -> bool:
+  """``key=value`` with a Python name as the key."""
+  key, sep, _ = value.partition("=") if isinstance(value, str) else ("", "", "")
+  return bool(sep) and key.strip().isidentifier()
+
+
+BUILTIN_TASK_FIELDS = ("dataset", "model", "data_dir", "crop_size", "param_dtype", "compute_dtype")
+"""Fields read by the built-in tasks only (``easgd.training.builtin_tasks``)."""
+
+
 def _is_ray_address(value) -> bool:
   """``[ray://]host:port``, "auto" (or "local")."""
   text = value if isinstance(value, str) else ""
@@ -108,6 +126,21 @@ class TrainConfig:
       "easgd.methods.registry lists the settings each one reads; a setting it does "
       "not read must keep its default).",
       allowed=OneOf(registry.ALGORITHMS),
+  )
+  task: str | None = option(
+      None,
+      "the problem as an importable task factory, 'package.module:function' "
+      "returning an easgd.Task (easgd.training.task; the working directory is "
+      "searched first); None = the built-in task of dataset and model, which "
+      "then must keep their defaults beside a task.",
+      allowed=Satisfies(_is_task_path, "'package.module:function' or None"),
+  )
+  task_args: tuple[str, ...] = option(
+      (),
+      "the task factory's keyword arguments as 'key=value' texts (a value is "
+      "JSON if it parses, else a string); on the command line --task-arg "
+      "key=value, repeated.",
+      allowed=Entries(Satisfies(_is_task_arg, "'key=value'"), "a tuple of 'key=value' texts"),
   )
   dataset: str = option(
       "mnist1d",
@@ -482,8 +515,30 @@ class TrainConfig:
           f"alpha), got alpha={self.alpha!r}, beta={self.beta!r}"
       )
 
+  def refuse_builtin_fields(self, task_name: str) -> None:
+    """Refuses a built-in task's field (:data:`BUILTIN_TASK_FIELDS`) set away
+    from its default beside a task that brings its own data and model.
+
+    Raises:
+      ConfigError: naming the field, its value and the task.
+    """
+    for name in BUILTIN_TASK_FIELDS:
+      if _differs(self, name):
+        raise ConfigError(
+            f"{name}={getattr(self, name)!r} is read by the built-in tasks only; task "
+            f"{task_name!r} brings its own data and model; leave {name} at its default "
+            f"{_DEFAULTS[name]!r}"
+        )
+
   def _check_relations(self) -> None:
     """The rules between fields (each field already inside its declaration)."""
+    if self.task is not None:
+      self.refuse_builtin_fields(self.task)
+    elif self.task_args:
+      raise ConfigError(
+          f"task_args={tuple(self.task_args)!r} has no effect without a task; give "
+          "task 'package.module:function' (--task) or drop them"
+      )
     if self.dataset == "cifar10" and self.data_dir is None:
       raise ConfigError(
           "dataset 'cifar10' needs data_dir, the directory of the "
@@ -713,7 +768,11 @@ class TrainConfig:
       out["momentum"] = self.momentum
     if self.lr_schedule != "step" and _differs(self, "lr_decay_factor"):
       out["lr_decay_factor"] = self.lr_decay_factor
-    if self.model not in BATCH_NORM_MODELS and _differs(self, "bn_stats_examples"):
+    if (
+        self.task is None
+        and self.model not in BATCH_NORM_MODELS
+        and _differs(self, "bn_stats_examples")
+    ):
       out["bn_stats_examples"] = self.bn_stats_examples
     if self.dataset not in ("fashion_mnist", "cifar10") and self.data_dir is not None:
       out["data_dir"] = self.data_dir
@@ -827,6 +886,7 @@ class TrainConfig:
     """The fields plus resolved values (alpha, per-worker batch), JSON-ready."""
     d = dataclasses.asdict(self)
     d["lr_decay_epochs"] = list(self.lr_decay_epochs)
+    d["task_args"] = list(self.task_args)
     d["resolved_alpha"] = self.resolved_alpha
     d["resolved_beta"] = self.resolved_alpha * self.num_workers
     d["per_worker_batch_size"] = self.per_worker_batch_size
@@ -843,6 +903,8 @@ class TrainConfig:
       kw["lr_decay_epochs"] = tuple(kw["lr_decay_epochs"])
     if "worker_speeds" in kw:
       kw["worker_speeds"] = tuple(kw["worker_speeds"])
+    if "task_args" in kw:
+      kw["task_args"] = tuple(kw["task_args"])
     if "worker_delays" in kw:
       kw["worker_delays"] = tuple(kw["worker_delays"])
     return cls(**kw)

@@ -1,9 +1,11 @@
 """The SPMD runtime: the run's pieces and the one mapped program that steps them.
 
-:class:`Run` builds the data, model, local optimizer (schedule counted in
-epochs) and algorithm from a :class:`~easgd.training.config.TrainConfig`, and
-compiles one mapped step and one mapped evaluation. The evaluation takes the
-CENTER on every test example exactly once, and records the mean worker
+:class:`Run` builds the task (``easgd.training.task``: the model and its data;
+``easgd.training.builtin_tasks.task_of``), the local optimizer (schedule
+counted in epochs) and the algorithm from a
+:class:`~easgd.training.config.TrainConfig`, and compiles one mapped step and
+one mapped evaluation. The evaluation takes the CENTER on every test example
+exactly once (the task's per-example metrics, summed), and records the mean worker
 training loss, the mean distance of the workers to the center and the
 communication so far; every runtime evaluates with it.
 
@@ -15,6 +17,7 @@ all workers, the losses read one step late.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 import jax
@@ -23,113 +26,75 @@ import numpy as np
 from jax import lax
 
 from easgd.core import algorithms, elastic
-from easgd.training import batches, data, models
+from easgd.training import batches, builtin_tasks, data, models
 from easgd.parallel import workers
 from easgd.methods import registry
 from easgd.training.config import ConfigError, TrainConfig
 from easgd.training.divergence import DivergenceError, divergence_message
 from easgd.training.executor import Snapshot
 from easgd.training.optimizers import make_optimizer, make_schedule
+from easgd.training.task import Subset, Task, check_task, take
 from easgd.parallel.workers import WORKER_AXES
 
 
-def make_loss_fn(model):
-  """``loss_fn(params, (x, y), key)``: mean cross-entropy of a mini-batch.
+def make_eval_fn(task: Task, algo: algorithms.Algorithm, metrics: tuple[str, ...]):
+  """Per-worker evaluation of the center on this worker's shard of a split.
 
-  Models with BatchNorm (``models.has_batch_norm``) normalise with the
-  mini-batch's own statistics; the updated ``batch_stats`` that Flax returns are
-  discarded, so no BatchNorm state is trained, exchanged or checkpointed (the
-  policy of ``easgd.training.models``; the center's statistics: :func:`make_eval_fn`).
+  Returns ``eval_fn(worker, shared, batch, mask) -> (sums, count, distance)``
+  with ``batch`` a tree of leaves [num_batches, eval_batch, ...] and ``mask``
+  bool [num_batches, eval_batch]: ``sums[k]`` is the float32 sum of metric
+  ``metrics[k]`` of ``task.evaluate`` over the masked entries only, so the
+  totals over workers are exact; ``distance`` the worker's distance to the
+  center.
 
-  Args:
-    model: a Flax classifier from ``easgd.training.models.make_model``.
-
-  Returns:
-    ``loss_fn``: per-worker params, x [b, ...], integer labels y [b] and a
-    dropout key -> the float32 scalar loss.
-  """
-  if models.has_batch_norm(model):
-
-    def bn_loss_fn(params, batch, key):
-      x, y = batch
-      logits, _ = model.apply(
-          {"params": params},
-          x,
-          train=True,  # _: batch_stats
-          rngs={"dropout": key},
-          mutable=["batch_stats"],
-      )
-      return models.cross_entropy_loss(logits, y)
-
-    return bn_loss_fn
-
-  def loss_fn(params, batch, key):
-    x, y = batch
-    logits = model.apply({"params": params}, x, train=True, rngs={"dropout": key})
-    return models.cross_entropy_loss(logits, y)
-
-  return loss_fn
-
-
-def make_eval_fn(model, algo: algorithms.Algorithm):
-  """Per-worker evaluation of the center on this worker's test shard.
-
-  Returns ``eval_fn(worker, shared, x, y, mask) -> (loss_sum, correct, count,
-  distance)`` with x: [num_batches, eval_batch, ...], mask: bool like y. Sums
-  run over masked entries only, so the totals over workers are exact.
-
-  Models with BatchNorm (``models.has_batch_norm``) get one more argument,
-  ``eval_fn(worker, shared, bn_x, x, y, mask)``, and this policy: the center is
-  an average of the workers' parameters (elastic or plain), so statistics
-  collected by any worker do not belong to it. Before the test batches, the
-  center's BatchNorm statistics are recomputed from the center itself: a
-  train-mode pass over ``bn_x`` ([n, ...], this worker's share of the fixed
-  statistics examples, ``Run.bn_stats_data``) with cross-worker BatchNorm
-  (``models.compute_batch_stats`` over ``WORKER_AXES``), i.e. each layer's
-  exact per-channel mean and biased variance over all workers' examples,
-  identical on every worker (as SWA's ``bn_update`` does for averaged weights,
-  Izmailov et al., 2018). The center is then evaluated with
-  ``train=False`` (``use_running_average=True``) and these statistics.
-  Models without BatchNorm compile exactly as before (no extra pass).
+  A task with ``center_state`` (BatchNorm models) gets one more argument,
+  ``eval_fn(worker, shared, state_batch, batch, mask)``, and this policy: the
+  center is an average of the workers' parameters (elastic or plain), so
+  statistics collected by any worker do not belong to it. Before the
+  evaluation batches, the center's state is recomputed from the center
+  itself by ``task.center_state`` over ``state_batch`` (this worker's share of
+  the fixed examples, ``Run.bn_stats_data``) pooled over ``WORKER_AXES`` (for
+  BatchNorm: each layer's exact per-channel mean and biased variance over all
+  workers' examples, identical on every worker, as SWA's ``bn_update`` does
+  for averaged weights, Izmailov et al., 2018), and the center is evaluated
+  with it. Tasks without it compile no extra pass.
 
   Args:
-    model: a Flax classifier from ``easgd.training.models.make_model``.
+    task: the run's task.
     algo: the run's algorithm (``center``, ``worker_params``).
+    metrics: the metric names ``task.evaluate`` returns, in record order.
 
   Returns:
     ``eval_fn`` as above, to be mapped over workers (``easgd.parallel.workers.map_workers``).
   """
 
-  def evaluate(worker, shared, center, variables, x, y, mask):
+  def evaluate(worker, shared, center, state, batch, mask):
     def body(carry, inputs):
-      xb, yb, mb = inputs
-      logits = model.apply(variables, xb, train=False)
-      loss, correct = models.per_example_stats(logits, yb)
-      return (
-          carry[0] + jnp.sum(jnp.where(mb, loss, 0.0)),
-          carry[1] + jnp.sum(jnp.where(mb, correct, 0).astype(jnp.int32)),
-          carry[2] + jnp.sum(mb.astype(jnp.int32)),
-      ), None
-
-    zeros = (jnp.float32(0), jnp.int32(0), jnp.int32(0))
-    (loss_sum, correct, count), _ = lax.scan(body, zeros, (x, y, mask))
-    distance = elastic.tree_l2_distance(algo.worker_params(worker, shared), center)
-    return loss_sum, correct, count, distance
-
-  if models.has_batch_norm(model):
-
-    def bn_eval_fn(worker, shared, bn_x, x, y, mask):
-      center = algo.center(shared)
-      batch_stats = models.compute_batch_stats(model, center, bn_x, WORKER_AXES)
-      return evaluate(
-          worker, shared, center, {"params": center, "batch_stats": batch_stats}, x, y, mask
+      b, mb = inputs
+      out = task.evaluate(center, b) if state is None else task.evaluate(center, b, state)
+      sums = tuple(
+          carry[0][k] + jnp.sum(jnp.where(mb, out[m].astype(jnp.float32), 0.0))
+          for k, m in enumerate(metrics)
       )
+      return (sums, carry[1] + jnp.sum(mb.astype(jnp.int32))), None
 
-    return bn_eval_fn
+    zeros = (tuple(jnp.float32(0) for _ in metrics), jnp.int32(0))
+    (sums, count), _ = lax.scan(body, zeros, (batch, mask))
+    distance = elastic.tree_l2_distance(algo.worker_params(worker, shared), center)
+    return sums, count, distance
 
-  def eval_fn(worker, shared, x, y, mask):
+  if task.center_state is not None:
+
+    def state_eval_fn(worker, shared, state_batch, batch, mask):
+      center = algo.center(shared)
+      state = task.center_state(center, state_batch, WORKER_AXES)
+      return evaluate(worker, shared, center, state, batch, mask)
+
+    return state_eval_fn
+
+  def eval_fn(worker, shared, batch, mask):
     center = algo.center(shared)
-    return evaluate(worker, shared, center, {"params": center}, x, y, mask)
+    return evaluate(worker, shared, center, None, batch, mask)
 
   return eval_fn
 
@@ -166,33 +131,99 @@ def bn_stats_indices(
   return perm[: n * num_workers].reshape(num_workers, n)
 
 
+def with_validation(task: Task, num_held_out: int) -> Task:
+  """``task`` with ``num_held_out`` training examples held out as its validation data.
+
+  The held-out examples are ``easgd.training.data.validation_split``'s (a
+  seeded choice fixed by the training set's size alone); 0 keeps ``task``.
+
+  Raises:
+    ConfigError: the task has validation data of its own.
+    easgd.training.data.DataError: as ``validation_split``.
+  """
+  if not num_held_out:
+    return task
+  if task.validation is not None:
+    raise ConfigError(
+        f"validation_examples={num_held_out}: task {task.name!r} has validation data of "
+        "its own; allowed: validation_examples 0"
+    )
+  train_idx, val_idx = data.validation_split(len(task.train), num_held_out)
+  return dataclasses.replace(
+      task, train=Subset(task.train, train_idx), validation=Subset(task.train, val_idx)
+  )
+
+
+def evaluated_examples(task: Task, indices: np.ndarray, source=None):
+  """The examples of ``source`` (default ``task.train``) at ``indices`` (any
+  shape), with ``task.eval_transform`` applied: leaves ``[*indices.shape, ...]``."""
+  indices = np.asarray(indices)
+  batch = take(task.train if source is None else source, indices.reshape(-1))
+  if task.eval_transform is not None:
+    batch = task.eval_transform(batch)
+  return jax.tree.map(lambda a: a.reshape(*indices.shape, *a.shape[1:]), batch)
+
+
+def split_means(split: str, metrics, sums, count, *, test: bool) -> dict:
+  """A split's record fields from the workers' metric sums and counts.
+
+  ``{split}_loss`` (nats per example), with a ``correct`` metric
+  ``test_accuracy`` (test only) and ``{split}_error``, every other metric's
+  mean ``{split}_{name}``, and ``{split}_count`` (examples).
+  """
+  count = int(np.asarray(count).sum())
+  total = {m: np.asarray(v).astype(np.float64).sum() for m, v in zip(metrics, sums)}
+  out = {f"{split}_loss": float(total["loss"] / count)}
+  if "correct" in total:
+    correct = float(total["correct"])
+    if test:
+      out[f"{split}_accuracy"] = correct / count
+    out[f"{split}_error"] = 1.0 - correct / count
+  if test:
+    out[f"{split}_count"] = count
+  for m in metrics:
+    if m not in ("loss", "correct"):
+      out[f"{split}_{m}"] = float(total[m] / count)
+  if not test:
+    out[f"{split}_count"] = count
+  return out
+
+
 class Run:
   """Everything a training run compiles and feeds, built from a config.
 
-  Construction validates the config, the worker layout and the data set before
-  anything is compiled. Attributes: ``config``, ``layout``, ``dataset``,
-  ``model``, ``algorithm``, ``steps_per_epoch``, ``total_steps``,
-  ``param_bytes``, ``step_fn`` (``easgd.parallel.workers.map_step``: called with the
-  host's step count as its last argument), ``eval_fn``
-  (``easgd.parallel.workers.map_workers``), ``step_key``; for models with BatchNorm
-  (``batch_norm`` True) also ``bn_stats_data`` (the examples of the center's
-  statistics, :func:`bn_stats_indices`) and ``batch_stats_fn``.
+  Construction validates the config, the worker layout and the task (its
+  data and functions against the run's sizes, abstractly) before anything is
+  compiled. Attributes: ``config``, ``layout``, ``task`` (the run's view: the
+  held-out validation examples split off its training data), ``metrics``
+  (the names ``task.evaluate`` returns), ``algorithm``, ``steps_per_epoch``,
+  ``total_steps``, ``param_bytes``, ``step_fn``
+  (``easgd.parallel.workers.map_step``: called with the host's step count as
+  its last argument), ``eval_fn`` (``easgd.parallel.workers.map_workers``),
+  ``step_key``; for tasks with a ``center_state`` (BatchNorm; ``batch_norm``
+  True) also ``bn_stats_data`` (the examples of the center's statistics,
+  :func:`bn_stats_indices`) and ``batch_stats_fn``.
+
+  Args:
+    config: the run's configuration.
+    task: the problem (``easgd.training.task.Task``); None: the one
+      ``config`` names (``config.task`` or the built-in dataset and model).
 
   Raises:
-    ConfigError, easgd.parallel.workers.LayoutError, easgd.training.data.DataError: bad input.
+    ConfigError, easgd.parallel.workers.LayoutError, easgd.training.data.DataError,
+    easgd.training.task.TaskError: bad input.
   """
 
-  def __init__(self, config: TrainConfig):
+  def __init__(self, config: TrainConfig, task: Task | None = None):
     self.config = config = config.validate()
     self.layout = workers.make_layout(
         config.num_workers, config.num_devices, backend=config.mapping_backend
     )
-    full = data.load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
+    task = builtin_tasks.task_of(config, task)
     # validation_examples: held out of the training set, never trained on
-    self.dataset, self.validation = data.with_validation_split(full, config.validation_examples)
-    ds = self.dataset
+    self.task = task = with_validation(task, config.validation_examples)
     self.steps_per_epoch = batches.steps_per_epoch(
-        len(ds.train_y), config.num_workers, config.per_worker_batch_size
+        len(task.train), config.num_workers, config.per_worker_batch_size
     )
     # every quantity derived from the data's size (tau and K against the run,
     # the center's first exchange, the schedule in steps), checked before
@@ -200,67 +231,69 @@ class Run:
     self.resolved = config.resolve(self.steps_per_epoch)
     self.total_steps = self.resolved["total_steps"]
     self.resolved.update(
-        validation_examples=config.validation_examples, train_examples=len(ds.train_y)
+        validation_examples=config.validation_examples, train_examples=len(task.train)
     )
+    # at most the examples a worker evaluates: a huge eval_batch_size pads nothing
+    eval_batch = min(config.eval_batch_size, -(-len(task.test) // config.num_workers))
+    # the task against the run's sizes, abstractly (nothing compiled yet)
+    self.metrics = check_task(
+        task,
+        num_workers=config.num_workers,
+        per_worker_batch=config.per_worker_batch_size,
+        eval_batch=eval_batch,
+    )["metrics"]
     self.schedule = make_schedule(config, self.steps_per_epoch)
-    self.model = models.make_model(
-        config.model,
-        ds.num_classes,
-        param_dtype=config.param_dtype,
-        compute_dtype=config.compute_dtype,
-    )
-    # crop_size: the model sees crop x crop images (None: ds.input_shape).
-    self.input_shape = batches.cropped_shape(ds.input_shape, config.crop_size)
     init_key, self.step_key = jax.random.split(jax.random.key(config.seed))
-    self.init_params = models.init_params(self.model, self.input_shape, init_key)
+    self.init_params = task.init(init_key)
     self.param_bytes = models.param_bytes(self.init_params)
     self.algorithm = algo = registry.make_algorithm(
         config,
-        make_loss_fn(self.model),
+        task.loss,
         make_optimizer(config, self.steps_per_epoch),
         self.total_steps,
     )
-    # (..., clock) -> ...; BatchNorm normalises each worker's own mini-batch, so a
-    # device's workers are not merged into one batch for such models
-    self.step_fn = workers.map_step(
-        algo, self.layout, merge_workers=not models.has_batch_norm(self.model)
-    )
-    # BatchNorm models: the eval takes one more "worker" argument, bn_x.
-    self.batch_norm = bn = models.has_batch_norm(self.model)
+    # (..., clock) -> ...; a loss that is not a mean of per-example terms
+    # (BatchNorm normalises each worker's own mini-batch) keeps a device's
+    # workers apart
+    self.batch_norm = bn = task.center_state is not None
+    self.step_fn = workers.map_step(algo, self.layout, merge_workers=task.mean_of_examples)
+    # tasks with a center state: the eval takes one more "worker" argument
     self.eval_fn = workers.map_workers(
-        make_eval_fn(self.model, algo),
+        make_eval_fn(task, algo, self.metrics),
         self.layout,
-        ("worker", "shared") + ("worker",) * (4 if bn else 3),
-        ("worker",) * 4,
+        ("worker", "shared") + ("worker",) * (3 if bn else 2),
+        ("worker",) * 3,
     )
-    # at most the examples a worker evaluates: a huge eval_batch_size pads nothing
-    eval_batch = min(config.eval_batch_size, -(-len(ds.test_y) // config.num_workers))
-    idx, mask = batches.eval_shards(len(ds.test_y), config.num_workers, eval_batch)
-    test_x = batches.center_crop(ds.test_x, config.crop_size)  # evaluation: centre crop
-    self.test_data = workers.split_workers((test_x[idx], ds.test_y[idx], mask), self.layout)
-    self.val_data = None  # validation_examples: the held-out examples, sharded alike
-    if config.validation_examples:
-      val_x, val_y = self.validation
-      val_batch = min(config.eval_batch_size, -(-len(val_y) // config.num_workers))
-      vidx, vmask = batches.eval_shards(len(val_y), config.num_workers, val_batch)
-      self.val_data = workers.split_workers(
-          (batches.center_crop(val_x, config.crop_size)[vidx], val_y[vidx], vmask), self.layout
-      )
-    self.bn_stats_data = self.batch_stats_fn = None  # BatchNorm models only
+    self.test_data = self._eval_shards(task.test, eval_batch)
+    self.val_data = None  # the held-out examples, sharded alike
+    if task.validation is not None:
+      val_batch = min(config.eval_batch_size, -(-len(task.validation) // config.num_workers))
+      self.val_data = self._eval_shards(task.validation, val_batch)
+    self.bn_stats_data = self.batch_stats_fn = None  # tasks with a center state only
     if bn:
       bn_idx = bn_stats_indices(
-          len(ds.train_y), config.num_workers, config.bn_stats_examples, config.seed
+          len(task.train), config.num_workers, config.bn_stats_examples, config.seed
       )
-      # training images, centre-cropped like the test images: [d, w, n, ...]
+      # training examples, transformed like the evaluated ones: [d, w, n, ...]
       self.bn_stats_data = workers.split_workers(
-          batches.center_crop(ds.train_x[bn_idx], config.crop_size), self.layout
+          evaluated_examples(task, bn_idx), self.layout
       )
       self.batch_stats_fn = workers.map_workers(
-          lambda center, bn_x: models.compute_batch_stats(self.model, center, bn_x, WORKER_AXES),
+          lambda center, batch: task.center_state(center, batch, WORKER_AXES),
           self.layout,
           ("shared", "worker"),
           ("shared",),
       )
+
+  def _eval_shards(self, source, eval_batch: int):
+    """(batch, mask) of every example of ``source`` once, split per device."""
+    idx, mask = batches.eval_shards(len(source), self.config.num_workers, eval_batch)
+    return workers.split_workers((evaluated_examples(self.task, idx, source), mask), self.layout)
+
+  @property
+  def train_examples(self) -> int:
+    """The examples trained on (the held-out ones excluded)."""
+    return len(self.task.train)
 
   # -- state ---------------------------------------------------------------
   def initial_state(self):
@@ -340,29 +373,18 @@ class Run:
         with finite but huge parameters; the record is not returned).
     """
     bn_x = (self.bn_stats_data,) if self.batch_norm else ()
-    loss_sum, correct, count, dist = workers.to_host(
+    sums, count, dist = workers.to_host(
         self.eval_fn(worker, shared, *bn_x, *self.test_data)
     )  # all workers, gathered across processes
-    count = int(count.sum())
     comm = self.algorithm.communication(step, self.param_bytes)
     val = {}
     if self.val_data is not None:
-      v_loss, v_correct, v_count, _ = workers.to_host(
-          self.eval_fn(worker, shared, *bn_x, *self.val_data)
-      )
-      v_count = int(v_count.sum())
-      val = dict(
-          val_loss=float(v_loss.astype(np.float64).sum() / v_count),
-          val_error=1.0 - int(v_correct.sum()) / v_count,
-          val_count=v_count,
-      )
+      v_sums, v_count, _ = workers.to_host(self.eval_fn(worker, shared, *bn_x, *self.val_data))
+      val = split_means("val", self.metrics, v_sums, v_count, test=False)
     record = dict(
         epoch=epoch,
         step=step,
-        test_loss=float(loss_sum.astype(np.float64).sum() / count),
-        test_accuracy=int(correct.sum()) / count,
-        test_error=1.0 - int(correct.sum()) / count,
-        test_count=count,
+        **split_means("test", self.metrics, sums, count, test=True),
         train_loss=(
             None
             if epoch_losses is None or not len(epoch_losses)
@@ -387,7 +409,7 @@ class Run:
 
     Args:
       record: a metrics record (:meth:`evaluate`): ``test_loss`` and, with
-        ``validation_examples``, ``val_loss`` (nats per example).
+        validation data, ``val_loss`` (nats per example).
 
     Raises:
       DivergenceError: names the quantity, its value, the step and epoch.
@@ -494,6 +516,26 @@ def center_lag_steps(algorithm: algorithms.Algorithm, name: str, steps_done: int
   return steps_done - t - (0 if spec.family == "elastic" else 1)
 
 
+def global_batch(run: "Run", indices: np.ndarray, epoch: int, step: int):
+  """The global training batch of ``step`` (of ``epoch``, 1-based) at ``indices``.
+
+  Args:
+    run: the run (its task's training data and ``augment``).
+    indices: int ``[num_workers, B]``, ``batches.worker_batch_indices`` of
+      the epoch at the step.
+    epoch, step: where the batch is (``augment``'s generator is
+      ``batches.crop_rng(seed, epoch, step)``, fixed by them).
+
+  Returns:
+    The batch, leaves ``[num_workers, B, ...]`` (worker i: row i).
+  """
+  task = run.task
+  batch = take(task.train, indices)
+  if task.augment is not None:  # e.g. random crops, fixed by (seed, epoch, step)
+    batch = task.augment(batch, batches.crop_rng(run.config.seed, epoch, step))
+  return batch
+
+
 def host_losses(epoch_losses, num_workers: int) -> np.ndarray:
   """Per-step worker losses as one host array.
 
@@ -581,19 +623,16 @@ class SpmdExecutor:
       self._order = (
           epoch,
           batches.worker_batch_indices(
-              len(run.dataset.train_y),
+              len(run.task.train),
               config.num_workers,
               config.per_worker_batch_size,
               config.seed,
               epoch,
           ),
       )
-    ix = self._order[1][step % spe]
-    x = run.dataset.train_x[ix]
-    if config.crop_size is not None:  # random crops, fixed by (seed, epoch, step)
-      x = batches.random_crop(x, config.crop_size, batches.crop_rng(config.seed, epoch, step))
+    batch = global_batch(run, self._order[1][step % spe], epoch, step)
     local = run.layout.local_workers  # each process feeds only its own workers
-    return workers.split_local_workers((x[local], run.dataset.train_y[ix][local]), run.layout)
+    return workers.split_local_workers(jax.tree.map(lambda a: a[local], batch), run.layout)
 
   def state_for_checkpoint(self, evaluated: bool) -> Snapshot:
     """The state and this epoch's losses, read from the devices once."""

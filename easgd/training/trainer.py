@@ -30,7 +30,7 @@ from easgd._util import checks
 from easgd._util.progress import progress_bar
 from easgd.methods import registry
 from easgd.parallel import distributed
-from easgd.training import async_runs, models, rundir, runlock
+from easgd.training import async_runs, builtin_tasks, models, rundir, runlock
 from easgd.training.config import ConfigError, TrainConfig, as_train_config
 from easgd.training.divergence import (
     DivergenceError,
@@ -40,6 +40,7 @@ from easgd.training.divergence import (
 )
 from easgd.training.executor import Executor, Snapshot
 from easgd.training.spmd import Run, SpmdExecutor
+from easgd.training.task import Task
 
 SUMMARY_KEYS = (
     "status",
@@ -52,6 +53,7 @@ SUMMARY_KEYS = (
     "platform",
     "num_params",
     "param_bytes",
+    "task",
     "train_examples",
     "test_examples",
     "steps_per_epoch",
@@ -82,6 +84,7 @@ def train_and_evaluate(
     overwrite: bool = False,
     resume: bool = False,
     stop_after_steps: int | None = None,
+    task: Task | None = None,
 ) -> dict[str, Any]:
   """Trains ``config`` and writes metrics, checkpoints and a summary to ``workdir``.
 
@@ -114,6 +117,11 @@ def train_and_evaluate(
       the beginning.
     stop_after_steps: stop (with a checkpoint) once this many global steps are
       done: a planned interruption, e.g. a time-limited job. None runs to the end.
+    task: the problem (``easgd.training.task.Task``: model and data); None:
+      the one ``config`` names (``config.task``, an import path, or the
+      built-in ``dataset`` and ``model``). A task from ``load_task`` is
+      recorded in ``config.json`` (``task``, ``task_args``); a task built in
+      code must be given again to resume.
 
   Returns:
     The summary dict also written to ``workdir/summary.json`` (``"status"`` is
@@ -129,10 +137,13 @@ def train_and_evaluate(
     easgd.parallel.workers.LayoutError: num_workers not a multiple of the devices used.
     easgd.training.data.DataError: unknown or missing data set files, or a batch larger
       than the data.
+    easgd.training.task.TaskError: a task that does not import or build, or
+      whose data or functions do not fit the run (``check_task``); raised
+      before anything is written.
     DivergenceError: a non-finite training loss or parameter (names step and
       worker), or a non-finite evaluated test or validation loss.
   """
-  return _start(config, workdir, overwrite, resume, stop_after_steps, None)
+  return _start(config, workdir, overwrite, resume, stop_after_steps, None, task)
 
 
 def train_and_evaluate_async(
@@ -143,6 +154,7 @@ def train_and_evaluate_async(
     resume: bool = False,
     stop_after_steps: int | None = None,
     faults: Mapping[int, int] | None = None,
+    task: Task | None = None,
 ) -> dict[str, Any]:
   """:func:`train_and_evaluate` of a real asynchronous runtime, with injected faults.
 
@@ -153,6 +165,7 @@ def train_and_evaluate_async(
     faults: ``{worker: local_step}``: make that worker fail before that local
       step (threads: it raises; Ray: its process exits), for tests and
       experiments.
+    task: as :func:`train_and_evaluate`.
 
   Returns:
     The summary (also ``workdir/summary.json``), with ``"history"``. It
@@ -176,12 +189,21 @@ def train_and_evaluate_async(
     raise ConfigError(
         f"train_and_evaluate_async runs runtime 'threads' or 'ray', " f"got {config.runtime!r}"
     )
-  return _start(config, workdir, overwrite, resume, stop_after_steps, faults)
+  return _start(config, workdir, overwrite, resume, stop_after_steps, faults, task)
 
 
-def _start(config, workdir, overwrite, resume, stop_after_steps, faults) -> dict[str, Any]:
+def _start(config, workdir, overwrite, resume, stop_after_steps, faults, task) -> dict[str, Any]:
   """The checks before a run, its lock, then :func:`_train` (stack: the caller's caller)."""
   config = as_train_config(config).validate()
+  # the task first: one that does not build or fit the run writes nothing
+  task = builtin_tasks.task_of(config, task)
+  config = builtin_tasks.make_task_config(config, task)
+  if config.runtime == "ray" and task.factory is None:  # no other process can build it
+    raise ConfigError(
+        f"runtime 'ray' builds the task in each worker's process from an import path; "
+        f"task {task.name!r} was built in code: give config.task "
+        "'package.module:function' (--task) instead"
+    )
   if stop_after_steps is not None:
     stop_after_steps = checks.integer("stop_after_steps", stop_after_steps, 1, error=ConfigError)
   if config.runtime in registry.REAL_RUNTIMES and distributed.is_multiprocess():
@@ -198,7 +220,7 @@ def _start(config, workdir, overwrite, resume, stop_after_steps, faults) -> dict
     rundir.check_start(config, workdir, overwrite=overwrite, resume=resume)
     distributed.barrier("easgd:workdir-checked")  # before process 0 writes to it
     with async_runs.connection(config):  # Ray: the cluster, before anything is built
-      return _train(config, workdir, resume, stop_after_steps, faults)
+      return _train(config, workdir, resume, stop_after_steps, faults, task)
 
 
 def _executor(run: Run, workdir, faults) -> Executor:
@@ -207,9 +229,9 @@ def _executor(run: Run, workdir, faults) -> Executor:
   return SpmdExecutor(run)
 
 
-def _train(config, workdir, resume, stop_after_steps, faults) -> dict[str, Any]:
+def _train(config, workdir, resume, stop_after_steps, faults, task) -> dict[str, Any]:
   """:func:`train_and_evaluate` in ``workdir``, checked, whose lock the caller holds."""
-  run = Run(config)
+  run = Run(config, task)
   executor = _executor(run, workdir, faults)
   primary = distributed.is_primary()  # the process that writes files
   ckpt = rundir.open_run(config, workdir, resume=resume)  # checkpoints: all processes
@@ -321,7 +343,10 @@ def _write_boundary(
     history.append(record)
     if primary:
       rundir.write_metrics(workdir, history)
-    progress.set_postfix(test_acc=f"{record['test_accuracy']:.4f}", refresh=False)
+    if "test_accuracy" in record:
+      progress.set_postfix(test_acc=f"{record['test_accuracy']:.4f}", refresh=False)
+    else:
+      progress.set_postfix(test_loss=f"{record['test_loss']:.4f}", refresh=False)
   if primary:
     executor.write_exchange_log(workdir / rundir.EXCHANGES_FILE, snapshot)
   ckpt.save(snapshot.step, snapshot.state)
@@ -331,7 +356,6 @@ def _summary(
     run: Run, executor: Executor, step: int, history: list[dict], wall_time_s: float
 ) -> dict[str, Any]:
   """``summary.json``: the run's common entries and the runtime's, in :data:`SUMMARY_KEYS`' order."""
-  ds = run.dataset
   entries = dict(
       status="complete" if step == run.total_steps else "stopped",
       config=run.config.to_dict(),
@@ -340,15 +364,18 @@ def _summary(
       platform=run.layout.devices[0].platform,
       num_params=models.count_params(run.init_params),
       param_bytes=run.param_bytes,
-      train_examples=len(ds.train_y),
-      test_examples=len(ds.test_y),
+      task=run.task.describe(),
+      train_examples=run.train_examples,
+      test_examples=len(run.task.test),
       steps_per_epoch=run.steps_per_epoch,
       total_steps=run.total_steps,
       steps_done=step,
       resolved=run.resolved,
       final_step=history[-1]["step"],  # the step of `final` (<= steps_done)
       final=history[-1],
-      best_test_accuracy=max(r["test_accuracy"] for r in history),
+      best_test_accuracy=(
+          max(r["test_accuracy"] for r in history) if "test_accuracy" in history[-1] else None
+      ),
       wall_time_s=wall_time_s,
       **executor.summary_fields(),
   )

@@ -1,0 +1,642 @@
+"""A problem the package trains: a model and its data, as one :class:`Task`.
+
+Every part above the algorithms (``easgd train``, ``compare``, ``protocol``, the
+sweep's network problem, the threads and Ray runtimes, checkpoints, resume and
+export) reads its problem through this one seam. A task says
+
+* how to initialise the model's parameters (``init(key) -> params``);
+* the per-worker training loss (``loss(params, batch, key) -> scalar``), the
+  mean over one worker's mini-batch, ``key`` for dropout;
+* the per-example evaluation (``evaluate(params, batch) -> {name: [b]}``):
+  ``"loss"`` always, ``"correct"`` (1/0, or a fraction such as a sequence's
+  token accuracy) for accuracies and errors, any other metric it names;
+* its data as random-access sources (:func:`as_source`): NumPy arrays (a
+  pytree of arrays of one length, e.g. ``(x, y)``), or any object with
+  ``__len__`` and ``__getitem__`` whose items are arrays or pytrees of arrays
+  (a ``grain.MapDataset``, a Hugging Face ``datasets.Dataset`` in NumPy
+  format). Which rows a worker reads is the package's
+  (``easgd.training.batches``): the global batch of step t is fixed by the
+  seed, the epoch and t, worker i takes its rows, for every source alike
+  (:func:`take` stacks the items of a ``__getitem__`` source into exactly the
+  arrays that indexing the arrays gives).
+
+Optional: a host-side ``augment(batch, rng)`` of the global training batch
+(random crops), an ``eval_transform(batch)`` of evaluated examples (centre
+crops), and a ``center_state(params, batch, axis_name)``: the model state
+(BatchNorm statistics) the center is evaluated with, recomputed from the
+center itself over fixed training examples pooled across workers (the
+package's BatchNorm policy, ``easgd.training.models``); ``evaluate`` then
+takes it as a third argument.
+
+Tasks come from a factory: the built-in data sets and models
+(``easgd.training.builtin_tasks``), or a user's importable factory named
+``"package.module:factory"`` (:func:`load_task`; ``easgd train --task``), whose
+keyword arguments a config records, so a resume, a Ray worker's process or
+``export`` rebuilds the same task. :func:`check_task` checks a task against a
+run before anything compiles (abstract evaluation only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import json
+import os
+import sys
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+Params = Any
+Batch = Any  # a pytree of arrays whose leaves share their leading axes
+
+
+class TaskError(ValueError):
+  """A task, its factory or its data cannot be used; one line naming what and why."""
+
+
+def _first_line(e: BaseException) -> str:
+  text = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
+  return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+# --------------------------------------------------------------------------
+# Data sources
+# --------------------------------------------------------------------------
+
+
+def _tree():
+  import jax  # noqa: PLC0415 (sources import no JAX until used)
+
+  return jax.tree_util
+
+
+def _numeric(leaf, what: str) -> np.ndarray:
+  """``leaf`` as a NumPy array of numbers or booleans; TaskError otherwise."""
+  try:
+    arr = np.asarray(leaf)
+  except Exception as e:  # noqa: BLE001 (a user's item: one line)
+    raise TaskError(f"{what} is not an array ({_first_line(e)})") from None
+  if arr.dtype.kind not in "biuf":
+    raise TaskError(
+        f"{what} is not an array of numbers (dtype {arr.dtype}, from {type(leaf).__name__}); "
+        "allowed: items that are arrays or pytrees of numeric arrays"
+    )
+  return arr
+
+
+class ArraySource:
+  """Random-access rows of a pytree of NumPy arrays of one length.
+
+  Args:
+    arrays: a pytree (tuple, list, dict) of arrays ``[N, ...]``, e.g.
+      ``(x, y)``; each leaf becomes a read-only NumPy array.
+    what: how messages name the source (e.g. ``"train"``).
+
+  Raises:
+    TaskError: a leaf that is not a numeric array, no leaves, leaves of
+      different lengths, or an empty source.
+  """
+
+  def __init__(self, arrays, what: str = "source"):
+    tu = _tree()
+    leaves, self.treedef = tu.tree_flatten(arrays)
+    if not leaves:
+      raise TaskError(f"{what} data holds no arrays; give e.g. (x, y) of NumPy arrays")
+    self.leaves = []
+    for i, leaf in enumerate(leaves):
+      arr = _numeric(leaf, f"{what} data leaf {i}")
+      if arr.ndim == 0:
+        raise TaskError(f"{what} data leaf {i} is a scalar; expected an array [N, ...]")
+      self.leaves.append(arr)
+    lengths = {len(a) for a in self.leaves}
+    if len(lengths) > 1:
+      raise TaskError(
+          f"{what} data arrays have different lengths {sorted(lengths)}; "
+          "expected one length N (one row per example)"
+      )
+    if not lengths or lengths == {0}:
+      raise TaskError(f"{what} data has no examples")
+    self.what = what
+
+  @property
+  def arrays(self):
+    """The pytree of arrays."""
+    return self.treedef.unflatten(self.leaves)
+
+  def __len__(self) -> int:
+    return len(self.leaves[0])
+
+  def __getitem__(self, index):
+    return self.treedef.unflatten([a[index] for a in self.leaves])
+
+  def take(self, indices: np.ndarray):
+    """The rows at integer ``indices`` of any shape: leaves ``[*indices.shape, ...]``."""
+    return self.treedef.unflatten([a[indices] for a in self.leaves])
+
+
+class Subset:
+  """The examples of a source at given indices (e.g. the held-out validation part).
+
+  Args:
+    source: a source (:func:`as_source`).
+    indices: int ``[n]`` indices into it.
+  """
+
+  def __init__(self, source, indices: np.ndarray):
+    self.source = source
+    self.indices = np.asarray(indices, np.int64)
+
+  def __len__(self) -> int:
+    return len(self.indices)
+
+  def __getitem__(self, index):
+    return self.source[int(self.indices[index])]
+
+  def take(self, indices: np.ndarray):
+    """The rows at ``indices`` (into this subset)."""
+    return take(self.source, self.indices[np.asarray(indices)])
+
+
+class ItemSource:
+  """A user's random-access object (``__len__``, ``__getitem__``) as a source.
+
+  :meth:`take` reads the items one by one and stacks them, so the batch equals
+  what indexing arrays of the same rows gives, bit for bit.
+  """
+
+  def __init__(self, source, what: str = "source"):
+    self.source = source
+    self.what = what
+    try:
+      n = len(source)
+    except Exception as e:  # noqa: BLE001
+      raise TaskError(f"{what} data: len() fails ({_first_line(e)})") from None
+    if not isinstance(n, (int, np.integer)) or n < 1:
+      raise TaskError(f"{what} data has {n!r} examples; expected at least one")
+    self._len = int(n)
+
+  def __len__(self) -> int:
+    return self._len
+
+  def __getitem__(self, index):
+    return self.source[int(index)]
+
+  def _item(self, i: int):
+    try:
+      item = self.source[int(i)]
+    except Exception as e:  # noqa: BLE001 (a user's source: one line)
+      raise TaskError(f"{self.what} data: item {i} cannot be read ({_first_line(e)})") from None
+    leaves, treedef = _tree().tree_flatten(item)
+    if not leaves:
+      raise TaskError(f"{self.what} data: item {i} holds no arrays (got {type(item).__name__})")
+    return [_numeric(leaf, f"{self.what} data item {i}") for leaf in leaves], treedef
+
+  def take(self, indices: np.ndarray):
+    """The items at ``indices`` stacked: leaves ``[*indices.shape, *item_shape]``.
+
+    Raises:
+      TaskError: an item that cannot be read or is not an array (or pytree of
+        arrays), or items whose structure, shapes or dtypes differ.
+    """
+    indices = np.asarray(indices)
+    flat = indices.reshape(-1)
+    first, treedef = self._item(int(flat[0]))
+    columns = [[leaf] for leaf in first]
+    for i in flat[1:]:
+      leaves, td = self._item(int(i))
+      if td != treedef or any(
+          a.shape != b.shape or a.dtype != b.dtype for a, b in zip(leaves, first)
+      ):
+        raise TaskError(
+            f"{self.what} data: item {int(i)} has structure/shapes "
+            f"{[(a.shape, str(a.dtype)) for a in leaves]}, item {int(flat[0])} has "
+            f"{[(a.shape, str(a.dtype)) for a in first]}; items must all have the same "
+            "shapes and dtypes (pad them to one length)"
+        )
+      for column, leaf in zip(columns, leaves):
+        column.append(leaf)
+    return treedef.unflatten(
+        [np.stack(c).reshape(*indices.shape, *c[0].shape) for c in columns]
+    )
+
+
+def _is_array_tree(data) -> bool:
+  if isinstance(data, np.ndarray):
+    return True
+  if isinstance(data, (tuple, list)):
+    return bool(data) and all(_is_array_tree(d) for d in data)
+  if isinstance(data, dict):
+    return bool(data) and all(_is_array_tree(d) for d in data.values())
+  return False
+
+
+def as_source(data, what: str = "source"):
+  """``data`` as a random-access source with ``take(indices)``.
+
+  Args:
+    data: a pytree of NumPy arrays of one length (``(x, y)``, a dict), an
+      existing source, or any object with ``__len__`` and ``__getitem__``.
+    what: how messages name it ("train", "test", "validation").
+
+  Returns:
+    An :class:`ArraySource`, the source itself, or an :class:`ItemSource`.
+
+  Raises:
+    TaskError: none of these.
+  """
+  if isinstance(data, (ArraySource, Subset, ItemSource)):
+    return data
+  if _is_array_tree(data):
+    return ArraySource(data, what)
+  if hasattr(data, "__len__") and hasattr(data, "__getitem__") and not isinstance(data, str):
+    return ItemSource(data, what)
+  raise TaskError(
+      f"{what} data is a {type(data).__name__}; allowed: NumPy arrays (e.g. (x, y)) or "
+      "an object with __len__ and __getitem__ whose items are arrays"
+  )
+
+
+def take(source, indices) -> Batch:
+  """The examples of ``source`` at integer ``indices`` (any shape), stacked.
+
+  Args:
+    source: a source of :func:`as_source`.
+    indices: int array ``[...]``.
+
+  Returns:
+    The batch: each leaf ``[*indices.shape, *example_shape]``.
+
+  Raises:
+    TaskError: from an item source (:meth:`ItemSource.take`).
+  """
+  return source.take(np.asarray(indices))
+
+
+# --------------------------------------------------------------------------
+# The task
+# --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Task:
+  """A model and its data: what the package trains (module docstring).
+
+  Attributes:
+    name: a short name for logs and summaries.
+    init: ``init(key) -> params``: the initial parameters (a pytree of float
+      arrays) from a JAX PRNG key; every worker starts from them.
+    loss: ``loss(params, batch, key) -> float32 scalar``: the mean training
+      loss of one worker's mini-batch (leaves ``[B, ...]``); ``key`` is the
+      worker's key of the step (dropout).
+    evaluate: ``evaluate(params, batch) -> {name: [b]}`` (with
+      ``center_state``: ``evaluate(params, batch, state)``): per-example
+      metrics of an evaluation batch of b examples; ``"loss"`` is required
+      (nats per example), ``"correct"`` gives ``test_accuracy`` and
+      ``test_error``; every metric is reported as its mean over the split
+      (``test_<name>``, ``val_<name>``).
+    train, test: the training and test data (:func:`as_source`).
+    validation: optional held-out data; otherwise a run's
+      ``validation_examples`` are held out of ``train``.
+    augment: optional host-side ``augment(batch, rng) -> batch`` of a global
+      training batch (leaves ``[num_workers, B, ...]``), ``rng`` a NumPy
+      generator fixed by (seed, epoch, step): e.g. random crops.
+    eval_transform: optional ``eval_transform(batch) -> batch`` of evaluated
+      examples (test, validation, center-state examples): e.g. centre crops.
+    center_state: optional ``center_state(params, batch, axis_name) -> state``:
+      the model state (BatchNorm statistics) of ``params`` over a shard of
+      fixed training examples, pooled over the mapped ``axis_name``; the run's
+      ``bn_stats_examples`` says how many examples in all.
+    mean_of_examples: whether ``loss`` is the mean of independent
+      per-example terms (no BatchNorm, no batch-level term): then the workers
+      a device runs of a one-model method (pmean SGD) may be run as one batch
+      (``easgd.parallel.workers.map_step``'s ``merge_workers``); False, the
+      safe default, runs one pass per worker.
+    split_from_seed: whether the factory draws the train/test split from the
+      seed (then one seed's test examples are another's training examples,
+      and the protocol refuses it).
+    info: JSON-ready facts recorded in ``summary.json`` (e.g. model, classes).
+    factory: the import path ``"package.module:factory"`` it was built from
+      (:func:`load_task`), None for a task built in code.
+    factory_args: the factory's keyword arguments.
+
+  Raises:
+    TaskError: a field of the wrong kind (checked on construction; the
+      functions are checked against a run by :func:`check_task`).
+  """
+
+  name: str
+  init: Callable[[Any], Params]
+  loss: Callable[..., Any]
+  evaluate: Callable[..., Mapping[str, Any]]
+  train: Any
+  test: Any
+  validation: Any = None
+  augment: Callable[[Batch, np.random.Generator], Batch] | None = None
+  eval_transform: Callable[[Batch], Batch] | None = None
+  center_state: Callable[..., Any] | None = None
+  mean_of_examples: bool = False
+  split_from_seed: bool = False
+  info: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  factory: str | None = None
+  factory_args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+  def __post_init__(self):
+    if not isinstance(self.name, str) or not self.name.strip():
+      raise TaskError(f"a task's name must be a non-empty string, got {self.name!r}")
+    for field in ("init", "loss", "evaluate"):
+      if not callable(getattr(self, field)):
+        raise TaskError(
+            f"task {self.name!r}: {field} must be a function, got "
+            f"{type(getattr(self, field)).__name__}"
+        )
+    for field in ("augment", "eval_transform", "center_state"):
+      value = getattr(self, field)
+      if value is not None and not callable(value):
+        raise TaskError(
+            f"task {self.name!r}: {field} must be a function or None, got {type(value).__name__}"
+        )
+    for field in ("train", "test", "validation"):
+      value = getattr(self, field)
+      if value is not None or field != "validation":
+        object.__setattr__(self, field, as_source(value, f"task {self.name!r}: {field}"))
+    object.__setattr__(self, "info", dict(self.info))
+    object.__setattr__(self, "factory_args", dict(self.factory_args))
+
+  def describe(self) -> dict[str, Any]:
+    """JSON-ready: name, factory and its arguments, sizes, ``info``."""
+    return dict(
+        name=self.name,
+        factory=self.factory,
+        factory_args=dict(self.factory_args),
+        train_examples=len(self.train),
+        test_examples=len(self.test),
+        validation_examples=None if self.validation is None else len(self.validation),
+        batch_norm=self.center_state is not None,
+        **self.info,
+    )
+
+
+# --------------------------------------------------------------------------
+# Checks against a run (abstract evaluation: nothing is compiled)
+# --------------------------------------------------------------------------
+
+
+def _shapes(tree) -> list:
+  return [(tuple(np.shape(a)), str(np.asarray(a).dtype)) for a in _tree().tree_leaves(tree)]
+
+
+def _abstract(task: Task, what: str, fn, *args):
+  """``jax.eval_shape(fn, *args)``; a failure of the user's function: one line."""
+  import jax  # noqa: PLC0415
+
+  try:
+    return jax.eval_shape(fn, *args)
+  except TaskError:
+    raise
+  except Exception as e:  # noqa: BLE001 (a user's function: one line)
+    raise TaskError(f"task {task.name!r}: {what} fails: {_first_line(e)}") from None
+
+
+def check_task(task: Task, *, num_workers: int, per_worker_batch: int, eval_batch: int) -> dict:
+  """Checks ``task`` against a run's sizes before anything compiles.
+
+  Reads two global training batches (the first and the last examples), one
+  evaluation batch and, with ``center_state``, its examples, and evaluates
+  ``init``, ``loss``, ``center_state`` and ``evaluate`` abstractly
+  (``jax.eval_shape``: shapes only, nothing compiled or run).
+
+  Args:
+    task: the task.
+    num_workers: p.
+    per_worker_batch: B, examples per worker per step.
+    eval_batch: examples per evaluation batch (at most the test set's size).
+
+  Returns:
+    ``{"metrics": names evaluate returns, "param_shapes": ...}``.
+
+  Raises:
+    TaskError: a training set shorter than one global batch (p * B), items
+      that are not arrays, batches whose shapes differ between two calls (of
+      the source or of ``augment``), a loss that is not a float scalar,
+      metrics that are not per-example ``[b]`` arrays or lack ``"loss"``, or
+      a function of the task that fails on the batch (one line each).
+  """
+  import jax  # noqa: PLC0415
+
+  name = task.name
+  g = num_workers * per_worker_batch
+  n = len(task.train)
+  if n < g:
+    raise TaskError(
+        f"task {name!r}: the training data has {n} examples, fewer than one global batch "
+        f"(num_workers {num_workers} x per-worker batch {per_worker_batch} = {g})"
+    )
+  first = take(task.train, np.arange(g).reshape(num_workers, per_worker_batch))
+  last = take(task.train, np.arange(n - g, n).reshape(num_workers, per_worker_batch))
+  if task.augment is not None:
+    first, last = (
+        _call(task, "augment", task.augment, b, np.random.default_rng(0)) for b in (first, last)
+    )
+  if _shapes(first) != _shapes(last) or (
+      _tree().tree_structure(first) != _tree().tree_structure(last)
+  ):
+    raise TaskError(
+        f"task {name!r}: batch shapes differ between calls ({_shapes(first)} vs "
+        f"{_shapes(last)}); every batch must have the same shapes and dtypes"
+    )
+  for shape, _ in _shapes(first):
+    if shape[:2] != (num_workers, per_worker_batch):
+      raise TaskError(
+          f"task {name!r}: a global batch leaf has shape {shape}; expected leading axes "
+          f"[num_workers, B] = [{num_workers}, {per_worker_batch}] (augment must keep them)"
+      )
+  worker_batch = jax.tree.map(lambda a: a[0], first)
+  key = jax.random.key(0)
+  params = _abstract(task, "init(key)", task.init, key)
+  leaves = jax.tree.leaves(params)
+  if not leaves or any(not np.issubdtype(l.dtype, np.floating) for l in leaves):
+    raise TaskError(
+        f"task {name!r}: init returns {_shapes(params) or 'no arrays'}; expected a pytree "
+        "of float parameter arrays"
+    )
+  loss = _abstract(task, "loss(params, batch, key)", task.loss, params, worker_batch, key)
+  if (
+      not isinstance(loss, jax.ShapeDtypeStruct)
+      or loss.shape != ()
+      or not np.issubdtype(loss.dtype, np.floating)
+  ):
+    got = jax.tree.map(lambda a: (a.shape, str(a.dtype)), loss)
+    raise TaskError(
+        f"task {name!r}: loss returns {got}; allowed: a float scalar (the mean over the "
+        "worker's batch)"
+    )
+  e = max(1, min(eval_batch, len(task.test)))
+  batch = take(task.test, np.arange(e))
+  if task.eval_transform is not None:
+    batch = _call(task, "eval_transform", task.eval_transform, batch)
+  args = (params, batch)
+  if task.center_state is not None:
+    state_batch = take(task.train, np.arange(min(e, n)))
+    if task.eval_transform is not None:
+      state_batch = _call(task, "eval_transform", task.eval_transform, state_batch)
+    state = _abstract(
+        task,
+        "center_state(params, batch, None)",
+        lambda p, b: task.center_state(p, b, None),
+        params,
+        state_batch,
+    )
+    args = (params, batch, state)
+  metrics = _abstract(task, "evaluate(params, batch)", task.evaluate, *args)
+  if not isinstance(metrics, Mapping) or "loss" not in metrics:
+    raise TaskError(
+        f"task {name!r}: evaluate returns {type(metrics).__name__}"
+        f"{sorted(metrics) if isinstance(metrics, Mapping) else ''}; expected a dict of "
+        "per-example metrics with 'loss' (and 'correct' for accuracies)"
+    )
+  for metric, value in metrics.items():
+    if not isinstance(metric, str) or not metric.isidentifier():
+      raise TaskError(f"task {name!r}: metric name {metric!r} must be a Python name")
+    shape = getattr(value, "shape", None)
+    if shape != (e,):
+      raise TaskError(
+          f"task {name!r}: evaluate's metric {metric!r} has shape {shape} for a batch of "
+          f"{e} examples; allowed: per-example values, shape ({e},)"
+      )
+  return dict(metrics=tuple(metrics), param_shapes=_shapes(params))
+
+
+def _call(task: Task, what: str, fn, *args):
+  try:
+    return fn(*args)
+  except TaskError:
+    raise
+  except Exception as e:  # noqa: BLE001 (a user's function: one line)
+    raise TaskError(f"task {task.name!r}: {what} fails: {_first_line(e)}") from None
+
+
+# --------------------------------------------------------------------------
+# Factories by import path
+# --------------------------------------------------------------------------
+
+
+def parse_task_arg(text: str) -> tuple[str, Any]:
+  """``"key=value"`` (``--task-arg``) as ``(key, value)``: JSON if it parses, else text.
+
+  Raises:
+    TaskError: no ``=`` or an empty key.
+  """
+  key, sep, value = str(text).partition("=")
+  if not sep or not key.strip() or not key.strip().isidentifier():
+    raise TaskError(f"--task-arg {text!r} must be key=value with key a Python name")
+  try:
+    parsed = json.loads(value)
+  except ValueError:
+    parsed = value
+  return key.strip(), parsed
+
+
+def parse_task_args(texts) -> dict[str, Any]:
+  """``("key=value", ...)`` (``config.task_args``) as a dict (:func:`parse_task_arg`).
+
+  Raises:
+    TaskError: a malformed entry or a key given twice.
+  """
+  out = {}
+  for text in texts:
+    key, value = parse_task_arg(text)
+    if key in out:
+      raise TaskError(f"--task-arg {key!r} is given twice")
+    out[key] = value
+  return out
+
+
+def _import_path_dirs() -> list[str]:
+  """The working directory, searched for a task's module like ``python -m``."""
+  return [os.getcwd()]
+
+
+def load_task(factory: str, args: Mapping[str, Any] | None = None, *, seed: int | None = None):
+  """The task of ``factory(**args)``, ``factory`` an import path.
+
+  Args:
+    factory: ``"package.module:function"`` naming an importable function
+      (the working directory is searched first, as ``python -m`` does).
+    args: its keyword arguments (JSON values).
+    seed: the run's seed, passed as ``seed=`` when the function takes it
+      (then ``args`` may not name it).
+
+  Returns:
+    The :class:`Task` (``factory`` and ``factory_args`` set).
+
+  Raises:
+    TaskError: a malformed path, a module that does not import, a missing or
+      non-callable attribute, arguments it does not take, a factory that
+      raises, or a result that is not a Task (one line each).
+  """
+  args = dict(args or {})
+  if not isinstance(factory, str) or factory.count(":") != 1:
+    raise TaskError(f"--task {factory!r} must be package.module:factory (one colon)")
+  module_name, _, attr = factory.partition(":")
+  if not module_name or not attr or not all(p.isidentifier() for p in module_name.split(".")):
+    raise TaskError(f"--task {factory!r} must be package.module:factory")
+  for d in reversed(_import_path_dirs()):
+    if d not in sys.path:
+      sys.path.insert(0, d)
+  try:
+    module = importlib.import_module(module_name)
+  except Exception as e:  # noqa: BLE001 (a user's module: one line)
+    raise TaskError(f"--task {factory!r}: module {module_name!r} does not import ({_first_line(e)})") from None
+  fn = getattr(module, attr, None)
+  if fn is None:
+    raise TaskError(f"--task {factory!r}: module {module_name!r} has no {attr!r}")
+  if not callable(fn) or isinstance(fn, Task):
+    raise TaskError(
+        f"--task {factory!r}: {attr!r} is a {type(fn).__name__}, not a factory function "
+        "returning an easgd Task"
+    )
+  try:
+    params = inspect.signature(fn).parameters
+  except (TypeError, ValueError):
+    params = {}
+  takes_kwargs = any(p.kind == p.VAR_KEYWORD for p in params.values())
+  if "seed" in args and "seed" in params:
+    raise TaskError(
+        f"--task {factory!r}: seed is the run's seed (set --seed), not a --task-arg"
+    )
+  unknown = [k for k in args if k not in params and not takes_kwargs]
+  if unknown:
+    allowed = ", ".join(k for k in params if k != "seed") or "none"
+    raise TaskError(
+        f"--task {factory!r} takes no argument {unknown[0]!r}; allowed: {allowed}"
+    )
+  call_args = dict(args)
+  if seed is not None and "seed" in params:
+    call_args["seed"] = seed
+  try:
+    task = fn(**call_args)
+  except TaskError:
+    raise
+  except Exception as e:  # noqa: BLE001 (a user's factory: one line)
+    raise TaskError(f"--task {factory!r} failed: {_first_line(e)}") from None
+  if not isinstance(task, Task):
+    raise TaskError(
+        f"--task {factory!r} returned a {type(task).__name__}; expected an easgd.Task"
+    )
+  return dataclasses.replace(task, factory=factory, factory_args=args)
+
+
+def module_root(factory: str) -> str | None:
+  """The directory a task factory's top-level package imports from (for another
+  process, e.g. a Ray worker, to import it alike); None if not found."""
+  module_name = factory.partition(":")[0]
+  module = sys.modules.get(module_name)
+  path = getattr(module, "__file__", None)
+  if not path:
+    return None
+  root = os.path.dirname(os.path.abspath(path))
+  for _ in range(module_name.count(".")):
+    root = os.path.dirname(root)
+  return root
