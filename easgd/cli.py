@@ -71,12 +71,21 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
   """One flag per TrainConfig field (``easgd._util.flags``: help from the field's metadata)."""
   from easgd.training.config import TrainConfig
 
-  flags.add_flags(
+  group = flags.add_flags(
       parser,
       TrainConfig,
       title="config (TrainConfig fields; tuples comma-separated, e.g. 10,15; booleans "
       "--x / --no-x; 'none' for an optional value)",
-      exclude=("algorithm",) if parser.prog.endswith("compare") else (),
+      exclude=(("algorithm",) if parser.prog.endswith("compare") else ()) + ("task_args",),
+  )
+  group.add_argument(
+      "--task-arg",
+      dest="task_args",
+      action="append",
+      metavar="KEY=VALUE",
+      default=argparse.SUPPRESS,
+      help="a keyword argument of the --task factory (repeat for more; VALUE is JSON "
+      "if it parses, else text).",
   )
 
 
@@ -268,6 +277,7 @@ def _user_errors():
   from easgd.training.models import ModelError
   from easgd.parallel.workers import LayoutError
   from easgd.training.checkpoint import CheckpointError
+  from easgd.training.task import TaskError
 
   return (
       ConfigError,
@@ -276,6 +286,7 @@ def _user_errors():
       ModelError,
       LayoutError,
       CheckpointError,
+      TaskError,
       DistributedError,
   )
 
@@ -383,6 +394,8 @@ def _run(args) -> int:
         )
     )
   overrides = flags.overrides(args, TrainConfig)
+  if "task_args" in overrides:  # --task-arg, repeated
+    overrides["task_args"] = tuple(overrides["task_args"])
   resume = getattr(args, "resume", False)
   if args.config:
     base = load_config_file(args.config)

@@ -227,7 +227,12 @@ def builtin_task(
       name=f"{dataset}/{model}",
       input_shape=batches.cropped_shape(ds.input_shape, crop_size),
       crop_size=crop_size,
-      info=dict(dataset=dataset, model=model, num_classes=ds.num_classes),
+      info=dict(
+          model=model,
+          dataset=dataset,
+          num_classes=ds.num_classes,
+          input_shape=list(batches.cropped_shape(ds.input_shape, crop_size)),
+      ),
       split_from_seed=dataset in data.SEEDED_SPLITS,
   )
   args = dict(dataset=dataset, model=model, data_dir=None if data_dir is None else str(data_dir))

@@ -7,27 +7,31 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from easgd.training import batches, checkpoint, data, models
+from easgd.training import builtin_tasks, checkpoint
 from easgd.training.config import ConfigError
 from easgd._util.files import json_text, write_bytes_atomic, write_text_atomic
 from easgd.training.rundir import ensure_writable_dir, saved_config
 from easgd.training.spmd import Run
+from easgd.training.task import Task
 
 
-def export_center(workdir, out_path) -> Path:
+def export_center(workdir, out_path, *, task: Task | None = None) -> Path:
   """Writes the center of the latest checkpoint as a plain Flax parameter file.
 
   The file is ``flax.serialization.msgpack_serialize`` of the parameter tree
   (load it with ``flax.serialization.msgpack_restore`` and pass it to
   ``model.apply({"params": params}, x)``); ``<out_path>.json`` beside it names
-  the model, the data set, the number of classes, the input shape and the dtypes
-  (parameters, computation, and the center's, float32 for bfloat16 workers).
+  the task (its name, factory and arguments, and its ``info``: for the
+  built-in tasks the model, the data set, the number of classes and the input
+  shape), the step, the algorithm and the dtypes (parameters, computation,
+  and the center's, float32 for bfloat16 workers).
 
-  Models with BatchNorm (``"cnn_bn"``): the center's statistics are recomputed
-  exactly as the evaluation does (``Run.center_batch_stats``, the run's
-  ``bn_stats_examples``) and written to ``<out_path>.batch_stats.msgpack``
-  (named in the ``.json`` under ``"batch_stats"``); apply the model as
-  ``model.apply({"params": params, "batch_stats": stats}, x, train=False)``.
+  Tasks with a ``center_state`` (BatchNorm, e.g. ``"cnn_bn"``): the center's
+  state is recomputed exactly as the evaluation does (``Run.center_batch_stats``,
+  the run's ``bn_stats_examples``) and written to
+  ``<out_path>.batch_stats.msgpack`` (named in the ``.json`` under
+  ``"batch_stats"``); apply the model as ``model.apply({"params": params,
+  "batch_stats": stats}, x, train=False)``.
 
   Every file is replaced atomically (``easgd._util.files``).
 
@@ -35,6 +39,8 @@ def export_center(workdir, out_path) -> Path:
     workdir: the run directory (``easgd.training.rundir``).
     out_path: the parameter file to write, e.g. ``center.msgpack`` (its
       directory is created).
+    task: the run's task when it was built in code (None: the one its
+      ``config.json`` names, rebuilt).
 
   Returns:
     ``Path(out_path)``.
@@ -66,13 +72,11 @@ def export_center(workdir, out_path) -> Path:
   def write_msgpack(path, tree):
     write_bytes_atomic(path, serialization.msgpack_serialize(jax.tree.map(np.asarray, tree)))
 
+  task = builtin_tasks.task_of(config, task)
   write_msgpack(out_path, center)
-  ds = data.load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
   info = dict(
-      model=config.model,
-      dataset=config.dataset,
-      num_classes=ds.num_classes,
-      input_shape=list(batches.cropped_shape(ds.input_shape, config.crop_size)),
+      **task.info,
+      task=dict(name=task.name, factory=task.factory, factory_args=task.factory_args),
       step=int(step),
       algorithm=config.algorithm,
       # the center is kept in float32 for bfloat16 workers (the precision policy)
@@ -80,17 +84,17 @@ def export_center(workdir, out_path) -> Path:
       compute_dtype=config.compute_dtype,
       center_dtype=sorted({str(np.asarray(x).dtype) for x in jax.tree.leaves(center)}),
   )
-  if models.has_batch_norm(models.make_model(config.model, ds.num_classes)):
+  if task.center_state is not None:
     # BatchNorm: the center's own statistics, as the evaluation computes them (on
     # the run's layout when this machine has its devices).
     if config.num_devices is not None and config.num_devices > jax.device_count():
       config = config.replace(num_devices=None)
-    run = Run(config)
+    run = Run(config, task)
     stats_path = Path(str(out_path) + ".batch_stats.msgpack")
     write_msgpack(stats_path, run.center_batch_stats(center))
     info.update(
         batch_stats=stats_path.name,  # and the number of examples used
-        bn_stats_examples=int(np.prod(run.bn_stats_data.shape[:3])),
+        bn_stats_examples=int(np.prod(jax.tree.leaves(run.bn_stats_data)[0].shape[:3])),
     )
   write_text_atomic(Path(str(out_path) + ".json"), json_text(info, indent=2) + "\n")
   return out_path

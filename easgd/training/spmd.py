@@ -154,6 +154,34 @@ def with_validation(task: Task, num_held_out: int) -> Task:
   )
 
 
+def checked_task(config: TrainConfig, task: Task | None = None) -> tuple[Task, tuple[str, ...]]:
+  """The run's view of its task, checked against the run's sizes (nothing compiled).
+
+  Args:
+    config: the validated config.
+    task: the task, or None for the one ``config`` names
+      (``easgd.training.builtin_tasks.task_of``).
+
+  Returns:
+    ``(task, metrics)``: the task with ``validation_examples`` held out of its
+    training data (:func:`with_validation`), and the metric names its
+    ``evaluate`` returns (``easgd.training.task.check_task``).
+
+  Raises:
+    easgd.training.task.TaskError, ConfigError, easgd.training.data.DataError:
+      as ``task_of``, :func:`with_validation` and ``check_task``.
+  """
+  task = with_validation(builtin_tasks.task_of(config, task), config.validation_examples)
+  eval_batch = min(config.eval_batch_size, -(-len(task.test) // config.num_workers))
+  metrics = check_task(
+      task,
+      num_workers=config.num_workers,
+      per_worker_batch=config.per_worker_batch_size,
+      eval_batch=eval_batch,
+  )["metrics"]
+  return task, metrics
+
+
 def evaluated_examples(task: Task, indices: np.ndarray, source=None):
   """The examples of ``source`` (default ``task.train``) at ``indices`` (any
   shape), with ``task.eval_transform`` applied: leaves ``[*indices.shape, ...]``."""
@@ -219,9 +247,8 @@ class Run:
     self.layout = workers.make_layout(
         config.num_workers, config.num_devices, backend=config.mapping_backend
     )
-    task = builtin_tasks.task_of(config, task)
-    # validation_examples: held out of the training set, never trained on
-    self.task = task = with_validation(task, config.validation_examples)
+    self.task, self.metrics = checked_task(config, task)
+    task = self.task
     self.steps_per_epoch = batches.steps_per_epoch(
         len(task.train), config.num_workers, config.per_worker_batch_size
     )
@@ -235,13 +262,6 @@ class Run:
     )
     # at most the examples a worker evaluates: a huge eval_batch_size pads nothing
     eval_batch = min(config.eval_batch_size, -(-len(task.test) // config.num_workers))
-    # the task against the run's sizes, abstractly (nothing compiled yet)
-    self.metrics = check_task(
-        task,
-        num_workers=config.num_workers,
-        per_worker_batch=config.per_worker_batch_size,
-        eval_batch=eval_batch,
-    )["metrics"]
     self.schedule = make_schedule(config, self.steps_per_epoch)
     init_key, self.step_key = jax.random.split(jax.random.key(config.seed))
     self.init_params = task.init(init_key)

@@ -30,7 +30,7 @@ from easgd._util import checks
 from easgd._util.progress import progress_bar
 from easgd.methods import registry
 from easgd.parallel import distributed
-from easgd.training import async_runs, builtin_tasks, models, rundir, runlock
+from easgd.training import async_runs, builtin_tasks, models, rundir, runlock, spmd
 from easgd.training.config import ConfigError, TrainConfig, as_train_config
 from easgd.training.divergence import (
     DivergenceError,
@@ -197,6 +197,7 @@ def _start(config, workdir, overwrite, resume, stop_after_steps, faults, task) -
   config = as_train_config(config).validate()
   # the task first: one that does not build or fit the run writes nothing
   task = builtin_tasks.task_of(config, task)
+  spmd.checked_task(config, task)  # its data and functions against the run's sizes
   config = builtin_tasks.make_task_config(config, task)
   if config.runtime == "ray" and task.factory is None:  # no other process can build it
     raise ConfigError(
