@@ -56,7 +56,7 @@ def main():
 
   import common
   from easgd.core import algorithms
-  from easgd.training import builtin_tasks, models, spmd
+  from easgd.training import builtin_tasks, models
   from easgd.parallel import workers
 
   lr, B, shape = 0.01, args.batch, (28, 28, 3)

@@ -104,9 +104,7 @@ def main():
           len(run.task.train), cfg.num_workers, cfg.per_worker_batch_size, cfg.seed, epoch
       )
       for ix in order:
-        batch = workers.split_workers(
-            run.task.train.take(ix), run.layout
-        )
+        batch = workers.split_workers(run.task.train.take(ix), run.layout)
         worker, shared, loss = run.step_fn(worker, shared, batch, run.step_key, step)
         last = common.one_step_late(last, loss)
         step += 1

@@ -91,7 +91,7 @@ def test_center_statistics_belong_to_the_center_not_to_a_worker():
   # permutation of "epoch 0" (never a training epoch)
   x = ds.train_x[batches.epoch_permutation(len(ds.train_y), BN.seed, 0)[:512]]
   np.testing.assert_array_equal(
-      np.asarray(workers.merge_workers(run.bn_stats_data)).reshape(x.shape), x
+      np.asarray(workers.merge_workers(run.bn_stats_data)[0]).reshape(x.shape), x
   )
 
   # (1) they are the exact statistics of the center's pre-BN activations

@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from easgd.training import batches, builtin_tasks, checkpoint, data, models, optimizers, rundir, spmd, trainer
+from easgd.training import batches, builtin_tasks, checkpoint, data, models, optimizers, rundir, trainer
 from easgd.methods import registry
 from easgd.parallel import workers
 from easgd.training.compare import compare

@@ -108,7 +108,9 @@ def make_setup(run: Run) -> async_shared.AsyncSetup:
   return async_shared.AsyncSetup(run.algorithm, run.init_params, make_batch_fn(run), run.step_key)
 
 
-def ray_setup(fields: Mapping[str, Any], import_dirs: tuple[str, ...] = ()) -> async_shared.AsyncSetup:
+def ray_setup(
+    fields: Mapping[str, Any], import_dirs: tuple[str, ...] = ()
+) -> async_shared.AsyncSetup:
   """:func:`make_setup` from config fields, in a Ray actor's process (one device).
 
   Args:
@@ -187,9 +189,7 @@ def _make_backend(config, run, setup, worker_states, shared, log, elapsed_s):
 
   # (a task built in code, which no other process can build, is refused by the trainer)
   dirs = tuple(d for d in [module_root(run.task.factory)] if d)
-  return async_ray.RayBackend(
-      functools.partial(ray_setup, config.to_dict_fields(), dirs), p, **kw
-  )
+  return async_ray.RayBackend(functools.partial(ray_setup, config.to_dict_fields(), dirs), p, **kw)
 
 
 def _describe(config, run) -> str:

@@ -295,9 +295,7 @@ class Run:
           len(task.train), config.num_workers, config.bn_stats_examples, config.seed
       )
       # training examples, transformed like the evaluated ones: [d, w, n, ...]
-      self.bn_stats_data = workers.split_workers(
-          evaluated_examples(task, bn_idx), self.layout
-      )
+      self.bn_stats_data = workers.split_workers(evaluated_examples(task, bn_idx), self.layout)
       self.batch_stats_fn = workers.map_workers(
           lambda center, batch: task.center_state(center, batch, WORKER_AXES),
           self.layout,

@@ -217,9 +217,7 @@ class ItemSource:
         )
       for column, leaf in zip(columns, leaves):
         column.append(leaf)
-    return treedef.unflatten(
-        [np.stack(c).reshape(*indices.shape, *c[0].shape) for c in columns]
-    )
+    return treedef.unflatten([np.stack(c).reshape(*indices.shape, *c[0].shape) for c in columns])
 
 
 def _is_array_tree(data) -> bool:
@@ -588,7 +586,9 @@ def load_task(factory: str, args: Mapping[str, Any] | None = None, *, seed: int 
   try:
     module = importlib.import_module(module_name)
   except Exception as e:  # noqa: BLE001 (a user's module: one line)
-    raise TaskError(f"--task {factory!r}: module {module_name!r} does not import ({_first_line(e)})") from None
+    raise TaskError(
+        f"--task {factory!r}: module {module_name!r} does not import ({_first_line(e)})"
+    ) from None
   fn = getattr(module, attr, None)
   if fn is None:
     raise TaskError(f"--task {factory!r}: module {module_name!r} has no {attr!r}")
@@ -603,15 +603,11 @@ def load_task(factory: str, args: Mapping[str, Any] | None = None, *, seed: int 
     params = {}
   takes_kwargs = any(p.kind == p.VAR_KEYWORD for p in params.values())
   if "seed" in args and "seed" in params:
-    raise TaskError(
-        f"--task {factory!r}: seed is the run's seed (set --seed), not a --task-arg"
-    )
+    raise TaskError(f"--task {factory!r}: seed is the run's seed (set --seed), not a --task-arg")
   unknown = [k for k in args if k not in params and not takes_kwargs]
   if unknown:
     allowed = ", ".join(k for k in params if k != "seed") or "none"
-    raise TaskError(
-        f"--task {factory!r} takes no argument {unknown[0]!r}; allowed: {allowed}"
-    )
+    raise TaskError(f"--task {factory!r} takes no argument {unknown[0]!r}; allowed: {allowed}")
   call_args = dict(args)
   if seed is not None and "seed" in params:
     call_args["seed"] = seed
@@ -622,9 +618,7 @@ def load_task(factory: str, args: Mapping[str, Any] | None = None, *, seed: int 
   except Exception as e:  # noqa: BLE001 (a user's factory: one line)
     raise TaskError(f"--task {factory!r} failed: {_first_line(e)}") from None
   if not isinstance(task, Task):
-    raise TaskError(
-        f"--task {factory!r} returned a {type(task).__name__}; expected an easgd.Task"
-    )
+    raise TaskError(f"--task {factory!r} returned a {type(task).__name__}; expected an easgd.Task")
   return dataclasses.replace(task, factory=factory, factory_args=args)
 
 
