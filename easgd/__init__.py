@@ -30,6 +30,10 @@ face; README "Architecture"):
                     compiled rules, the center store and exchange log, the
                     threads and Ray backends, the scheduler; easgd.training.async_runs
                     their executor of the training loop
+  easgd.training.task        Task: the one seam for a problem (model, loss, per-example
+                    evaluation, random-access data sources), load_task of an
+                    import path; easgd.training.builtin_tasks the built-in data
+                    sets and models as tasks, classifier_task of a Flax model
   easgd.training.trainer     train_and_evaluate(config, workdir): the one training loop
                     (run directory, checkpoints, evaluation, metrics, summary) for
                     every runtime, whose executor (easgd.training.executor) runs the
@@ -90,6 +94,8 @@ __all__, __getattr__, __dir__ = lazy_exports(
             "merge_workers first_copy"
         ),
         "easgd.training.config": "ConfigError TrainConfig",
+        "easgd.training.task": "Task TaskError load_task",
+        "easgd.training.builtin_tasks": "classifier_task",
         "easgd.training.models": "param_bytes",
         "easgd.training.trainer": "train_and_evaluate",
         "easgd.training.divergence": "DivergenceError StabilityWarning",

@@ -24,6 +24,19 @@ CASES = [
     ("unknown data set", ["--dataset", "cifar100"]),
     ("unknown model", ["--model", "resnet"]),
     ("unknown algorithm", ["--algorithm", "adam"]),
+    ("a task that does not import", ["--task", "nosuch.tasks:make_task"]),
+    (
+        "a task path that names no factory",
+        ["--task", "easgd.training.builtin_tasks:BUILTIN_FACTORY"],
+    ),
+    (
+        "a task argument the factory does not take",
+        ["--task", "easgd.training.builtin_tasks:builtin_task", "--task-arg", "width=3"],
+    ),
+    (
+        "a built-in data setting beside a task",
+        ["--task", "easgd.training.builtin_tasks:builtin_task", "--model", "mlp"],
+    ),
     ("learning rate not positive", ["--learning-rate", "0"]),
     ("momentum of 1", ["--optimizer", "nesterov", "--momentum", "1"]),
     ("momentum the optimizer would ignore", ["--momentum", "0.9"]),

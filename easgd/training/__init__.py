@@ -13,6 +13,8 @@ __all__, __getattr__, __dir__ = lazy_exports(
     modules=(
         "config",
         "names",
+        "task",
+        "builtin_tasks",
         "data",
         "batches",
         "models",
@@ -31,6 +33,8 @@ __all__, __getattr__, __dir__ = lazy_exports(
     ),
     names={
         "easgd.training.config": "TrainConfig ConfigError",
+        "easgd.training.task": "Task TaskError load_task",
+        "easgd.training.builtin_tasks": "classifier_task builtin_task",
         "easgd.training.data": "DATASETS DataError Dataset load_dataset",
         "easgd.training.models": (
             "MODELS ModelError make_model init_params count_params param_bytes "
