@@ -14,6 +14,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "config",
         "names",
         "task",
+        "sources",
         "builtin_tasks",
         "data",
         "batches",
