@@ -3,7 +3,9 @@
 Pure functions of host numbers (NumPy and ``scipy.stats``), no JAX:
 
   :func:`mean_interval`        mean and a Student-t interval over seeds.
-  :func:`difference_interval`  the difference of two arms' means, Welch's interval.
+  :func:`difference_interval`  the difference of two arms' means, Welch's (or the
+                               paired) interval, and the difference it resolves.
+  :func:`seeds_to_resolve`     seeds per arm for an interval to resolve a difference.
   :func:`first_reach`          the first evaluation step at or below a target error.
   :func:`best_val_index`       the evaluation with the lowest validation error.
   :func:`error_at_best_val`    the test error there (selected on validation only).
@@ -87,36 +89,90 @@ def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> di
 
 
 def difference_interval(
-    a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE
+    a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE, *, paired: bool = False
 ) -> dict:
-  """mean(a) - mean(b) with Welch's confidence interval (unequal variances).
+  """mean(a) - mean(b) with its confidence interval: Welch's, or paired.
+
+  Welch's interval (unequal variances, ``scipy.stats.ttest_ind`` with
+  ``equal_var=False``) for independent samples; with ``paired`` (``a[i]`` and
+  ``b[i]`` share seed i: the same data order and initialisation) the
+  Student-t interval of the mean of the per-seed differences ``a[i] - b[i]``
+  (``scipy.stats.ttest_rel``), narrower when the seeds' effects are shared.
 
   Returns:
-    dict(difference, low, high, n_a, n_b, p_value) (``scipy.stats.ttest_ind``
-    with ``equal_var=False``); when both samples have no spread the interval
-    is the point difference and p_value None.
+    dict(difference, low, high, n_a, n_b, p_value, paired, resolvable):
+    ``resolvable`` is the interval's half-width, ``(high - low) / 2``: the
+    smallest difference of the means this comparison resolves from 0 at the
+    measured spreads and numbers of seeds (a measured difference larger in
+    size excludes 0). When the samples (or the differences) have no spread
+    the interval is the point difference, ``resolvable`` 0 and p_value None.
 
   Raises:
-    ValueError: a sample with fewer than 2 values, or non-finite values.
+    ValueError: a sample with fewer than 2 values, non-finite values, or
+      ``paired`` samples of different lengths.
   """
   a, b = _values("a", a), _values("b", b)
   if len(a) < 2 or len(b) < 2:
     raise ValueError(f"each sample needs at least 2 values, got {len(a)} and {len(b)}")
+  if paired and len(a) != len(b):
+    raise ValueError(f"paired samples need one value per seed each, got {len(a)} and {len(b)}")
   diff = float(np.mean(a) - np.mean(b))
-  if np.ptp(a) == 0 and np.ptp(b) == 0:
-    return dict(difference=diff, low=diff, high=diff, n_a=len(a), n_b=len(b), p_value=None)
+  out = dict(difference=diff, low=diff, high=diff, n_a=len(a), n_b=len(b), p_value=None)
+  out.update(paired=bool(paired), resolvable=0.0)
+  if (np.ptp(a - b) == 0) if paired else (np.ptp(a) == 0 and np.ptp(b) == 0):
+    return out
   with warnings.catch_warnings():  # nearly equal samples: scipy warns, the values stand
     warnings.simplefilter("ignore", RuntimeWarning)
-    test = stats.ttest_ind(a, b, equal_var=False)
+    test = stats.ttest_rel(a, b) if paired else stats.ttest_ind(a, b, equal_var=False)
     ci = test.confidence_interval(confidence)
-  return dict(
-      difference=diff,
-      low=float(ci.low),
-      high=float(ci.high),
-      n_a=len(a),
-      n_b=len(b),
-      p_value=float(test.pvalue),
-  )
+  out.update(low=float(ci.low), high=float(ci.high), p_value=float(test.pvalue))
+  out["resolvable"] = (out["high"] - out["low"]) / 2
+  return out
+
+
+def seeds_to_resolve(
+    spread: float, difference: float, *, paired: bool = False, confidence: float = CONFIDENCE
+) -> int:
+  """The fewest seeds per arm whose interval resolves ``difference`` from 0.
+
+  For two arms of n seeds each with the common standard deviation ``spread``
+  (ddof 1), Welch's half-width is ``t_{2n-2} * spread * sqrt(2 / n)`` (its
+  degrees of freedom are 2n - 2 when the spreads are equal); paired, with
+  ``spread`` the standard deviation of the per-seed differences, it is
+  ``t_{n-1} * spread / sqrt(n)``. Returns the smallest n >= 2 whose half-width
+  is at most ``difference``. Example: spread 1 pp, difference 1 pp, unpaired:
+  n = 8 gives 2.1448 * 0.5 = 1.072 pp, n = 9 gives 2.1199 * 0.4714 = 0.999
+  pp, so 9.
+
+  Args:
+    spread: the seeds' standard deviation (> 0), in the units of ``difference``.
+    difference: the difference to resolve (> 0).
+    paired: the arms share seeds (``spread``: of the differences).
+    confidence: the interval's level.
+
+  Returns:
+    n, at most 10**6.
+
+  Raises:
+    ValueError: a non-positive spread or difference, or more than 10**6 seeds needed.
+  """
+  spread = checks.real("spread", spread, 0, open_low=True)
+  difference = checks.real("difference", difference, 0, open_low=True)
+  q = 0.5 + confidence / 2
+
+  def half_width(n):
+    if paired:
+      return stats.t.ppf(q, n - 1) * spread / math.sqrt(n)
+    return stats.t.ppf(q, 2 * n - 2) * spread * math.sqrt(2 / n)
+
+  n = 2
+  while half_width(n) > difference:
+    n += 1 if n < 64 else n // 8
+    if n > 10**6:
+      raise ValueError(f"resolving {difference:g} at spread {spread:g} needs more than 10**6 seeds")
+  while n > 2 and half_width(n - 1) <= difference:  # back from a coarse step
+    n -= 1
+  return n
 
 
 def verdict(interval: dict, *, holds_if: str) -> str:
