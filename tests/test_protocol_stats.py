@@ -26,7 +26,7 @@ def test_a_paired_comparison_resolves_what_the_seeds_share():
   b = 9.0 + seed_effect
   paired = protocol_stats.difference_interval(a, b, paired=True)
   welch = protocol_stats.difference_interval(a, b)
-  diffs = a - b  # 1.1, 0.9, 1.0, 1.2, 0.8: mean 1, sd sqrt(0.025)
+  # a - b: 1.1, 0.9, 1.0, 1.2, 0.8 (mean 1, sd sqrt(0.025))
   t_4 = 2.776445105
   assert paired["difference"] == pytest.approx(1.0)
   assert paired["resolvable"] == pytest.approx(t_4 * math.sqrt(0.025) / math.sqrt(5), rel=1e-9)
