@@ -169,7 +169,7 @@ def test_a_learning_rate_warm_up_rounded_to_no_steps_or_the_whole_run_is_refused
 ):
   # 22 steps per epoch: 0.01 epochs is 0 steps (the warm-up asked for would not
   # happen), 0.98 and 0.99 round to all 22 (the peak rate would never be reached)
-  monkeypatch.setattr(trainer.models, "make_model", lambda *a, **k: pytest.fail("compiled"))
+  monkeypatch.setattr(trainer, "Run", lambda *a, **k: pytest.fail("built the run"))
   with pytest.raises(
       ConfigError,
       match=f"^warmup_epochs={warmup_epochs} gives a "
@@ -228,7 +228,7 @@ def test_the_protocol_checks_each_grid_rate_and_arm_as_its_runs_derive_them():
 
 
 def test_a_run_longer_than_the_int32_step_clock_is_refused(tmp_path, monkeypatch):
-  monkeypatch.setattr(trainer.models, "make_model", lambda *a, **k: pytest.fail("compiled"))
+  monkeypatch.setattr(trainer, "Run", lambda *a, **k: pytest.fail("built the run"))
   with pytest.raises(
       ConfigError,
       match=r"num_epochs=100000000000 gives 2200000000000 "

@@ -169,9 +169,14 @@ def checked_task(config: TrainConfig, task: Task | None = None) -> tuple[Task, t
 
   Raises:
     easgd.training.task.TaskError, ConfigError, easgd.training.data.DataError:
-      as ``task_of``, :func:`with_validation` and ``check_task``.
+      as ``task_of``, :func:`with_validation`, ``TrainConfig.resolve`` (what
+      the data's size derives, checked first) and ``check_task``.
   """
   task = with_validation(builtin_tasks.task_of(config, task), config.validation_examples)
+  # the quantities derived from the data's size first (pure arithmetic)
+  config.resolve(
+      batches.steps_per_epoch(len(task.train), config.num_workers, config.per_worker_batch_size)
+  )
   eval_batch = min(config.eval_batch_size, -(-len(task.test) // config.num_workers))
   metrics = check_task(
       task,
