@@ -185,7 +185,7 @@ def make_task(
 
   Returns:
     The task (``center_state`` set: ``summary.json`` records
-    ``batch_norm: true``; ``info``: classes, input shape, parameters).
+    ``batch_norm: true``; ``info``: features, classes, input shape).
 
   Raises:
     TaskError: a bad file (:func:`load_npz`), a width or block count out of
@@ -236,7 +236,6 @@ def make_task(
       x, y = batch
       return batches.center_crop(x, crop_size), y
 
-  n_params = models.count_params(jax.eval_shape(init, jax.random.key(0)))
   return Task(
       name="resnet_cnn",
       init=init,
@@ -253,6 +252,5 @@ def make_task(
           features=list(model.features),
           num_classes=num_classes,
           input_shape=list(shape),
-          params=n_params,
       ),
   )

@@ -182,7 +182,7 @@ def make_task(
       ``(0, 1)``.
 
   Returns:
-    The task (``info``: model, vocab, context, text bytes, parameters).
+    The task (``info``: model, vocab, sizes, text bytes).
 
   Raises:
     TaskError: a missing or unreadable file, a text whose training or test
@@ -234,9 +234,6 @@ def make_task(
     hit = (jnp.argmax(logits, axis=-1) == windows[:, 1:]).astype(jnp.float32)
     return {"loss": jnp.mean(losses, axis=1), "correct": jnp.mean(hit, axis=1)}
 
-  n_params = sum(
-      int(np.prod(a.shape)) for a in jax.tree.leaves(jax.eval_shape(init, jax.random.key(0)))
-  )
   return Task(
       name="transformer_lm",
       init=init,
@@ -255,6 +252,5 @@ def make_task(
           num_heads=num_heads,
           num_layers=num_layers,
           text_bytes=int(len(tokens)),
-          params=n_params,
       ),
   )
