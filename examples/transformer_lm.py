@@ -28,7 +28,10 @@ from the package's own README and notes)::
   easgd train --task examples.transformer_lm:make_task \\
       --task-arg path=runs/data/easgd_text.txt --task-arg context=32 \\
       --workdir runs/transformer_lm --algorithm easgd --num-workers 4 \\
-      --global-batch-size 64 --num-epochs 4 --learning-rate 0.05 --tau 4
+      --global-batch-size 64 --num-epochs 8 --optimizer adam --learning-rate 0.003 --tau 4
+
+(``examples/README.md``: 2.60 nats per byte and 33% next-byte accuracy on
+the test text after 8 epochs.)
 
 ``--task-arg`` values: ``path`` (required), ``context``, ``stride``,
 ``d_model``, ``num_heads``, ``num_layers``, ``dropout``, ``test_fraction``

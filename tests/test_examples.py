@@ -52,6 +52,18 @@ def test_lm_missing_file_and_short_text_are_one_line(tmp_path, monkeypatch):
     load_task(LM, {"path": str(short), "d_model": 30})
 
 
+def test_resnet_bad_files_are_one_line(tmp_path, monkeypatch):
+  in_root(monkeypatch)
+  with pytest.raises(TaskError, match=r"path='.*nope.npz' is not a file"):
+    load_task(RESNET, {"path": str(tmp_path / "nope.npz")})
+  np.savez(tmp_path / "part.npz", x_train=np.zeros((4, 8, 8)), y_train=np.zeros(4, np.int32))
+  with pytest.raises(TaskError, match=r"has no 'x_test'"):
+    load_task(RESNET, {"path": str(tmp_path / "part.npz")})
+  npz = write_npz(tmp_path / "d.npz", 16, 8)
+  with pytest.raises(TaskError, match=r"crop_size=9 must be in \[1, 8\]"):
+    load_task(RESNET, {"path": str(npz), "crop_size": 9})
+
+
 def test_lm_windows_go_through_the_item_source_path(tmp_path, monkeypatch):
   in_root(monkeypatch)
   text = write_text(tmp_path / "t.txt", 1000)
@@ -132,17 +144,17 @@ SMALL = ("--num-workers", "2", "--global-batch-size", "32", "--num-epochs", "1")
 
 @pytest.mark.slow
 def test_lm_trains_through_easgd_train(tmp_path):
-  text = write_text(tmp_path / "t.txt", 6000)  # 333 training windows of 17 bytes
+  text = write_text(tmp_path / "t.txt", 6000)  # (5400 - 17) // 16 + 1 training windows
   work = tmp_path / "run"
   task_args = ("--task-arg", f"path={text}", "--task-arg", "context=16", "--task-arg", "d_model=32")
   adam = ("--optimizer", "adam", "--learning-rate", "0.003")
   cli("train", "--task", LM, *task_args, "--workdir", str(work), *SMALL, *adam)
   summary = json.loads((work / "summary.json").read_text())
   assert summary["task"]["factory"] == LM and summary["task"]["context"] == 16
-  assert summary["task"]["train_examples"] == 333 and summary["task"]["batch_norm"] is False
+  assert summary["task"]["train_examples"] == 337 and summary["task"]["batch_norm"] is False
   first, last = records(work / "metrics.jsonl")[0], records(work / "metrics.jsonl")[-1]
   assert 4.5 < first["test_loss"] < 8  # untrained: near ln(256) = 5.5 nats per byte
-  assert last["test_loss"] < first["test_loss"] - 1.0  # it learns the repetitive text
+  assert last["test_loss"] < first["test_loss"] - 1.0, (first, last)  # it learns the text
   assert 0 <= last["test_accuracy"] <= 1
 
 
@@ -152,6 +164,7 @@ def test_lm_through_easgd_compare(tmp_path):
   work = tmp_path / "cmp"
   cli(
       "compare", "--task", LM, "--task-arg", f"path={text}", "--task-arg", "context=16",
+      "--task-arg", "d_model=32", "--task-arg", "num_layers=1",
       "--workdir", str(work), "--algorithms", "easgd,pmean_sgd", *SMALL,
   )  # fmt: skip
   results = json.loads((work / "results.json").read_text())
