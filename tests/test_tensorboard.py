@@ -69,9 +69,7 @@ def read_scalars(run_dir):
   """{tag: [(step, float32 value)]} as TensorBoard's EventAccumulator reads ``run_dir``."""
   acc = event_accumulator.EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
   acc.Reload()
-  return {
-      t: [(e.step, np.float32(e.value)) for e in acc.Scalars(t)] for t in acc.Tags()["scalars"]
-  }
+  return {t: [(e.step, np.float32(e.value)) for e in acc.Scalars(t)] for t in acc.Tags()["scalars"]}
 
 
 def raw_events(run_dir):
@@ -190,28 +188,30 @@ def test_compare_runs_show_side_by_side_in_one_logdir(tmp_path):
 def test_the_protocols_curves_per_arm_and_seed(tmp_path):
   base = TINY.replace(
       dataset="mnist1d", num_epochs=1, global_batch_size=384, validation_examples=1000
-  )  # 18 steps
+  )  # 18 steps; the default seeds (0, 1, 2; 100, 101, 102), whose data test_protocol makes
   config = ProtocolConfig(
       "tb",
       "a test",
       base,
-      (Arm("easgd", "easgd", {}, (0.05, 0.1)), Arm("pmean/linear", "pmean_sgd", {}, (0.1,))),
-      tune_seeds=(0, 1),
-      report_seeds=(10, 11),
+      (
+          Arm("easgd", "easgd", {}, (0.05, 0.1)),
+          Arm("easgd/tau2", "easgd", dict(tau=2), lr_from="easgd"),
+      ),
       eval_every_steps=6,
   )
-  results = protocol.run_protocol(config, tmp_path, log=lambda line: None)
+  protocol.run_protocol(config, tmp_path, log=lambda line: None)
+  results = json.loads((tmp_path / "results.json").read_text())  # null: not finite or no step
   mux = event_multiplexer.EventMultiplexer().AddRunsFromDirectory(str(tmp_path / "tb"))
   mux.Reload()
-  report = [f"report/{a}/seed_{s}" for a in ("easgd", "pmean_linear") for s in (10, 11)]
-  tune = [f"tune/easgd/lr_{r}/seed_{s}" for r in ("0.05", "0.1") for s in (0, 1)]
-  tune += [f"tune/pmean_linear/lr_0.1/seed_{s}" for s in (0, 1)]
+  report = [f"report/{a}/seed_{s}" for a in ("easgd", "easgd_tau2") for s in (100, 101, 102)]
+  tune = [f"tune/easgd/lr_{r}/seed_{s}" for r in ("0.05", "0.1") for s in (0, 1, 2)]
   assert sorted(mux.Runs()) == sorted(report + tune)
-  for name, a in (("easgd", "easgd"), ("pmean_linear", "pmean/linear")):
+  assert results["arms"]["easgd/tau2"]["tuning"] is None  # lr_from: no tuning runs
+  for name, a in (("easgd", "easgd"), ("easgd_tau2", "easgd/tau2")):
     rep = results["arms"][a]["report"]
     steps = rep["eval_steps"]
     assert steps[0] == 0 and len(steps) > 2
-    for i, s in enumerate((10, 11)):
+    for i, s in enumerate((100, 101, 102)):
       got = read_scalars(tmp_path / "tb" / "report" / name / f"seed_{s}")
       want = {
           c: [(t, np.float32(v)) for t, v in zip(steps, rep[f"{c}_curve"][i]) if v is not None]
@@ -222,11 +222,13 @@ def test_the_protocols_curves_per_arm_and_seed(tmp_path):
       hp = session_hparams(tmp_path / "tb" / "report" / name / f"seed_{s}")
       assert (hp["arm"], hp["seed"], hp["phase"]) == (a, s, "report")
       assert hp["learning_rate"] == results["arms"][a]["chosen_learning_rate"]
-    for rate in results["arms"][a]["tuning"]:
-      for i, s in enumerate((0, 1)):
+    for rate in results["arms"][a]["tuning"] or ():
+      for i, s in enumerate((0, 1, 2)):
         run = tmp_path / "tb" / "tune" / name / f"lr_{rate['learning_rate']:g}" / f"seed_{s}"
         curve = rate["val_error_curve"][i]
-        assert read_scalars(run) == {"val_error": [(t, np.float32(v)) for t, v in zip(steps, curve)]}
+        assert read_scalars(run) == {
+            "val_error": [(t, np.float32(v)) for t, v in zip(steps, curve) if v is not None]
+        }
   # written again (a second protocol in the same directory): no stale event file
   stale = tmp_path / "tb" / "report" / "gone" / "seed_1"
   tensorboard.write_events(stale, [(0, {"x": 1.0})])

@@ -73,9 +73,7 @@ def scalars_of(record: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _number(value) -> bool:
-  return (
-      isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-  )
+  return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _finite(points):
