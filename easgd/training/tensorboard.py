@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from easgd._util.files import write_bytes_atomic
+from easgd._util.files import json_ready, write_bytes_atomic
 
 TB_DIR = "tb"
 """The directory of a run's (or the protocol's) event files in its workdir."""
@@ -88,11 +88,12 @@ def hparams_of(fields: Mapping[str, Any]) -> dict[str, Any]:
     fields: e.g. ``TrainConfig.to_dict()``.
 
   Returns:
-    The fields with a number, string or bool value as they are, lists,
-    tuples and dicts as JSON text; None values left out.
+    The fields with a number, string or bool value as they are (NumPy
+    scalars as Python ones), lists, tuples and dicts as JSON text; None
+    values (and non-finite numbers) left out.
   """
   out = {}
-  for name, value in fields.items():
+  for name, value in json_ready(dict(fields)).items():  # NumPy values as Python ones
     if value is None:
       continue
     if isinstance(value, (bool, int, float, str)):
