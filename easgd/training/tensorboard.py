@@ -180,8 +180,8 @@ def write_events(
   numbers = [int(m.group(1)) for m in map(_FILE.match, (p.name for p in old)) if m]
   path = directory / f"events.out.tfevents.{max(numbers, default=0) + 1:010d}.easgd"
   write_bytes_atomic(path, event_file_bytes(points, hparams))
-  for p in old:
-    if p.name != path.name and not p.name.startswith("."):
+  for p in old:  # (and a temporary file a killed write left: one writer per workdir)
+    if p.name != path.name:
       p.unlink(missing_ok=True)
   return path
 
