@@ -162,6 +162,7 @@ def test_two_processes_equal_one_process_with_four_devices(tmp_path, algorithm):
       "config.json",
       "metrics.jsonl",
       "summary.json",
+      "tb",
   ]
   got, want = (checkpoint.Checkpointer(d).restore() for d in (multi, tmp_path / "single"))
   assert int(got["step"]) == int(want["step"]) == STEPS

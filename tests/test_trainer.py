@@ -155,6 +155,7 @@ def test_overwrite_keeps_the_earlier_run_until_the_new_one_completes(tmp_path):
   aside = tmp_path / rundir.PREVIOUS_RUN_DIR
   assert (aside / "summary.json").read_text() == before  # recoverable
   assert (aside / "checkpoints").is_dir()
+  assert (aside / "tb").is_dir() and list((aside / "tb").iterdir())  # its events too
   trainer.train_and_evaluate(TINY.replace(num_epochs=1), tmp_path, overwrite=True)
   assert not aside.exists()  # dropped once it stands
   assert (tmp_path / "summary.json").read_text() != "{}"

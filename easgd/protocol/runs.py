@@ -77,7 +77,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from easgd.training import models, runlock
+from easgd.training import models, runlock, tensorboard
 from easgd.protocol import stats as protocol_stats
 from easgd.methods import registry
 from easgd._util.files import json_text, write_text_atomic
@@ -154,7 +154,9 @@ def run_protocol(config: ProtocolConfig, workdir=None, *, log: Callable = print)
   Args:
     config: the protocol (validated here, before anything is loaded).
     workdir: if given, ``results.json`` is written there (created if
-      missing); its lock is held for the whole run (``easgd.training.runlock``).
+      missing), and the curves as TensorBoard events in ``tb/``
+      (``easgd.training.tensorboard.write_protocol_events``); its lock is
+      held for the whole run (``easgd.training.runlock``).
     log: called with one line per program (progress).
 
   Returns:
@@ -412,6 +414,7 @@ def _finish(config, arms, programs, step_s, param_bytes, num_params, seconds, wo
     path = Path(workdir)
     path.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path / RESULTS_JSON, results_json(results))
+    tensorboard.write_protocol_events(path, results)  # tb/: the curves per arm and seed
   return results
 
 

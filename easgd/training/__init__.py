@@ -22,6 +22,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "optimizers",
         "checkpoint",
         "rundir",
+        "tensorboard",
         "runlock",
         "executor",
         "spmd",

@@ -348,6 +348,7 @@ class AsyncExecutor:
         all_reduces=mean,
         bytes_communicated=mean * self.run.param_bytes,
         exchanges=int(per.sum()),
+        exchanges_per_worker=per.tolist(),
         worker_local_steps=[int(c) for c in clocks],
         faults=sum(r.get("event") == "fault" for r in log),
         wall_time_s=round(seconds, 3),

@@ -33,6 +33,9 @@ A run directory (``workdir``) holds, each file replaced atomically
                       ``easgd.runtimes.shared``), so that an independent
                       reference can replay the run;
   ``checkpoints/``    the layout-free Orbax checkpoints (``easgd.training.checkpoint``);
+  ``tb/``             the records of ``metrics.jsonl`` as TensorBoard events and
+                      the config as hyperparameters, rewritten with it
+                      (``easgd.training.tensorboard``);
   ``previous_run/``   with overwrite only: the earlier run, kept until the new
                       one has written its summary (:func:`set_aside_previous_run`);
   ``.easgd.lock``, ``.easgd.lock.json``  while a command runs in it: its lock
@@ -51,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from easgd._util import checks
-from easgd.training import checkpoint
+from easgd.training import checkpoint, tensorboard
 from easgd.parallel import distributed
 from easgd.training.config import ConfigError, TrainConfig
 from easgd._util.files import json_text, write_text_atomic
@@ -251,8 +254,9 @@ def set_aside_previous_run(workdir: Path, ckpt: checkpoint.Checkpointer) -> None
   ckpt.close()
   if not old and not has_checkpoints:
     return
-  if (workdir / checkpoint.CHECKPOINT_DIR).exists():
-    old.append(workdir / checkpoint.CHECKPOINT_DIR)
+  for d in (checkpoint.CHECKPOINT_DIR, tensorboard.TB_DIR):
+    if (workdir / d).exists():
+      old.append(workdir / d)
   move_aside(workdir, old, finished=workdir / SUMMARY_FILE)
 
 

@@ -6,8 +6,8 @@ counted in epochs) and the algorithm from a
 :class:`~easgd.training.config.TrainConfig`, and compiles one mapped step and
 one mapped evaluation. The evaluation takes the CENTER on every test example
 exactly once (the task's per-example metrics, summed), and records the mean worker
-training loss, the mean distance of the workers to the center and the
-communication so far; every runtime evaluates with it.
+training loss, the distance of each worker to the center (and its mean) and
+the communication so far; every runtime evaluates with it.
 
 :class:`SpmdExecutor` is the runtime "spmd" of the one training loop
 (``easgd.training.trainer.train_and_evaluate``, the contract in
@@ -416,6 +416,7 @@ class Run:
             )
         ),
         worker_center_distance=float(np.mean(dist)),
+        worker_center_distances=[float(d) for d in np.reshape(dist, -1)],  # [p], per worker
         all_reduces=comm.all_reduces,
         bytes_communicated=comm.bytes,
         # the local step size of the next step (lr_scaling resolved) and how

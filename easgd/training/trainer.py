@@ -4,7 +4,8 @@ One driver owns what a run writes and checks: the workdir lock
 (``easgd.training.runlock``), the workdir checks and resume
 (``easgd.training.rundir``), the checkpoint at every boundary (an epoch end,
 every ``checkpoint_every_steps`` steps, a planned stop), the evaluation of the
-center (``easgd.training.spmd.Run.evaluate``), ``metrics.jsonl``, the exchange
+center (``easgd.training.spmd.Run.evaluate``), ``metrics.jsonl`` and its
+TensorBoard events (``tb/``, ``easgd.training.tensorboard``), the exchange
 log, ``summary.json`` and the divergence checks (``easgd.training.divergence``).
 How the steps are executed is the runtime's, an ``easgd.training.executor.Executor``:
 ``easgd.training.spmd.SpmdExecutor`` (runtime "spmd") or
@@ -30,7 +31,7 @@ from easgd._util import checks
 from easgd._util.progress import progress_bar
 from easgd.methods import registry
 from easgd.parallel import distributed
-from easgd.training import async_runs, builtin_tasks, models, rundir, runlock, spmd
+from easgd.training import async_runs, builtin_tasks, models, rundir, runlock, spmd, tensorboard
 from easgd.training.config import ConfigError, TrainConfig, as_train_config
 from easgd.training.divergence import (
     DivergenceError,
@@ -306,13 +307,19 @@ def _begin(
     history = rundir.resumed_history(run.config, workdir, run.steps_per_epoch, step)
     snapshot = executor.restore(restored)
     if primary:
-      rundir.write_metrics(workdir, history)
+      _write_records(run, workdir, history)
       executor.write_exchange_log(workdir / rundir.EXCHANGES_FILE, snapshot)
     return step, history
   history = [_evaluate(run, executor, executor.initial_state(), 0)]
   if primary:
-    rundir.write_metrics(workdir, history)
+    _write_records(run, workdir, history)
   return 0, history
+
+
+def _write_records(run: Run, workdir, history: list[dict]) -> None:
+  """``metrics.jsonl``, then its view for TensorBoard (``workdir/tb``), of ``history``."""
+  rundir.write_metrics(workdir, history)
+  tensorboard.write_run_events(workdir, run.config.to_dict(), history)
 
 
 def _check_finite(run: Run, snapshot: Snapshot) -> None:
@@ -343,7 +350,7 @@ def _write_boundary(
     record = _evaluate(run, executor, snapshot, epoch)
     history.append(record)
     if primary:
-      rundir.write_metrics(workdir, history)
+      _write_records(run, workdir, history)
     if "test_accuracy" in record:
       progress.set_postfix(test_acc=f"{record['test_accuracy']:.4f}", refresh=False)
     else:
