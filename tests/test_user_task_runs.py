@@ -185,6 +185,16 @@ def test_a_task_built_in_code_with_runtime_ray_is_refused_before_anything_is_wri
   assert not (tmp_path / "t").exists() and not (tmp_path / "c").exists()
 
 
+def test_train_prints_the_summary_of_a_loss_only_task(in_task_dir, capsys):
+  argv = ["train", "--workdir", str(in_task_dir / "t"), "--task", "usertask:make"]
+  argv += ["--task-arg", "correct=false", "--num-workers", "2", "--global-batch-size", "32"]
+  assert cli.main(argv + ["--num-epochs", "1", "--no-progress"]) == 0
+  printed = json.loads(capsys.readouterr().out)
+  assert printed["test_accuracy"] is None and printed["final_step"] == 8
+  summary = json.loads((in_task_dir / "t" / "summary.json").read_text())
+  assert printed["test_loss"] == summary["final"]["test_loss"]
+
+
 # -- sweep ------------------------------------------------------------------------------
 
 SWEEP = ["--no-plots", "--tau", "1,2", "--alpha", "0.1,0.4", "--num-workers", "2"]
@@ -194,7 +204,7 @@ SWEEP += ["--hessian-iterations", "20"]
 
 def test_sweep_of_a_user_task_records_it(in_task_dir):
   work = in_task_dir / "sw"
-  argv = ["sweep", "--workdir", str(work), *SWEEP, "--task", "usertask:make"]
+  argv = ["sweep", "--workdir", str(work), *SWEEP[1:], "--task", "usertask:make"]  # plots
   assert cli.main(argv + ["--task-arg", "items=true", "--task-arg", "correct=false"]) == 0
   config = json.loads((work / "sweep_config.json").read_text())
   assert config["task"] == "usertask:make"
@@ -208,6 +218,7 @@ def test_sweep_of_a_user_task_records_it(in_task_dir):
   for r in result["records"]:
     assert r["test_accuracy"] is None and np.isfinite(r["center_loss"])
   assert result["info"]["hessian_init"]["examples"] == 256
+  assert (work / "center_loss.png").is_file() and not (work / "test_accuracy.png").exists()
 
 
 def test_a_classifier_given_as_a_task_sweeps_exactly_as_the_builtin_problem():
