@@ -170,8 +170,9 @@ class SweepConfig:
   def validate(self) -> "SweepConfig":
     """Checks every field, without loading data or compiling anything.
 
-    The data-dependent checks (the data set loads, the model takes its
-    inputs, batch and Hessian sizes fit it, the network's memory) are
+    The data-dependent checks (the data set loads and the model takes its
+    inputs, or the task builds and fits; batch and Hessian sizes fit the
+    data, the network's memory) are
     ``easgd.sweeps.network.check_network``'s, which :func:`run_sweep` runs
     before any part of the sweep.
 
