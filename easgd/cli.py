@@ -424,7 +424,7 @@ def _run(args) -> int:
                 algorithm=summary["algorithm"],
                 layout=summary["layout"],
                 final_step=final["step"],
-                test_accuracy=final["test_accuracy"],
+                test_accuracy=final.get("test_accuracy"),  # None: a task without "correct"
                 test_loss=final["test_loss"],
                 communication=summary["communication"],
                 wall_time_s=summary["wall_time_s"],

@@ -7,8 +7,11 @@ and the problem; :func:`run_sweep` runs it, on the quadratic
 num_workers (``easgd.sweeps.engine``), and writes ``sweep.csv``, ``sweep.json``
 and one heatmap PNG per metric (tau on the x axis, alpha on the y axis) with
 the theory's stability boundary (radius = 1) drawn over it
-(``easgd.sweeps.report``). Every check (the config, the data set, the model,
-sizes, memory, the workdir) comes before any part runs, and a sweep's files
+(``easgd.sweeps.report``). The network problem is the built-in data set and
+model, or a task (``--task package.module:factory``, ``--task-arg key=value``;
+recorded in ``sweep_config.json`` and in ``sweep.json``'s ``info["task"]``).
+Every check (the config, the data set, the model or the task, sizes, memory,
+the workdir) comes before any part runs, and a sweep's files
 replace an earlier sweep's only once every part has finished
 (:func:`run_sweep`).
 
@@ -35,6 +38,7 @@ from easgd.training import data, rundir, runlock
 from easgd.sweeps import quadratic, network as sweep_network, report as sweep_report
 from easgd._util.files import json_text, write_text_atomic
 from easgd.training.config import ConfigError
+from easgd.training.task import TaskError, parse_task_args
 from easgd._util.flags import option
 from easgd.sweeps.engine import SweepError, check_factor, check_int, check_real
 from easgd.sweeps.grid import SweepGrid, SweepResult, check_num_steps
@@ -46,6 +50,8 @@ QUADRATIC_FIELDS = ("curvature", "quadratic_spread", "quadratic_sigma")
 """The :class:`SweepConfig` fields only the quadratic reads."""
 NETWORK_FIELDS = (
     "per_worker_batch_size",
+    "task",
+    "task_args",
     "dataset",
     "model",
     "hessian_iterations",
@@ -89,6 +95,18 @@ class SweepConfig:
   num_workers: tuple[int, ...] = option((4,), "p values (one compiled program each)")
   num_steps: int = option(300, "local steps per worker")
   per_worker_batch_size: int = option(32, "examples per worker per step (network)")
+  task: str | None = option(
+      None,
+      "the network problem as an importable task factory 'package.module:function' "
+      "returning an easgd.Task without BatchNorm (the working directory is searched "
+      "first); none: the built-in dataset and model, which keep their defaults beside "
+      "a task (network)",
+  )
+  task_args: tuple[str, ...] = option(
+      (),
+      "the task factory's keyword arguments as 'key=value' texts (JSON if it parses, "
+      "else a string); on the command line --task-arg key=value, repeated (network)",
+  )
   dataset: str = option("mnist1d", "data set name (network)")
   model: str = option("mlp", "mlp or cnn (network)")
   curvature: float = option(1.0, "h of the quadratic")
@@ -152,8 +170,9 @@ class SweepConfig:
   def validate(self) -> "SweepConfig":
     """Checks every field, without loading data or compiling anything.
 
-    The data-dependent checks (the data set loads, the model takes its
-    inputs, batch and Hessian sizes fit it, the network's memory) are
+    The data-dependent checks (the data set loads and the model takes its
+    inputs, or the task builds and fits; batch and Hessian sizes fit the
+    data, the network's memory) are
     ``easgd.sweeps.network.check_network``'s, which :func:`run_sweep` runs
     before any part of the sweep.
 
@@ -169,6 +188,8 @@ class SweepConfig:
         problem does not read (:meth:`unread_fields`); the message names
         the field, its value and what is allowed. easgd.training.data.DataError,
         easgd.training.models.ModelError: unknown data set or model.
+        easgd.training.task.TaskError: malformed task_args, or task_args
+        without a task (the task itself is built by ``check_network``).
     """
     checks.choice("problem", self.problem, PROBLEMS, error=SweepError)
     g = self.grid.validate()
@@ -202,15 +223,45 @@ class SweepConfig:
         model=sweep_network.check_model_name(self.model),
         seed=check_int("seed", self.seed, 0, 2**32 - 1),
         data_dir=data_dir,
+        task=self.task,
+        task_args=_task_args(self.task, self.task_args),
     )
     config = dataclasses.replace(self, **plain)
     unread = config.unread_fields()
     if unread:
       name, value = next(iter(unread.items()))
       raise SweepError(_unread_message(config, name, value))
+    if config.task is not None:
+      sweep_network.refuse_builtin_args(
+          config.task, dataset=config.dataset, model=config.model, data_dir=config.data_dir
+      )
     if "quadratic" in config.problems:
       quadratic.check_quadratic(g, config.num_steps)
     return config
+
+
+def _task_args(task, task_args) -> tuple[str, ...]:
+  """``task_args`` as a tuple of ``"key=value"`` texts, checked (``parse_task_args``).
+
+  Raises:
+    SweepError: task not None or a string, task_args not a tuple or list of strings.
+    easgd.training.task.TaskError: a malformed entry, a key given twice, or
+      arguments without a task.
+  """
+  if task is not None and not isinstance(task, str):
+    raise SweepError(f"task must be 'package.module:function' or None, got {task!r}")
+  if isinstance(task_args, str) or not isinstance(task_args, (tuple, list)):
+    raise SweepError(f"task_args must be a tuple of 'key=value' texts, got {task_args!r}")
+  texts = tuple(task_args)
+  if any(not isinstance(t, str) for t in texts):
+    raise SweepError(f"task_args must be a tuple of 'key=value' texts, got {task_args!r}")
+  parse_task_args(texts)
+  if texts and task is None:
+    raise TaskError(
+        f"task_args={texts!r} have no effect without a task; give task "
+        "'package.module:function' (--task) or drop them"
+    )
+  return texts
 
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(SweepConfig)}
@@ -259,8 +310,9 @@ def run_sweep(
   a Hessian estimate).
 
   Every check comes first, before any part runs: the config
-  (:meth:`SweepConfig.validate`), the network's data set, model, sizes and
-  memory (``easgd.sweeps.network.check_network``), then the workdir
+  (:meth:`SweepConfig.validate`), the network's data set and model or its
+  task (built here, once), sizes and memory
+  (``easgd.sweeps.network.check_network``), then the workdir
   (``easgd.training.rundir.ensure_writable_dir``; no earlier sweep unless
   ``overwrite``), whose lock is held from then on (``easgd.training.runlock``: one
   command per workdir). The sweep then writes into ``workdir/.sweep-new``, and only
@@ -276,7 +328,9 @@ def run_sweep(
   Raises:
     SweepError, easgd.training.data.DataError, easgd.training.models.ModelError: invalid
       config, or one the data set or model cannot run (before anything is
-      compiled). easgd.training.config.ConfigError: workdir is blank, a file, cannot
+      compiled). easgd.training.task.TaskError: a task that does not import,
+      build or fit the sweep (before anything is compiled).
+      easgd.training.config.ConfigError: workdir is blank, a file, cannot
       be written, or holds a sweep and not ``overwrite``.
       easgd.training.runlock.WorkdirInUseError: another command holds ``workdir``.
   """
@@ -293,6 +347,8 @@ def run_sweep(
         data_dir=config.data_dir,
         hessian_iterations=config.hessian_iterations,
         hessian_examples=config.hessian_examples,
+        task=config.task,
+        task_args=config.task_args,
     )
   workdir = rundir.workdir_path(workdir)
   # the lock creates workdir, and removes it again if the sweep fails in it
@@ -341,7 +397,7 @@ def _run_parts(config: SweepConfig, setup, out: Path, plots: bool) -> dict[str, 
           config.grid,
           config.num_steps,
           dataset=config.dataset,
-          model=setup.model,
+          model="mlp" if setup.user_task else setup.model,  # a task: the default
           per_worker_batch_size=config.per_worker_batch_size,
           seed=config.seed,
           divergence_factor=config.divergence_factor,
@@ -350,8 +406,10 @@ def _run_parts(config: SweepConfig, setup, out: Path, plots: bool) -> dict[str, 
           hessian_tol=config.hessian_tol,
           hessian_examples=setup.hessian_examples,
           hessian_at_trained=config.hessian_at_trained,
+          task=setup.task if setup.user_task else None,  # built once, by check_network
       )
-      res.info["model"] = setup.model_name
+      if not setup.user_task:
+        res.info["model"] = setup.model_name
     res.info["total_wall_s"] = round(time.perf_counter() - start, 3)
     res.info["platform"] = jax.devices()[0].platform
     res.info["jax_version"] = jax.__version__
@@ -434,8 +492,20 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
       "--overwrite", action="store_true", help="replace an earlier sweep in --workdir"
   )
   parser.add_argument("--no-plots", action="store_true", help="CSV and JSON only")
-  flags.add_flags(
-      parser, SweepConfig, title="sweep (SweepConfig fields; lists: 1,2,4; 'none' for no value)"
+  group = flags.add_flags(
+      parser,
+      SweepConfig,
+      title="sweep (SweepConfig fields; lists: 1,2,4; 'none' for no value)",
+      exclude=("task_args",),
+  )
+  group.add_argument(
+      "--task-arg",
+      dest="task_args",
+      action="append",
+      metavar="KEY=VALUE",
+      default=argparse.SUPPRESS,
+      help="a keyword argument of the --task factory (repeat for more; VALUE is JSON "
+      "if it parses, else text).",
   )
 
 
@@ -445,7 +515,10 @@ def main_sweep(args: argparse.Namespace) -> int:
   Raises:
     As :func:`run_sweep` (the command line prints them as one line, exit 2).
   """
-  config = SweepConfig(**flags.overrides(args, SweepConfig))
+  overrides = flags.overrides(args, SweepConfig)
+  if "task_args" in overrides:  # --task-arg, repeated
+    overrides["task_args"] = tuple(overrides["task_args"])
+  config = SweepConfig(**overrides)
   results = run_sweep(config, args.workdir, overwrite=args.overwrite, plots=not args.no_plots)
   for res in results.values():
     print(sweep_report.summarize(res))

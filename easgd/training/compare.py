@@ -1,9 +1,10 @@
 """``compare``: several algorithms on the same data budget, one plot and one table.
 
-Every algorithm runs the same config (data set, model, global batch, epochs,
-learning-rate schedule, seed: the same initial parameters and data order) in
-its own sub-directory of ``workdir``; then ``comparison.png`` and
-``results.md`` / ``results.json`` (the table) are written beside them.
+Every algorithm runs the same config and task (data and model: the built-in
+data set and model, ``--task`` or a ``easgd.training.task.Task``; global
+batch, epochs, learning-rate schedule, seed: the same initial parameters and
+data order) in its own sub-directory of ``workdir``; then ``comparison.png``
+and ``results.md`` / ``results.json`` (the table) are written beside them.
 
 A shared setting applies to the algorithms that read it (the algorithm table,
 ``easgd.methods.registry``); for the others it is reset to its default
@@ -13,7 +14,8 @@ setting that differs between the rows (optimizer, learning rate, momentum,
 delta, tau, beta, ...; "-" where the algorithm does not read it). A setting
 that no algorithm of the list reads is refused.
 
-``comparison.png`` has three panels: center test error against epochs,
+``comparison.png`` has three panels: center test error (a task without a
+``"correct"`` metric: center test loss; the table likewise) against epochs,
 against the megabytes each worker communicated (``Algorithm.communication``:
 the reduced buffers, what a ring all-reduce puts on the wire is 2 (p - 1) / p
 times this), and against simulated time in ticks (``easgd.methods.registry.
@@ -27,14 +29,15 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from easgd.training import batches, data
+from easgd.training import batches, builtin_tasks
 from easgd._util import checks
 from easgd.methods import registry
 from easgd.training.config import ConfigError, TrainConfig, as_train_config
 from easgd._util.files import json_text, write_text_atomic
 from easgd.training.rundir import check_workdir, drop_previous_run, move_aside, workdir_path
 from easgd.training.runlock import LOCK_FILES, hold_workdir
-from easgd.training.trainer import train_and_evaluate
+from easgd.training.task import Task
+from easgd.training.trainer import run_task, train_and_evaluate
 
 RESULTS_MD = "results.md"
 RESULTS_JSON = "results.json"
@@ -82,6 +85,12 @@ def _settings(config: TrainConfig) -> dict[str, Any]:
 
 
 def _row(summary: dict[str, Any], config: TrainConfig) -> dict[str, Any]:
+  """A table row of a run's summary (``summary["history"]``: its records).
+
+  ``test_accuracy`` and ``best_test_accuracy`` are None for a task whose
+  ``evaluate`` has no ``"correct"``; ``best_test_loss`` is the lowest center
+  test loss of the evaluated epochs.
+  """
   final, comm = summary["final"], summary["communication"]
   return dict(
       algorithm=summary["algorithm"]["name"],
@@ -89,9 +98,10 @@ def _row(summary: dict[str, Any], config: TrainConfig) -> dict[str, Any]:
       settings=_settings(config),
       epochs=final["epoch"],
       steps=final["step"],
-      test_accuracy=final["test_accuracy"],
+      test_accuracy=final.get("test_accuracy"),
       best_test_accuracy=summary["best_test_accuracy"],
       test_loss=final["test_loss"],
+      best_test_loss=min(r["test_loss"] for r in summary["history"]),
       center_lag_steps=summary.get("center_lag_steps"),
       all_reduces_per_worker=comm["all_reduces"],
       mb_per_worker=comm["bytes"] / 1e6,
@@ -137,16 +147,22 @@ def results_table(rows: Sequence[dict[str, Any]], notes: Sequence[str] = ()) -> 
 
   Args:
     rows: one dict per algorithm, as :func:`_row` makes from a run summary
-      (algorithm, num_workers, settings, epochs, test_accuracy (fraction),
-      best_test_accuracy, all_reduces_per_worker, mb_per_worker, wall_time_s).
+      (algorithm, num_workers, settings, epochs, test_accuracy (fraction, None
+      for a task without a ``"correct"`` metric), best_test_accuracy,
+      test_loss, best_test_loss, all_reduces_per_worker, mb_per_worker,
+      wall_time_s).
     notes: lines printed under the table (e.g. settings an algorithm did not
       read).
 
   Returns:
-    The table as Markdown text, one line per row, accuracies in percent; one
-    column per setting that differs between the rows ("-": not read).
+    The table as Markdown text, one line per row: the center's final and best
+    test accuracy in percent, or, when a row has no accuracy (a task whose
+    ``evaluate`` gives only losses), its final and lowest test loss (nats per
+    example, as the task's ``"loss"``); one column per setting that differs
+    between the rows ("-": not read).
   """
   diff = differing_settings(rows)
+  accuracy = all(r["test_accuracy"] is not None for r in rows)
   fmt = (
       lambda v: "-"
       if v is None
@@ -163,7 +179,7 @@ def results_table(rows: Sequence[dict[str, Any]], notes: Sequence[str] = ()) -> 
       + diff
       + [
           "epochs",
-          "center test acc. (final)",
+          "center test acc. (final)" if accuracy else "center test loss (final)",
           "best",
           "all-reduces / worker",
           "MB / worker",
@@ -177,8 +193,11 @@ def results_table(rows: Sequence[dict[str, Any]], notes: Sequence[str] = ()) -> 
         + [fmt(r["settings"].get(name)) for name in diff]
         + [
             str(r["epochs"]),
-            f"{100 * r['test_accuracy']:.2f}%",
-            f"{100 * r['best_test_accuracy']:.2f}%",
+            *(
+                (f"{100 * r['test_accuracy']:.2f}%", f"{100 * r['best_test_accuracy']:.2f}%")
+                if accuracy
+                else (f"{r['test_loss']:.4g}", f"{r['best_test_loss']:.4g}")
+            ),
             str(r["all_reduces_per_worker"]),
             f"{r['mb_per_worker']:.1f}",
             f"{r['wall_time_s']:.0f}",
@@ -223,25 +242,35 @@ def plan(config: TrainConfig, algorithms: Sequence[str]) -> tuple[list[TrainConf
   return configs, notes
 
 
-def resolve_runs(configs: Sequence[TrainConfig]) -> None:
-  """What each run derives from the data's size, checked for every run before
-  the first one starts (``TrainConfig.resolve``, as ``easgd.training.spmd.Run`` does).
+def resolve_runs(configs: Sequence[TrainConfig], task: Task | None = None) -> Task:
+  """Every run's task and what each run derives from its data's size, checked
+  for every run before the first one starts.
+
+  Each config's task is checked as ``train_and_evaluate`` checks it
+  (``easgd.training.trainer.run_task``: it builds, its data and functions fit
+  the run, runtime "ray" has an import path), then ``TrainConfig.resolve``
+  with the steps per epoch of its training data (validation held out), as
+  ``easgd.training.spmd.Run`` does.
 
   Args:
-    configs: validated configs (:func:`plan`).
+    configs: validated configs (:func:`plan`), sharing one task.
+    task: the task, or None for the one the configs name (``config.task``,
+      or the built-in ``dataset`` and ``model``), built once here.
+
+  Returns:
+    The task, for every run of the comparison.
 
   Raises:
     ConfigError: a derived value one of the runs refuses (tau or K against the
-      run's length, a center no exchange moves, the schedule in steps);
-    easgd.training.data.DataError: data too few for one step.
+      run's length, a center no exchange moves, the schedule in steps), a
+      task built in code with runtime "ray";
+    easgd.training.task.TaskError, easgd.training.data.DataError: a task that
+      does not build or does not fit a run (data too few for one step).
   """
-  train_sizes = {}  # the data set and split of each config, loaded once
   for c in configs:
-    key = (c.dataset, c.data_dir, c.seed, c.validation_examples)
-    if key not in train_sizes:
-      full = data.load_dataset(c.dataset, data_dir=c.data_dir, seed=c.seed)
-      train_sizes[key] = len(data.with_validation_split(full, c.validation_examples)[0].train_y)
-    c.resolve(batches.steps_per_epoch(train_sizes[key], c.num_workers, c.per_worker_batch_size))
+    _, task, view = run_task(c, task)
+    c.resolve(batches.steps_per_epoch(len(view.train), c.num_workers, c.per_worker_batch_size))
+  return task
 
 
 def compare(
@@ -250,6 +279,7 @@ def compare(
     algorithms: Sequence[str] = DEFAULT_ALGORITHMS,
     *,
     overwrite: bool = False,
+    task: Task | None = None,
 ) -> list[dict[str, Any]]:
   """Runs ``algorithms`` on ``config``'s data budget; writes plot and table.
 
@@ -261,6 +291,11 @@ def compare(
     overwrite: replace an earlier comparison in ``workdir``: it is moved to
       ``workdir/previous_run`` (table, plot and runs together) and deleted only
       once the new comparison is complete, so one that fails leaves it whole.
+    task: the problem of every run (``easgd.training.task.Task``), built once
+      and passed to each ``train_and_evaluate``; None: the one ``config``
+      names (``config.task``, an import path, or the built-in ``dataset`` and
+      ``model``). A task without a ``"correct"`` metric is compared by its
+      center test loss (table and plot).
 
   Returns:
     One table row (dict) per algorithm, also in ``results.json`` (with the
@@ -273,6 +308,8 @@ def compare(
       (without ``overwrite``), or a value derived from the data's size that
       one run refuses (:func:`resolve_runs`); checked for every algorithm
       before the first one starts.
+    easgd.training.task.TaskError: a task that does not build or fit the runs
+      (:func:`resolve_runs`), before the first one starts.
     easgd.training.runlock.WorkdirInUseError: another command holds ``workdir`` or one
       of its runs' directories.
   """
@@ -292,12 +329,12 @@ def compare(
     raise ConfigError(f"algorithms has repeats: {algorithms}")
   workdir = workdir_path(workdir)
   configs, notes = plan(config, algorithms)
-  resolve_runs(configs)
+  task = resolve_runs(configs, task)
   with hold_workdir(workdir, "compare"):  # its own directory; each run locks its own
-    return _compare(config, workdir, algorithms, configs, notes, overwrite)
+    return _compare(config, workdir, algorithms, configs, notes, overwrite, task)
 
 
-def _compare(config, workdir, algorithms, configs, notes, overwrite) -> list[dict[str, Any]]:
+def _compare(config, workdir, algorithms, configs, notes, overwrite, task) -> list[dict[str, Any]]:
   """:func:`compare` in ``workdir``, whose lock the caller holds."""
   for a in algorithms:
     check_workdir(workdir / a, overwrite, resumable=False)  # compare cannot resume
@@ -307,7 +344,7 @@ def _compare(config, workdir, algorithms, configs, notes, overwrite) -> list[dic
         "directory or pass overwrite (--overwrite)"
     )
   _set_aside_comparison(workdir)
-  summaries = [train_and_evaluate(c, workdir / c.algorithm) for c in configs]
+  summaries = [train_and_evaluate(c, workdir / c.algorithm, task=task) for c in configs]
   rows = [_row(s, c) for s, c in zip(summaries, configs)]
   from easgd.training.plotting import plot_comparison
   # simulated time: with the shared worker speeds, a synchronous method waits
@@ -324,7 +361,7 @@ def _compare(config, workdir, algorithms, configs, notes, overwrite) -> list[dic
       ]
       for c, s in zip(configs, summaries)
   }
-  plot_comparison(histories, workdir / PLOT_FILE, title=_title(config))
+  plot_comparison(histories, workdir / PLOT_FILE, title=_title(config, task))
   write_text_atomic(workdir / RESULTS_MD, results_table(rows, notes))
   write_text_atomic(
       workdir / RESULTS_JSON,  # last: it marks the comparison complete
@@ -358,8 +395,10 @@ def _set_aside_comparison(workdir: Path) -> None:
   move_aside(workdir, old, finished=workdir / RESULTS_JSON)
 
 
-def _title(config: TrainConfig) -> str:
+def _title(config: TrainConfig, task: Task) -> str:
+  builtin = task.factory == builtin_tasks.BUILTIN_FACTORY
+  name = f"{config.dataset} / {config.model}" if builtin else task.name
   return (
-      f"{config.dataset} / {config.model}, p={config.num_workers}, "
+      f"{name}, p={config.num_workers}, "
       f"global batch {config.global_batch_size}, lr {config.learning_rate:g}"
   )

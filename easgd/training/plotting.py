@@ -11,7 +11,10 @@ def comparison_figure(histories: Mapping[str, Sequence[Mapping[str, Any]]], titl
 
   The error axes are logarithmic and span every error of every history, from
   the start (epoch 0, near chance) to the lowest, so neither the first epochs
-  nor the differences between the final errors are cut off.
+  nor the differences between the final errors are cut off. Histories whose
+  records lack ``test_error`` (a task without a ``"correct"`` metric) show the
+  center test loss instead, on the same kind of axes (linear if a loss is not
+  positive).
 
   Args:
     histories, title: as :func:`plot_comparison`.
@@ -28,24 +31,31 @@ def comparison_figure(histories: Mapping[str, Sequence[Mapping[str, Any]]], titl
   from matplotlib.ticker import FuncFormatter
 
   timed = bool(histories) and all("simulated_time" in r for h in histories.values() for r in h)
+  records = [r for h in histories.values() for r in h]
+  if all("test_error" in r for r in records):
+    key, scale, cap, ylabel = "test_error", 100.0, 100.0, "center test error (%)"
+  else:
+    key, scale, cap, ylabel = "test_loss", 1.0, float("inf"), "center test loss"
   fig, axes = plt.subplots(
       1, 3 if timed else 2, figsize=(15 if timed else 10, 4), constrained_layout=True
   )
   ax_e, ax_b = axes[0], axes[1]
   for name, hist in histories.items():
     epochs = [r["epoch"] for r in hist]
-    err = [100 * r["test_error"] for r in hist]
+    err = [scale * r[key] for r in hist]
     mb = [r["bytes_communicated"] / 1e6 for r in hist]
     ax_e.plot(epochs, err, marker=".", label=name)
     ax_b.plot(mb, err, marker=".", label=name)
     if timed:
       axes[2].plot([r["simulated_time"] for r in hist], err, marker=".", label=name)
-  ax_e.set(xlabel="epoch", ylabel="center test error (%)")
-  ax_b.set(xlabel="MB communicated per worker", ylabel="center test error (%)")
+  ax_e.set(xlabel="epoch", ylabel=ylabel)
+  ax_b.set(xlabel="MB communicated per worker", ylabel=ylabel)
   if timed:
-    axes[2].set(xlabel="simulated time (ticks)", ylabel="center test error (%)")
-  errors = [100 * r["test_error"] for h in histories.values() for r in h]
+    axes[2].set(xlabel="simulated time (ticks)", ylabel=ylabel)
+  errors = [scale * r[key] for r in records]
   positive = [e for e in errors if e > 0]
+  if key == "test_loss" and len(positive) < len(errors):
+    positive = []  # a loss at or below 0 (e.g. a log-likelihood): linear axes
   percent = FuncFormatter(lambda v, _: f"{v:g}")
   some = FuncFormatter(lambda v, _: f"{v:g}" if f"{v:g}"[0] in "235" else "")  # minor ticks
   for ax in axes:
@@ -53,7 +63,7 @@ def comparison_figure(histories: Mapping[str, Sequence[Mapping[str, Any]]], titl
     ax.legend()
     if positive:  # log scale: every error from the start's to the lowest (0: at the floor)
       ax.set_yscale("log")
-      ax.set_ylim(0.8 * min(positive), min(100.0, 1.25 * max(positive)))
+      ax.set_ylim(0.8 * min(positive), min(cap, 1.25 * max(positive)))
       ax.yaxis.set_major_formatter(percent)
       ax.yaxis.set_minor_formatter(some)
   if title:
@@ -68,7 +78,8 @@ def plot_comparison(
 
   Args:
     histories: algorithm name -> list of metric records (``metrics.jsonl``
-      rows with ``epoch``, ``test_error``, ``bytes_communicated``; with a
+      rows with ``epoch``, ``test_error`` (or, in none or not all of them,
+      ``test_loss``: then the loss is shown), ``bytes_communicated``; with a
       ``simulated_time`` in every record of every history, in ticks, a third
       panel shows the error against it: asynchronous schedules).
     path: the PNG file to write.

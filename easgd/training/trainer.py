@@ -193,12 +193,31 @@ def train_and_evaluate_async(
   return _start(config, workdir, overwrite, resume, stop_after_steps, faults, task)
 
 
-def _start(config, workdir, overwrite, resume, stop_after_steps, faults, task) -> dict[str, Any]:
-  """The checks before a run, its lock, then :func:`_train` (stack: the caller's caller)."""
-  config = as_train_config(config).validate()
-  # the task first: one that does not build or fit the run writes nothing
+def run_task(config: TrainConfig, task: Task | None = None) -> tuple[TrainConfig, Task, Task]:
+  """A run's task, built and checked against the run before anything is written.
+
+  What :func:`train_and_evaluate` checks first, for callers that check several
+  runs before the first one starts (``easgd.training.compare``).
+
+  Args:
+    config: a validated config.
+    task: a task, or None for the one ``config`` names
+      (``easgd.training.builtin_tasks.task_of``).
+
+  Returns:
+    ``(config, task, view)``: ``config`` with the task's import path recorded
+    (``builtin_tasks.make_task_config``), the task, and the run's checked view
+    of it (``easgd.training.spmd.checked_task``: the validation examples held
+    out of its training data).
+
+  Raises:
+    easgd.training.task.TaskError, ConfigError, easgd.training.data.DataError:
+      as ``task_of`` and ``checked_task``; ConfigError: runtime "ray" with a
+      task built in code (each Ray worker's process rebuilds the task from
+      its import path, ``config.task``).
+  """
   task = builtin_tasks.task_of(config, task)
-  spmd.checked_task(config, task)  # its data and functions against the run's sizes
+  view, _ = spmd.checked_task(config, task)  # its data and functions against the run's sizes
   config = builtin_tasks.make_task_config(config, task)
   if config.runtime == "ray" and task.factory is None:  # no other process can build it
     raise ConfigError(
@@ -206,6 +225,14 @@ def _start(config, workdir, overwrite, resume, stop_after_steps, faults, task) -
         f"task {task.name!r} was built in code: give config.task "
         "'package.module:function' (--task) instead"
     )
+  return config, task, view
+
+
+def _start(config, workdir, overwrite, resume, stop_after_steps, faults, task) -> dict[str, Any]:
+  """The checks before a run, its lock, then :func:`_train` (stack: the caller's caller)."""
+  config = as_train_config(config).validate()
+  # the task first: one that does not build or fit the run writes nothing
+  config, task, _ = run_task(config, task)
   if stop_after_steps is not None:
     stop_after_steps = checks.integer("stop_after_steps", stop_after_steps, 1, error=ConfigError)
   if config.runtime in registry.REAL_RUNTIMES and distributed.is_multiprocess():

@@ -1,0 +1,354 @@
+"""A user's task (a module file, imported by path) through compare, the sweep and
+the real asynchronous runtimes.
+
+The task: 8-feature synthetic data (256 training, 64 test examples, 3 classes
+of a fixed linear rule), a tiny Flax Dense model; ``correct=false`` drops the
+``"correct"`` metric (a loss-only task), ``items=true`` serves the training
+data through ``__getitem__`` instead of arrays.
+
+* ``easgd compare --task usertask:make``: every run trains the task and records
+  it; a loss-only task's table and plot show the center test loss; the sizes
+  of the task (not of the built-in data set) are checked before the first run.
+* ``easgd sweep --task``: the task is recorded; a classifier given as a task
+  sweeps exactly as the built-in data set and model (every record equal).
+* runtimes "threads" and "ray" (a local Ray): a run of the task stopped and
+  resumed continues its exchange log, and the whole log replays the final
+  checkpoint bit for bit (the runtimes' promise, ``tests/test_real_async.py``).
+  A task built in code with runtime "ray" is refused before anything is written.
+"""
+
+import dataclasses
+import json
+import sys
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+
+from easgd import cli
+from easgd.runtimes import shared as async_shared
+from easgd.sweeps import command as sweep, network as sweep_network
+from easgd.sweeps.grid import SweepGrid
+from easgd.training import builtin_tasks, compare, data, models, spmd, trainer
+from easgd.training.config import ConfigError, TrainConfig
+from easgd.training.task import TaskError, load_task
+
+TASK_MODULE = textwrap.dedent('''
+    """A user's task: 8 features, 3 classes, a tiny Flax Dense model."""
+    import flax.linen as nn
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+
+    from easgd.training.task import Task
+
+
+    class Net(nn.Module):
+      @nn.compact
+      def __call__(self, x):
+        return nn.Dense(3)(jnp.tanh(nn.Dense(8)(x)))
+
+
+    def _data(n, seed):
+      x = np.random.default_rng(seed).normal(size=(n, 8)).astype(np.float32)
+      w = np.random.default_rng(99).normal(size=(8, 3))
+      return x, np.argmax(x @ w, axis=1).astype(np.int32)
+
+
+    class Items:
+      def __init__(self, x, y):
+        self.x, self.y = x, y
+
+      def __len__(self):
+        return len(self.x)
+
+      def __getitem__(self, i):
+        return self.x[i], self.y[i]
+
+
+    def make(train_examples=256, correct=True, items=False):
+      net = Net()
+      train, test = _data(train_examples, 1), _data(64, 2)
+
+      def init(key):
+        return net.init(key, jnp.zeros((1, 8)))["params"]
+
+      def loss(params, batch, key):
+        x, y = batch
+        logits = net.apply({"params": params}, x)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+      def evaluate(params, batch):
+        x, y = batch
+        logits = net.apply({"params": params}, x)
+        out = {"loss": optax.softmax_cross_entropy_with_integer_labels(logits, y)}
+        if correct:
+          out["correct"] = (jnp.argmax(logits, -1) == y).astype(jnp.float32)
+        return out
+
+      return Task(
+          name="tiny8",
+          init=init,
+          loss=loss,
+          evaluate=evaluate,
+          train=Items(*train) if items else train,
+          test=test,
+          mean_of_examples=True,
+      )
+''')
+
+
+@pytest.fixture(scope="module")
+def task_dir(tmp_path_factory):
+  """A directory holding ``usertask.py``, on sys.path for this module's tests."""
+  root = tmp_path_factory.mktemp("usertask")
+  (root / "usertask.py").write_text(TASK_MODULE)
+  sys.path.insert(0, str(root))
+  yield root
+  sys.path.remove(str(root))
+  sys.modules.pop("usertask", None)
+
+
+@pytest.fixture
+def in_task_dir(task_dir, monkeypatch):
+  """The working directory is the task's (as ``easgd ... --task usertask:make``)."""
+  monkeypatch.chdir(task_dir)
+  return task_dir
+
+
+# 256 examples / 32 = 8 steps per epoch
+SMALL = dict(num_workers=2, global_batch_size=32, num_epochs=1, learning_rate=0.1, progress=False)
+
+
+# -- compare ----------------------------------------------------------------------------
+
+
+def test_compare_runs_a_loss_only_user_task_and_tables_its_loss(in_task_dir, capsys):
+  work = in_task_dir / "cmp"
+  argv = ["compare", "--workdir", str(work), "--algorithms", "easgd,pmean_sgd"]
+  argv += ["--task", "usertask:make", "--task-arg", "correct=false", "--tau", "2"]
+  argv += ["--num-workers", "2", "--global-batch-size", "32", "--num-epochs", "1"]
+  assert cli.main(argv + ["--no-progress"]) == 0
+  out = capsys.readouterr().out
+  assert "| center test loss (final) | best |" in out
+  rows = json.loads((work / "results.json").read_text())["rows"]
+  assert [r["algorithm"] for r in rows] == ["easgd", "pmean_sgd"]
+  for r in rows:
+    run = work / r["algorithm"]
+    summary = json.loads((run / "summary.json").read_text())
+    config = json.loads((run / "config.json").read_text())
+    assert config["task"] == "usertask:make" and config["task_args"] == ["correct=false"]
+    assert summary["task"]["name"] == "tiny8" and summary["steps_done"] == 8
+    assert r["test_accuracy"] is None and r["best_test_accuracy"] is None
+    assert r["test_loss"] == summary["final"]["test_loss"]
+    metrics = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    assert r["best_test_loss"] == min(m["test_loss"] for m in metrics)
+    assert f"| {r['test_loss']:.4g} | {r['best_test_loss']:.4g} |" in out
+  assert (work / "comparison.png").stat().st_size > 0
+
+
+def test_compare_checks_the_tasks_size_before_the_first_run(in_task_dir, monkeypatch):
+  def never(*args, **kwargs):
+    raise AssertionError("a run started before every run was checked")
+
+  monkeypatch.setattr(compare, "train_and_evaluate", never)
+  # 256 examples / 32 = 8 steps in all: tau 20 is longer than the run (the
+  # built-in data set's 8000 examples would give 250 steps)
+  cfg = TrainConfig(task="usertask:make", tau=20, **SMALL)
+  with pytest.raises(ConfigError, match=r"tau=20 \(communication period\) is longer than"):
+    compare.compare(cfg, in_task_dir / "c", ["easgd", "pmean_sgd"])
+  assert not (in_task_dir / "c").exists()
+
+
+def test_compare_passes_a_task_built_in_code_to_every_run(task_dir, tmp_path):
+  task = load_task("usertask:make", {"train_examples": 128})
+  task = dataclasses.replace(task, factory=None, factory_args={})  # built in code
+  rows = compare.compare(TrainConfig(tau=2, **SMALL), tmp_path, ["easgd", "pmean_sgd"], task=task)
+  for r in rows:
+    summary = json.loads((tmp_path / r["algorithm"] / "summary.json").read_text())
+    assert summary["task"]["name"] == "tiny8" and summary["train_examples"] == 128
+    assert summary["steps_done"] == 4 and r["test_accuracy"] is not None
+
+
+def test_a_task_built_in_code_with_runtime_ray_is_refused_before_anything_is_written(
+    task_dir, tmp_path
+):
+  task = load_task("usertask:make")
+  task = dataclasses.replace(task, factory=None, factory_args={})  # built in code
+  cfg = TrainConfig(algorithm="async_easgd", runtime="ray", tau=2, beta=0.9, **SMALL)
+  match = "runtime 'ray' builds the task in each worker's process from an import path"
+  with pytest.raises(ConfigError, match=match):
+    trainer.train_and_evaluate(cfg, tmp_path / "t", task=task)
+  with pytest.raises(ConfigError, match=match):
+    compare.compare(cfg, tmp_path / "c", ["async_easgd", "downpour"], task=task)
+  assert not (tmp_path / "t").exists() and not (tmp_path / "c").exists()
+
+
+def test_train_prints_the_summary_of_a_loss_only_task(in_task_dir, capsys):
+  argv = ["train", "--workdir", str(in_task_dir / "t"), "--task", "usertask:make"]
+  argv += ["--task-arg", "correct=false", "--num-workers", "2", "--global-batch-size", "32"]
+  assert cli.main(argv + ["--num-epochs", "1", "--no-progress"]) == 0
+  printed = json.loads(capsys.readouterr().out)
+  assert printed["test_accuracy"] is None and printed["final_step"] == 8
+  summary = json.loads((in_task_dir / "t" / "summary.json").read_text())
+  assert printed["test_loss"] == summary["final"]["test_loss"]
+
+
+# -- sweep ------------------------------------------------------------------------------
+
+SWEEP = ["--no-plots", "--tau", "1,2", "--alpha", "0.1,0.4", "--num-workers", "2"]
+SWEEP += ["--num-steps", "4", "--per-worker-batch-size", "4", "--hessian-tol", "1e-2"]
+SWEEP += ["--hessian-iterations", "20"]
+
+
+def test_sweep_of_a_user_task_records_it(in_task_dir):
+  work = in_task_dir / "sw"
+  argv = ["sweep", "--workdir", str(work), *SWEEP[1:], "--task", "usertask:make"]  # plots
+  assert cli.main(argv + ["--task-arg", "items=true", "--task-arg", "correct=false"]) == 0
+  config = json.loads((work / "sweep_config.json").read_text())
+  assert config["task"] == "usertask:make"
+  assert config["task_args"] == ["items=true", "correct=false"]
+  result = json.loads((work / "sweep.json").read_text())
+  task = result["info"]["task"]
+  assert task["factory"] == "usertask:make" and task["name"] == "tiny8"
+  assert task["factory_args"] == {"items": True, "correct": False}
+  assert "dataset" not in result["info"] and "model" not in result["info"]
+  assert len(result["records"]) == 4
+  for r in result["records"]:
+    assert r["test_accuracy"] is None and np.isfinite(r["center_loss"])
+  assert result["info"]["hessian_init"]["examples"] == 256
+  assert (work / "center_loss.png").is_file() and not (work / "test_accuracy.png").exists()
+
+
+def test_a_classifier_given_as_a_task_sweeps_exactly_as_the_builtin_problem():
+  grid = SweepGrid(tau=(1, 3), alpha=(0.1, 0.4), learning_rate=(0.1,), num_workers=(2, 3))
+  kw = dict(per_worker_batch_size=4, seed=5, hessian_iterations=30, hessian_tol=1e-3)
+  builtin = sweep_network.sweep_network(grid, 6, dataset="digits", model="mlp", **kw)
+  ds = data.load_dataset("digits", seed=5)
+  task = builtin_tasks.classifier_task(
+      models.make_model("mlp", ds.num_classes), (ds.train_x, ds.train_y), (ds.test_x, ds.test_y)
+  )
+  mine = sweep_network.sweep_network(grid, 6, task=task, **kw)
+  assert mine.records == builtin.records  # every metric, the theory columns included
+  for at in ("hessian_init", "hessian_trained"):  # certified estimates, equal
+    assert builtin.info[at]["converged"] and mine.info[at]["h"] == builtin.info[at]["h"]
+  assert mine.info["task"]["name"] == "classifier"
+  for p in (2, 3):
+    for a, b in zip(jax.tree.leaves(mine.centers[p]), jax.tree.leaves(builtin.centers[p])):
+      np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (
+            ["--task-arg", "correct=false"],
+            "task_args=('correct=false',) have no effect without a task",
+        ),
+        (
+            ["--task", "usertask:make", "--dataset", "digits"],
+            "dataset='digits' is read by the built-in problem only; task 'usertask:make'",
+        ),
+        (["--task", "usertask:make", "--task-arg", "colour=1"], "takes no argument 'colour'"),
+        (["--task", "nosuchmodule:make"], "module 'nosuchmodule' does not import"),
+    ],
+)
+def test_a_bad_task_of_the_sweep_is_one_line_before_anything_runs(
+    extra, message, in_task_dir, capsys, monkeypatch
+):
+  def fail(*args, **kwargs):
+    raise AssertionError("a part of the sweep started before every check passed")
+
+  monkeypatch.setattr(sweep, "_run_parts", fail)
+  work = in_task_dir / "bad"
+  assert cli.main(["sweep", "--workdir", str(work), *SWEEP, *extra]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and err.startswith("easgd: error: ") and message in err, err
+  assert not work.exists()
+
+
+def test_a_task_with_batch_norm_is_refused_by_the_sweep():
+  ds = data.load_dataset("digits")
+  task = builtin_tasks.classifier_task(
+      models.make_model("cnn_bn", ds.num_classes), (ds.train_x, ds.train_y), (ds.test_x, ds.test_y)
+  )
+  grid = SweepGrid(tau=(1,), alpha=(0.1,), num_workers=(2,))
+  with pytest.raises(TaskError, match="has a center_state \\(BatchNorm\\), which the sweep"):
+    sweep_network.check_network(grid, 4, per_worker_batch_size=4, task=task)
+
+
+# -- the real asynchronous runtimes -----------------------------------------------------
+
+# 4 workers, 256 examples / 32 = 8 steps per epoch, 2 epochs: 16 steps
+ASYNC = TrainConfig(
+    algorithm="async_easgd",
+    task="usertask:make",
+    task_args=("items=true",),
+    num_workers=4,
+    num_devices=2,
+    global_batch_size=32,
+    num_epochs=2,
+    learning_rate=0.1,
+    tau=2,
+    beta=0.9,
+    eval_batch_size=64,
+    progress=False,
+    runtime="threads",
+    worker_delays=(0, 0, 0, 0.002),
+)
+
+
+def stopped_resumed_and_replayed(workdir, cfg):
+  """Runs ``cfg`` to step 5, resumes it to 11, then to the end; checks the log
+  goes on and the whole log replays the final checkpoint bit for bit."""
+  from test_real_async import replays_its_checkpoint
+
+  first = trainer.train_and_evaluate(cfg, workdir, stop_after_steps=5)
+  assert first["status"] == "stopped" and first["steps_done"] == 5
+  log5 = async_shared.read_log(workdir / "exchanges.jsonl")
+  trainer.train_and_evaluate(cfg, workdir, resume=True, stop_after_steps=11)
+  done = trainer.train_and_evaluate(cfg, workdir, resume=True)
+  assert done["status"] == "complete" and done["steps_done"] == 16
+  assert [r["step"] for r in done["history"]] == [0, 8, 16]
+  assert done["task"]["factory"] == "usertask:make"
+  log = async_shared.read_log(workdir / "exchanges.jsonl")
+  assert log[: len(log5)] == log5  # the log goes on
+  assert [r["version"] for r in log] == list(range(len(log)))
+  clocks = replays_its_checkpoint(workdir, cfg)
+  assert sum(clocks) == 16 * 4 and done["worker_local_steps"] == clocks
+  saved = json.loads((workdir / "config.json").read_text())
+  assert saved["task"] == "usertask:make" and saved["task_args"] == ["items=true"]
+  return done
+
+
+def test_threads_run_a_user_task_stopped_resumed_and_replayed(in_task_dir, tmp_path):
+  done = stopped_resumed_and_replayed(tmp_path, ASYNC)
+  assert done["layout"].startswith("4 workers = 4 threads on 2 device(s)")
+
+
+def test_threads_read_the_spmd_trainers_batches_of_a_user_task(task_dir):
+  from easgd.training import async_runs, batches
+
+  run = spmd.Run(ASYNC)
+  batch_fn = async_runs.make_batch_fn(run)
+  for clock in (0, 7, 8, 13):  # both epochs
+    epoch, t = clock // 8 + 1, clock % 8
+    ix = batches.worker_batch_indices(256, 4, 8, 0, epoch)[t]
+    spmd_batch = spmd.global_batch(run, ix, epoch, clock)
+    for worker in range(4):
+      for a, b in zip(batch_fn(worker, clock), spmd_batch):
+        np.testing.assert_array_equal(a, b[worker])
+
+
+@pytest.mark.slow
+def test_ray_runs_a_user_task_stopped_resumed_and_replayed(in_task_dir, tmp_path):
+  ray = pytest.importorskip("ray")
+  assert not ray.is_initialized()
+  ray.init(num_cpus=2, include_dashboard=False)
+  try:
+    cfg = ASYNC.replace(runtime="ray", worker_delays=())
+    done = stopped_resumed_and_replayed(tmp_path, cfg)
+    assert done["layout"].startswith("4 workers = 4 Ray actors")
+  finally:
+    ray.shutdown()
