@@ -174,17 +174,18 @@ BAD_TASKS = [
     (["--task", "toytask:make", "--task-arg", "metric_shape=1"], "not per-example|has shape ()"),
     (["--task", "toytask:make", "--task-arg", 'items="text"'], "not an array of numbers"),
     (
-        ["--task", "toytask:make", "--task-arg", 'items="ragged"', "--global-batch-size", "20"],
+        ["--task", "toytask:make", "--task-arg", 'items="ragged"', "--num-epochs", "2"],
         "batch shapes differ",
     ),
-    (["--task", "toytask:make", "--global-batch-size", "400"], "fewer than one global batch"),
+    (["--task", "toytask:make", "--global-batch-size", "400"], "too few for num_workers=2"),
     (["--task", "toytask:make", "--bn-stats-examples", "64"], "no center_state"),
 ]
 
 
 @pytest.mark.parametrize("argv, message", BAD_TASKS, ids=[m for _, m in BAD_TASKS])
 def test_a_bad_task_is_one_line_exit_2_and_nothing_written(task_dir, capsys, argv, message):
-  code, err = train([*argv, "--num-epochs", "1", "--workdir", "run"], capsys)
+  sizes = ["--num-workers", "2", "--global-batch-size", "20", "--num-epochs", "1"]
+  code, err = train([*sizes, *argv, "--workdir", "run"], capsys)  # (a later flag wins)
   assert code == 2, err
   assert len(err.splitlines()) == 1 and err.startswith("easgd: error: "), err
   assert re.search(message, err), err
