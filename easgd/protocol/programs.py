@@ -8,8 +8,12 @@ what "one program" computes) tunes and reports through these pieces:
   :func:`group_programs`, :func:`why_separate`
                                           arms that run as one compiled program,
                                           and the fields that keep groups apart.
+  :func:`check_task_kind`, :func:`check_task_for`
+                                          a task the protocol cannot run refused
+                                          (before anything compiles).
   :class:`SeedData`, :func:`batch_indices`
-                                          the seeds' data sets, a run's batch indices.
+                                          the seeds' tasks and their data (held
+                                          in memory), a run's batch indices.
   :func:`run_program`                     one group's configurations as one
                                           program (``easgd.sweeps.curves``).
 

@@ -209,10 +209,10 @@ def _run_protocol(config: ProtocolConfig, workdir, log: Callable, task) -> dict[
   start = time.perf_counter()
   base = config.base
   tune = SeedData(base, config.tune_seeds, task)
+  runs = prepare(config, tune.num_train)
   report = SeedData(base, config.report_seeds, task)
   for t in {id(tune.task): tune.task, id(report.task): report.task}.values():
-    check_task_for(config, t)
-  runs = prepare(config, tune.num_train)
+    check_task_for(config, t)  # every task checked before anything compiles
   params = tune.task.init(jax.random.key(0))
   param_bytes = models.param_bytes(params)
   programs: list[dict] = []
