@@ -49,7 +49,6 @@ import common  # noqa: F401  (puts the repository on sys.path)
 import numpy as np
 
 from easgd import train_and_evaluate
-from easgd.training import models
 from easgd.protocol import runs as protocol
 from easgd.training.divergence import DivergenceError
 from easgd.protocol.config import load_protocol_file
@@ -74,7 +73,6 @@ def main(argv=None) -> int:
   config = dataclasses.replace(config, arms=easgd_arms).validate()
   seeds = protocol.SeedData(config.base, config.tune_seeds)
   runs = protocol.prepare(config, seeds.num_train)
-  model = models.make_model(config.base.model, seeds.num_classes)
   group = [runs[a.name] for a in easgd_arms]
   configs = [
       dict(arm=r.arm.name, learning_rate=lr, seed=s)
@@ -85,7 +83,7 @@ def main(argv=None) -> int:
   print(f"{len(configs)} configurations x {group[0].num_steps} steps", flush=True)
 
   start = time.perf_counter()
-  out, info = protocol.run_program(group, configs, seeds, model, "tune", config)
+  out, info = protocol.run_program(group, configs, seeds, "tune", config)
   a_s = time.perf_counter() - start
   print(f"A one program: {a_s:.1f} s ({info['compile_s']:.1f} s compiling)", flush=True)
 
@@ -107,7 +105,7 @@ def main(argv=None) -> int:
         b_diverged += 1
     b_s += time.perf_counter() - start
     start = time.perf_counter()
-    one, _ = protocol.run_program([r], [c], seeds, model, "tune", config)
+    one, _ = protocol.run_program([r], [c], seeds, "tune", config)
     c_s += time.perf_counter() - start
     c_err.append(float(one["curves"]["val_error"][0, -1]))
     c_div.append(protocol._diverged(one["curves"]["val_loss"][0], config.divergence_factor))

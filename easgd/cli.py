@@ -142,6 +142,24 @@ def build_parser() -> argparse.ArgumentParser:
   )
   p.add_argument("--workdir", required=True, help="output directory")
   p.add_argument(
+      "--task",
+      default=None,
+      metavar="PACKAGE.MODULE:FACTORY",
+      help="the problem of every arm: an importable factory returning an easgd Task "
+      "(the working directory is searched first), in place of the protocol file's "
+      "base task; its data set and model fields must keep their defaults",
+  )
+  p.add_argument(
+      "--task-arg",
+      dest="task_args",
+      action="append",
+      default=None,
+      metavar="KEY=VALUE",
+      help="a keyword argument of the task factory (repeat for more; VALUE is JSON "
+      "if it parses, else text); with --task its only arguments, else they replace "
+      "the file's base task_args",
+  )
+  p.add_argument(
       "--overwrite",
       action="store_true",
       help="replace the results already in --workdir (they stay in place "
@@ -449,10 +467,10 @@ def _run_protocol(args) -> int:
   workdir = rundir.workdir_path(args.workdir, "--workdir")
   results = workdir / protocol_report.RESULTS_JSON
   if args.report_only:
-    if args.config is not None or args.overwrite:
+    if args.config is not None or args.overwrite or args.task or args.task_args:
       raise ConfigError(
           "--report-only reads --workdir's results.json and runs nothing; "
-          "it takes no --config or --overwrite"
+          "it takes no --config, --task, --task-arg or --overwrite"
       )
     if not results.is_file():
       raise ConfigError(
@@ -466,7 +484,7 @@ def _run_protocol(args) -> int:
           "--config is required (a Python file defining get_protocol(), "
           "e.g. experiments/protocol_fig2.py) unless --report-only"
       )
-    config = load_protocol_file(args.config).validate()  # before anything runs
+    config = _with_task(load_protocol_file(args.config), args).validate()  # before anything runs
     with runlock.hold_workdir(workdir, "protocol"):  # before the checks of workdir
       _check_protocol_workdir(workdir, args.overwrite)
       from easgd.protocol.runs import run_protocol
@@ -476,6 +494,20 @@ def _run_protocol(args) -> int:
       protocol_report.write_report(workdir, args.group_by, fresh)
   print((workdir / protocol_report.RESULTS_MD).read_text(), end="")
   return 0
+
+
+def _with_task(config, args):
+  """The protocol ``config`` with ``--task`` and ``--task-arg`` in its base."""
+  import dataclasses
+
+  changes = {}
+  if args.task is not None:
+    changes = dict(task=args.task, task_args=tuple(args.task_args or ()))
+  elif args.task_args is not None:
+    changes = dict(task_args=tuple(args.task_args))
+  if not changes:
+    return config
+  return dataclasses.replace(config, base=config.base.replace(**changes))
 
 
 def _check_protocol_workdir(workdir: Path, overwrite: bool) -> None:

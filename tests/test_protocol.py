@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 from easgd import TrainConfig, cli, train_and_evaluate
-from easgd.training import data, models
+from easgd.training import data
 from easgd.protocol import runs as protocol, report as protocol_report, stats as protocol_stats
 from easgd.training.config import ConfigError
 from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError, log_grid, lr_grid_edges
@@ -120,7 +120,6 @@ def test_one_program_gives_each_configuration_its_train_and_evaluate_run():
   config = ProtocolConfig("eq", "", BASE, arms, eval_every_steps=18).validate()
   seeds = protocol.SeedData(BASE, (5, 6))
   runs = protocol.prepare(config, seeds.num_train)
-  model = models.make_model("mlp", seeds.num_classes)
   worst = {1: 0.0, 2: 0.0}
   for group in protocol.group_programs(list(runs.values())):
     configs = [
@@ -141,7 +140,6 @@ def test_one_program_gives_each_configuration_its_train_and_evaluate_run():
             group,
             configs,
             seeds,
-            model,
             kind,
             dataclasses.replace(config, configs_per_batch=per_call),
         )
@@ -172,7 +170,6 @@ def test_the_values_do_not_depend_on_how_many_configurations_share_a_call():
   config = tiny_protocol().validate()
   seeds = protocol.SeedData(BASE, (0, 1, 2))
   runs = protocol.prepare(config, seeds.num_train)
-  model = models.make_model("mlp", seeds.num_classes)
   group = [runs["easgd tau=1"], runs["easgd tau=4"]]
   configs = [
       dict(arm=r.arm.name, learning_rate=lr, seed=s)
@@ -182,7 +179,7 @@ def test_the_values_do_not_depend_on_how_many_configurations_share_a_call():
   ]
   outs = [
       protocol.run_program(
-          group, configs, seeds, model, "tune", dataclasses.replace(config, configs_per_batch=k)
+          group, configs, seeds, "tune", dataclasses.replace(config, configs_per_batch=k)
       )[0]
       for k in (1, 2, 4, None)
   ]
@@ -347,10 +344,6 @@ def test_protocol_settings_are_checked_before_anything_runs():
     dataclasses.replace(good, arms=(Arm("a", "easgd", {}, lr_from="b"),)).validate()
   with pytest.raises(ProtocolError, match="validation_examples \\(of base\\)"):
     dataclasses.replace(good, base=BASE.replace(validation_examples=0)).validate()
-  with pytest.raises(
-      ProtocolError, match="dataset 'digits' draws its train/test split " "from the seed"
-  ):
-    dataclasses.replace(good, base=BASE.replace(dataset="digits")).validate()
   with pytest.raises(ProtocolError, match="overrides \\['compute_dtype'\\]"):
     dataclasses.replace(
         good, arms=(Arm("a", "easgd", dict(compute_dtype="bfloat16"), (0.1,)),)

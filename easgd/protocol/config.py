@@ -34,7 +34,6 @@ import numpy as np
 from easgd._util import checks
 from easgd.methods import registry
 from easgd.training.config import FLOAT32_TINY, MAX_REAL, ConfigError, TrainConfig
-from easgd.training.data import DATASETS, SEEDED_SPLITS
 from easgd._util.flags import REQUIRED, call_config_file, option
 from easgd.training.models import BATCH_NORM_MODELS
 
@@ -60,11 +59,13 @@ FIXED_BY_BASE = (
     "param_dtype",
     "compute_dtype",
     "crop_size",
+    "task",
+    "task_args",
     "runtime",
 )
-"""Fields an arm may not override: its algorithm is ``Arm.algorithm``; one data
-set, split, model and runtime for every arm (the programs share them); the rate
-and seed come from the protocol."""
+"""Fields an arm may not override: its algorithm is ``Arm.algorithm``; one task
+(data set, split, model), and one runtime for every arm (the programs share
+them); the rate and seed come from the protocol."""
 
 
 MIN_SEEDS = 3
@@ -164,7 +165,8 @@ class ProtocolConfig:
   )
   base: TrainConfig = option(
       REQUIRED,
-      "the TrainConfig every arm starts from: data set, model, batch, "
+      "the TrainConfig every arm starts from: the task (its import path and "
+      "task_args, or the built-in data set and model), batch, "
       "num_epochs (the budget) and validation_examples > 0 (the held-out split the "
       "rates are chosen on)",
   )
@@ -243,12 +245,6 @@ class ProtocolConfig:
       raise ProtocolError(
           "crop_size: the protocol gathers whole examples inside the "
           "program; allowed: crop_size None"
-      )
-    if base.dataset in SEEDED_SPLITS:
-      raise ProtocolError(
-          f"dataset {base.dataset!r} draws its train/test split from the seed: a "
-          "tuning seed's validation examples would be test examples of a report "
-          f"seed; allowed: {', '.join(d for d in DATASETS if d not in SEEDED_SPLITS)}"
       )
     if base.runtime != "spmd":
       raise ProtocolError(
@@ -334,8 +330,8 @@ class ProtocolConfig:
         raise ProtocolError(
             f"arm {a.name!r} overrides {fixed}: the algorithm is the "
             "arm's own field, the learning rate comes from the grid, the "
-            "seed from the protocol's seeds, and the data, split, crop, "
-            "model, its dtypes and the runtime are the base's for every arm"
+            "seed from the protocol's seeds, and the task (data, split, crop, "
+            "model, its dtypes) and the runtime are the base's for every arm"
         )
       arm_config = a.config(base).validate()  # tau, K vs the run's length: easgd.protocol.runs
       if "alpha" in registry.TABLE[a.algorithm].reads:

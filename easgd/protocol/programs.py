@@ -8,8 +8,12 @@ what "one program" computes) tunes and reports through these pieces:
   :func:`group_programs`, :func:`why_separate`
                                           arms that run as one compiled program,
                                           and the fields that keep groups apart.
+  :func:`check_task_kind`, :func:`check_task_for`
+                                          a task the protocol cannot run refused
+                                          (before anything compiles).
   :class:`SeedData`, :func:`batch_indices`
-                                          the seeds' data sets, a run's batch indices.
+                                          the seeds' tasks and their data (held
+                                          in memory), a run's batch indices.
   :func:`run_program`                     one group's configurations as one
                                           program (``easgd.sweeps.curves``).
 
@@ -27,15 +31,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from easgd.training import batches, data, models
+from easgd.training import batches, builtin_tasks, data
 from easgd.core import elastic
 from easgd.methods import registry
 from easgd.training.config import ConfigError, TrainConfig
 from easgd.training.optimizers import make_optimizer
+from easgd.training.sources import ArraySource, take
+from easgd.training.task import Task, TaskError, check_task
 from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError
 from easgd.sweeps.curves import make_curve_fn
 from easgd.sweeps.engine import CompileCounter
-from easgd.training.builtin_tasks import make_loss_fn
 
 TRACED_ALWAYS = ("learning_rate", "seed", "lr_scaling", "lr_reference_batch")
 """Fields every program takes per configuration: the rate (resolved with the
@@ -162,41 +167,196 @@ def why_separate(groups: list[list[ArmRun]]) -> list[str]:
 # ----------------------------------------------------------------------------
 
 
-class SeedData:
-  """The data sets of some seeds, stacked once per distinct data set.
+def check_task_kind(task: Task, base: TrainConfig) -> None:
+  """Refuses a task the protocol cannot run, before any data are read.
 
-  MNIST-1D is generated from the seed (one data set per seed); Fashion-MNIST
-  and the others are the same for every seed (one slot). ``slot[seed]`` is
-  the seed's index into the stacked arrays; the training and validation
-  indices are :func:`easgd.training.data.validation_split`'s (the same for every seed:
-  they depend on the training set's size only).
+  The protocol gathers whole training examples inside one compiled program,
+  evaluates the center with the task's own functions, and tunes on
+  ``base.validation_examples`` held out of the training set; so a task may not
+  augment its training batches, keep BatchNorm state, bring its own
+  validation data, or draw its train/test split from the seed.
+
+  Args:
+    task: the task (one seed's).
+    base: the protocol's base config (``validation_examples``).
+
+  Raises:
+    ProtocolError: naming the task and what it has (one line).
+  """
+  name = task.name
+  if task.split_from_seed:
+    raise ProtocolError(
+        f"task {name!r} draws its train/test split from the seed: a tuning seed's "
+        "validation examples would be test examples of a report seed; allowed: a task "
+        "whose test set is the same for every seed"
+    )
+  if task.augment is not None:
+    raise ProtocolError(
+        f"task {name!r} augments its training batches (augment, e.g. random crops): the "
+        "protocol gathers whole examples inside its program; allowed: a task without augment"
+    )
+  if task.center_state is not None:
+    raise ProtocolError(
+        f"task {name!r} has a center_state (BatchNorm), which the protocol's one-program "
+        "runs do not keep; use the trainer"
+    )
+  if task.validation is not None:
+    raise ProtocolError(
+        f"task {name!r} has validation data of its own: the protocol tunes on "
+        f"validation_examples={base.validation_examples} held out of the training data "
+        "(easgd.training.data.validation_split); allowed: a task without validation data"
+    )
+
+
+def check_task_for(config: ProtocolConfig, task: Task) -> tuple[str, ...]:
+  """Checks ``task`` against every arm's sizes (abstractly, nothing compiled).
+
+  Args:
+    config: the validated protocol.
+    task: the task.
+
+  Returns:
+    The metric names its ``evaluate`` returns.
+
+  Raises:
+    ProtocolError: its ``evaluate`` gives no ``"correct"`` (the protocol
+      chooses the rates and reports by error).
+    easgd.training.task.TaskError: as ``easgd.training.task.check_task``.
+  """
+  sizes = []
+  for arm in config.arms:
+    cfg = arm.config(config.base)
+    if (cfg.num_workers, cfg.per_worker_batch_size) not in sizes:
+      sizes.append((cfg.num_workers, cfg.per_worker_batch_size))
+  metrics = ()
+  for p, b in sizes:
+    metrics = check_task(
+        task,
+        num_workers=p,
+        per_worker_batch=b,
+        eval_batch=min(config.eval_chunk, len(task.test)),
+    )["metrics"]
+  if "correct" not in metrics:
+    raise ProtocolError(
+        f"task {task.name!r}: evaluate returns {list(metrics)}, no 'correct'; the protocol "
+        "chooses rates and reports by error: give a per-example 'correct' (1/0)"
+    )
+  return metrics
+
+
+def _tree_equal(a, b) -> bool:
+  la, ta = jax.tree.flatten(a)
+  lb, tb = jax.tree.flatten(b)
+  return ta == tb and all(
+      x.shape == y.shape and x.dtype == y.dtype and np.array_equal(x, y) for x, y in zip(la, lb)
+  )
+
+
+def _shapes(tree) -> list:
+  return [(a.shape, str(a.dtype)) for a in jax.tree.leaves(tree)]
+
+
+def _same_source(a, b) -> bool:
+  """Whether two sources are the same data without reading them (the same
+  object, or array sources of the same array objects)."""
+  if a is b:
+    return True
+  return (
+      isinstance(a, ArraySource)
+      and isinstance(b, ArraySource)
+      and a.treedef == b.treedef
+      and all(x is y for x, y in zip(a.leaves, b.leaves))
+  )
+
+
+def _all_examples(source):
+  """Every example of ``source``, as one pytree of arrays ``[N, ...]``."""
+  return take(source, np.arange(len(source)))
+
+
+class SeedData:
+  """The data of some seeds' tasks, held in memory, stacked once per distinct data set.
+
+  Each seed's task is ``task`` (a task built in code: the same data for every
+  seed) or ``easgd.training.builtin_tasks.task_of(base, seed=s)`` (the
+  config's import path, or the built-in data set and model; a factory that
+  takes ``seed`` draws per-seed data, as MNIST-1D does). Each distinct data
+  set's training and test sources are read whole into arrays
+  (``easgd.training.task.take`` of every index, so a ``__getitem__`` source
+  gives the arrays its items stack to); seeds whose data are equal share one
+  slot. ``slot[seed]`` is the seed's index into the stacked arrays; the
+  training and validation indices are
+  :func:`easgd.training.data.validation_split`'s of the training set (the
+  same for every seed: they depend on its size only), so the validation
+  split is held out of the training data and never the test set. The
+  validation and test examples have the task's ``eval_transform`` applied.
+  The programs use the first seed's task's ``init``, ``loss`` and
+  ``evaluate`` for every seed (:attr:`task`): the seeds differ in data only.
+
+  Args:
+    base: the protocol's base config (validated).
+    seeds: the seeds.
+    task: a task built in code, or None for the one ``base`` names.
+
+  Raises:
+    ProtocolError: a task the protocol cannot run (:func:`check_task_kind`).
+    easgd.training.task.TaskError: as ``task_of`` and ``take``, or seeds
+      whose data differ in structure, shapes or dtypes.
+    ConfigError, easgd.training.data.DataError: as ``task_of``.
   """
 
-  def __init__(self, base: TrainConfig, seeds):
-    sets, self.slot = [], {}
+  def __init__(self, base: TrainConfig, seeds, task: Task | None = None):
+    tasks, sets, self.slot = [], [], {}
     for s in seeds:
-      ds = data.load_dataset(base.dataset, data_dir=base.data_dir, seed=s)
-      for i, other in enumerate(sets):
-        if other is ds:
+      t = builtin_tasks.task_of(base, task, seed=s)
+      check_task_kind(t, base)
+      for i, other in enumerate(tasks):
+        if _same_source(t.train, other.train) and _same_source(t.test, other.test):
           self.slot[s] = i
           break
       else:
-        self.slot[s] = len(sets)
-        sets.append(ds)
-    first = sets[0]
-    self.num_classes, self.input_shape = first.num_classes, first.input_shape
-    self.train_idx, self.val_idx = data.validation_split(first.num_train, base.validation_examples)
+        arrays = (_all_examples(t.train), _all_examples(t.test))
+        for i, other in enumerate(sets):
+          if _tree_equal(arrays, other):
+            self.slot[s] = i
+            break
+        else:
+          if sets and (
+              jax.tree.structure(arrays) != jax.tree.structure(sets[0])
+              or _shapes(arrays) != _shapes(sets[0])
+          ):
+            raise TaskError(
+                f"task {t.name!r}: seed {s}'s data have shapes {_shapes(arrays)}, seed "
+                f"{seeds[0]}'s {_shapes(sets[0])}; the protocol stacks the seeds' data: "
+                "every seed's data must have the same structure, sizes and dtypes"
+            )
+          self.slot[s] = len(sets)
+          sets.append(arrays)
+          tasks.append(t)
+    self.task = tasks[0]
+    self.train_idx, self.val_idx = data.validation_split(
+        len(self.task.train), base.validation_examples
+    )
     self.num_train = len(self.train_idx)
-    self.sets = sets
+    self._train = [train for train, _ in sets]
+    self._eval = dict(
+        val=[self._evaluated(jax.tree.map(lambda a: a[self.val_idx], tr)) for tr, _ in sets],
+        test=[self._evaluated(te) for _, te in sets],
+    )
+
+  def _evaluated(self, batch):
+    if self.task.eval_transform is None:
+      return batch
+    return self.task.eval_transform(batch)
 
   def train(self):
-    """(x [S, N, ...], y [S, N]): every training example (the held-out ones
-    too: the runs gather only their training indices)."""
-    return (np.stack([d.train_x for d in self.sets]), np.stack([d.train_y for d in self.sets]))
+    """Every training example of each slot, each leaf ``[S, N, ...]`` (the
+    held-out ones too: the runs gather only their training indices)."""
+    return jax.tree.map(lambda *a: np.stack(a), *self._train)
 
   def num_examples(self, split: str) -> int:
     """How many validation ("val") or test ("test") examples each seed has."""
-    return len(self.val_idx) if split == "val" else len(self.sets[0].test_y)
+    return len(self.val_idx) if split == "val" else len(jax.tree.leaves(self._eval["test"][0])[0])
 
   def num_chunks(self, split: str, chunk: int) -> int:
     """C of :meth:`chunks` without ``num_chunks``: ceil(n / min(chunk, n))."""
@@ -204,8 +364,9 @@ class SeedData:
     return -(-n // min(chunk, n))
 
   def chunks(self, split: str, chunk: int, num_chunks: int | None = None):
-    """(x [S, C, c, ...], y [S, C, c], mask [C, c]) of the validation ("val")
-    or test ("test") examples, padded to C chunks of c examples.
+    """(batch, mask [C, c]) of the validation ("val") or test ("test")
+    examples, each leaf of the batch ``[S, C, c, ...]``, padded with zeros to
+    C chunks of c examples (``mask`` False on the padding).
 
     Args:
       split: "val" or "test".
@@ -213,23 +374,21 @@ class SeedData:
       num_chunks: at least this many chunks (then c = ceil(n / C)), so that
         two splits evaluated by one program have the same C.
     """
-    if split == "val":
-      xs = [d.train_x[self.val_idx] for d in self.sets]
-      ys = [d.train_y[self.val_idx] for d in self.sets]
-    else:
-      xs = [d.test_x for d in self.sets]
-      ys = [d.test_y for d in self.sets]
-    n = len(ys[0])
+    sets = self._eval[split]
+    n = self.num_examples(split)
     chunk = min(chunk, n)
     c = -(-n // chunk)
     if num_chunks is not None and num_chunks > c:
       c = num_chunks
       chunk = -(-n // c)
     pad = c * chunk - n
-    x = np.stack([np.concatenate([v, np.zeros((pad, *v.shape[1:]), v.dtype)]) for v in xs])
-    y = np.stack([np.concatenate([v, np.zeros((pad,), v.dtype)]) for v in ys])
+
+    def stacked(*leaves):
+      v = np.stack([np.concatenate([a, np.zeros((pad, *a.shape[1:]), a.dtype)]) for a in leaves])
+      return v.reshape(len(leaves), c, chunk, *v.shape[2:])
+
     mask = (np.arange(c * chunk) < n).reshape(c, chunk)
-    return (x.reshape(len(xs), c, chunk, *x.shape[2:]), y.reshape(len(ys), c, chunk), mask)
+    return jax.tree.map(stacked, *sets), mask
 
 
 def batch_indices(seed_data: SeedData, run: ArmRun, seed: int) -> np.ndarray:
@@ -253,13 +412,14 @@ def batch_indices(seed_data: SeedData, run: ArmRun, seed: int) -> np.ndarray:
 # ----------------------------------------------------------------------------
 
 
-def make_eval(model, splits):
+def make_eval(task: Task, splits):
   """``eval_fn(center, data, config_data, j)``: the center's summed loss, number
   of correct predictions and number of examples on chunk j of the config's
-  examples of each split (additive over the chunks).
+  examples of each split (additive over the chunks), from the per-example
+  ``"loss"`` and ``"correct"`` of ``task.evaluate``.
 
   Args:
-    model: the Flax model.
+    task: the task (its ``evaluate``).
     splits: "val" (validation), "test", or a tuple of both (each split's
       chunks in ``data[split]``, the same number of chunks for all).
 
@@ -272,11 +432,10 @@ def make_eval(model, splits):
   def eval_fn(params, shared, cfg, j):
     out = {}
     for split in splits:
-      x, y, mask = shared[split]
+      examples, mask = shared[split]
       m = mask[j]
-      loss, correct = models.per_example_stats(
-          model.apply({"params": params}, x[cfg["slot"], j], train=False), y[cfg["slot"], j]
-      )
+      metrics = task.evaluate(params, jax.tree.map(lambda a: a[cfg["slot"], j], examples))
+      loss, correct = metrics["loss"], metrics["correct"]
       out.update(
           {
               f"{split}_loss_sum": jnp.sum(jnp.where(m, loss, 0.0)),
@@ -289,10 +448,10 @@ def make_eval(model, splits):
   return eval_fn
 
 
-def make_final(model):
+def make_final(task: Task):
   """``final_fn``: every worker's correct test predictions (additive over the
   chunks), and its distance to the center (only chunk 0 counts it)."""
-  test_eval = make_eval(model, "test")
+  test_eval = make_eval(task, "test")
 
   def final_fn(worker_params, center, shared, cfg, j):
     correct = jax.vmap(lambda w: test_eval(w, shared, cfg, j)["test_correct"])(worker_params)
@@ -305,11 +464,10 @@ def make_final(model):
 
 
 def batch_fn(shared, cfg, t):
-  """The configuration's worker batches of step t: ([p, B, ...], [p, B]), one
-  gather from its data set's slot (no copy of the data set)."""
-  x, y = shared["train"]
+  """The configuration's worker batches of step t (each leaf ``[p, B, ...]``),
+  one gather per leaf from its data set's slot (no copy of the data set)."""
   idx = cfg["idx"][t]  # [p, B] indices into the full training set
-  return x[cfg["slot"], idx], y[cfg["slot"], idx]
+  return jax.tree.map(lambda a: a[cfg["slot"], idx], shared["train"])
 
 
 def means(curves: dict, split: str) -> tuple[np.ndarray, np.ndarray]:
@@ -332,7 +490,6 @@ def run_program(
     group: list[ArmRun],
     configs: list[dict],
     seed_data: SeedData,
-    model,
     kind: str,
     protocol: ProtocolConfig,
     *,
@@ -344,8 +501,8 @@ def run_program(
     group: the program's arms (one algorithm, one static config).
     configs: one dict per configuration: arm (name), learning_rate (base),
       seed, and the arm's values of the varying array fields.
-    seed_data: the seeds' data.
-    model: the Flax model.
+    seed_data: the seeds' data and task (its ``init``, ``loss`` and
+      ``evaluate``: :attr:`SeedData.task`).
     kind: "tune" (validation curves; the test set is not given to the
       program) or "report" (validation and test curves, every worker's test
       error at the end).
@@ -361,7 +518,8 @@ def run_program(
   spec = registry.TABLE[static.algorithm]
   by_name = {r.arm.name: r for r in group}
   varying = [f for f in spec.array_fields if len({getattr(r.config, f) for r in group}) > 1]
-  loss_fn = make_loss_fn(model)
+  task = seed_data.task
+  loss_fn = task.loss
 
   def build(learning_rate, **fields):
     cfg = dataclasses.replace(static, **fields)  # traced values, not validated
@@ -380,7 +538,7 @@ def run_program(
   for c in configs:
     init_key, step_key = jax.random.split(jax.random.key(c["seed"]))
     keys.append(step_key)
-    params.append(models.init_params(model, seed_data.input_shape, init_key))
+    params.append(task.init(init_key))
   params0 = jax.tree.map(lambda *a: jnp.stack(a), *params)
   cfg_data = dict(
       slot=np.asarray([seed_data.slot[c["seed"]] for c in configs], np.int32),
@@ -397,9 +555,9 @@ def run_program(
       first.num_steps,
       first.eval_steps,
       batch_fn=batch_fn,
-      eval_fn=make_eval(model, splits),
+      eval_fn=make_eval(task, splits),
       eval_chunks=num_chunks,
-      final_fn=make_final(model) if kind == "report" else None,
+      final_fn=make_final(task) if kind == "report" else None,
       configs_per_batch=protocol.configs_per_batch,
       warmup_steps=static.sync_warmup_steps,
       return_center=return_center,
@@ -413,7 +571,7 @@ def run_program(
     curves[f"{s}_loss"], curves[f"{s}_error"] = means(out["curves"], s)
   out["curves"] = curves
   if kind == "report":
-    count = float(shared["test"][2].sum())
+    count = float(shared["test"][1].sum())
     out["final"]["worker_test_error"] = 1.0 - out["final"].pop("worker_test_correct") / count
   info = dict(
       kind=kind,

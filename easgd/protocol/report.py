@@ -143,8 +143,14 @@ def results_markdown(results: dict[str, Any]) -> str:
   proto = results["protocol"]
   base = proto["base"]
   lines = [f"# Protocol: {proto['name']}", "", proto["description"], ""]
+  task = results.get("task")  # a task other than the built-in data sets and models
+  problem = (
+      f"Task: {task['name']}" + (f" ({task['factory']})" if task.get("factory") else "")
+      if task
+      else f"Data: {base['dataset']}, model {base['model']}"
+  )
   lines += [
-      f"Data: {base['dataset']}, model {base['model']} ({results['num_params']} parameters), "
+      f"{problem} ({results['num_params']} parameters), "
       f"{base['validation_examples']} training examples held out for validation. "
       f"Rates chosen by the mean final validation error over tuning seeds "
       f"{proto['tune_seeds']}; reported on fresh seeds {proto['report_seeds']} "

@@ -66,6 +66,7 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import time
@@ -77,18 +78,20 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from easgd.training import models, runlock, tensorboard
+from easgd.training import builtin_tasks, models, runlock, tensorboard
 from easgd.protocol import stats as protocol_stats
 from easgd.methods import registry
 from easgd._util.files import json_text, write_text_atomic
 from easgd.protocol.config import (RESULTS_JSON, UNTUNABLE, ProtocolConfig, lr_grid_edges, to_dict)
-from easgd.training.builtin_tasks import make_loss_fn
+from easgd.training.sources import take
+from easgd.training.task import Task, TaskError
 
 # The arms' runs, the seeds' data and one program, re-exported (``runs.prepare`` etc.).
 from easgd.protocol.programs import (
     ArmRun as ArmRun,
     SeedData as SeedData,
     batch_indices as batch_indices,
+    check_task_for as check_task_for,
     group_programs as group_programs,
     prepare as prepare,
     run_program as run_program,
@@ -105,13 +108,13 @@ def _diverged(loss_curve: np.ndarray, factor: float) -> bool:
   return bool(not np.isfinite(last) or last > factor * abs(first))
 
 
-def measure_step_seconds(model, input_shape, batch_size: int, repeats: int = 30) -> float:
+def measure_step_seconds(task: Task, batch_size: int, repeats: int = 30) -> float:
   """Median seconds of one worker's local SGD step (forward, backward, update)
   at ``batch_size`` on this machine, jitted, after two warm-up calls.
 
   Args:
-    model: the Flax model.
-    input_shape: one example's shape, e.g. (40, 1).
+    task: the task (its ``init`` and ``loss``; the step reads its first
+      ``batch_size`` training examples).
     batch_size: examples per step (one worker's mini-batch).
     repeats: timed calls; the median is returned.
 
@@ -119,37 +122,48 @@ def measure_step_seconds(model, input_shape, batch_size: int, repeats: int = 30)
     Seconds (float) of one step: the compute term of the modelled wall clock
     (``easgd.protocol.stats.modelled_seconds``).
   """
-  params = models.init_params(model, input_shape, jax.random.key(0))
-  loss_fn = make_loss_fn(model)
+  params = task.init(jax.random.key(0))
+  loss_fn = task.loss
   opt = optax.sgd(0.01)
 
   @jax.jit
-  def step(params, state, x, y, key):
-    grads = jax.grad(loss_fn)(params, (x, y), key)
+  def step(params, state, batch, key):
+    grads = jax.grad(loss_fn)(params, batch, key)
     updates, state = opt.update(grads, state, params)
     return optax.apply_updates(params, updates), state
 
-  x = jnp.zeros((batch_size, *input_shape), jnp.float32)
-  y = jnp.zeros((batch_size,), jnp.int32)
+  batch = jax.tree.map(jnp.asarray, take(task.train, np.arange(batch_size) % len(task.train)))
   state, key = opt.init(params), jax.random.key(1)
   for _ in range(2):
-    params, state = jax.block_until_ready(step(params, state, x, y, key))
+    params, state = jax.block_until_ready(step(params, state, batch, key))
   times = []
   for _ in range(repeats):
     t = time.perf_counter()
-    params, state = jax.block_until_ready(step(params, state, x, y, key))
+    params, state = jax.block_until_ready(step(params, state, batch, key))
     times.append(time.perf_counter() - t)
   return float(np.median(times))
 
 
-def _communication(run: ArmRun, model, input_shape, param_bytes: int) -> Callable:
+def _communication(run: ArmRun, task: Task, param_bytes: int) -> Callable:
   """``comm(steps) -> (all_reduces, bytes)`` per worker of the arm (Python tau)."""
-  algo = registry.make_algorithm(run.config, make_loss_fn(model), optax.sgd(0.1), run.num_steps)
+  algo = registry.make_algorithm(run.config, task.loss, optax.sgd(0.1), run.num_steps)
   return lambda t: tuple(algo.communication(int(t), param_bytes))
 
 
-def run_protocol(config: ProtocolConfig, workdir=None, *, log: Callable = print) -> dict[str, Any]:
+def run_protocol(
+    config: ProtocolConfig, workdir=None, *, log: Callable = print, task: Task | None = None
+) -> dict[str, Any]:
   """Tunes, chooses and reruns every arm of ``config``; returns (and writes) the results.
+
+  The problem is an ``easgd.training.task.Task``: ``task`` (built in code,
+  the same data for every seed) or, per seed s,
+  ``easgd.training.builtin_tasks.task_of(config.base, seed=s)`` (the base's
+  ``task`` import path with ``task_args``, or its built-in data set and
+  model; a factory that takes ``seed`` draws per-seed data). The data of the
+  seeds are read whole and held in memory (:class:`SeedData`); the rates are
+  tuned on ``validation_examples`` held out of the training data, never on
+  the test set. Every task is checked before anything compiles
+  (:func:`easgd.protocol.programs.check_task_kind`, :func:`check_task_for`).
 
   Args:
     config: the protocol (validated here, before anything is loaded).
@@ -158,6 +172,10 @@ def run_protocol(config: ProtocolConfig, workdir=None, *, log: Callable = print)
       (``easgd.training.tensorboard.write_protocol_events``); its lock is
       held for the whole run (``easgd.training.runlock``).
     log: called with one line per program (progress).
+    task: a task built in code, or None for the one ``config.base`` names;
+      its ``factory`` and ``factory_args`` are recorded in the results'
+      ``protocol.base`` (``task``, ``task_args``), and a task other than the
+      built-in ones is described under ``task`` (``Task.describe``).
 
   Returns:
     JSON-ready dict: ``protocol`` (the resolved config), ``machine``,
@@ -168,27 +186,37 @@ def run_protocol(config: ProtocolConfig, workdir=None, *, log: Callable = print)
     from others), ``compute_per_step_s``, ``wall_time_s``.
 
   Raises:
-    ProtocolError, ConfigError: a bad setting (before anything runs).
+    ProtocolError, ConfigError: a bad setting (before anything runs), or a
+      task the protocol cannot run: one that augments its batches, has a
+      ``center_state`` (BatchNorm), its own validation data, a split drawn
+      from the seed, or no ``"correct"`` metric (before anything compiles).
+    easgd.training.task.TaskError: ``task`` not a Task, a factory or data
+      that cannot be used, seeds whose data differ in shapes
+      (``easgd.training.task.check_task``; before anything compiles).
     easgd.training.runlock.WorkdirInUseError: another command holds ``workdir``.
     easgd.training.data.DataError: missing data files.
   """
   config = config.validate()
+  if task is not None:
+    if not isinstance(task, Task):
+      raise TaskError(f"task must be an easgd.Task, got {type(task).__name__}")
+    config = dataclasses.replace(config, base=builtin_tasks.make_task_config(config.base, task))
   if workdir is None:
-    return _run_protocol(config, None, log)
+    return _run_protocol(config, None, log, task)
   with runlock.hold_workdir(workdir, "protocol"):
-    return _run_protocol(config, workdir, log)
+    return _run_protocol(config, workdir, log, task)
 
 
-def _run_protocol(config: ProtocolConfig, workdir, log: Callable) -> dict[str, Any]:
+def _run_protocol(config: ProtocolConfig, workdir, log: Callable, task) -> dict[str, Any]:
   """:func:`run_protocol` of a validated config (``workdir``'s lock held, if any)."""
   start = time.perf_counter()
   base = config.base
-  tune = SeedData(base, config.tune_seeds)
+  tune = SeedData(base, config.tune_seeds, task)
   runs = prepare(config, tune.num_train)
-  model = models.make_model(
-      base.model, tune.num_classes, param_dtype=base.param_dtype, compute_dtype=base.compute_dtype
-  )
-  params = models.init_params(model, tune.input_shape, jax.random.key(0))
+  report = SeedData(base, config.report_seeds, task)
+  for t in {id(tune.task): tune.task, id(report.task): report.task}.values():
+    check_task_for(config, t)  # every task checked before anything compiles
+  params = tune.task.init(jax.random.key(0))
   param_bytes = models.param_bytes(params)
   programs: list[dict] = []
   results: dict[str, dict] = {}
@@ -203,7 +231,7 @@ def _run_protocol(config: ProtocolConfig, workdir, log: Callable) -> dict[str, A
         for lr in r.arm.learning_rates
         for s in config.tune_seeds
     ]
-    out = _run_logged(group, reason, configs, tune, model, "tune", config, programs, log)
+    out = _run_logged(group, reason, configs, tune, "tune", config, programs, log)
     for r in group:
       rows = [i for i, c in enumerate(configs) if c["arm"] == r.arm.name]
       per_rate = []
@@ -246,7 +274,6 @@ def _run_protocol(config: ProtocolConfig, workdir, log: Callable) -> dict[str, A
       )
 
   # 3. report: every arm at its chosen rate on the fresh seeds, on test
-  report = SeedData(base, config.report_seeds)
   groups = group_programs([runs[a.name] for a in config.arms])
   for group, reason in zip(groups, why_separate(groups)):
     configs = [
@@ -254,7 +281,7 @@ def _run_protocol(config: ProtocolConfig, workdir, log: Callable) -> dict[str, A
         for r in group
         for s in config.report_seeds
     ]
-    out = _run_logged(group, reason, configs, report, model, "report", config, programs, log)
+    out = _run_logged(group, reason, configs, report, "report", config, programs, log)
     for r in group:
       idx = [i for i, c in enumerate(configs) if c["arm"] == r.arm.name]
       results[r.arm.name]["report"] = dict(
@@ -277,9 +304,9 @@ def _run_protocol(config: ProtocolConfig, workdir, log: Callable) -> dict[str, A
     res = results[a.name]
     key = (r.config.per_worker_batch_size,)
     if key not in step_s:
-      step_s[key] = measure_step_seconds(model, tune.input_shape, key[0])
+      step_s[key] = measure_step_seconds(tune.task, key[0])
     arms_out[a.name] = summarize_arm(
-        r, res, config, step_s[key], _communication(r, model, tune.input_shape, param_bytes)
+        r, res, config, step_s[key], _communication(r, tune.task, param_bytes)
     )
   return _finish(
       config,
@@ -290,13 +317,14 @@ def _run_protocol(config: ProtocolConfig, workdir, log: Callable) -> dict[str, A
       models.count_params(params),
       time.perf_counter() - start,
       workdir,
+      tune.task,
   )
 
 
-def _run_logged(group, reason, configs, seed_data, model, kind, config, programs, log):
+def _run_logged(group, reason, configs, seed_data, kind, config, programs, log):
   """:func:`run_program`, its info (and why its arms run apart) appended to
   ``programs`` and one progress line logged; returns its outputs."""
-  out, info = run_program(group, configs, seed_data, model, kind, config)
+  out, info = run_program(group, configs, seed_data, kind, config)
   info["separate_because"] = reason
   programs.append(info)
   log(
@@ -393,7 +421,7 @@ def summarize_arm(
   )
 
 
-def _finish(config, arms, programs, step_s, param_bytes, num_params, seconds, workdir):
+def _finish(config, arms, programs, step_s, param_bytes, num_params, seconds, workdir, task):
   results = dict(
       protocol=to_dict(config),
       machine=dict(
@@ -403,6 +431,10 @@ def _finish(config, arms, programs, step_s, param_bytes, num_params, seconds, wo
           processor=platform.processor() or None,
           note="wall times from this machine, which other jobs may share",
       ),
+  )
+  if task.factory != builtin_tasks.BUILTIN_FACTORY:  # the base's dataset and model do not say it
+    results["task"] = task.describe()
+  results.update(
       num_params=num_params,
       param_bytes=param_bytes,
       compute_per_step_s={str(k[0]): v for k, v in step_s.items()},
