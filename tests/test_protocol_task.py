@@ -15,7 +15,7 @@ import numpy as np
 import optax
 import pytest
 
-from easgd import TrainConfig
+from easgd import TrainConfig, train_and_evaluate
 from easgd.protocol import runs as protocol
 from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError
 from easgd.training.task import Task
@@ -134,8 +134,10 @@ def test_tasks_the_protocol_cannot_run_are_refused_before_anything_compiles(monk
           r"task 'linear' augments its training batches \(augment",
       ),
       (
-          linear_task(train, test, center_state=lambda p, b, axis: None),
-          r"task 'linear' has a center_state \(BatchNorm\)",
+          linear_task(
+              train, test, center_state=lambda p, b, axis: None, eval_transform=lambda b: b
+          ),
+          r"task 'linear' has a center_state \(BatchNorm\) over transformed examples",
       ),
       (
           linear_task(train, test, validation=linear_data(50, 3)),
@@ -184,7 +186,7 @@ def make(n=640, classes=3, seed=0):
 """
 
 PROTOCOL_FILE = """
-from easgd import TrainConfig
+from easgd import TrainConfig, train_and_evaluate
 from easgd.protocol.config import Arm, ProtocolConfig
 def get_protocol():
   base = TrainConfig(num_epochs=1, global_batch_size=64, num_workers=2,
@@ -218,3 +220,33 @@ def test_cli_protocol_runs_a_task_from_a_file_in_the_working_directory(tmp_path)
   assert results["task"]["train_examples"] == 600
   assert results["arms"]["pmean"]["final_test_error"]["mean"] < 0.4
   assert "Task: filetask (mytask:make)" in (tmp_path / "out" / "results.md").read_text()
+
+
+def test_a_batchnorm_task_is_evaluated_with_the_center_statistics_the_trainer_uses(tmp_path):
+  """The protocol's one program against ``easgd train`` on the built-in BatchNorm CNN:
+  the same validation and test losses at every evaluation (statistics recomputed
+  from the evaluated center over the trainer's examples)."""
+  base = TrainConfig(
+      dataset="mnist1d",
+      model="cnn_bn",
+      num_epochs=1,
+      global_batch_size=384,
+      num_workers=4,
+      validation_examples=1000,
+      bn_stats_examples=512,
+      progress=False,
+  )
+  arm = Arm("easgd", "easgd", dict(tau=4), (0.05,))
+  config = ProtocolConfig("bn", "", base, (arm,), eval_every_steps=18).validate()
+  seeds = protocol.SeedData(base, (5,))
+  run = protocol.prepare(config, seeds.num_train)["easgd"]
+  configs = [dict(arm="easgd", learning_rate=0.05, seed=5)]
+  out, _ = protocol.run_program([run], configs, seeds, "report", config)
+  history = train_and_evaluate(run.config.replace(learning_rate=0.05, seed=5), tmp_path / "train")[
+      "history"
+  ]
+  steps = list(run.eval_steps)
+  for rec in history:  # steps 0 and 18
+    k = steps.index(rec["step"])
+    for split in ("val", "test"):
+      assert out["curves"][f"{split}_loss"][0, k] == pytest.approx(rec[f"{split}_loss"], rel=1e-5)

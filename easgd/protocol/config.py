@@ -35,7 +35,6 @@ from easgd._util import checks
 from easgd.methods import registry
 from easgd.training.config import FLOAT32_TINY, MAX_REAL, ConfigError, TrainConfig
 from easgd._util.flags import REQUIRED, call_config_file, option
-from easgd.training.models import BATCH_NORM_MODELS
 
 
 class ProtocolError(ConfigError):
@@ -236,11 +235,6 @@ class ProtocolConfig:
         1,
         what="the rates are chosen on a held-out split",
     )
-    if base.model in BATCH_NORM_MODELS:
-      raise ProtocolError(
-          f"model {base.model!r} has BatchNorm, which the protocol's "
-          "one-program runs do not keep; use the trainer"
-      )
     if base.crop_size is not None:
       raise ProtocolError(
           "crop_size: the protocol gathers whole examples inside the "

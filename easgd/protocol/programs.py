@@ -37,6 +37,7 @@ from easgd.methods import registry
 from easgd.training.config import ConfigError, TrainConfig
 from easgd.training.optimizers import make_optimizer
 from easgd.training.sources import ArraySource, take
+from easgd.training.spmd import bn_stats_indices
 from easgd.training.task import Task, TaskError, check_task
 from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError
 from easgd.sweeps.curves import make_curve_fn
@@ -171,10 +172,13 @@ def check_task_kind(task: Task, base: TrainConfig) -> None:
   """Refuses a task the protocol cannot run, before any data are read.
 
   The protocol gathers whole training examples inside one compiled program,
-  evaluates the center with the task's own functions, and tunes on
+  evaluates the center with the task's own functions (with a
+  ``center_state``, from statistics recomputed from the evaluated parameters
+  over the trainer's fixed training examples), and tunes on
   ``base.validation_examples`` held out of the training set; so a task may not
-  augment its training batches, keep BatchNorm state, bring its own
-  validation data, or draw its train/test split from the seed.
+  augment its training batches (nor transform the examples of a
+  ``center_state``), bring its own validation data, or draw its train/test
+  split from the seed.
 
   Args:
     task: the task (one seed's).
@@ -195,10 +199,11 @@ def check_task_kind(task: Task, base: TrainConfig) -> None:
         f"task {name!r} augments its training batches (augment, e.g. random crops): the "
         "protocol gathers whole examples inside its program; allowed: a task without augment"
     )
-  if task.center_state is not None:
+  if task.center_state is not None and task.eval_transform is not None:
     raise ProtocolError(
-        f"task {name!r} has a center_state (BatchNorm), which the protocol's one-program "
-        "runs do not keep; use the trainer"
+        f"task {name!r} has a center_state (BatchNorm) over transformed examples "
+        "(eval_transform): the protocol gathers its training examples inside its program; "
+        "allowed: a center_state without eval_transform"
     )
   if task.validation is not None:
     raise ProtocolError(
@@ -425,16 +430,24 @@ def make_eval(task: Task, splits):
 
   Returns:
     ``eval_fn`` returning ``{split}_loss_sum``, ``{split}_correct`` and
-    ``{split}_count`` (float32 scalars) for each split.
+    ``{split}_count`` (float32 scalars) for each split. A task with a
+    ``center_state`` (BatchNorm) is evaluated with the state of ``params``
+    over the configuration's ``bn_idx`` training examples (the trainer's,
+    ``easgd.training.spmd.bn_stats_indices``, all at once: the pooled
+    statistics of the workers' equal shards), recomputed at every chunk.
   """
   splits = (splits,) if isinstance(splits, str) else tuple(splits)
 
   def eval_fn(params, shared, cfg, j):
     out = {}
+    state = ()
+    if task.center_state is not None:  # statistics of the evaluated parameters themselves
+      stats_batch = jax.tree.map(lambda a: a[cfg["slot"], cfg["bn_idx"]], shared["train"])
+      state = (task.center_state(params, stats_batch, None),)
     for split in splits:
       examples, mask = shared[split]
       m = mask[j]
-      metrics = task.evaluate(params, jax.tree.map(lambda a: a[cfg["slot"], j], examples))
+      metrics = task.evaluate(params, jax.tree.map(lambda a: a[cfg["slot"], j], examples), *state)
       loss, correct = metrics["loss"], metrics["correct"]
       out.update(
           {
@@ -544,6 +557,17 @@ def run_program(
       slot=np.asarray([seed_data.slot[c["seed"]] for c in configs], np.int32),
       idx=np.stack([batch_indices(seed_data, by_name[c["arm"]], c["seed"]) for c in configs]),
   )
+  if task.center_state is not None:  # the trainer's examples of the center's statistics
+    cfg_data["bn_idx"] = np.stack(
+        [
+            seed_data.train_idx[
+                bn_stats_indices(
+                    seed_data.num_train, static.num_workers, static.bn_stats_examples, c["seed"]
+                ).reshape(-1)
+            ].astype(np.int32)
+            for c in configs
+        ]
+    )
   shared = dict(train=seed_data.train())
   splits = ("val",) if kind == "tune" else ("val", "test")
   num_chunks = max(seed_data.num_chunks(s, protocol.eval_chunk) for s in splits)
