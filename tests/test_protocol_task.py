@@ -210,6 +210,7 @@ def test_cli_protocol_runs_a_task_from_a_file_in_the_working_directory(tmp_path)
   assert bad.returncode == 2 and "Traceback" not in bad.stderr
   assert bad.stderr.startswith("easgd: error: ") and bad.stderr.count("\n") == 1
   assert "takes no argument 'size'; allowed: n, classes" in bad.stderr
+  assert not (tmp_path / "bad").exists()  # refused before the workdir is locked
   ok = run("--task", "mytask:make", "--task-arg", "n=600", "--workdir", "out")
   assert ok.returncode == 0, ok.stderr
   results = json.loads((tmp_path / "out" / "results.json").read_text())
