@@ -9,66 +9,15 @@ import os
 import subprocess
 import sys
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-import optax
 import pytest
 
 from easgd import TrainConfig, train_and_evaluate
 from easgd.protocol import runs as protocol
 from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError
-from easgd.training.task import Task
+from testutil import CLASSES, FEATURES, Items, linear_data, linear_task
 
-FEATURES, CLASSES = 8, 3
 TIMINGS = {"wall_s", "compile_s", "wall_time_s", "compute_per_step_s", "modelled_s"}
 COMPILES = {"compiles", "compiles_all"}  # a second run in a process finds helpers compiled
-
-
-def linear_data(n, seed):
-  """{"x": float32 [n, 8], "y": int32 [n]}: the class is the argmax of a fixed
-  linear map of x (a separable 3-class problem)."""
-  rng = np.random.default_rng(seed)
-  x = rng.normal(size=(n, FEATURES)).astype(np.float32)
-  w = np.random.default_rng(0).normal(size=(FEATURES, CLASSES))
-  return {"x": x, "y": np.argmax(x @ w, axis=1).astype(np.int32)}
-
-
-class Items:
-  """A random-access data set (``__len__``, ``__getitem__``), as a user's loader."""
-
-  def __init__(self, arrays):
-    self.arrays = arrays
-
-  def __len__(self):
-    return len(self.arrays["y"])
-
-  def __getitem__(self, i):
-    return {"x": self.arrays["x"][i], "y": self.arrays["y"][i]}
-
-
-def linear_task(train, test, *, name="linear", correct=True, **fields):
-  """Softmax regression on dict batches {"x", "y"}."""
-
-  def init(key):
-    return {"w": 0.1 * jax.random.normal(key, (FEATURES, CLASSES)), "b": jnp.zeros(CLASSES)}
-
-  def logits(params, x):
-    return x @ params["w"] + params["b"]
-
-  def loss(params, batch, key):
-    del key
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits(params, batch["x"]), batch["y"])
-    return jnp.mean(ce)
-
-  def evaluate(params, batch):
-    z = logits(params, batch["x"])
-    out = {"loss": optax.softmax_cross_entropy_with_integer_labels(z, batch["y"])}
-    if correct:
-      out["correct"] = (jnp.argmax(z, axis=-1) == batch["y"]).astype(jnp.float32)
-    return out
-
-  return Task(name, init, loss, evaluate, train, test, mean_of_examples=True, **fields)
 
 
 BASE = TrainConfig(
@@ -163,7 +112,7 @@ def test_tasks_the_protocol_cannot_run_are_refused_before_anything_compiles(monk
 
 TASK_FILE = """
 import numpy as np, jax, jax.numpy as jnp, optax
-from easgd.training.task import Task
+from testutil import CLASSES, FEATURES, Items, linear_data, linear_task
 
 def make(n=640, classes=3, seed=0):
   rng = np.random.default_rng(seed)   # per-seed data: the protocol passes seed

@@ -22,7 +22,7 @@ from easgd.protocol.config import Arm, ProtocolConfig
 from easgd.training import checkpoint, tensorboard, trainer
 from easgd.training.compare import compare
 from easgd.training.config import TrainConfig
-from testutil import interrupt_once
+from testutil import interrupt_once, linear_data, linear_task
 
 # digits, tiny MLP: 1438 training images / 64 = 22 steps per epoch
 TINY = TrainConfig(
@@ -186,28 +186,29 @@ def test_compare_runs_show_side_by_side_in_one_logdir(tmp_path):
 
 
 def test_the_protocols_curves_per_arm_and_seed(tmp_path):
-  base = TINY.replace(
-      dataset="mnist1d", num_epochs=1, global_batch_size=384, validation_examples=1000
-  )  # 18 steps; the default seeds (0, 1, 2; 100, 101, 102), whose data test_protocol makes
+  base = TrainConfig(
+      num_epochs=1, num_workers=2, global_batch_size=64, validation_examples=128, progress=False
+  )  # a user's task: 640 training examples, 8 steps; the default seeds (0, 1, 2; 100, 101, 102)
+  task = linear_task(linear_data(768, 1), linear_data(200, 2))
   config = ProtocolConfig(
       "tb",
       "a test",
       base,
       (
-          Arm("easgd", "easgd", {}, (0.05, 0.1)),
-          Arm("easgd/tau2", "easgd", dict(tau=2), lr_from="easgd"),
+          Arm("easgd", "easgd", dict(tau=2), (0.3, 1.0)),
+          Arm("easgd/tau1", "easgd", dict(tau=1), lr_from="easgd"),
       ),
-      eval_every_steps=6,
+      eval_every_steps=2,
   )
-  protocol.run_protocol(config, tmp_path, log=lambda line: None)
+  protocol.run_protocol(config, tmp_path, log=lambda line: None, task=task)
   results = json.loads((tmp_path / "results.json").read_text())  # null: not finite or no step
   mux = event_multiplexer.EventMultiplexer().AddRunsFromDirectory(str(tmp_path / "tb"))
   mux.Reload()
-  report = [f"report/{a}/seed_{s}" for a in ("easgd", "easgd_tau2") for s in (100, 101, 102)]
-  tune = [f"tune/easgd/lr_{r}/seed_{s}" for r in ("0.05", "0.1") for s in (0, 1, 2)]
+  report = [f"report/{a}/seed_{s}" for a in ("easgd", "easgd_tau1") for s in (100, 101, 102)]
+  tune = [f"tune/easgd/lr_{r}/seed_{s}" for r in ("0.3", "1") for s in (0, 1, 2)]
   assert sorted(mux.Runs()) == sorted(report + tune)
-  assert results["arms"]["easgd/tau2"]["tuning"] is None  # lr_from: no tuning runs
-  for name, a in (("easgd", "easgd"), ("easgd_tau2", "easgd/tau2")):
+  assert results["arms"]["easgd/tau1"]["tuning"] is None  # lr_from: no tuning runs
+  for name, a in (("easgd", "easgd"), ("easgd_tau1", "easgd/tau1")):
     rep = results["arms"][a]["report"]
     steps = rep["eval_steps"]
     assert steps[0] == 0 and len(steps) > 2

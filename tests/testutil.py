@@ -3,14 +3,19 @@
 STEP_KINDS           argument and output kinds of an algorithm step for
                      ``workers.map_workers``;
 mlp_setup, random_batches  a tiny MLP classifier and random batches for it;
-max_abs_diff, assert_trees_close  leafwise comparison of two pytrees.
+max_abs_diff, assert_trees_close  leafwise comparison of two pytrees;
+linear_data, Items, linear_task  a separable 3-class problem as arrays, as a
+                     ``__getitem__`` object, and as a user's Task.
 """
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 
 from easgd.training import models
 from easgd.parallel import workers
+from easgd.training.task import Task
 
 STEP_KINDS = (workers.STEP_IN_KINDS, workers.STEP_OUT_KINDS)
 
@@ -73,3 +78,52 @@ def interrupt_once(monkeypatch, owner, name, call, after=False):
 
   monkeypatch.setattr(owner, name, wrapper)
   return fired
+
+
+FEATURES, CLASSES = 8, 3
+
+
+def linear_data(n, seed):
+  """{"x": float32 [n, 8], "y": int32 [n]}: the class is the argmax of a fixed
+  linear map of x (a separable 3-class problem)."""
+  rng = np.random.default_rng(seed)
+  x = rng.normal(size=(n, FEATURES)).astype(np.float32)
+  w = np.random.default_rng(0).normal(size=(FEATURES, CLASSES))
+  return {"x": x, "y": np.argmax(x @ w, axis=1).astype(np.int32)}
+
+
+class Items:
+  """A random-access data set (``__len__``, ``__getitem__``), as a user's loader."""
+
+  def __init__(self, arrays):
+    self.arrays = arrays
+
+  def __len__(self):
+    return len(self.arrays["y"])
+
+  def __getitem__(self, i):
+    return {"x": self.arrays["x"][i], "y": self.arrays["y"][i]}
+
+
+def linear_task(train, test, *, name="linear", correct=True, **fields):
+  """Softmax regression on dict batches {"x", "y"}."""
+
+  def init(key):
+    return {"w": 0.1 * jax.random.normal(key, (FEATURES, CLASSES)), "b": jnp.zeros(CLASSES)}
+
+  def logits(params, x):
+    return x @ params["w"] + params["b"]
+
+  def loss(params, batch, key):
+    del key
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits(params, batch["x"]), batch["y"])
+    return jnp.mean(ce)
+
+  def evaluate(params, batch):
+    z = logits(params, batch["x"])
+    out = {"loss": optax.softmax_cross_entropy_with_integer_labels(z, batch["y"])}
+    if correct:
+      out["correct"] = (jnp.argmax(z, axis=-1) == batch["y"]).astype(jnp.float32)
+    return out
+
+  return Task(name, init, loss, evaluate, train, test, mean_of_examples=True, **fields)
