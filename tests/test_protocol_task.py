@@ -112,7 +112,7 @@ def test_tasks_the_protocol_cannot_run_are_refused_before_anything_compiles(monk
 
 TASK_FILE = """
 import numpy as np, jax, jax.numpy as jnp, optax
-from testutil import CLASSES, FEATURES, Items, linear_data, linear_task
+from easgd.training.task import Task
 
 def make(n=640, classes=3, seed=0):
   rng = np.random.default_rng(seed)   # per-seed data: the protocol passes seed
