@@ -190,6 +190,13 @@ class ProtocolConfig:
       (GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET),
       "the networks (Network) of the modelled wall-clock time",
   )
+  max_grid_extensions: int = option(
+      2,
+      "rates an arm's grid may be extended by: while the chosen rate is the grid's "
+      "lowest or highest, one more rate one log step beyond it is tuned on the same "
+      "seeds, until the choice is interior, the new rate diverges, or this many were "
+      "added (results.json: grid_extended, grid_extension); 0 = never",
+  )
   divergence_factor: float = option(
       10.0,
       "a run whose center validation loss is non-finite or exceeds this "
@@ -228,6 +235,7 @@ class ProtocolConfig:
         raise ProtocolError(f"{field} must be a tuple, got {type(value).__name__} " f"{value!r}")
     if not isinstance(self.base, TrainConfig):
       raise ProtocolError(f"base must be an easgd.TrainConfig, got {type(self.base).__name__}")
+    _int("max_grid_extensions", self.max_grid_extensions, 0, 64, what="rates added to a grid")
     base = self.base.validate()
     _int(
         "validation_examples (of base)",

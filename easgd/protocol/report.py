@@ -183,6 +183,12 @@ def results_markdown(results: dict[str, Any]) -> str:
       grid = (
           f"{min(a['learning_rates']):g}..{max(a['learning_rates']):g} ({len(a['learning_rates'])})"
       )
+      added = a.get("grid_extended") or []
+      if added:  # extended while its choice sat at an edge (easgd.protocol.runs)
+        stop = {"interior": "interior", "diverged": "bracketed by a diverging rate"}
+        grid += f", {len(added)} added: " + (
+            stop.get(a["grid_extension"], f"stopped: {a['grid_extension']}")
+        )
     rate = f"{a['resolved_learning_rate']:.4g}" + grid_note(grid_flag(a))
     row = [
         name,

@@ -83,6 +83,7 @@ from easgd.protocol import stats as protocol_stats
 from easgd.methods import registry
 from easgd._util.files import json_text, write_text_atomic
 from easgd.protocol.config import (RESULTS_JSON, UNTUNABLE, ProtocolConfig, lr_grid_edges, to_dict)
+from easgd.training.config import ConfigError
 from easgd.training.sources import take
 from easgd.training.task import Task, TaskError
 
@@ -239,31 +240,8 @@ def _run_protocol(config: ProtocolConfig, workdir, log: Callable, prepared, star
     out = _run_logged(group, reason, configs, tune, "tune", config, programs, log)
     for r in group:
       rows = [i for i, c in enumerate(configs) if c["arm"] == r.arm.name]
-      per_rate = []
-      for lr in r.arm.learning_rates:
-        idx = [i for i in rows if configs[i]["learning_rate"] == lr]
-        final = [float(out["curves"]["val_error"][i, -1]) for i in idx]
-        best = [float(np.nanmin(out["curves"]["val_error"][i])) for i in idx]
-        div = [_diverged(out["curves"]["val_loss"][i], config.divergence_factor) for i in idx]
-        scored = [1.0 if d or not np.isfinite(e) else e for e, d in zip(final, div)]
-        per_rate.append(
-            dict(
-                learning_rate=lr,
-                resolved_learning_rate=lr * r.config.lr_scale,
-                val_error_final=final,
-                val_error_best=best,
-                diverged=div,
-                score=float(np.mean(scored)),
-                val_error_curve=[out["curves"]["val_error"][i].tolist() for i in idx],
-            )
-        )
-      best_i = int(np.argmin([p["score"] for p in per_rate]))
-      chosen = per_rate[best_i]["learning_rate"]
-      results[r.arm.name] = dict(
-          tuning=per_rate,
-          chosen_learning_rate=chosen,
-          grid_edge=lr_grid_edges(r.arm.learning_rates, chosen, per_rate),
-      )
+      per_rate = [_tuning_entry(r, lr, configs, rows, out, config) for lr in r.arm.learning_rates]
+      results[r.arm.name] = _extend_grid(r, per_rate, config, tune, programs, log)
 
   # 2. choose: the arms with lr_from take their source's base rate (and the
   # flag of a source whose grid could not tune)
@@ -323,6 +301,87 @@ def _run_protocol(config: ProtocolConfig, workdir, log: Callable, prepared, star
       time.perf_counter() - start,
       workdir,
       tune.task,
+  )
+
+
+def _tuning_entry(r: ArmRun, lr: float, configs, rows, out, config) -> dict:
+  """The tuning result of rate ``lr`` of arm ``r``: every tuning seed's final and
+  best validation error, divergence, and the score rates are compared by (the
+  mean final validation error, a diverged or non-finite run counting 1)."""
+  idx = [i for i in rows if configs[i]["learning_rate"] == lr]
+  final = [float(out["curves"]["val_error"][i, -1]) for i in idx]
+  best = [float(np.nanmin(out["curves"]["val_error"][i])) for i in idx]
+  div = [_diverged(out["curves"]["val_loss"][i], config.divergence_factor) for i in idx]
+  scored = [1.0 if d or not np.isfinite(e) else e for e, d in zip(final, div)]
+  return dict(
+      learning_rate=lr,
+      resolved_learning_rate=lr * r.config.lr_scale,
+      val_error_final=final,
+      val_error_best=best,
+      diverged=div,
+      score=float(np.mean(scored)),
+      val_error_curve=[out["curves"]["val_error"][i].tolist() for i in idx],
+  )
+
+
+def _extend_grid(r: ArmRun, per_rate, config, tune, programs, log) -> dict:
+  """An arm's choice, its grid extended while the chosen rate sits at an edge.
+
+  While the best rate is the grid's lowest or highest, one more rate one log
+  step beyond it (the grid's own ratio) is tuned on the same seeds, its runs
+  added to those the arm has, until the chosen rate is interior, the new rate
+  diverges on every tuning seed (the best then lies next to a diverging
+  rate: bracketed), its resolved rate leaves float32's range, or
+  ``config.max_grid_extensions`` rates were added.
+
+  Returns:
+    The arm's tuning entry: ``tuning`` (per rate, sorted), ``learning_rates``
+    (the grid as tuned), ``chosen_learning_rate``, ``grid_edge`` (of the
+    extended grid), ``grid_extended`` (the rates added, in order) and
+    ``grid_extension`` (why it stopped: "interior", "diverged", "range",
+    "limit", or None when the first grid's choice was not at an edge).
+  """
+
+  def choose(rates):
+    chosen = per_rate[int(np.argmin([p["score"] for p in per_rate]))]["learning_rate"]
+    return chosen, lr_grid_edges(rates, chosen, per_rate)
+
+  rates = list(r.arm.learning_rates)
+  chosen, edge = choose(rates)
+  added, stop = [], None
+  ratio = sorted(rates)[1] / sorted(rates)[0] if len(rates) > 1 else None
+  while edge in ("low", "high"):
+    if len(added) >= config.max_grid_extensions:
+      stop = "limit"
+      break
+    new = min(rates) / ratio if edge == "low" else max(rates) * ratio
+    try:
+      r.config.replace(learning_rate=new).validate()  # its resolved rate in float32's range
+    except ConfigError:
+      stop = "range"
+      break
+    one = dataclasses.replace(r, arm=dataclasses.replace(r.arm, learning_rates=(new,)))
+    configs = [dict(arm=r.arm.name, learning_rate=new, seed=s) for s in config.tune_seeds]
+    why = f"grid extended at its {edge} edge"
+    out = _run_logged([one], why, configs, tune, "tune", config, programs, log)
+    entry = _tuning_entry(r, new, configs, list(range(len(configs))), out, config)
+    per_rate.append(entry)
+    rates.append(new)
+    added.append(new)
+    chosen, edge = choose(rates)
+    if all(entry["diverged"]):
+      stop = "diverged"  # the best lies next to a diverging rate: bracketed
+      break
+  if added and stop is None:
+    stop = "interior"
+  order = np.argsort([p["learning_rate"] for p in per_rate])
+  return dict(
+      tuning=[per_rate[i] for i in order],
+      learning_rates=sorted(rates),
+      chosen_learning_rate=chosen,
+      grid_edge=edge,
+      grid_extended=added,
+      grid_extension=stop,
   )
 
 
@@ -396,7 +455,9 @@ def summarize_arm(
       num_steps=run.num_steps,
       steps_per_epoch=run.steps_per_epoch,
       epochs=c.num_epochs,
-      learning_rates=list(run.arm.learning_rates),
+      learning_rates=list(res.get("learning_rates", run.arm.learning_rates)),
+      grid_extended=res.get("grid_extended", []),
+      grid_extension=res.get("grid_extension"),
       lr_from=run.arm.lr_from,
       chosen_learning_rate=res["chosen_learning_rate"],
       resolved_learning_rate=res["chosen_learning_rate"] * c.lr_scale,
