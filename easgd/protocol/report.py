@@ -490,9 +490,13 @@ def _resolution(arm: dict, network: str) -> float:
 
 
 def _fmt_diff(d: dict, scale: float = 100.0, unit: str = " pp") -> str:
+  """``+d unit [low, high], resolves r``: the difference, its interval, and the
+  smallest difference the interval resolves from 0 (its half-width: a
+  measured difference smaller in size is inconclusive)."""
+  resolvable = (d["high"] - d["low"]) / 2
   return (
       f"{scale * d['difference']:+.2f}{unit} [{scale * d['low']:+.2f}, "
-      f"{scale * d['high']:+.2f}]"
+      f"{scale * d['high']:+.2f}], resolves {scale * resolvable:.2f}{unit}"
   )
 
 
