@@ -159,6 +159,16 @@ def build_parser() -> argparse.ArgumentParser:
       "if it parses, else text); with --task its only arguments, else they replace "
       "the file's base task_args",
   )
+  for which, first in (("tune", "0"), ("report", "100")):
+    p.add_argument(
+        f"--{which}-seeds",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"run N {which} seeds: the protocol file's first {which} seed (default "
+        f"{first}) and the N - 1 after it, in place of the file's {which}_seeds (at "
+        "least 3; the report seeds must stay apart from the tuning seeds)",
+    )
   p.add_argument(
       "--overwrite",
       action="store_true",
@@ -467,10 +477,18 @@ def _run_protocol(args) -> int:
   workdir = rundir.workdir_path(args.workdir, "--workdir")
   results = workdir / protocol_report.RESULTS_JSON
   if args.report_only:
-    if args.config is not None or args.overwrite or args.task or args.task_args:
+    if (
+        args.config is not None
+        or args.overwrite
+        or args.task
+        or args.task_args
+        or args.tune_seeds is not None
+        or args.report_seeds is not None
+    ):
       raise ConfigError(
           "--report-only reads --workdir's results.json and runs nothing; "
-          "it takes no --config, --task, --task-arg or --overwrite"
+          "it takes no --config, --task, --task-arg, --tune-seeds, --report-seeds or "
+          "--overwrite"
       )
     if not results.is_file():
       raise ConfigError(
@@ -497,9 +515,19 @@ def _run_protocol(args) -> int:
 
 
 def _with_task(config, args):
-  """The protocol ``config`` with ``--task`` and ``--task-arg`` in its base."""
+  """The protocol ``config`` with ``--task`` and ``--task-arg`` in its base, and
+  ``--tune-seeds`` / ``--report-seeds`` counts as its seeds."""
   import dataclasses
 
+  from easgd._util import checks
+  from easgd.protocol.config import ProtocolError
+
+  for which in ("tune", "report"):
+    n = getattr(args, f"{which}_seeds")
+    if n is not None:
+      n = checks.integer(f"--{which}-seeds", n, 1, 10**4, error=ProtocolError)
+      first = getattr(config, f"{which}_seeds")[0]
+      config = dataclasses.replace(config, **{f"{which}_seeds": tuple(range(first, first + n))})
   changes = {}
   if args.task is not None:
     changes = dict(task=args.task, task_args=tuple(args.task_args or ()))

@@ -52,3 +52,31 @@ def test_seeds_to_resolve_refuses_what_no_budget_resolves():
     protocol_stats.seeds_to_resolve(1.0, 1e-4)
   with pytest.raises(ValueError):
     protocol_stats.seeds_to_resolve(0.0, 1.0)
+
+
+def test_the_command_line_sets_the_number_of_seeds(tmp_path, capsys):
+  import argparse
+
+  from easgd import cli
+  from easgd.protocol.config import load_protocol_file
+
+  config = load_protocol_file("experiments/protocol_fig2.py")
+  args = argparse.Namespace(task=None, task_args=None, tune_seeds=4, report_seeds=10)
+  more = cli._with_task(config, args).validate()
+  assert more.tune_seeds == (0, 1, 2, 3) and more.report_seeds == tuple(range(100, 110))
+  for flags, message in (
+      (["--report-seeds", "2"], "report_seeds must be a tuple of at least 3 seeds"),
+      (["--tune-seeds", "101"], "report_seeds must be fresh: [100]"),
+      (["--report-seeds", "0"], "--report-seeds must be"),
+  ):
+    argv = [
+        "protocol",
+        "--config",
+        "experiments/protocol_fig2.py",
+        "--workdir",
+        str(tmp_path / "o"),
+    ]
+    assert cli.main([*argv, *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "o").exists()
