@@ -159,6 +159,13 @@ def test_a_task_factory_is_recorded_and_rebuilt_on_resume(task_dir, capsys):
   assert stopped["status"] == "stopped"
   assert train(["--resume", "--workdir", "part"], capsys)[0] == 0  # rebuilt from config.json
   assert metrics_text(task_dir / "part") == metrics_text(task_dir / "whole")
+  assert cli.main(["export", "--workdir", "part", "--out", "center.msgpack"]) == 0
+  info = json.loads((task_dir / "center.msgpack.json").read_text())  # the task, rebuilt
+  assert info["task"] == {
+      "name": "toy",
+      "factory": "toytask:make",
+      "factory_args": lib.factory_args,
+  }
 
 
 BAD_TASKS = [
