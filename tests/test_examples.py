@@ -40,6 +40,26 @@ def in_root(monkeypatch):
   monkeypatch.chdir(ROOT)  # load_task searches the working directory first
 
 
+GPL3 = Path("/usr/share/common-licenses/GPL-3")
+
+
+@pytest.mark.skipif(not GPL3.is_file(), reason="needs Debian's base-files")
+def test_make_data_text_defaults_to_the_stable_gpl3(tmp_path):
+  """The Transformer example's default text is Debian's GPL-3 (the size and
+  sha256 examples/README.md gives), not files of this package that change."""
+  import hashlib  # noqa: PLC0415
+
+  if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+  from examples import make_data  # noqa: PLC0415
+
+  assert make_data.main(["text", "--out", str(tmp_path / "t.txt")]) == 0
+  data = (tmp_path / "t.txt").read_bytes()
+  assert len(data) == 35149
+  digest = "3972dc9744f6499f0f9b2dbf76696f2ae7ad8af9b23dde66d6af86c9dfb36986"
+  assert hashlib.sha256(data).hexdigest() == digest
+
+
 def test_lm_missing_file_and_short_text_are_one_line(tmp_path, monkeypatch):
   in_root(monkeypatch)
   with pytest.raises(TaskError, match=r"path='.*nope.txt' is not a file") as e:
