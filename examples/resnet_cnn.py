@@ -34,7 +34,9 @@ Run it from the repository root (``examples/make_data.py`` writes the
       --global-batch-size 128 --num-epochs 4 --learning-rate 0.1 --tau 4 \\
       --bn-stats-examples 1024
 
-(``examples/README.md``: 71.97% test accuracy after 4 epochs.)
+(``examples/README.md``: 71.97% test accuracy after 4 epochs;
+``examples/protocol_resnet.py`` compares methods on it with ``easgd
+protocol``, on whole images: the protocol refuses a task with ``augment``.)
 
 ``--task-arg`` values: ``path`` (required), ``width``, ``blocks``,
 ``crop_size`` (:func:`make_task`). ``easgd compare --task ...`` takes the

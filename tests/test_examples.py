@@ -40,6 +40,26 @@ def in_root(monkeypatch):
   monkeypatch.chdir(ROOT)  # load_task searches the working directory first
 
 
+GPL3 = Path("/usr/share/common-licenses/GPL-3")
+
+
+@pytest.mark.skipif(not GPL3.is_file(), reason="needs Debian's base-files")
+def test_make_data_text_defaults_to_the_stable_gpl3(tmp_path):
+  """The Transformer example's default text is Debian's GPL-3 (the size and
+  sha256 examples/README.md gives), not files of this package that change."""
+  import hashlib  # noqa: PLC0415
+
+  if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+  from examples import make_data  # noqa: PLC0415
+
+  assert make_data.main(["text", "--out", str(tmp_path / "t.txt")]) == 0
+  data = (tmp_path / "t.txt").read_bytes()
+  assert len(data) == 35149
+  digest = "3972dc9744f6499f0f9b2dbf76696f2ae7ad8af9b23dde66d6af86c9dfb36986"
+  assert hashlib.sha256(data).hexdigest() == digest
+
+
 def test_lm_missing_file_and_short_text_are_one_line(tmp_path, monkeypatch):
   in_root(monkeypatch)
   with pytest.raises(TaskError, match=r"path='.*nope.txt' is not a file") as e:
@@ -123,9 +143,11 @@ def test_resnet_center_is_evaluated_with_its_own_pooled_statistics(tmp_path, mon
   assert abs(with_worker - with_center) > 1e-3
 
 
-def cli(*args):
+def cli(*args, progress_flag=True):
+  """``easgd ARGS`` from the repository root (with ``--no-progress`` where the
+  command takes it); asserts exit status 0."""
   proc = subprocess.run(
-      [sys.executable, "-m", "easgd.cli", *args, "--no-progress"],
+      [sys.executable, "-m", "easgd.cli", *args, *(["--no-progress"] if progress_flag else [])],
       cwd=ROOT,
       capture_output=True,
       text=True,
@@ -186,3 +208,59 @@ def test_resnet_trains_through_easgd_train_and_compare(tmp_path):
   cli("compare", *args, "--workdir", str(tmp_path / "cmp"), "--algorithms", "easgd", *SMALL)
   summary = json.loads((tmp_path / "cmp" / "easgd" / "summary.json").read_text())
   assert summary["task"]["batch_norm"] is True and summary["task"]["factory"] == RESNET
+
+
+def protocol_results(work: Path, config: str, *task_args: str) -> dict:
+  """``easgd protocol --config examples/<config>`` with the file's arms, grids
+  and seeds, its task arguments replaced by ``task_args`` (tiny sizes)."""
+  args = [a for kv in task_args for a in ("--task-arg", kv)]
+  cli(
+      "protocol",
+      "--config",
+      f"examples/{config}",
+      *args,
+      "--workdir",
+      str(work),
+      progress_flag=False,
+  )
+  assert (work / "results.md").is_file()
+  return json.loads((work / "results.json").read_text())
+
+
+def assert_every_arm_reported(results: dict, arms: tuple[str, ...]) -> None:
+  """Every arm of ``arms`` (in order) has a chosen rate of its grid and a
+  finite final test error on each of the 3 report seeds."""
+  assert tuple(results["arms"]) == arms
+  for name, arm in results["arms"].items():
+    assert arm["chosen_learning_rate"] in arm["learning_rates"], name
+    errors = arm["final_test_errors"]  # one per report seed
+    assert len(errors) == 3 and np.isfinite(errors).all(), (name, errors)
+    assert all(0 <= e <= 1 for e in errors) and np.isfinite(arm["final_test_error"]["mean"])
+
+
+ARMS = ("easgd tau=4", "eamsgd tau=4", "pmean_sgd")
+
+
+@pytest.mark.slow
+def test_lm_through_easgd_protocol(tmp_path):
+  """examples/protocol_lm.py end to end on a short text and a tiny model: 337
+  training windows of 17 bytes, 128 of them validation, 3 steps per epoch."""
+  text = write_text(tmp_path / "t.txt", 6000)
+  results = protocol_results(
+      tmp_path / "proto", "protocol_lm.py", f"path={text}", "context=16", "d_model=16",
+      "num_heads=2", "num_layers=1",
+  )  # fmt: skip
+  assert_every_arm_reported(results, ARMS)
+  assert results["protocol"]["base"]["task"] == LM
+
+
+@pytest.mark.slow
+def test_resnet_through_easgd_protocol(tmp_path):
+  """examples/protocol_resnet.py end to end (BatchNorm's center_state, no crops)
+  with a 1-block ResNet of 4 channels on the whole of the 8x8 digits."""
+  npz = write_npz(tmp_path / "d.npz", None, None)
+  results = protocol_results(
+      tmp_path / "proto", "protocol_resnet.py", f"path={npz}", "width=4", "blocks=1"
+  )
+  assert_every_arm_reported(results, ARMS)
+  assert results["protocol"]["base"]["task"] == RESNET
