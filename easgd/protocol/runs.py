@@ -191,7 +191,7 @@ def run_protocol(
       task the protocol cannot run: one that augments its batches, has a
       ``center_state`` (BatchNorm) over transformed examples, its own
       validation data, a split drawn from the seed, or no ``"correct"``
-      metric (before the workdir is locked or anything compiles).
+      metric (before anything compiles; a workdir the protocol created is removed).
     easgd.training.task.TaskError: ``task`` not a Task, a factory or data
       that cannot be used, seeds whose data differ in shapes
       (``easgd.training.task.check_task``; before anything compiles).
@@ -203,25 +203,23 @@ def run_protocol(
     if not isinstance(task, Task):
       raise TaskError(f"task must be an easgd.Task, got {type(task).__name__}")
     config = dataclasses.replace(config, base=builtin_tasks.make_task_config(config.base, task))
+  if workdir is None:
+    return _run_protocol(config, None, log, task)
+  # the lock first (a held workdir stops the protocol before it reads anything);
+  # a refusal below leaves no workdir it created (easgd.training.runlock)
+  with runlock.hold_workdir(workdir, "protocol"):
+    return _run_protocol(config, workdir, log, task)
+
+
+def _run_protocol(config: ProtocolConfig, workdir, log: Callable, task) -> dict[str, Any]:
+  """:func:`run_protocol` of a validated config (``workdir``'s lock held, if any)."""
   start = time.perf_counter()
-  # the data and tasks of every seed, checked before the workdir is locked or
-  # written and before anything compiles
+  # the data and tasks of every seed, checked before anything compiles
   tune = SeedData(config.base, config.tune_seeds, task)
   runs = prepare(config, tune.num_train)
   report = SeedData(config.base, config.report_seeds, task)
   for t in {id(tune.task): tune.task, id(report.task): report.task}.values():
     check_task_for(config, t)
-  if workdir is None:
-    return _run_protocol(config, None, log, (tune, report, runs), start)
-  with runlock.hold_workdir(workdir, "protocol"):
-    return _run_protocol(config, workdir, log, (tune, report, runs), start)
-
-
-def _run_protocol(config: ProtocolConfig, workdir, log: Callable, prepared, start) -> dict:
-  """:func:`run_protocol` of a validated config whose seeds' data and tasks
-  (``prepared``: tune and report :class:`SeedData`, the arms' runs) are
-  checked (``workdir``'s lock held, if any)."""
-  tune, report, runs = prepared
   params = tune.task.init(jax.random.key(0))
   param_bytes = models.param_bytes(params)
   programs: list[dict] = []
