@@ -131,3 +131,22 @@ def test_a_bfloat16_training_run_has_a_float32_center(tmp_path):
   assert {str(x.dtype) for x in jax.tree.leaves(state["center"])} == {"float32"}
   assert {str(x.dtype) for x in jax.tree.leaves(state["worker"]["params"])} == {"bfloat16"}
   assert elastic.reduction_dtype(jnp.bfloat16) == jnp.float32
+
+
+def test_a_non_finite_bfloat16_parameter_is_caught_before_it_is_saved():
+  from easgd.training import spmd
+  from easgd.training.divergence import DivergenceError
+
+  config = TrainConfig(dataset="digits", model="mlp", param_dtype="bfloat16", num_epochs=1)
+  run = spmd.Run(config)
+  worker, shared = run.initial_state()
+  state = run.to_checkpoint(worker, shared, 0, [])
+  run.check_finite([], 0, state)  # finite: passes
+  bad = dict(state)
+  leaves, treedef = jax.tree_util.tree_flatten(bad["worker"])
+  i = next(k for k, a in enumerate(leaves) if a.dtype == jnp.bfloat16)
+  leaves[i] = np.array(leaves[i])
+  leaves[i].reshape(-1)[0] = np.nan  # worker 0
+  bad["worker"] = jax.tree_util.tree_unflatten(treedef, leaves)
+  with pytest.raises(DivergenceError, match="worker 0 has non-finite parameters"):
+    run.check_finite([], 0, bad)

@@ -484,7 +484,7 @@ class Run:
     for path, leaf in jax.tree_util.tree_leaves_with_path(state["worker"]):
       ok = (
           np.isfinite(leaf.reshape(leaf.shape[0], -1)).all(axis=1)
-          if np.issubdtype(leaf.dtype, np.floating)
+          if jnp.issubdtype(leaf.dtype, jnp.floating)  # bfloat16 too
           else None
       )
       if ok is not None and not ok.all():
@@ -497,7 +497,7 @@ class Run:
         )
     for path, leaf in jax.tree_util.tree_leaves_with_path(state["shared"]):
       leaf = np.asarray(leaf)
-      if np.issubdtype(leaf.dtype, np.floating) and not np.isfinite(leaf).all():
+      if jnp.issubdtype(leaf.dtype, jnp.floating) and not np.isfinite(leaf).all():
         raise DivergenceError(
             divergence_message(
                 self.config,

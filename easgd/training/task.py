@@ -173,7 +173,18 @@ class Task:
 
 
 def _shapes(tree) -> list:
-  return [(tuple(np.shape(a)), str(np.asarray(a).dtype)) for a in _tree().tree_leaves(tree)]
+  """(shape, dtype) of each leaf: arrays and ``jax.ShapeDtypeStruct`` alike."""
+  return [
+      (tuple(np.shape(a)), str(getattr(a, "dtype", None) or np.asarray(a).dtype))
+      for a in _tree().tree_leaves(tree)
+  ]
+
+
+def _is_float(dtype) -> bool:
+  """A floating dtype, bfloat16 and the other ml_dtypes included."""
+  import jax.numpy as jnp  # noqa: PLC0415
+
+  return bool(jnp.issubdtype(dtype, jnp.floating))
 
 
 def _abstract(task: Task, what: str, fn, *args):
@@ -245,17 +256,13 @@ def check_task(task: Task, *, num_workers: int, per_worker_batch: int, eval_batc
   key = jax.random.key(0)
   params = _abstract(task, "init(key)", task.init, key)
   leaves = jax.tree.leaves(params)
-  if not leaves or any(not np.issubdtype(l.dtype, np.floating) for l in leaves):
+  if not leaves or any(not _is_float(l.dtype) for l in leaves):
     raise TaskError(
         f"task {name!r}: init returns {_shapes(params) or 'no arrays'}; expected a pytree "
         "of float parameter arrays"
     )
   loss = _abstract(task, "loss(params, batch, key)", task.loss, params, worker_batch, key)
-  if (
-      not isinstance(loss, jax.ShapeDtypeStruct)
-      or loss.shape != ()
-      or not np.issubdtype(loss.dtype, np.floating)
-  ):
+  if not isinstance(loss, jax.ShapeDtypeStruct) or loss.shape != () or not _is_float(loss.dtype):
     got = jax.tree.map(lambda a: (a.shape, str(a.dtype)), loss)
     raise TaskError(
         f"task {name!r}: loss returns {got}; allowed: a float scalar (the mean over the "
