@@ -205,7 +205,11 @@ def test_the_protocols_curves_per_arm_and_seed(tmp_path):
   mux = event_multiplexer.EventMultiplexer().AddRunsFromDirectory(str(tmp_path / "tb"))
   mux.Reload()
   report = [f"report/{a}/seed_{s}" for a in ("easgd", "easgd_tau1") for s in (100, 101, 102)]
-  tune = [f"tune/easgd/lr_{r}/seed_{s}" for r in ("0.3", "1") for s in (0, 1, 2)]
+  rates = results["arms"]["easgd"]["learning_rates"]  # the grid 0.3, 1 and its extension
+  assert rates[:2] == [0.3, 1.0] and len(rates) == 2 + len(
+      results["arms"]["easgd"]["grid_extended"]
+  )
+  tune = [f"tune/easgd/lr_{r:g}/seed_{s}" for r in rates for s in (0, 1, 2)]
   assert sorted(mux.Runs()) == sorted(report + tune)
   assert results["arms"]["easgd/tau1"]["tuning"] is None  # lr_from: no tuning runs
   for name, a in (("easgd", "easgd"), ("easgd_tau1", "easgd/tau1")):
