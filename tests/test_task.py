@@ -128,6 +128,13 @@ TASK_FILE = textwrap.dedent("""
                   evaluate=evaluate, train=train, test=(x[200:], y[200:]))
 
     not_a_factory = 3
+
+    def exits():
+      raise SystemExit(3)
+
+    def clashing_info():
+      import dataclasses
+      return dataclasses.replace(make(), info={"name": "x"})
     """)
 
 
@@ -186,6 +193,9 @@ BAD_TASKS = [
     ),
     (["--task", "toytask:make", "--global-batch-size", "400"], "too few for num_workers=2"),
     (["--task", "toytask:make", "--bn-stats-examples", "64"], "no center_state"),
+    (["--task", "toytask:exits"], "failed: SystemExit: 3"),
+    (["--task", "toytask:clashing_info"], "info key 'name' is one the package records"),
+    (["--task", "toytask:make", "--validation-examples", "190"], "validation_examples=190 leaves"),
 ]
 
 
@@ -197,6 +207,17 @@ def test_a_bad_task_is_one_line_exit_2_and_nothing_written(task_dir, capsys, arg
   assert len(err.splitlines()) == 1 and err.startswith("easgd: error: "), err
   assert re.search(message, err), err
   assert not (task_dir / "run").exists()
+
+
+def test_a_task_refuses_info_that_json_cannot_hold():
+  def f(*a):
+    return None
+
+  data = (np.zeros((2, 1)),)
+  with pytest.raises(TaskError, match="info must hold JSON values"):
+    Task(name="t", init=f, loss=f, evaluate=f, train=data, test=data, info={"f": object()})
+  with pytest.raises(TaskError, match="info must be a dict with string keys"):
+    Task(name="t", init=f, loss=f, evaluate=f, train=data, test=data, info=[1, 2])
 
 
 def test_a_task_checks_its_fields_and_sources():

@@ -286,9 +286,10 @@ def task_of(config, task: Task | None = None, *, seed: int | None = None) -> Tas
     if not isinstance(task, Task):
       raise TaskError(f"task must be an easgd.Task, got {type(task).__name__}")
     if config.task is not None and config.task != task.factory:
+      made = "in code" if task.factory is None else f"from {task.factory!r}"
       raise TaskError(
-          f"config.task={config.task!r} but the task given was built from "
-          f"{task.factory!r}; give one of them"
+          f"config.task={config.task!r} names a factory, but the task given was built "
+          f"{made}; give one of them"
       )
     if task.factory == BUILTIN_FACTORY:  # the config's built-in fields describe it
       if task.factory_args != _builtin_args(config):

@@ -173,6 +173,12 @@ def checked_task(config: TrainConfig, task: Task | None = None) -> tuple[Task, t
       the data's size derives, checked first) and ``check_task``.
   """
   task = with_validation(builtin_tasks.task_of(config, task), config.validation_examples)
+  if config.validation_examples and len(task.train) < config.global_batch_size:
+    raise ConfigError(
+        f"validation_examples={config.validation_examples} leaves {len(task.train)} training "
+        f"examples, fewer than one global batch ({config.global_batch_size}); allowed: at "
+        f"most {len(task.train) + config.validation_examples - config.global_batch_size}"
+    )
   # the quantities derived from the data's size first (pure arithmetic)
   config.resolve(
       batches.steps_per_epoch(len(task.train), config.num_workers, config.per_worker_batch_size)

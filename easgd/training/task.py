@@ -63,6 +63,17 @@ from easgd.training.sources import (  # noqa: F401 (a task's data: easgd.trainin
 Params = Any
 
 
+_DESCRIBED = (
+    "name",
+    "factory",
+    "factory_args",
+    "train_examples",
+    "test_examples",
+    "validation_examples",
+    "batch_norm",
+)
+"""The keys :meth:`Task.describe` writes itself (``info`` may not use them)."""
+
 # --------------------------------------------------------------------------
 # The task
 # --------------------------------------------------------------------------
@@ -150,6 +161,24 @@ class Task:
       value = getattr(self, field)
       if value is not None or field != "validation":
         object.__setattr__(self, field, as_source(value, f"task {self.name!r}: {field}"))
+    if not isinstance(self.info, Mapping) or not all(isinstance(k, str) for k in self.info):
+      raise TaskError(
+          f"task {self.name!r}: info must be a dict with string keys, got "
+          f"{type(self.info).__name__}"
+      )
+    taken = set(_DESCRIBED) & set(self.info)
+    if taken:
+      raise TaskError(
+          f"task {self.name!r}: info key {sorted(taken)[0]!r} is one the package records "
+          f"itself; allowed: any key but {', '.join(_DESCRIBED)}"
+      )
+    try:
+      json.dumps(dict(self.info), allow_nan=False)
+    except (TypeError, ValueError) as e:
+      raise TaskError(
+          f"task {self.name!r}: info must hold JSON values (numbers, strings, lists, "
+          f"dicts), {_first_line(e)}"
+      ) from None
     object.__setattr__(self, "info", dict(self.info))
     object.__setattr__(self, "factory_args", dict(self.factory_args))
 
@@ -413,7 +442,7 @@ def load_task(factory: str, args: Mapping[str, Any] | None = None, *, seed: int 
     task = fn(**call_args)
   except TaskError:
     raise
-  except Exception as e:  # noqa: BLE001 (a user's factory: one line)
+  except (Exception, SystemExit) as e:  # noqa: BLE001 (a user's factory: one line)
     raise TaskError(f"--task {factory!r} failed: {_first_line(e)}") from None
   if not isinstance(task, Task):
     raise TaskError(f"--task {factory!r} returned a {type(task).__name__}; expected an easgd.Task")
