@@ -23,6 +23,7 @@ import numpy as np
 
 from easgd.training import batches, data, models
 from easgd.training.config import ConfigError, TrainConfig
+from easgd.training.sources import as_source
 from easgd.training.task import Task, TaskError, load_task, parse_task_args
 
 _BN_DEFAULT = TrainConfig.__dataclass_fields__["bn_stats_examples"].default
@@ -139,18 +140,10 @@ def classifier_task(
   Raises:
     TaskError: as :class:`~easgd.training.task.Task`.
   """
-  task = Task(
-      name=name,
-      init=lambda key: None,
-      loss=make_loss_fn(model),
-      evaluate=make_classifier_eval(model),
-      train=train,
-      test=test,
-      validation=validation,
-  )
+  train = as_source(train, f"task {name!r}: train")
   shape = tuple(input_shape) if input_shape is not None else None
-  if shape is None:
-    x0 = task.train.take(np.zeros(1, np.int64))[0]
+  if shape is None:  # one training example's input, cropped
+    x0 = train.take(np.zeros(1, np.int64))[0]
     shape = batches.cropped_shape(tuple(np.shape(x0)[1:]), crop_size)
 
   def init(key):
@@ -176,11 +169,11 @@ def classifier_task(
   return Task(
       name=name,
       init=init,
-      loss=task.loss,
-      evaluate=task.evaluate,
-      train=task.train,
-      test=task.test,
-      validation=task.validation,
+      loss=make_loss_fn(model),
+      evaluate=make_classifier_eval(model),
+      train=train,
+      test=test,
+      validation=validation,
       augment=augment,
       eval_transform=eval_transform,
       center_state=center_state,
