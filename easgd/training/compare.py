@@ -29,7 +29,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from easgd.training import batches, builtin_tasks
+from easgd.training import builtin_tasks
 from easgd._util import checks
 from easgd.methods import registry
 from easgd.training.config import ConfigError, TrainConfig, as_train_config
@@ -267,9 +267,8 @@ def resolve_runs(configs: Sequence[TrainConfig], task: Task | None = None) -> Ta
     easgd.training.task.TaskError, easgd.training.data.DataError: a task that
       does not build or does not fit a run (data too few for one step).
   """
-  for c in configs:
-    _, task, view = run_task(c, task)
-    c.resolve(batches.steps_per_epoch(len(view.train), c.num_workers, c.per_worker_batch_size))
+  for c in configs:  # checked_task resolves what the data's size derives, before tracing
+    _, task, _ = run_task(c, task)
   return task
 
 
