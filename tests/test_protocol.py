@@ -610,3 +610,51 @@ def test_more_workers_is_judged_on_a_test_error_not_chosen_on_the_test_set():
       and "nothing is selected" in workers["measurement"]
   )
   assert workers["verdict"] == "holds"
+
+
+def test_claims_are_measured_on_the_asynchronous_methods_and_paired_by_seed():
+  from easgd.protocol import report as protocol_report
+
+  # DOWNPOUR 1 point above async EASGD on every seed, the seeds' spread 5 points:
+  # per seed the difference is exact (paired: holds); Welch's interval of the
+  # two samples would contain 0
+  spread = (0.20, 0.25, 0.30)
+  above = tuple(e + 0.01 for e in spread)
+  arms = {
+      "downpour tau=16": _claims_arm("downpour", 16, (50, 50, 50), final=above),
+      "async_easgd tau=16": _claims_arm("async_easgd", 16, (40, 40, 40), final=spread),
+      "easgd tau=16": _claims_arm("easgd", 16, (40, 40, 40), final=(0.5, 0.5, 0.6)),
+      "async_eamsgd tau=16": _claims_arm("async_eamsgd", 16, (20, 20, 30), final=spread),
+      "eamsgd tau=16": _claims_arm("eamsgd", 16, (90, 90, 90), final=spread),
+  }
+  fastest, tau_claim, center = protocol_report.claims(_claims_results(arms), None)
+  assert [p["what"] for p in tau_claim["parts"]] == [
+      "downpour tau=16 - async_easgd tau=16 (final test error)",
+      "downpour tau=16 - async_eamsgd tau=16 (final test error)",
+  ]
+  for part in tau_claim["parts"]:
+    assert part["interval"]["paired"] and part["interval"]["resolvable"] == pytest.approx(0)
+    assert part["interval"]["difference"] == pytest.approx(0.01)
+    assert part["verdict"] == "holds"
+  welch = protocol_stats.difference_interval(above, spread)
+  assert welch["low"] < 0 < welch["high"]
+  assert "EASGD (asynchronous, Algorithm 1)" in tau_claim["measurement"]
+  # the fastest claim: async EAMSGD against every other method at its tau, never
+  # against synchronous EAMSGD (the same method, another schedule)
+  assert sorted(p["what"] for p in fastest["parts"]) == [
+      "async_eamsgd tau=16 - async_easgd tau=16",
+      "async_eamsgd tau=16 - downpour tau=16",
+      "async_eamsgd tau=16 - easgd tau=16",
+  ]
+  assert "EAMSGD (asynchronous, Algorithm 2)" in fastest["measurement"]
+  assert [p["what"].split(":")[0] for p in center["parts"]] == [
+      "async_easgd tau=16",
+      "async_eamsgd tau=16",
+  ]
+  # without asynchronous arms the synchronous methods are measured
+  sync = {k: v for k, v in arms.items() if not k.startswith("async")}
+  _, tau_claim, _ = protocol_report.claims(_claims_results(sync), None)
+  assert [p["what"] for p in tau_claim["parts"]] == [
+      "downpour tau=16 - easgd tau=16 (final test error)",
+      "downpour tau=16 - eamsgd tau=16 (final test error)",
+  ]

@@ -430,9 +430,35 @@ def write_report(workdir, group_by: str = "tau", results: dict | None = None) ->
 
 
 def _elastic(results) -> list[str]:
-  """The elastic algorithms (``easgd.methods.registry`` family "elastic") that have arms."""
+  """The elastic algorithms the claims are measured on: of EASGD and EAMSGD
+  each as the paper ran it, asynchronously (``async_easgd``, ``async_eamsgd``:
+  Algorithms 1 and 2), where the results have such arms, else synchronously
+  (``easgd``, ``eamsgd``: eq. (5)-(6) and their momentum form)."""
   present = {a["algorithm"] for a in results["arms"].values()}
-  return [n for n in registry.names_where(lambda s: s.family == "elastic") if n in present]
+  out = []
+  for name in ("easgd", "eamsgd"):
+    if f"async_{name}" in present:
+      out.append(f"async_{name}")
+    elif name in present:
+      out.append(name)
+  return out
+
+
+def _paired(results, a: dict, b: dict) -> bool:
+  """Whether two arms' report runs share their seeds (seed i: the same
+  initialisation and data order), so their difference is judged per seed."""
+  default = results["protocol"]["report_seeds"]
+  seeds_a = a.get("report", {}).get("seeds", default)
+  seeds_b = b.get("report", {}).get("seeds", default)
+  return list(seeds_a) == list(seeds_b)
+
+
+def _which(algorithm: str) -> str:
+  """``"async_eamsgd"`` -> ``"EAMSGD (asynchronous, Algorithm 2)"``, ``"easgd"`` -> ``"EASGD (synchronous)"``."""
+  base = algorithm.removeprefix("async_")
+  if algorithm.startswith("async_"):
+    return f"{base.upper()} (asynchronous, Algorithm {1 if base == 'easgd' else 2})"
+  return f"{base.upper()} (synchronous)"
 
 
 def _arms(results, algorithm=None, **config):
@@ -504,9 +530,14 @@ def claims(fig2: dict | None, fig3: dict | None) -> list[dict[str, Any]]:
   """The paper's Section 5 claims measured on the Figure 2 and 3 experiments.
 
   Each claim is reduced to differences between arms over the report seeds,
-  each with Welch's 95% interval (``easgd.protocol.stats.difference_interval``;
-  the center against its own workers: the paired interval of the per-seed
-  differences), and the verdict of each difference is "holds" when its
+  each with its 95% interval (``easgd.protocol.stats.difference_interval``):
+  paired, the interval of the per-seed differences, where the two arms share
+  their report seeds (the protocol's arms do: seed i, the same initialisation
+  and data order) and always for the center against its own workers, else
+  Welch's. EASGD and EAMSGD are the asynchronous ``async_easgd`` and
+  ``async_eamsgd`` (Algorithms 1 and 2, as the paper ran them) where the
+  results have such arms (every exchange order among them), else the
+  synchronous ``easgd`` and ``eamsgd``. The verdict of each difference is "holds" when its
   interval lies wholly on the claimed side of 0, "does not hold" when wholly
   on the other side, else "inconclusive"; a claim holds when all its parts
   do, does not hold when any part does not (``combine_verdicts``).
@@ -568,19 +599,23 @@ def _finish(claim, measurement, parts, n, source):
 def _claim_fastest(res):
   target, net = CLAIMS_TARGET, CLAIMS_NETWORK
   refs = {k: v for k, v in res["arms"].items() if "tau" not in registry.TABLE[v["algorithm"]].reads}
+  eamsgd = [n for n in _elastic(res) if n.endswith("eamsgd")]
   parts = []
-  for name, a in _arms(res, "eamsgd").items():
+  for name, a in (_arms(res, eamsgd[0]) if eamsgd else {}).items():
     tau = a["config"]["tau"]
     mine = _censored_times(a, target, net)
     missed = a["time_to_target"][str(target)]["n"] - a["time_to_target"][str(target)]["reached"]
     others = {
         k: v
         for k, v in _arms(res, tau=tau).items()
-        if k != name and "tau" in registry.TABLE[v["algorithm"]].reads
+        if "tau" in registry.TABLE[v["algorithm"]].reads
+        and v["algorithm"] not in ("eamsgd", "async_eamsgd")
     }
     others.update(refs)
     for other, b in others.items():
-      d = protocol_stats.difference_interval(mine, _censored_times(b, target, net))
+      d = protocol_stats.difference_interval(
+          mine, _censored_times(b, target, net), paired=_paired(res, a, b)
+      )
       # a time to target is known to one evaluation interval: widen by it
       resolution = max(_resolution(a, net), _resolution(b, net))
       d = dict(d, low=d["low"] - resolution, high=d["high"] + resolution, resolution=resolution)
@@ -596,7 +631,8 @@ def _claim_fastest(res):
   n = len(res["protocol"]["report_seeds"])
   return _finish(
       "EAMSGD reaches a given test error fastest, at every tau",
-      f"modelled time to {100 * target:g}% test error on {net} (EAMSGD minus "
+      f"modelled time to {100 * target:g}% test error on {net} "
+      f"({_which(eamsgd[0] if eamsgd else 'eamsgd')} minus "
       f"each other method at the same tau and the tau-free references, "
       f"intervals widened by one evaluation interval; "
       f"{sum(p['verdict'] == 'holds' for p in parts)}/{len(parts)} "
@@ -620,7 +656,9 @@ def _claim_tau(res):
           if d_arm["config"]["num_workers"] != m_arm["config"]["num_workers"]:
             continue
           d = protocol_stats.difference_interval(
-              d_arm["final_test_errors"], m_arm["final_test_errors"]
+              d_arm["final_test_errors"],
+              m_arm["final_test_errors"],
+              paired=_paired(res, d_arm, m_arm),
           )
           parts.append(
               dict(
@@ -634,14 +672,16 @@ def _claim_tau(res):
   for algo in _elastic(res) + ["downpour"]:
     lo, hi = _arms(res, algo, tau=1), _arms(res, algo, tau=64)
     if lo and hi:
+      a_hi, a_lo = next(iter(hi.values())), next(iter(lo.values()))
       d = protocol_stats.difference_interval(
-          next(iter(hi.values()))["final_test_errors"], next(iter(lo.values()))["final_test_errors"]
+          a_hi["final_test_errors"], a_lo["final_test_errors"], paired=_paired(res, a_hi, a_lo)
       )
       context.append(f"{algo} tau=64 - tau=1: {_fmt_diff(d)}")
   n = len(res["protocol"]["report_seeds"])
   return _finish(
       "EASGD and EAMSGD are robust to large tau where DOWNPOUR breaks down",
-      "final test error, DOWNPOUR minus EASGD / EAMSGD at tau = 16 and 64 "
+      f"final test error, DOWNPOUR minus {' / '.join(map(_which, _elastic(res)))} "
+      "at tau = 16 and 64 "
       f"(context: {'; '.join(context)})",
       parts,
       n,
@@ -662,7 +702,7 @@ def _claim_workers(res):
       if p == 4:
         continue
       name, a = arms[p]
-      d = protocol_stats.difference_interval(base[key], a[key])
+      d = protocol_stats.difference_interval(base[key], a[key], paired=_paired(res, base, a))
       parts.append(
           dict(
               what=f"{base_name} - {name} ({short})",
@@ -674,7 +714,8 @@ def _claim_workers(res):
   n = len(res["protocol"]["report_seeds"])
   return _finish(
       "More workers help EASGD and EAMSGD (lower test error with larger p)",
-      f"center {what} at p = 4 minus at p = 8 and 16, same local steps",
+      f"center {what} at p = 4 minus at p = 8 and 16, same local steps "
+      f"({' / '.join(map(_which, _elastic(res)))})",
       parts,
       n,
       res["protocol"]["name"],
@@ -700,7 +741,7 @@ def _claim_center(res):
   return _finish(
       "The center beats the workers",
       "final test error of the center minus the mean of the workers', per "
-      "seed (paired), EASGD and EAMSGD at every tau",
+      f"seed (paired), {' / '.join(map(_which, _elastic(res)))} at every tau",
       parts,
       n,
       res["protocol"]["name"],
