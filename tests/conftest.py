@@ -14,10 +14,21 @@
 * ``@pytest.mark.slow`` marks the tests that start subprocesses or kernels
   (multi-process runs, SIGKILL, notebooks): ``pytest -m "not slow"`` is the
   fast subset; the README's test command (what CI runs) runs everything.
+* ``@pytest.mark.own_process`` runs a test in a fresh interpreter of its own
+  (``python -m pytest NODEID``; its outcome and output are reported here): the
+  tests that start Ray in their process. Ray's shutdown leaves C++ state and
+  signal handlers behind, and its known fault (ray-project/ray#31145: threads
+  of a shut-down session touching freed core-worker structures) crashes a
+  later test of the same process with a segmentation fault; in a process of
+  its own nothing runs after it. Anywhere else a test that connects to Ray
+  fails, naming this marker.
 """
 
 import json
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 NUM_FAKE_DEVICES = 8
@@ -39,6 +50,9 @@ import pytest  # noqa: E402
 def pytest_configure(config):
   config.addinivalue_line(
       "markers", "slow: starts subprocesses or notebook kernels (deselect with " "-m 'not slow')"
+  )
+  config.addinivalue_line(
+      "markers", "own_process: runs in a fresh interpreter of its own (the tests that start Ray)"
   )
   n = len(jax.devices())
   if n < NUM_FAKE_DEVICES:
@@ -85,3 +99,63 @@ def strict_json_files(request):
   bad = strict_json_errors(tmp_path)
   if bad:
     pytest.fail("files that are not strict JSON: " + "; ".join(bad), pytrace=False)
+
+
+OWN_PROCESS_CHILD = "EASGD_TEST_OWN_PROCESS"
+"""Set in the interpreter an ``own_process`` test runs in."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+  """An ``own_process`` test runs as ``python -m pytest NODEID`` in a fresh
+  interpreter; its setup, call and teardown are reported here as one call."""
+  if item.get_closest_marker("own_process") is None or os.environ.get(OWN_PROCESS_CHILD):
+    return None
+  item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+  root = item.config.rootpath
+  command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", item.nodeid]
+  env = dict(os.environ, **{OWN_PROCESS_CHILD: "1"})
+  done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True)
+  out = done.stdout + done.stderr
+  summary = out.strip().splitlines()[-1] if out.strip() else ""
+  if done.returncode == 0 and re.search(r"\b1 passed\b", summary):
+    outcome, longrepr = "passed", None
+  elif done.returncode == 0 and re.search(r"\b1 skipped\b", summary):
+    reason = re.search(r"^SKIPPED \[\d+\] [^:]+:\d+: (.*)$", out, re.M)
+    outcome = "skipped"
+    longrepr = (str(item.path), item.location[1] or 0, reason.group(1) if reason else summary)
+  else:
+    outcome = "failed"
+    longrepr = (
+        f"in its own process ({' '.join(command[1:])}): exit {done.returncode}\n" + out[-8000:]
+    )
+  keywords = {k: 1 for k in item.keywords}
+  for when in ("setup", "call", "teardown"):
+    report = pytest.TestReport(
+        item.nodeid,
+        item.location,
+        keywords,
+        outcome if when == "call" else "passed",
+        longrepr if when == "call" else None,
+        when,
+        sections=[("Captured output of its own process", out)] if when == "call" else [],
+    )
+    item.ihook.pytest_runtest_logreport(report=report)
+  item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+  return True
+
+
+@pytest.fixture(autouse=True)
+def ray_only_in_its_own_process(request, monkeypatch):
+  """Outside an ``own_process`` test, connecting to Ray fails the test."""
+  if os.environ.get(OWN_PROCESS_CHILD) or request.node.get_closest_marker("own_process"):
+    return
+  from easgd.runtimes import ray_actors
+
+  def refuse(*args, **kwargs):
+    raise AssertionError(
+        f"{request.node.nodeid} connects to Ray in the test process: mark it "
+        "@pytest.mark.own_process (see tests/conftest.py)"
+    )
+
+  monkeypatch.setattr(ray_actors, "connect", refuse)

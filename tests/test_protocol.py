@@ -638,7 +638,7 @@ def test_claims_are_measured_on_the_asynchronous_methods_and_paired_by_seed():
     assert part["verdict"] == "holds"
   welch = protocol_stats.difference_interval(above, spread)
   assert welch["low"] < 0 < welch["high"]
-  assert "EASGD (asynchronous, Algorithm 1)" in tau_claim["measurement"]
+  assert "asynchronous EASGD, Algorithm 1" in tau_claim["measurement"]
   # the fastest claim: async EAMSGD against every other method at its tau, never
   # against synchronous EAMSGD (the same method, another schedule)
   assert sorted(p["what"] for p in fastest["parts"]) == [
@@ -646,7 +646,7 @@ def test_claims_are_measured_on_the_asynchronous_methods_and_paired_by_seed():
       "async_eamsgd tau=16 - downpour tau=16",
       "async_eamsgd tau=16 - easgd tau=16",
   ]
-  assert "EAMSGD (asynchronous, Algorithm 2)" in fastest["measurement"]
+  assert "asynchronous EAMSGD, Algorithm 2" in fastest["measurement"]
   assert [p["what"].split(":")[0] for p in center["parts"]] == [
       "async_easgd tau=16",
       "async_eamsgd tau=16",

@@ -20,7 +20,7 @@ from test_real_async import P, TINY, assert_bitwise, replays_its_checkpoint, res
 from testutil import interrupt_once
 
 ray = pytest.importorskip("ray")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.own_process]  # Ray in the process: tests/conftest.py
 
 
 @pytest.fixture(scope="module")

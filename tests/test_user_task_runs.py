@@ -342,6 +342,7 @@ def test_threads_read_the_spmd_trainers_batches_of_a_user_task(task_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.own_process  # Ray in the process: tests/conftest.py
 def test_ray_runs_a_user_task_stopped_resumed_and_replayed(in_task_dir, tmp_path):
   ray = pytest.importorskip("ray")
   assert not ray.is_initialized()

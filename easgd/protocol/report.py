@@ -430,18 +430,26 @@ def write_report(workdir, group_by: str = "tau", results: dict | None = None) ->
 
 
 def _elastic(results) -> list[str]:
-  """The elastic algorithms the claims are measured on: of EASGD and EAMSGD
-  each as the paper ran it, asynchronously (``async_easgd``, ``async_eamsgd``:
-  Algorithms 1 and 2), where the results have such arms, else synchronously
-  (``easgd``, ``eamsgd``: eq. (5)-(6) and their momentum form)."""
+  """The elastic algorithms the claims are measured on: of EASGD and of EAMSGD
+  (the registry's family "elastic", without and with momentum) the
+  asynchronous ones, as the paper ran them (Algorithms 1 and 2), where the
+  results have such arms, else the synchronous ones (eq. (5)-(7))."""
   present = {a["algorithm"] for a in results["arms"].values()}
   out = []
-  for name in ("easgd", "eamsgd"):
-    if f"async_{name}" in present:
-      out.append(f"async_{name}")
-    elif name in present:
-      out.append(name)
+  for momentum in (False, True):
+    group = registry.names_where(
+        lambda s: s.family == "elastic" and (s.without_momentum is not None) == momentum
+    )
+    here = [n for n in group if n in present]
+    asynchronous = [n for n in here if registry.TABLE[n].asynchronous]
+    out += asynchronous or here
   return out
+
+
+def _is_eamsgd(algorithm: str) -> bool:
+  """An elastic algorithm with momentum (EAMSGD, synchronous or asynchronous)."""
+  spec = registry.TABLE[algorithm]
+  return spec.family == "elastic" and spec.without_momentum is not None
 
 
 def _paired(results, a: dict, b: dict) -> bool:
@@ -454,11 +462,8 @@ def _paired(results, a: dict, b: dict) -> bool:
 
 
 def _which(algorithm: str) -> str:
-  """``"async_eamsgd"`` -> ``"EAMSGD (asynchronous, Algorithm 2)"``, ``"easgd"`` -> ``"EASGD (synchronous)"``."""
-  base = algorithm.removeprefix("async_")
-  if algorithm.startswith("async_"):
-    return f"{base.upper()} (asynchronous, Algorithm {1 if base == 'easgd' else 2})"
-  return f"{base.upper()} (synchronous)"
+  """The registry's summary of an algorithm, e.g. "asynchronous EAMSGD, Algorithm 2"."""
+  return registry.TABLE[algorithm].summary
 
 
 def _arms(results, algorithm=None, **config):
@@ -599,17 +604,17 @@ def _finish(claim, measurement, parts, n, source):
 def _claim_fastest(res):
   target, net = CLAIMS_TARGET, CLAIMS_NETWORK
   refs = {k: v for k, v in res["arms"].items() if "tau" not in registry.TABLE[v["algorithm"]].reads}
-  eamsgd = [n for n in _elastic(res) if n.endswith("eamsgd")]
+  eamsgd = [n for n in _elastic(res) if _is_eamsgd(n)]
   parts = []
-  for name, a in (_arms(res, eamsgd[0]) if eamsgd else {}).items():
+  eamsgd_arms = {k: v for algo in eamsgd for k, v in _arms(res, algo).items()}
+  for name, a in eamsgd_arms.items():
     tau = a["config"]["tau"]
     mine = _censored_times(a, target, net)
     missed = a["time_to_target"][str(target)]["n"] - a["time_to_target"][str(target)]["reached"]
     others = {
         k: v
         for k, v in _arms(res, tau=tau).items()
-        if "tau" in registry.TABLE[v["algorithm"]].reads
-        and v["algorithm"] not in ("eamsgd", "async_eamsgd")
+        if "tau" in registry.TABLE[v["algorithm"]].reads and not _is_eamsgd(v["algorithm"])
     }
     others.update(refs)
     for other, b in others.items():
@@ -632,7 +637,7 @@ def _claim_fastest(res):
   return _finish(
       "EAMSGD reaches a given test error fastest, at every tau",
       f"modelled time to {100 * target:g}% test error on {net} "
-      f"({_which(eamsgd[0] if eamsgd else 'eamsgd')} minus "
+      f"({' / '.join(map(_which, eamsgd)) or 'EAMSGD'} minus "
       f"each other method at the same tau and the tau-free references, "
       f"intervals widened by one evaluation interval; "
       f"{sum(p['verdict'] == 'holds' for p in parts)}/{len(parts)} "
