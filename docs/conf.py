@@ -186,11 +186,18 @@ def _indent(line: str) -> int:
   return len(line) - len(line.lstrip())
 
 
+_LONE_STAR = re.compile(r"(?<![\w*`\\])\*(?=\w)(?![^*]*\*)")
+"""A ``*`` that opens no emphasis: ``[d, *shape]``."""
+
+
 def _escape_bars(line: str) -> str:
-  """``|x|`` (an absolute value, a norm) as text, not a substitution; not
-  inside inline literals."""
+  """``|x|`` (an absolute value, a norm) and a lone ``*`` as text, not markup;
+  not inside inline literals."""
   parts = line.split("``")
-  return "``".join(p.replace("|", r"\|") if i % 2 == 0 else p for i, p in enumerate(parts))
+  return "``".join(
+      _LONE_STAR.sub(r"\*", p.replace("|", r"\|")) if i % 2 == 0 else p
+      for i, p in enumerate(parts)
+  )
 
 
 def plain_text_docstring(app, what, name, obj, options, lines) -> None:
@@ -242,6 +249,11 @@ def plain_text_docstring(app, what, name, obj, options, lines) -> None:
       out.append(line)
       previous, blank_before = line, False
       continue
+    if section is None and previous and not blank_before:
+      nested = deeper and _LIST_ITEM.match(line)  # a list right under a line
+      ends = indent < _indent(previous) and not _LIST_ITEM.match(line)  # text after one
+      if nested or ends:
+        out.append("")
     if line.rstrip().endswith("::"):
       literal = indent
       out.append(line)
