@@ -2,6 +2,8 @@
 wheel, installed into a fresh virtual environment, runs ``easgd --help`` and the
 main job's smallest variant with no file of the checkout importable."""
 
+import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -28,10 +30,26 @@ def third_party_paths() -> list:
   return [p for p in dict.fromkeys(paths) if Path(p).resolve() != ROOT]
 
 
+def clean_copy(dest: Path) -> Path:
+  """The checkout's tracked files only, as a fresh clone has them (no build
+  folder or ``*.egg-info`` left by an earlier build, whose file lists setuptools
+  would reuse)."""
+  files = run(["git", "-C", str(ROOT), "ls-files", "-z"]).split("\0")
+  for name in filter(None, files):
+    source, target = ROOT / name, dest / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if source.is_symlink():
+      os.symlink(os.readlink(source), target)
+    elif source.is_file():
+      shutil.copy2(source, target)
+  return dest
+
+
 @pytest.mark.slow
 def test_the_wheel_installs_and_runs_the_main_job(tmp_path):
   dist = tmp_path / "dist"
-  run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(ROOT)])
+  source = clean_copy(tmp_path / "src")
+  run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(source)])
   wheels, sdists = list(dist.glob("easgd-*.whl")), list(dist.glob("easgd-*.tar.gz"))
   assert len(wheels) == 1 and len(sdists) == 1, sorted(p.name for p in dist.iterdir())
   packaged = {Path(n).parent.as_posix() for n in zipfile.ZipFile(wheels[0]).namelist()}
