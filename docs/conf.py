@@ -116,7 +116,12 @@ def api_pages() -> dict:
       for n in own:
         page += _entry(module, n)
     for n in modules:
-      page += [_section(f"easgd.{sub}.{n}"), f".. automodule:: easgd.{sub}.{n}", "   :no-members:", ""]
+      page += [
+          _section(f"easgd.{sub}.{n}"),
+          f".. automodule:: easgd.{sub}.{n}",
+          "   :no-members:",
+          "",
+      ]
     pages[sub] = "\n".join(page)
   return pages
 
@@ -136,9 +141,11 @@ def _entry(module, name: str) -> list:
       if ("", name) in docs:
         lines = list(docs[("", name)])
         plain_text_docstring(None, "data", name, value, {}, lines)
-        return [f".. py:data:: {name}", f"   :value: {value!r}"[:200], ""] + [
-            f"   {l}".rstrip() for l in lines
-        ] + [""]
+        return (
+            [f".. py:data:: {name}", f"   :value: {value!r}"[:200], ""]
+            + [f"   {l}".rstrip() for l in lines]
+            + [""]
+        )
   return [f".. py:data:: {name}", f"   :value: {value!r}"[:200], ""]  # no docstring of its own
 
 
@@ -195,8 +202,7 @@ def _escape_bars(line: str) -> str:
   not inside inline literals."""
   parts = line.split("``")
   return "``".join(
-      _LONE_STAR.sub(r"\*", p.replace("|", r"\|")) if i % 2 == 0 else p
-      for i, p in enumerate(parts)
+      _LONE_STAR.sub(r"\*", p.replace("|", r"\|")) if i % 2 == 0 else p for i, p in enumerate(parts)
   )
 
 

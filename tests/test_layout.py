@@ -74,7 +74,9 @@ def easgd_imports(path):
 
 def test_every_module_has_a_layer():
   missing = [str(p.relative_to(PACKAGE)) for p in modules() if layer_of(p) not in LAYERS]
-  assert not missing, f"put these modules in a layer's folder (and LAYERS, docs/guides/architecture.md): {missing}"
+  assert (
+      not missing
+  ), f"put these modules in a layer's folder (and LAYERS, docs/guides/architecture.md): {missing}"
 
 
 @pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(PACKAGE)))

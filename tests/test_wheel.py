@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run(argv, **kw):
   done = subprocess.run(argv, capture_output=True, text=True, **kw)
-  assert done.returncode == 0, f"{argv}: exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+  assert (
+      done.returncode == 0
+  ), f"{argv}: exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
   return done.stdout
 
 
@@ -59,9 +61,23 @@ def test_the_wheel_installs_and_runs_the_main_job(tmp_path):
   fresh = tmp_path / "fresh"
   run([sys.executable, "-m", "venv", "--without-pip", str(fresh)])
   python = fresh / "bin" / "python"
-  site = Path(run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).strip())
+  site = Path(
+      run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).strip()
+  )
   (site / "zz_dependencies.pth").write_text("".join(f"{p}\n" for p in third_party_paths()))
-  run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", str(wheels[0])])
+  run(
+      [
+          sys.executable,
+          "-m",
+          "pip",
+          "--python",
+          str(python),
+          "install",
+          "--no-deps",
+          "--no-index",
+          str(wheels[0]),
+      ]
+  )
 
   where = run([str(python), "-c", "import easgd; print(easgd.__file__)"], cwd=tmp_path).strip()
   assert Path(where).resolve().is_relative_to(fresh.resolve()), where  # not the checkout
@@ -69,7 +85,15 @@ def test_the_wheel_installs_and_runs_the_main_job(tmp_path):
   work = tmp_path / "main"
   env = {"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu", "HOME": str(tmp_path)}
   run(
-      [str(fresh / "bin" / "easgd"), "compare", "--workdir", str(work), "--num-epochs", "1", "--no-progress"],
+      [
+          str(fresh / "bin" / "easgd"),
+          "compare",
+          "--workdir",
+          str(work),
+          "--num-epochs",
+          "1",
+          "--no-progress",
+      ],
       cwd=tmp_path,
       env=env,
   )
