@@ -8,7 +8,7 @@ imported on first use: ``import easgd`` imports no module of JAX, Flax, Optax,
 Orbax or Ray.
 
 Where things live (the layers, bottom up: core, parallel, analysis, training,
-face; README "Architecture"):
+face; docs/guides/architecture.md):
   easgd.core.elastic     the update rules (eq. 5-6), the worker axis names, sums
                     across workers in float32, pure pytree functions
   easgd.core.momentum    the local step: Nesterov momentum (eq. 7) and the one

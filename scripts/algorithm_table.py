@@ -1,4 +1,4 @@
-"""Prints the algorithm table of the README from ``easgd.methods.registry.TABLE``.
+"""Prints the algorithm table of docs/guides/algorithms.md from ``easgd.methods.registry.TABLE``.
 
 python scripts/algorithm_table.py
 """

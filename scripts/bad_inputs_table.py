@@ -1,4 +1,4 @@
-"""Runs the CLI on each bad input and prints the Markdown table in the README.
+"""Runs the CLI on each bad input and prints the table of docs/guides/bad_input.md.
 
 python scripts/bad_inputs_table.py
 """

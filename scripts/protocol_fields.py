@@ -1,4 +1,4 @@
-"""Prints the README's table of the protocol config's fields from their declarations.
+"""Prints the protocol config's fields table (docs/guides/protocol.md) from their declarations.
 
     python scripts/protocol_fields.py
 

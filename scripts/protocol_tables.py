@@ -1,4 +1,4 @@
-"""Prints the README's protocol sections from the committed protocol outputs.
+"""Prints the protocol sections of docs/guides/results.md from the committed protocol outputs.
 
     python scripts/protocol_tables.py                  # Markdown on stdout
     python scripts/protocol_tables.py --claims-out paper_notes/figures/protocol_claims.md

@@ -64,11 +64,13 @@ def test_the_top_level_names_are_the_functions_they_name():
 
 
 def examples():
-  """(where, source) of every README python block and every notebook code cell."""
-  readme = (ROOT / "README.md").read_text()
+  """(where, source) of every python block of the README and the guides
+  (``docs/guides/``) and every notebook code cell."""
+  docs = [ROOT / "README.md", *sorted((ROOT / "docs" / "guides").glob("*.md"))]
   found = [
-      (f"README block {i}", b)
-      for i, b in enumerate(re.findall(r"```python\n(.*?)```", readme, re.S))
+      (f"{path.stem} block {i}", b)
+      for path in docs
+      for i, b in enumerate(re.findall(r"```python\n(.*?)```", path.read_text(), re.S))
   ]
   for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
     for i, cell in enumerate(json.loads(path.read_text())["cells"]):

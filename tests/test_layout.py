@@ -1,6 +1,6 @@
 """The package's shape: one home for the algorithm names, imports that point down.
 
-Layers, bottom to top, one subpackage of ``easgd/`` each (README, "Architecture"):
+Layers, bottom to top, one subpackage of ``easgd/`` each (docs/guides/architecture.md):
 
   _util       private utilities: the validation vocabulary, atomic files, flags, progress
   core        the paper's synchronous rules as pure per-worker (init, step) pairs
@@ -74,7 +74,9 @@ def easgd_imports(path):
 
 def test_every_module_has_a_layer():
   missing = [str(p.relative_to(PACKAGE)) for p in modules() if layer_of(p) not in LAYERS]
-  assert not missing, f"put these modules in a layer's folder (and LAYERS, README): {missing}"
+  assert (
+      not missing
+  ), f"put these modules in a layer's folder (and LAYERS, docs/guides/architecture.md): {missing}"
 
 
 @pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(PACKAGE)))

@@ -1,4 +1,5 @@
-"""The README stays true: its code runs, and its tables are the outputs they quote."""
+"""The README and the guides stay true: their code runs, and their tables are the
+outputs they quote (each generated table lives in one guide, ``docs/guides/``)."""
 
 import contextlib
 import io
@@ -13,10 +14,25 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 PAPER_NOTES = (ROOT / "paper_notes" / "README.md").read_text()
+GUIDES = ROOT / "docs" / "guides"
+
+
+def guide(name: str) -> str:
+  return (GUIDES / f"{name}.md").read_text()
+
+
+def documents():
+  """(name, text) of the README and of every guide: where the examples are."""
+  return [("README", README)] + [(p.stem, p.read_text()) for p in sorted(GUIDES.glob("*.md"))]
 
 
 def python_blocks():
-  return re.findall(r"```python\n(.*?)```", README, re.S)
+  """(where, source) of every python block of the README and the guides."""
+  return [
+      (f"{name} block {i}", block)
+      for name, text in documents()
+      for i, block in enumerate(re.findall(r"```python\n(.*?)```", text, re.S))
+  ]
 
 
 def test_the_first_lines_give_the_two_fresh_machine_commands():
@@ -37,17 +53,25 @@ def test_the_first_lines_give_the_two_fresh_machine_commands():
   assert next(l[4:] for l in after if l.startswith("    ")) == commands[1]
 
 
-@pytest.mark.parametrize("index", range(len(python_blocks())))
-def test_every_python_example_runs(index, tmp_path, monkeypatch):
+def test_the_guides_hold_the_examples():
+  # every guide with a python block is read (the count guards the extraction)
+  where = {w.split(" block")[0] for w, _ in python_blocks()}
+  assert {"README", "library", "task", "protocol"} <= where
+
+
+@pytest.mark.parametrize("where,source", python_blocks(), ids=[w for w, _ in python_blocks()])
+def test_every_python_example_runs(where, source, tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)  # the end-to-end example writes runs/digits
   with contextlib.redirect_stdout(io.StringIO()):
-    exec(compile(python_blocks()[index], f"README block {index}", "exec"), {})
+    exec(compile(source, where, "exec"), {})
 
 
 @pytest.mark.parametrize("output", ["mnist1d_main", "fashion_mnist"])
 def test_the_results_tables_are_the_committed_outputs(output):
   table = (ROOT / "paper_notes" / "figures" / output / "results.md").read_text().strip()
-  assert table in README
+  assert table in guide("results")
+  if output == "mnist1d_main":  # the README's one table
+    assert table in README
 
 
 def test_the_protocol_sections_are_the_committed_outputs(tmp_path):
@@ -59,7 +83,7 @@ def test_the_protocol_sections_are_the_committed_outputs(tmp_path):
       text=True,
       check=True,
   ).stdout.strip()
-  assert out in README
+  assert out in guide("results")
   committed = ROOT / "paper_notes" / "figures" / "protocol_claims.md"
   assert committed.read_text() == claims.read_text()
   assert committed.read_text().split("\n", 4)[-1].strip() in PAPER_NOTES
@@ -72,7 +96,7 @@ def test_the_protocol_fields_table_is_their_declarations():
       text=True,
       check=True,
   ).stdout.strip()
-  assert out in README
+  assert out in guide("protocol")
   import dataclasses
   from easgd.protocol.config import Arm, Network, ProtocolConfig
 
@@ -88,7 +112,7 @@ def test_the_algorithm_table_is_the_registry():
       text=True,
       check=True,
   ).stdout.strip()
-  assert out in README
+  assert out in guide("algorithms")
 
 
 @pytest.mark.slow
@@ -103,13 +127,13 @@ def test_the_bad_input_table_is_what_the_command_line_prints():
       cwd=ROOT,
       env=env,
   ).stdout.strip()
-  assert out in README
+  assert out in guide("bad_input")
 
 
 def test_the_architecture_table_lists_every_folder_and_module():
-  """Each row of the README's architecture table names a folder of ``easgd/`` and
+  """Each row of the architecture guide's table names a folder of ``easgd/`` and
   exactly the modules in it (``__init__`` aside for the subpackages)."""
-  section = README.split("## Architecture", 1)[1].split("\n## ", 1)[0]
+  section = guide("architecture").split("# Architecture", 1)[1].split("\n## ", 1)[0]
   rows = re.findall(r"^\| `(easgd/[a-z_]*/?)` \| ([^|]*) \|", section, re.M)
   listed = {folder.rstrip("/"): set(re.findall(r"`([a-z_]+)`", mods)) for folder, mods in rows}
   package = ROOT / "easgd"
@@ -118,3 +142,8 @@ def test_the_architecture_table_lists_every_folder_and_module():
     if sub.is_dir() and (sub / "__init__.py").exists():
       actual[f"easgd/{sub.name}"] = {p.stem for p in sub.glob("*.py")} - {"__init__"}
   assert listed == actual
+
+
+def test_the_readme_links_every_guide():
+  linked = set(re.findall(r"\]\(docs/guides/([a-z_]+)\.md\)", README))
+  assert linked == {p.stem for p in GUIDES.glob("*.md")}

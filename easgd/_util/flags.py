@@ -69,7 +69,7 @@ def option(
   Args:
     default: the field's default (immutable: tuples, not lists), or
       :data:`REQUIRED` for a field without one.
-    help: one line for ``--help`` and the README's tables: what the value is
+    help: one line for ``--help`` and the guides' tables: what the value is
       and its unit.
     choices: the allowed values, or None.
     factory: instead of ``default`` (then pass ``REQUIRED``), a function

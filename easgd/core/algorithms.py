@@ -247,6 +247,8 @@ def easgd(
     TypeError: optimizer is not an optax.GradientTransformation.
 
   Example:
+    >>> import jax.numpy as jnp, optax
+    >>> loss_fn = lambda params, batch, key: jnp.mean((batch @ params) ** 2)
     >>> algo = easgd(loss_fn, optax.sgd(0.1), num_workers=4, tau=4, beta=0.9)
 
   References:
@@ -325,6 +327,8 @@ def eamsgd(
     TypeError: optimizer is not an optax.GradientTransformation.
 
   Example:
+    >>> import jax.numpy as jnp, optax
+    >>> loss_fn = lambda params, batch, key: jnp.mean((batch @ params) ** 2)
     >>> algo = eamsgd(loss_fn, num_workers=4, momentum=0.99, tau=10, beta=0.9,
     ...               learning_rate=0.01)
 

@@ -137,6 +137,8 @@ def sync_warmup(
       one-model method (nothing to warm up).
 
   Example:
+    >>> import jax.numpy as jnp, optax
+    >>> loss_fn = lambda params, batch, key: jnp.mean((batch @ params) ** 2)
     >>> inner = algorithms.easgd(loss_fn, optax.sgd(0.1), num_workers=4, tau=4,
     ...                          beta=0.9)
     >>> algo = sync_warmup(inner, loss_fn, optax.sgd(0.1), num_workers=4,

@@ -111,7 +111,7 @@ class Arm:
   """One algorithm in one setting, and how its learning rate is chosen.
 
   Every field carries its meaning in its help text
-  (``dataclasses.fields(Arm)[i].metadata["help"]``; the README's table of the
+  (``dataclasses.fields(Arm)[i].metadata["help"]``; the protocol guide's table of the
   protocol's fields is printed from it by ``scripts/protocol_fields.py``).
   """
 
@@ -153,7 +153,7 @@ class ProtocolConfig:
   """A comparison: arms, learning-rate grids, seeds, budget, targets, networks.
 
   Every field carries its meaning and unit in its help text
-  (``dataclasses.fields(ProtocolConfig)[i].metadata["help"]``; the README's
+  (``dataclasses.fields(ProtocolConfig)[i].metadata["help"]``; the protocol guide's
   table of the protocol's fields is printed from it by
   ``scripts/protocol_fields.py``). :meth:`validate` checks every value.
   """

@@ -14,7 +14,7 @@ Everything here is computed from a protocol's ``results.json``
                              inconclusive at this scale).
   :func:`claims_markdown`    the claims as a Markdown table.
   :func:`write_report`       results.md and curves.png beside results.json.
-  :func:`compact_markdown`   the short table of one experiment (README).
+  :func:`compact_markdown`   the short table of one experiment (docs/guides/results.md).
   :func:`differences_markdown`  every arm against a reference arm (Welch).
 
 References:
@@ -263,7 +263,7 @@ def compact_markdown(
     network: str | None = None,
     arms: Sequence[str] | None = None,
 ) -> str:
-  """A short table of one experiment (the README's): chosen rate (and its grid
+  """A short table of one experiment (the results guide's): chosen rate (and its grid
   flag), the final center test error and, where the report runs recorded
   validation curves, the test error at the evaluation with the lowest
   validation error (mean \u00b1 95% half-width over the report seeds), steps

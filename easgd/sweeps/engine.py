@@ -134,7 +134,7 @@ class CompileCounter:
 
   Example:
     >>> with CompileCounter() as cc:
-    ...   jax.jit(lambda x: x + 1)(1.0)
+    ...   _ = jax.jit(lambda x: x + 1)(1.0)
     >>> cc.count
     1
   """

@@ -1,0 +1,74 @@
+"""The documentation builds from the code with warnings as errors, and its API
+reference lists every public name (README: the build command)."""
+
+import importlib
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html"]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+  """The site built once, as the README's command builds it, into a temporary folder."""
+  out = tmp_path_factory.mktemp("docs") / "html"
+  run = subprocess.run([*BUILD, "docs", str(out)], cwd=ROOT, capture_output=True, text=True)
+  assert run.returncode == 0, f"the documentation build warns or fails:\n{run.stderr[-6000:]}"
+  return out
+
+
+def inventory(site) -> dict:
+  """The names of ``objects.inv``: full name -> its role (``py:function``, ...)."""
+  from sphinx.util.inventory import InventoryFile
+
+  with open(site / "objects.inv", "rb") as f:
+    inv = InventoryFile.load(f, "", lambda base, uri: uri)
+  inv = getattr(inv, "data", inv)
+  return {name: role for role, items in inv.items() for name in items}
+
+
+def the_readme_build_command() -> str:
+  readme = (ROOT / "README.md").read_text()
+  return next(l.strip() for l in readme.splitlines() if "-m sphinx" in l)
+
+
+def test_the_readme_gives_the_build_command():
+  assert the_readme_build_command() == (
+      ".venv/bin/python -m sphinx -W --keep-going -b html docs docs/_build/html"
+  )
+  ignored = (ROOT / ".gitignore").read_text().splitlines()
+  assert "docs/_build/" in ignored and "docs/api/" in ignored  # built, never committed
+
+
+@pytest.mark.slow
+def test_the_documentation_builds_without_a_warning(site):
+  for page in ("index", "api/index", "api/easgd", "guides/quickstart", "guides/results"):
+    assert (site / f"{page}.html").is_file(), page
+  for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):  # rendered with outputs
+    html = (site / "notebooks" / f"{notebook.stem}.html").read_text()
+    assert "cell_output" in html, notebook.name
+
+
+@pytest.mark.slow
+def test_every_public_name_is_in_the_reference(site):
+  import easgd
+
+  names = inventory(site)
+  missing = []
+  for name in easgd.__all__:
+    value = getattr(easgd, name)
+    role = "py:module" if isinstance(value, types.ModuleType) else None
+    if f"easgd.{name}" not in names or (role and names[f"easgd.{name}"] != role):
+      missing.append(f"easgd.{name}")
+  top = {id(getattr(easgd, n)) for n in easgd.__all__}
+  for sub in (n for n in easgd.__all__ if isinstance(getattr(easgd, n), types.ModuleType)):
+    module = importlib.import_module(f"easgd.{sub}")
+    for name in module.__all__:  # its own page, or the top level's entry of the same object
+      if f"easgd.{sub}.{name}" not in names and id(getattr(module, name)) not in top:
+        missing.append(f"easgd.{sub}.{name}")
+  assert not missing, f"public names missing from the API reference: {missing}"

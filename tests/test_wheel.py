@@ -1,0 +1,103 @@
+"""The wheel is complete: ``python -m build`` makes a wheel and an sdist, and the
+wheel, installed into a fresh virtual environment, runs ``easgd --help`` and the
+main job's smallest variant with no file of the checkout importable."""
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(argv, **kw):
+  done = subprocess.run(argv, capture_output=True, text=True, **kw)
+  assert (
+      done.returncode == 0
+  ), f"{argv}: exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+  return done.stdout
+
+
+def third_party_paths() -> list:
+  """The site-packages folders of this interpreter (where the dependencies are),
+  never the checkout: a plain path line of a ``.pth`` file adds a folder without
+  running the ``.pth`` files inside it, so an editable install stays out."""
+  paths = [sysconfig.get_paths()["purelib"]]
+  paths += [p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages"))]
+  return [p for p in dict.fromkeys(paths) if Path(p).resolve() != ROOT]
+
+
+def clean_copy(dest: Path) -> Path:
+  """The checkout's tracked files only, as a fresh clone has them (no build
+  folder or ``*.egg-info`` left by an earlier build, whose file lists setuptools
+  would reuse)."""
+  files = run(["git", "-C", str(ROOT), "ls-files", "-z"]).split("\0")
+  for name in filter(None, files):
+    source, target = ROOT / name, dest / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if source.is_symlink():
+      os.symlink(os.readlink(source), target)
+    elif source.is_file():
+      shutil.copy2(source, target)
+  return dest
+
+
+@pytest.mark.slow
+def test_the_wheel_installs_and_runs_the_main_job(tmp_path):
+  dist = tmp_path / "dist"
+  source = clean_copy(tmp_path / "src")
+  run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(source)])
+  wheels, sdists = list(dist.glob("easgd-*.whl")), list(dist.glob("easgd-*.tar.gz"))
+  assert len(wheels) == 1 and len(sdists) == 1, sorted(p.name for p in dist.iterdir())
+  packaged = {Path(n).parent.as_posix() for n in zipfile.ZipFile(wheels[0]).namelist()}
+  for init in ROOT.glob("easgd/**/__init__.py"):  # every subpackage is in the wheel
+    assert init.parent.relative_to(ROOT).as_posix() in packaged, init
+
+  fresh = tmp_path / "fresh"
+  run([sys.executable, "-m", "venv", "--without-pip", str(fresh)])
+  python = fresh / "bin" / "python"
+  site = Path(
+      run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).strip()
+  )
+  (site / "zz_dependencies.pth").write_text("".join(f"{p}\n" for p in third_party_paths()))
+  run(
+      [
+          sys.executable,
+          "-m",
+          "pip",
+          "--python",
+          str(python),
+          "install",
+          "--no-deps",
+          "--no-index",
+          str(wheels[0]),
+      ]
+  )
+
+  where = run([str(python), "-c", "import easgd; print(easgd.__file__)"], cwd=tmp_path).strip()
+  assert Path(where).resolve().is_relative_to(fresh.resolve()), where  # not the checkout
+  assert "usage: easgd" in run([str(fresh / "bin" / "easgd"), "--help"], cwd=tmp_path)
+  work = tmp_path / "main"
+  env = {"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu", "HOME": str(tmp_path)}
+  run(
+      [
+          str(fresh / "bin" / "easgd"),
+          "compare",
+          "--workdir",
+          str(work),
+          "--num-epochs",
+          "1",
+          "--no-progress",
+      ],
+      cwd=tmp_path,
+      env=env,
+  )
+  for name in ("comparison.png", "results.md", "results.json"):
+    assert (work / name).is_file(), name
+  for algorithm in ("easgd", "pmean_sgd"):
+    assert (work / algorithm / "summary.json").is_file(), algorithm
