@@ -453,17 +453,28 @@ def _is_eamsgd(algorithm: str) -> bool:
 
 
 def _paired(results, a: dict, b: dict) -> bool:
-  """Whether two arms' report runs share their seeds (seed i: the same
-  initialisation and data order), so their difference is judged per seed."""
+  """Whether two arms' report runs share seed i's initialisation and data
+  order for every i (the same report seeds, workers and global batch: the
+  batches of step t are fixed by the seed, the epoch and t), so that their
+  difference is judged per seed."""
   default = results["protocol"]["report_seeds"]
-  seeds_a = a.get("report", {}).get("seeds", default)
-  seeds_b = b.get("report", {}).get("seeds", default)
-  return list(seeds_a) == list(seeds_b)
+  same_seeds = list(a.get("report", {}).get("seeds", default)) == list(
+      b.get("report", {}).get("seeds", default)
+  )
+  same_order = all(
+      a["config"].get(k) == b["config"].get(k) for k in ("num_workers", "global_batch_size")
+  )
+  return same_seeds and same_order
 
 
 def _which(algorithm: str) -> str:
   """The registry's summary of an algorithm, e.g. "asynchronous EAMSGD, Algorithm 2"."""
   return registry.TABLE[algorithm].summary
+
+
+def _as_run(algorithms) -> str:
+  """``"as run: asynchronous EASGD, Algorithm 1; asynchronous EAMSGD, Algorithm 2"``."""
+  return "as run: " + "; ".join(map(_which, algorithms)) if algorithms else "none run"
 
 
 def _arms(results, algorithm=None, **config):
@@ -636,8 +647,8 @@ def _claim_fastest(res):
   n = len(res["protocol"]["report_seeds"])
   return _finish(
       "EAMSGD reaches a given test error fastest, at every tau",
-      f"modelled time to {100 * target:g}% test error on {net} "
-      f"({' / '.join(map(_which, eamsgd)) or 'EAMSGD'} minus "
+      f"modelled time to {100 * target:g}% test error on {net} (EAMSGD, "
+      f"{_as_run(eamsgd)}, minus "
       f"each other method at the same tau and the tau-free references, "
       f"intervals widened by one evaluation interval; "
       f"{sum(p['verdict'] == 'holds' for p in parts)}/{len(parts)} "
@@ -685,7 +696,7 @@ def _claim_tau(res):
   n = len(res["protocol"]["report_seeds"])
   return _finish(
       "EASGD and EAMSGD are robust to large tau where DOWNPOUR breaks down",
-      f"final test error, DOWNPOUR minus {' / '.join(map(_which, _elastic(res)))} "
+      f"final test error, DOWNPOUR minus EASGD / EAMSGD ({_as_run(_elastic(res))}) "
       "at tau = 16 and 64 "
       f"(context: {'; '.join(context)})",
       parts,
@@ -720,7 +731,7 @@ def _claim_workers(res):
   return _finish(
       "More workers help EASGD and EAMSGD (lower test error with larger p)",
       f"center {what} at p = 4 minus at p = 8 and 16, same local steps "
-      f"({' / '.join(map(_which, _elastic(res)))})",
+      f"({_as_run(_elastic(res))})",
       parts,
       n,
       res["protocol"]["name"],
@@ -746,7 +757,7 @@ def _claim_center(res):
   return _finish(
       "The center beats the workers",
       "final test error of the center minus the mean of the workers', per "
-      f"seed (paired), {' / '.join(map(_which, _elastic(res)))} at every tau",
+      f"seed (paired), EASGD and EAMSGD ({_as_run(_elastic(res))}) at every tau",
       parts,
       n,
       res["protocol"]["name"],
