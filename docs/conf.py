@@ -189,6 +189,10 @@ SECTIONS = {
 _LIST_ITEM = re.compile(r"^\s*([-*+]|\d+[.)]|\([a-z0-9]+\))\s")
 
 
+_DIRECTIVE = re.compile(r"^\s*\.\. [\w:-]+::")
+"""A directive's first line (``.. math::``); its indented body is left to it."""
+
+
 def _indent(line: str) -> int:
   return len(line) - len(line.lstrip())
 
@@ -197,11 +201,15 @@ _LONE_STAR = re.compile(r"(?<![\w*`\\])\*(?=\w)(?![^*]*\*)")
 """A ``*`` that opens no emphasis: ``[d, *shape]``."""
 
 
+_LITERAL_OR_MATH = re.compile(r"(``.*?``|:math:`[^`]*`)")
+"""An inline literal or an inline equation (``:math:`x^i```): kept as written."""
+
+
 def _escape_bars(line: str) -> str:
   """``|x|`` (an absolute value, a norm) and a lone ``*`` as text, not markup;
-  not inside inline literals."""
-  parts = line.split("``")
-  return "``".join(
+  not inside inline literals nor inline equations."""
+  parts = _LITERAL_OR_MATH.split(line)
+  return "".join(
       _LONE_STAR.sub(r"\*", p.replace("|", r"\|")) if i % 2 == 0 else p for i, p in enumerate(parts)
   )
 
@@ -209,15 +217,18 @@ def _escape_bars(line: str) -> str:
 def plain_text_docstring(app, what, name, obj, options, lines) -> None:
   """Reads the docstrings' plain-text conventions as reStructuredText.
 
-  The docstrings are written to be read as text (``help()``): a displayed
-  equation or table is an indented block, and ``|x|`` is an absolute value.
-  Before napoleon reads the sections, each indented block that is not a list
-  or a section's body becomes a literal block (shown as written), and each
-  ``|`` outside literals is escaped. The text itself is unchanged.
+  The docstrings are written to be read as text (``help()``): a table is an
+  indented block, and ``|x|`` is an absolute value; the paper's equations are
+  ``.. math::`` blocks and ``:math:`` roles (LaTeX, rendered by MathJax).
+  Before napoleon reads the sections, each indented block that is not a list,
+  a section's body or a directive's body (``.. math::``, kept as written)
+  becomes a literal block (shown as written), and each ``|`` outside literals
+  and equations is escaped. The text itself is unchanged.
   """
   out = []
   section = None  # indent of the napoleon section being read
   literal = None  # indent of the paragraph that opened a literal block
+  directive = None  # indent of the ``.. name::`` line whose body is being read
   previous = ""  # the previous non-blank line
   blank_before = True
   for line in lines:
@@ -226,6 +237,12 @@ def plain_text_docstring(app, what, name, obj, options, lines) -> None:
       blank_before = True
       continue
     indent = _indent(line)
+    if directive is not None:
+      if indent > directive:  # the directive's body (an equation): as written
+        out.append(line)
+        previous, blank_before = line, False
+        continue
+      directive = None
     if literal is not None:
       if indent > literal:
         out.append(line)
@@ -234,6 +251,11 @@ def plain_text_docstring(app, what, name, obj, options, lines) -> None:
       literal = None
       if not blank_before:  # a literal block ends at a blank line
         out.append("")
+    if _DIRECTIVE.match(line):
+      directive = indent
+      out.append(line)
+      previous, blank_before = line, False
+      continue
     if line.strip() in SECTIONS:
       section = indent
     elif section is not None and indent <= section:

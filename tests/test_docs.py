@@ -72,3 +72,36 @@ def test_every_public_name_is_in_the_reference(site):
       if f"easgd.{sub}.{name}" not in names and id(getattr(module, name)) not in top:
         missing.append(f"easgd.{sub}.{name}")
   assert not missing, f"public names missing from the API reference: {missing}"
+
+
+def entry_html(site, name: str) -> str:
+  """The HTML of the entry documenting ``name`` (``easgd.core.X`` or, for a
+  name the top level also exports, ``easgd.X``): from its anchor to the next."""
+  from sphinx.util.inventory import InventoryFile
+
+  with open(site / "objects.inv", "rb") as f:
+    inv = InventoryFile.load(f, "", lambda base, uri: uri)
+  inv = getattr(inv, "data", inv)
+  uris = {
+      n: getattr(item, "uri", None) or item[2]
+      for items in inv.values()
+      for n, item in items.items()
+  }
+  short = name.rsplit(".", 1)[1]
+  uri = uris.get(name) or uris[f"easgd.{short}"]
+  page, anchor = uri.split("#")
+  html = (site / page).read_text()
+  start = html.index(f'id="{anchor}"')
+  end = html.find('<dt class="sig', start + 1)
+  return html[start : end if end > 0 else None]
+
+
+@pytest.mark.slow
+def test_the_elastic_update_is_rendered_as_mathematics(site):
+  """Eq. (5)-(6) in the reference are MathJax equations, not preformatted text."""
+  import re
+
+  for name in ("easgd.core.easgd_update", "easgd.core.elastic_exchange", "easgd.core.easgd"):
+    entry = entry_html(site, name)
+    maths = re.findall(r'<div class="math notranslate nohighlight">\s*\\\[(.*?)\\\]', entry, re.S)
+    assert any(r"\alpha (x^i" in m and r"\tilde x" in m for m in maths), (name, maths)

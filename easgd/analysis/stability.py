@@ -94,15 +94,18 @@ def _batched_radius(matrices: np.ndarray) -> np.ndarray:
 def sync_easgd_step_matrices(
     eta_h: float, alpha: float, num_workers: int
 ) -> tuple[np.ndarray, np.ndarray]:
-  """The elastic-step and plain-step matrices of synchronous EASGD on h x^2/2.
+  r"""The elastic-step and plain-step matrices of synchronous EASGD on h x^2/2.
 
-  On the state s = (x^1, ..., x^p, x~) (length p + 1), with u = eta * h:
+  On the state s = (x^1, ..., x^p, x~) (length p + 1), with u = eta * h, the
+  elastic step E (tau divides the clock), eq. (5)-(6), is
 
-      elastic step (tau divides the clock), eq. (5)-(6):
-        x^i <- (1 - u - alpha) x^i + alpha x~
-        x~  <- alpha sum_i x^i + (1 - p alpha) x~
-      plain local step:
-        x^i <- (1 - u) x^i,        x~ <- x~
+  .. math::
+
+     x^i &\leftarrow (1 - u - \alpha)\, x^i + \alpha \tilde x \\
+     \tilde x &\leftarrow \alpha \sum_{i=1}^{p} x^i + (1 - p \alpha)\, \tilde x
+
+  and the plain local step L is :math:`x^i \leftarrow (1 - u)\, x^i`,
+  :math:`\tilde x \leftarrow \tilde x`.
 
   Args:
     eta_h: u = eta * h, learning rate times curvature; a finite real scalar.
@@ -133,12 +136,16 @@ def sync_easgd_step_matrices(
 
 
 def sync_easgd_period_matrix(eta_h: float, alpha: float, tau: int, num_workers: int) -> np.ndarray:
-  """The linear map of one communication period of synchronous EASGD on h x^2/2.
+  r"""The linear map of one communication period of synchronous EASGD on h x^2/2.
 
   The worker clock starts at 0 and ``easgd.core.algorithms.easgd`` exchanges when tau
   divides it, so a period is ONE elastic step followed by tau - 1 plain steps:
 
-      P = L^(tau - 1) E,      s_{k+1} = P s_k,   s_k = state at clock k * tau
+  .. math::
+
+     P = L^{\tau - 1} E, \qquad s_{k+1} = P s_k
+
+  (s_k the state at clock k * tau)
 
   with E, L the matrices of :func:`sync_easgd_step_matrices` on
   s = (x^1, ..., x^p, x~). (The other order, E L^(tau-1), is a cyclic
@@ -166,18 +173,20 @@ def sync_easgd_period_matrix(eta_h: float, alpha: float, tau: int, num_workers: 
 
 
 def sync_easgd_spectral_radius(eta_h, alpha, tau, num_workers) -> np.ndarray:
-  """Spectral radius of one communication period of synchronous EASGD.
+  r"""Spectral radius of one communication period of synchronous EASGD.
 
   With y = mean_i x^i, the period map of :func:`sync_easgd_period_matrix`
-  splits into the pair (y, x~) and the p - 1 deviations x^i - y:
+  splits into the pair (y, x~), mapped by P2, and the p - 1 deviations
+  x^i - y, each multiplied by d:
 
-      (y, x~):    P2 = diag(1 - u, 1)^(tau - 1) [[1 - u - alpha, alpha],
-                                                 [beta,      1 - beta ]]
-      deviation:  d  = (1 - u)^(tau - 1) (1 - u - alpha)       (p - 1 times)
+  .. math::
 
-  with u = eta * h and beta = p * alpha, so
+     P_2 &= \begin{pmatrix} 1 - u & 0 \\ 0 & 1 \end{pmatrix}^{\tau - 1}
+            \begin{pmatrix} 1 - u - \alpha & \alpha \\ \beta & 1 - \beta \end{pmatrix} \\
+     d &= (1 - u)^{\tau - 1} (1 - u - \alpha)
 
-      radius = max(|eig(P2)|, |d| if p >= 2).
+  with u = eta * h and beta = p * alpha, so the radius is
+  :math:`\max(|\lambda(P_2)|, |d|)` (the ``|d|`` term for p >= 2 only).
 
   The closed-form eigenvalues round: at u = 0 (radius exactly 1) they give
   1 - 1.1e-16 for some alpha. Where the Schur-Cohn conditions say the map is
@@ -256,9 +265,13 @@ def _sync_schur_cohn(u, a, tau, p) -> np.ndarray:
 
 
 def sync_easgd_stable(eta_h, alpha, tau, num_workers) -> np.ndarray:
-  """Whether synchronous EASGD converges on h x^2/2: period spectral radius < 1.
+  r"""Whether synchronous EASGD converges on h x^2/2: period spectral radius < 1.
 
-      stable  <=>  rho(L^(tau-1) E) < 1        (:func:`sync_easgd_spectral_radius`)
+  .. math::
+
+     \text{stable} \iff \rho(L^{\tau - 1} E) < 1
+
+  (the radius of :func:`sync_easgd_spectral_radius`).
 
   Radius exactly 1 counts as NOT stable: it is marginal (e.g. alpha = 0, where
   the workers converge but the center never moves, or eta*h = 0, where the
@@ -372,19 +385,24 @@ class StationaryCovariance(NamedTuple):
 def sync_easgd_stationary_covariance(
     eta_h: float, alpha: float, num_workers: int, eta: float, sigma: float, tau: int = 1
 ) -> StationaryCovariance:
-  """Stationary covariance of synchronous EASGD under gradient noise.
+  r"""Stationary covariance of synchronous EASGD under gradient noise.
 
   Each worker's gradient is h x^i + xi^i_t with xi iid, mean 0, variance
   sigma^2 across workers and steps, so a step adds w_t = -eta xi_t to the
   workers (covariance W = eta^2 sigma^2 diag(1, ..., 1, 0)). Over one period
   (elastic step E then tau - 1 plain steps L):
 
-      s_{k+1} = P s_k + n_k,   P = L^(tau-1) E,
-      Q = Cov(n_k) = sum_{m=0}^{tau-1} L^m W L^m^T,
+  .. math::
+
+     s_{k+1} = P s_k + n_k, \qquad P = L^{\tau - 1} E, \qquad
+     Q = \operatorname{Cov}(n_k) = \sum_{m=0}^{\tau - 1} L^m W (L^m)^\top
 
   and the stationary covariance solves the discrete Lyapunov equation
+  (``scipy.linalg.solve_discrete_lyapunov``)
 
-      Sigma = P Sigma P^T + Q        (scipy.linalg.solve_discrete_lyapunov).
+  .. math::
+
+     \Sigma = P \Sigma P^\top + Q.
 
   Args:
     eta_h: u = eta * h (dimensionless), a finite real scalar.
@@ -582,13 +600,17 @@ def stable_eta_h_interval(alpha: float, tau: int, num_workers: int) -> tuple[flo
 
 
 def round_robin_easgd_matrix(eta, alpha) -> np.ndarray:
-  """The 2x2 map of one round-robin EASGD update on (x^i, x~), F(x) = x^2/2.
+  r"""The 2x2 map of one round-robin EASGD update on (x^i, x~), F(x) = x^2/2.
 
   The active worker i does eq. (5) with the true gradient and the master moves
-  by the same elastic force from that worker alone (both read time-t values):
+  by the same elastic force from that worker alone (both read time-t values;
+  eq. (12)-(13), Section 4):
 
-      x^i <- (1 - eta - alpha) x^i + alpha x~
-      x~  <- alpha x^i + (1 - alpha) x~
+  .. math::
+
+     \begin{pmatrix} x^i \\ \tilde x \end{pmatrix} \leftarrow A
+     \begin{pmatrix} x^i \\ \tilde x \end{pmatrix}, \qquad
+     A = \begin{pmatrix} 1 - \eta - \alpha & \alpha \\ \alpha & 1 - \alpha \end{pmatrix}
 
   i.e. A = [[1 - eta - alpha, alpha], [alpha, 1 - alpha]] (symmetric).
 
@@ -612,9 +634,12 @@ def round_robin_easgd_matrix(eta, alpha) -> np.ndarray:
 
 
 def round_robin_easgd_spectral_radius(eta, alpha) -> np.ndarray:
-  """Spectral radius of the round-robin EASGD 2x2 map (eigenvalues are real).
+  r"""Spectral radius of the round-robin EASGD 2x2 map (eigenvalues are real).
 
-      rho(A) = max |eig([[1 - eta - alpha, alpha], [alpha, 1 - alpha]])|
+  .. math::
+
+     \rho(A) = \max |\lambda(A)|, \qquad
+     A = \begin{pmatrix} 1 - \eta - \alpha & \alpha \\ \alpha & 1 - \alpha \end{pmatrix}
 
   Args:
     eta: eta * h, finite reals, any shape.
@@ -635,9 +660,11 @@ def round_robin_easgd_spectral_radius(eta, alpha) -> np.ndarray:
 
 
 def round_robin_easgd_condition(eta, alpha) -> np.ndarray:
-  """The paper's stability condition of round-robin EASGD.
+  r"""The paper's stability condition of round-robin EASGD (Section 4).
 
-      0 <= eta <= 2   and   0 <= alpha <= (4 - 2 eta) / (4 - eta)
+  .. math::
+
+     0 \le \eta \le 2 \quad\text{and}\quad 0 \le \alpha \le \frac{4 - 2\eta}{4 - \eta}
 
   It is exactly the set where the 2x2 map of :func:`round_robin_easgd_matrix`
   has all |eigenvalues| <= 1 (closed set: the boundary is marginally stable).
@@ -707,9 +734,13 @@ def round_robin_easgd_worker_map(eta: float, alpha: float, i: int, num_workers: 
 
 
 def round_robin_easgd_round_map(eta, alpha, num_workers: int) -> np.ndarray:
-  """One round of round-robin EASGD: workers 1, ..., p in turn.
+  r"""One round of round-robin EASGD: workers 1, ..., p in turn.
 
-      F = F^p o ... o F^1      (matrix product F^p @ ... @ F^1)
+  .. math::
+
+     F = F^p \circ \cdots \circ F^1
+
+  (the matrix product ``F^p @ ... @ F^1``).
 
   Args:
     eta: eta * h, finite reals, any shape.
@@ -798,14 +829,17 @@ def _admm_worker_maps(eta, rho, p: int) -> list[np.ndarray]:
 
 
 def admm_worker_map(eta: float, rho: float, i: int, num_workers: int) -> np.ndarray:
-  """Round-robin ADMM map of worker i on (lambda^1, x^1, ..., lambda^p, x^p, x~).
+  r"""Round-robin ADMM map of worker i on (lambda^1, x^1, ..., lambda^p, x^p, x~).
 
   For F(x) = x^2 / 2 (gradient x) and the active worker i, F^i = F^i_3 o F^i_2
   o F^i_1 with
 
-      F^i_1: lambda^i <- lambda^i - (x^i - x~)                               (9)
-      F^i_2: x^i <- (x^i - eta x^i + eta rho (lambda^i + x~)) / (1 + eta rho) (10)
-      F^i_3: x~  <- (1/p) sum_j (x^j - lambda^j)                             (11)
+  .. math::
+
+     F^i_1 &: \lambda^i \leftarrow \lambda^i - (x^i - \tilde x) \qquad (9) \\
+     F^i_2 &: x^i \leftarrow \frac{x^i - \eta x^i + \eta \rho (\lambda^i + \tilde x)}{1 + \eta \rho}
+       \qquad (10) \\
+     F^i_3 &: \tilde x \leftarrow \frac{1}{p} \sum_{j=1}^{p} (x^j - \lambda^j) \qquad (11)
 
   (each reads the values the previous one wrote); other workers hold still.
 
@@ -874,9 +908,11 @@ def admm_round_map(eta, rho, num_workers: int) -> np.ndarray:
 
 
 def admm_spectral_radius(eta_grid, rho_grid, num_workers: int) -> np.ndarray:
-  """Largest |eigenvalue| of the round-robin ADMM round map (the paper's Figure 1).
+  r"""Largest |eigenvalue| of the round-robin ADMM round map (the paper's Figure 1).
 
-      radius = max |eig(F^p o ... o F^1)|
+  .. math::
+
+     \max |\lambda(F^p \circ \cdots \circ F^1)|
 
   Args:
     eta_grid: step sizes, finite reals, any shape (e.g. (1, n)).

@@ -201,17 +201,21 @@ def easgd(
     reset_opt_state: bool = False,
     axis_name=WORKER_AXES,
 ) -> Algorithm:
-  """Synchronous Elastic Averaging SGD with communication period tau.
+  r"""Synchronous Elastic Averaging SGD with communication period tau.
 
   Each worker i takes the local optimizer's step at its own parameters; on steps
   where tau divides the clock t (t = 0, tau, 2 tau, ...) it also feels the
-  elastic force and the center moves by the sum of the opposite forces:
+  elastic force and the center moves by the sum of the opposite forces
+  (eq. 5-6 of the paper):
 
-      x^i_{t+1} = x^i_t + u^i_t - alpha (x^i_t - x~_t)       [exchange steps]
-      x~_{t+1}  = x~_t + alpha sum_i (x^i_t - x~_t)           [exchange steps]
-      x^i_{t+1} = x^i_t + u^i_t,  x~_{t+1} = x~_t             [other steps]
+  .. math::
 
-  with u^i_t the optimizer's update (plain SGD: u = -eta g^i_t(x^i_t)). The
+     x^i_{t+1} &= x^i_t + u^i_t - \alpha (x^i_t - \tilde x_t) \qquad (5) \\
+     \tilde x_{t+1} &= \tilde x_t + \alpha \sum_{i=1}^{p} (x^i_t - \tilde x_t) \qquad (6)
+
+  on exchange steps, and :math:`x^i_{t+1} = x^i_t + u^i_t`,
+  :math:`\tilde x_{t+1} = \tilde x_t` on the other steps, with u^i_t the
+  optimizer's update (plain SGD: :math:`u^i_t = -\eta\, g^i_t(x^i_t)`). The
   local optimizer state stays per worker; it receives the worker's own params.
   The center, the elastic differences and their sum are kept in float32 for
   bfloat16 parameters (``easgd.core.elastic.reduction_dtype``). EASGD is
@@ -282,17 +286,21 @@ def eamsgd(
     reset_opt_state: bool = False,
     axis_name=WORKER_AXES,
 ) -> Algorithm:
-  """Synchronous Elastic Averaging Momentum SGD (Nesterov momentum per worker).
+  r"""Synchronous Elastic Averaging Momentum SGD (Nesterov momentum per worker).
 
   All workers share one clock t; on steps where tau divides t every worker
   exchanges with the center, reading the time-t values (eq. 5-6 with the
-  momentum step of eq. 7):
+  momentum step of eq. 7). With u^i_t the optimizer's step of the look-ahead
+  gradient (SGD: :math:`u^i_t = -\eta\, g^i(y^i)`):
 
-      y^i   = x^i_t + delta v^i_t
-      v^i_{t+1} = delta v^i_t + u^i_t,     u^i_t = -eta g^i(y^i)  (optimizer step)
-      x^i_{t+1} = x^i_t - alpha (x^i_t - x~_t) + v^i_{t+1}     [exchange steps]
-      x~_{t+1}  = x~_t + alpha sum_i (x^i_t - x~_t)             [exchange steps]
-      x^i_{t+1} = x^i_t + v^i_{t+1},  x~_{t+1} = x~_t           [other steps]
+  .. math::
+
+     y^i &= x^i_t + \delta v^i_t, \qquad v^i_{t+1} = \delta v^i_t + u^i_t \\
+     x^i_{t+1} &= x^i_t - \alpha (x^i_t - \tilde x_t) + v^i_{t+1} \\
+     \tilde x_{t+1} &= \tilde x_t + \alpha \sum_{i=1}^{p} (x^i_t - \tilde x_t)
+
+  on exchange steps, and :math:`x^i_{t+1} = x^i_t + v^i_{t+1}`,
+  :math:`\tilde x_{t+1} = \tilde x_t` on the other steps.
 
   The velocity is local: never averaged, pulled or reset. ``momentum = 0``
   is :func:`easgd` (the same rule, so the same computation bit for bit).
@@ -358,10 +366,14 @@ def pmean_sgd(
     learning_rate: float | None = None,
     axis_name=WORKER_AXES,
 ) -> Algorithm:
-  """Synchronous data-parallel SGD: gradients averaged over workers every step.
+  r"""Synchronous data-parallel SGD: gradients averaged over workers every step.
 
-      g_t = (1/p) sum_i g^i_t(x_t)          (lax.pmean, one all-reduce per step)
-      x_{t+1} = x_t + optimizer_update(g_t)
+  .. math::
+
+     g_t = \frac{1}{p} \sum_{i=1}^{p} g^i_t(x_t), \qquad x_{t+1} = x_t + u_t
+
+  with u_t the optimizer's update of g_t (``lax.pmean``: one all-reduce per
+  step).
 
   All workers hold the same model (it is shared state). With p workers of batch
   B and a loss that is a mean over the batch this is exactly one worker with

@@ -264,7 +264,7 @@ def on_exchange(exchange, sync, keep):
 
 
 def elastic_difference(params: Params, center: Params, alpha) -> Params:
-  """The elastic force alpha * (x^i - x~), leaf by leaf.
+  r"""The elastic force :math:`\alpha (x^i - \tilde x)`, leaf by leaf.
 
   Args:
     params: worker parameters x^i, a pytree of float arrays.
@@ -289,14 +289,18 @@ def elastic_difference(params: Params, center: Params, alpha) -> Params:
 def elastic_exchange(
     params: Params, center: Params, alpha, axis_name: AxisName | None
 ) -> tuple[Params, Params]:
-  """One synchronous elastic exchange between every worker and the center.
+  r"""One synchronous elastic exchange between every worker and the center.
 
   Every worker computes its elastic difference d^i = alpha * (x^i - x~) from the
   values it holds now; the worker moves by -d^i and the center by the SUM over
-  workers of d^i (one all-reduce of a parameter-sized tree):
+  workers of d^i (one all-reduce of a parameter-sized tree), the elastic terms
+  of eq. (5)-(6), with beta = p * alpha:
 
-      x^i <- x^i - alpha * (x^i - x~)
-      x~  <- x~  + alpha * sum_i (x^i - x~)  =  (1 - beta) x~ + beta mean_i x^i
+  .. math::
+
+     x^i &\leftarrow x^i - \alpha (x^i - \tilde x) \\
+     \tilde x &\leftarrow \tilde x + \alpha \sum_{i=1}^{p} (x^i - \tilde x)
+       = (1 - \beta)\, \tilde x + \beta\, \frac{1}{p} \sum_{i=1}^{p} x^i
 
   Must be called inside a mapped context (vmap/pmap/shard_map) that binds
   ``axis_name``; the returned center is identical on every worker. The
@@ -330,16 +334,18 @@ def elastic_exchange(
 def easgd_update(
     params: Params, updates: Params, center: Params, alpha, exchange, axis_name: AxisName | None
 ) -> tuple[Params, Params]:
-  """Synchronous EASGD step with communication period tau (eq. 5-6).
+  r"""Synchronous EASGD step with communication period tau (eq. 5-6).
 
-  With ``updates`` the local optimizer's step computed at x^i_t (for plain SGD,
-  ``updates = -eta * g^i_t(x^i_t)``):
+  With u^i_t = ``updates`` the local optimizer's step computed at x^i_t (for
+  plain SGD, :math:`u^i_t = -\eta\, g^i_t(x^i_t)`), on exchange steps (tau
+  divides the clock):
 
-      on exchange steps (tau divides the clock):
-        x^i_{t+1} = x^i_t + updates - alpha * (x^i_t - x~_t)               (5)
-        x~_{t+1}  = x~_t + alpha * sum_i (x^i_t - x~_t)                     (6)
-      otherwise:
-        x^i_{t+1} = x^i_t + updates,        x~_{t+1} = x~_t
+  .. math::
+
+     x^i_{t+1} &= x^i_t + u^i_t - \alpha (x^i_t - \tilde x_t) \qquad (5) \\
+     \tilde x_{t+1} &= \tilde x_t + \alpha \sum_{i=1}^{p} (x^i_t - \tilde x_t) \qquad (6)
+
+  and otherwise :math:`x^i_{t+1} = x^i_t + u^i_t`, :math:`\tilde x_{t+1} = \tilde x_t`.
 
   Both updates read the time-t values. A Python bool ``exchange`` picks the
   branch while tracing: the program holds either the exchange (one all-reduce)

@@ -1,14 +1,23 @@
-"""The Nesterov momentum step of eq. (7): the local rule of EAMSGD and MSGD.
+r"""The Nesterov momentum step of eq. (7): the local rule of EAMSGD and MSGD.
 
 The momentum variant of EASGD (eq. 7, Algorithm 2 of the paper) keeps on each
 worker a velocity v^i that never leaves the worker: it is not communicated,
 not pulled towards the center and not reset at an exchange. The gradient is
-taken at the Nesterov look-ahead point of the PRE-exchange snapshot x = x^i:
+taken at the Nesterov look-ahead point of the PRE-exchange snapshot x = x^i.
+Algorithm 2, for worker i with clock t: take the snapshot :math:`x = x^i`;
+if tau divides t, exchange
 
-    x = x^i                                               (snapshot)
-    if tau divides t:  x^i <- x^i - alpha (x - x~);  x~ <- x~ + alpha (x - x~)
-    v^i <- delta v^i - eta g^i(x + delta v^i)
-    x^i <- x^i + v^i
+.. math::
+
+   x^i \leftarrow x^i - \alpha (x - \tilde x), \qquad
+   \tilde x \leftarrow \tilde x + \alpha (x - \tilde x);
+
+then take the momentum step (eq. 7)
+
+.. math::
+
+   v^i \leftarrow \delta v^i - \eta\, g^i(x + \delta v^i), \qquad
+   x^i \leftarrow x^i + v^i.
 
 This module holds that local rule (:func:`nesterov_velocity`) and nothing
 that knows about workers: the synchronous EAMSGD is
@@ -132,11 +141,14 @@ def nesterov_velocity(
     grad_fn=None,
     model_state=(),
 ):
-  """The new velocity of eq. (7) from the look-ahead gradient; params unchanged.
+  r"""The new velocity of eq. (7) from the look-ahead gradient; params unchanged.
 
-      y = x + delta v
-      u, opt_state = optimizer.update(g(y), opt_state, y)      (SGD: u = -eta g(y))
-      v <- delta v + u
+  .. math::
+
+     y = x + \delta v, \qquad v \leftarrow \delta v + u
+
+  with ``u, opt_state = optimizer.update(g(y), opt_state, y)`` (SGD:
+  :math:`u = -\eta\, g(y)`).
 
   Args:
     loss_fn: ``loss_fn(params, batch, key) -> scalar``.

@@ -107,9 +107,11 @@ def sgd(
     learning_rate: float | None = None,
     axis_name=WORKER_AXES,
 ) -> Algorithm:
-  """Sequential SGD (with the given optimizer; p > 1: on the global batch).
+  r"""Sequential SGD (with the given optimizer; p > 1: on the global batch).
 
-      x_{t+1} = x_t - eta g(x_t)
+  .. math::
+
+     x_{t+1} = x_t - \eta\, g(x_t)
 
   Args:
     loss_fn: ``loss_fn(params, batch, key) -> scalar`` (mean over the batch).
@@ -148,9 +150,11 @@ def msgd(
     learning_rate: float | None = None,
     axis_name=WORKER_AXES,
 ) -> Algorithm:
-  """Sequential momentum SGD with Nesterov's look-ahead (eq. 7 without elastic).
+  r"""Sequential momentum SGD with Nesterov's look-ahead (eq. 7 without elastic).
 
-      v_{t+1} = delta v_t - eta g(x_t + delta v_t);    x_{t+1} = x_t + v_{t+1}
+  .. math::
+
+     v_{t+1} = \delta v_t - \eta\, g(x_t + \delta v_t), \qquad x_{t+1} = x_t + v_{t+1}
 
   Args:
     momentum: delta in [0, 1) (paper: 0.99); the other arguments as
@@ -186,10 +190,12 @@ def asgd(
     learning_rate: float | None = None,
     axis_name=WORKER_AXES,
 ) -> Algorithm:
-  """Averaged SGD: SGD plus the running average of its iterates (z evaluated).
+  r"""Averaged SGD: SGD plus the running average of its iterates (z evaluated).
 
-      z_{t+1} = (1 - a_{t+1}) z_t + a_{t+1} x_t,   a_{t+1} = 1 / (t + 1)
-      x_{t+1} = x_t - eta g(x_t)
+  .. math::
+
+     z_{t+1} &= (1 - a_{t+1})\, z_t + a_{t+1} x_t, \qquad a_{t+1} = \frac{1}{t + 1} \\
+     x_{t+1} &= x_t - \eta\, g(x_t)
 
   so z_t is the mean of x_0 .. x_{t-1} (z_0 = x_0). a_{t+1} and 1 - a_{t+1}
   are computed in the dtype of the parameters.
@@ -224,9 +230,13 @@ def mvasgd(
     learning_rate: float | None = None,
     axis_name=WORKER_AXES,
 ) -> Algorithm:
-  """Moving-average SGD: SGD plus a constant-rate average of its iterates.
+  r"""Moving-average SGD: SGD plus a constant-rate average of its iterates.
 
-      z_{t+1} = (1 - a) z_t + a x_t   (a = average_rate);   x_{t+1} = x_t - eta g(x_t)
+  .. math::
+
+     z_{t+1} = (1 - a)\, z_t + a\, x_t, \qquad x_{t+1} = x_t - \eta\, g(x_t)
+
+  with a = ``average_rate``.
 
   Args:
     average_rate: a in (0, 1]; the other arguments as :func:`sgd`.

@@ -246,13 +246,15 @@ def adownpour(
     push_timing: str = "authors",
     axis_name=WORKER_AXES,
 ) -> Algorithm:
-  """ADOWNPOUR: DOWNPOUR plus a running average of the center (z is evaluated).
+  r"""ADOWNPOUR: DOWNPOUR plus a running average of the center (z is evaluated).
 
   At every master update (push of worker i, master clock t = number of
   updates before this one):
 
-      z_{t+1}  = (1 - a_{t+1}) z_t + a_{t+1} x~_t,    a_{t+1} = 1 / (t + 1)
-      x~_{t+1} = x~_t + u^i;   x^i <- x~_{t+1};   u^i <- 0
+  .. math::
+
+     z_{t+1} &= (1 - a_{t+1})\, z_t + a_{t+1} \tilde x_t, \qquad a_{t+1} = \frac{1}{t + 1} \\
+     \tilde x_{t+1} &= \tilde x_t + u^i, \qquad x^i \leftarrow \tilde x_{t+1}, \qquad u^i \leftarrow 0
 
   so z_t is the mean of x~_0 .. x~_{t-1} (z_0 = x~_0, the initial params).
   a_{t+1} and 1 - a_{t+1} are computed in the dtype of the parameters.
@@ -299,10 +301,14 @@ def mvadownpour(
     push_timing: str = "authors",
     axis_name=WORKER_AXES,
 ) -> Algorithm:
-  """MVADOWNPOUR: DOWNPOUR plus a constant-rate moving average (z is evaluated).
+  r"""MVADOWNPOUR: DOWNPOUR plus a constant-rate moving average (z is evaluated).
 
-      z_{t+1}  = (1 - a) z_t + a x~_t            (a = average_rate, paper 0.001)
-      x~_{t+1} = x~_t + u^i;   x^i <- x~_{t+1};   u^i <- 0
+  .. math::
+
+     z_{t+1} &= (1 - a)\, z_t + a\, \tilde x_t \\
+     \tilde x_{t+1} &= \tilde x_t + u^i, \qquad x^i \leftarrow \tilde x_{t+1}, \qquad u^i \leftarrow 0
+
+  with a = ``average_rate`` (paper: 0.001).
 
   The paper's description (Section 5; not in the authors' released code);
   workers as in :func:`downpour`.

@@ -1,4 +1,4 @@
-"""Statistics of the comparison protocol: intervals over seeds, time to target, network time.
+r"""Statistics of the comparison protocol: intervals over seeds, time to target, network time.
 
 Pure functions of host numbers (NumPy and ``scipy.stats``), no JAX:
 
@@ -13,7 +13,13 @@ Pure functions of host numbers (NumPy and ``scipy.stats``), no JAX:
   :func:`verdict`              "holds" / "does not hold" / "inconclusive" from an interval.
 
 Intervals: the mean over n seeds with the Student-t interval
-``mean +/- t_{n-1, 0.975} * s / sqrt(n)`` (``scipy.stats.t.interval`` with
+``mean +/- t_{n-1, 0.975} * s / sqrt(n)``,
+
+.. math::
+
+   \bar x \pm t_{n-1,\, 0.975}\, \frac{s}{\sqrt{n}}
+
+(``scipy.stats.t.interval`` with
 the standard error ``scipy.stats.sem``, ddof = 1); a difference of two arms
 with Welch's interval (``scipy.stats.ttest_ind(..., equal_var=False)
 .confidence_interval``), which does not assume equal variances. With n
@@ -133,13 +139,13 @@ def difference_interval(
 def seeds_to_resolve(
     spread: float, difference: float, *, paired: bool = False, confidence: float = CONFIDENCE
 ) -> int:
-  """The fewest seeds per arm whose interval resolves ``difference`` from 0.
+  r"""The fewest seeds per arm whose interval resolves ``difference`` from 0.
 
   For two arms of n seeds each with the common standard deviation ``spread``
-  (ddof 1), Welch's half-width is ``t_{2n-2} * spread * sqrt(2 / n)`` (its
+  (ddof 1), Welch's half-width is :math:`t_{2n-2}\, s \sqrt{2 / n}` (its
   degrees of freedom are 2n - 2 when the spreads are equal); paired, with
   ``spread`` the standard deviation of the per-seed differences, it is
-  ``t_{n-1} * spread / sqrt(n)``. Returns the smallest n >= 2 whose half-width
+  :math:`t_{n-1}\, s / \sqrt{n}` (s = ``spread``). Returns the smallest n >= 2 whose half-width
   is at most ``difference``. Example: spread 1 pp, difference 1 pp, unpaired:
   n = 8 gives 2.1448 * 0.5 = 1.072 pp, n = 9 gives 2.1199 * 0.4714 = 0.999
   pp, so 9.
@@ -285,10 +291,15 @@ def allreduce_seconds(
     bandwidth_bytes_per_s: float,
     latency_s: float,
 ) -> float:
-  """Seconds one worker spends in ``all_reduces`` ring all-reduces moving
+  r"""Seconds one worker spends in ``all_reduces`` ring all-reduces moving
   ``bytes_per_worker`` reduced bytes in all:
 
-      all_reduces * latency + 2 (p - 1) / p * bytes / bandwidth
+  .. math::
+
+     N \ell + \frac{2 (p - 1)}{p}\, \frac{B}{b}
+
+  (N = ``all_reduces``, l = ``latency_s``, B = ``bytes_per_worker``,
+  b = ``bandwidth_bytes_per_s``)
 
   (a ring all-reduce sends and receives 2 (p - 1) / p times the buffer per
   worker); 0 for p = 1.
