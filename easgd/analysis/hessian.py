@@ -1,4 +1,4 @@
-"""The largest Hessian eigenvalue of a loss: Lanczos (ARPACK) on Hessian-vector products.
+r"""The largest Hessian eigenvalue of a loss: Lanczos (ARPACK) on Hessian-vector products.
 
 The stability analysis of :mod:`easgd.analysis.stability` is for the quadratic
 F(x) = h x^2 / 2, where a gradient step of size eta multiplies x by (1 - eta h).
@@ -6,7 +6,11 @@ For a neural network the curvature that matters for divergence is the largest
 eigenvalue h = lambda_max of the Hessian of the training loss; this module
 estimates it without forming the Hessian:
 
-    H v = d/de grad L(x + e v) |_{e=0}          (``jax.jvp`` of ``jax.grad``)
+.. math::
+
+   H v = \frac{d}{d\epsilon} \nabla L(x + \epsilon v) \Big|_{\epsilon = 0}
+
+(``jax.jvp`` of ``jax.grad``)
 
 so one product costs about two gradient evaluations and memory linear in the
 number of parameters n. The products feed SciPy's ARPACK
@@ -75,9 +79,11 @@ LANCZOS_VECTORS = 20
 
 
 def hvp(loss: Callable[[Params], jax.Array], params: Params, vector: Params) -> Params:
-  """The Hessian-vector product H(params) v of a scalar loss, forward-over-reverse.
+  r"""The Hessian-vector product H(params) v of a scalar loss, forward-over-reverse.
 
-      H v = d/de [grad loss](params + e v) at e = 0
+  .. math::
+
+     H v = \frac{d}{d\epsilon} \nabla \mathrm{loss}(\mathrm{params} + \epsilon v) \Big|_{\epsilon = 0}
 
   Args:
     loss: ``loss(params) -> float scalar``, twice differentiable.

@@ -451,14 +451,18 @@ def shared_model_algorithm(
     average: Callable | None = None,
     hyperparameters: dict | None = None,
 ) -> Algorithm:
-  """The one core of every method with a single model: the gradient of the
+  r"""The one core of every method with a single model: the gradient of the
   global mini-batch (the workers' gradients averaged), one optimizer step.
 
-      g_t = (1/p) sum_i g^i_t(y_t)       y_t = x_t, or x_t + delta v_t (Nesterov)
-      u_t = optimizer step of g_t;   x_{t+1} = x_t + u_t     (or v_{t+1} = delta v_t + u_t,
-                                                              x_{t+1} = x_t + v_{t+1})
-      z_{t+1} = average(z_t, x_t, t)     (averaged methods; z is evaluated, kept in
-                                          float32 for bfloat16 parameters)
+  .. math::
+
+     g_t = \frac{1}{p} \sum_{i=1}^{p} g^i_t(y_t), \qquad x_{t+1} = x_t + u_t
+
+  with y_t = x_t and u_t the optimizer's step of g_t; with Nesterov momentum
+  delta, :math:`y_t = x_t + \delta v_t`, :math:`v_{t+1} = \delta v_t + u_t`
+  and :math:`x_{t+1} = x_t + v_{t+1}`. The averaged methods also keep
+  z_{t+1} = average(z_t, x_t, t) (z is evaluated, kept in float32 for
+  bfloat16 parameters).
 
   Used by :func:`pmean_sgd` and ``easgd.methods.baselines``' sgd, msgd, asgd, mvasgd.
 
