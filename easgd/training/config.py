@@ -83,6 +83,11 @@ def _is_ray_address(value) -> bool:
   return text in ("auto", "local") or bool(sep and host and port.isdigit())
 
 
+def _synchronous_spmd() -> tuple[str, ...]:
+  """The algorithms a worker of several devices runs (``devices_per_worker`` > 1)."""
+  return tuple(n for n in registry.runs_on("spmd") if not registry.TABLE[n].asynchronous)
+
+
 class ConfigError(ValueError):
   """A configuration value is outside its allowed range."""
 
@@ -616,11 +621,22 @@ class TrainConfig:
           f"devices_per_worker={D} needs mapping_backend 'shard_map' (the 2-D mesh), got "
           f"{self.mapping_backend!r}; use --mapping-backend shard_map"
       )
-    if self.runtime != "spmd" or registry.TABLE[self.algorithm].asynchronous:
+    if self.runtime != "spmd":
       raise ConfigError(
-          f"devices_per_worker={D} runs the synchronous algorithms on runtime 'spmd', got "
-          f"algorithm {self.algorithm!r} on runtime {self.runtime!r}; allowed: "
+          f"devices_per_worker={D} runs on runtime 'spmd' (one SPMD program), got runtime "
+          f"{self.runtime!r}; allowed: runtime 'spmd', or devices_per_worker 1"
+      )
+    if registry.TABLE[self.algorithm].asynchronous:
+      raise ConfigError(
+          f"devices_per_worker={D} runs the synchronous algorithms; {self.algorithm!r} is "
+          f"asynchronous; allowed: one of {', '.join(_synchronous_spmd())}, or "
           "devices_per_worker 1"
+      )
+    if self.task is None and self.model in BATCH_NORM_MODELS:
+      raise ConfigError(
+          f"devices_per_worker={D} averages a worker's gradient over its devices; model "
+          f"{self.model!r} has BatchNorm statistics of each device's examples; allowed: a "
+          "model without BatchNorm, or devices_per_worker 1"
       )
     if self.global_batch_size % p == 0 and self.per_worker_batch_size % D:
       raise ConfigError(
