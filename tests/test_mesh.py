@@ -186,3 +186,22 @@ def test_more_devices_than_there_are_is_a_layout_error():
     workers.make_layout(4, backend="shard_map", devices_per_worker=4)
   with pytest.raises(workers.LayoutError, match="needs the 'shard_map'"):
     workers.make_layout(4, backend="pmap", devices_per_worker=2)
+
+
+def test_a_task_whose_loss_is_not_a_mean_of_examples_is_refused_before_compiling():
+  import dataclasses
+
+  from easgd.training import builtin_tasks
+
+  config = TrainConfig(
+      dataset="digits",
+      model="mlp",
+      num_workers=2,
+      global_batch_size=32,
+      mapping_backend="shard_map",
+      devices_per_worker=2,
+  )
+  task = dataclasses.replace(builtin_tasks.task_of(config), mean_of_examples=False)
+  with pytest.raises(ConfigError, match="mean_of_examples False; allowed: devices_per_worker 1"):
+    Run(config, task)
+  Run(config.replace(devices_per_worker=1), task)  # one device per worker: accepted

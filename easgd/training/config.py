@@ -180,7 +180,8 @@ class TrainConfig:
   num_devices: int | None = option(
       None,
       "devices to spread the workers over (must divide num_workers); None = "
-      "the largest available count that divides num_workers.",
+      "the largest available count that divides num_workers. With "
+      "devices_per_worker D > 1: all devices, num_workers * D (or None).",
       allowed=Integer(1),
   )
   devices_per_worker: int = option(

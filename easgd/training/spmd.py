@@ -250,7 +250,9 @@ class Run:
 
   Raises:
     ConfigError, easgd.parallel.workers.LayoutError, easgd.training.data.DataError,
-    easgd.training.task.TaskError: bad input.
+    easgd.training.task.TaskError: bad input; ConfigError also for
+      ``devices_per_worker`` > 1 with a task whose loss is not a mean of
+      examples (``mean_of_examples``) or that has model state.
   """
 
   def __init__(self, config: TrainConfig, task: Task | None = None):
@@ -264,11 +266,12 @@ class Run:
     self.task, self.metrics = checked_task(config, task)
     task = self.task
     if config.devices_per_worker > 1 and not (task.mean_of_examples and task.center_state is None):
+      # a worker's gradient is the mean of its devices' gradients (data_parallel_loss)
+      has = "model state" if task.center_state is not None else "mean_of_examples False"
       raise ConfigError(
           f"devices_per_worker={config.devices_per_worker} averages a worker's gradient over "
-          f"its devices, which needs a loss that is a mean of per-example terms and no model "
-          f"state; task {task.name!r} has {'model state (BatchNorm)' if task.center_state is not None else 'mean_of_examples False'}; "
-          "allowed: devices_per_worker 1"
+          "its devices, which needs a loss that is a mean of per-example terms and no model "
+          f"state; task {task.name!r} has {has}; allowed: devices_per_worker 1"
       )
     self.steps_per_epoch = batches.steps_per_epoch(
         len(task.train), config.num_workers, config.per_worker_batch_size
