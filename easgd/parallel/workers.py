@@ -128,7 +128,8 @@ class WorkerLayout:
 
   @functools.cached_property
   def batch_sharding(self) -> jax.sharding.NamedSharding:
-    """ "batch" values [d, w, B, ...]: as :attr:`sharding`, B split over "data" (D > 1)."""
+    """The sharding of "batch" values [d, w, B, ...]: :attr:`sharding`, with B
+    split over "data" when devices_per_worker > 1."""
     return jax.sharding.NamedSharding(self.mesh, _spec("batch", self.devices_per_worker))
 
   @functools.cached_property
