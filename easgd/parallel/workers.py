@@ -14,6 +14,25 @@ Argument kinds of a mapped function (see :func:`map_workers`):
                 arrays of shape [d, ...]; per-worker code must return it
                 unbatched (computed by collectives), so it stays replicated;
   ``"broadcast"`` the same value for everyone, passed as is (no leading axis).
+  ``"batch"``   a "worker" value whose first per-worker axis is the worker's
+                mini-batch [d, w, B, ...]: with ``devices_per_worker`` D > 1
+                split over the D devices of its worker (B / D examples each),
+                otherwise exactly a "worker" value.
+
+A worker of several devices (``WorkerLayout.devices_per_worker`` D > 1,
+``TrainConfig.devices_per_worker``; backend "shard_map" only): the mesh is 2-D,
+``("devices", "data")`` of shape [d, D], one row of D devices per worker.
+"worker"/"shared" values are split along "devices" and replicated along
+:data:`DATA_AXIS`; "batch" values are also split along their batch axis over
+it. Inside a worker the step is synchronous data parallelism: each device
+computes the gradient of its B / D examples and :func:`data_parallel_loss`
+averages the gradients (and the loss) over :data:`DATA_AXIS` before the
+algorithm's own rule reads them, so for a loss that is a mean over the batch
+every worker's step is the one it takes on one device with its whole batch B
+(to float32 reduction rounding; ``tests/test_mesh.py``). The algorithm's
+collectives name :data:`WORKER_AXES` only, so they reduce across workers,
+never over "data". D = 1 is the 1-D mesh and the programs of one device per
+worker, unchanged.
 
 Two backends run the same per-worker code with the same array layouts, chosen
 by ``WorkerLayout.backend`` (:func:`make_layout`, ``TrainConfig.mapping_backend``):
@@ -50,7 +69,9 @@ from easgd.core.algorithms import Algorithm, select_program
 from easgd.core.elastic import DEVICE_AXIS, LOCAL_AXIS, WORKER_AXES
 from easgd.parallel.names import BACKENDS  # re-exported
 
-KINDS = ("worker", "shared", "broadcast")
+KINDS = ("worker", "shared", "broadcast", "batch")
+DATA_AXIS = "data"
+"""The mesh axis of the devices of one worker (``devices_per_worker`` > 1)."""
 
 
 class LayoutError(ValueError):
@@ -66,30 +87,50 @@ class WorkerLayout:
     devices: the devices used, one shard each, ordered by process (devices of
       one process are contiguous, so its workers are a contiguous range).
     backend: ``"pmap"`` or ``"shard_map"`` (module docstring).
+    devices_per_worker: D, the devices of one worker (module docstring);
+      ``devices`` holds the workers' rows of D devices one after the other.
   """
 
   num_workers: int
   devices: tuple[Any, ...]
   backend: str = "pmap"
+  devices_per_worker: int = 1
 
   @property
   def num_devices(self) -> int:
+    """All devices used, d * D."""
     return len(self.devices)
 
   @property
+  def num_groups(self) -> int:
+    """d, the leading axis of every placed value: devices / devices_per_worker."""
+    return len(self.devices) // self.devices_per_worker
+
+  @property
   def workers_per_device(self) -> int:
-    return self.num_workers // self.num_devices
+    """w, the workers vmapped on one device (on one row of D devices)."""
+    return self.num_workers // self.num_groups
 
   # cached: the trainer places every step's batch with them
   @functools.cached_property
   def mesh(self) -> jax.sharding.Mesh:
-    """The 1-D mesh ``("devices",)`` over :attr:`devices`."""
-    return jax.sharding.Mesh(np.array(self.devices), (DEVICE_AXIS,))
+    """The mesh over :attr:`devices`: 1-D ``("devices",)``, or with
+    ``devices_per_worker`` D > 1 the 2-D ``("devices", "data")`` of shape [d, D]."""
+    if self.devices_per_worker == 1:
+      return jax.sharding.Mesh(np.array(self.devices), (DEVICE_AXIS,))
+    grid = np.array(self.devices).reshape(self.num_groups, self.devices_per_worker)
+    return jax.sharding.Mesh(grid, (DEVICE_AXIS, DATA_AXIS))
 
   @functools.cached_property
   def sharding(self) -> jax.sharding.NamedSharding:
     """Arrays split along their leading axis over :attr:`mesh`."""
     return jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec(DEVICE_AXIS))
+
+  @functools.cached_property
+  def batch_sharding(self) -> jax.sharding.NamedSharding:
+    """The sharding of "batch" values [d, w, B, ...]: :attr:`sharding`, with B
+    split over "data" when devices_per_worker > 1."""
+    return jax.sharding.NamedSharding(self.mesh, _spec("batch", self.devices_per_worker))
 
   @functools.cached_property
   def num_processes(self) -> int:
@@ -103,7 +144,8 @@ class WorkerLayout:
     All workers in a single process; with several processes, the contiguous
     range of workers this process feeds (its devices are contiguous).
     """
-    local = [i for i, d in enumerate(self.devices) if d.process_index == jax.process_index()]
+    D = self.devices_per_worker
+    local = [i // D for i, d in enumerate(self.devices) if d.process_index == jax.process_index()]
     if not local:
       return slice(0, 0)
     w = self.workers_per_device
@@ -112,6 +154,11 @@ class WorkerLayout:
   def describe(self) -> str:
     """One line for logs, e.g. "4 workers = 2 device(s) x 2 vmapped worker(s) [cpu, pmap]"."""
     procs = f", {self.num_processes} processes" if self.num_processes > 1 else ""
+    if self.devices_per_worker > 1:
+      return (
+          f"{self.num_workers} workers x {self.devices_per_worker} devices each "
+          f"(data parallel inside a worker) [{self.devices[0].platform}, {self.backend}]"
+      )
     return (
         f"{self.num_workers} workers = {self.num_devices} device(s) x "
         f"{self.workers_per_device} vmapped worker(s) "
@@ -124,6 +171,7 @@ def make_layout(
     num_devices: int | None = None,
     devices: Sequence[Any] | None = None,
     backend: str = "pmap",
+    devices_per_worker: int = 1,
 ) -> WorkerLayout:
   """Chooses the devices for ``num_workers`` workers.
 
@@ -141,6 +189,9 @@ def make_layout(
     devices: the candidate devices; default ``jax.devices()`` (all processes).
     backend: ``"pmap"`` or ``"shard_map"`` (module docstring); several
       processes need ``"shard_map"``.
+    devices_per_worker: D, the devices of each worker (module docstring);
+      D > 1 needs ``"shard_map"`` and one process, and uses num_workers * D
+      devices (``num_devices``, if given, must be that count).
 
   Returns:
     A :class:`WorkerLayout`.
@@ -148,13 +199,20 @@ def make_layout(
   Raises:
     LayoutError: if num_workers is not an integer >= 1, if num_devices is more
       than available, if num_workers is not a multiple of num_devices, for an
-      unknown backend, or for pmap across processes.
+      unknown backend, or for pmap across processes; with devices_per_worker
+      > 1: pmap, several processes, or num_workers * D more devices than
+      there are.
   """
   if backend not in BACKENDS:
     raise LayoutError(f"unknown mapping backend {backend!r}; allowed: " f"{', '.join(BACKENDS)}")
   checks.integer("num_workers", num_workers, 1, error=LayoutError)
+  checks.integer("devices_per_worker", devices_per_worker, 1, error=LayoutError)
   available = list(devices) if devices is not None else jax.devices()
   procs = sorted({d.process_index for d in available})
+  if devices_per_worker > 1:
+    return _data_parallel_layout(
+        num_workers, num_devices, available, procs, backend, devices_per_worker
+    )
   if len(procs) > 1:
     available.sort(key=lambda d: (d.process_index, d.id))
     return _multiprocess_layout(num_workers, num_devices, available, procs, backend)
@@ -174,6 +232,31 @@ def make_layout(
         f"devices used; allowed: a multiple of {num_devices}"
     )
   return WorkerLayout(int(num_workers), tuple(available[:num_devices]), backend)
+
+
+def _data_parallel_layout(num_workers, num_devices, available, procs, backend, D):
+  """The layout of ``num_workers`` workers of ``D`` > 1 devices each (:func:`make_layout`)."""
+  if backend != "shard_map":
+    raise LayoutError(
+        f"devices_per_worker={D} needs the 'shard_map' mapping backend, got {backend!r} "
+        "(--mapping-backend shard_map)"
+    )
+  if len(procs) > 1:
+    raise LayoutError(
+        f"devices_per_worker={D} runs in one process; allowed with {len(procs)} processes: 1"
+    )
+  need = int(num_workers) * int(D)
+  if num_devices is not None and num_devices != need:
+    raise LayoutError(
+        f"num_devices={num_devices} with devices_per_worker={D}: the {num_workers} workers "
+        f"use num_workers * devices_per_worker = {need} devices; allowed: {need} or None"
+    )
+  if need > len(available):
+    raise LayoutError(
+        f"num_workers * devices_per_worker = {num_workers} * {D} = {need} devices but only "
+        f"{len(available)} {available[0].platform} device(s) are available"
+    )
+  return WorkerLayout(int(num_workers), tuple(available[:need]), backend, int(D))
 
 
 def _multiprocess_layout(num_workers, num_devices, available, procs, backend):
@@ -209,7 +292,17 @@ def _multiprocess_layout(num_workers, num_devices, available, procs, backend):
 
 
 def _vmap_axis(kind):
-  return 0 if kind == "worker" else None
+  return 0 if kind in ("worker", "batch") else None
+
+
+def _spec(kind, devices_per_worker):
+  """The ``PartitionSpec`` of a placed value of ``kind`` (module docstring)."""
+  P = jax.sharding.PartitionSpec
+  if kind == "broadcast":
+    return P()
+  if kind == "batch" and devices_per_worker > 1:
+    return P(DEVICE_AXIS, None, DATA_AXIS)  # [d, w, B, ...]: B over the worker's devices
+  return P(DEVICE_AXIS)
 
 
 def _pmap_axis(kind):
@@ -235,8 +328,9 @@ def map_workers(
     fn: per-worker function of ``len(in_kinds)`` positional arguments returning a
       tuple of ``len(out_kinds)`` values.
     layout: the worker layout.
-    in_kinds, out_kinds: one of ``"worker"``, ``"shared"``, ``"broadcast"`` per
-      argument / output (module docstring). Outputs cannot be ``"broadcast"``.
+    in_kinds, out_kinds: one of ``"worker"``, ``"shared"``, ``"broadcast"``,
+      ``"batch"`` per argument / output (module docstring). Outputs cannot be
+      ``"broadcast"`` or ``"batch"``.
     donate_argnums: arguments whose buffers may be reused for the outputs.
 
   Returns:
@@ -322,8 +416,8 @@ def _check_kinds(in_kinds, out_kinds):
   for k in (*in_kinds, *out_kinds):
     if k not in KINDS:
       raise ValueError(f"unknown argument kind {k!r}; allowed: {KINDS}")
-  if "broadcast" in out_kinds:
-    raise ValueError("outputs are 'worker' or 'shared', not 'broadcast'")
+  if "broadcast" in out_kinds or "batch" in out_kinds:
+    raise ValueError("outputs are 'worker' or 'shared', not 'broadcast' or 'batch'")
 
 
 def _map_devices(per_device, layout, in_kinds, single, donate_argnums):
@@ -371,7 +465,7 @@ def _merged_workers_step(step: Callable, alone: bool) -> Callable:
   return per_device
 
 
-STEP_IN_KINDS = ("worker", "shared", "worker", "broadcast")
+STEP_IN_KINDS = ("worker", "shared", "batch", "broadcast")
 STEP_OUT_KINDS = ("worker", "shared", "worker")
 """Kinds of an algorithm step ``step(worker, shared, batch, key) -> (worker,
 shared, loss)`` (``easgd.core.algorithms.Algorithm``)."""
@@ -476,14 +570,18 @@ def _clock_checked(program) -> Callable:
 
 
 def _shard_map_workers(inner, layout, in_kinds, single, donate_argnums):
-  """``jit(shard_map(inner))`` over the mesh ("devices",), pmap's layouts.
+  """``jit(shard_map(inner))`` over the layout's mesh, pmap's layouts.
 
-  Every "worker"/"shared" argument and every output is split along its leading
-  axis over the mesh (block [1, ...] per device, squeezed before ``inner`` and
-  restored after); "broadcast" arguments are replicated (``P()``).
+  Every "worker"/"shared"/"batch" argument and every output is split along
+  its leading axis over "devices" (block [1, ...] per device, squeezed before
+  ``inner`` and restored after); "broadcast" arguments are replicated
+  (``P()``). With ``devices_per_worker`` > 1 (2-D mesh) "batch" arguments are
+  also split along their batch axis over "data", the rest is replicated
+  along it, and outputs are taken as replicated along it (every device of a
+  worker computes the same values from the data-averaged gradient).
   """
   P = jax.sharding.PartitionSpec
-  in_specs = tuple(P() if k == "broadcast" else P(DEVICE_AXIS) for k in in_kinds)
+  in_specs = tuple(_spec(k, layout.devices_per_worker) for k in in_kinds)
 
   def per_device(*args):
     args = [
@@ -501,13 +599,89 @@ def _shard_map_workers(inner, layout, in_kinds, single, donate_argnums):
   return jax.jit(mapped, donate_argnums=donate_argnums)
 
 
-def _put(tree, layout: WorkerLayout):
-  """Places host arrays with leading axis num_devices, one slice per device.
+@jax.custom_vjp
+def _data_mean_gradient(params):
+  """The identity on ``params`` whose backward pass averages the cotangent over
+  :data:`DATA_AXIS` (one all-reduce of the gradient inside a worker)."""
+  return params
+
+
+def _data_mean_gradient_fwd(params):
+  return params, None
+
+
+def _data_mean_gradient_bwd(_, cotangent):
+  return (jax.lax.pmean(cotangent, DATA_AXIS),)
+
+
+_data_mean_gradient.defvjp(_data_mean_gradient_fwd, _data_mean_gradient_bwd)
+
+
+@jax.custom_vjp
+def _data_mean_value(loss):
+  """``lax.pmean(loss, DATA_AXIS)`` whose backward pass is the identity (each
+  device differentiates its own examples' loss; the parameters' cotangent is
+  averaged by :func:`_data_mean_gradient`)."""
+  return jax.lax.pmean(loss, DATA_AXIS)
+
+
+def _data_mean_value_fwd(loss):
+  return _data_mean_value(loss), None
+
+
+def _data_mean_value_bwd(_, cotangent):
+  return (cotangent,)
+
+
+_data_mean_value.defvjp(_data_mean_value_fwd, _data_mean_value_bwd)
+
+
+def data_parallel_loss(loss_fn: Callable, layout: WorkerLayout) -> Callable:
+  """A worker's loss over its D devices: the mean of its devices' losses, and
+  the mean of their gradients.
+
+  With ``layout.devices_per_worker`` D > 1 each device of a worker holds B / D
+  of its B examples ("batch" values, module docstring). The returned loss
+  is, on every device of the worker,
+
+      L(x) = (1/D) sum_k L_k(x),      grad L(x) = (1/D) sum_k grad L_k(x)
+
+  (L_k: ``loss_fn`` on device k's examples; both means one ``lax.pmean`` over
+  :data:`DATA_AXIS`, written as ``jax.custom_vjp`` identities, so no
+  transposition rule of a collective is relied on). For a loss that is a
+  mean over equal shards of the batch this is the loss and gradient of the
+  worker's whole batch, so an algorithm's per-worker step, unchanged, takes
+  the step of a worker of one device. The step's key is folded with the
+  device's index in the worker (dropout masks differ between its devices).
+  D = 1: ``loss_fn`` itself.
+
+  Args:
+    loss_fn: ``loss_fn(params, batch, key) -> float32 scalar``
+      (``easgd.core.base.LossFn``; no model state).
+    layout: the worker layout.
+
+  Returns:
+    A loss function of the same signature, for the layout's mapped steps
+    (:func:`map_step`) only when D > 1.
+  """
+  if layout.devices_per_worker == 1:
+    return loss_fn
+
+  def loss(params, batch, key):
+    key = jax.random.fold_in(key, jax.lax.axis_index(DATA_AXIS))
+    return _data_mean_value(loss_fn(_data_mean_gradient(params), batch, key))
+
+  return loss
+
+
+def _put(tree, layout: WorkerLayout, kind: str = "worker"):
+  """Places host arrays with leading axis num_groups, one slice per device
+  (row of devices); ``kind`` "batch": :attr:`WorkerLayout.batch_sharding`.
 
   Every process passes the whole host array and places the slices of its own
   devices (``jax.make_array_from_callback``), so this works across processes.
   """
-  sharding = layout.sharding
+  sharding = layout.batch_sharding if kind == "batch" else layout.sharding
 
   def put(x):
     x = np.asarray(x)
@@ -524,12 +698,12 @@ def replicate_per_worker(tree, layout: WorkerLayout):
   Args:
     tree: a pytree of arrays (any shapes and dtypes), e.g. ``Algorithm.init``'s
       worker state.
-    layout: d = ``layout.num_devices`` devices, w = workers per device.
+    layout: d = ``layout.num_groups`` devices (rows of D), w = workers per device.
 
   Returns:
     The pytree with leaves [d, w, *shape] (dtype kept), sharded over the devices.
   """
-  d, w = layout.num_devices, layout.workers_per_device
+  d, w = layout.num_groups, layout.workers_per_device
   return _put(
       jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (d, w, *np.shape(x))), tree), layout
   )
@@ -540,12 +714,12 @@ def replicate_per_device(tree, layout: WorkerLayout):
 
   Args:
     tree: a pytree of arrays, e.g. ``Algorithm.init``'s shared state.
-    layout: d = ``layout.num_devices`` devices.
+    layout: d = ``layout.num_groups`` devices (rows of D).
 
   Returns:
     The pytree with leaves [d, *shape] (dtype kept), sharded over the devices.
   """
-  d = layout.num_devices
+  d = layout.num_groups
   return _put(
       jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (d, *np.shape(x))), tree), layout
   )
@@ -574,15 +748,18 @@ def place_state(algorithm, params, layout: WorkerLayout, model_state=()):
   return replicate_per_worker(worker, layout), replicate_per_device(shared, layout)
 
 
-def split_workers(tree, layout: WorkerLayout):
+def split_workers(tree, layout: WorkerLayout, kind: str = "worker"):
   """Reshapes host arrays with leading axis num_workers to [d, w, ...] on devices.
 
   Worker i goes to device i // w, local slot i % w (matching ``WORKER_AXES``).
+  ``kind`` "batch" (leaves [num_workers, B, ...], a step's mini-batches):
+  with ``devices_per_worker`` D > 1 each worker's B examples are split over
+  its D devices (:attr:`WorkerLayout.batch_sharding`).
 
   Raises:
     LayoutError: if a leaf's leading axis is not num_workers.
   """
-  d, w = layout.num_devices, layout.workers_per_device
+  d, w = layout.num_groups, layout.workers_per_device
 
   def reshape(x):
     x = np.asarray(x)
@@ -592,10 +769,10 @@ def split_workers(tree, layout: WorkerLayout):
       )
     return x.reshape(d, w, *x.shape[1:])
 
-  return _put(jax.tree.map(reshape, tree), layout)
+  return _put(jax.tree.map(reshape, tree), layout, kind)
 
 
-def split_local_workers(tree, layout: WorkerLayout):
+def split_local_workers(tree, layout: WorkerLayout, kind: str = "worker"):
   """Like :func:`split_workers`, from this process's workers only.
 
   Each process passes the values of its own workers, ``layout.local_workers``
@@ -607,6 +784,7 @@ def split_local_workers(tree, layout: WorkerLayout):
     tree: host arrays whose leading axis is this process's workers, in
       order (``layout.local_workers``; all workers in a single process).
     layout: the worker layout.
+    kind: "worker" or "batch" (:func:`split_workers`).
 
   Returns:
     Global arrays [d, w, ...] sharded over ``layout.devices``.
@@ -615,10 +793,10 @@ def split_local_workers(tree, layout: WorkerLayout):
     LayoutError: if a leaf's leading axis is not this process's worker count.
   """
   if layout.num_processes == 1:
-    return split_workers(tree, layout)
+    return split_workers(tree, layout, kind)
   sl = layout.local_workers
   n_local, w = sl.stop - sl.start, layout.workers_per_device
-  sharding = layout.sharding
+  sharding = layout.batch_sharding if kind == "batch" else layout.sharding
 
   def put(x):
     x = np.asarray(x)
@@ -628,7 +806,7 @@ def split_local_workers(tree, layout: WorkerLayout):
       )
     local = x.reshape(n_local // w, w, *x.shape[1:])
     return jax.make_array_from_process_local_data(
-        sharding, local, (layout.num_devices, w, *x.shape[1:])
+        sharding, local, (layout.num_groups, w, *x.shape[1:])
     )
 
   return jax.tree.map(put, tree)

@@ -83,6 +83,11 @@ def _is_ray_address(value) -> bool:
   return text in ("auto", "local") or bool(sep and host and port.isdigit())
 
 
+def _synchronous_spmd() -> tuple[str, ...]:
+  """The algorithms a worker of several devices runs (``devices_per_worker`` > 1)."""
+  return tuple(n for n in registry.runs_on("spmd") if not registry.TABLE[n].asynchronous)
+
+
 class ConfigError(ValueError):
   """A configuration value is outside its allowed range."""
 
@@ -175,8 +180,20 @@ class TrainConfig:
   num_devices: int | None = option(
       None,
       "devices to spread the workers over (must divide num_workers); None = "
-      "the largest available count that divides num_workers.",
+      "the largest available count that divides num_workers. With "
+      "devices_per_worker D > 1: all devices, num_workers * D (or None).",
       allowed=Integer(1),
+  )
+  devices_per_worker: int = option(
+      1,
+      "devices of ONE worker, D: each worker's mini-batch is split over its D "
+      "devices and its gradient averaged over them every step (synchronous "
+      "data parallelism inside a worker, on a ('devices', 'data') mesh), the "
+      "algorithm's exchange runs across workers as before. D > 1 uses "
+      "num_workers * D devices and needs mapping_backend 'shard_map', runtime "
+      "'spmd', a synchronous algorithm and a per-worker batch divisible by D; "
+      "1 = one device (or a vmapped slot of one) per worker.",
+      allowed=Integer(1, MAX_WORKERS),
   )
   global_batch_size: int = option(
       128,
@@ -548,7 +565,9 @@ class TrainConfig:
       raise ConfigError(
           "crop_size crops images; dataset 'mnist1d' holds 1-D " "signals; allowed: crop_size None"
       )
-    if self.num_devices is not None and self.num_workers % self.num_devices:
+    if self.devices_per_worker > 1:
+      self._check_devices_per_worker()
+    elif self.num_devices is not None and self.num_workers % self.num_devices:
       raise ConfigError(
           f"num_workers={self.num_workers} is not a multiple of num_devices="
           f"{self.num_devices}; allowed: a multiple of the devices used"
@@ -588,6 +607,43 @@ class TrainConfig:
           f"lr_scaling {self.lr_scaling!r} scales learning_rate from a "
           "reference batch; give lr_reference_batch (the global batch "
           "at which learning_rate is stated)"
+      )
+
+  def _check_devices_per_worker(self) -> None:
+    """The rules of a worker of D = devices_per_worker > 1 devices."""
+    D, p = self.devices_per_worker, self.num_workers
+    if self.num_devices is not None and self.num_devices != p * D:
+      raise ConfigError(
+          f"num_devices={self.num_devices} with devices_per_worker={D}: {p} workers use "
+          f"num_workers * devices_per_worker = {p * D} devices; allowed: {p * D} or None"
+      )
+    if self.mapping_backend != "shard_map":
+      raise ConfigError(
+          f"devices_per_worker={D} needs mapping_backend 'shard_map' (the 2-D mesh), got "
+          f"{self.mapping_backend!r}; use --mapping-backend shard_map"
+      )
+    if self.runtime != "spmd":
+      raise ConfigError(
+          f"devices_per_worker={D} runs on runtime 'spmd' (one SPMD program), got runtime "
+          f"{self.runtime!r}; allowed: runtime 'spmd', or devices_per_worker 1"
+      )
+    if registry.TABLE[self.algorithm].asynchronous:
+      raise ConfigError(
+          f"devices_per_worker={D} runs the synchronous algorithms; {self.algorithm!r} is "
+          f"asynchronous; allowed: one of {', '.join(_synchronous_spmd())}, or "
+          "devices_per_worker 1"
+      )
+    if self.task is None and self.model in BATCH_NORM_MODELS:
+      raise ConfigError(
+          f"devices_per_worker={D} averages a worker's gradient over its devices; model "
+          f"{self.model!r} has BatchNorm statistics of each device's examples; allowed: a "
+          "model without BatchNorm, or devices_per_worker 1"
+      )
+    if self.global_batch_size % p == 0 and self.per_worker_batch_size % D:
+      raise ConfigError(
+          f"per-worker batch {self.per_worker_batch_size} (global_batch_size / num_workers) "
+          f"does not split over devices_per_worker={D}; allowed: a global_batch_size that "
+          f"is a multiple of {p * D}"
       )
 
   def _validate_derived(self) -> None:

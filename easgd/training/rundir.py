@@ -70,6 +70,7 @@ PREVIOUS_RUN_DIR = "previous_run"
 # it reports, not what it computes.
 RESUMABLE_CHANGES = (
     "num_devices",
+    "devices_per_worker",
     "mapping_backend",
     "progress",
     "checkpoint_every_steps",

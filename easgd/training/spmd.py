@@ -250,16 +250,29 @@ class Run:
 
   Raises:
     ConfigError, easgd.parallel.workers.LayoutError, easgd.training.data.DataError,
-    easgd.training.task.TaskError: bad input.
+    easgd.training.task.TaskError: bad input; ConfigError also for
+      ``devices_per_worker`` > 1 with a task whose loss is not a mean of
+      examples (``mean_of_examples``) or that has model state.
   """
 
   def __init__(self, config: TrainConfig, task: Task | None = None):
     self.config = config = config.validate()
     self.layout = workers.make_layout(
-        config.num_workers, config.num_devices, backend=config.mapping_backend
+        config.num_workers,
+        config.num_devices,
+        backend=config.mapping_backend,
+        devices_per_worker=config.devices_per_worker,
     )
     self.task, self.metrics = checked_task(config, task)
     task = self.task
+    if config.devices_per_worker > 1 and not (task.mean_of_examples and task.center_state is None):
+      # a worker's gradient is the mean of its devices' gradients (data_parallel_loss)
+      has = "model state" if task.center_state is not None else "mean_of_examples False"
+      raise ConfigError(
+          f"devices_per_worker={config.devices_per_worker} averages a worker's gradient over "
+          "its devices, which needs a loss that is a mean of per-example terms and no model "
+          f"state; task {task.name!r} has {has}; allowed: devices_per_worker 1"
+      )
     self.steps_per_epoch = batches.steps_per_epoch(
         len(task.train), config.num_workers, config.per_worker_batch_size
     )
@@ -279,7 +292,9 @@ class Run:
     self.param_bytes = models.param_bytes(self.init_params)
     self.algorithm = algo = registry.make_algorithm(
         config,
-        task.loss,
+        # D > 1: the loss and gradient of each worker's whole batch, averaged
+        # over its devices (the identity for D = 1)
+        workers.data_parallel_loss(task.loss, self.layout),
         make_optimizer(config, self.steps_per_epoch),
         self.total_steps,
     )
@@ -662,7 +677,9 @@ class SpmdExecutor:
       )
     batch = global_batch(run, self._order[1][step % spe], epoch, step)
     local = run.layout.local_workers  # each process feeds only its own workers
-    return workers.split_local_workers(jax.tree.map(lambda a: a[local], batch), run.layout)
+    return workers.split_local_workers(
+        jax.tree.map(lambda a: a[local], batch), run.layout, kind="batch"
+    )
 
   def state_for_checkpoint(self, evaluated: bool) -> Snapshot:
     """The state and this epoch's losses, read from the devices once."""
