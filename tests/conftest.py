@@ -141,6 +141,9 @@ def pytest_runtest_protocol(item, nextitem):
         sections=[("Captured output of its own process", out)] if when == "call" else [],
     )
     item.ihook.pytest_runtest_logreport(report=report)
+  # what the previous test kept set up for this one (its module's fixtures) is
+  # torn down as pytest's own protocol would after this test
+  item.session._setupstate.teardown_exact(nextitem)
   item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
   return True
 

@@ -385,7 +385,20 @@ def test_a_comparison_that_fails_part_way_leaves_the_earlier_one_whole(tmp_path)
 # -- interruptions ------------------------------------------------------------------
 
 
-def test_ctrl_c_during_a_write_waits_for_it_to_finish():
+@pytest.fixture
+def python_sigint():
+  """Ctrl-C as a command-line run has it: Python's own SIGINT handler, the
+  signal not blocked. A test process need not start so (a test runner's worker,
+  or a library a test loaded, may block or handle SIGINT); restored after."""
+  handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+  blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+  yield
+  if signal.SIGINT in blocked:
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
+  signal.signal(signal.SIGINT, handler)
+
+
+def test_ctrl_c_during_a_write_waits_for_it_to_finish(python_sigint):
   done = []
   with pytest.raises(KeyboardInterrupt):
     with files.interrupts_deferred():
@@ -395,7 +408,7 @@ def test_ctrl_c_during_a_write_waits_for_it_to_finish():
   assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-def test_a_checkpoint_save_is_never_cut_by_ctrl_c(tmp_path):
+def test_a_checkpoint_save_is_never_cut_by_ctrl_c(tmp_path, python_sigint):
   ckpt = checkpoint.Checkpointer(tmp_path, max_to_keep=1)
   state = {"x": np.arange(4.0)}
   ckpt.save(1, state)
