@@ -14,8 +14,8 @@ A checkpoint holds, as host arrays in a device-independent form:
                     the data position and the random state.
 
 Because nothing in it refers to devices, a run can resume on another device
-count with the same number of workers (``easgd.parallel.workers.split_workers`` maps it
-back). Orbax writes each checkpoint into a temporary directory and renames it
+count or mesh shape (another ``devices_per_worker``) with the same number of
+workers (``easgd.parallel.workers.split_workers`` maps it back). Orbax writes each checkpoint into a temporary directory and renames it
 when complete, so an interrupted save (even SIGKILL) never replaces a good
 checkpoint; ``max_to_keep`` keeps the last k.
 """
