@@ -55,6 +55,15 @@ def test_the_documentation_builds_without_a_warning(site):
 
 
 @pytest.mark.slow
+def test_the_guides_pictures_are_copied_into_the_site(site):
+  """A picture a guide shows by a relative path is in the built site, byte for byte."""
+  html = (site / "guides" / "multi_device.html").read_text()
+  assert 'src="../_images/two_levels.png"' in html
+  source = ROOT / "docs" / "guides" / "images" / "two_levels.png"
+  assert (site / "_images" / "two_levels.png").read_bytes() == source.read_bytes()
+
+
+@pytest.mark.slow
 def test_every_public_name_is_in_the_reference(site):
   import easgd
 

@@ -188,6 +188,21 @@ def test_more_devices_than_there_are_is_a_layout_error():
     workers.make_layout(4, backend="pmap", devices_per_worker=2)
 
 
+def test_workers_of_several_devices_over_several_processes_are_refused():
+  """Not supported yet (one worker per node would be one process per node with
+  D = the node's devices): one line, from the layout, before anything compiles.
+  Here 2 processes x 4 devices, listed as JAX lists a multi-process run's."""
+  import collections
+
+  device = collections.namedtuple("FakeDevice", "id process_index platform")
+  devices = [device(i, i // 4, "cpu") for i in range(8)]
+  with pytest.raises(workers.LayoutError) as e:
+    workers.make_layout(2, backend="shard_map", devices=devices, devices_per_worker=4)
+  assert str(e.value) == "devices_per_worker=4 runs in one process; allowed with 2 processes: 1"
+  layout = workers.make_layout(2, backend="shard_map", devices=devices)  # D = 1: accepted
+  assert layout.num_processes == 2
+
+
 def test_a_task_whose_loss_is_not_a_mean_of_examples_is_refused_before_compiling():
   import dataclasses
 
