@@ -27,7 +27,7 @@ wire for k participants):
                   D = 1); ``data_parallel_loss`` also averages the 4-byte
                   loss, left out.
 
-"HLO all-reduce B/step" is a check from the compiled programs: the mean over
+"HLO AR B/step" is a check from the compiled programs: the mean over
 the N steps' programs of the all-reduce result bytes per device
 (``common.collectives``), both levels together; "check" says whether N times
 it equals the two columns' sum plus, for D > 1, the 4-byte loss averaged over
