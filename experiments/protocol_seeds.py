@@ -19,7 +19,11 @@ intervals over seeds. MNIST-1D, the small CNN, 32 examples per worker per step,
   and with a synchronous warm-up of one epoch (K = 109 steps at p = 2, 54 at
   p = 4: pmean SGD first, then EASGD counted from K).
 
-Reported on 5 fresh seeds (tuned on 3).
+Reported on 20 fresh seeds (tuned on 3), chosen by power: at 5 report seeds
+the arms' final test errors spread by a median standard deviation of 1.76 pp
+over seeds, and 20 seeds per arm resolve a difference of 1.2 pp at that spread
+at 95% (``easgd.protocol.stats.seeds_to_resolve(1.76, 1.2)`` is 18); arms share
+the seeds, so their paired differences resolve less.
 """
 
 from easgd.training.config import TrainConfig
@@ -86,7 +90,7 @@ def get_protocol() -> ProtocolConfig:
       base=get_config(),
       arms=tuple(arms),
       tune_seeds=(0, 1, 2),
-      report_seeds=(100, 101, 102, 103, 104),
+      report_seeds=tuple(range(100, 120)),
       eval_every_steps=54,
       targets=(0.3, 0.2),
       networks=(GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET),
