@@ -91,7 +91,10 @@ def test_the_nvlink_nodes_constant_and_its_results_json_form():
     "network, words",
     [
         (TwoLevelNetwork("x", FAST, SLOW, 0), "devices_per_node of network 'x' must be an integer"),
-        (TwoLevelNetwork("x", FAST, SLOW, 2.0), "devices_per_node of network 'x' must be an integer"),
+        (
+            TwoLevelNetwork("x", FAST, SLOW, 2.0),
+            "devices_per_node of network 'x' must be an integer",
+        ),
         (
             TwoLevelNetwork("x", Network("fast", 0.0, 1e-6), SLOW, 4),
             "bandwidth_bytes_per_s of network 'fast' (inside of network 'x') must be",

@@ -135,7 +135,9 @@ def linear_task(train, test, *, name="linear", correct=True, **fields):
 
 _DTYPE_BYTES = {"f32": 4, "s32": 4, "u32": 4, "f16": 2, "bf16": 2, "f64": 8, "s64": 8, "pred": 1}
 _ALL_REDUCE = re.compile(r"\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(.*?)\s+all-reduce(?:-start)?\(")
-_GROUPS = re.compile(r"replica_groups=(\{(?:\{[\d,]*\},?)*\}|\[[\d,]+\]<=\[[\d,]+\](?:T\([\d,]+\))?)")
+_GROUPS = re.compile(
+    r"replica_groups=(\{(?:\{[\d,]*\},?)*\}|\[[\d,]+\]<=\[[\d,]+\](?:T\([\d,]+\))?)"
+)
 
 
 def _replica_groups(text):
@@ -143,7 +145,9 @@ def _replica_groups(text):
   ``{{0,1},{2,3}}`` or the iota form ``[G,S]<=[dims]T(perm)`` (G groups of S:
   iota over dims, transposed by perm, reshaped to [G, S])."""
   if text.startswith("{"):
-    return tuple(tuple(int(i) for i in g.split(",") if i) for g in re.findall(r"\{([\d,]*)\}", text))
+    return tuple(
+        tuple(int(i) for i in g.split(",") if i) for g in re.findall(r"\{([\d,]*)\}", text)
+    )
   m = re.fullmatch(r"\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", text)
   shape, dims = [[int(i) for i in g.split(",")] for g in m.group(1, 2)]
   ids = np.arange(int(np.prod(dims))).reshape(dims)
