@@ -740,7 +740,7 @@ def communication_by_level(
   Example:
     >>> import optax
     >>> from easgd.core import algorithms
-    >>> algo = algorithms.easgd(lambda p, b, k: 0.0, optax.sgd(0.1), num_workers=4, tau=4)
+    >>> algo = algorithms.easgd(lambda p, b, k: 0.0, optax.sgd(0.1), num_workers=4, tau=4, beta=0.9)
     >>> levels = communication_by_level(algo, 8, 100, devices_per_worker=2)
     >>> levels.across_workers   # exchanges at t = 0 and 4
     Communication(all_reduces=2, bytes=200)
