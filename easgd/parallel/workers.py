@@ -32,7 +32,9 @@ every worker's step is the one it takes on one device with its whole batch B
 (to float32 reduction rounding; ``tests/test_mesh.py``). The algorithm's
 collectives name :data:`WORKER_AXES` only, so they reduce across workers,
 never over "data". D = 1 is the 1-D mesh and the programs of one device per
-worker, unchanged.
+worker, unchanged. :func:`communication_by_level` counts the two levels: the
+algorithm's exchange across workers, and within a worker one all-reduce of
+the gradient and the loss over "data" every step.
 
 Two backends run the same per-worker code with the same array layouts, chosen
 by ``WorkerLayout.backend`` (:func:`make_layout`, ``TrainConfig.mapping_backend``):
