@@ -3,7 +3,7 @@
     python scripts/protocol_fields.py
 
 One row per field of ``easgd.protocol.config.ProtocolConfig``, ``Arm`` and
-``Network``, in declaration order: its type (the annotation), its default and
+``Network`` and ``TwoLevelNetwork``, in declaration order: its type (the annotation), its default and
 its meaning and unit (the field's help text, ``easgd._util.flags.option``).
 """
 
@@ -11,9 +11,9 @@ import dataclasses
 import sys
 
 from easgd._util import flags
-from easgd.protocol.config import Arm, Network, ProtocolConfig
+from easgd.protocol.config import Arm, Network, ProtocolConfig, TwoLevelNetwork
 
-CLASSES = (ProtocolConfig, Arm, Network)
+CLASSES = (ProtocolConfig, Arm, Network, TwoLevelNetwork)
 
 
 def shown(value) -> str:

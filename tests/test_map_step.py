@@ -22,7 +22,7 @@ import pytest
 from easgd.core import algorithms
 from easgd.methods import baselines
 from easgd.parallel import workers
-from testutil import STEP_KINDS, max_abs_diff, mlp_setup, random_batches
+from testutil import STEP_KINDS, all_reduce_bytes, max_abs_diff, mlp_setup, random_batches
 
 TAU = 3
 
@@ -120,22 +120,6 @@ def test_algorithms_without_a_schedule_run_their_one_program():
   assert set(step.programs) == {None}
 
 
-def _all_reduce_bytes(hlo_text):
-  """(count, result bytes) of the all-reduce ops of a compiled program."""
-  import re
-
-  sizes = {"f32": 4, "s32": 4, "u32": 4, "f16": 2, "bf16": 2, "f64": 8}
-  count = total = 0
-  for line in hlo_text.splitlines():
-    m = re.match(r"\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(.*?)\s+all-reduce(?:-start)?\(", line)
-    if not m:
-      continue
-    count += 1
-    for dtype, dims in re.findall(r"\b([a-z]+\d*)\[([\d,]*)\]", m.group(1)):
-      total += sizes[dtype] * int(np.prod([int(d) for d in dims.split(",") if d]))
-  return count, total
-
-
 SYNCHRONOUS = [
     n
     for n, s in __import__("easgd.methods.registry").methods.registry.TABLE.items()
@@ -171,7 +155,7 @@ def test_the_programs_the_trainer_runs_communicate_what_the_accounting_counts(
       for flag, f in programs.items()
   }
   assert not any(" conditional(" in t for t in texts.values())
-  per_call = {flag: _all_reduce_bytes(t) for flag, t in texts.items()}
+  per_call = {flag: all_reduce_bytes(t) for flag, t in texts.items()}
   n = 8 * TAU
   flags = [None if algo.exchange_at is None else algo.exchange_at(t) for t in range(n)]
   count = sum(per_call[f][0] for f in flags)

@@ -259,7 +259,7 @@ def test_the_reported_test_error_is_read_where_validation_is_lowest():
       worker_center_distance=[0.1, 0.1],
   )
   res = dict(report=rep, chosen_learning_rate=0.1, grid_edge=None, tuning=None)
-  arm = protocol.summarize_arm(run, res, config, 1e-3, lambda t: (0, 0))
+  arm = protocol.summarize_arm(run, res, config, 1e-3, lambda t: ((0, 0), (0, 0)))
   assert arm["test_errors_at_best_val"] == [0.3, 0.2]  # not the minima 0.1 and 0.15
   assert arm["best_val_steps"] == [36, 18]
   assert arm["final_test_errors"] == [0.3, 0.15]

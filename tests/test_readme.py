@@ -98,9 +98,9 @@ def test_the_protocol_fields_table_is_their_declarations():
   ).stdout.strip()
   assert out in guide("protocol")
   import dataclasses
-  from easgd.protocol.config import Arm, Network, ProtocolConfig
+  from easgd.protocol.config import Arm, Network, ProtocolConfig, TwoLevelNetwork
 
-  for cls in (ProtocolConfig, Arm, Network):  # every field has a row
+  for cls in (ProtocolConfig, Arm, Network, TwoLevelNetwork):  # every field has a row
     for field in dataclasses.fields(cls):
       assert f"| `{cls.__name__}` | `{field.name}` |" in out
 

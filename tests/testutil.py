@@ -5,8 +5,12 @@ STEP_KINDS           argument and output kinds of an algorithm step for
 mlp_setup, random_batches  a tiny MLP classifier and random batches for it;
 max_abs_diff, assert_trees_close  leafwise comparison of two pytrees;
 linear_data, Items, linear_task  a separable 3-class problem as arrays, as a
-                     ``__getitem__`` object, and as a user's Task.
+                     ``__getitem__`` object, and as a user's Task;
+all_reduce_ops, all_reduce_bytes  the all-reduces of a compiled program's HLO
+                     text: their device groups and result bytes.
 """
+
+import re
 
 import jax
 import jax.numpy as jnp
@@ -127,3 +131,52 @@ def linear_task(train, test, *, name="linear", correct=True, **fields):
     return out
 
   return Task(name, init, loss, evaluate, train, test, mean_of_examples=True, **fields)
+
+
+_DTYPE_BYTES = {"f32": 4, "s32": 4, "u32": 4, "f16": 2, "bf16": 2, "f64": 8, "s64": 8, "pred": 1}
+_ALL_REDUCE = re.compile(r"\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(.*?)\s+all-reduce(?:-start)?\(")
+_GROUPS = re.compile(
+    r"replica_groups=(\{(?:\{[\d,]*\},?)*\}|\[[\d,]+\]<=\[[\d,]+\](?:T\([\d,]+\))?)"
+)
+
+
+def _replica_groups(text):
+  """The device groups of an HLO ``replica_groups=`` value: explicit
+  ``{{0,1},{2,3}}`` or the iota form ``[G,S]<=[dims]T(perm)`` (G groups of S:
+  iota over dims, transposed by perm, reshaped to [G, S])."""
+  if text.startswith("{"):
+    return tuple(
+        tuple(int(i) for i in g.split(",") if i) for g in re.findall(r"\{([\d,]*)\}", text)
+    )
+  m = re.fullmatch(r"\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", text)
+  shape, dims = [[int(i) for i in g.split(",")] for g in m.group(1, 2)]
+  ids = np.arange(int(np.prod(dims))).reshape(dims)
+  if m.group(3):
+    ids = ids.transpose([int(i) for i in m.group(3).split(",")])
+  return tuple(tuple(int(i) for i in row) for row in ids.reshape(shape))
+
+
+def all_reduce_ops(hlo_text):
+  """[(groups, result bytes)] of the all-reduce ops of a compiled program
+  (``.compile().as_text()``): ``groups`` the device groups of its
+  ``replica_groups`` (sorted tuples of logical device ids; ``()`` when the
+  op has none, i.e. all devices), bytes the sum over its result shapes."""
+  ops = []
+  for line in hlo_text.splitlines():
+    m = _ALL_REDUCE.match(line)
+    if not m:
+      continue
+    nbytes = sum(
+        _DTYPE_BYTES[dtype] * int(np.prod([int(d) for d in dims.split(",") if d]))
+        for dtype, dims in re.findall(r"\b([a-z]+\d*)\[([\d,]*)\]", m.group(1))
+    )
+    g = _GROUPS.search(line)
+    groups = _replica_groups(g.group(1)) if g else ()
+    ops.append((tuple(sorted(tuple(sorted(x)) for x in groups)), nbytes))
+  return ops
+
+
+def all_reduce_bytes(hlo_text):
+  """(count, result bytes) of the all-reduce ops of a compiled program."""
+  ops = all_reduce_ops(hlo_text)
+  return len(ops), sum(b for _, b in ops)

@@ -125,6 +125,10 @@ class ExchangeSchedule(Protocol):
 class Communication(NamedTuple):
   """Communication of one worker, counted over a number of steps.
 
+  An algorithm counts its own exchange across workers; where a worker spans
+  several devices, the layout adds the data-parallel average inside it
+  (``easgd.parallel.workers.communication_by_level``: one record per level).
+
   Attributes:
     all_reduces: number of all-reduces the worker took part in.
     bytes: payload bytes the worker contributed to them (the size of the

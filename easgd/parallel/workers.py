@@ -32,7 +32,9 @@ every worker's step is the one it takes on one device with its whole batch B
 (to float32 reduction rounding; ``tests/test_mesh.py``). The algorithm's
 collectives name :data:`WORKER_AXES` only, so they reduce across workers,
 never over "data". D = 1 is the 1-D mesh and the programs of one device per
-worker, unchanged.
+worker, unchanged. :func:`communication_by_level` counts the two levels: the
+algorithm's exchange across workers, and within a worker one all-reduce of
+the gradient and the loss over "data" every step.
 
 Two backends run the same per-worker code with the same array layouts, chosen
 by ``WorkerLayout.backend`` (:func:`make_layout`, ``TrainConfig.mapping_backend``):
@@ -58,14 +60,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from easgd._util import checks
-from easgd.core.algorithms import Algorithm, select_program
+from easgd.core.algorithms import Algorithm, Communication, select_program
 from easgd.core.elastic import DEVICE_AXIS, LOCAL_AXIS, WORKER_AXES
 from easgd.parallel.names import BACKENDS  # re-exported
 
@@ -672,6 +674,87 @@ def data_parallel_loss(loss_fn: Callable, layout: WorkerLayout) -> Callable:
     return _data_mean_value(loss_fn(_data_mean_gradient(params), batch, key))
 
   return loss
+
+
+LOSS_BYTES = 4
+"""Bytes of the loss :func:`data_parallel_loss` averages over :data:`DATA_AXIS`
+each step: one float32 scalar (``easgd.core.base.LossFn``)."""
+
+LEVELS = {"across_workers": DEVICE_AXIS, "within_workers": DATA_AXIS}
+"""The two levels of communication and the mesh axis each reduces over."""
+
+
+class LevelCommunication(NamedTuple):
+  """Communication by level: across workers and within each worker.
+
+  Attributes:
+    across_workers: the algorithm's own exchange
+      (``Algorithm.communication``), reduced over the workers axis
+      (``"devices"``: groups of p devices, one per worker, or with
+      vmapped workers the d devices).
+    within_workers: the data-parallel average inside a worker of D > 1
+      devices (:func:`data_parallel_loss`), reduced over :data:`DATA_AXIS`
+      (groups of the D devices of a worker); zero for D = 1.
+  """
+
+  across_workers: Communication
+  within_workers: Communication
+
+
+def communication_by_level(
+    algorithm: Algorithm, num_steps: int, param_bytes: int, devices_per_worker: int = 1
+) -> LevelCommunication:
+  r"""The all-reduces and bytes of ``num_steps`` steps, by level.
+
+  Counted per device: every device of a worker runs the same program, and
+  for D = 1 a device's count is its workers' (the vmapped workers' sum is
+  formed before the cross-device all-reduce). Across workers, the
+  algorithm's own count, unchanged (the layout decides where the rule runs,
+  not how often it communicates); within a worker of D > 1 devices, every
+  step one all-reduce over :data:`DATA_AXIS` of the gradient and the loss:
+
+  .. math::
+
+     N_\text{within} = n, \qquad B_\text{within} = n\,(P + 4)
+
+  (n = ``num_steps``, P = ``param_bytes``, 4 = :data:`LOSS_BYTES`). The
+  traced step holds two ``lax.pmean`` over "data" (the gradient in the
+  backward pass, the loss in the forward one); no value of one depends on
+  the other, and XLA's all-reduce combiner compiles them as one variadic
+  all-reduce, which is what this counts (``tests/test_mesh.py`` reads the
+  compiled programs' ``replica_groups``). A backend that does not combine
+  them runs 2 all-reduces of the same bytes.
+
+  Args:
+    algorithm: the algorithm (its ``communication`` counts from a Python tau).
+    num_steps: steps taken, an int >= 0.
+    param_bytes: bytes of one copy of the parameters (the gradient's size).
+    devices_per_worker: D, an int >= 1.
+
+  Returns:
+    :class:`LevelCommunication` of ``easgd.core.base.Communication`` records.
+
+  Raises:
+    ValueError: num_steps < 0, param_bytes < 0 or devices_per_worker < 1
+      (not an int).
+    TypeError: from ``algorithm.communication`` built with an array tau.
+
+  Example:
+    >>> import optax
+    >>> from easgd.core import algorithms
+    >>> algo = algorithms.easgd(lambda p, b, k: 0.0, optax.sgd(0.1), num_workers=4, tau=4, beta=0.9)
+    >>> levels = communication_by_level(algo, 8, 100, devices_per_worker=2)
+    >>> levels.across_workers   # exchanges at t = 0 and 4
+    Communication(all_reduces=2, bytes=200)
+    >>> levels.within_workers   # every step: 100 gradient bytes + the 4-byte loss
+    Communication(all_reduces=8, bytes=832)
+  """
+  n = checks.integer("num_steps", num_steps, 0)
+  param_bytes = checks.integer("param_bytes", param_bytes, 0)
+  D = checks.integer("devices_per_worker", devices_per_worker, 1)
+  across = algorithm.communication(n, param_bytes)
+  within = Communication(n, n * (param_bytes + LOSS_BYTES)) if D > 1 else Communication(0, 0)
+  return LevelCommunication(Communication(*map(int, across)), within)
 
 
 def _put(tree, layout: WorkerLayout, kind: str = "worker"):

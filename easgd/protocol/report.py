@@ -35,7 +35,13 @@ import numpy as np
 from easgd.protocol import stats as protocol_stats
 from easgd.methods import registry
 from easgd._util.files import write_text_atomic
-from easgd.protocol.config import RESULTS_JSON, ProtocolError, grid_note, lr_grid_edges
+from easgd.protocol.config import (
+    RESULTS_JSON,
+    ProtocolError,
+    grid_note,
+    lr_grid_edges,
+    network_from_dict,
+)
 from easgd.protocol.stats import format_interval
 
 RESULTS_MD = "results.md"
@@ -117,6 +123,18 @@ def _setting(arm: dict) -> str:
   if c.get("lr_scaling", "none") != "none":
     parts.append(f"{c['lr_scaling']} x{c['lr_scale']:.3g}")
   return " ".join(parts)
+
+
+def _network_text(n: dict) -> str:
+  """``"1GbE: 0.125 GB/s, 50 us"``; a two-level network with both links and its
+  node size."""
+  link = lambda n: "%g GB/s, %g us" % (n["bandwidth_bytes_per_s"] / 1e9, 1e6 * n["latency_s"])
+  if "inside" in n:
+    return (
+        f"{n['name']}: {n['devices_per_node']} devices per node, inside {link(n['inside'])}, "
+        f"between nodes {link(n['between'])} per device"
+    )
+  return f"{n['name']}: {link(n)}"
 
 
 def _ttt(
@@ -205,10 +223,7 @@ def results_markdown(results: dict[str, Any]) -> str:
       row[4] += f" ({sum(a['diverged'])} diverged)"
     lines.append("| " + " | ".join(row) + " |")
   nets = [n["name"] for n in proto["networks"]]
-  net_text = ", ".join(
-      "%s: %g GB/s, %g us" % (n["name"], n["bandwidth_bytes_per_s"] / 1e9, 1e6 * n["latency_s"])
-      for n in proto["networks"]
-  )
+  net_text = ", ".join(_network_text(n) for n in proto["networks"])
   step_text = ", ".join(
       "%.2f ms (batch %s)" % (1e3 * v, k) for k, v in results["compute_per_step_s"].items()
   )
@@ -216,7 +231,8 @@ def results_markdown(results: dict[str, Any]) -> str:
       "",
       "Modelled wall-clock time to each target (seconds, mean \u00b1 95% "
       "half-width): measured compute per local step on this machine x steps + per "
-      f"all-reduce latency + 2(p-1)/p x bytes / bandwidth ({net_text}); compute per "
+      "all-reduce latency + 2(g-1)/g x bytes / bandwidth over its g devices (g = p "
+      f"across workers, D within a worker of D devices) ({net_text}); compute per "
       f"step: {step_text}.",
       "",
   ]
@@ -487,48 +503,47 @@ def _arms(results, algorithm=None, **config):
   return out
 
 
+def _modelled_seconds(arm: dict, network: str, i: int, j: int | None = None) -> float:
+  """Modelled seconds of the arm's steps up to evaluation ``i`` (with ``j``:
+  from evaluation ``j`` to ``i``) on ``network`` (``Network.modelled_seconds``);
+  an arm without within-worker counts (one device per worker) has none."""
+  c = arm["config"]
+  net = network_from_dict(next(n for n in arm["_networks"] if n["name"] == network))
+  steps, comm = arm["report"]["eval_steps"], arm["communication_curve"]
+  zeros = [0] * len(steps)
+  curve = [
+      comm["all_reduces"],
+      comm["bytes"],
+      comm.get("within_all_reduces", zeros),
+      comm.get("within_bytes", zeros),
+  ]
+  at = lambda k: [v[k] for v in curve] if k is not None else [0, 0, 0, 0]
+  (a, b, wa, wb), (a0, b0, wa0, wb0) = at(i), at(j)
+  return net.modelled_seconds(
+      steps[i] - (steps[j] if j is not None else 0),
+      arm["compute_per_step_s"],
+      (a - a0, b - b0),
+      (wa - wa0, wb - wb0),
+      c["num_workers"],
+      c.get("devices_per_worker", 1),
+  )
+
+
 def _censored_times(arm: dict, target: float, network: str) -> list[float]:
   """Modelled seconds to ``target`` per seed; a seed that never reached it
   counts the run's whole modelled time (a lower bound of its time)."""
   entry = arm["time_to_target"][str(target)]
-  c = arm["config"]
-  net = next(n for n in arm["_networks"] if n["name"] == network)
   steps = list(arm["report"]["eval_steps"])
-  comm = arm["communication_curve"]
-  out = []
-  for h in entry["steps"]:
-    i = len(steps) - 1 if h is None else steps.index(h)
-    out.append(
-        protocol_stats.modelled_seconds(
-            steps[i],
-            arm["compute_per_step_s"],
-            comm["all_reduces"][i],
-            comm["bytes"][i],
-            c["num_workers"],
-            net["bandwidth_bytes_per_s"],
-            net["latency_s"],
-        )
-    )
-  return out
+  return [
+      _modelled_seconds(arm, network, len(steps) - 1 if h is None else steps.index(h))
+      for h in entry["steps"]
+  ]
 
 
 def _resolution(arm: dict, network: str) -> float:
   """Modelled seconds of the longest interval between two evaluations."""
-  c = arm["config"]
-  net = next(n for n in arm["_networks"] if n["name"] == network)
-  steps, comm = arm["report"]["eval_steps"], arm["communication_curve"]
-  return max(
-      protocol_stats.modelled_seconds(
-          steps[i + 1] - steps[i],
-          arm["compute_per_step_s"],
-          comm["all_reduces"][i + 1] - comm["all_reduces"][i],
-          comm["bytes"][i + 1] - comm["bytes"][i],
-          c["num_workers"],
-          net["bandwidth_bytes_per_s"],
-          net["latency_s"],
-      )
-      for i in range(len(steps) - 1)
-  )
+  steps = arm["report"]["eval_steps"]
+  return max(_modelled_seconds(arm, network, i + 1, i) for i in range(len(steps) - 1))
 
 
 def _fmt_diff(d: dict, scale: float = 100.0, unit: str = " pp") -> str:

@@ -55,8 +55,12 @@ test error is at or below a target, and at that step the samples processed
 (steps x global batch), the all-reduces and bytes per worker
 (``Algorithm.communication``) and a modelled wall-clock time per network:
 steps x the measured compute time of one worker's local step on this machine,
-plus ``latency + 2 (p - 1) / p x bytes / bandwidth`` per all-reduce
-(``easgd.protocol.stats``).
+plus ``latency + 2 (g - 1) / g x bytes / bandwidth`` per all-reduce over g
+devices (``easgd.protocol.stats``): across workers g = p; within a worker of
+``devices_per_worker`` D > 1 devices, every step, g = D. A ``Network`` has one
+link for both; a ``TwoLevelNetwork`` puts each level at its inside or
+between link by where the arm's p x D devices sit on its nodes
+(``easgd.protocol.config``).
 
 References:
   S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging
@@ -78,6 +82,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from easgd.parallel import workers
 from easgd.training import builtin_tasks, models, runlock, tensorboard
 from easgd.protocol import stats as protocol_stats
 from easgd.methods import registry
@@ -146,9 +151,15 @@ def measure_step_seconds(task: Task, batch_size: int, repeats: int = 30) -> floa
 
 
 def _communication(run: ArmRun, task: Task, param_bytes: int) -> Callable:
-  """``comm(steps) -> (all_reduces, bytes)`` per worker of the arm (Python tau)."""
+  """``comm(steps) -> (across, within)``, each (all_reduces, bytes) per device
+  of the arm's layout (``easgd.parallel.workers.communication_by_level``:
+  across workers the algorithm's count from a Python tau; within a worker of
+  ``devices_per_worker`` D > 1 devices its every-step gradient average)."""
   algo = registry.make_algorithm(run.config, task.loss, optax.sgd(0.1), run.num_steps)
-  return lambda t: tuple(algo.communication(int(t), param_bytes))
+  D = run.config.devices_per_worker
+  return lambda t: tuple(
+      tuple(level) for level in workers.communication_by_level(algo, int(t), param_bytes, D)
+  )
 
 
 def run_protocol(
@@ -407,6 +418,16 @@ def summarize_arm(
   the report seeds and per seed (``final_test_errors``,
   ``test_errors_at_best_val``); a diverged seed counts as error 1. No
   number is a minimum over the test evaluations.
+
+  ``comm(steps) -> ((all_reduces, bytes) across workers, (all_reduces,
+  bytes) within a worker)`` per device (:func:`_communication`): the
+  across-workers counts are ``all_reduces`` and ``bytes_per_worker`` (and
+  ``communication_curve``'s ``all_reduces`` and ``bytes`` at the
+  evaluations), the within-worker ones ``within_worker_all_reduces``,
+  ``within_worker_bytes`` (``within_all_reduces``, ``within_bytes``); the
+  modelled seconds per network take both (``Network.modelled_seconds``,
+  ``TwoLevelNetwork.modelled_seconds`` on the arm's layout of
+  ``num_workers`` x ``devices_per_worker`` devices).
   """
   rep = res["report"]
   c = run.config
@@ -430,22 +451,22 @@ def summarize_arm(
       entry["summary"] = dict(
           steps=protocol_stats.mean_interval(hits),
           samples=protocol_stats.mean_interval([h * c.global_batch_size for h in hits]),
-          all_reduces=protocol_stats.mean_interval([a for a, _ in comms]),
-          bytes=protocol_stats.mean_interval([b for _, b in comms]),
+          all_reduces=protocol_stats.mean_interval([a for (a, _), _ in comms]),
+          bytes=protocol_stats.mean_interval([b for (_, b), _ in comms]),
           modelled_s={
               n.name: protocol_stats.mean_interval(
                   [
-                      protocol_stats.modelled_seconds(
-                          h, step_s, a, b, c.num_workers, n.bandwidth_bytes_per_s, n.latency_s
+                      n.modelled_seconds(
+                          h, step_s, across, within, c.num_workers, c.devices_per_worker
                       )
-                      for h, (a, b) in zip(hits, comms)
+                      for h, (across, within) in zip(hits, comms)
                   ]
               )
               for n in config.networks
           },
       )
     ttt[str(target)] = entry
-  total = comm(run.num_steps)
+  total, total_within = comm(run.num_steps)
   at_evals = [comm(t) for t in steps]
   return dict(
       algorithm=c.algorithm,
@@ -477,10 +498,15 @@ def summarize_arm(
       time_to_target=ttt,
       compute_per_step_s=step_s,
       communication_curve=dict(
-          all_reduces=[a for a, _ in at_evals], bytes=[b for _, b in at_evals]
+          all_reduces=[a for (a, _), _ in at_evals],
+          bytes=[b for (_, b), _ in at_evals],
+          within_all_reduces=[a for _, (a, _) in at_evals],
+          within_bytes=[b for _, (_, b) in at_evals],
       ),
       all_reduces=total[0],
       bytes_per_worker=total[1],
+      within_worker_all_reduces=total_within[0],
+      within_worker_bytes=total_within[1],
       samples=run.num_steps * c.global_batch_size,
   )
 

@@ -703,19 +703,39 @@ class SpmdExecutor:
       async_log.write_exchange_log(path, self.run.algorithm, self.run.step_key, snapshot.step)
 
   def summary_fields(self) -> dict[str, Any]:
-    """Algorithm, layout, the center's lag, communication, shared copies equal."""
+    """Algorithm, layout, the center's lag, communication, shared copies equal.
+
+    ``communication``: the algorithm's exchange across workers
+    (``all_reduces``, ``bytes``, and per step, per device), and ``by_axis``:
+    the same four fields per level (``across_workers``, the algorithm's;
+    ``within_workers``, a worker's data-parallel average over its D devices,
+    zero for D = 1), each with the mesh axis it reduces over and the size of
+    its groups of devices (``easgd.parallel.workers.communication_by_level``).
+    """
     run, step = self.run, self.step
-    comm = run.algorithm.communication(step, run.param_bytes)
+    layout = run.layout
+    levels = workers.communication_by_level(
+        run.algorithm, step, run.param_bytes, layout.devices_per_worker
+    )
+    group_size = dict(across_workers=layout.num_groups, within_workers=layout.devices_per_worker)
+
+    def fields(comm):
+      return dict(
+          all_reduces=comm.all_reduces,
+          bytes=comm.bytes,
+          all_reduces_per_step=comm.all_reduces / max(step, 1),
+          bytes_per_step=comm.bytes / max(step, 1),
+      )
+
+    by_axis = {
+        level: dict(mesh_axis=workers.LEVELS[level], group_size=group_size[level], **fields(comm))
+        for level, comm in levels._asdict().items()
+    }
     return dict(
         algorithm=dict(name=run.algorithm.name, **run.algorithm.hyperparameters),
-        layout=run.layout.describe(),
+        layout=layout.describe(),
         center_lag_steps=center_lag_steps(run.algorithm, run.config.algorithm, step),
-        communication=dict(
-            all_reduces=comm.all_reduces,
-            bytes=comm.bytes,
-            all_reduces_per_step=comm.all_reduces / max(step, 1),
-            bytes_per_step=comm.bytes / max(step, 1),
-        ),
+        communication=dict(**fields(levels.across_workers), by_axis=by_axis),
         shared_copies_equal=workers.shared_copies_equal(self.shared),
     )
 
