@@ -26,6 +26,11 @@ Meant for a GPU, in under 2 minutes with the defaults. ``--quick`` shrinks
 everything (p = 2, B = 8, few steps) so that it runs on a CPU in well under a
 minute; its numbers only show that the script works.
 
+On a machine of n >= 2 devices it then runs ``benchmarks/mesh_layouts.py`` on
+them (``--real-devices``): the layouts n x 1, n/2 x 2, n/4 x 4, n/8 x 8 that
+divide n, EASGD and pmean SGD at one global batch, step times and bytes per
+level, and the modelled time to target on nodes of 8 devices.
+
 Run: ``python benchmarks/gpu_check.py`` (GPU) or ``... --quick`` (CPU).
 """
 
@@ -114,6 +119,12 @@ def main():
     print(
         f"{p:3d} {ratio:22.3f} {speedup:23.2f}  <= 1.15 " f"{'met' if ratio <= 1.15 else 'NOT met'}"
     )
+  n = jax.device_count()
+  if n >= 2 and not args.quick:  # several GPUs: the layouts of benchmarks/mesh_layouts.py
+    import mesh_layouts
+
+    layouts = [f"{n // d}x{d}" for d in (1, 2, 4, 8) if d <= n and n % d == 0 and n // d >= 1]
+    mesh_layouts.main(["--real-devices", "--layouts", ",".join(layouts)])
   print(f"# total {time.perf_counter() - start:.1f} s")
 
 
