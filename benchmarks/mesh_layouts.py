@@ -227,9 +227,12 @@ def _modelled_table(results, arms, compute, net, workers, target, path, size, ow
       f"# modelled time to {100 * target:g}% test error on {net.name} (nodes of "
       f"{net.devices_per_node}: {net.inside.name} inside, {net.between.name} between), steps"
       f" from {path.name} of {results['protocol']['name']} (param bytes: {size}"
-      + ("" if size == own else f", modelled: the run's {own} scaled x {scale:.4g}") + ")"
+      + ("" if size == own else f", modelled: the run's {own} scaled x {scale:.4g}")
+      + ")"
   )
-  print(f"{'arm':16s} {'steps':>7s} {'reached':>7s} {'4x1 s':>8s} {'4x8 s':>8s} {'32x1 flat s':>11s}")
+  print(
+      f"{'arm':16s} {'steps':>7s} {'reached':>7s} {'4x1 s':>8s} {'4x8 s':>8s} {'32x1 flat s':>11s}"
+  )
   for name, a in arms.items():
     reach = a["time_to_target"].get(str(target))
     if not reach or not reach["reached"]:
