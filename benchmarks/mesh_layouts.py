@@ -244,6 +244,8 @@ def _modelled_table(results, arms, compute, net, workers, target, path, size, ow
     p = config["num_workers"]
     step_s = compute[str(config["global_batch_size"] // p)]
     times = {}
+    if p != 4:
+      raise SystemExit(f"{path}: the table's layouts are of 4 workers; {name} has {p}")
     for label, (workers_, d) in (("4x1", (p, 1)), ("4x8", (p, 8)), ("32x1", (8 * p, 1))):
       if label == "32x1" and a["algorithm"] != "pmean_sgd":
         continue

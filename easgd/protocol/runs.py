@@ -126,7 +126,7 @@ def measure_step_seconds(task: Task, batch_size: int, repeats: int = 30) -> floa
 
   Returns:
     Seconds (float) of one step: the compute term of the modelled wall clock
-    (``easgd.protocol.stats.modelled_seconds``).
+    (``Network.modelled_seconds`` and ``TwoLevelNetwork.modelled_seconds``).
   """
   params = task.init(jax.random.key(0))
   loss_fn = task.loss
