@@ -73,20 +73,21 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
-def process_env():
+def process_env(devices=2):
   env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
   env.update(
-      XLA_FLAGS="--xla_force_host_platform_device_count=2",
+      XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
       JAX_PLATFORMS="cpu",
       PYTHONUNBUFFERED="1",
   )
   return env
 
 
-def launch(workdir: Path, extra, peer_timeout=30, heartbeat_timeout=60):
-  """Starts 2 ``easgd train`` processes; returns them (stdout+stderr to files)."""
+def launch(workdir: Path, extra, peer_timeout=30, heartbeat_timeout=60, devices=2, flags=FLAGS):
+  """Starts 2 ``easgd train`` processes of ``devices`` fake CPU devices each;
+  returns them (stdout+stderr to files)."""
   port = free_port()
-  env = process_env()
+  env = process_env(devices)
   procs = []
   for i in range(2):
     log = open(workdir.parent / f"{workdir.name}.p{i}.log", "w")
@@ -109,7 +110,7 @@ def launch(workdir: Path, extra, peer_timeout=30, heartbeat_timeout=60):
                 str(peer_timeout),
                 "--heartbeat-timeout",
                 str(heartbeat_timeout),
-                *FLAGS,
+                *flags,
                 *extra,
             ],
             env=env,
@@ -172,6 +173,51 @@ def test_two_processes_equal_one_process_with_four_devices(tmp_path, algorithm):
   moved = [
       np.max(np.abs(a - b))
       for a, b in zip(jax.tree.leaves(got["center"]), jax.tree.leaves(spmd.Run(CONFIG).init_params))
+  ]
+  assert max(moved) > 1e-3  # 20 steps moved the center: the comparison is not vacuous
+
+
+@pytest.mark.parametrize(
+    "algorithm, p, D",
+    [
+        ("easgd", 2, 4),  # one worker per process (per node): D = the process's 4 devices
+        ("pmean_sgd", 1, 8),  # one worker spanning both processes
+    ],
+)
+def test_workers_of_several_devices_on_two_processes_equal_one_process(tmp_path, algorithm, p, D):
+  """2 processes x 4 fake CPU devices against this process's 8, the same
+  mesh: workers x data = 2x4 (each worker one process's devices; its
+  gradient average stays inside the process, the elastic exchange crosses)
+  and 1x8 (the worker's batch split over both processes' devices: each
+  process places its half). 20 steps, float32 tolerance as above."""
+  multi = tmp_path / "multi"
+  layout_flags = ["--num-workers", str(p), "--devices-per-worker", str(D)]
+  i = FLAGS.index("--num-workers")
+  flags = FLAGS[:i] + FLAGS[i + 2 :] + layout_flags
+  procs = launch(
+      multi, ["--algorithm", algorithm, "--stop-after-steps", str(STEPS)], devices=4, flags=flags
+  )
+  config = CONFIG.replace(
+      algorithm=algorithm, num_workers=p, devices_per_worker=D, mapping_backend="shard_map"
+  )
+  ref = trainer.train_and_evaluate(config, tmp_path / "single", stop_after_steps=STEPS)
+  codes = wait_all(procs, timeout=240)
+  assert codes == [0, 0], log_text(multi, 0)[-3000:] + log_text(multi, 1)[-3000:]
+  summary = json.loads((multi / "summary.json").read_text())
+  assert f"{p} workers x {D} devices each" in summary["layout"]
+  assert summary["steps_done"] == STEPS and summary["shared_copies_equal"]
+  assert summary["communication"] == ref["communication"]
+  within = summary["communication"]["by_axis"]["within_workers"]
+  assert within["all_reduces"] == STEPS and within["group_size"] == D
+  assert summary["final"]["test_count"] == ref["final"]["test_count"] == 359
+  got, want = (checkpoint.Checkpointer(d).restore() for d in (multi, tmp_path / "single"))
+  assert int(got["step"]) == int(want["step"]) == STEPS
+  for key in ("center", "worker", "shared", "epoch_losses"):
+    for a, b in zip(jax.tree.leaves(got[key]), jax.tree.leaves(want[key]), strict=True):
+      np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=key)
+  moved = [
+      np.max(np.abs(a - b))
+      for a, b in zip(jax.tree.leaves(got["center"]), jax.tree.leaves(spmd.Run(config).init_params))
   ]
   assert max(moved) > 1e-3  # 20 steps moved the center: the comparison is not vacuous
 

@@ -253,19 +253,45 @@ def test_more_devices_than_there_are_is_a_layout_error():
     workers.make_layout(4, backend="pmap", devices_per_worker=2)
 
 
-def test_workers_of_several_devices_over_several_processes_are_refused():
-  """Not supported yet (one worker per node would be one process per node with
-  D = the node's devices): one line, from the layout, before anything compiles.
-  Here 2 processes x 4 devices, listed as JAX lists a multi-process run's."""
+def test_workers_of_several_devices_over_several_processes_take_whole_rows():
+  """The layouts of workers of D devices over 2 processes (devices listed as
+  JAX lists a multi-process run's, process by process): one worker per
+  process, several per process, a worker spanning both; refused, one line
+  each, before anything compiles: a device count not taken equally from the
+  processes, and a worker split unevenly between them. The runs themselves:
+  ``tests/test_distributed.py``."""
   import collections
 
   device = collections.namedtuple("FakeDevice", "id process_index platform")
-  devices = [device(i, i // 4, "cpu") for i in range(8)]
+  eight = [device(i, i // 4, "cpu") for i in range(8)]  # 2 processes x 4 devices
+
+  def rows(layout):  # the mesh's rows (layout.mesh wants real devices)
+    ids, D = [d.id for d in layout.devices], layout.devices_per_worker
+    return [ids[i : i + D] for i in range(0, len(ids), D)]
+
+  per_node = workers.make_layout(2, backend="shard_map", devices=eight, devices_per_worker=4)
+  assert rows(per_node) == [[0, 1, 2, 3], [4, 5, 6, 7]] and per_node.num_processes == 2
+  two_each = workers.make_layout(4, backend="shard_map", devices=eight, devices_per_worker=2)
+  assert rows(two_each) == [[0, 1], [2, 3], [4, 5], [6, 7]]
+  spanning = workers.make_layout(1, backend="shard_map", devices=eight, devices_per_worker=8)
+  assert rows(spanning) == [list(range(8))]
+  assert spanning.local_workers == slice(0, 1)  # the worker is this process's too
+  half = workers.make_layout(2, backend="shard_map", devices=eight, devices_per_worker=2)
+  assert rows(half) == [[0, 1], [4, 5]]  # 2 devices from each process
+  twelve = [device(i, i // 6, "cpu") for i in range(12)]  # 2 processes x 6 devices
   with pytest.raises(workers.LayoutError) as e:
-    workers.make_layout(2, backend="shard_map", devices=devices, devices_per_worker=4)
-  assert str(e.value) == "devices_per_worker=4 runs in one process; allowed with 2 processes: 1"
-  layout = workers.make_layout(2, backend="shard_map", devices=devices)  # D = 1: accepted
-  assert layout.num_processes == 2
+    workers.make_layout(3, backend="shard_map", devices=twelve, devices_per_worker=4)
+  assert str(e.value) == (
+      "devices_per_worker=4 with 6 device(s) from each of the 2 processes would split a worker "
+      "unevenly between processes; allowed: a divisor of 6 (workers inside a process; 6: one "
+      "worker per process) or a multiple of 6 (workers spanning processes)"
+  )
+  with pytest.raises(workers.LayoutError) as e:
+    workers.make_layout(1, backend="shard_map", devices=eight, devices_per_worker=3)
+  assert str(e.value) == (
+      "num_workers * devices_per_worker = 1 * 3 = 3 devices cannot be taken equally from the 2 "
+      "processes (4 device(s) each at most); allowed: a multiple of 2 up to 8"
+  )
 
 
 def test_a_task_whose_loss_is_not_a_mean_of_examples_is_refused_before_compiling():

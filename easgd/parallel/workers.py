@@ -31,7 +31,9 @@ algorithm's own rule reads them, so for a loss that is a mean over the batch
 every worker's step is the one it takes on one device with its whole batch B
 (to float32 reduction rounding; ``tests/test_mesh.py``). The algorithm's
 collectives name :data:`WORKER_AXES` only, so they reduce across workers,
-never over "data". D = 1 is the 1-D mesh and the programs of one device per
+never over "data". With several processes (``easgd.parallel.distributed``) a
+worker's row lies inside one process (one worker per node) or spans whole
+processes (:func:`make_layout`). D = 1 is the 1-D mesh and the programs of one device per
 worker, unchanged. :func:`communication_by_level` counts the two levels: the
 algorithm's exchange across workers, and within a worker one all-reduce of
 the gradient and the loss over "data" every step.
@@ -192,8 +194,11 @@ def make_layout(
     backend: ``"pmap"`` or ``"shard_map"`` (module docstring); several
       processes need ``"shard_map"``.
     devices_per_worker: D, the devices of each worker (module docstring);
-      D > 1 needs ``"shard_map"`` and one process, and uses num_workers * D
-      devices (``num_devices``, if given, must be that count).
+      D > 1 needs ``"shard_map"`` and uses num_workers * D devices
+      (``num_devices``, if given, must be that count); with several
+      processes, the same number k from each, and D a divisor of k (a
+      worker inside a process; D = k: one worker per node) or a multiple
+      of k (a worker spanning whole processes).
 
   Returns:
     A :class:`WorkerLayout`.
@@ -202,8 +207,9 @@ def make_layout(
     LayoutError: if num_workers is not an integer >= 1, if num_devices is more
       than available, if num_workers is not a multiple of num_devices, for an
       unknown backend, or for pmap across processes; with devices_per_worker
-      > 1: pmap, several processes, or num_workers * D more devices than
-      there are.
+      > 1: pmap, num_workers * D more devices than there are, or (several
+      processes) a count not taken equally from each or a worker split
+      unevenly between processes.
   """
   if backend not in BACKENDS:
     raise LayoutError(f"unknown mapping backend {backend!r}; allowed: " f"{', '.join(BACKENDS)}")
@@ -237,15 +243,16 @@ def make_layout(
 
 
 def _data_parallel_layout(num_workers, num_devices, available, procs, backend, D):
-  """The layout of ``num_workers`` workers of ``D`` > 1 devices each (:func:`make_layout`)."""
+  """The layout of ``num_workers`` workers of ``D`` > 1 devices each (:func:`make_layout`).
+
+  With several processes every process gives the same number k of devices
+  (ordered by process, so a worker's row of D is contiguous): a worker lies
+  on one process (D divides k; D = k: one worker per node) or spans whole
+  processes (D a multiple of k)."""
   if backend != "shard_map":
     raise LayoutError(
         f"devices_per_worker={D} needs the 'shard_map' mapping backend, got {backend!r} "
         "(--mapping-backend shard_map)"
-    )
-  if len(procs) > 1:
-    raise LayoutError(
-        f"devices_per_worker={D} runs in one process; allowed with {len(procs)} processes: 1"
     )
   need = int(num_workers) * int(D)
   if num_devices is not None and num_devices != need:
@@ -258,7 +265,27 @@ def _data_parallel_layout(num_workers, num_devices, available, procs, backend, D
         f"num_workers * devices_per_worker = {num_workers} * {D} = {need} devices but only "
         f"{len(available)} {available[0].platform} device(s) are available"
     )
-  return WorkerLayout(int(num_workers), tuple(available[:need]), backend, int(D))
+  if len(procs) == 1:
+    return WorkerLayout(int(num_workers), tuple(available[:need]), backend, int(D))
+  n = len(procs)
+  per_proc = {
+      p: sorted((d for d in available if d.process_index == p), key=lambda d: d.id) for p in procs
+  }
+  k, most = need // n, min(len(v) for v in per_proc.values())
+  if need % n or k > most:
+    raise LayoutError(
+        f"num_workers * devices_per_worker = {num_workers} * {D} = {need} devices cannot be "
+        f"taken equally from the {n} processes ({most} device(s) each at most); allowed: a "
+        f"multiple of {n} up to {n * most}"
+    )
+  if k % D and D % k:
+    raise LayoutError(
+        f"devices_per_worker={D} with {k} device(s) from each of the {n} processes would split "
+        f"a worker unevenly between processes; allowed: a divisor of {k} (workers inside a "
+        f"process; {k}: one worker per process) or a multiple of {k} (workers spanning processes)"
+    )
+  chosen = tuple(d for p in procs for d in per_proc[p][:k])
+  return WorkerLayout(int(num_workers), chosen, backend, int(D))
 
 
 def _multiprocess_layout(num_workers, num_devices, available, procs, backend):
@@ -860,7 +887,10 @@ def split_local_workers(tree, layout: WorkerLayout, kind: str = "worker"):
 
   Each process passes the values of its own workers, ``layout.local_workers``
   (all workers in a single process), and gets back the global [d, w, ...]
-  arrays (``jax.make_array_from_process_local_data``): the per-process data
+  arrays (``jax.make_array_from_process_local_data``; with
+  ``devices_per_worker`` > 1, ``jax.make_array_from_callback`` over the
+  process's workers: a worker spanning processes has its values on each of
+  them, and each places the part its devices hold): the per-process data
   path of multi-process training: no process places another's batches.
 
   Args:
@@ -888,9 +918,21 @@ def split_local_workers(tree, layout: WorkerLayout, kind: str = "worker"):
           f"expected a leading axis of this process's {n_local} " f"workers, got shape {x.shape}"
       )
     local = x.reshape(n_local // w, w, *x.shape[1:])
-    return jax.make_array_from_process_local_data(
-        sharding, local, (layout.num_groups, w, *x.shape[1:])
-    )
+    shape = (layout.num_groups, w, *x.shape[1:])
+    if layout.devices_per_worker == 1:
+      return jax.make_array_from_process_local_data(sharding, local, shape)
+    # a worker of D devices may span processes: each process holds its
+    # workers' whole values and places the slices its own devices hold (of a
+    # "batch" value, a part of the worker's examples)
+    first = sl.start // w
+
+    def block(index):
+      rows = index[0]
+      start = (rows.start or 0) - first
+      stop = (shape[0] if rows.stop is None else rows.stop) - first
+      return local[(slice(start, stop), *index[1:])]
+
+    return jax.make_array_from_callback(shape, sharding, block)
 
   return jax.tree.map(put, tree)
 

@@ -192,7 +192,9 @@ class TrainConfig:
       "algorithm's exchange runs across workers as before. D > 1 uses "
       "num_workers * D devices and needs mapping_backend 'shard_map', runtime "
       "'spmd', a synchronous algorithm and a per-worker batch divisible by D; "
-      "1 = one device (or a vmapped slot of one) per worker.",
+      "with several processes a worker lies inside one process (D divides each "
+      "process's devices; one worker per node: D = the node's devices) or spans "
+      "whole processes. 1 = one device (or a vmapped slot of one) per worker.",
       allowed=Integer(1, MAX_WORKERS),
   )
   global_batch_size: int = option(
