@@ -134,6 +134,128 @@ def test_the_compiled_programs_communicate_by_level_what_the_accounting_counts(a
   assert (levels.across_workers.all_reduces > 0) == (p > 1)
 
 
+def wide_setup():
+  """(params, loss_fn): an MLP 8 -> 16 -> 8, every parameter's first axis divisible by 8."""
+  model = models.MLP(num_classes=8, hidden=(16,))
+  params = models.init_params(model, (8,), jax.random.key(0))
+
+  def loss_fn(p, batch, key):
+    x, y = batch
+    return models.cross_entropy_loss(model.apply({"params": p}, x), y)
+
+  return params, loss_fn
+
+
+def run_wide(algorithm, p, D, shard):
+  """Like :func:`run_steps` on the wide MLP, with momentum where the algorithm
+  takes it (optimizer state to shard), and the per-device bytes of the
+  parameter-shaped state [d, w, ...] / [d, ...] read from the arrays' shards."""
+  params, loss_fn = wide_setup()
+  layout = workers.make_layout(p, backend="shard_map", devices_per_worker=D)
+  if shard:
+    layout = workers.shard_params(layout, params)
+  loss = workers.data_parallel_loss(loss_fn, layout)
+  momentum = algorithm in ("easgd", "local_sgd", "pmean_sgd")
+  optimizer = optax.sgd(0.3, momentum=0.9 if momentum else None)
+  algo = registry.make_algorithm(config_of(algorithm, p, D), loss, optimizer, STEPS)
+  step = workers.map_step(algo, layout)
+  worker, shared = workers.place_state(algo, params, layout)
+  state = [x for x in jax.tree.leaves((worker, shared)) if x.ndim > 2]
+  per_device = {
+      d: sum(s.data.nbytes for x in state for s in x.addressable_shards if s.device == d)
+      for d in layout.devices
+  }
+  rng, key, losses = np.random.default_rng(1), jax.random.key(3), []
+  for t in range(STEPS):
+    x = rng.normal(size=(p, B, 8)).astype(np.float32)
+    y = rng.integers(0, 8, size=(p, B)).astype(np.int32)
+    worker, shared, l = step(worker, shared, workers.split_workers((x, y), layout, "batch"), key, t)
+    losses.append(workers.merge_workers(l))
+  out = (
+      workers.merge_workers(algo.worker_params(worker, shared)),
+      workers.first_copy(algo.center(shared)),
+  )
+  return out, np.stack(losses), per_device, params
+
+
+@pytest.mark.parametrize("algorithm", SYNCHRONOUS)
+def test_sharded_parameters_equal_the_replicated_run_at_1_over_D_the_bytes(algorithm):
+  """``shard_params`` on 4x2, 2x4 and 1x8: the parameters, the optimizer's
+  and the algorithm's parameter-shaped state and the center are stored 1/D
+  per device (read from the arrays' shards: every device of the layout
+  holds exactly 1/D of the replicated run's bytes), and after 6 steps the
+  workers, center and losses equal the replicated run's within TOL
+  (measured: 0.0, bitwise, on this CPU: the all-gather and reduce-scatter
+  sum in the all-reduce's order)."""
+  for D in (2, 4, 8):
+    whole, whole_losses, whole_bytes, params = run_wide(algorithm, 8 // D, D, False)
+    split, split_losses, split_bytes, _ = run_wide(algorithm, 8 // D, D, True)
+    assert max_abs_diff(split, whole) < TOL and np.max(np.abs(split_losses - whole_losses)) < TOL
+    assert set(whole_bytes.values()) == {D * b for b in split_bytes.values()}, (D, split_bytes)
+    assert len(set(split_bytes.values())) == 1  # every device holds its 1/D
+    assert max_abs_diff(whole[1], params) > 1e-2  # the center moved: not vacuous
+
+
+@pytest.mark.parametrize("algorithm, p, D", [("easgd", 4, 2), ("easgd", 2, 4), ("pmean_sgd", 1, 8)])
+def test_sharded_programs_communicate_what_the_accounting_counts(algorithm, p, D):
+  """With ``shard_params`` the compiled step programs, summed over 6 steps
+  (tau = 2): across workers the all-reduces of the accounting, each of P / D
+  bytes (a device's slice); within a worker, every step, one all-reduce of the
+  4-byte loss, an all-gather whose results are the whole P bytes of the
+  parameters and a reduce-scatter of the P-byte gradient to its P / D slice:
+  the traffic of the one P + 4 byte all-reduce that ``communication_by_level``
+  counts (P = 1632, the wide MLP)."""
+  params, loss_fn = wide_setup()
+  layout = workers.shard_params(
+      workers.make_layout(p, backend="shard_map", devices_per_worker=D), params
+  )
+  ids = np.arange(8).reshape(p, D)
+  rows = tuple(sorted(tuple(map(int, r)) for r in ids))
+  algo = registry.make_algorithm(
+      config_of(algorithm, p, D), workers.data_parallel_loss(loss_fn, layout), optax.sgd(0.3), STEPS
+  )
+  worker, shared = workers.place_state(algo, params, layout)
+  x, y = np.zeros((p, B, 8), np.float32), np.zeros((p, B), np.int32)
+  batch = workers.split_workers((x, y), layout, kind="batch")
+  per_call = {}
+  for name, f in workers.map_step(algo, layout, donate_state=False).programs.items():
+    hlo = f.lower(worker, shared, batch, jax.random.key(0)).compile().as_text()
+    per_call[name] = {
+        op: all_reduce_ops(hlo, op) for op in ("all-reduce", "all-gather", "reduce-scatter")
+    }
+  P = models.param_bytes(params)
+  levels = workers.communication_by_level(algo, STEPS, P, D, shard_params=True)
+  across, within = [0, 0], [0, 0, 0]  # across: count, bytes; within: loss, gathered, scattered
+  for t in range(STEPS):
+    ops = per_call[algorithms.select_program(algo.programs(), t)]
+    for groups, nbytes in ops["all-reduce"]:
+      if groups == rows:
+        within[0] += nbytes
+      else:
+        across[0] += 1
+        across[1] += nbytes
+    assert {g for g, _ in ops["all-gather"] + ops["reduce-scatter"]} == {rows}
+    within[1] += sum(b for _, b in ops["all-gather"])
+    within[2] += sum(b for _, b in ops["reduce-scatter"])
+  assert tuple(across) == levels.across_workers and levels.across_workers.bytes % (P // D) == 0
+  assert within == [4 * STEPS, P * STEPS, P // D * STEPS]
+  assert levels.within_workers == (STEPS, STEPS * (P + 4))
+
+
+def test_a_parameter_that_cannot_be_split_is_one_layout_error():
+  params, _ = mlp_setup()  # 5 -> 16 -> 3: the last bias (3,) has no axis divisible by 2
+  layout = workers.make_layout(4, backend="shard_map", devices_per_worker=2)
+  with pytest.raises(workers.LayoutError) as e:
+    workers.shard_params(layout, params)
+  assert str(e.value) == (
+      "shard_params: parameter ['Dense_1']['bias'] of shape (3,) has no axis divisible by "
+      "devices_per_worker=2; allowed: parameters with an axis of a size divisible by 2, or "
+      "devices_per_worker dividing one of [3]"
+  )
+  with pytest.raises(ConfigError, match="allowed: shard_params with devices_per_worker > 1"):
+    TrainConfig(shard_params=True).validate()
+
+
 def test_without_the_gradient_average_a_worker_of_2_devices_differs():
   """Control: the raw loss on the 2-D mesh (each device its own B / D
   examples' gradient) is not the one-device step, so the test above can fail."""
@@ -159,11 +281,12 @@ def test_the_batch_is_split_over_the_devices_of_its_worker():
 
 
 def test_the_trainer_runs_workers_of_2_devices_on_the_same_examples():
-  """``Run`` and the spmd executor with devices_per_worker 2 (digits, MLP, 5 steps):
-  the batches are the same examples as with 1 device per worker, and the
-  workers and center agree to 1e-6 (measured: 3.0e-8)."""
+  """``Run`` and the spmd executor with devices_per_worker 2 (digits, MLP, 5 steps),
+  with and without ``shard_params``: the batches are the same examples as with 1
+  device per worker, and the workers and center agree to 1e-6 (measured:
+  3.0e-8)."""
   out = {}
-  for D in (2, 1):
+  for D, shard in ((2, True), (2, False), (1, False)):
     config = TrainConfig(
         dataset="digits",
         model="mlp",
@@ -173,6 +296,7 @@ def test_the_trainer_runs_workers_of_2_devices_on_the_same_examples():
         tau=2,
         mapping_backend="shard_map",
         devices_per_worker=D,
+        shard_params=shard,
         progress=False,
     )
     run = Run(config)
@@ -187,21 +311,23 @@ def test_the_trainer_runs_workers_of_2_devices_on_the_same_examples():
         workers.first_copy(algo.center(executor.shared)),
     )
     levels = executor.summary_fields()["communication"]
-    out[D] += (levels,)
+    out[D, shard] = out.pop(D) + (levels,)
   # 5 steps: exchanges at t = 0, 2, 4 across workers; with D = 2, every step
   # one all-reduce of the gradient and the float32 loss within each worker
   pb = run.param_bytes
-  for D, levels in ((2, out[2][3]), (1, out[1][3])):
+  for (D, shard), (*_, levels) in out.items():
     across, within = levels["by_axis"]["across_workers"], levels["by_axis"]["within_workers"]
-    assert (levels["all_reduces"], levels["bytes"]) == (3, 3 * pb)  # today's fields: across
-    assert (across["all_reduces"], across["bytes"], across["group_size"]) == (3, 3 * pb, 4)
+    sent = 3 * pb // 2 if shard else 3 * pb  # sharded: each device exchanges its half
+    assert (levels["all_reduces"], levels["bytes"]) == (3, sent)  # today's fields: across
+    assert (across["all_reduces"], across["bytes"], across["group_size"]) == (3, sent, 4)
     assert within["all_reduces"] == (5 if D == 2 else 0)
     assert within["bytes"] == (5 * (pb + 4) if D == 2 else 0) and within["group_size"] == D
     assert (across["mesh_axis"], within["mesh_axis"]) == ("devices", "data")
     assert within["bytes_per_step"] == within["bytes"] / 5
   assert "2 devices each" in Run(config.replace(devices_per_worker=2)).layout.describe()
-  assert max_abs_diff(out[2][0], out[1][0]) == 0  # the same examples
-  assert max_abs_diff(out[2][1:3], out[1][1:3]) < TOL
+  for two in ((2, False), (2, True)):
+    assert max_abs_diff(out[two][0], out[1, False][0]) == 0  # the same examples
+    assert max_abs_diff(out[two][1:3], out[1, False][1:3]) < TOL
 
 
 def test_one_device_per_worker_is_the_unchanged_program():

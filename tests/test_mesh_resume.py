@@ -11,8 +11,10 @@ match.
 
 Digits, MLP, easgd with p = 2 workers, tau = 4, global batch 64 (32 per
 worker): 22 steps in one epoch. The run stops on 2x4 (8 devices) after 7
-steps, resumes on 2x2 (4 devices) to step 15, and ends on 2x1 (one device per
-worker). It is compared with the uninterrupted run on 2x4.
+steps, resumes on 2x1 (one device per worker) to step 15, and ends on 2x2 (4
+devices) with ``shard_params`` (each worker's state stored split over its 2
+devices, its final evaluation gathering the center). It is compared with the
+uninterrupted run on 2x4.
 
 Tolerance: 1e-6 absolute on every worker's parameters and optimizer state and
 on the center, 1e-5 on the per-step training losses, 1e-5 relative on the
@@ -63,7 +65,7 @@ def records(workdir):
   return [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_a_run_stopped_on_2x4_resumes_on_2x2_and_2x1_to_the_uninterrupted_run(tmp_path):
+def test_a_run_stopped_on_2x4_resumes_on_2x1_and_2x2_sharded_to_the_uninterrupted_run(tmp_path):
   full = trainer.train_and_evaluate(CONFIG, tmp_path / "full")
   assert "2 workers x 4 devices each" in full["layout"]
   cut = tmp_path / "cut"
@@ -75,12 +77,14 @@ def test_a_run_stopped_on_2x4_resumes_on_2x2_and_2x1_to_the_uninterrupted_run(tm
   for leaf in jax.tree.leaves(saved["worker"]):
     assert isinstance(leaf, np.ndarray) and leaf.shape[0] == CONFIG.num_workers
   second = trainer.train_and_evaluate(
-      CONFIG.replace(devices_per_worker=2), cut, resume=True, stop_after_steps=15
+      CONFIG.replace(devices_per_worker=1), cut, resume=True, stop_after_steps=15
   )
-  assert "2 workers x 2 devices each" in second["layout"] and second["steps_done"] == 15
-  last = trainer.train_and_evaluate(CONFIG.replace(devices_per_worker=1), cut, resume=True)
+  assert "2 workers = 2 device(s) x 1 vmapped worker(s)" in second["layout"]
+  assert second["steps_done"] == 15
+  sharded = CONFIG.replace(devices_per_worker=2, shard_params=True)
+  last = trainer.train_and_evaluate(sharded, cut, resume=True)
   assert last["status"] == "complete" and last["steps_done"] == full["steps_done"] == 22
-  assert "2 workers = 2 device(s) x 1 vmapped worker(s)" in last["layout"]
+  assert "2 workers x 2 devices each" in last["layout"]
 
   a, b = latest_checkpoint(tmp_path / "full"), latest_checkpoint(cut)
   assert int(a["step"]) == int(b["step"]) == 22

@@ -156,14 +156,18 @@ def _replica_groups(text):
   return tuple(tuple(int(i) for i in row) for row in ids.reshape(shape))
 
 
-def all_reduce_ops(hlo_text):
+def all_reduce_ops(hlo_text, op="all-reduce"):
   """[(groups, result bytes)] of the all-reduce ops of a compiled program
   (``.compile().as_text()``): ``groups`` the device groups of its
   ``replica_groups`` (sorted tuples of logical device ids; ``()`` when the
-  op has none, i.e. all devices), bytes the sum over its result shapes."""
+  op has none, i.e. all devices), bytes the sum over its result shapes.
+  ``op``: another collective's HLO name ("all-gather", "reduce-scatter")."""
+  pattern = _ALL_REDUCE
+  if op != "all-reduce":
+    pattern = re.compile(_ALL_REDUCE.pattern.replace("all-reduce", re.escape(op)))
   ops = []
   for line in hlo_text.splitlines():
-    m = _ALL_REDUCE.match(line)
+    m = pattern.match(line)
     if not m:
       continue
     nbytes = sum(

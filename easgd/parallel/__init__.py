@@ -13,7 +13,8 @@ __all__, __getattr__, __dir__ = lazy_exports(
     modules=("workers", "distributed"),
     names={
         "easgd.parallel.workers": (
-            "BACKENDS LayoutError WorkerLayout make_layout map_workers vmap_workers map_step "
+            "BACKENDS LayoutError WorkerLayout make_layout shard_params data_parallel_loss "
+            "map_workers vmap_workers map_step "
             "place_state split_workers merge_workers first_copy to_host "
             "communication_by_level LevelCommunication"
         ),

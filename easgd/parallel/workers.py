@@ -93,12 +93,31 @@ class WorkerLayout:
     backend: ``"pmap"`` or ``"shard_map"`` (module docstring).
     devices_per_worker: D, the devices of one worker (module docstring);
       ``devices`` holds the workers' rows of D devices one after the other.
+    param_axes: None (every state value whole on each device of its
+      worker), or ``((shape, axis), ...)``: parameter-shaped state split
+      over the worker's devices (:func:`shard_params`).
   """
 
   num_workers: int
   devices: tuple[Any, ...]
   backend: str = "pmap"
   devices_per_worker: int = 1
+  param_axes: tuple[tuple[tuple[int, ...], int], ...] | None = None
+
+  @property
+  def shard_params(self) -> bool:
+    """True when parameter-shaped state is split over "data" (:func:`shard_params`)."""
+    return self.param_axes is not None
+
+  def split_axis(self, shape, dtype) -> int | None:
+    """The axis of a per-worker leaf of ``shape`` split over "data" (None: whole).
+
+    With :attr:`param_axes` (:func:`shard_params`) a floating leaf of a
+    parameter's shape is split on that parameter's axis; nothing else is.
+    """
+    if self.param_axes is None or not jnp.issubdtype(dtype, jnp.floating):
+      return None
+    return dict(self.param_axes).get(tuple(shape))
 
   @property
   def num_devices(self) -> int:
@@ -161,7 +180,8 @@ class WorkerLayout:
     if self.devices_per_worker > 1:
       return (
           f"{self.num_workers} workers x {self.devices_per_worker} devices each "
-          f"(data parallel inside a worker) [{self.devices[0].platform}, {self.backend}]"
+          f"(data parallel inside a worker{', parameters sharded' if self.shard_params else ''})"
+          f" [{self.devices[0].platform}, {self.backend}{procs}]"
       )
     return (
         f"{self.num_workers} workers = {self.num_devices} device(s) x "
@@ -320,6 +340,70 @@ def _multiprocess_layout(num_workers, num_devices, available, procs, backend):
   return WorkerLayout(int(num_workers), chosen, backend)
 
 
+def shard_params(layout: WorkerLayout, params) -> WorkerLayout:
+  """The layout with each worker's parameter-shaped state split over its D devices.
+
+  FSDP / ZeRO-3 style inside a worker (``TrainConfig.shard_params``): every
+  floating leaf of the worker and shared state whose shape is a parameter's
+  (the parameters, the optimizer's and the algorithm's parameter-shaped
+  state, the worker's copy of the center) is stored split over the
+  worker's D devices along that parameter's first axis of a size divisible
+  by D, so each device holds 1/D of it. The step program keeps them split:
+  the algorithm's update rules are elementwise, so each device updates its
+  slice and the exchange across workers reduces slices (1/D of the bytes per
+  device); only the loss sees whole parameters: :func:`data_parallel_loss`
+  all-gathers them over "data" for the forward pass and reduce-scatters the
+  gradient (the mean of the D devices' gradients, the two halves of the
+  ring all-reduce it replaces, so a step moves the same bytes inside a
+  worker). Other mapped functions (the evaluation) gather the split values
+  first. Values equal the replicated run's to float32 reduction rounding
+  (``tests/test_mesh.py``).
+
+  Args:
+    layout: a layout of ``devices_per_worker`` D > 1 (backend "shard_map").
+    params: one worker's parameters (a pytree of arrays; shapes only are read).
+
+  Returns:
+    The layout with ``param_axes`` set.
+
+  Raises:
+    LayoutError: D = 1, or a parameter (named by its path) with no axis
+      whose size D divides.
+  """
+  D = layout.devices_per_worker
+  if D == 1:
+    raise LayoutError(
+        "shard_params splits a worker's state over its devices; allowed with devices_per_worker > 1 only"
+    )
+  axes = {}
+  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+    shape = tuple(np.shape(leaf))
+    fits = [i for i, n in enumerate(shape) if n % D == 0]
+    if not fits:
+      raise LayoutError(
+          f"shard_params: parameter {jax.tree_util.keystr(path)} of shape {shape} has no axis "
+          f"divisible by devices_per_worker={D}; allowed: parameters with an axis of a size "
+          f"divisible by {D}, or devices_per_worker dividing one of {list(shape)}"
+      )
+    axes[shape] = fits[0]
+  return dataclasses.replace(layout, param_axes=tuple(sorted(axes.items())))
+
+
+def _leaf_specs(tree, kind, layout: WorkerLayout):
+  """The ``PartitionSpec`` of every leaf of a placed "worker"/"shared" value:
+  :func:`_spec`, with a parameter-shaped leaf's axis over "data" (:func:`shard_params`)."""
+  P = jax.sharding.PartitionSpec
+  lead = 2 if kind == "worker" else 1  # [d, w, ...] or [d, ...]
+
+  def spec(x):
+    axis = layout.split_axis(x.shape[lead:], x.dtype)
+    if axis is None:
+      return P(DEVICE_AXIS)
+    return P(DEVICE_AXIS, *([None] * (lead - 1 + axis)), DATA_AXIS)
+
+  return jax.tree.map(spec, tree)
+
+
 def _vmap_axis(kind):
   return 0 if kind in ("worker", "batch") else None
 
@@ -344,6 +428,8 @@ def map_workers(
     in_kinds: Sequence[str],
     out_kinds: Sequence[str],
     donate_argnums: Sequence[int] = (),
+    *,
+    keep_shards: bool = False,
 ) -> Callable:
   """Maps per-worker ``fn`` over all workers of ``layout``.
 
@@ -361,6 +447,12 @@ def map_workers(
       ``"batch"`` per argument / output (module docstring). Outputs cannot be
       ``"broadcast"`` or ``"batch"``.
     donate_argnums: arguments whose buffers may be reused for the outputs.
+    keep_shards: with a layout that shards parameters (:func:`shard_params`):
+      ``fn`` is an algorithm's step (:data:`STEP_IN_KINDS` ->
+      :data:`STEP_OUT_KINDS`) and sees, and returns, each device's slices of
+      the split state (its rules elementwise, its loss
+      :func:`data_parallel_loss`); False: split values are gathered before
+      ``fn`` sees them.
 
   Returns:
     The mapped function.
@@ -371,7 +463,7 @@ def map_workers(
   _check_kinds(in_kinds, out_kinds)
   single = len(out_kinds) == 1
   inner = _vmap_local(fn, in_kinds, out_kinds, alone=layout.num_workers == 1)
-  return _map_devices(inner, layout, in_kinds, single, tuple(donate_argnums))
+  return _map_devices(inner, layout, in_kinds, single, tuple(donate_argnums), keep_shards)
 
 
 def vmap_workers(
@@ -449,10 +541,14 @@ def _check_kinds(in_kinds, out_kinds):
     raise ValueError("outputs are 'worker' or 'shared', not 'broadcast' or 'batch'")
 
 
-def _map_devices(per_device, layout, in_kinds, single, donate_argnums):
+def _map_devices(per_device, layout, in_kinds, single, donate_argnums, keep_shards=False):
   """``per_device`` (one device's values: worker values [w, ...]) mapped over the
   devices of ``layout`` by its backend."""
   if layout.backend == "shard_map":
+    if layout.shard_params:
+      return _sharded_state_workers(
+          per_device, layout, in_kinds, single, donate_argnums, keep_shards
+      )
     return _shard_map_workers(per_device, layout, in_kinds, single, donate_argnums)
   return jax.pmap(
       per_device,
@@ -569,9 +665,14 @@ def map_step(
   def mapped(fn):
     if algorithm.shared_model and merge_workers:
       return _map_devices(
-          _merged_workers_step(fn, layout.num_workers == 1), layout, STEP_IN_KINDS, False, donate
+          _merged_workers_step(fn, layout.num_workers == 1),
+          layout,
+          STEP_IN_KINDS,
+          False,
+          donate,
+          keep_shards=True,
       )
-    return map_workers(fn, layout, STEP_IN_KINDS, STEP_OUT_KINDS, donate)
+    return map_workers(fn, layout, STEP_IN_KINDS, STEP_OUT_KINDS, donate, keep_shards=True)
 
   table = algorithm.programs()
   if len(table) == 1:  # nothing to pick: the one program as it is
@@ -626,6 +727,62 @@ def _shard_map_workers(inner, layout, in_kinds, single, donate_argnums):
       per_device, mesh=layout.mesh, in_specs=in_specs, out_specs=P(DEVICE_AXIS), check_vma=False
   )
   return jax.jit(mapped, donate_argnums=donate_argnums)
+
+
+def _sharded_state_workers(inner, layout, in_kinds, single, donate_argnums, keep_shards):
+  """:func:`_shard_map_workers` for a layout that shards parameters (:func:`shard_params`).
+
+  The specs of "worker"/"shared" arguments are per leaf (:func:`_leaf_specs`,
+  read from the arguments' shapes when the program is traced). With
+  ``keep_shards`` (an algorithm's step) the per-device code sees each
+  device's slices and the worker/shared outputs keep the inputs' specs;
+  otherwise split leaves are all-gathered over "data" first and the outputs
+  are whole (replicated along "data").
+  """
+  P = jax.sharding.PartitionSpec
+  D = layout.devices_per_worker
+
+  def specs_of(args):
+    return tuple(
+        _leaf_specs(a, k, layout) if k in ("worker", "shared") else _spec(k, D)
+        for a, k in zip(args, in_kinds)
+    )
+
+  def gathered(a, spec):
+    def gather(x, p):
+      if DATA_AXIS not in tuple(p):
+        return x
+      axis = tuple(p).index(DATA_AXIS) - 1  # the block's leading device axis is squeezed
+      return jax.lax.all_gather(x, DATA_AXIS, axis=axis, tiled=True)
+
+    return jax.tree.map(gather, a, spec, is_leaf=lambda x: isinstance(x, P))
+
+  def call(*args):
+    in_specs = specs_of(args)
+    if keep_shards:  # STEP_IN_KINDS -> STEP_OUT_KINDS: worker and shared keep their specs
+      out_specs = (in_specs[0], in_specs[1], P(DEVICE_AXIS))
+    else:
+      out_specs = P(DEVICE_AXIS)
+
+    def per_device(*blocks):
+      blocks = [
+          b if k == "broadcast" else jax.tree.map(lambda x: x[0], b)
+          for b, k in zip(blocks, in_kinds)
+      ]
+      if not keep_shards:
+        blocks = [
+            gathered(b, sp) if k in ("worker", "shared") else b
+            for b, k, sp in zip(blocks, in_kinds, in_specs)
+        ]
+      out = inner(*blocks)
+      return jax.tree.map(lambda x: x[None], out)
+
+    mapped = jax.shard_map(
+        per_device, mesh=layout.mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False
+    )
+    return mapped(*args)
+
+  return jax.jit(call, donate_argnums=donate_argnums)
 
 
 @jax.custom_vjp
@@ -695,12 +852,56 @@ def data_parallel_loss(loss_fn: Callable, layout: WorkerLayout) -> Callable:
   """
   if layout.devices_per_worker == 1:
     return loss_fn
+  if layout.shard_params:
+
+    def sharded_loss(params, batch, key):
+      key = jax.random.fold_in(key, jax.lax.axis_index(DATA_AXIS))
+      whole = jax.tree.map(
+          lambda x: _gather_slices(x, layout.split_axis(_whole_shape(x.shape, layout), x.dtype)),
+          params,
+      )
+      return _data_mean_value(loss_fn(whole, batch, key))
+
+    return sharded_loss
 
   def loss(params, batch, key):
     key = jax.random.fold_in(key, jax.lax.axis_index(DATA_AXIS))
     return _data_mean_value(loss_fn(_data_mean_gradient(params), batch, key))
 
   return loss
+
+
+def _whole_shape(shape, layout: WorkerLayout):
+  """The parameter shape whose slice on one device of a worker is ``shape``."""
+  D = layout.devices_per_worker
+  for whole, axis in layout.param_axes:
+    if len(whole) == len(shape) and all(
+        n == (m // D if i == axis else m) for i, (n, m) in enumerate(zip(shape, whole))
+    ):
+      return whole
+  raise LayoutError(
+      f"shard_params: a parameter slice of shape {tuple(shape)} matches no parameter of "
+      f"the layout's {[w for w, _ in layout.param_axes]}"
+  )
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _gather_slices(x, axis):
+  """The whole parameter from its D devices' slices (all-gather over "data"),
+  whose backward pass reduce-scatters the cotangent as the mean over "data"."""
+  return jax.lax.all_gather(x, DATA_AXIS, axis=axis, tiled=True)
+
+
+def _gather_slices_fwd(x, axis):
+  return _gather_slices(x, axis), None
+
+
+def _gather_slices_bwd(axis, _, cotangent):
+  size = jax.lax.psum(1, DATA_AXIS)
+  return (jax.lax.psum_scatter(cotangent, DATA_AXIS, scatter_dimension=axis, tiled=True) / size,)
+
+
+_gather_slices.defvjp(_gather_slices_fwd, _gather_slices_bwd)
 
 
 LOSS_BYTES = 4
@@ -729,7 +930,11 @@ class LevelCommunication(NamedTuple):
 
 
 def communication_by_level(
-    algorithm: Algorithm, num_steps: int, param_bytes: int, devices_per_worker: int = 1
+    algorithm: Algorithm,
+    num_steps: int,
+    param_bytes: int,
+    devices_per_worker: int = 1,
+    shard_params: bool = False,
 ) -> LevelCommunication:
   r"""The all-reduces and bytes of ``num_steps`` steps, by level.
 
@@ -752,11 +957,19 @@ def communication_by_level(
   compiled programs' ``replica_groups``). A backend that does not combine
   them runs 2 all-reduces of the same bytes.
 
+  With ``shard_params`` (:func:`shard_params`) each device holds 1/D of the
+  parameter-shaped state: across workers it exchanges its slice, P / D
+  bytes where the algorithm's count has P; within a worker the gradient's
+  all-reduce becomes an all-gather of the parameters and a reduce-scatter
+  of the gradient, the two halves of a ring all-reduce of P bytes, counted
+  as the one all-reduce they replace (N and B as above).
+
   Args:
     algorithm: the algorithm (its ``communication`` counts from a Python tau).
     num_steps: steps taken, an int >= 0.
     param_bytes: bytes of one copy of the parameters (the gradient's size).
     devices_per_worker: D, an int >= 1.
+    shard_params: the parameter-shaped state is split over the D devices.
 
   Returns:
     :class:`LevelCommunication` of ``easgd.core.base.Communication`` records.
@@ -779,27 +992,34 @@ def communication_by_level(
   n = checks.integer("num_steps", num_steps, 0)
   param_bytes = checks.integer("param_bytes", param_bytes, 0)
   D = checks.integer("devices_per_worker", devices_per_worker, 1)
-  across = algorithm.communication(n, param_bytes)
+  across = algorithm.communication(n, param_bytes // D if shard_params else param_bytes)
   within = Communication(n, n * (param_bytes + LOSS_BYTES)) if D > 1 else Communication(0, 0)
   return LevelCommunication(Communication(*map(int, across)), within)
 
 
-def _put(tree, layout: WorkerLayout, kind: str = "worker"):
+def _put(tree, layout: WorkerLayout, kind: str = "worker", state: bool = False):
   """Places host arrays with leading axis num_groups, one slice per device
-  (row of devices); ``kind`` "batch": :attr:`WorkerLayout.batch_sharding`.
+  (row of devices); ``kind`` "batch": :attr:`WorkerLayout.batch_sharding`;
+  ``state`` (an algorithm's "worker" or "shared" state): parameter-shaped
+  leaves split over "data" where the layout shards them (:func:`shard_params`).
 
   Every process passes the whole host array and places the slices of its own
   devices (``jax.make_array_from_callback``), so this works across processes.
   """
   sharding = layout.batch_sharding if kind == "batch" else layout.sharding
+  tree = jax.tree.map(np.asarray, tree)
+  if state and layout.shard_params:
+    specs = _leaf_specs(tree, kind, layout)
+    shardings = jax.tree.map(lambda p: jax.sharding.NamedSharding(layout.mesh, p), specs)
+  else:
+    shardings = jax.tree.map(lambda _: sharding, tree)
 
-  def put(x):
-    x = np.asarray(x)
+  def put(x, sharding):
     if jax.process_count() == 1:
       return jax.device_put(x, sharding)
     return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
 
-  return jax.tree.map(put, tree)
+  return jax.tree.map(put, tree, shardings)
 
 
 def replicate_per_worker(tree, layout: WorkerLayout):
@@ -815,7 +1035,9 @@ def replicate_per_worker(tree, layout: WorkerLayout):
   """
   d, w = layout.num_groups, layout.workers_per_device
   return _put(
-      jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (d, w, *np.shape(x))), tree), layout
+      jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (d, w, *np.shape(x))), tree),
+      layout,
+      state=True,
   )
 
 
@@ -831,7 +1053,10 @@ def replicate_per_device(tree, layout: WorkerLayout):
   """
   d = layout.num_groups
   return _put(
-      jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (d, *np.shape(x))), tree), layout
+      jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (d, *np.shape(x))), tree),
+      layout,
+      "shared",
+      state=True,
   )
 
 
@@ -858,13 +1083,15 @@ def place_state(algorithm, params, layout: WorkerLayout, model_state=()):
   return replicate_per_worker(worker, layout), replicate_per_device(shared, layout)
 
 
-def split_workers(tree, layout: WorkerLayout, kind: str = "worker"):
+def split_workers(tree, layout: WorkerLayout, kind: str = "worker", state: bool = False):
   """Reshapes host arrays with leading axis num_workers to [d, w, ...] on devices.
 
   Worker i goes to device i // w, local slot i % w (matching ``WORKER_AXES``).
   ``kind`` "batch" (leaves [num_workers, B, ...], a step's mini-batches):
   with ``devices_per_worker`` D > 1 each worker's B examples are split over
-  its D devices (:attr:`WorkerLayout.batch_sharding`).
+  its D devices (:attr:`WorkerLayout.batch_sharding`). ``state``: the
+  algorithm's worker state (a checkpoint's), placed as :func:`place_state`
+  places it (split over "data" where the layout shards parameters).
 
   Raises:
     LayoutError: if a leaf's leading axis is not num_workers.
@@ -879,7 +1106,7 @@ def split_workers(tree, layout: WorkerLayout, kind: str = "worker"):
       )
     return x.reshape(d, w, *x.shape[1:])
 
-  return _put(jax.tree.map(reshape, tree), layout, kind)
+  return _put(jax.tree.map(reshape, tree), layout, kind, state)
 
 
 def split_local_workers(tree, layout: WorkerLayout, kind: str = "worker"):

@@ -158,7 +158,10 @@ def _communication(run: ArmRun, task: Task, param_bytes: int) -> Callable:
   algo = registry.make_algorithm(run.config, task.loss, optax.sgd(0.1), run.num_steps)
   D = run.config.devices_per_worker
   return lambda t: tuple(
-      tuple(level) for level in workers.communication_by_level(algo, int(t), param_bytes, D)
+      tuple(level)
+      for level in workers.communication_by_level(
+          algo, int(t), param_bytes, D, run.config.shard_params
+      )
   )
 
 

@@ -197,6 +197,15 @@ class TrainConfig:
       "whole processes. 1 = one device (or a vmapped slot of one) per worker.",
       allowed=Integer(1, MAX_WORKERS),
   )
+  shard_params: bool = option(
+      False,
+      "with devices_per_worker D > 1: store each worker's parameters, optimizer "
+      "state and copy of the center split over its D devices (FSDP/ZeRO-3 "
+      "style, 1/D per device; every parameter needs an axis divisible by D); "
+      "the parameters are all-gathered for the loss and the gradient "
+      "reduce-scattered. False: whole on each device of the worker.",
+      allowed=Flag(),
+  )
   global_batch_size: int = option(
       128,
       "examples per step summed over all workers; each worker takes "
@@ -566,6 +575,11 @@ class TrainConfig:
     if self.crop_size is not None and self.dataset == "mnist1d":
       raise ConfigError(
           "crop_size crops images; dataset 'mnist1d' holds 1-D " "signals; allowed: crop_size None"
+      )
+    if self.shard_params and self.devices_per_worker == 1:
+      raise ConfigError(
+          "shard_params splits a worker's state over its devices; devices_per_worker=1 "
+          "has one; allowed: shard_params with devices_per_worker > 1"
       )
     if self.devices_per_worker > 1:
       self._check_devices_per_worker()

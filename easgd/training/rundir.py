@@ -71,6 +71,7 @@ PREVIOUS_RUN_DIR = "previous_run"
 RESUMABLE_CHANGES = (
     "num_devices",
     "devices_per_worker",
+    "shard_params",
     "mapping_backend",
     "progress",
     "checkpoint_every_steps",

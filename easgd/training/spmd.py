@@ -288,6 +288,8 @@ class Run:
     eval_batch = min(config.eval_batch_size, -(-len(task.test) // config.num_workers))
     self.schedule = make_schedule(config, self.steps_per_epoch)
     init_key, self.step_key = jax.random.split(jax.random.key(config.seed))
+    if config.shard_params:  # parameter-shaped state split over each worker's devices
+      self.layout = workers.shard_params(self.layout, jax.eval_shape(task.init, init_key))
     self.init_params = task.init(init_key)
     self.param_bytes = models.param_bytes(self.init_params)
     self.algorithm = algo = registry.make_algorithm(
@@ -364,7 +366,7 @@ class Run:
     done = step % self.steps_per_epoch
     losses = [restored["epoch_losses"][i] for i in range(done)]
     return (
-        workers.split_workers(restored["worker"], self.layout),
+        workers.split_workers(restored["worker"], self.layout, state=True),
         workers.replicate_per_device(restored["shared"], self.layout),
         step,
         losses,
@@ -715,7 +717,7 @@ class SpmdExecutor:
     run, step = self.run, self.step
     layout = run.layout
     levels = workers.communication_by_level(
-        run.algorithm, step, run.param_bytes, layout.devices_per_worker
+        run.algorithm, step, run.param_bytes, layout.devices_per_worker, layout.shard_params
     )
     group_size = dict(across_workers=layout.num_groups, within_workers=layout.devices_per_worker)
 
