@@ -44,6 +44,7 @@ CASES = [
         "workers of several devices, more devices than there are",
         ["--devices-per-worker", "2", "--mapping-backend", "shard_map"],
     ),
+    ("sharded parameters with one device per worker", ["--shard-params"]),
     ("batch larger than the data", ["--dataset", "digits", "--global-batch-size", "4000"]),
     ("data directory without the IDX files", ["--dataset", "fashion_mnist", "--data-dir", "{tmp}"]),
     ("unknown data set", ["--dataset", "cifar100"]),
