@@ -357,7 +357,11 @@ def shard_params(layout: WorkerLayout, params) -> WorkerLayout:
   ring all-reduce it replaces, so a step moves the same bytes inside a
   worker). Other mapped functions (the evaluation) gather the split values
   first. Values equal the replicated run's to float32 reduction rounding
-  (``tests/test_mesh.py``).
+  (``tests/test_mesh.py``). The optimizers of ``TrainConfig.optimizer``
+  (SGD, momentum, Nesterov, Adam, AdamW, weight decay) are elementwise; an
+  optimizer passed from code whose update reads the whole gradient (e.g.
+  ``optax.clip_by_global_norm``) would see one device's slice, and must
+  not run on a layout that shards.
 
   Args:
     layout: a layout of ``devices_per_worker`` D > 1 (backend "shard_map").
