@@ -22,6 +22,7 @@ control test checks (> 1e-2).
 """
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -254,6 +255,54 @@ def test_a_parameter_that_cannot_be_split_is_one_layout_error():
   )
   with pytest.raises(ConfigError, match="allowed: shard_params with devices_per_worker > 1"):
     TrainConfig(shard_params=True).validate()
+  with pytest.raises(workers.LayoutError, match=r"\(\) is a scalar, which cannot be split"):
+    workers.shard_params(layout, {"scale": np.float32(1.0), **wide_setup()[0]})
+
+
+def test_parameters_whose_slices_share_a_shape_are_gathered_each_on_its_own_axis():
+  """a (10, 4) and b (5, 8) both split to (5, 4) slices at D = 2: the loss
+  gathers each leaf on its own axis, and 6 steps equal the replicated run
+  (the loss reads both; a gather on the wrong axis fails to compile)."""
+  params = {"a": np.ones((10, 4), np.float32) * 0.1, "b": np.ones((5, 8), np.float32) * 0.1}
+
+  def loss_fn(p, batch, key):
+    x, y = batch  # x [B, 10], y [B, 8]
+    return jnp.mean((x @ p["a"] @ jnp.ones((4, 5)) @ p["b"] - y) ** 2)
+
+  out = {}
+  for shard in (False, True):
+    layout = workers.make_layout(2, backend="shard_map", devices_per_worker=2)
+    if shard:
+      layout = workers.shard_params(layout, params)
+      assert [a for _, a in layout.param_leaves] == [0, 1]  # both slices (5, 4)
+    algo = registry.make_algorithm(
+        config_of("easgd", 2, 2), workers.data_parallel_loss(loss_fn, layout), optax.sgd(0.01), 4
+    )
+    step = workers.map_step(algo, layout)
+    worker, shared = workers.place_state(algo, params, layout)
+    rng = np.random.default_rng(0)
+    for t in range(4):
+      x = rng.normal(size=(2, B, 10)).astype(np.float32)
+      y = rng.normal(size=(2, B, 8)).astype(np.float32)
+      worker, shared, _ = step(
+          worker, shared, workers.split_workers((x, y), layout, "batch"), jax.random.key(0), t
+      )
+    out[shard] = workers.first_copy(algo.center(shared))
+  assert max_abs_diff(out[True], out[False]) < TOL and max_abs_diff(out[False], params) > 1e-3
+
+
+def test_sharded_parameters_over_several_processes_are_refused():
+  import collections
+
+  device = collections.namedtuple("FakeDevice", "id process_index platform")
+  devices = [device(i, i // 4, "cpu") for i in range(8)]
+  layout = workers.make_layout(2, backend="shard_map", devices=devices, devices_per_worker=4)
+  with pytest.raises(workers.LayoutError) as e:
+    workers.shard_params(layout, wide_setup()[0])
+  assert str(e.value) == (
+      "shard_params runs in one process (a worker's slices are read back on one host); "
+      "allowed with 2 processes: shard_params False"
+  )
 
 
 def test_without_the_gradient_average_a_worker_of_2_devices_differs():

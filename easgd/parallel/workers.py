@@ -96,6 +96,9 @@ class WorkerLayout:
     param_axes: None (every state value whole on each device of its
       worker), or ``((shape, axis), ...)``: parameter-shaped state split
       over the worker's devices (:func:`shard_params`).
+    param_leaves: with ``param_axes``, ``(shape, axis)`` of every parameter
+      leaf in the order of ``jax.tree.leaves(params)`` (the loss gathers
+      leaf by leaf: two parameters may have slices of one shape).
   """
 
   num_workers: int
@@ -103,6 +106,7 @@ class WorkerLayout:
   backend: str = "pmap"
   devices_per_worker: int = 1
   param_axes: tuple[tuple[tuple[int, ...], int], ...] | None = None
+  param_leaves: tuple[tuple[tuple[int, ...], int], ...] = ()
 
   @property
   def shard_params(self) -> bool:
@@ -283,7 +287,8 @@ def _data_parallel_layout(num_workers, num_devices, available, procs, backend, D
   if need > len(available):
     raise LayoutError(
         f"num_workers * devices_per_worker = {num_workers} * {D} = {need} devices but only "
-        f"{len(available)} {available[0].platform} device(s) are available"
+        f"{len(available)} {available[0].platform} device(s) are available; allowed: "
+        f"num_workers * devices_per_worker at most {len(available)}"
     )
   if len(procs) == 1:
     return WorkerLayout(int(num_workers), tuple(available[:need]), backend, int(D))
@@ -371,26 +376,43 @@ def shard_params(layout: WorkerLayout, params) -> WorkerLayout:
     The layout with ``param_axes`` set.
 
   Raises:
-    LayoutError: D = 1, or a parameter (named by its path) with no axis
-      whose size D divides.
+    LayoutError: D = 1, a layout of several processes (not supported: the
+      host reads a worker's slices back on one process), or a parameter
+      (named by its path) that is a scalar or has no axis whose size D
+      divides.
   """
   D = layout.devices_per_worker
   if D == 1:
     raise LayoutError(
-        "shard_params splits a worker's state over its devices; allowed with devices_per_worker > 1 only"
+        "shard_params splits a worker's state over its devices; allowed with "
+        "devices_per_worker > 1 only"
     )
-  axes = {}
+  if layout.num_processes > 1:
+    raise LayoutError(
+        f"shard_params runs in one process (a worker's slices are read back on one host); "
+        f"allowed with {layout.num_processes} processes: shard_params False"
+    )
+  axes, leaves = {}, []
   for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
     shape = tuple(np.shape(leaf))
     fits = [i for i, n in enumerate(shape) if n % D == 0]
     if not fits:
+      name = f"parameter {jax.tree_util.keystr(path)} of shape {shape}"
+      if not shape:
+        raise LayoutError(
+            f"shard_params: {name} is a scalar, which cannot be split over "
+            f"devices_per_worker={D}; allowed: parameters of at least one axis"
+        )
       raise LayoutError(
-          f"shard_params: parameter {jax.tree_util.keystr(path)} of shape {shape} has no axis "
-          f"divisible by devices_per_worker={D}; allowed: parameters with an axis of a size "
-          f"divisible by {D}, or devices_per_worker dividing one of {list(shape)}"
+          f"shard_params: {name} has no axis divisible by devices_per_worker={D}; allowed: "
+          f"parameters with an axis of a size divisible by {D}, or devices_per_worker "
+          f"dividing one of {list(shape)}"
       )
     axes[shape] = fits[0]
-  return dataclasses.replace(layout, param_axes=tuple(sorted(axes.items())))
+    leaves.append((shape, fits[0]))
+  return dataclasses.replace(
+      layout, param_axes=tuple(sorted(axes.items())), param_leaves=tuple(leaves)
+  )
 
 
 def _leaf_specs(tree, kind, layout: WorkerLayout):
@@ -860,11 +882,14 @@ def data_parallel_loss(loss_fn: Callable, layout: WorkerLayout) -> Callable:
 
     def sharded_loss(params, batch, key):
       key = jax.random.fold_in(key, jax.lax.axis_index(DATA_AXIS))
-      whole = jax.tree.map(
-          lambda x: _gather_slices(x, layout.split_axis(_whole_shape(x.shape, layout), x.dtype)),
-          params,
-      )
-      return _data_mean_value(loss_fn(whole, batch, key))
+      leaves, tree = jax.tree.flatten(params)
+      if len(leaves) != len(layout.param_leaves):
+        raise LayoutError(
+            f"shard_params: the loss got {len(leaves)} parameter leaves, the layout was made "
+            f"for {len(layout.param_leaves)} (workers.shard_params of these parameters)"
+        )
+      whole = [_gather_slices(x, axis) for x, (_, axis) in zip(leaves, layout.param_leaves)]
+      return _data_mean_value(loss_fn(jax.tree.unflatten(tree, whole), batch, key))
 
     return sharded_loss
 
@@ -873,20 +898,6 @@ def data_parallel_loss(loss_fn: Callable, layout: WorkerLayout) -> Callable:
     return _data_mean_value(loss_fn(_data_mean_gradient(params), batch, key))
 
   return loss
-
-
-def _whole_shape(shape, layout: WorkerLayout):
-  """The parameter shape whose slice on one device of a worker is ``shape``."""
-  D = layout.devices_per_worker
-  for whole, axis in layout.param_axes:
-    if len(whole) == len(shape) and all(
-        n == (m // D if i == axis else m) for i, (n, m) in enumerate(zip(shape, whole))
-    ):
-      return whole
-  raise LayoutError(
-      f"shard_params: a parameter slice of shape {tuple(shape)} matches no parameter of "
-      f"the layout's {[w for w, _ in layout.param_axes]}"
-  )
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
