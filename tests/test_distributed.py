@@ -136,6 +136,21 @@ def wait_all(procs, timeout):
         p.wait()
 
 
+def assert_same_checkpoints(multi: Path, single: Path, config: TrainConfig):
+  """The multi-process run's last checkpoint equals the single-process one's
+  (float32 tolerance above), after STEPS steps that moved the center."""
+  got, want = (checkpoint.Checkpointer(d).restore() for d in (multi, single))
+  assert int(got["step"]) == int(want["step"]) == STEPS
+  for key in ("center", "worker", "shared", "epoch_losses"):
+    for a, b in zip(jax.tree.leaves(got[key]), jax.tree.leaves(want[key]), strict=True):
+      np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=key)
+  moved = [
+      np.max(np.abs(a - b))
+      for a, b in zip(jax.tree.leaves(got["center"]), jax.tree.leaves(spmd.Run(config).init_params))
+  ]
+  assert max(moved) > 1e-3  # 20 steps moved the center: the comparison is not vacuous
+
+
 @pytest.mark.parametrize("algorithm", ["easgd", "pmean_sgd"])
 def test_two_processes_equal_one_process_with_four_devices(tmp_path, algorithm):
   multi = tmp_path / "multi"
@@ -165,16 +180,7 @@ def test_two_processes_equal_one_process_with_four_devices(tmp_path, algorithm):
       "summary.json",
       "tb",
   ]
-  got, want = (checkpoint.Checkpointer(d).restore() for d in (multi, tmp_path / "single"))
-  assert int(got["step"]) == int(want["step"]) == STEPS
-  for key in ("center", "worker", "shared", "epoch_losses"):
-    for a, b in zip(jax.tree.leaves(got[key]), jax.tree.leaves(want[key]), strict=True):
-      np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=key)
-  moved = [
-      np.max(np.abs(a - b))
-      for a, b in zip(jax.tree.leaves(got["center"]), jax.tree.leaves(spmd.Run(CONFIG).init_params))
-  ]
-  assert max(moved) > 1e-3  # 20 steps moved the center: the comparison is not vacuous
+  assert_same_checkpoints(multi, tmp_path / "single", CONFIG)
 
 
 @pytest.mark.parametrize(
@@ -210,16 +216,7 @@ def test_workers_of_several_devices_on_two_processes_equal_one_process(tmp_path,
   within = summary["communication"]["by_axis"]["within_workers"]
   assert within["all_reduces"] == STEPS and within["group_size"] == D
   assert summary["final"]["test_count"] == ref["final"]["test_count"] == 359
-  got, want = (checkpoint.Checkpointer(d).restore() for d in (multi, tmp_path / "single"))
-  assert int(got["step"]) == int(want["step"]) == STEPS
-  for key in ("center", "worker", "shared", "epoch_losses"):
-    for a, b in zip(jax.tree.leaves(got[key]), jax.tree.leaves(want[key]), strict=True):
-      np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=key)
-  moved = [
-      np.max(np.abs(a - b))
-      for a, b in zip(jax.tree.leaves(got["center"]), jax.tree.leaves(spmd.Run(config).init_params))
-  ]
-  assert max(moved) > 1e-3  # 20 steps moved the center: the comparison is not vacuous
+  assert_same_checkpoints(multi, tmp_path / "single", config)
 
 
 @pytest.mark.parametrize("victim", [1, 0])
