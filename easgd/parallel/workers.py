@@ -93,35 +93,34 @@ class WorkerLayout:
     backend: ``"pmap"`` or ``"shard_map"`` (module docstring).
     devices_per_worker: D, the devices of one worker (module docstring);
       ``devices`` holds the workers' rows of D devices one after the other.
-    param_axes: None (every state value whole on each device of its
-      worker), or ``((shape, axis), ...)``: parameter-shaped state split
-      over the worker's devices (:func:`shard_params`).
-    param_leaves: with ``param_axes``, ``(shape, axis)`` of every parameter
-      leaf in the order of ``jax.tree.leaves(params)`` (the loss gathers
-      leaf by leaf: two parameters may have slices of one shape).
+    param_leaves: ``()`` (every state value whole on each device of its
+      worker), or ``(shape, axis)`` of every parameter leaf in the order of
+      ``jax.tree.leaves(params)``: parameter-shaped state split over the
+      worker's devices (:func:`shard_params`; the loss gathers leaf by
+      leaf, since two parameters may have slices of one shape).
   """
 
   num_workers: int
   devices: tuple[Any, ...]
   backend: str = "pmap"
   devices_per_worker: int = 1
-  param_axes: tuple[tuple[tuple[int, ...], int], ...] | None = None
   param_leaves: tuple[tuple[tuple[int, ...], int], ...] = ()
 
   @property
   def shard_params(self) -> bool:
     """True when parameter-shaped state is split over "data" (:func:`shard_params`)."""
-    return self.param_axes is not None
+    return bool(self.param_leaves)
 
   def split_axis(self, shape, dtype) -> int | None:
     """The axis of a per-worker leaf of ``shape`` split over "data" (None: whole).
 
-    With :attr:`param_axes` (:func:`shard_params`) a floating leaf of a
-    parameter's shape is split on that parameter's axis; nothing else is.
+    With :attr:`param_leaves` (:func:`shard_params`) a floating leaf of a
+    parameter's shape is split on that parameter's axis (the same for every
+    parameter of that shape); nothing else is.
     """
-    if self.param_axes is None or not jnp.issubdtype(dtype, jnp.floating):
+    if not self.param_leaves or not jnp.issubdtype(dtype, jnp.floating):
       return None
-    return dict(self.param_axes).get(tuple(shape))
+    return dict(self.param_leaves).get(tuple(shape))
 
   @property
   def num_devices(self) -> int:
@@ -373,7 +372,7 @@ def shard_params(layout: WorkerLayout, params) -> WorkerLayout:
     params: one worker's parameters (a pytree of arrays; shapes only are read).
 
   Returns:
-    The layout with ``param_axes`` set.
+    The layout with ``param_leaves`` set.
 
   Raises:
     LayoutError: D = 1, a layout of several processes (not supported: the
@@ -392,7 +391,7 @@ def shard_params(layout: WorkerLayout, params) -> WorkerLayout:
         f"shard_params runs in one process (a worker's slices are read back on one host); "
         f"allowed with {layout.num_processes} processes: shard_params False"
     )
-  axes, leaves = {}, []
+  leaves = []
   for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
     shape = tuple(np.shape(leaf))
     fits = [i for i, n in enumerate(shape) if n % D == 0]
@@ -408,11 +407,8 @@ def shard_params(layout: WorkerLayout, params) -> WorkerLayout:
           f"parameters with an axis of a size divisible by {D}, or devices_per_worker "
           f"dividing one of {list(shape)}"
       )
-    axes[shape] = fits[0]
     leaves.append((shape, fits[0]))
-  return dataclasses.replace(
-      layout, param_axes=tuple(sorted(axes.items())), param_leaves=tuple(leaves)
-  )
+  return dataclasses.replace(layout, param_leaves=tuple(leaves))
 
 
 def _leaf_specs(tree, kind, layout: WorkerLayout):
@@ -572,9 +568,7 @@ def _map_devices(per_device, layout, in_kinds, single, donate_argnums, keep_shar
   devices of ``layout`` by its backend."""
   if layout.backend == "shard_map":
     if layout.shard_params:
-      return _sharded_state_workers(
-          per_device, layout, in_kinds, single, donate_argnums, keep_shards
-      )
+      return _sharded_state_workers(per_device, layout, in_kinds, donate_argnums, keep_shards)
     return _shard_map_workers(per_device, layout, in_kinds, single, donate_argnums)
   return jax.pmap(
       per_device,
@@ -755,7 +749,7 @@ def _shard_map_workers(inner, layout, in_kinds, single, donate_argnums):
   return jax.jit(mapped, donate_argnums=donate_argnums)
 
 
-def _sharded_state_workers(inner, layout, in_kinds, single, donate_argnums, keep_shards):
+def _sharded_state_workers(inner, layout, in_kinds, donate_argnums, keep_shards):
   """:func:`_shard_map_workers` for a layout that shards parameters (:func:`shard_params`).
 
   The specs of "worker"/"shared" arguments are per leaf (:func:`_leaf_specs`,
