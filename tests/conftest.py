@@ -6,7 +6,8 @@
   repository root (ignored by git; ``EASGD_TEST_CACHE_DIR`` overrides it):
   the many identical small programs the tests compile, in this process and in
   the CLI, multi-process and notebook subprocesses they start (which inherit
-  the environment), are compiled once.
+  the environment), are compiled once. The MNIST-1D data sets they generate
+  are kept the same way, in ``.data_cache/`` (``EASGD_DATA_CACHE``).
 * Every ``.json`` and ``.jsonl`` file a test leaves under its ``tmp_path``
   must be strict JSON (no ``NaN`` or ``Infinity``): an autouse fixture
   parses them after the test (:func:`strict_json_files`) and fails the test
@@ -29,6 +30,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 NUM_FAKE_DEVICES = 8
@@ -40,6 +42,9 @@ _cache = os.environ.setdefault(
     "EASGD_TEST_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".jax_cache")
 )
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _cache)
+os.environ.setdefault(  # generated MNIST-1D data sets, made once for the whole run
+    "EASGD_DATA_CACHE", str(Path(__file__).resolve().parents[1] / ".data_cache")
+)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
@@ -115,7 +120,9 @@ def pytest_runtest_protocol(item, nextitem):
   root = item.config.rootpath
   command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", item.nodeid]
   env = dict(os.environ, **{OWN_PROCESS_CHILD: "1"})
+  began = time.perf_counter()
   done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True)
+  seconds = time.perf_counter() - began  # reported as the call's duration (--durations)
   out = done.stdout + done.stderr
   summary = out.strip().splitlines()[-1] if out.strip() else ""
   if done.returncode == 0 and re.search(r"\b1 passed\b", summary):
@@ -139,6 +146,7 @@ def pytest_runtest_protocol(item, nextitem):
         longrepr if when == "call" else None,
         when,
         sections=[("Captured output of its own process", out)] if when == "call" else [],
+        duration=seconds if when == "call" else 0.0,
     )
     item.ihook.pytest_runtest_logreport(report=report)
   # what the previous test kept set up for this one (its module's fixtures) is

@@ -192,7 +192,9 @@ def test_real_fashion_mnist():
 # --------------------------------------------------------------------------
 
 
-def test_mnist1d_shapes_determinism_and_global_rng():
+def test_mnist1d_shapes_determinism_and_global_rng(monkeypatch):
+  monkeypatch.setenv(data.MNIST1D_CACHE_ENV, "")  # generated every time, no file read
+  data._load_mnist1d_cached.cache_clear()
   np.random.seed(1234)
   random.seed(99)
   np_expected = np.random.get_state()[1].copy()
@@ -211,6 +213,47 @@ def test_mnist1d_shapes_determinism_and_global_rng():
   np.testing.assert_array_equal(a.test_y, b.test_y)
   c = data.load_mnist1d(seed=4, num_samples=200)
   assert not np.array_equal(a.train_x, c.train_x)
+
+
+def test_a_generated_mnist1d_is_kept_on_disk_and_read_back_bit_for_bit(tmp_path, monkeypatch):
+  from mnist1d import data as mnist1d_data
+
+  monkeypatch.setenv(data.MNIST1D_CACHE_ENV, "")
+  data._load_mnist1d_cached.cache_clear()
+  generated = data.load_mnist1d(seed=5, num_samples=200)
+  monkeypatch.setenv(data.MNIST1D_CACHE_ENV, str(tmp_path / "cache"))
+  data._load_mnist1d_cached.cache_clear()
+  assert data.load_mnist1d(seed=5, num_samples=200).train_x.shape == (160, 40, 1)
+  (path,) = (tmp_path / "cache").iterdir()
+  assert path.name.startswith("mnist1d-") and "-seed5-n200-" in path.name
+  make = mnist1d_data.make_dataset
+
+  def never(args):
+    raise AssertionError("generated again, not read from its file")
+
+  monkeypatch.setattr(mnist1d_data, "make_dataset", never)
+  data._load_mnist1d_cached.cache_clear()
+  read = data.load_mnist1d(seed=5, num_samples=200)
+  for f in ("train_x", "train_y", "test_x", "test_y"):
+    a, b = getattr(read, f), getattr(generated, f)
+    assert a.dtype == b.dtype and np.array_equal(a, b), f
+  # a damaged file is generated again and replaced; no temporary file is left
+  monkeypatch.setattr(mnist1d_data, "make_dataset", make)
+  path.write_bytes(path.read_bytes()[:100])
+  data._load_mnist1d_cached.cache_clear()
+  np.testing.assert_array_equal(data.load_mnist1d(seed=5, num_samples=200).test_x, generated.test_x)
+  assert [p.name for p in (tmp_path / "cache").iterdir()] == [path.name]
+  np.testing.assert_array_equal(
+      np.load(path)["x_test"].astype(np.float32)[..., None], generated.test_x
+  )
+  # a directory that cannot be made: the data set is generated, nothing written
+  (tmp_path / "a_file").write_text("")
+  monkeypatch.setenv(data.MNIST1D_CACHE_ENV, str(tmp_path / "a_file" / "cache"))
+  data._load_mnist1d_cached.cache_clear()
+  np.testing.assert_array_equal(
+      data.load_mnist1d(seed=5, num_samples=200).train_y, generated.train_y
+  )
+  data._load_mnist1d_cached.cache_clear()
 
 
 def test_mnist1d_bad_num_samples():

@@ -212,7 +212,8 @@ def test_resnet_trains_through_easgd_train_and_compare(tmp_path):
 
 def protocol_results(work: Path, config: str, *task_args: str) -> dict:
   """``easgd protocol`` of ``examples/<config>``'s protocol (its base task, budget,
-  grids and seeds) with its first arm only (one tuning and one report program),
+  grids and seeds) with its first arm only and its grid never extended (one
+  tuning and one report program; the extension is tests/test_protocol_grid.py's),
   its task arguments replaced by ``task_args`` (tiny sizes)."""
   module = config.removesuffix(".py")
   wrapper = work.parent / f"first_arm_{module}.py"
@@ -221,12 +222,14 @@ def protocol_results(work: Path, config: str, *task_args: str) -> dict:
       f"from examples.{module} import get_protocol as full\n"
       "def get_protocol():\n"
       "  p = full()\n"
-      "  return dataclasses.replace(p, arms=p.arms[:1])\n"
+      "  return dataclasses.replace(p, arms=p.arms[:1], max_grid_extensions=0)\n"
   )
   args = [a for kv in task_args for a in ("--task-arg", kv)]
   cli("protocol", "--config", str(wrapper), *args, "--workdir", str(work), progress_flag=False)
   assert (work / "results.md").is_file()
-  return json.loads((work / "results.json").read_text())
+  results = json.loads((work / "results.json").read_text())
+  assert [p["kind"] for p in results["programs"]] == ["tune", "report"]
+  return results
 
 
 def assert_every_arm_reported(results: dict, arms: tuple[str, ...]) -> None:

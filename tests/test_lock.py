@@ -163,7 +163,9 @@ gate = Path(sys.argv[1])
 write = rundir.write_metrics
 def paused(workdir, history):  # after the first evaluation, wait for the gate
   write(workdir, history)
-  (gate.parent / "paused").write_text(str(workdir))
+  staged = gate.parent / "paused.tmp"  # renamed: the test never reads a half-written file
+  staged.write_text(str(workdir))
+  staged.replace(gate.parent / "paused")
   while not gate.exists():
     time.sleep(0.05)
 rundir.write_metrics = paused

@@ -107,55 +107,76 @@ def test_validation_examples_are_never_trained_on_and_are_not_test_examples():
 # ----------------------------------------------------------------------------
 
 
-def test_one_program_gives_each_configuration_its_train_and_evaluate_run():
-  arms = (
-      Arm("easgd tau=4", "easgd", dict(tau=4), (0.1,)),
-      Arm("easgd tau=2", "easgd", dict(tau=2), (0.1,)),  # tau traced, same program
-      Arm("eamsgd K=3", "eamsgd", dict(tau=4, delta=0.9, sync_warmup_steps=3), (0.02,)),
-      Arm("downpour tau=2", "downpour", dict(tau=2), (0.05,)),
-      Arm("local_sgd K=4", "local_sgd", dict(tau=4, sync_warmup_steps=4), (0.1,)),
-      Arm("diloco", "diloco", dict(tau=4), (0.1,)),
-      Arm("pmean", "pmean_sgd", {}, (0.1,)),
-  )
+EQUALITY_ARMS = (
+    Arm("easgd tau=4", "easgd", dict(tau=4), (0.1,)),
+    Arm("easgd tau=2", "easgd", dict(tau=2), (0.1,)),  # tau traced, same program
+    Arm("eamsgd K=3", "eamsgd", dict(tau=4, delta=0.9, sync_warmup_steps=3), (0.02,)),
+    Arm("downpour tau=2", "downpour", dict(tau=2), (0.05,)),
+    Arm("local_sgd K=4", "local_sgd", dict(tau=4, sync_warmup_steps=4), (0.1,)),
+    Arm("diloco", "diloco", dict(tau=4), (0.1,)),
+    Arm("pmean", "pmean_sgd", {}, (0.1,)),
+)
+"""One arm of every algorithm family, each its own program but the two EASGD
+arms, which share one (tau is traced)."""
+
+
+def test_the_equality_arms_make_the_programs_the_next_test_checks_one_by_one():
+  config = ProtocolConfig("eq", "", BASE, EQUALITY_ARMS, eval_every_steps=18).validate()
+  runs = protocol.prepare(config, protocol.SeedData(BASE, (5, 6)).num_train)
+  groups = protocol.group_programs(list(runs.values()))
+  assert [[r.arm.name for r in g] for g in groups] == [
+      ["easgd tau=4", "easgd tau=2"],
+      *[[a.name] for a in EQUALITY_ARMS[2:]],
+  ]
+
+
+@pytest.mark.parametrize(
+    "names",
+    [("easgd tau=4", "easgd tau=2"), *[(a.name,) for a in EQUALITY_ARMS[2:]]],
+    ids=lambda names: names[0].split()[0],
+)
+def test_one_program_gives_each_configuration_its_train_and_evaluate_run(names):
+  arms = tuple(a for a in EQUALITY_ARMS if a.name in names)
   config = ProtocolConfig("eq", "", BASE, arms, eval_every_steps=18).validate()
   seeds = protocol.SeedData(BASE, (5, 6))
   runs = protocol.prepare(config, seeds.num_train)
+  (group,) = protocol.group_programs(list(runs.values()))  # one program
   worst = {1: 0.0, 2: 0.0}
-  for group in protocol.group_programs(list(runs.values())):
-    configs = [
-        dict(arm=r.arm.name, learning_rate=r.arm.learning_rates[0], seed=s)
-        for r in group
-        for s in (5, 6)
-    ]
-    summaries = [
-        train_and_evaluate(
-            runs[c["arm"]].config.replace(learning_rate=c["learning_rate"], seed=c["seed"]),
-            tempfile.mkdtemp(),
-        )
-        for c in configs
-    ]
-    for kind, split in (("tune", "val"), ("report", "test")):
-      for per_call, rtol in ((1, LOSS_RTOL), (2, BATCHED_LOSS_RTOL)):
-        out, info = protocol.run_program(
-            group,
-            configs,
-            seeds,
-            kind,
-            dataclasses.replace(config, configs_per_batch=per_call),
-        )
-        assert info["compiles"] <= 5  # init, step (x2 phases with a warm-up), eval, final
-        for i, (c, summary) in enumerate(zip(configs, summaries)):
-          steps = list(runs[c["arm"]].eval_steps)
-          for rec in summary["history"]:  # epoch ends: steps 0, 18, 36
-            k = steps.index(rec["step"])
-            got_loss = out["curves"][f"{split}_loss"][i, k]
-            want_loss = rec[f"{split}_loss"]
-            worst[per_call] = max(worst[per_call], abs(got_loss - want_loss) / want_loss)
-            assert got_loss == pytest.approx(want_loss, rel=rtol), (c, per_call)
-            if per_call == 1:
-              assert out["curves"][f"{split}_error"][i, k] == pytest.approx(
-                  rec[f"{split}_error"], abs=1e-6
-              )
+  configs = [
+      dict(arm=r.arm.name, learning_rate=r.arm.learning_rates[0], seed=s)
+      for r in group
+      for s in (5, 6)
+  ]
+  summaries = [
+      train_and_evaluate(
+          runs[c["arm"]].config.replace(learning_rate=c["learning_rate"], seed=c["seed"]),
+          tempfile.mkdtemp(),
+      )
+      for c in configs
+  ]
+  for kind, split in (("tune", "val"), ("report", "test")):
+    for per_call, rtol in ((1, LOSS_RTOL), (2, BATCHED_LOSS_RTOL)):
+      out, info = protocol.run_program(
+          group,
+          configs,
+          seeds,
+          kind,
+          dataclasses.replace(config, configs_per_batch=per_call),
+      )
+      assert info["compiles"] <= 5  # init, step (x2 phases with a warm-up), eval, final
+      for i, (c, summary) in enumerate(zip(configs, summaries)):
+        steps = list(runs[c["arm"]].eval_steps)
+        assert [rec["step"] for rec in summary["history"]] == [0, 18, 36]  # epoch ends
+        for rec in summary["history"]:
+          k = steps.index(rec["step"])
+          got_loss = out["curves"][f"{split}_loss"][i, k]
+          want_loss = rec[f"{split}_loss"]
+          worst[per_call] = max(worst[per_call], abs(got_loss - want_loss) / want_loss)
+          assert got_loss == pytest.approx(want_loss, rel=rtol), (c, per_call)
+          if per_call == 1:
+            assert out["curves"][f"{split}_error"][i, k] == pytest.approx(
+                rec[f"{split}_error"], abs=1e-6
+            )
   print(
       f"\nmeasured: relative loss difference, one program vs separate runs: "
       f"{worst[1]:.2e} (one configuration per call), {worst[2]:.2e} (two)"

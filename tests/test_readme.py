@@ -45,7 +45,7 @@ def test_the_first_lines_give_the_two_fresh_machine_commands():
   )
   assert commands[1] == (
       'python3 -m venv .venv && .venv/bin/pip install -e ".[dev]" && '
-      ".venv/bin/python -m pytest -q -n 2"
+      ".venv/bin/python -m pytest -q -n 2 --dist worksteal"
   )
   # .ci/run runs the first indented line within 3 lines after "run the tests"
   assert "grep -A3 -m1 'run the tests' README.md" in (ROOT / ".ci" / "run").read_text()

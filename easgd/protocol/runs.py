@@ -250,10 +250,13 @@ def _run_protocol(config: ProtocolConfig, workdir, log: Callable, task) -> dict[
         for s in config.tune_seeds
     ]
     out = _run_logged(group, reason, configs, tune, "tune", config, programs, log)
+    per_rate = {}
     for r in group:
       rows = [i for i, c in enumerate(configs) if c["arm"] == r.arm.name]
-      per_rate = [_tuning_entry(r, lr, configs, rows, out, config) for lr in r.arm.learning_rates]
-      results[r.arm.name] = _extend_grid(r, per_rate, config, tune, programs, log)
+      per_rate[r.arm.name] = [
+          _tuning_entry(r, lr, configs, rows, out, config) for lr in r.arm.learning_rates
+      ]
+    results.update(_extend_grids(group, per_rate, config, tune, programs, log))
 
   # 2. choose: the arms with lr_from take their source's base rate (and the
   # flag of a source whose grid could not tune)
@@ -336,65 +339,102 @@ def _tuning_entry(r: ArmRun, lr: float, configs, rows, out, config) -> dict:
   )
 
 
-def _extend_grid(r: ArmRun, per_rate, config, tune, programs, log) -> dict:
-  """An arm's choice, its grid extended while the chosen rate sits at an edge.
+def _extend_grids(group: list[ArmRun], per_rate: dict, config, tune, programs, log) -> dict:
+  """The choices of one program's arms, each grid extended while its chosen rate
+  sits at an edge.
 
-  While the best rate is the grid's lowest or highest, one more rate one log
-  step beyond it (the grid's own ratio) is tuned on the same seeds, its runs
-  added to those the arm has, until the chosen rate is interior, the new rate
-  diverges on every tuning seed (the best then lies next to a diverging
+  While an arm's best rate is its grid's lowest or highest, one more rate one
+  log step beyond it (the grid's own ratio) is tuned on the same seeds, its
+  runs added to those the arm has, until the chosen rate is interior, the new
+  rate diverges on every tuning seed (the best then lies next to a diverging
   rate: bracketed), its resolved rate leaves float32's range, or
-  ``config.max_grid_extensions`` rates were added.
+  ``config.max_grid_extensions`` rates were added. The arms of one program
+  that extend in the same round share that round's program (one compilation,
+  one run over all their new configurations).
+
+  Args:
+    group: the arms of one tuning program.
+    per_rate: arm name -> its tuning entries (:func:`_tuning_entry`), one per
+      rate of its first grid; extended in place.
 
   Returns:
-    The arm's tuning entry: ``tuning`` (per rate, sorted), ``learning_rates``
-    (the grid as tuned), ``chosen_learning_rate``, ``grid_edge`` (of the
-    extended grid), ``grid_extended`` (the rates added, in order) and
-    ``grid_extension`` (why it stopped: "interior", "diverged", "range",
-    "limit", or None when the first grid's choice was not at an edge).
+    Arm name -> its tuning entry: ``tuning`` (per rate, sorted),
+    ``learning_rates`` (the grid as tuned), ``chosen_learning_rate``,
+    ``grid_edge`` (of the extended grid), ``grid_extended`` (the rates added,
+    in order) and ``grid_extension`` (why it stopped: "interior", "diverged",
+    "range", "limit", or None when the first grid's choice was not at an edge).
   """
 
-  def choose(rates):
-    chosen = per_rate[int(np.argmin([p["score"] for p in per_rate]))]["learning_rate"]
-    return chosen, lr_grid_edges(rates, chosen, per_rate)
+  def choose(name, rates):
+    entries = per_rate[name]
+    chosen = entries[int(np.argmin([p["score"] for p in entries]))]["learning_rate"]
+    return chosen, lr_grid_edges(rates, chosen, entries)
 
-  rates = list(r.arm.learning_rates)
-  chosen, edge = choose(rates)
-  added, stop = [], None
-  ratio = sorted(rates)[1] / sorted(rates)[0] if len(rates) > 1 else None
-  while edge in ("low", "high"):
-    if len(added) >= config.max_grid_extensions:
-      stop = "limit"
+  state = {}
+  for r in group:
+    rates = list(r.arm.learning_rates)
+    chosen, edge = choose(r.arm.name, rates)
+    ratio = sorted(rates)[1] / sorted(rates)[0] if len(rates) > 1 else None
+    state[r.arm.name] = dict(
+        rates=rates, chosen=chosen, edge=edge, added=[], stop=None, ratio=ratio
+    )
+  while True:
+    extending = []  # (arm run of the new rate alone, the new rate, the edge)
+    for r in group:
+      st = state[r.arm.name]
+      if st["stop"] is not None or st["edge"] not in ("low", "high"):
+        continue
+      if len(st["added"]) >= config.max_grid_extensions:
+        st["stop"] = "limit"
+        continue
+      edge = st["edge"]
+      new = min(st["rates"]) / st["ratio"] if edge == "low" else max(st["rates"]) * st["ratio"]
+      try:
+        r.config.replace(learning_rate=new).validate()  # its resolved rate in float32's range
+      except ConfigError:
+        st["stop"] = "range"
+        continue
+      one = dataclasses.replace(r, arm=dataclasses.replace(r.arm, learning_rates=(new,)))
+      extending.append((one, new, edge))
+    if not extending:
       break
-    new = min(rates) / ratio if edge == "low" else max(rates) * ratio
-    try:
-      r.config.replace(learning_rate=new).validate()  # its resolved rate in float32's range
-    except ConfigError:
-      stop = "range"
-      break
-    one = dataclasses.replace(r, arm=dataclasses.replace(r.arm, learning_rates=(new,)))
-    configs = [dict(arm=r.arm.name, learning_rate=new, seed=s) for s in config.tune_seeds]
-    why = f"grid extended at its {edge} edge"
-    out = _run_logged([one], why, configs, tune, "tune", config, programs, log)
-    entry = _tuning_entry(r, new, configs, list(range(len(configs))), out, config)
-    per_rate.append(entry)
-    rates.append(new)
-    added.append(new)
-    chosen, edge = choose(rates)
-    if all(entry["diverged"]):
-      stop = "diverged"  # the best lies next to a diverging rate: bracketed
-      break
-  if added and stop is None:
-    stop = "interior"
-  order = np.argsort([p["learning_rate"] for p in per_rate])
-  return dict(
-      tuning=[per_rate[i] for i in order],
-      learning_rates=sorted(rates),
-      chosen_learning_rate=chosen,
-      grid_edge=edge,
-      grid_extended=added,
-      grid_extension=stop,
-  )
+    configs = [
+        dict(arm=one.arm.name, learning_rate=new, seed=s)
+        for one, new, _ in extending
+        for s in config.tune_seeds
+    ]
+    why = "grid extended at " + ", ".join(
+        f"its {edge} edge" if len(extending) == 1 else f"the {edge} edge of '{one.arm.name}'"
+        for one, _, edge in extending
+    )
+    out = _run_logged(
+        [one for one, _, _ in extending], why, configs, tune, "tune", config, programs, log
+    )
+    for one, new, _ in extending:
+      name = one.arm.name
+      st = state[name]
+      rows = [i for i, c in enumerate(configs) if c["arm"] == name]
+      entry = _tuning_entry(one, new, configs, rows, out, config)
+      per_rate[name].append(entry)
+      st["rates"].append(new)
+      st["added"].append(new)
+      st["chosen"], st["edge"] = choose(name, st["rates"])
+      if all(entry["diverged"]):
+        st["stop"] = "diverged"  # the best lies next to a diverging rate: bracketed
+  results = {}
+  for r in group:
+    st = state[r.arm.name]
+    entries = per_rate[r.arm.name]
+    order = np.argsort([p["learning_rate"] for p in entries])
+    results[r.arm.name] = dict(
+        tuning=[entries[i] for i in order],
+        learning_rates=sorted(st["rates"]),
+        chosen_learning_rate=st["chosen"],
+        grid_edge=st["edge"],
+        grid_extended=st["added"],
+        grid_extension=st["stop"] or ("interior" if st["added"] else None),
+    )
+  return results
 
 
 def _run_logged(group, reason, configs, seed_data, kind, config, programs, log):

@@ -26,6 +26,7 @@ import os
 import pickle
 import random
 import struct
+import zipfile
 
 import numpy as np
 
@@ -598,6 +599,78 @@ def load_cifar10(data_dir: str | os.PathLike) -> Dataset:
 # --------------------------------------------------------------------------
 
 
+MNIST1D_CACHE_ENV = "EASGD_DATA_CACHE"
+"""The environment variable naming the directory generated MNIST-1D data sets
+are kept in (one ``.npz`` file per generator version, seed and size); unset:
+``$XDG_CACHE_HOME/easgd`` or ``~/.cache/easgd``; empty: no files, every data
+set is generated."""
+
+
+def mnist1d_cache_dir() -> str | None:
+  """The directory of the generated MNIST-1D files (:data:`MNIST1D_CACHE_ENV`),
+  or None when that variable is set empty (never cache on disk)."""
+  where = os.environ.get(MNIST1D_CACHE_ENV)
+  if where is not None:
+    return where or None
+  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  return os.path.join(base, "easgd")
+
+
+def _mnist1d_file(seed: int, num_samples: int, args) -> str | None:
+  """The cache file of one generated data set: named by the generator's
+  version and a hash of every generator argument (seed and size among them),
+  so a changed generator or argument never reads an old file."""
+  import hashlib
+  from importlib import metadata
+
+  where = mnist1d_cache_dir()
+  if where is None:
+    return None
+  spec = repr(sorted(vars(args).items())).encode()
+  digest = hashlib.sha256(spec).hexdigest()[:16]
+  version = metadata.version("mnist1d")
+  return os.path.join(where, f"mnist1d-{version}-seed{seed}-n{num_samples}-{digest}.npz")
+
+
+_MNIST1D_KEYS = ("x", "y", "x_test", "y_test")
+
+
+def _read_mnist1d_file(path: str | None):
+  """The arrays of a cache file, or None when there is none or it cannot be
+  read whole (a damaged file is then generated again and replaced)."""
+  if path is None or not os.path.isfile(path):
+    return None
+  try:
+    with np.load(path, allow_pickle=False) as f:
+      return {k: f[k] for k in _MNIST1D_KEYS}
+  except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+    return None
+
+
+def _write_mnist1d_file(path: str | None, arrays: dict) -> None:
+  """Writes the cache file atomically (a temporary file in its directory,
+  renamed over it), so a concurrent reader never sees half of one; a directory
+  that cannot be written leaves the data set uncached, nothing else."""
+  if path is None:
+    return
+  import tempfile
+
+  try:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, staged = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".npz.tmp")
+  except OSError:
+    return
+  try:
+    with os.fdopen(fd, "wb") as f:
+      np.savez(f, **{k: np.asarray(arrays[k]) for k in _MNIST1D_KEYS})
+    os.replace(staged, path)
+  except OSError:
+    pass
+  finally:
+    if os.path.exists(staged):
+      os.remove(staged)
+
+
 @functools.lru_cache(maxsize=8)  # 1.6 MB each; a protocol's 6 seeds stay cached
 def _load_mnist1d_cached(seed: int, num_samples: int) -> Dataset:
   from mnist1d import data as mnist1d_data  # Imported lazily: it is slow-ish.
@@ -605,14 +678,18 @@ def _load_mnist1d_cached(seed: int, num_samples: int) -> Dataset:
   args = mnist1d_data.get_dataset_args()
   args.seed = seed
   args.num_samples = num_samples
-  # The generator reseeds NumPy's and Python's global RNGs; put them back.
-  np_state = np.random.get_state()
-  py_state = random.getstate()
-  try:
-    generated = mnist1d_data.make_dataset(args)
-  finally:
-    np.random.set_state(np_state)
-    random.setstate(py_state)
+  path = _mnist1d_file(seed, num_samples, args)
+  generated = _read_mnist1d_file(path)
+  if generated is None:
+    # The generator reseeds NumPy's and Python's global RNGs; put them back.
+    np_state = np.random.get_state()
+    py_state = random.getstate()
+    try:
+      generated = mnist1d_data.make_dataset(args)
+    finally:
+      np.random.set_state(np_state)
+      random.setstate(py_state)
+    _write_mnist1d_file(path, generated)
   return Dataset(
       name="mnist1d",
       train_x=np.asarray(generated["x"], dtype=np.float32)[..., None],
@@ -636,7 +713,10 @@ def load_mnist1d(seed: int = 0, num_samples: int = 10000) -> Dataset:
   The generator calls ``np.random.seed`` and ``random.seed``; the global NumPy
   and Python RNG states are saved before and restored after, so callers'
   global random streams are untouched. Results are cached in memory per
-  ``(seed, num_samples)`` (8 entries); 10000 samples take about 2 s to make.
+  ``(seed, num_samples)`` (8 entries), and on disk in :func:`mnist1d_cache_dir`
+  (one ``.npz`` file per generator version and arguments, written atomically;
+  set ``EASGD_DATA_CACHE`` empty to keep nothing on disk); 10000 samples take
+  2 to 5 s to make, a cached file milliseconds to read.
 
   Args:
     seed: generator seed, in ``[0, 2**32)``; different seeds give different
