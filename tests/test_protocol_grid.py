@@ -109,3 +109,31 @@ def test_results_md_says_which_grids_were_extended_and_why_they_stopped():
   text = protocol_report.results_markdown(results)
   assert "0.8 (high edge); 0.1..0.8 (4), 1 added: stopped: limit" in text
   assert "0.4 (high edge); 0.1..0.4 (3), 1 added: stopped: limit" in text
+
+
+def test_the_arms_of_one_program_extend_together_each_as_it_would_alone():
+  config = ProtocolConfig(
+      "grid",
+      "",
+      BASE,
+      (Arm("gd", "pmean_sgd", {}, (0.1, 0.2, 0.4)), Arm("gd1", "pmean_sgd", {}, (0.05, 0.1, 0.2))),
+      tune_seeds=(0, 1, 2),
+      report_seeds=(5, 6, 7),
+      eval_every_steps=4,
+      max_grid_extensions=2,
+  )
+  results = protocol.run_protocol(config, log=lambda line: None, task=quadratic_task())
+  # one tuning program for the first grids, then one per round for both arms' new rates
+  tune = [p for p in results["programs"] if p["kind"] == "tune"]
+  assert [(p["arms"], p["configs"]) for p in tune] == [(["gd", "gd1"], 18)] + [
+      (["gd", "gd1"], 6)
+  ] * 2
+  assert "the high edge of 'gd1'" in tune[1]["separate_because"]
+  gd, gd1 = results["arms"]["gd"], results["arms"]["gd1"]
+  assert gd["grid_extended"] == pytest.approx([0.8, 1.6]) and gd["grid_extension"] == "interior"
+  assert gd1["grid_extended"] == pytest.approx([0.4, 0.8]) and gd1["grid_extension"] == "limit"
+  alone = run((0.1, 0.2, 0.4), limit=2)  # gd's own protocol: the same choices and curves
+  assert gd["chosen_learning_rate"] == alone["chosen_learning_rate"]
+  for a, b in zip(gd["tuning"], alone["tuning"], strict=True):
+    assert a["learning_rate"] == pytest.approx(b["learning_rate"])
+    np.testing.assert_allclose(a["val_error_curve"], b["val_error_curve"], rtol=1e-6, atol=1e-7)
