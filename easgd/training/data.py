@@ -30,7 +30,7 @@ import zipfile
 
 import numpy as np
 
-from easgd._util import checks
+from easgd._util import checks, files
 
 DATASETS = ("mnist1d", "fashion_mnist", "digits", "cifar10")
 """Names accepted by :func:`load_dataset`."""
@@ -648,27 +648,20 @@ def _read_mnist1d_file(path: str | None):
 
 
 def _write_mnist1d_file(path: str | None, arrays: dict) -> None:
-  """Writes the cache file atomically (a temporary file in its directory,
-  renamed over it), so a concurrent reader never sees half of one; a directory
-  that cannot be written leaves the data set uncached, nothing else."""
+  """Writes the cache file atomically (``files.write_bytes_atomic``), so a
+  concurrent reader never sees half of one; a directory that cannot be
+  written leaves the data set uncached, nothing else."""
   if path is None:
     return
-  import tempfile
+  import io
 
+  buffer = io.BytesIO()
+  np.savez(buffer, **{k: np.asarray(arrays[k]) for k in _MNIST1D_KEYS})
   try:
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, staged = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".npz.tmp")
-  except OSError:
-    return
-  try:
-    with os.fdopen(fd, "wb") as f:
-      np.savez(f, **{k: np.asarray(arrays[k]) for k in _MNIST1D_KEYS})
-    os.replace(staged, path)
+    files.write_bytes_atomic(path, buffer.getvalue())
   except OSError:
     pass
-  finally:
-    if os.path.exists(staged):
-      os.remove(staged)
 
 
 @functools.lru_cache(maxsize=8)  # 1.6 MB each; a protocol's 6 seeds stay cached
