@@ -176,9 +176,9 @@ def test_two_processes_equal_one_process_with_four_devices(tmp_path, algorithm):
   assert sorted(p.name for p in multi.iterdir()) == [
       "checkpoints",
       "config.json",
+      "events.out.tfevents.0000000001.easgd",
       "metrics.jsonl",
       "summary.json",
-      "tb",
   ]
   assert_same_checkpoints(multi, tmp_path / "single", CONFIG)
 

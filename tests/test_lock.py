@@ -263,9 +263,9 @@ def test_a_second_train_on_a_running_workdir_exits_2_and_the_first_completes(tmp
   assert sorted(p.name for p in work.iterdir()) == [
       "checkpoints",
       "config.json",
+      "events.out.tfevents.0000000001.easgd",
       "metrics.jsonl",
       "summary.json",
-      "tb",
   ]  # lock released
 
 

@@ -6,7 +6,8 @@ import jax
 import numpy as np
 import pytest
 
-from easgd.training import batches, builtin_tasks, checkpoint, data, models, optimizers, rundir, trainer
+from easgd.training import batches, builtin_tasks, checkpoint, data, models, optimizers, rundir
+from easgd.training import tensorboard, trainer
 from easgd.methods import registry
 from easgd.parallel import workers
 from easgd.training.compare import compare
@@ -155,9 +156,10 @@ def test_overwrite_keeps_the_earlier_run_until_the_new_one_completes(tmp_path):
   aside = tmp_path / rundir.PREVIOUS_RUN_DIR
   assert (aside / "summary.json").read_text() == before  # recoverable
   assert (aside / "checkpoints").is_dir()
-  assert (aside / "tb").is_dir() and list((aside / "tb").iterdir())  # its events too
+  assert tensorboard.event_files(aside)  # its events too
   trainer.train_and_evaluate(TINY.replace(num_epochs=1), tmp_path, overwrite=True)
   assert not aside.exists()  # dropped once it stands
+  assert len(tensorboard.event_files(tmp_path)) == 1  # the new run's, not the failed one's
   assert (tmp_path / "summary.json").read_text() != "{}"
 
 

@@ -183,8 +183,8 @@ def run_protocol(
   Args:
     config: the protocol (validated here, before anything is loaded).
     workdir: if given, ``results.json`` is written there (created if
-      missing), and the curves as TensorBoard events in ``tb/``
-      (``easgd.training.tensorboard.write_protocol_events``); its lock is
+      missing), and the curves as TensorBoard runs in ``report/`` and
+      ``tune/`` (``easgd.training.tensorboard.write_protocol_events``); its lock is
       held for the whole run (``easgd.training.runlock``).
     log: called with one line per program (progress).
     task: a task built in code, or None for the one ``config.base`` names;
@@ -579,7 +579,7 @@ def _finish(config, arms, programs, step_s, param_bytes, num_params, seconds, wo
     path = Path(workdir)
     path.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path / RESULTS_JSON, results_json(results))
-    tensorboard.write_protocol_events(path, results)  # tb/: the curves per arm and seed
+    tensorboard.write_protocol_events(path, results)  # the curves per arm and seed
   return results
 
 

@@ -33,9 +33,11 @@ A run directory (``workdir``) holds, each file replaced atomically
                       ``easgd.runtimes.shared``), so that an independent
                       reference can replay the run;
   ``checkpoints/``    the layout-free Orbax checkpoints (``easgd.training.checkpoint``);
-  ``tb/``             the records of ``metrics.jsonl`` as TensorBoard events and
-                      the config as hyperparameters, rewritten with it
-                      (``easgd.training.tensorboard``);
+  ``events.out.tfevents.<n>.easgd``  the records of ``metrics.jsonl`` as
+                      TensorBoard events and the config as hyperparameters,
+                      one file per invocation, appended at each record
+                      (``easgd.training.tensorboard``), so the run shows in
+                      TensorBoard under the directory's own name;
   ``previous_run/``   with overwrite only: the earlier run, kept until the new
                       one has written its summary (:func:`set_aside_previous_run`);
   ``.easgd.lock``, ``.easgd.lock.json``  while a command runs in it: its lock
@@ -256,9 +258,9 @@ def set_aside_previous_run(workdir: Path, ckpt: checkpoint.Checkpointer) -> None
   ckpt.close()
   if not old and not has_checkpoints:
     return
-  for d in (checkpoint.CHECKPOINT_DIR, tensorboard.TB_DIR):
-    if (workdir / d).exists():
-      old.append(workdir / d)
+  if (workdir / checkpoint.CHECKPOINT_DIR).exists():
+    old.append(workdir / checkpoint.CHECKPOINT_DIR)
+  old += tensorboard.event_files(workdir)
   move_aside(workdir, old, finished=workdir / SUMMARY_FILE)
 
 

@@ -1,33 +1,17 @@
 """TensorBoard event files of runs, comparisons and the protocol: one writer for all.
 
-Every run directory gets ``tb/`` (:data:`TB_DIR`) beside ``metrics.jsonl``,
-one TensorBoard run, so ``tensorboard --logdir WORKDIR`` shows a run and
-``tensorboard --logdir`` of a ``compare`` directory shows its algorithms side
-by side (runs ``<algorithm>/tb``); the protocol writes ``tb/report/<arm>/seed_<s>``
-and ``tb/tune/<arm>/lr_<rate>/seed_<s>`` in its workdir.
-
-Tags: a scalar's tag is the field name of its ``metrics.jsonl`` record
-(``test_accuracy``, ``test_loss``, ``val_loss``, ``train_loss``,
-``worker_center_distance``, ``all_reduces``, ``learning_rate``, ``epoch``,
-...; the protocol's curves: ``test_error``, ``val_error``, ``test_loss``,
-``val_loss``, ``train_loss``), at the record's ``step`` (global steps done),
-and a per-worker list field is one scalar per worker, ``<field>/<worker>``
-(``worker_center_distances/0``; the real runtimes' ``worker_local_steps/i``
-and ``exchanges_per_worker/i``). A value that ``metrics.jsonl`` writes as
-``null`` (not finite, or not measured: step 0's ``train_loss``) has no event;
-the event format stores float32. The run's config is its hyperparameters (the
-hparams plugin's session start, written at step 0: numbers, strings and
-bools as they are, lists as JSON text, None left out); the metrics of the
-hparams table are the run's scalars, their last values the final ones.
-
-Written as a view of the records, never appended to: each write replaces the
-directory's event file by a new complete one (:func:`write_events`: an atomic
-rename, ``easgd._util.files``, then the older event files are deleted), so
-after a resume the events are exactly the resumed ``metrics.jsonl``, with no
-duplicated or stale steps. Each file begins with a session start at step 0, so
-a TensorBoard that read an earlier file (or a file an interrupt left beside a
-newer one) drops what it had (``purge_orphaned_data``) and reads the new one.
-An event's wall time is when its file was written.
+The scheme (tags, steps, wall times, file layout, resume) is explained once,
+in ``docs/guides/checkpoints.md`` (TensorBoard). In short: a run's event
+files lie in its own directory, so the run's name in TensorBoard is its
+directory's; a run appends one event per ``metrics.jsonl`` record, at the
+record's ``step`` and with the wall clock of its evaluation, and flushes it
+before the record's checkpoint; every invocation of a run writes a new file
+that begins with a session start (``SessionLog.START``) at the first step it
+writes, TensorBoard's own mark of a restart, so a reader drops what an
+interrupted invocation wrote past the resumed checkpoint. Nothing is ever
+rewritten or deleted while a run goes. The files are written with
+tensorboardX's record writer (synchronous: a flush returns once every event
+is in the file) and its protocol buffers.
 """
 
 from __future__ import annotations
@@ -35,21 +19,23 @@ from __future__ import annotations
 import json
 import math
 import re
-import struct
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from easgd._util.files import json_ready, write_bytes_atomic
-
-TB_DIR = "tb"
-"""The directory of a run's (or the protocol's) event files in its workdir."""
+from easgd._util.files import json_ready
 
 _FILE = re.compile(r"^events\.out\.tfevents\.(\d+)\.easgd$")
+"""easgd's event files: ``events.out.tfevents.<n>.easgd``, ``n`` counting the
+invocations that wrote into the directory (10 digits, so that name order,
+TensorBoard's reading order, is writing order)."""
+
+PROTOCOL_RUNS = ("report", "tune")
+"""The directories of a protocol's workdir that hold its TensorBoard runs."""
 
 
 def scalars_of(record: Mapping[str, Any]) -> dict[str, float]:
-  """The scalars of one metrics record, by tag (module docstring: the scheme).
+  """The scalars of one metrics record, by tag.
 
   Args:
     record: a ``metrics.jsonl`` record (or any dict of fields).
@@ -76,11 +62,6 @@ def _number(value) -> bool:
   return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _finite(points):
-  """``(step, {tag: value})`` with the non-finite and None values dropped, as floats."""
-  return [(t, {k: float(v) for k, v in d.items() if _number(v)}) for t, d in points]
-
-
 def hparams_of(fields: Mapping[str, Any]) -> dict[str, Any]:
   """A config's fields as hyperparameters of the hparams plugin.
 
@@ -103,70 +84,180 @@ def hparams_of(fields: Mapping[str, Any]) -> dict[str, Any]:
   return out
 
 
-def _record(data: bytes) -> bytes:
-  """One TFRecord frame (length, its masked CRC-32C, data, its masked CRC-32C)."""
-  from tensorboardX.record_writer import masked_crc32c
-
-  header = struct.pack("Q", len(data))
-  return (
-      header
-      + struct.pack("I", masked_crc32c(header))
-      + data
-      + struct.pack("I", masked_crc32c(data))
-  )
-
-
-def event_file_bytes(
-    points: Iterable[tuple[int, Mapping[str, float]]],
-    hparams: Mapping[str, Any] | None = None,
-    wall_time: float | None = None,
-) -> bytes:
-  """The bytes of one complete event file.
+def event_files(directory) -> list[Path]:
+  """The event files of ``directory`` (any writer's: ``tfevents`` in the name), sorted by name.
 
   Args:
-    points: ``(step, {tag: value})`` in order, one event per point.
-    hparams: hyperparameters (:func:`hparams_of`) for the hparams plugin's
-      session start; None: none.
-    wall_time: the events' wall time in seconds since the epoch; None: now.
+    directory: a TensorBoard run directory (need not exist).
 
   Returns:
-    The file: the version event, a session start at step 0 (a reader drops
-    what it read of earlier files), the hyperparameters, then the points.
+    Their paths, in TensorBoard's reading order; empty if none.
   """
-  from tensorboardX.proto.event_pb2 import Event, SessionLog
-  from tensorboardX.proto.summary_pb2 import Summary
-  from tensorboardX.summary import hparams as hparams_summaries
+  directory = Path(directory)
+  if not directory.is_dir():
+    return []
+  return sorted(p for p in directory.iterdir() if p.is_file() and "tfevents" in p.name)
 
-  t = time.time() if wall_time is None else wall_time
-  events = [
-      Event(wall_time=t, file_version="brain.Event:2"),
-      Event(wall_time=t, step=0, session_log=SessionLog(status=SessionLog.START)),
-  ]
-  if hparams:
-    _, start, _ = hparams_summaries(dict(hparams), {})  # the session start only: TensorBoard
-    events.append(Event(wall_time=t, step=0, summary=start))  # forms the experiment from all runs
-  for step, scalars in points:
-    values = [Summary.Value(tag=k, simple_value=v) for k, v in scalars.items()]
-    events.append(Event(wall_time=t, step=int(step), summary=Summary(value=values)))
-  return b"".join(_record(e.SerializeToString()) for e in events)
+
+class EventFile:
+  """A new event file of one TensorBoard run, appended to while it is open.
+
+  It is created as ``events.out.tfevents.<n>.easgd`` (``n`` one past the
+  highest of the directory's, so it is read after them) and begins with the
+  version event, then a session start at ``purge_step`` (TensorBoard's
+  reader drops every event of the run at or after that step that came
+  before), then, if given, the hyperparameters (the hparams plugin's
+  session start, at step 0). Events are appended as they come and are in
+  the file once :meth:`flush` returns; an interrupt leaves at most one
+  partly written last event, which readers skip.
+
+  Args:
+    directory: the run's directory (created if missing).
+    purge_step: the step this file's events start at (0: a new run).
+    hparams: hyperparameters (:func:`hparams_of`), or None.
+    wall_time: the wall time of the opening events in seconds since the
+      epoch; None: now.
+
+  Raises:
+    OSError: the file cannot be created or written.
+  """
+
+  def __init__(
+      self,
+      directory,
+      purge_step: int = 0,
+      hparams: Mapping[str, Any] | None = None,
+      wall_time: float | None = None,
+  ):
+    from tensorboardX.proto.event_pb2 import Event, SessionLog
+    from tensorboardX.record_writer import RecordWriter
+    from tensorboardX.summary import hparams as hparams_summaries
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    numbers = [
+        int(m.group(1)) for m in map(_FILE.match, (p.name for p in event_files(directory))) if m
+    ]
+    self.path = directory / f"events.out.tfevents.{max(numbers, default=0) + 1:010d}.easgd"
+    self._event = Event
+    self._writer = RecordWriter(str(self.path))
+    t = time.time() if wall_time is None else wall_time
+    self._write(Event(wall_time=t, file_version="brain.Event:2"))
+    self._write(
+        Event(wall_time=t, step=int(purge_step), session_log=SessionLog(status=SessionLog.START))
+    )
+    if hparams:
+      _, start, _ = hparams_summaries(dict(hparams), {})  # the session start only: TensorBoard
+      self._write(Event(wall_time=t, step=0, summary=start))  # forms the experiment from all runs
+    self.flush()
+
+  def _write(self, event) -> None:
+    self._writer.write(event.SerializeToString())
+
+  def add(self, step: int, scalars: Mapping[str, float], wall_time: float | None = None) -> None:
+    """Appends one event: ``scalars`` (float32 in the file) at ``step``.
+
+    Args:
+      step: the x axis (global steps done).
+      scalars: ``{tag: value}``; non-finite values are left out.
+      wall_time: the time the values were measured, seconds since the
+        epoch; None: now.
+    """
+    from tensorboardX.proto.summary_pb2 import Summary
+
+    values = [Summary.Value(tag=k, simple_value=float(v)) for k, v in scalars.items() if _number(v)]
+    t = time.time() if wall_time is None else wall_time
+    self._write(self._event(wall_time=t, step=int(step), summary=Summary(value=values)))
+
+  def flush(self) -> None:
+    """Returns once every event added is in the file (flushed and fsynced)."""
+    self._writer.flush()
+
+  def close(self) -> None:
+    """Flushes and closes the file."""
+    self.flush()
+    self._writer.close()
+
+
+class RunEvents:
+  """A run's TensorBoard events: its ``metrics.jsonl`` records, appended as they come.
+
+  Opened once per invocation of a run (the trainer; only the process that
+  writes files), with the records it starts from: a new run writes its
+  config as hyperparameters and its first record; a resumed run writes a
+  session start one step past its checkpoint, so TensorBoard drops what an
+  interrupted invocation wrote beyond it, and appends from there (its
+  earlier records stay in the earlier files; a directory without event
+  files gets them all again).
+
+  Args:
+    workdir: the run directory (its events lie in it).
+    config_fields: the run's config (``TrainConfig.to_dict()``).
+    history: the records the run starts from (each with ``step``).
+    resumed_step: the checkpoint's step a resumed run goes on from; None:
+      a new run (or a resume without a checkpoint).
+    wall_time: when the last record of ``history`` was measured; None: now.
+
+  Raises:
+    OSError: the file cannot be created or written.
+  """
+
+  def __init__(
+      self,
+      workdir,
+      config_fields: Mapping[str, Any],
+      history: Sequence[Mapping[str, Any]],
+      resumed_step: int | None = None,
+      wall_time: float | None = None,
+  ):
+    workdir = Path(workdir)
+    if resumed_step is not None and event_files(workdir):
+      self._file = EventFile(workdir, purge_step=resumed_step + 1)
+    else:
+      self._file = EventFile(workdir, 0, hparams_of(config_fields), wall_time)
+      for r in history:
+        self._file.add(r["step"], scalars_of(r), wall_time)
+      self._file.flush()
+
+  @property
+  def path(self) -> Path:
+    """The event file this invocation appends to."""
+    return self._file.path
+
+  def record(self, record: Mapping[str, Any], wall_time: float | None = None) -> None:
+    """Appends one ``metrics.jsonl`` record and flushes it.
+
+    Args:
+      record: the record (with ``step``).
+      wall_time: when its evaluation was measured, seconds since the epoch; None: now.
+
+    Raises:
+      OSError: the file cannot be written.
+    """
+    self._file.add(record["step"], scalars_of(record), wall_time)
+    self._file.flush()
+
+  def close(self) -> None:
+    """Flushes and closes the file."""
+    self._file.close()
 
 
 def write_events(
     directory,
     points: Iterable[tuple[int, Mapping[str, float]]],
     hparams: Mapping[str, Any] | None = None,
+    wall_time: float | None = None,
 ) -> Path:
-  """Replaces the event files of ``directory`` by one holding ``points``.
+  """A new complete event file in ``directory``: a run written at once.
 
-  The new file (named ``events.out.tfevents.<n>.easgd``, ``n`` one past the
-  highest there) is written atomically, then every other event file of
-  ``directory`` is deleted: an interrupt leaves the old files, or the new one
-  beside them (which a reader's purge at its step 0 makes the only one read).
+  The file begins with a session start at step 0, so a reader drops what it
+  read of the directory's earlier files (:class:`EventFile`).
 
   Args:
     directory: the TensorBoard run directory (created if missing).
-    points: ``(step, {tag: value})``, as :func:`event_file_bytes`.
-    hparams: as :func:`event_file_bytes`.
+    points: ``(step, {tag: value})`` in order, one event per point.
+    hparams: as :class:`EventFile`.
+    wall_time: the events' wall time in seconds since the epoch; None: now.
 
   Returns:
     The path of the new file.
@@ -174,37 +265,12 @@ def write_events(
   Raises:
     OSError: the file cannot be written.
   """
-  directory = Path(directory)
-  directory.mkdir(parents=True, exist_ok=True)
-  old = [p for p in directory.iterdir() if p.is_file() and "tfevents" in p.name]
-  numbers = [int(m.group(1)) for m in map(_FILE.match, (p.name for p in old)) if m]
-  path = directory / f"events.out.tfevents.{max(numbers, default=0) + 1:010d}.easgd"
-  write_bytes_atomic(path, event_file_bytes(points, hparams))
-  for p in old:  # (and a temporary file a killed write left: one writer per workdir)
-    if p.name != path.name:
-      p.unlink(missing_ok=True)
-  return path
-
-
-def write_run_events(workdir, config_fields: Mapping[str, Any], history: Sequence[dict]) -> Path:
-  """``workdir/tb``: the run's metrics records as scalars, its config as hyperparameters.
-
-  Called wherever ``metrics.jsonl`` is written (the trainer, after
-  ``easgd.training.rundir.write_metrics``), with the same records.
-
-  Args:
-    workdir: the run directory.
-    config_fields: the run's config (``TrainConfig.to_dict()``).
-    history: the records of ``metrics.jsonl`` (each with ``step``).
-
-  Returns:
-    The event file's path.
-
-  Raises:
-    OSError: the file cannot be written.
-  """
-  points = [(r["step"], scalars_of(r)) for r in history]
-  return write_events(Path(workdir) / TB_DIR, points, hparams_of(config_fields))
+  t = time.time() if wall_time is None else wall_time
+  f = EventFile(directory, 0, hparams, t)
+  for step, scalars in points:
+    f.add(step, scalars, t)
+  f.close()
+  return f.path
 
 
 def _dir_name(name: str, taken: set) -> str:
@@ -219,26 +285,33 @@ def _dir_name(name: str, taken: set) -> str:
   return out
 
 
-_CURVES = ("test_error", "val_error", "test_loss", "val_loss", "train_loss")
-"""The protocol report's curves (``<name>_curve`` per seed), written as scalars."""
+def _curves(entry: Mapping[str, Any]) -> dict[str, list]:
+  """``{tag: per-seed curves}`` of a protocol result: every ``<tag>_curve`` entry."""
+  return {k[: -len("_curve")]: v for k, v in entry.items() if k.endswith("_curve")}
 
 
 def write_protocol_events(workdir, results: Mapping[str, Any]) -> list[Path]:
-  """``workdir/tb``: the protocol's curves, one TensorBoard run per arm and seed.
+  """The protocol's curves, one TensorBoard run per arm and seed, in ``workdir``.
 
-  Report runs: ``tb/report/<arm>/seed_<s>`` (the arm's name as one path
-  component: "/" as "_", a repeat suffixed ``_2``), the scalars :data:`_CURVES` at
-  the arm's evaluation steps; tuning runs: ``tb/tune/<arm>/lr_<rate>/seed_<s>``,
-  ``val_error`` (the tuning curves share the report's evaluation steps). Each
+  Report runs: ``report/<arm>/seed_<s>`` (the arm's name as one path
+  component: "/" as "_", a repeat suffixed ``_2``), every curve of the
+  report (``<tag>_curve``: ``test_error``, ``val_loss``, ... whichever
+  metrics the task's evaluation gives) at the arm's evaluation steps;
+  tuning runs: ``tune/<arm>/lr_<rate>/seed_<s>``, every curve of the rate's
+  tuning entry (the tuning curves share the report's evaluation steps). Each
   has the arm's config, with its rate and seed, as hyperparameters (and
-  ``phase``, ``arm``). Event files under ``tb/`` of an earlier protocol that
-  this one did not write are deleted.
+  ``phase``, ``arm``). The curves come out of compiled programs, not one
+  evaluation at a time: their events carry the time they are written. Each
+  run gets one new file beginning with a session start at step 0; the
+  event files under ``report/`` and ``tune/`` that this call did not write
+  (an earlier protocol's) are deleted after.
 
   Args:
     workdir: the protocol's directory.
     results: what ``easgd.protocol.runs.run_protocol`` returns (``arms``:
-      ``config``, ``report`` with ``seeds``, ``eval_steps`` and the curves,
-      ``tuning`` per rate with ``val_error_curve`` per tuning seed).
+      ``config``, ``chosen_learning_rate``, ``report`` with ``seeds``,
+      ``eval_steps`` and its curves, ``tuning`` per rate with its curves per
+      tuning seed; ``protocol``: ``tune_seeds``).
 
   Returns:
     The paths of the files written.
@@ -246,28 +319,32 @@ def write_protocol_events(workdir, results: Mapping[str, Any]) -> list[Path]:
   Raises:
     OSError: a file cannot be written.
   """
-  root = Path(workdir) / TB_DIR
+  root = Path(workdir)
   tune_seeds = list(results["protocol"]["tune_seeds"])
   written, dirs = [], set()
+  t = time.time()
   for arm, res in results["arms"].items():
     report, fields = res["report"], dict(res["config"], arm=arm)
     name = _dir_name(arm, dirs)
     steps = report["eval_steps"]
+    curves = _curves(report)
     for i, seed in enumerate(report["seeds"]):
-      curves = {c: report[f"{c}_curve"][i] for c in _CURVES}
-      points = [(t, {c: v[k] for c, v in curves.items()}) for k, t in enumerate(steps)]
+      points = [(s, {c: v[i][k] for c, v in curves.items()}) for k, s in enumerate(steps)]
       lr = res["chosen_learning_rate"]
       hp = hparams_of(dict(fields, learning_rate=lr, seed=seed, phase="report"))
-      written.append(write_events(root / "report" / name / f"seed_{seed}", _finite(points), hp))
+      path = root / PROTOCOL_RUNS[0] / name / f"seed_{seed}"
+      written.append(write_events(path, points, hp, t))
     for rate in res["tuning"] or ():
       lr = rate["learning_rate"]
-      for seed, curve in zip(tune_seeds, rate["val_error_curve"]):
-        points = [(t, {"val_error": v}) for t, v in zip(steps, curve)]
+      curves = _curves(rate)
+      for i, seed in enumerate(tune_seeds):
+        points = [(s, {c: v[i][k] for c, v in curves.items()}) for k, s in enumerate(steps)]
         hp = hparams_of(dict(fields, learning_rate=lr, seed=seed, phase="tune"))
-        path = root / "tune" / name / f"lr_{lr:g}" / f"seed_{seed}"
-        written.append(write_events(path, _finite(points), hp))
+        path = root / PROTOCOL_RUNS[1] / name / f"lr_{lr:g}" / f"seed_{seed}"
+        written.append(write_events(path, points, hp, t))
   keep = set(written)
-  for p in root.rglob("*tfevents*"):
-    if p.is_file() and p not in keep:
-      p.unlink(missing_ok=True)
+  for d in PROTOCOL_RUNS:
+    for p in (root / d).rglob("*tfevents*"):
+      if p.is_file() and p not in keep:
+        p.unlink(missing_ok=True)
   return written

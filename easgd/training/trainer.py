@@ -5,7 +5,7 @@ One driver owns what a run writes and checks: the workdir lock
 (``easgd.training.rundir``), the checkpoint at every boundary (an epoch end,
 every ``checkpoint_every_steps`` steps, a planned stop), the evaluation of the
 center (``easgd.training.spmd.Run.evaluate``), ``metrics.jsonl`` and its
-TensorBoard events (``tb/``, ``easgd.training.tensorboard``), the exchange
+TensorBoard events (``easgd.training.tensorboard``), the exchange
 log, ``summary.json`` and the divergence checks (``easgd.training.divergence``).
 How the steps are executed is the runtime's, an ``easgd.training.executor.Executor``:
 ``easgd.training.spmd.SpmdExecutor`` (runtime "spmd") or
@@ -267,8 +267,9 @@ def _train(config, workdir, resume, stop_after_steps, faults, task) -> dict[str,
   start = time.perf_counter()
   earlier_wall_time_s = rundir.earlier_wall_time(workdir) if resume else 0.0
   spe = run.steps_per_epoch
+  events = None  # the primary's TensorBoard events, appended at each record
   try:
-    step, history = _begin(run, executor, ckpt, workdir, resume, primary)
+    step, history, events = _begin(run, executor, ckpt, workdir, resume, primary)
     last = run.total_steps if stop_after_steps is None else min(run.total_steps, stop_after_steps)
     runtime = "" if config.runtime == "spmd" else f" [{config.runtime}]"
     progress = progress_bar(
@@ -279,7 +280,7 @@ def _train(config, workdir, resume, stop_after_steps, faults, task) -> dict[str,
         disable=not (config.progress and step < last and primary),
     )
     files = functools.partial(
-        _write_boundary, run, executor, ckpt, workdir, history, progress, primary
+        _write_boundary, run, executor, ckpt, workdir, history, progress, primary, events
     )
     try:
       executor.start(lambda steps: progress.update(steps - progress.n))
@@ -305,6 +306,8 @@ def _train(config, workdir, resume, stop_after_steps, faults, task) -> dict[str,
       executor.close()
   finally:
     ckpt.close()
+    if events is not None:
+      events.close()
   # summed over this run's invocations that wrote a summary (resume adds up)
   summary = _summary(
       run, executor, step, history, round(earlier_wall_time_s + time.perf_counter() - start, 3)
@@ -318,35 +321,36 @@ def _train(config, workdir, resume, stop_after_steps, faults, task) -> dict[str,
 
 def _begin(
     run: Run, executor: Executor, ckpt, workdir, resume: bool, primary: bool
-) -> tuple[int, list[dict]]:
-  """(step, history) at the start: a restored checkpoint, or step 0 evaluated.
+) -> tuple[int, list[dict], tensorboard.RunEvents | None]:
+  """(step, history, events) at the start: a restored checkpoint, or step 0 evaluated.
 
   A resumed run rewrites ``metrics.jsonl`` and the exchange log to its
-  checkpoint's step: what an interrupt left past the checkpoint is redone.
+  checkpoint's step: what an interrupt left past the checkpoint is redone
+  (and TensorBoard drops its events: ``easgd.training.tensorboard.RunEvents``).
+  ``events`` is None on a process that writes no files.
 
   Raises:
     ConfigError: the files of ``workdir`` do not match its checkpoint.
     DivergenceError: the evaluation of step 0 is not finite.
   """
+  config_fields = run.config.to_dict()
   if resume and ckpt.latest_step() is not None:
     restored = ckpt.restore(target=executor.checkpoint_target())
     step = int(restored["step"])
     history = rundir.resumed_history(run.config, workdir, run.steps_per_epoch, step)
     snapshot = executor.restore(restored)
+    events = None
     if primary:
-      _write_records(run, workdir, history)
+      rundir.write_metrics(workdir, history)
+      events = tensorboard.RunEvents(workdir, config_fields, history, resumed_step=step)
       executor.write_exchange_log(workdir / rundir.EXCHANGES_FILE, snapshot)
-    return step, history
+    return step, history, events
   history = [_evaluate(run, executor, executor.initial_state(), 0)]
-  if primary:
-    _write_records(run, workdir, history)
-  return 0, history
-
-
-def _write_records(run: Run, workdir, history: list[dict]) -> None:
-  """``metrics.jsonl``, then its view for TensorBoard (``workdir/tb``), of ``history``."""
+  measured = time.time()  # the evaluation's wall clock (its TensorBoard events)
+  if not primary:
+    return 0, history, None
   rundir.write_metrics(workdir, history)
-  tensorboard.write_run_events(workdir, run.config.to_dict(), history)
+  return 0, history, tensorboard.RunEvents(workdir, config_fields, history, wall_time=measured)
 
 
 def _check_finite(run: Run, snapshot: Snapshot) -> None:
@@ -364,20 +368,33 @@ def _evaluate(run: Run, executor: Executor, snapshot: Snapshot, epoch: int) -> d
 
 
 def _write_boundary(
-    run, executor, ckpt, workdir, history, progress, primary, snapshot: Snapshot, epoch: int | None
+    run,
+    executor,
+    ckpt,
+    workdir,
+    history,
+    progress,
+    primary,
+    events,
+    snapshot: Snapshot,
+    epoch: int | None,
 ) -> None:
   """A boundary's files: (evaluated epochs) the record, then the log, then the checkpoint.
 
-  Both files come before the checkpoint: an interrupt between them leaves a
-  record and log entries past the latest checkpoint, which a resumed run
-  drops and redoes; a non-finite evaluation (DivergenceError) writes nothing.
-  Only the primary process writes files; every process saves its checkpoint.
+  The record goes to ``metrics.jsonl``, then is appended to the TensorBoard
+  events (``events``, flushed, with the evaluation's wall clock). Both files
+  come before the checkpoint: an interrupt between them leaves a record and
+  log entries past the latest checkpoint, which a resumed run drops and
+  redoes; a non-finite evaluation (DivergenceError) writes nothing. Only the
+  primary process writes files; every process saves its checkpoint.
   """
   if epoch is not None:
     record = _evaluate(run, executor, snapshot, epoch)
+    measured = time.time()
     history.append(record)
     if primary:
-      _write_records(run, workdir, history)
+      rundir.write_metrics(workdir, history)
+      events.record(record, measured)
     if "test_accuracy" in record:
       progress.set_postfix(test_acc=f"{record['test_accuracy']:.4f}", refresh=False)
     else:
