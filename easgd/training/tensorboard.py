@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from easgd._util.files import json_ready
+from easgd._util.files import interrupts_deferred, json_ready
 
 _FILE = re.compile(r"^events\.out\.tfevents\.(\d+)\.easgd$")
 """easgd's event files: ``events.out.tfevents.<n>.easgd``, ``n`` counting the
@@ -108,8 +108,8 @@ class EventFile:
   reader drops every event of the run at or after that step that came
   before), then, if given, the hyperparameters (the hparams plugin's
   session start, at step 0). Events are appended as they come and are in
-  the file once :meth:`flush` returns; an interrupt leaves at most one
-  partly written last event, which readers skip.
+  the file once :meth:`flush` returns; a process killed while it writes
+  leaves at most one partly written last event, which readers skip.
 
   Args:
     directory: the run's directory (created if missing).
@@ -140,16 +140,17 @@ class EventFile:
     ]
     self.path = directory / f"events.out.tfevents.{max(numbers, default=0) + 1:010d}.easgd"
     self._event = Event
-    self._writer = RecordWriter(str(self.path))
     t = time.time() if wall_time is None else wall_time
-    self._write(Event(wall_time=t, file_version="brain.Event:2"))
-    self._write(
-        Event(wall_time=t, step=int(purge_step), session_log=SessionLog(status=SessionLog.START))
-    )
-    if hparams:
-      _, start, _ = hparams_summaries(dict(hparams), {})  # the session start only: TensorBoard
-      self._write(Event(wall_time=t, step=0, summary=start))  # forms the experiment from all runs
-    self.flush()
+    with interrupts_deferred():  # a Ctrl-C or SIGTERM waits for the opening events
+      self._writer = RecordWriter(str(self.path))
+      self._write(Event(wall_time=t, file_version="brain.Event:2"))
+      self._write(
+          Event(wall_time=t, step=int(purge_step), session_log=SessionLog(status=SessionLog.START))
+      )
+      if hparams:
+        _, start, _ = hparams_summaries(dict(hparams), {})  # the session start only: TensorBoard
+        self._write(Event(wall_time=t, step=0, summary=start))  # forms the experiment from all runs
+      self.flush()
 
   def _write(self, event) -> None:
     self._writer.write(event.SerializeToString())
@@ -215,9 +216,10 @@ class RunEvents:
       self._file = EventFile(workdir, purge_step=resumed_step + 1)
     else:
       self._file = EventFile(workdir, 0, hparams_of(config_fields), wall_time)
-      for r in history:
-        self._file.add(r["step"], scalars_of(r), wall_time)
-      self._file.flush()
+      with interrupts_deferred():
+        for r in history:
+          self._file.add(r["step"], scalars_of(r), wall_time)
+        self._file.flush()
 
   @property
   def path(self) -> Path:
@@ -225,7 +227,7 @@ class RunEvents:
     return self._file.path
 
   def record(self, record: Mapping[str, Any], wall_time: float | None = None) -> None:
-    """Appends one ``metrics.jsonl`` record and flushes it.
+    """Appends one ``metrics.jsonl`` record and flushes it (Ctrl-C and SIGTERM wait).
 
     Args:
       record: the record (with ``step``).
@@ -234,8 +236,9 @@ class RunEvents:
     Raises:
       OSError: the file cannot be written.
     """
-    self._file.add(record["step"], scalars_of(record), wall_time)
-    self._file.flush()
+    with interrupts_deferred():  # a Ctrl-C or SIGTERM waits until the event is in the file
+      self._file.add(record["step"], scalars_of(record), wall_time)
+      self._file.flush()
 
   def close(self) -> None:
     """Flushes and closes the file."""
