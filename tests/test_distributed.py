@@ -178,6 +178,7 @@ def test_two_processes_equal_one_process_with_four_devices(tmp_path, algorithm):
       "config.json",
       "metrics.jsonl",
       "summary.json",
+      "task.json",
       "tb",
   ]
   assert_same_checkpoints(multi, tmp_path / "single", CONFIG)

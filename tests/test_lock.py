@@ -265,6 +265,7 @@ def test_a_second_train_on_a_running_workdir_exits_2_and_the_first_completes(tmp
       "config.json",
       "metrics.jsonl",
       "summary.json",
+      "task.json",
       "tb",
   ]  # lock released
 
