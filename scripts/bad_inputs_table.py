@@ -212,6 +212,7 @@ def run(flags, tmp):
     work = str(Path(tmp) / "resumed")
     flags = ["--resume", "--overwrite"]
   elif flags == ["--bad-item"]:
+    work = str(Path(tmp) / "bad-item")
     write_task(tmp, bad=100)
     flags = [*TASK_FLAGS, "--runtime", "threads", "--algorithm", "async_easgd"]
   elif flags in (["--resume-task-changed"], ["--export-task-changed"]):
