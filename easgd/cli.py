@@ -330,7 +330,8 @@ def main(argv=None) -> int:
   """Entry point of the ``easgd`` command; returns the exit status.
 
   Exit status: 0 done (also a real asynchronous run in which some workers
-  failed: the summary lists them); 2 bad input, or a workdir another command
+  failed: a line on stderr says so for each, the summary lists them); 2 bad
+  input (also an item of a task's data that cannot be read, on every runtime), or a workdir another command
   holds (``easgd.training.runlock``) (one line ``easgd: error: ...`` on stderr, before
   anything is compiled); 1 a run that failed
   (divergence, or every worker of a real asynchronous run stopped); 3

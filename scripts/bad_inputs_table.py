@@ -135,11 +135,57 @@ CASES = [
     ("workdir that holds a run", ["--workdir-holds-run"]),
     ("resume with a changed config", ["--resume-changed"]),
     ("resume and overwrite together", ["--resume-overwrite"]),
+    ("an item of a task's data that cannot be read (every runtime)", ["--bad-item"]),
+    ("resume of a task whose data grew", ["--resume-task-changed"]),
+    ("export of a task whose model changed", ["--export-task-changed"]),
 ]
+
+# A user's task module (written to the temporary directory): ROWS training rows,
+# a hidden layer of WIDTH, item BAD unreadable.
+TASK_MODULE = """
+import flax.linen as nn, numpy as np, optax
+from easgd.training.task import Task
+
+class Items:
+  def __init__(self, x, y):
+    self.x, self.y = x, y
+  def __len__(self):
+    return len(self.x)
+  def __getitem__(self, i):
+    if i == {bad}:
+      raise ValueError(f"row {{i}} is damaged")
+    return self.x[i], self.y[i]
+
+def make():
+  x = np.random.default_rng(0).normal(size=({rows}, 8)).astype(np.float32)
+  net = nn.Sequential([nn.Dense({width}), nn.Dense(2)])
+  def evaluate(params, batch):
+    logits = net.apply({{"params": params}}, batch[0])
+    xent = optax.softmax_cross_entropy_with_integer_labels(logits, batch[1])
+    return {{"loss": xent, "correct": 1.0 * (logits.argmax(-1) == batch[1])}}
+  return Task("user", lambda key: net.init(key, x[:1])["params"],
+              lambda params, batch, key: evaluate(params, batch)["loss"].mean(), evaluate,
+              Items(x, (x[:, 0] > 0).astype(np.int32)), (x[:64], (x[:64, 0] > 0).astype(np.int32)))
+"""
+TASK_FLAGS = ["--task", "usertask:make", "--num-workers", "2", "--global-batch-size", "32"]
+TASK_FLAGS += ["--num-epochs", "1", "--tau", "2", "--no-progress"]
+
+
+def write_task(tmp, rows=256, width=16, bad=-1):
+  """``usertask.py`` in ``tmp`` (importable: ``tmp`` is on sys.path), imported afresh."""
+  (Path(tmp) / "usertask.py").write_text(TASK_MODULE.format(rows=rows, width=width, bad=bad))
+  if tmp not in sys.path:
+    sys.path.insert(0, tmp)
+  sys.modules.pop("usertask", None)
+
+
+def quiet(argv):
+  with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    return cli.main(argv)
 
 
 def run(flags, tmp):
-  work = str(Path(tmp) / "run")
+  work, command = str(Path(tmp) / "run"), None  # command: default `easgd train ... flags`
   if flags == ["--workdir-holds-run"]:
     (Path(tmp) / "run").mkdir(exist_ok=True)
     (Path(tmp) / "run" / "summary.json").write_text("{}")
@@ -165,10 +211,26 @@ def run(flags, tmp):
   elif flags == ["--resume-overwrite"]:
     work = str(Path(tmp) / "resumed")
     flags = ["--resume", "--overwrite"]
+  elif flags == ["--bad-item"]:
+    work = str(Path(tmp) / "bad-item")
+    write_task(tmp, bad=100)
+    flags = [*TASK_FLAGS, "--runtime", "threads", "--algorithm", "async_easgd"]
+  elif flags in (["--resume-task-changed"], ["--export-task-changed"]):
+    work = str(Path(tmp) / flags[0].strip("-"))
+    write_task(tmp)
+    quiet(["train", "--workdir", work, *TASK_FLAGS, "--stop-after-steps", "1"])
+    if flags == ["--resume-task-changed"]:
+      write_task(tmp, rows=258)
+      flags = [*TASK_FLAGS, "--resume"]
+    else:
+      write_task(tmp, width=8)
+      command = ["export", "--workdir", work, "--out", str(Path(tmp) / "center.msgpack")]
+  if command is None:
+    command = ["train", "--workdir", work, *[f.format(tmp=tmp) for f in flags]]
   err = io.StringIO()
   with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
     try:
-      code = cli.main(["train", "--workdir", work, *[f.format(tmp=tmp) for f in flags]])
+      code = cli.main(command)
     except SystemExit as e:
       code = e.code
   return code, err.getvalue().strip().replace(tmp, "DIR")
@@ -184,6 +246,9 @@ def main():
           "--workdir-holds-run": "(--workdir DIR with a summary.json)",
           "--resume-changed": "--resume --num-epochs 5 (run had 1)",
           "--resume-overwrite": "--resume --overwrite",
+          "--bad-item": "--task usertask:make --runtime threads (its item 100 raises)",
+          "--resume-task-changed": "--task usertask:make --resume (258 rows; run had 256)",
+          "--export-task-changed": "export (hidden layer 8 wide; run had 16)",
       }.get(flags[0], " ".join(flags).replace("{tmp}", "DIR"))
       print(f"| {what} | `{shown}` | {code} | `{msg}` |")
   return 0

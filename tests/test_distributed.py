@@ -179,6 +179,7 @@ def test_two_processes_equal_one_process_with_four_devices(tmp_path, algorithm):
       "events.out.tfevents.0000000001.easgd",
       "metrics.jsonl",
       "summary.json",
+      "task.json",
   ]
   assert_same_checkpoints(multi, tmp_path / "single", CONFIG)
 

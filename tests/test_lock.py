@@ -266,6 +266,7 @@ def test_a_second_train_on_a_running_workdir_exits_2_and_the_first_completes(tmp
       "events.out.tfevents.0000000001.easgd",
       "metrics.jsonl",
       "summary.json",
+      "task.json",
   ]  # lock released
 
 

@@ -14,7 +14,8 @@ worker and local step, as in ``easgd.sweeps.quadratic``) and on a small MLP. The
 * each worker exchanged at exactly the local steps its schedule names:
   ceil(n / tau) times in n local steps (Algorithm 1 and the authors' DOWNPOUR
   exchange at t = 0, tau, ...), floor(n / tau) with push_timing "full_period";
-* a worker that raises stops, the others finish the budget;
+* a worker that raises stops, the others finish the budget, and it is said
+  (a warning); an error of the user's data stops the run and is no fault;
 * through the trainer: a run interrupted and resumed continues its log, and
   the whole log replays the final checkpoint bit for bit.
 """
@@ -157,7 +158,12 @@ def test_a_worker_that_raises_stops_and_the_others_finish():
   loss, params, batch_fn, lr = quadratic_problem()
   setup = async_shared.AsyncSetup(make("async_easgd", loss, lr), params, batch_fn, KEY)
   # before its local step 2: inside its first chunk (4 steps), whatever the timing
-  driver, states, shared, log, _ = run_threads(setup, 30 * P, faults=[(1, 2)])
+  with pytest.warns(async_driver.WorkerFaultWarning) as said:
+    driver, states, shared, log, _ = run_threads(setup, 30 * P, faults=[(1, 2)])
+  assert [str(w.message) for w in said] == [
+      "worker 1 failed at local step 2 (InjectedFault: fault injected into worker 1 before its "
+      "local step 2); it stays stopped, the other workers take its share of the steps"
+  ]
   clocks = [int(s.clock) for s in states]
   assert clocks[1] == 2 and sum(clocks) == 30 * P  # the others took its share
   (fault,) = driver.faults
@@ -179,7 +185,30 @@ def test_every_worker_failing_is_one_error():
       async_driver.WorkersLostError,
       match=r"every worker stopped with \d+ of the run.s local steps left; faults: worker \d at local step 2: InjectedFault",
   ):
-    run_threads(setup, 30 * P, faults=[(i, 2) for i in range(P)])
+    with pytest.warns(async_driver.WorkerFaultWarning, match="failed at local step 2"):
+      run_threads(setup, 30 * P, faults=[(i, 2) for i in range(P)])
+
+
+def test_an_error_of_the_users_data_stops_the_run_and_is_no_fault():
+  loss, params, batch_fn, lr = quadratic_problem()
+
+  def bad_batch(i, t):  # worker 2's batch of its local step 5 cannot be read
+    if (i, t) == (2, 5):
+      raise ValueError("item 77 cannot be read")
+    return batch_fn(i, t)
+
+  algo = make("async_easgd", loss, lr)
+  setup = async_shared.AsyncSetup(algo, params, bad_batch, KEY, user_errors=(ValueError,))
+  backend = async_threads.ThreadBackend(setup, P, devices=[None] * P)
+  try:
+    backend.warm_up()
+    driver = async_driver.Driver(backend, [0] * P, chunk_steps=4)
+    with pytest.raises(async_shared.UserFault, match=r"^item 77 cannot be read$"):
+      driver.run_to(30 * P)
+    assert not driver.faults and driver.alive == [True] * P and driver.clocks[2] == 5
+    assert not [r for r in backend.state()[2] if r["event"] != "exchange"]  # none logged
+  finally:
+    backend.close()
 
 
 # -- through the trainer -------------------------------------------------------
@@ -242,7 +271,8 @@ def test_an_interrupted_run_resumes_and_continues_its_log(tmp_path):
 
 
 def test_a_worker_fault_is_reported_not_raised(tmp_path):
-  s = trainer.train_and_evaluate_async(TINY.replace(num_epochs=1), tmp_path, faults={3: 5})
+  with pytest.warns(async_driver.WorkerFaultWarning, match="worker 3 failed at local step 5"):
+    s = trainer.train_and_evaluate_async(TINY.replace(num_epochs=1), tmp_path, faults={3: 5})
   assert s["status"] == "complete" and s["steps_done"] == 22
   (fault,) = s["faults"]
   assert (fault["worker"], fault["local_step"], fault["restarted_at"]) == (3, 5, None)
@@ -337,7 +367,8 @@ def test_an_interrupt_at_any_point_of_a_boundary_resumes(tmp_path, monkeypatch, 
 
 def test_summaries_report_the_clocks_and_faults_of_their_checkpoint(tmp_path):
   # worker 3 raises before its local step 2: inside its first chunk (>= 3 steps)
-  first = trainer.train_and_evaluate_async(TINY, tmp_path, stop_after_steps=8, faults={3: 2})
+  with pytest.warns(async_driver.WorkerFaultWarning, match="worker 3 failed at local step 2"):
+    first = trainer.train_and_evaluate_async(TINY, tmp_path, stop_after_steps=8, faults={3: 2})
   clocks = restore(tmp_path, spmd.Run(TINY))["worker"].clock.tolist()
   assert first["status"] == "stopped" and first["steps_done"] == 8
   assert first["worker_local_steps"] == clocks and sum(clocks) == 8 * P
@@ -347,8 +378,13 @@ def test_summaries_report_the_clocks_and_faults_of_their_checkpoint(tmp_path):
   assert fault["error"].startswith("InjectedFault: fault injected into worker 3")
   assert (fault["worker"], fault["local_step"], fault["restarted_at"]) == (3, 2, None)
   assert first["stopped_workers"] == [3]
-  # resumed: the fault is the checkpoint's, worker 3 stays stopped (threads)
-  done = trainer.train_and_evaluate(TINY, tmp_path, resume=True)
+  # resumed: the fault is the checkpoint's, worker 3 stays stopped (threads), and says so
+  with pytest.warns(async_driver.WorkerFaultWarning) as said:
+    done = trainer.train_and_evaluate(TINY, tmp_path, resume=True)
+  assert [str(w.message) for w in said] == [
+      f"worker 3 stays stopped (its fault at local step 2: {fault['error']}); the other "
+      "workers take its share of the steps"
+  ]
   assert done["status"] == "complete" and done["faults"] == [fault]
   assert done["stopped_workers"] == [3]
   clocks = replays_its_checkpoint(tmp_path)

@@ -4,7 +4,8 @@ the real asynchronous runtimes.
 The task: 8-feature synthetic data (256 training, 64 test examples, 3 classes
 of a fixed linear rule), a tiny Flax Dense model; ``correct=false`` drops the
 ``"correct"`` metric (a loss-only task), ``items=true`` serves the training
-data through ``__getitem__`` instead of arrays.
+data through ``__getitem__`` instead of arrays (``bad_item=k``: whose item k
+cannot be read).
 
 * ``easgd compare --task usertask:make``: every run trains the task and records
   it; a loss-only task's table and plot show the center test loss; the sizes
@@ -15,6 +16,9 @@ data through ``__getitem__`` instead of arrays.
   resumed continues its exchange log, and the whole log replays the final
   checkpoint bit for bit (the runtimes' promise, ``tests/test_real_async.py``).
   A task built in code with runtime "ray" is refused before anything is written.
+  An item the source cannot read is the user's error on every runtime (one
+  line, exit 2, the same line as spmd's), never a worker's fault; a worker's
+  (machine) fault is one line on stderr.
 """
 
 import dataclasses
@@ -57,17 +61,19 @@ TASK_MODULE = textwrap.dedent('''
 
 
     class Items:
-      def __init__(self, x, y):
-        self.x, self.y = x, y
+      def __init__(self, x, y, bad_item=None):
+        self.x, self.y, self.bad_item = x, y, bad_item
 
       def __len__(self):
         return len(self.x)
 
       def __getitem__(self, i):
+        if i == self.bad_item:
+          raise ValueError(f"row {i} is damaged")
         return self.x[i], self.y[i]
 
 
-    def make(train_examples=256, correct=True, items=False):
+    def make(train_examples=256, correct=True, items=False, bad_item=None):
       net = Net()
       train, test = _data(train_examples, 1), _data(64, 2)
 
@@ -92,7 +98,7 @@ TASK_MODULE = textwrap.dedent('''
           init=init,
           loss=loss,
           evaluate=evaluate,
-          train=Items(*train) if items else train,
+          train=Items(*train, bad_item) if items else train,
           test=test,
           mean_of_examples=True,
       )
@@ -193,6 +199,79 @@ def test_train_prints_the_summary_of_a_loss_only_task(in_task_dir, capsys):
   assert printed["test_accuracy"] is None and printed["final_step"] == 8
   summary = json.loads((in_task_dir / "t" / "summary.json").read_text())
   assert printed["test_loss"] == summary["final"]["test_loss"]
+
+
+# -- a changed task: resume and export refuse it ---------------------------------------
+
+EDITABLE = textwrap.dedent('''
+    """A user's task whose module the user edits between runs."""
+    import flax.linen as nn
+    import numpy as np
+    import optax
+
+    from easgd.training.task import Task
+
+    ROWS, SCALE, WIDTH = {rows}, {scale}, {width}
+
+
+    def make():
+      x = SCALE * np.random.default_rng(0).normal(size=(ROWS, 8)).astype(np.float32)
+      test = np.random.default_rng(1).normal(size=(64, 8)).astype(np.float32)
+      net = nn.Sequential([nn.Dense(WIDTH), nn.Dense(2)])
+
+      def evaluate(params, batch):
+        logits = net.apply({{"params": params}}, batch[0])
+        xent = optax.softmax_cross_entropy_with_integer_labels(logits, batch[1])
+        return {{"loss": xent, "correct": 1.0 * (logits.argmax(-1) == batch[1])}}
+
+      return Task(
+          name="edited",
+          init=lambda key: net.init(key, x[:1])["params"],
+          loss=lambda params, batch, key: evaluate(params, batch)["loss"].mean(),
+          evaluate=evaluate,
+          train=(x, (x[:, 0] > 0).astype(np.int32)),
+          test=(test, (test[:, 0] > 0).astype(np.int32)),
+      )
+''')
+
+
+def test_a_resume_and_an_export_refuse_a_changed_task_in_one_line(tmp_path, monkeypatch, capsys):
+  monkeypatch.chdir(tmp_path)
+  monkeypatch.syspath_prepend(str(tmp_path))
+
+  def edit(rows=256, scale=1.0, width=64):
+    (tmp_path / "edited.py").write_text(EDITABLE.format(rows=rows, scale=scale, width=width))
+    sys.modules.pop("edited", None)
+
+  edit()
+  work, out = tmp_path / "run", tmp_path / "out" / "center.msgpack"
+  argv = ["train", "--workdir", str(work), "--task", "edited:make", "--num-workers", "2"]
+  argv += ["--global-batch-size", "32", "--validation-examples", "64", "--no-progress"]
+  assert cli.main(argv + ["--stop-after-steps", "2"]) == 0
+  capsys.readouterr()
+  files = {p: p.read_bytes() for p in work.rglob("*") if p.is_file()}
+  for change, says in [
+      (dict(rows=258), "train: 192 -> 194 examples"),
+      (dict(scale=3.0), "train: other items (digest of 8 evenly spaced items); validation: other"),
+      (dict(width=32), "parameter ['layers_0']['bias']: (64,) float32 -> (32,) float32"),
+  ]:
+    edit(**change)
+    for command in (argv + ["--resume"], ["export", "--workdir", str(work), "--out", str(out)]):
+      assert cli.main(command) == 2
+      err = capsys.readouterr().err
+      action = "resume" if command[0] == "train" else "export"
+      assert err.startswith(f"easgd: error: cannot {action}: the task differs from the one the ")
+      assert err.count("\n") == 1 and says in err, err
+      assert {p: p.read_bytes() for p in work.rglob("*") if p.is_file()} == files
+      assert not out.parent.exists()  # nothing written
+  # the task as it was: a run that recorded none (written before task.json) resumes
+  # and records it; the export goes on
+  edit()
+  recorded = (work / "task.json").read_text()
+  (work / "task.json").unlink()
+  assert cli.main(argv + ["--resume", "--stop-after-steps", "3"]) == 0
+  assert (work / "task.json").read_text() == recorded
+  assert cli.main(["export", "--workdir", str(work), "--out", str(out)]) == 0
 
 
 # -- sweep ------------------------------------------------------------------------------
@@ -341,6 +420,34 @@ def test_threads_read_the_spmd_trainers_batches_of_a_user_task(task_dir):
         np.testing.assert_array_equal(a, b[worker])
 
 
+# item 100 is read in the first epoch, never by the task's check (items 0-31, 224-255)
+BAD_ITEM = "task 'tiny8': train data: item 100 cannot be read (ValueError: row 100 is damaged)"
+TWO = ["--task", "usertask:make", "--task-arg", "items=true", "--num-workers", "2"]
+TWO += ["--global-batch-size", "32", "--num-epochs", "1", "--tau", "2", "--no-progress"]
+
+
+def test_a_bad_item_is_the_users_error_in_one_line_on_threads_as_on_spmd(in_task_dir, capsys):
+  for runtime, algorithm in [("threads", "async_easgd"), ("spmd", "easgd")]:
+    work = in_task_dir / f"bad-{runtime}"
+    argv = ["train", "--workdir", str(work), *TWO, "--task-arg", "bad_item=100"]
+    status = cli.main(argv + ["--runtime", runtime, "--algorithm", algorithm])
+    err = capsys.readouterr().err
+    assert (status, err) == (2, f"easgd: error: {BAD_ITEM}\n"), runtime
+    assert not (work / "summary.json").exists()
+
+
+def test_a_workers_fault_is_one_line_on_stderr(in_task_dir, capsys, monkeypatch):
+  executor = trainer._executor
+  monkeypatch.setattr(trainer, "_executor", lambda run, workdir, _: executor(run, workdir, {1: 3}))
+  argv = ["train", "--workdir", str(in_task_dir / "fault"), *TWO, "--runtime", "threads"]
+  assert cli.main(argv + ["--algorithm", "async_easgd"]) == 0
+  assert capsys.readouterr().err == (
+      "easgd: warning: worker 1 failed at local step 3 (InjectedFault: fault injected into "
+      "worker 1 before its local step 3); it stays stopped, the other workers take its share "
+      "of the steps\n"
+  )
+
+
 @pytest.mark.slow
 @pytest.mark.own_process  # Ray in the process: tests/conftest.py
 def test_ray_runs_a_user_task_stopped_resumed_and_replayed(in_task_dir, tmp_path):
@@ -351,5 +458,11 @@ def test_ray_runs_a_user_task_stopped_resumed_and_replayed(in_task_dir, tmp_path
     cfg = ASYNC.replace(runtime="ray", worker_delays=())
     done = stopped_resumed_and_replayed(tmp_path, cfg)
     assert done["layout"].startswith("4 workers = 4 Ray actors")
+    # an item the source cannot read: the user's error, as on threads, not a fault
+    bad = cfg.replace(task_args=("items=true", "bad_item=100"), num_workers=2, num_epochs=1)
+    with pytest.raises(TaskError) as error:
+      trainer.train_and_evaluate(bad, tmp_path / "bad")
+    assert str(error.value) == BAD_ITEM
+    assert not (tmp_path / "bad" / "summary.json").exists()
   finally:
     ray.shutdown()

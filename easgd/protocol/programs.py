@@ -38,7 +38,7 @@ from easgd.training.config import ConfigError, TrainConfig
 from easgd.training.optimizers import make_optimizer
 from easgd.training.sources import ArraySource, take
 from easgd.training.spmd import bn_stats_indices
-from easgd.training.task import Task, TaskError, check_task
+from easgd.training.task import Task, TaskError, check_task, user_call
 from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError
 from easgd.sweeps.curves import make_curve_fn
 from easgd.sweeps.engine import CompileCounter
@@ -352,7 +352,7 @@ class SeedData:
   def _evaluated(self, batch):
     if self.task.eval_transform is None:
       return batch
-    return self.task.eval_transform(batch)
+    return user_call(self.task, "eval_transform", self.task.eval_transform, batch)
 
   def train(self):
     """Every training example of each slot, each leaf ``[S, N, ...]`` (the

@@ -23,17 +23,24 @@ the others finish the budget. If every worker has stopped before the budget
 is spent, :class:`WorkersLostError` is raised. Each fault is logged with its
 error (``Backend.fault``), so a run resumed from its log goes on with the
 faults of the checkpoint (:func:`logged_faults`): a stopped worker stays
-stopped, and restarts count over the whole run.
+stopped, and restarts count over the whole run. Each fault, and each worker
+a resumed run goes on without, is one :class:`WorkerFaultWarning`.
+
+An error of the user's data or task (``ChunkResult.user_error``, the
+exceptions of ``AsyncSetup.user_errors``) is not a fault: no more steps are
+handed out, the chunks in flight end, and ``run_to`` raises
+``easgd.runtimes.shared.UserFault`` with its one line.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Callable, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
-from easgd.runtimes.shared import ChunkResult
+from easgd.runtimes.shared import ChunkResult, UserFault
 
 
 class WorkerLost(RuntimeError):
@@ -42,6 +49,12 @@ class WorkerLost(RuntimeError):
 
 class WorkersLostError(RuntimeError):
   """Every worker of a real asynchronous run stopped before its budget was spent."""
+
+
+class WorkerFaultWarning(RuntimeWarning):
+  """A worker of a real asynchronous run failed (restarted or stopped), or a
+  resumed run goes on without a worker its log records as stopped (one line;
+  ``easgd train`` prints it on stderr)."""
 
 
 class Fault(NamedTuple):
@@ -172,6 +185,15 @@ class Driver:
     self.loss_sum = np.zeros(p, np.float64)
     self.loss_count = np.zeros(p, np.int64)
     self.nonfinite = None
+    self.user_error = None  # the first ChunkResult.user_error
+    for w in stopped:  # a resumed run: said once more, it goes on without them
+      f = [f for f in self.faults if f.worker == w][-1]
+      warnings.warn(
+          f"worker {w} stays stopped (its fault at local step {f.local_step}: {f.error}); "
+          "the other workers take its share of the steps",
+          WorkerFaultWarning,
+          stacklevel=2,
+      )
 
   @property
   def total(self) -> int:
@@ -208,11 +230,16 @@ class Driver:
     Raises:
       WorkersLostError: every worker stopped before the clocks reached
         ``target`` (names the faults).
+      easgd.runtimes.shared.UserFault: a worker met an error of the user's
+        data or task (``ChunkResult.user_error``); raised once every chunk in
+        flight has ended.
     """
     pending = {}  # handle -> (worker, clock at its start, steps)
     busy = set()
 
     def fill():
+      if self.user_error is not None:
+        return  # the run stops on the user's error
       for i in range(self.backend.num_workers):
         remaining = target - self.total - sum(n for _, _, n in pending.values())
         if remaining <= 0:
@@ -238,6 +265,8 @@ class Driver:
       drain(lambda: None)  # no new steps; the chunks in flight end
       raise
     drain(fill)
+    if self.user_error is not None:
+      raise UserFault(self.user_error)
     if self.total < target:
       raise WorkersLostError(
           f"every worker stopped with {target - self.total} of the run's local steps "
@@ -265,6 +294,8 @@ class Driver:
       if res.seconds > 0 and self.chunks[i] > 1:  # the first chunk compiles
         rate = len(losses) / res.seconds
         self.rates[i] = rate if self.rates[i] is None else 0.5 * (self.rates[i] + rate)
+    if res.user_error is not None and self.user_error is None:
+      self.user_error = res.user_error
     if res.error is not None:
       self._fault(i, self.clocks[i], res.error)
     if self.on_progress is not None:
@@ -280,7 +311,14 @@ class Driver:
         error = f"{error}; restart failed: {e}"
     if restarted is None:
       self.alive[i] = False
+      outcome = "it stays stopped, the other workers take its share of the steps"
     else:
       self.restarts[i] += 1
       self.clocks[i] = int(restarted)
+      outcome = f"restarted from the center at local step {restarted}"
     self.faults.append(Fault(i, int(clock), error, restarted))
+    warnings.warn(
+        f"worker {i} failed at local step {clock} ({error}); {outcome}",
+        WorkerFaultWarning,
+        stacklevel=2,
+    )

@@ -22,7 +22,9 @@ Faults: a worker whose process dies (``RayActorError``) is restarted by Ray
 (``max_restarts``) and then by :meth:`RayBackend.restart` from the current
 center, at its clock after its last exchange (no exchange is repeated or
 lost); a worker whose step raises is restarted the same way, in its process.
-The restart is logged; the other workers never stop. A chunk of steps is
+The restart is logged; the other workers never stop. An error of the user's
+data or task (``AsyncSetup.user_errors``) is no fault: it stops the run
+(``easgd.runtimes.shared.UserFault``), as on the threads runtime. A chunk of steps is
 never retried by Ray (at-most-once: ``max_task_retries=0``); the calls that
 may be repeated safely (state, restart, warm-up) are retried while Ray
 restarts the process.
@@ -41,7 +43,14 @@ from easgd.asynchrony import log as async_log
 from easgd.parallel import distributed
 from easgd._util import files
 from easgd.runtimes.driver import WorkerLost, WorkersLostError
-from easgd.runtimes.shared import AsyncSetup, CenterStore, ChunkResult, WorkerLoop, WorkerPrograms
+from easgd.runtimes.shared import (
+    AsyncSetup,
+    CenterStore,
+    ChunkResult,
+    UserFault,
+    WorkerLoop,
+    WorkerPrograms,
+)
 
 MAX_RESTARTS = 3
 """How many times a worker actor is restarted (by Ray and by the driver)."""
@@ -307,11 +316,21 @@ class RayBackend:
     return clock
 
   def warm_up(self) -> None:
-    """Waits for every actor to be built and its programs compiled."""
-    self._ray.get(
-        [self.center.warm_up.remote()]
-        + [a.warm_up.options(max_task_retries=-1).remote() for a in self.actors]
-    )
+    """Waits for every actor to be built and its programs compiled.
+
+    Raises:
+      easgd.runtimes.shared.UserFault: a worker cannot read its first batch
+        (the user's data), one line.
+    """
+    try:
+      self._ray.get(
+          [self.center.warm_up.remote()]
+          + [a.warm_up.options(max_task_retries=-1).remote() for a in self.actors]
+      )
+    except self._ray.exceptions.RayTaskError as e:  # the actor's own exception, wrapped
+      if isinstance(e.cause, UserFault):
+        raise UserFault(str(e.cause)) from None
+      raise
     self._ray.get(self.center.start_clock.remote(self._elapsed_s))
 
   def arm_fault(self, worker: int, clock: int) -> None:

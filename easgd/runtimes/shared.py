@@ -77,12 +77,17 @@ class AsyncSetup(NamedTuple):
       clock) only, so that a replay can rebuild every batch.
     key: the run's base key; the step's key is
       ``easgd.asynchrony.log.local_key(key, worker, clock)``.
+    user_errors: the exception types that are the user's fault (their data
+      or task, e.g. ``easgd.training.task.TaskError``): raised by a worker's
+      step, one stops the run as :class:`UserFault` instead of counting as
+      the worker's (machine) fault.
   """
 
   algorithm: Algorithm
   params: Params
   batch_fn: Callable[[int, int], Any]
   key: jax.Array
+  user_errors: tuple[type[BaseException], ...] = ()
 
 
 class WorkerPrograms:
@@ -232,7 +237,10 @@ class ChunkResult(NamedTuple):
     losses: float32 [steps completed]: each step's mini-batch loss.
     seconds: wall time of the chunk.
     error: None, or one line naming the exception that stopped the worker
-      before its local step ``clock``.
+      before its local step ``clock`` (a machine fault).
+    user_error: None, or the one-line message of the user's error
+      (``AsyncSetup.user_errors``) that stopped the worker before its local
+      step ``clock``; the run stops (:class:`UserFault`).
   """
 
   worker: int
@@ -240,10 +248,19 @@ class ChunkResult(NamedTuple):
   losses: np.ndarray
   seconds: float
   error: str | None = None
+  user_error: str | None = None
 
 
 class InjectedFault(RuntimeError):
   """A fault injected by :meth:`WorkerLoop.arm_fault` (tests, experiments)."""
+
+
+class UserFault(Exception):
+  """A worker met an error of the user's data or task (``AsyncSetup.user_errors``).
+
+  Its message is that error's one line (e.g. ``task 'toy': train data: item 17
+  cannot be read (...)``); the run stops on it as on the user's error, and it
+  is never a worker's fault."""
 
 
 class WorkerLoop:
@@ -281,6 +298,7 @@ class WorkerLoop:
     self.programs = programs
     self.due = programs.rules.due
     self.batch_fn = setup.batch_fn
+    self.user_errors = tuple(setup.user_errors)
     self.device = device
     self.key = jax.device_put(setup.key, device)
     self.exchange = exchange
@@ -319,8 +337,16 @@ class WorkerLoop:
     self._stop.set()
 
   def warm_up(self) -> None:
-    """Compiles the worker's programs: runs each once on its state, discards it."""
-    batch = self.batch_fn(self.index, self.clock)
+    """Compiles the worker's programs: runs each once on its state, discards it.
+
+    Raises:
+      UserFault: the batch of the worker's clock cannot be read (an error of
+        ``AsyncSetup.user_errors``).
+    """
+    try:
+      batch = self.batch_fn(self.index, self.clock)
+    except self.user_errors as e:
+      raise UserFault(_user_line(e)) from None
     out = self.programs.local(self.state, batch, self.key, self._index_arg)
     _, proposal, message = self.programs.propose(self.state, batch, self.key, self._index_arg)
     reply = jax.tree.map(lambda m: m * 0, message)  # the reply's structure
@@ -339,8 +365,10 @@ class WorkerLoop:
     with the center (``propose``, ``exchange``, ``finish``), otherwise it runs
     ``local``. The host waits for each step's loss one step late (at most two
     steps in flight), and after each step for ``delay_s``. An exception stops
-    the chunk; it is returned as ``error`` (one line), the state and clock
-    being those after the last completed step.
+    the chunk; it is returned as ``user_error`` if it is one of
+    ``AsyncSetup.user_errors`` (the user's data or task), else as ``error``
+    (a machine fault), one line each, the state and clock being those after
+    the last completed step.
 
     Args:
       num_steps: local steps to take, >= 0.
@@ -349,7 +377,7 @@ class WorkerLoop:
       A :class:`ChunkResult`.
     """
     start = time.perf_counter()
-    losses, error = [], None
+    losses, error, user_error = [], None, None
     try:
       for _ in range(int(num_steps)):
         if self._stop.is_set():
@@ -378,10 +406,19 @@ class WorkerLoop:
           loss.block_until_ready()
           time.sleep(self.delay_s)
       host = np.asarray(jax.device_get(losses), np.float32).reshape(-1)
-    except Exception as e:  # reported, never raised: the other workers go on
+    except self.user_errors as e:  # the user's data or task: the run stops on it
+      user_error = _user_line(e)
+      host = _finished_losses(losses)
+    except Exception as e:  # a machine fault, reported: the other workers go on
       error = _one_line(e)
       host = _finished_losses(losses)
-    return ChunkResult(self.index, self.clock, host, time.perf_counter() - start, error)
+    return ChunkResult(self.index, self.clock, host, time.perf_counter() - start, error, user_error)
+
+
+def _user_line(error: BaseException) -> str:
+  """The one line of a user's error: its message (which names what failed)."""
+  text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+  return text or type(error).__name__
 
 
 def _finished_losses(losses) -> np.ndarray:

@@ -21,6 +21,8 @@ chunk's result and logged); the other workers go on and take its share of
 the budget (``easgd.runtimes.driver``). It is not restarted: in the same process
 the same code would most likely raise again; nor after ``--resume``, which
 goes on with the faults of its checkpoint (``easgd.runtimes.driver.logged_faults``).
+An error of the user's data or task (``AsyncSetup.user_errors``) is no fault:
+the run stops on it (``easgd.runtimes.shared.UserFault``).
 """
 
 from __future__ import annotations

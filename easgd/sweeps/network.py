@@ -38,7 +38,15 @@ import numpy as np
 
 from easgd.core import algorithms
 from easgd.training import batches, builtin_tasks, data, models
-from easgd.training.task import Task, TaskError, check_task, load_task, parse_task_args, take
+from easgd.training.task import (
+    Task,
+    TaskError,
+    check_task,
+    load_task,
+    parse_task_args,
+    take,
+    user_call,
+)
 from easgd._util import checks
 from easgd.analysis import hessian
 from easgd.sweeps import engine as sweep_engine
@@ -156,10 +164,10 @@ def task_batches(
   if task.augment is None:
     return take(task.train, idx)
   spe = batches.steps_per_epoch(n, num_workers, per_worker_batch_size)
-  steps = [
-      task.augment(take(task.train, idx[t]), batches.crop_rng(seed, t // spe + 1, t))
-      for t in range(len(idx))
-  ]
+  steps = []
+  for t, ix in enumerate(idx):
+    rng = batches.crop_rng(seed, t // spe + 1, t)
+    steps.append(user_call(task, "augment", task.augment, take(task.train, ix), rng))
   return jax.tree.map(lambda *a: np.stack(a), *steps)
 
 
@@ -483,7 +491,7 @@ def check_network(
   shapes = jax.eval_shape(task.init, jax.random.key(0))
   step = take(task.train, np.arange(p * batch_size).reshape(p, batch_size))
   if task.augment is not None:  # the bytes of what is held: the augmented batch
-    step = task.augment(step, np.random.default_rng(0))
+    step = user_call(task, "augment", task.augment, step, np.random.default_rng(0))
   need = check_memory(
       "network",
       grid,
@@ -508,7 +516,7 @@ def _evaluated(task: Task, source, n: int):
   """The first ``n`` examples of ``source`` as device arrays, with ``task.eval_transform``."""
   batch = take(source, np.arange(n))
   if task.eval_transform is not None:
-    batch = task.eval_transform(batch)
+    batch = user_call(task, "eval_transform", task.eval_transform, batch)
   return jax.tree.map(jnp.asarray, batch)
 
 

@@ -40,7 +40,10 @@ log's length. Metrics records are the SPMD trainer's, with ``all_reduces`` /
 since the start, compilation excluded) added.
 
 Faults: a worker that raises (threads) or whose process dies (Ray) does not
-stop the others; Ray restarts it from the current center. Each fault is
+stop the others; Ray restarts it from the current center. An error of the
+user's data or task (``easgd.training.task.TaskError``, e.g. an item the
+source cannot read) is no fault: the run stops with it, as on the SPMD
+runtime (``easgd.runtimes.shared.UserFault`` raised again as the TaskError). Each fault is
 logged (with its error) and listed in the summary (``faults``, with
 ``restarted_at``; ``stopped_workers``) and counted in the metrics. A resumed
 run goes on with the faults of its checkpoint's log: a stopped worker stays
@@ -67,7 +70,7 @@ from easgd.parallel import workers
 from easgd.training.config import ConfigError, TrainConfig
 from easgd.training.executor import Snapshot
 from easgd.training.spmd import Run, global_batch
-from easgd.training.task import module_root, take
+from easgd.training.task import TaskError, module_root, take
 
 CHUNK_STEPS = {"threads": 8, "ray": 32}
 """Local steps handed to a worker at a time (``easgd.runtimes.driver.Driver``): a
@@ -104,8 +107,20 @@ def make_batch_fn(run: Run):
 
 
 def make_setup(run: Run) -> async_shared.AsyncSetup:
-  """The ``AsyncSetup`` of a run: its algorithm, initial params, batches, key."""
-  return async_shared.AsyncSetup(run.algorithm, run.init_params, make_batch_fn(run), run.step_key)
+  """The ``AsyncSetup`` of a run: its algorithm, initial params, batches, key;
+  a ``TaskError`` (the user's data or task) is the user's error, never a fault."""
+  return async_shared.AsyncSetup(
+      run.algorithm, run.init_params, make_batch_fn(run), run.step_key, (TaskError,)
+  )
+
+
+@contextlib.contextmanager
+def _user_errors_raised():
+  """A worker's ``UserFault`` raised again as the ``TaskError`` it was (one line)."""
+  try:
+    yield
+  except async_shared.UserFault as e:
+    raise TaskError(str(e)) from None
 
 
 def ray_setup(
@@ -282,14 +297,19 @@ class AsyncExecutor:
     return Snapshot(self.step, restored, self._no_losses(), {}, log=self.log)
 
   def start(self, on_progress: Callable[[int], None]) -> None:
-    """Starts the backend, arms the faults, compiles, then starts the clock."""
+    """Starts the backend, arms the faults, compiles, then starts the clock.
+
+    Raises:
+      TaskError: a worker cannot read its first batch (the user's data).
+    """
     config, p = self.run.config, self.run.config.num_workers
     self.backend = _make_backend(
         config, self.run, self.setup, self.worker_states, self.shared, self.log, self.train_seconds
     )
     for worker, clock in self.faults.items():
       self.backend.arm_fault(int(worker), int(clock))
-    self.backend.warm_up()  # compile every program before the clock starts
+    with _user_errors_raised():
+      self.backend.warm_up()  # compile every program before the clock starts
     self.driver = async_driver.Driver(
         self.backend,
         [0] * p if self.worker_states is None else [int(w.clock) for w in self.worker_states],
@@ -301,8 +321,14 @@ class AsyncExecutor:
     self.train_start = time.perf_counter() - self.train_seconds
 
   def run_to(self, step: int, while_running: Callable[[], None] | None = None) -> None:
-    """Runs the workers until their clocks sum to ``step * num_workers``."""
-    self.driver.run_to(step * self.run.config.num_workers, while_running=while_running)
+    """Runs the workers until their clocks sum to ``step * num_workers``.
+
+    Raises:
+      TaskError: a worker met an error of the user's data or task.
+      easgd.runtimes.driver.WorkersLostError: every worker stopped.
+    """
+    with _user_errors_raised():
+      self.driver.run_to(step * self.run.config.num_workers, while_running=while_running)
     self.step = step
 
   def state_for_checkpoint(self, evaluated: bool) -> Snapshot:

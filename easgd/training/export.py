@@ -10,9 +10,9 @@ import numpy as np
 from easgd.training import builtin_tasks, checkpoint
 from easgd.training.config import ConfigError
 from easgd._util.files import json_text, write_bytes_atomic, write_text_atomic
-from easgd.training.rundir import ensure_writable_dir, saved_config
-from easgd.training.spmd import Run
-from easgd.training.task import Task
+from easgd.training.rundir import check_task_record, ensure_writable_dir, saved_config
+from easgd.training.spmd import Run, with_validation
+from easgd.training.task import Task, fingerprint
 
 
 def export_center(workdir, out_path, *, task: Task | None = None) -> Path:
@@ -47,12 +47,20 @@ def export_center(workdir, out_path, *, task: Task | None = None) -> Path:
 
   Raises:
     ConfigError: no run or no checkpoint in ``workdir``, ``out_path`` is a
-      directory, or its directory cannot be written.
+      directory, or its directory cannot be written; a task that differs from
+      the one the run recorded (``easgd.training.rundir.check_task_record``:
+      parameter shapes, data sizes, a digest of the data), before anything is
+      written.
     easgd.training.checkpoint.CheckpointError: the latest checkpoint is unreadable.
+    easgd.training.task.TaskError: the task does not build.
   """
   from flax import serialization
 
   config = saved_config(workdir)
+  task = builtin_tasks.task_of(config, task)
+  check_task_record(
+      workdir, fingerprint(with_validation(task, config.validation_examples)), "export"
+  )
   out_path = Path(out_path)
   if out_path.is_dir():
     raise ConfigError(
@@ -72,7 +80,6 @@ def export_center(workdir, out_path, *, task: Task | None = None) -> Path:
   def write_msgpack(path, tree):
     write_bytes_atomic(path, serialization.msgpack_serialize(jax.tree.map(np.asarray, tree)))
 
-  task = builtin_tasks.task_of(config, task)
   write_msgpack(out_path, center)
   info = dict(
       **task.info,

@@ -3,6 +3,12 @@
 A run directory (``workdir``) holds, each file replaced atomically
 (``easgd._util.files``), so an interrupted run never leaves a half-written file:
   ``config.json``     the config the run was started with (:func:`saved_config`);
+  ``task.json``       what the run's task was at its start
+                      (``easgd.training.task.fingerprint``: parameter shapes,
+                      data sizes, a digest of a few items), which a resume
+                      and an export check the task they rebuild against
+                      (:func:`check_task_record`); a run without it (written
+                      before the package recorded it) records it when resumed;
   ``metrics.jsonl``   one JSON object per evaluation (epoch 0 = the start),
                       each written before the checkpoint of its step: an
                       interrupt between the two leaves one record past the
@@ -59,13 +65,15 @@ from easgd._util import checks
 from easgd.training import checkpoint, tensorboard
 from easgd.parallel import distributed
 from easgd.training.config import ConfigError, TrainConfig
+from easgd.training.task import fingerprint_differences
 from easgd._util.files import json_text, write_text_atomic
 
 METRICS_FILE = "metrics.jsonl"
 EXCHANGES_FILE = "exchanges.jsonl"  # asynchronous algorithms: the realised exchanges
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "config.json"
-RUN_FILES = (METRICS_FILE, SUMMARY_FILE, CONFIG_FILE, EXCHANGES_FILE)
+TASK_FILE = "task.json"  # the task's fingerprint (easgd.training.task.fingerprint)
+RUN_FILES = (METRICS_FILE, SUMMARY_FILE, CONFIG_FILE, EXCHANGES_FILE, TASK_FILE)
 PREVIOUS_RUN_DIR = "previous_run"
 
 # Fields that may differ between a run and its resumption: where it runs and how
@@ -202,7 +210,14 @@ def check_resume_config(config: TrainConfig, workdir) -> None:
     )
 
 
-def check_start(config: TrainConfig, workdir: Path, *, overwrite: bool, resume: bool) -> None:
+def check_start(
+    config: TrainConfig,
+    workdir: Path,
+    *,
+    overwrite: bool,
+    resume: bool,
+    task_record: dict[str, Any] | None = None,
+) -> None:
   """Checks that a run can start, or resume, in ``workdir``; before compiling.
 
   Args:
@@ -210,14 +225,18 @@ def check_start(config: TrainConfig, workdir: Path, *, overwrite: bool, resume: 
     workdir: the run directory (:func:`workdir_path`).
     overwrite: as :func:`check_workdir` (a new run only).
     resume: go on from the run in ``workdir``: its config must match
-      (:func:`check_resume_config`), ``workdir`` (and its checkpoints) must be
+      (:func:`check_resume_config`), and its task (``task_record``, checked by
+      :func:`check_task_record`), ``workdir`` (and its checkpoints) must be
       writable, and if it has a checkpoint its whole evaluation history must be
       readable (:func:`read_history`).
+    task_record: the fingerprint of the task the run is given
+      (``easgd.training.task.fingerprint``); None: not checked.
 
   Raises:
     ConfigError: ``overwrite`` or ``resume`` not a bool, or both true; from
       :func:`check_workdir`, :func:`check_resume_config`,
-      :func:`ensure_writable_dir` or :func:`read_history`.
+      :func:`check_task_record`, :func:`ensure_writable_dir` or
+      :func:`read_history`.
   """
   overwrite = checks.flag("overwrite", overwrite, error=ConfigError)
   resume = checks.flag("resume", resume, error=ConfigError)
@@ -228,6 +247,8 @@ def check_start(config: TrainConfig, workdir: Path, *, overwrite: bool, resume: 
     )
   if resume:
     check_resume_config(config, workdir)
+    if task_record is not None:
+      check_task_record(workdir, task_record, "resume")
     ensure_writable_dir(workdir)
     if (workdir / checkpoint.CHECKPOINT_DIR).is_dir():
       ensure_writable_dir(workdir / checkpoint.CHECKPOINT_DIR)
@@ -236,6 +257,39 @@ def check_start(config: TrainConfig, workdir: Path, *, overwrite: bool, resume: 
       read_history(workdir)  # a checkpoint to go on from: its history must be whole
   else:
     check_workdir(workdir, overwrite)
+
+
+def check_task_record(workdir, task_record: dict[str, Any], action: str) -> None:
+  """Refuses a task that differs from the one the run in ``workdir`` recorded.
+
+  Args:
+    workdir: the run directory.
+    task_record: the fingerprint of the task rebuilt now
+      (``easgd.training.task.fingerprint``).
+    action: what would go on with it, for the message ("resume", "export").
+
+  Raises:
+    ConfigError: the recorded ``task.json`` is unreadable, or differs (one
+      line naming each difference, ``easgd.training.task.fingerprint_differences``).
+      A run that recorded none (written before the package recorded it)
+      passes: there is nothing to compare.
+  """
+  path = Path(workdir) / TASK_FILE
+  if not path.is_file():
+    return
+  try:
+    recorded = json.loads(path.read_text())
+    differences = fingerprint_differences(recorded, task_record)
+  except (OSError, ValueError, TypeError, AttributeError, KeyError) as e:
+    raise ConfigError(
+        f"cannot {action}: '{path}' (the run's task) is damaged ({type(e).__name__}: {e})"
+    ) from None
+  if differences:
+    raise ConfigError(
+        f"cannot {action}: the task differs from the one the run recorded in '{path}' "
+        f"({'; '.join(differences)}); allowed: the run's own task (its module and data as "
+        "they were)"
+    )
 
 
 # -- overwrite: the earlier run is set aside until the new one stands ---------
@@ -293,17 +347,27 @@ def move_aside(workdir: Path, entries, finished: Path) -> None:
     os.replace(e, aside / e.name)
 
 
-def open_run(config: TrainConfig, workdir: Path, *, resume: bool) -> checkpoint.Checkpointer:
+def open_run(
+    config: TrainConfig,
+    workdir: Path,
+    *,
+    resume: bool,
+    task_record: dict[str, Any] | None = None,
+) -> checkpoint.Checkpointer:
   """Opens ``workdir`` for writing a run; call it on every process.
 
   A new run (not ``resume``): process 0 sets an earlier run aside
   (:func:`set_aside_previous_run`), every process waits for it
-  (``easgd.parallel.distributed.barrier``), then process 0 writes ``config.json``.
+  (``easgd.parallel.distributed.barrier``), then process 0 writes ``config.json``
+  and ``task.json``. A resumed run writes ``task.json`` only if the run has
+  none (written before the package recorded it).
 
   Args:
     config: the validated config of the run (``keep_checkpoints``).
     workdir: the run directory, checked by :func:`check_start`.
     resume: go on from the run in ``workdir`` (nothing is set aside).
+    task_record: the fingerprint of the run's task
+      (``easgd.training.task.fingerprint``); None: none is written.
 
   Returns:
     The run's :class:`~easgd.training.checkpoint.Checkpointer` (the caller closes it).
@@ -311,6 +375,9 @@ def open_run(config: TrainConfig, workdir: Path, *, resume: bool) -> checkpoint.
   workdir.mkdir(parents=True, exist_ok=True)
   ckpt = checkpoint.Checkpointer(workdir, config.keep_checkpoints)
   if resume:
+    if task_record is not None and distributed.is_primary():
+      if not (workdir / TASK_FILE).exists():
+        write_text_atomic(workdir / TASK_FILE, json_text(task_record, indent=2) + "\n")
     return ckpt
   primary = distributed.is_primary()
   if primary:
@@ -321,6 +388,8 @@ def open_run(config: TrainConfig, workdir: Path, *, resume: bool) -> checkpoint.
   ckpt = checkpoint.Checkpointer(workdir, config.keep_checkpoints)
   if primary:
     write_config(workdir, config)
+    if task_record is not None:
+      write_text_atomic(workdir / TASK_FILE, json_text(task_record, indent=2) + "\n")
   return ckpt
 
 

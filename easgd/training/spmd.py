@@ -33,7 +33,7 @@ from easgd.training.config import ConfigError, TrainConfig
 from easgd.training.divergence import DivergenceError, divergence_message
 from easgd.training.executor import Snapshot
 from easgd.training.optimizers import make_optimizer, make_schedule
-from easgd.training.task import Subset, Task, check_task, take
+from easgd.training.task import Subset, Task, check_task, take, user_call
 from easgd.parallel.workers import WORKER_AXES
 
 
@@ -199,7 +199,7 @@ def evaluated_examples(task: Task, indices: np.ndarray, source=None):
   indices = np.asarray(indices)
   batch = take(task.train if source is None else source, indices.reshape(-1))
   if task.eval_transform is not None:
-    batch = task.eval_transform(batch)
+    batch = user_call(task, "eval_transform", task.eval_transform, batch)
   return jax.tree.map(lambda a: a.reshape(*indices.shape, *a.shape[1:]), batch)
 
 
@@ -575,11 +575,17 @@ def global_batch(run: "Run", indices: np.ndarray, epoch: int, step: int):
 
   Returns:
     The batch, leaves ``[num_workers, B, ...]`` (worker i: row i).
+
+  Raises:
+    easgd.training.task.TaskError: an item the source cannot read, or
+      ``augment`` fails (one line naming the task).
   """
   task = run.task
   batch = take(task.train, indices)
   if task.augment is not None:  # e.g. random crops, fixed by (seed, epoch, step)
-    batch = task.augment(batch, batches.crop_rng(run.config.seed, epoch, step))
+    batch = user_call(
+        task, "augment", task.augment, batch, batches.crop_rng(run.config.seed, epoch, step)
+    )
   return batch
 
 

@@ -33,12 +33,15 @@ Tasks come from a factory: the built-in data sets and models
 ``"package.module:factory"`` (:func:`load_task`; ``easgd train --task``), whose
 keyword arguments a config records, so a resume, a Ray worker's process or
 ``export`` rebuilds the same task. :func:`check_task` checks a task against a
-run before anything compiles (abstract evaluation only).
+run before anything compiles (abstract evaluation only); :func:`fingerprint`
+is what a run records of its task, and :func:`fingerprint_differences` what a
+resume or an export finds changed in the task it rebuilds.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib
 import inspect
 import json
@@ -266,7 +269,7 @@ def check_task(task: Task, *, num_workers: int, per_worker_batch: int, eval_batc
   last = take(task.train, np.arange(n - g, n).reshape(num_workers, per_worker_batch))
   if task.augment is not None:
     first, last = (
-        _call(task, "augment", task.augment, b, np.random.default_rng(0)) for b in (first, last)
+        user_call(task, "augment", task.augment, b, np.random.default_rng(0)) for b in (first, last)
     )
   if _shapes(first) != _shapes(last) or (
       _tree().tree_structure(first) != _tree().tree_structure(last)
@@ -300,12 +303,12 @@ def check_task(task: Task, *, num_workers: int, per_worker_batch: int, eval_batc
   e = max(1, min(eval_batch, len(task.test)))
   batch = take(task.test, np.arange(e))
   if task.eval_transform is not None:
-    batch = _call(task, "eval_transform", task.eval_transform, batch)
+    batch = user_call(task, "eval_transform", task.eval_transform, batch)
   args = (params, batch)
   if task.center_state is not None:
     state_batch = take(task.train, np.arange(min(e, n)))
     if task.eval_transform is not None:
-      state_batch = _call(task, "eval_transform", task.eval_transform, state_batch)
+      state_batch = user_call(task, "eval_transform", task.eval_transform, state_batch)
     state = _abstract(
         task,
         "center_state(params, batch, None)",
@@ -333,13 +336,109 @@ def check_task(task: Task, *, num_workers: int, per_worker_batch: int, eval_batc
   return dict(metrics=tuple(metrics), param_shapes=_shapes(params))
 
 
-def _call(task: Task, what: str, fn, *args):
+def user_call(task: Task, what: str, fn, *args):
+  """``fn(*args)``, a function of the user's ``task`` (``augment``, ``eval_transform``).
+
+  Raises:
+    TaskError: ``fn`` raised: one line naming the task, ``what`` and the error.
+  """
   try:
     return fn(*args)
   except TaskError:
     raise
   except Exception as e:  # noqa: BLE001 (a user's function: one line)
     raise TaskError(f"task {task.name!r}: {what} fails: {_first_line(e)}") from None
+
+
+# --------------------------------------------------------------------------
+# Fingerprint: what a run records of its task (resume and export compare it)
+# --------------------------------------------------------------------------
+
+FINGERPRINT_ITEMS = 8
+"""Items per split :func:`fingerprint` reads (evenly spaced, the first and last among them)."""
+
+SPLITS = ("train", "validation", "test")
+
+
+def _digest(source) -> dict[str, Any]:
+  """``{"examples": n, "digest": sha256 hex}`` of a split (:func:`fingerprint`)."""
+  n = len(source)
+  positions = np.unique(np.linspace(0, n - 1, FINGERPRINT_ITEMS).round().astype(np.int64))
+  h = hashlib.sha256()
+  for leaf in _tree().tree_leaves(take(source, positions)):
+    leaf = np.ascontiguousarray(leaf)
+    h.update(f"{leaf.dtype.str}{leaf.shape}".encode())
+    h.update(leaf.tobytes())
+  return dict(examples=n, digest=h.hexdigest())
+
+
+def fingerprint(task: Task) -> dict[str, Any]:
+  """What a run records of its task, cheap for data of any size (``task.json``).
+
+  Covers exactly: the path, shape and dtype of every parameter ``init``
+  returns (evaluated abstractly, ``jax.eval_shape``: nothing compiled or
+  run), and for each split (``train``, ``validation``, ``test``, as the run
+  uses them: the validation examples held out of ``train``) its number of
+  examples and a SHA-256 digest of the dtype, shape and bytes of every leaf
+  of :data:`FINGERPRINT_ITEMS` items at evenly spaced positions
+  (``round(k (n - 1) / 7)``, k = 0..7: the first and the last included).
+  Not covered: the items between those positions, and the task's functions
+  beyond the shapes of the parameters they make.
+
+  Args:
+    task: the run's view of its task (``easgd.training.spmd.checked_task``).
+
+  Returns:
+    JSON-ready ``{"params": [[path, shape, dtype], ...], "train": {"examples":
+    n, "digest": hex}, "validation": {...} or None, "test": {...}}``.
+
+  Raises:
+    TaskError: ``init`` fails, or an item cannot be read.
+  """
+  import jax  # noqa: PLC0415
+
+  params = _abstract(task, "init(key)", task.init, jax.random.key(0))
+  leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+  out: dict[str, Any] = dict(
+      params=[
+          [jax.tree_util.keystr(path), list(leaf.shape), str(leaf.dtype)] for path, leaf in leaves
+      ]
+  )
+  for split in SPLITS:
+    source = getattr(task, split)
+    out[split] = None if source is None else _digest(source)
+  return out
+
+
+def fingerprint_differences(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+  """What differs between two :func:`fingerprint` s, one short phrase each.
+
+  Args:
+    recorded: the fingerprint the run recorded.
+    now: the fingerprint of the task rebuilt.
+
+  Returns:
+    E.g. ``["train: 256 -> 258 examples", "parameter ['Dense_0']['kernel']:
+    (8, 64) float32 -> (8, 32) float32"]``; empty when they agree.
+  """
+
+  def shapes(fp):
+    return {p: f"({', '.join(map(str, s))}{',' if len(s) == 1 else ''}) {d}" for p, s, d in fp}
+
+  out = []
+  old, new = shapes(recorded.get("params", [])), shapes(now.get("params", []))
+  changed = [p for p in sorted(set(old) | set(new)) if old.get(p) != new.get(p)]
+  for p in changed[:2]:
+    out.append(f"parameter {p}: {old.get(p, 'none')} -> {new.get(p, 'none')}")
+  if len(changed) > 2:
+    out[-1] += f" and {len(changed) - 2} more"
+  for split in SPLITS:
+    a, b = recorded.get(split) or {}, now.get(split) or {}
+    if a.get("examples") != b.get("examples"):
+      out.append(f"{split}: {a.get('examples', 'no')} -> {b.get('examples', 'no')} examples")
+    elif a.get("digest") != b.get("digest"):
+      out.append(f"{split}: other items (digest of {FINGERPRINT_ITEMS} evenly spaced items)")
+  return out
 
 
 # --------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from easgd.training.divergence import (
 )
 from easgd.training.executor import Executor, Snapshot
 from easgd.training.spmd import Run, SpmdExecutor
-from easgd.training.task import Task
+from easgd.training.task import Task, fingerprint
 
 SUMMARY_KEYS = (
     "status",
@@ -132,7 +132,9 @@ def train_and_evaluate(
 
   Raises:
     ConfigError: ``config`` not a TrainConfig, a bad config value or workdir,
-      overwrite with resume, or a resume with another config.
+      overwrite with resume, or a resume with another config or another task
+      (its parameter shapes, data sizes or a digest of its data differ from
+      the run's ``task.json``, ``easgd.training.rundir.check_task_record``).
     easgd.training.runlock.WorkdirInUseError: another command holds ``workdir``
       (``easgd.training.runlock``: one run per workdir, taken before its checks).
     easgd.parallel.workers.LayoutError: num_workers not a multiple of the devices used.
@@ -232,7 +234,8 @@ def _start(config, workdir, overwrite, resume, stop_after_steps, faults, task) -
   """The checks before a run, its lock, then :func:`_train` (stack: the caller's caller)."""
   config = as_train_config(config).validate()
   # the task first: one that does not build or fit the run writes nothing
-  config, task, _ = run_task(config, task)
+  config, task, view = run_task(config, task)
+  task_record = fingerprint(view)  # recorded at the start; a resume checks against it
   if stop_after_steps is not None:
     stop_after_steps = checks.integer("stop_after_steps", stop_after_steps, 1, error=ConfigError)
   if config.runtime in registry.REAL_RUNTIMES and distributed.is_multiprocess():
@@ -246,10 +249,10 @@ def _start(config, workdir, overwrite, resume, stop_after_steps, faults, task) -
     warnings.warn(hint, StabilityWarning, stacklevel=3)
   primary = distributed.is_primary()  # the process that writes files
   with runlock.hold_workdir(workdir, "train", primary=primary):  # before its checks
-    rundir.check_start(config, workdir, overwrite=overwrite, resume=resume)
+    rundir.check_start(config, workdir, overwrite=overwrite, resume=resume, task_record=task_record)
     distributed.barrier("easgd:workdir-checked")  # before process 0 writes to it
     with async_runs.connection(config):  # Ray: the cluster, before anything is built
-      return _train(config, workdir, resume, stop_after_steps, faults, task)
+      return _train(config, workdir, resume, stop_after_steps, faults, task, task_record)
 
 
 def _executor(run: Run, workdir, faults) -> Executor:
@@ -258,12 +261,13 @@ def _executor(run: Run, workdir, faults) -> Executor:
   return SpmdExecutor(run)
 
 
-def _train(config, workdir, resume, stop_after_steps, faults, task) -> dict[str, Any]:
+def _train(config, workdir, resume, stop_after_steps, faults, task, task_record) -> dict[str, Any]:
   """:func:`train_and_evaluate` in ``workdir``, checked, whose lock the caller holds."""
   run = Run(config, task)
   executor = _executor(run, workdir, faults)
   primary = distributed.is_primary()  # the process that writes files
-  ckpt = rundir.open_run(config, workdir, resume=resume)  # checkpoints: all processes
+  # checkpoints: all processes
+  ckpt = rundir.open_run(config, workdir, resume=resume, task_record=task_record)
   start = time.perf_counter()
   earlier_wall_time_s = rundir.earlier_wall_time(workdir) if resume else 0.0
   spe = run.steps_per_epoch
