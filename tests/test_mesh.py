@@ -33,7 +33,7 @@ from easgd.training.config import ConfigError, TrainConfig
 from easgd.training.spmd import Run, SpmdExecutor
 from easgd.core import algorithms
 from easgd.training import models
-from testutil import all_reduce_ops, max_abs_diff, mlp_setup, random_batches
+from testutil import all_reduce_ops, collective_dtypes, max_abs_diff, mlp_setup, random_batches
 
 SYNCHRONOUS = ("easgd", "eamsgd", "local_sgd", "diloco", "pmean_sgd")
 STEPS, B = 6, 8  # steps; per-worker batch (examples), split B / D per device
@@ -241,6 +241,46 @@ def test_sharded_programs_communicate_what_the_accounting_counts(algorithm, p, D
   assert tuple(across) == levels.across_workers and levels.across_workers.bytes % (P // D) == 0
   assert within == [4 * STEPS, P * STEPS, P // D * STEPS]
   assert levels.within_workers == (STEPS, STEPS * (P + 4))
+
+
+@pytest.mark.parametrize("shard", [False, True])
+def test_a_bfloat16_worker_of_2_devices_reduces_in_float32(shard):
+  """The package's precision policy inside a worker: with bfloat16 parameters
+  (2 workers of 2 devices, easgd, tau = 2), every all-reduce, all-gather and
+  reduce-scatter of the compiled step programs operates on float32 values,
+  within a worker (the gradient and loss over "data"; with ``shard_params``
+  the parameters' all-gather and the gradient's reduce-scatter) as across
+  workers (the elastic exchange). Read from each step program's HLO text as
+  JAX hands it to XLA (``lower().as_text("hlo")``: what every backend
+  compiles) and as compiled here; XLA's CPU compiler widens bfloat16
+  collectives to float32 itself, so on CPU only the first can show a
+  bfloat16 reduction."""
+  params, loss_fn = wide_setup()
+  params = jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)
+  layout = workers.make_layout(2, backend="shard_map", devices_per_worker=2)
+  if shard:
+    layout = workers.shard_params(layout, params)
+  algo = registry.make_algorithm(
+      config_of("easgd", 2, 2), workers.data_parallel_loss(loss_fn, layout), optax.sgd(0.3), STEPS
+  )
+  worker, shared = workers.place_state(algo, params, layout)
+  assert {str(x.dtype) for x in jax.tree.leaves(algo.worker_params(worker, shared))} == {"bfloat16"}
+  x, y = np.zeros((2, B, 8), np.float32), np.zeros((2, B), np.int32)
+  batch = workers.split_workers((x, y), layout, kind="batch")
+  found = {}
+  for f in workers.map_step(algo, layout, donate_state=False).programs.values():
+    lowered = f.lower(worker, shared, batch, jax.random.key(0))
+    for stage, hlo in (
+        ("given", lowered.as_text("hlo")),
+        ("compiled", lowered.compile().as_text()),
+    ):
+      for op, types in collective_dtypes(hlo).items():
+        found.setdefault((stage, op), []).extend(types)
+  kinds = ("all-reduce", "all-gather", "reduce-scatter") if shard else ("all-reduce",)
+  for stage in ("given", "compiled"):
+    assert {op for (s, op), types in found.items() if s == stage and types} == set(kinds), found
+    for op in kinds:
+      assert all(types == {"f32"} for types in found[stage, op]), (stage, op, found[stage, op])
 
 
 def test_a_parameter_that_cannot_be_split_is_one_layout_error():

@@ -70,6 +70,7 @@ import numpy as np
 
 from easgd._util import checks
 from easgd.core.algorithms import Algorithm, Communication, select_program
+from easgd.core import elastic
 from easgd.core.elastic import DEVICE_AXIS, LOCAL_AXIS, WORKER_AXES
 from easgd.parallel.names import BACKENDS  # re-exported
 
@@ -817,7 +818,9 @@ def _data_mean_gradient_fwd(params):
 
 
 def _data_mean_gradient_bwd(_, cotangent):
-  return (jax.lax.pmean(cotangent, DATA_AXIS),)
+  # the package's reduction policy: the mean in float32 for bfloat16 gradients
+  # (easgd.core.elastic.reduction_dtype), rounded once to the gradient's dtype
+  return (elastic.cast_like(elastic.worker_mean(cotangent, DATA_AXIS), cotangent),)
 
 
 _data_mean_gradient.defvjp(_data_mean_gradient_fwd, _data_mean_gradient_bwd)
@@ -827,8 +830,8 @@ _data_mean_gradient.defvjp(_data_mean_gradient_fwd, _data_mean_gradient_bwd)
 def _data_mean_value(loss):
   """``lax.pmean(loss, DATA_AXIS)`` whose backward pass is the identity (each
   device differentiates its own examples' loss; the parameters' cotangent is
-  averaged by :func:`_data_mean_gradient`)."""
-  return jax.lax.pmean(loss, DATA_AXIS)
+  averaged by :func:`_data_mean_gradient`); in float32 for a bfloat16 loss."""
+  return elastic.cast_like(elastic.worker_mean(loss, DATA_AXIS), loss)
 
 
 def _data_mean_value_fwd(loss):
@@ -897,8 +900,12 @@ def data_parallel_loss(loss_fn: Callable, layout: WorkerLayout) -> Callable:
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
 def _gather_slices(x, axis):
   """The whole parameter from its D devices' slices (all-gather over "data"),
-  whose backward pass reduce-scatters the cotangent as the mean over "data"."""
-  return jax.lax.all_gather(x, DATA_AXIS, axis=axis, tiled=True)
+  whose backward pass reduce-scatters the cotangent as the mean over "data".
+  Both carry :func:`easgd.core.elastic.reduction_dtype` values (float32 for
+  bfloat16; exact for the gather), so the pair moves the bytes of the float32
+  all-reduce it replaces, and the result has ``x``'s dtype."""
+  wide = elastic.to_reduction_dtype(x)
+  return jax.lax.all_gather(wide, DATA_AXIS, axis=axis, tiled=True).astype(x.dtype)
 
 
 def _gather_slices_fwd(x, axis):
@@ -907,7 +914,9 @@ def _gather_slices_fwd(x, axis):
 
 def _gather_slices_bwd(axis, _, cotangent):
   size = jax.lax.psum(1, DATA_AXIS)
-  return (jax.lax.psum_scatter(cotangent, DATA_AXIS, scatter_dimension=axis, tiled=True) / size,)
+  wide = elastic.to_reduction_dtype(cotangent)
+  mean = jax.lax.psum_scatter(wide, DATA_AXIS, scatter_dimension=axis, tiled=True) / size
+  return (mean.astype(cotangent.dtype),)
 
 
 _gather_slices.defvjp(_gather_slices_fwd, _gather_slices_bwd)
