@@ -20,30 +20,17 @@ CASES = [
     ("more devices than there are", ["--num-workers", "64", "--num-devices", "64"]),
     ("batch that does not split over workers", ["--global-batch-size", "130"]),
     ("a worker of 0 devices", ["--devices-per-worker", "0"]),
-    ("devices per worker on the pmap backend", ["--devices-per-worker", "2"]),
+    (
+        "devices per worker on the pmap backend",
+        ["--devices-per-worker", "2", "--mapping-backend", "pmap"],
+    ),
     (
         "devices per worker with an asynchronous algorithm",
-        [
-            "--devices-per-worker",
-            "2",
-            "--mapping-backend",
-            "shard_map",
-            "--algorithm",
-            "async_easgd",
-        ],
+        ["--devices-per-worker", "2", "--algorithm", "async_easgd"],
     ),
-    (
-        "devices per worker with BatchNorm",
-        ["--devices-per-worker", "2", "--mapping-backend", "shard_map", "--model", "cnn_bn"],
-    ),
-    (
-        "a per-worker batch that does not split over its devices",
-        ["--devices-per-worker", "3", "--mapping-backend", "shard_map"],
-    ),
-    (
-        "workers of several devices, more devices than there are",
-        ["--devices-per-worker", "2", "--mapping-backend", "shard_map"],
-    ),
+    ("devices per worker with BatchNorm", ["--devices-per-worker", "2", "--model", "cnn_bn"]),
+    ("a per-worker batch that does not split over its devices", ["--devices-per-worker", "3"]),
+    ("workers of several devices, more devices than there are", ["--devices-per-worker", "2"]),
     ("sharded parameters with one device per worker", ["--shard-params"]),
     ("batch larger than the data", ["--dataset", "digits", "--global-batch-size", "4000"]),
     ("data directory without the IDX files", ["--dataset", "fashion_mnist", "--data-dir", "{tmp}"]),

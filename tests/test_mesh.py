@@ -33,7 +33,7 @@ from easgd.training.config import ConfigError, TrainConfig
 from easgd.training.spmd import Run, SpmdExecutor
 from easgd.core import algorithms
 from easgd.training import models
-from testutil import all_reduce_ops, max_abs_diff, mlp_setup, random_batches
+from testutil import all_reduce_ops, collective_dtypes, max_abs_diff, mlp_setup, random_batches
 
 SYNCHRONOUS = ("easgd", "eamsgd", "local_sgd", "diloco", "pmean_sgd")
 STEPS, B = 6, 8  # steps; per-worker batch (examples), split B / D per device
@@ -243,6 +243,46 @@ def test_sharded_programs_communicate_what_the_accounting_counts(algorithm, p, D
   assert levels.within_workers == (STEPS, STEPS * (P + 4))
 
 
+@pytest.mark.parametrize("shard", [False, True])
+def test_a_bfloat16_worker_of_2_devices_reduces_in_float32(shard):
+  """The package's precision policy inside a worker: with bfloat16 parameters
+  (2 workers of 2 devices, easgd, tau = 2), every all-reduce, all-gather and
+  reduce-scatter of the compiled step programs operates on float32 values,
+  within a worker (the gradient and loss over "data"; with ``shard_params``
+  the parameters' all-gather and the gradient's reduce-scatter) as across
+  workers (the elastic exchange). Read from each step program's HLO text as
+  JAX hands it to XLA (``lower().as_text("hlo")``: what every backend
+  compiles) and as compiled here; XLA's CPU compiler widens bfloat16
+  collectives to float32 itself, so on CPU only the first can show a
+  bfloat16 reduction."""
+  params, loss_fn = wide_setup()
+  params = jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)
+  layout = workers.make_layout(2, backend="shard_map", devices_per_worker=2)
+  if shard:
+    layout = workers.shard_params(layout, params)
+  algo = registry.make_algorithm(
+      config_of("easgd", 2, 2), workers.data_parallel_loss(loss_fn, layout), optax.sgd(0.3), STEPS
+  )
+  worker, shared = workers.place_state(algo, params, layout)
+  assert {str(x.dtype) for x in jax.tree.leaves(algo.worker_params(worker, shared))} == {"bfloat16"}
+  x, y = np.zeros((2, B, 8), np.float32), np.zeros((2, B), np.int32)
+  batch = workers.split_workers((x, y), layout, kind="batch")
+  found = {}
+  for f in workers.map_step(algo, layout, donate_state=False).programs.values():
+    lowered = f.lower(worker, shared, batch, jax.random.key(0))
+    for stage, hlo in (
+        ("given", lowered.as_text("hlo")),
+        ("compiled", lowered.compile().as_text()),
+    ):
+      for op, types in collective_dtypes(hlo).items():
+        found.setdefault((stage, op), []).extend(types)
+  kinds = ("all-reduce", "all-gather", "reduce-scatter") if shard else ("all-reduce",)
+  for stage in ("given", "compiled"):
+    assert {op for (s, op), types in found.items() if s == stage and types} == set(kinds), found
+    for op in kinds:
+      assert all(types == {"f32"} for types in found[stage, op]), (stage, op, found[stage, op])
+
+
 def test_a_parameter_that_cannot_be_split_is_one_layout_error():
   params, _ = mlp_setup()  # 5 -> 16 -> 3: the last bias (3,) has no axis divisible by 2
   layout = workers.make_layout(4, backend="shard_map", devices_per_worker=2)
@@ -403,7 +443,10 @@ def test_one_device_per_worker_is_the_unchanged_program():
     "changes, words",
     [
         (dict(devices_per_worker=0), "devices_per_worker must be an integer in [1,"),
-        (dict(devices_per_worker=2, mapping_backend="pmap"), "needs mapping_backend 'shard_map'"),
+        (
+            dict(devices_per_worker=2, mapping_backend="pmap"),
+            "needs the 2-D mesh of mapping_backend 'shard_map', got mapping_backend 'pmap'",
+        ),
         (dict(devices_per_worker=2, algorithm="async_easgd"), "'async_easgd' is asynchronous"),
         (
             dict(devices_per_worker=2, algorithm="async_easgd", runtime="threads"),
@@ -419,6 +462,29 @@ def test_bad_devices_per_worker_is_one_config_error(changes, words):
   with pytest.raises(ConfigError, match=None) as e:
     config.validate()
   assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_2d_mesh_is_chosen_when_a_worker_has_several_devices():
+  """``mapping_backend`` None (the default): the 2-D mesh of 'shard_map' for
+  devices_per_worker > 1, 'pmap' for one device per worker, the layout of an
+  explicit 'pmap' (the same devices, the same programs); an explicit 'pmap'
+  with D > 1 is one line."""
+  config = TrainConfig(dataset="digits", model="mlp", num_workers=2, global_batch_size=32)
+  assert config.mapping_backend is None and config.resolved_mapping_backend == "pmap"
+  two = config.replace(devices_per_worker=2).validate()
+  assert two.resolved_mapping_backend == "shard_map"
+  assert Run(two).layout == Run(two.replace(mapping_backend="shard_map")).layout
+  layout = Run(config).layout
+  assert layout.backend == "pmap" and layout == Run(config.replace(mapping_backend="pmap")).layout
+  assert workers.make_layout(2, devices_per_worker=2).backend == "shard_map"
+  assert workers.make_layout(2) == workers.make_layout(2, backend="pmap")
+  with pytest.raises(ConfigError) as e:
+    two.replace(mapping_backend="pmap").validate()
+  assert str(e.value) == (
+      "devices_per_worker=2 needs the 2-D mesh of mapping_backend 'shard_map', got "
+      "mapping_backend 'pmap'; allowed: mapping_backend 'shard_map' or None (chosen from "
+      "devices_per_worker), or devices_per_worker 1"
+  )
 
 
 def test_more_devices_than_there_are_is_a_layout_error():
@@ -472,7 +538,7 @@ def test_workers_of_several_devices_over_several_processes_take_whole_rows():
 def test_a_task_whose_loss_is_not_a_mean_of_examples_is_refused_before_compiling():
   import dataclasses
 
-  from easgd.training import builtin_tasks
+  from easgd.training import builtin_tasks, spmd
 
   config = TrainConfig(
       dataset="digits",
@@ -482,7 +548,17 @@ def test_a_task_whose_loss_is_not_a_mean_of_examples_is_refused_before_compiling
       mapping_backend="shard_map",
       devices_per_worker=2,
   )
-  task = dataclasses.replace(builtin_tasks.task_of(config), mean_of_examples=False)
-  with pytest.raises(ConfigError, match="mean_of_examples False; allowed: devices_per_worker 1"):
+  task = dataclasses.replace(builtin_tasks.task_of(config), name="mine", mean_of_examples=False)
+  with pytest.raises(ConfigError) as e:
     Run(config, task)
+  assert str(e.value) == (
+      "devices_per_worker=2 averages a worker's loss and gradient over its devices, which are "
+      "its whole batch's only for a loss that is a mean of independent per-example terms; task "
+      "'mine' does not declare its loss one (mean_of_examples=False, the default); allowed: "
+      "devices_per_worker 1, or, if the loss is such a mean, the task built with "
+      "easgd.Task(..., mean_of_examples=True) (docs/guides/task.md)"
+  )
   Run(config.replace(devices_per_worker=1), task)  # one device per worker: accepted
+  stateful = dataclasses.replace(task, mean_of_examples=True, center_state=lambda p, b, a: ())
+  with pytest.raises(ConfigError, match="task 'mine' has a center_state .*; allowed: "):
+    spmd.check_devices_per_worker(stateful, 2)  # what Run checks after the task's own checks

@@ -105,6 +105,17 @@ def test_the_protocol_fields_table_is_their_declarations():
       assert f"| `{cls.__name__}` | `{field.name}` |" in out
 
 
+def test_the_task_guide_has_a_row_for_every_field_of_a_task():
+  import dataclasses
+
+  from easgd.training.task import Task
+
+  rows = re.findall(r"^\| ((?:`\w+`(?:, )?)+) \|", guide("task"), re.M)
+  assert {n for row in rows for n in re.findall(r"`(\w+)`", row)} == {
+      f.name for f in dataclasses.fields(Task)
+  }
+
+
 def test_the_algorithm_table_is_the_registry():
   out = subprocess.run(
       [sys.executable, str(ROOT / "scripts" / "algorithm_table.py")],

@@ -7,7 +7,9 @@ max_abs_diff, assert_trees_close  leafwise comparison of two pytrees;
 linear_data, Items, linear_task  a separable 3-class problem as arrays, as a
                      ``__getitem__`` object, and as a user's Task;
 all_reduce_ops, all_reduce_bytes  the all-reduces of a compiled program's HLO
-                     text: their device groups and result bytes.
+                     text: their device groups and result bytes;
+collective_dtypes    the element types each collective of a compiled program
+                     operates on.
 """
 
 import re
@@ -178,6 +180,26 @@ def all_reduce_ops(hlo_text, op="all-reduce"):
     groups = _replica_groups(g.group(1)) if g else ()
     ops.append((tuple(sorted(tuple(sorted(x)) for x in groups)), nbytes))
   return ops
+
+
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter")
+"""The HLO names of the collectives that carry values between devices."""
+
+
+def collective_dtypes(hlo_text):
+  """{op: [element types of each op]} for the :data:`COLLECTIVES` of a compiled
+  program (``.compile().as_text()``), e.g. ``{"all-reduce": [{"f32"}], ...}``:
+  the types of each op's results, which are its operands' (these ops convert
+  nothing); asynchronous ``-start`` forms included, their ``-done`` halves not."""
+  out = {}
+  for op in COLLECTIVES:
+    pattern = re.compile(_ALL_REDUCE.pattern.replace("all-reduce", re.escape(op)))
+    out[op] = [
+        set(re.findall(r"\b([a-z]+\d*)\[[\d,]*\]", m.group(1)))
+        for m in map(pattern.match, hlo_text.splitlines())
+        if m
+    ]
+  return out
 
 
 def all_reduce_bytes(hlo_text):

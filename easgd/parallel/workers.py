@@ -20,7 +20,8 @@ Argument kinds of a mapped function (see :func:`map_workers`):
                 otherwise exactly a "worker" value.
 
 A worker of several devices (``WorkerLayout.devices_per_worker`` D > 1,
-``TrainConfig.devices_per_worker``; backend "shard_map" only): the mesh is 2-D,
+``TrainConfig.devices_per_worker``; backend "shard_map" only, chosen for it
+when no backend is named): the mesh is 2-D,
 ``("devices", "data")`` of shape [d, D], one row of D devices per worker.
 "worker"/"shared" values are split along "devices" and replicated along
 :data:`DATA_AXIS`; "batch" values are also split along their batch axis over
@@ -29,7 +30,9 @@ computes the gradient of its B / D examples and :func:`data_parallel_loss`
 averages the gradients (and the loss) over :data:`DATA_AXIS` before the
 algorithm's own rule reads them, so for a loss that is a mean over the batch
 every worker's step is the one it takes on one device with its whole batch B
-(to float32 reduction rounding; ``tests/test_mesh.py``). The algorithm's
+(up to the order of the sums; every collective reduces in
+``easgd.core.elastic.reduction_dtype``, float32 for bfloat16; where results
+are bitwise equal: docs/guides/multi_device.md). The algorithm's
 collectives name :data:`WORKER_AXES` only, so they reduce across workers,
 never over "data". With several processes (``easgd.parallel.distributed``) a
 worker's row lies inside one process (one worker per node) or spans whole
@@ -70,8 +73,10 @@ import numpy as np
 
 from easgd._util import checks
 from easgd.core.algorithms import Algorithm, Communication, select_program
+from easgd.core import elastic
 from easgd.core.elastic import DEVICE_AXIS, LOCAL_AXIS, WORKER_AXES
 from easgd.parallel.names import BACKENDS  # re-exported
+from easgd.parallel.names import backend_for
 
 KINDS = ("worker", "shared", "broadcast", "batch")
 DATA_AXIS = "data"
@@ -197,7 +202,7 @@ def make_layout(
     num_workers: int,
     num_devices: int | None = None,
     devices: Sequence[Any] | None = None,
-    backend: str = "pmap",
+    backend: str | None = None,
     devices_per_worker: int = 1,
 ) -> WorkerLayout:
   """Chooses the devices for ``num_workers`` workers.
@@ -215,7 +220,9 @@ def make_layout(
       such count.
     devices: the candidate devices; default ``jax.devices()`` (all processes).
     backend: ``"pmap"`` or ``"shard_map"`` (module docstring); several
-      processes need ``"shard_map"``.
+      processes need ``"shard_map"``. None: ``"shard_map"`` for
+      ``devices_per_worker`` > 1, else ``"pmap"``
+      (``easgd.parallel.names.backend_for``).
     devices_per_worker: D, the devices of each worker (module docstring);
       D > 1 needs ``"shard_map"`` and uses num_workers * D devices
       (``num_devices``, if given, must be that count); with several
@@ -234,10 +241,11 @@ def make_layout(
       processes) a count not taken equally from each or a worker split
       unevenly between processes.
   """
-  if backend not in BACKENDS:
-    raise LayoutError(f"unknown mapping backend {backend!r}; allowed: " f"{', '.join(BACKENDS)}")
   checks.integer("num_workers", num_workers, 1, error=LayoutError)
   checks.integer("devices_per_worker", devices_per_worker, 1, error=LayoutError)
+  backend = backend_for(backend, devices_per_worker)
+  if backend not in BACKENDS:
+    raise LayoutError(f"unknown mapping backend {backend!r}; allowed: " f"{', '.join(BACKENDS)}")
   available = list(devices) if devices is not None else jax.devices()
   procs = sorted({d.process_index for d in available})
   if devices_per_worker > 1:
@@ -274,8 +282,8 @@ def _data_parallel_layout(num_workers, num_devices, available, procs, backend, D
   processes (D a multiple of k)."""
   if backend != "shard_map":
     raise LayoutError(
-        f"devices_per_worker={D} needs the 'shard_map' mapping backend, got {backend!r} "
-        "(--mapping-backend shard_map)"
+        f"devices_per_worker={D} needs the 'shard_map' mapping backend, got {backend!r}; "
+        "allowed: backend 'shard_map' or None (chosen from devices_per_worker)"
     )
   need = int(num_workers) * int(D)
   if num_devices is not None and num_devices != need:
@@ -360,8 +368,8 @@ def shard_params(layout: WorkerLayout, params) -> WorkerLayout:
   gradient (the mean of the D devices' gradients, the two halves of the
   ring all-reduce it replaces, so a step moves the same bytes inside a
   worker). Other mapped functions (the evaluation) gather the split values
-  first. Values equal the replicated run's to float32 reduction rounding
-  (``tests/test_mesh.py``). The optimizers of ``TrainConfig.optimizer``
+  first. Values equal the replicated run's (bitwise on CPU, float32 and
+  bfloat16: docs/guides/multi_device.md). The optimizers of ``TrainConfig.optimizer``
   (SGD, momentum, Nesterov, Adam, AdamW, weight decay) are elementwise; an
   optimizer passed from code whose update reads the whole gradient (e.g.
   ``optax.clip_by_global_norm``) would see one device's slice, and must
@@ -817,7 +825,9 @@ def _data_mean_gradient_fwd(params):
 
 
 def _data_mean_gradient_bwd(_, cotangent):
-  return (jax.lax.pmean(cotangent, DATA_AXIS),)
+  # the package's reduction policy: the mean in float32 for bfloat16 gradients
+  # (easgd.core.elastic.reduction_dtype), rounded once to the gradient's dtype
+  return (elastic.cast_like(elastic.worker_mean(cotangent, DATA_AXIS), cotangent),)
 
 
 _data_mean_gradient.defvjp(_data_mean_gradient_fwd, _data_mean_gradient_bwd)
@@ -827,8 +837,8 @@ _data_mean_gradient.defvjp(_data_mean_gradient_fwd, _data_mean_gradient_bwd)
 def _data_mean_value(loss):
   """``lax.pmean(loss, DATA_AXIS)`` whose backward pass is the identity (each
   device differentiates its own examples' loss; the parameters' cotangent is
-  averaged by :func:`_data_mean_gradient`)."""
-  return jax.lax.pmean(loss, DATA_AXIS)
+  averaged by :func:`_data_mean_gradient`); in float32 for a bfloat16 loss."""
+  return elastic.cast_like(elastic.worker_mean(loss, DATA_AXIS), loss)
 
 
 def _data_mean_value_fwd(loss):
@@ -853,7 +863,8 @@ def data_parallel_loss(loss_fn: Callable, layout: WorkerLayout) -> Callable:
       L(x) = (1/D) sum_k L_k(x),      grad L(x) = (1/D) sum_k grad L_k(x)
 
   (L_k: ``loss_fn`` on device k's examples; both means one ``lax.pmean`` over
-  :data:`DATA_AXIS`, written as ``jax.custom_vjp`` identities, so no
+  :data:`DATA_AXIS` in ``easgd.core.elastic.reduction_dtype``, float32 for
+  bfloat16, the result cast back, written as ``jax.custom_vjp`` identities, so no
   transposition rule of a collective is relied on). For a loss that is a
   mean over equal shards of the batch this is the loss and gradient of the
   worker's whole batch, so an algorithm's per-worker step, unchanged, takes
@@ -897,8 +908,12 @@ def data_parallel_loss(loss_fn: Callable, layout: WorkerLayout) -> Callable:
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
 def _gather_slices(x, axis):
   """The whole parameter from its D devices' slices (all-gather over "data"),
-  whose backward pass reduce-scatters the cotangent as the mean over "data"."""
-  return jax.lax.all_gather(x, DATA_AXIS, axis=axis, tiled=True)
+  whose backward pass reduce-scatters the cotangent as the mean over "data".
+  Both carry :func:`easgd.core.elastic.reduction_dtype` values (float32 for
+  bfloat16; exact for the gather), so the pair moves the bytes of the float32
+  all-reduce it replaces, and the result has ``x``'s dtype."""
+  wide = elastic.to_reduction_dtype(x)
+  return jax.lax.all_gather(wide, DATA_AXIS, axis=axis, tiled=True).astype(x.dtype)
 
 
 def _gather_slices_fwd(x, axis):
@@ -907,7 +922,9 @@ def _gather_slices_fwd(x, axis):
 
 def _gather_slices_bwd(axis, _, cotangent):
   size = jax.lax.psum(1, DATA_AXIS)
-  return (jax.lax.psum_scatter(cotangent, DATA_AXIS, scatter_dimension=axis, tiled=True) / size,)
+  wide = elastic.to_reduction_dtype(cotangent)
+  mean = jax.lax.psum_scatter(wide, DATA_AXIS, scatter_dimension=axis, tiled=True) / size
+  return (mean.astype(cotangent.dtype),)
 
 
 _gather_slices.defvjp(_gather_slices_fwd, _gather_slices_bwd)

@@ -28,6 +28,7 @@ from easgd.training.data import DATASETS
 from easgd._util.files import json_text
 from easgd.training.names import BATCH_NORM_MODELS, DTYPES, MODELS
 from easgd.parallel.names import BACKENDS as MAPPING_BACKENDS
+from easgd.parallel.names import backend_for
 
 OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw")
 LR_SCHEDULES = ("constant", "cosine", "step")
@@ -190,7 +191,8 @@ class TrainConfig:
       "devices and its gradient averaged over them every step (synchronous "
       "data parallelism inside a worker, on a ('devices', 'data') mesh), the "
       "algorithm's exchange runs across workers as before. D > 1 uses "
-      "num_workers * D devices and needs mapping_backend 'shard_map', runtime "
+      "num_workers * D devices on the 2-D mesh of mapping_backend 'shard_map' "
+      "(chosen when mapping_backend is None, the default), runtime "
       "'spmd', a synchronous algorithm and a per-worker batch divisible by D; "
       "with several processes a worker lies inside one process (D divides each "
       "process's devices; one worker per node: D = the node's devices) or spans "
@@ -378,11 +380,13 @@ class TrainConfig:
       2, "number of most recent checkpoints kept (>= 1).", allowed=Integer(1)
   )
   progress: bool = option(True, "show a progress bar.", allowed=Flag())
-  mapping_backend: str = option(
-      "pmap",
+  mapping_backend: str | None = option(
+      None,
       "how workers are mapped onto devices (``easgd.parallel.workers``): 'pmap' "
       "(pmap of vmap) or 'shard_map' (jit of shard_map of vmap; needed for "
-      "multi-process runs). Same results and array layouts.",
+      "multi-process runs and for devices_per_worker > 1). Same results and "
+      "array layouts. None = chosen from the layout: 'shard_map' when "
+      "devices_per_worker > 1, else 'pmap' (resolved_mapping_backend).",
       allowed=OneOf(MAPPING_BACKENDS),
   )
   param_dtype: str = option(
@@ -497,6 +501,13 @@ class TrainConfig:
   def resolved_learning_rate(self) -> float:
     """The peak local step size the run uses: ``learning_rate * lr_scale``."""
     return self.learning_rate * self.lr_scale
+
+  @property
+  def resolved_mapping_backend(self) -> str:
+    """The mapping backend the run uses: ``mapping_backend``, or for None
+    'shard_map' when ``devices_per_worker`` > 1, else 'pmap'
+    (``easgd.parallel.names.backend_for``)."""
+    return backend_for(self.mapping_backend, self.devices_per_worker)
 
   @property
   def resolved_alpha(self) -> float:
@@ -633,10 +644,11 @@ class TrainConfig:
           f"num_devices={self.num_devices} with devices_per_worker={D}: {p} workers use "
           f"num_workers * devices_per_worker = {p * D} devices; allowed: {p * D} or None"
       )
-    if self.mapping_backend != "shard_map":
+    if self.resolved_mapping_backend != "shard_map":
       raise ConfigError(
-          f"devices_per_worker={D} needs mapping_backend 'shard_map' (the 2-D mesh), got "
-          f"{self.mapping_backend!r}; use --mapping-backend shard_map"
+          f"devices_per_worker={D} needs the 2-D mesh of mapping_backend 'shard_map', got "
+          f"mapping_backend {self.mapping_backend!r}; allowed: mapping_backend 'shard_map' "
+          "or None (chosen from devices_per_worker), or devices_per_worker 1"
       )
     if self.runtime != "spmd":
       raise ConfigError(

@@ -228,6 +228,44 @@ def split_means(split: str, metrics, sums, count, *, test: bool) -> dict:
   return out
 
 
+def check_devices_per_worker(task: Task, devices_per_worker: int) -> None:
+  """Refuses a task a worker of several devices cannot train.
+
+  A worker of D > 1 devices averages its devices' losses and gradients
+  (``easgd.parallel.workers.data_parallel_loss``), which are its whole
+  batch's only for a loss that is the mean of independent per-example terms
+  (``Task.mean_of_examples``, which the task declares) and a model without
+  state of its own (``Task.center_state``: BatchNorm statistics, which each
+  device would take from its own examples). docs/guides/task.md.
+
+  Args:
+    task: the run's task.
+    devices_per_worker: D, an int >= 1 (D = 1: nothing to check).
+
+  Raises:
+    ConfigError: D > 1 with a task that has a ``center_state`` or does not
+      declare ``mean_of_examples=True``; one line saying what to change.
+  """
+  D = devices_per_worker
+  if D == 1:
+    return
+  averages = f"devices_per_worker={D} averages a worker's loss and gradient over its devices"
+  if task.center_state is not None:
+    raise ConfigError(
+        f"{averages}; task {task.name!r} has a center_state (model state such as BatchNorm "
+        "statistics, which each device would take from its own examples); allowed: "
+        "devices_per_worker 1"
+    )
+  if not task.mean_of_examples:
+    raise ConfigError(
+        f"{averages}, which are its whole batch's only for a loss that is a mean of "
+        f"independent per-example terms; task {task.name!r} does not declare its loss one "
+        "(mean_of_examples=False, the default); allowed: devices_per_worker 1, or, if the "
+        "loss is such a mean, the task built with easgd.Task(..., mean_of_examples=True) "
+        "(docs/guides/task.md)"
+    )
+
+
 class Run:
   """Everything a training run compiles and feeds, built from a config.
 
@@ -252,7 +290,8 @@ class Run:
     ConfigError, easgd.parallel.workers.LayoutError, easgd.training.data.DataError,
     easgd.training.task.TaskError: bad input; ConfigError also for
       ``devices_per_worker`` > 1 with a task whose loss is not a mean of
-      examples (``mean_of_examples``) or that has model state.
+      examples (``mean_of_examples``) or that has model state
+      (:func:`check_devices_per_worker`).
   """
 
   def __init__(self, config: TrainConfig, task: Task | None = None):
@@ -260,19 +299,13 @@ class Run:
     self.layout = workers.make_layout(
         config.num_workers,
         config.num_devices,
-        backend=config.mapping_backend,
+        backend=config.resolved_mapping_backend,
         devices_per_worker=config.devices_per_worker,
     )
     self.task, self.metrics = checked_task(config, task)
     task = self.task
-    if config.devices_per_worker > 1 and not (task.mean_of_examples and task.center_state is None):
-      # a worker's gradient is the mean of its devices' gradients (data_parallel_loss)
-      has = "model state" if task.center_state is not None else "mean_of_examples False"
-      raise ConfigError(
-          f"devices_per_worker={config.devices_per_worker} averages a worker's gradient over "
-          "its devices, which needs a loss that is a mean of per-example terms and no model "
-          f"state; task {task.name!r} has {has}; allowed: devices_per_worker 1"
-      )
+    if config.devices_per_worker > 1:
+      check_devices_per_worker(task, config.devices_per_worker)
     self.steps_per_epoch = batches.steps_per_epoch(
         len(task.train), config.num_workers, config.per_worker_batch_size
     )
