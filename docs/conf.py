@@ -7,11 +7,15 @@ The API reference (``docs/api/``) is written here, at every build, from the
 it lists exactly the public names; autodoc fills it from the docstrings
 (napoleon: Google style). The guides are Markdown (myst-parser); the notebooks
 (``docs/notebooks`` links to ``notebooks/``) are rendered with their committed
-outputs by myst-nb, never executed.
+outputs by myst-nb, never executed. The equations are rendered by a MathJax copied into
+the site (:func:`copy_mathjax`, from Debian's ``libjs-mathjax``): the site loads no script
+from elsewhere and shows its mathematics offline.
 """
 
 import importlib
+import os
 import re
+import shutil
 import sys
 import types
 from pathlib import Path
@@ -50,6 +54,28 @@ napoleon_use_ivar = True  # Attributes: as fields (autodoc documents the members
 
 html_theme = "furo"
 html_title = f"easgd {release}"
+
+MATHJAX_DIRS = (os.environ.get("EASGD_MATHJAX_DIR", ""), "/usr/share/javascript/mathjax")
+"""Where a MathJax 2 tree is looked for: ``$EASGD_MATHJAX_DIR``, then Debian's
+``libjs-mathjax`` (``apt-get install libjs-mathjax``)."""
+MATHJAX_FILES = (
+    "MathJax.js",
+    "config/TeX-AMS_CHTML.js",
+    "extensions",
+    "jax/element",
+    "jax/input/TeX",
+    "jax/output/CommonHTML",
+    "fonts/HTML-CSS/TeX/woff",
+    "localization/en",
+)
+"""The part of the tree the TeX input and the CommonHTML output load (about 1.5 MB)."""
+MATHJAX = next(
+    (Path(d) for d in MATHJAX_DIRS if d and (Path(d) / MATHJAX_FILES[1]).is_file()), None
+)
+if MATHJAX is not None:
+  mathjax_path = "mathjax/MathJax.js?config=TeX-AMS_CHTML"  # under _static/ (copy_mathjax)
+  mathjax2_config = {"tex2jax": {"inlineMath": [[r"\(", r"\)"]], "displayMath": [[r"\[", r"\]"]]}}
+  myst_update_mathjax = False  # the config above is MathJax 2's; myst writes MathJax 4's
 
 SUBPACKAGES = [n for n in easgd.__all__ if isinstance(getattr(easgd, n), types.ModuleType)]
 """The subpackages named in ``easgd.__all__``: one reference page each."""
@@ -293,8 +319,37 @@ def plain_text_docstring(app, what, name, obj, options, lines) -> None:
   lines[:] = out
 
 
+def check_mathjax(app) -> None:
+  """Without a MathJax tree (:data:`MATHJAX`), warns (an error under ``-W``): the
+  equations would then load MathJax from Sphinx's default address on the internet."""
+  if MATHJAX is None:
+    from sphinx.util import logging
+
+    logging.getLogger(__name__).warning(
+        "no MathJax 2 found (%s): the equations would need the internet; install Debian's "
+        "libjs-mathjax (apt-get install libjs-mathjax) or set EASGD_MATHJAX_DIR",
+        ", ".join(d for d in MATHJAX_DIRS if d),
+    )
+
+
+def copy_mathjax(app, exception) -> None:
+  """Copies :data:`MATHJAX_FILES` of :data:`MATHJAX` into the site's ``_static/mathjax``."""
+  if exception is not None or app.builder.format != "html" or MATHJAX is None:
+    return
+  out = Path(app.outdir) / "_static" / "mathjax"
+  for name in MATHJAX_FILES:
+    source, target = MATHJAX / name, out / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if source.is_dir():
+      shutil.copytree(source, target, dirs_exist_ok=True)
+    else:
+      shutil.copyfile(source, target)
+
+
 def setup(app):
   app.connect("autodoc-process-docstring", plain_text_docstring, priority=100)
+  app.connect("builder-inited", check_mathjax)
+  app.connect("build-finished", copy_mathjax)
 
 
 write_api_pages()

@@ -57,7 +57,8 @@ face; docs/guides/architecture.md):
   easgd.analysis.hessian     the largest Hessian eigenvalue (the curvature h)
   easgd.sweeps.network  the network problem of the sweep (model, data, h)
   easgd.sweeps.report   the sweep's files, theory contour and heatmaps
-  easgd.sweeps.command       the ``easgd sweep`` command (SweepConfig, run_sweep)
+  easgd.sweeps.config        the ``easgd sweep`` config and flags (SweepConfig; no JAX)
+  easgd.sweeps.command       the ``easgd sweep`` command (run_sweep)
   easgd._util.flags       command-line flags from a dataclass's fields
   easgd._util.checks      the one vocabulary of input checks (one message form)
   easgd.training.data        the data sets (MNIST-1D, Fashion-MNIST, digits, CIFAR-10)

@@ -199,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_sweep_arguments(p: argparse.ArgumentParser) -> None:
-  from easgd.sweeps.command import add_sweep_arguments  # easgd sweep: see easgd.sweeps.command
+  from easgd.sweeps.config import add_sweep_arguments  # no JAX: see easgd.sweeps.config
 
   add_sweep_arguments(p)
 

@@ -186,3 +186,27 @@ def test_import_and_help_import_no_heavy_module():
   modules, out = imported_modules("-m", "easgd.cli", "--help")
   assert "usage: easgd" in out and "sweep" in out
   assert not modules & HEAVY, sorted(modules & HEAVY)
+
+
+@pytest.mark.slow
+def test_every_sub_command_help_imports_no_heavy_module():
+  """``easgd SUB --help`` for every sub-command the parser has, one after another in one
+  process: none imports JAX, Flax, Optax, Orbax or Ray."""
+  code = f"""
+import contextlib, io, sys
+from easgd import cli
+commands = cli.build_parser()._subparsers._group_actions[0].choices
+assert len(commands) >= 5, sorted(commands)
+for name in commands:
+  out = io.StringIO()
+  with contextlib.redirect_stdout(out):
+    try:
+      cli.main([name, "--help"])
+    except SystemExit as stop:
+      assert stop.code == 0, (name, stop.code)
+  assert f"usage: easgd {{name}}" in out.getvalue(), (name, out.getvalue()[:300])
+  heavy = sorted({{m.split(".")[0] for m in sys.modules}} & set({sorted(HEAVY)!r}))
+  assert not heavy, f"easgd {{name}} --help imported {{heavy}}"
+"""
+  run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+  assert run.returncode == 0, run.stderr.strip().splitlines()[-1]

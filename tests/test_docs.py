@@ -114,3 +114,27 @@ def test_the_elastic_update_is_rendered_as_mathematics(site):
     entry = entry_html(site, name)
     maths = re.findall(r'<div class="math notranslate nohighlight">\s*\\\[(.*?)\\\]', entry, re.S)
     assert any(r"\alpha (x^i" in m and r"\tilde x" in m for m in maths), (name, maths)
+
+
+@pytest.mark.slow
+def test_the_site_loads_no_script_from_outside(site):
+  """Every script and stylesheet a page loads is a file of the site: MathJax included
+  (copied in by docs/conf.py), so the equations render offline."""
+  import re
+
+  outside, mathjax = [], set()
+  for page in site.rglob("*.html"):
+    html = page.read_text()
+    tags = re.findall(r"<script\b[^>]*\bsrc=\"([^\"]*)\"", html)
+    tags += re.findall(r"<link\b[^>]*\brel=\"stylesheet\"[^>]*\bhref=\"([^\"]*)\"", html)
+    for src in tags:
+      if re.match(r"([a-z]+:)?//", src, re.I):
+        outside.append((page.relative_to(site).as_posix(), src))
+      elif "MathJax" in src:
+        mathjax.add((page.parent / src.split("?")[0]).resolve())
+  assert not outside, outside[:5]
+  assert mathjax == {(site / "_static" / "mathjax" / "MathJax.js").resolve()}
+  assert (site / "_static" / "mathjax" / "MathJax.js").is_file()
+  assert (site / "_static" / "mathjax" / "config" / "TeX-AMS_CHTML.js").is_file()
+  html = (site / "api" / "easgd.html").read_text()  # eq. (5)-(6) is there, MathJax with it
+  assert "easgd.easgd_update" in html and "_static/mathjax/MathJax.js" in html

@@ -7,8 +7,13 @@ exchange; the other workers never stop and the run finishes. The whole log
 bit in this process, and each worker exchanged at exactly its due local steps.
 A run interrupted right after a checkpoint resumes with the faults and
 restarts its log holds.
-A cluster address that cannot be reached is one line, exit status 3.
+A cluster address that cannot be reached is one line, exit status 3. Starting a local
+Ray from a process where JAX runs prints nothing.
 """
+
+import os
+import subprocess
+import sys
 
 import jax
 import pytest
@@ -101,3 +106,28 @@ def test_an_interrupted_run_with_a_restart_resumes_with_its_checkpoints_faults(
   assert done["stopped_workers"] == []
   clocks = replays_its_checkpoint(tmp_path, cfg)
   assert done["worker_local_steps"] == clocks and sum(clocks) == 44 * P
+
+
+def test_a_local_ray_started_where_jax_runs_prints_nothing(tmp_path):
+  """No JAX warning of Ray's forks, no notice of Ray's authentication default, none of Ray's
+  info lines: a fresh process (Ray not yet imported, a home without a Ray token)."""
+  code = """
+import jax
+jax.devices()  # JAX's backends run, as in easgd train
+from easgd.runtimes import ray_actors
+connection = ray_actors.connect()
+connection.close()
+print("closed")
+"""
+  env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+  env["HOME"] = str(tmp_path)
+  run = subprocess.run(
+      [sys.executable, "-W", "default", "-c", code],
+      capture_output=True,
+      text=True,
+      env=env,
+      timeout=300,
+  )
+  assert run.returncode == 0 and run.stdout == "closed\n", run.stderr[-3000:]
+  assert run.stderr == ""
+  assert (tmp_path / ".ray" / "auth_token").is_file()  # Ray's token authentication is on

@@ -1,12 +1,17 @@
 """The wheel is complete: ``python -m build`` makes a wheel and an sdist, and the
 wheel, installed into a fresh virtual environment, runs ``easgd --help`` and the
-main job's smallest variant with no file of the checkout importable."""
+main job's smallest variant with no file of the checkout importable. Both carry the
+license; the wheel the ``py.typed`` marker and a long description whose links resolve
+on a package index; the sdist the package and no tests (they read the whole checkout)."""
 
+import email
 import os
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -47,6 +52,37 @@ def clean_copy(dest: Path) -> Path:
   return dest
 
 
+def check_license_marker_and_description(wheel: zipfile.ZipFile) -> None:
+  names = wheel.namelist()
+  assert "easgd/py.typed" in names
+  licenses = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+  assert [wheel.read(n) for n in licenses] == [(ROOT / "LICENSE").read_bytes()], licenses
+  assert (ROOT / "LICENSE").read_text().split()[:3] == ["Apache", "License", "Version"]
+  metadata = email.message_from_bytes(wheel.read(next(n for n in names if n.endswith("/METADATA"))))
+  assert metadata["License-Expression"] == "Apache-2.0"
+  assert "Paper, https://arxiv.org/abs/1412.6651" in metadata.get_all("Project-URL")
+  assert metadata["Description-Content-Type"] == "text/markdown"
+  description = metadata.get_payload()
+  targets = re.findall(r"\]\(([^)\s]*)\)", description)  # links and pictures
+  assert all(re.match(r"https?://", t) for t in targets), targets
+  lines = set(description.splitlines())
+  readme = (ROOT / "README.md").read_text()
+  missing = [l for l in readme.splitlines() if "](" not in l and l not in lines]
+  assert not missing, missing  # the README's other lines as written
+  for text, target in re.findall(r"(?<!!)\[([^\]]*)\]\(([^)\s]*)\)", readme):
+    assert text in description, (text, target)  # a relative link's text stays
+
+
+def check_sdist(sdist: tarfile.TarFile) -> None:
+  top = sdist.getnames()[0].split("/")[0]
+  names = {n.split("/", 1)[1] for n in sdist.getnames() if "/" in n}
+  assert {"LICENSE", "README.md", "pyproject.toml", "setup.py", "easgd/py.typed"} <= names
+  assert sdist.extractfile(f"{top}/LICENSE").read() == (ROOT / "LICENSE").read_bytes()
+  tracked = run(["git", "-C", str(ROOT), "ls-files", "easgd"]).split()
+  assert set(tracked) <= names, sorted(set(tracked) - names)
+  assert not [n for n in names if n.startswith("tests/")]  # no tests without what they read
+
+
 @pytest.mark.slow
 def test_the_wheel_installs_and_runs_the_main_job(tmp_path):
   dist = tmp_path / "dist"
@@ -57,6 +93,8 @@ def test_the_wheel_installs_and_runs_the_main_job(tmp_path):
   packaged = {Path(n).parent.as_posix() for n in zipfile.ZipFile(wheels[0]).namelist()}
   for init in ROOT.glob("easgd/**/__init__.py"):  # every subpackage is in the wheel
     assert init.parent.relative_to(ROOT).as_posix() in packaged, init
+  check_license_marker_and_description(zipfile.ZipFile(wheels[0]))
+  check_sdist(tarfile.open(sdists[0]))
 
   fresh = tmp_path / "fresh"
   run([sys.executable, "-m", "venv", "--without-pip", str(fresh)])

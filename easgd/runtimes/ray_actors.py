@@ -32,9 +32,12 @@ restarts the process.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import sys
 import uuid
+import warnings
 from typing import Callable, Sequence
 
 import jax
@@ -77,6 +80,12 @@ def connect(address: str | None = None) -> Connection:
   If Ray is already initialised in this process (e.g. by the caller's
   ``ray.init(num_cpus=2)``), that connection is used and left open.
 
+  A local instance uses Ray's token authentication: chosen here
+  (``RAY_AUTH_MODE=token``, unless the environment names a mode or this process
+  imported Ray before), so Ray prints no notice of its default. Ray's own
+  messages below warnings are not shown, nor JAX's warning of a fork while
+  ``ray.init`` starts Ray's processes (docs/guides/runtimes.md).
+
   Args:
     address: the cluster's address ("ray://head:10001", "head:6379",
       "auto"), or None to start Ray on this machine.
@@ -88,6 +97,8 @@ def connect(address: str | None = None) -> Connection:
     easgd.parallel.distributed.StartupError: Ray cannot start or the cluster cannot be
       reached (one line; ``easgd train`` exits with status 3).
   """
+  if address in (None, "local") and "ray" not in sys.modules:  # Ray reads it when imported
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
   import ray
 
   if ray.is_initialized():
@@ -96,7 +107,17 @@ def connect(address: str | None = None) -> Connection:
     _probe(address)  # ray.init would wait minutes for an unreachable cluster
   sigterm_is_interrupt = files.sigterm_is_interrupt()
   try:
-    ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    with warnings.catch_warnings():
+      # Ray starts its processes by fork and, at once, exec of its programs (its preexec_fn
+      # masks SIGINT and ties the child to its parent): they run no JAX, which warns of
+      # every fork once its backends run.
+      warnings.filterwarnings("ignore", r"os\.fork\(\) was called", RuntimeWarning)
+      ray.init(
+          address=address,
+          include_dashboard=False,
+          log_to_driver=False,
+          logging_level=logging.WARNING,
+      )
   except Exception as e:  # Ray raises ConnectionError, RuntimeError, ValueError ...
     text = str(e).strip().splitlines()
     where = f"the Ray cluster at {address!r}" if address else "a local Ray instance"

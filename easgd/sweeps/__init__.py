@@ -9,9 +9,10 @@ from easgd._util import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(
     __name__,
-    modules=("engine", "grid", "curves", "network", "quadratic", "report", "command"),
+    modules=("engine", "grid", "curves", "network", "quadratic", "report", "config", "command"),
     names={
-        "easgd.sweeps.command": "SweepConfig run_sweep",
+        "easgd.sweeps.config": "SweepConfig",
+        "easgd.sweeps.command": "run_sweep",
         "easgd.sweeps.engine": "SweepError make_sweep_fn",
         "easgd.sweeps.grid": "SweepGrid SweepResult run_grid",
         "easgd.sweeps.curves": "make_curve_fn",

@@ -1,7 +1,7 @@
 """``easgd sweep``: the tau x alpha grid of EASGD, its files and heatmaps.
 
-A :class:`SweepConfig` (flags from its fields, ``easgd._util.flags``) names the grid
-and the problem; :func:`run_sweep` runs it, on the quadratic
+A :class:`~easgd.sweeps.config.SweepConfig` (flags from its fields,
+``easgd.sweeps.config``) names the grid and the problem; :func:`run_sweep` runs it, on the quadratic
 (``easgd.sweeps.quadratic.sweep_quadratic``) and/or a network
 (``easgd.sweeps.network.sweep_network``), each grid as one compiled program per
 num_workers (``easgd.sweeps.engine``), and writes ``sweep.csv``, ``sweep.json``
@@ -29,271 +29,23 @@ import re
 import shutil
 import time
 from pathlib import Path
-from typing import Any
 
 import jax
 
-from easgd._util import checks, flags
-from easgd.training import data, rundir, runlock
+from easgd._util import flags
+from easgd.training import rundir, runlock
 from easgd.sweeps import quadratic, network as sweep_network, report as sweep_report
 from easgd._util.files import json_text, write_text_atomic
 from easgd.training.config import ConfigError
-from easgd.training.task import TaskError, parse_task_args
-from easgd._util.flags import option
-from easgd.sweeps.engine import SweepError, check_factor, check_int, check_real
-from easgd.sweeps.grid import SweepGrid, SweepResult, check_num_steps
+from easgd.sweeps.config import SweepConfig
+from easgd.sweeps.grid import SweepResult
 
-PROBLEMS = ("quadratic", "network", "both")
-
-
-QUADRATIC_FIELDS = ("curvature", "quadratic_spread", "quadratic_sigma")
-"""The :class:`SweepConfig` fields only the quadratic reads."""
-NETWORK_FIELDS = (
-    "per_worker_batch_size",
-    "task",
-    "task_args",
-    "dataset",
-    "model",
-    "hessian_iterations",
-    "hessian_tol",
-    "hessian_examples",
-    "hessian_at_trained",
-    "data_dir",
-)
-"""The :class:`SweepConfig` fields only the network reads."""
-HESSIAN_FIELDS = ("hessian_tol", "hessian_examples", "hessian_at_trained")
-"""The fields read only when there is a Hessian estimate (hessian_iterations >= 1)."""
-DATA_DIR_DATASETS = ("fashion_mnist", "cifar10")
-"""The data sets that read data_dir (the others are generated or shipped)."""
 CONFIG_FILE = "sweep_config.json"
 RESULT_FILES = ("sweep.csv", "sweep.json")
 NEW_DIR = ".sweep-new"
 """Where a sweep writes until it completes (inside the workdir)."""
 PREVIOUS_DIR = "previous_sweep"
 """Where an earlier sweep waits while a new one's files move in."""
-
-
-@dataclasses.dataclass(frozen=True)
-class SweepConfig:
-  """Everything ``easgd sweep`` runs; written to ``sweep_config.json``.
-
-  Each field's meaning and unit is its ``metadata["help"]`` (also the help
-  of its flag, ``easgd sweep --help``). :data:`QUADRATIC_FIELDS` are read by
-  problems "quadratic" and "both", :data:`NETWORK_FIELDS` by "network" and
-  "both"; a field the chosen problem does not read must keep its default
-  (:meth:`unread_fields`).
-  """
-
-  problem: str = option("network", "quadratic, network or both (subdirectories)", choices=PROBLEMS)
-  tau: tuple[int, ...] = option(
-      (1, 2, 4, 8, 16, 32, 64, 128), "communication periods (local steps)"
-  )
-  alpha: tuple[float, ...] = option(
-      (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8), "moving rates (beta = num_workers * alpha)"
-  )
-  learning_rate: tuple[float, ...] = option((0.1,), "eta values (local SGD step size)")
-  num_workers: tuple[int, ...] = option((4,), "p values (one compiled program each)")
-  num_steps: int = option(300, "local steps per worker")
-  per_worker_batch_size: int = option(32, "examples per worker per step (network)")
-  task: str | None = option(
-      None,
-      "the network problem as an importable task factory 'package.module:function' "
-      "returning an easgd.Task without BatchNorm (the working directory is searched "
-      "first); none: the built-in dataset and model, which keep their defaults beside "
-      "a task (network)",
-  )
-  task_args: tuple[str, ...] = option(
-      (),
-      "the task factory's keyword arguments as 'key=value' texts (JSON if it parses, "
-      "else a string); on the command line --task-arg key=value, repeated (network)",
-  )
-  dataset: str = option("mnist1d", "data set name (network)")
-  model: str = option("mlp", "mlp or cnn (network)")
-  curvature: float = option(1.0, "h of the quadratic")
-  quadratic_spread: float = option(0.5, "relative spread of the quadratic's worker starts")
-  quadratic_sigma: float = option(0.0, "gradient-noise std of the quadratic")
-  divergence_factor: float = option(
-      1e3,
-      "loss ratio that counts as diverged: the workers' mean loss to its step-0 "
-      "value, the center's final loss to its initial one",
-  )
-  hessian_iterations: int = option(
-      100, "budget of Hessian-vector products for h (0: skip; network)"
-  )
-  hessian_tol: float = option(
-      1e-4,
-      "relative residual tolerance of h: certified when ||H v - h v|| <= " "hessian_tol |h| (> 0)",
-  )
-  hessian_examples: int | None = option(
-      None,
-      "training examples in the Hessian's loss, at most the data set's "
-      "training examples (none: 2000, or all of them if fewer)",
-  )
-  hessian_at_trained: bool = option(True, "also estimate h at the best final center")
-  seed: int = option(0, "seed of data order, initialisation and noise, in [0, 2**32 - 1]")
-  data_dir: str | None = option(None, "Fashion-MNIST or CIFAR-10 directory, or none")
-
-  @property
-  def grid(self) -> SweepGrid:
-    return SweepGrid(self.tau, self.alpha, self.learning_rate, self.num_workers)
-
-  @property
-  def problems(self) -> tuple[str, ...]:
-    """The problems run, in order: ("quadratic", "network") for "both"."""
-    return ("quadratic", "network") if self.problem == "both" else (self.problem,)
-
-  def unread_fields(self) -> dict[str, Any]:
-    """The fields set away from their default that this sweep never reads.
-
-    :data:`QUADRATIC_FIELDS` without the quadratic, :data:`NETWORK_FIELDS`
-    without the network, :data:`HESSIAN_FIELDS` with ``hessian_iterations=0``
-    (no Hessian estimate), ``data_dir`` with a data set that has no files.
-
-    Returns:
-      ``{field: value}`` in field order (empty when every setting is read).
-    """
-    unread = set()
-    if "quadratic" not in self.problems:
-      unread.update(QUADRATIC_FIELDS)
-    if "network" not in self.problems:
-      unread.update(NETWORK_FIELDS)
-    if self.hessian_iterations == 0:
-      unread.update(HESSIAN_FIELDS)
-    if self.dataset not in DATA_DIR_DATASETS:
-      unread.add("data_dir")
-    return {
-        f.name: getattr(self, f.name)
-        for f in dataclasses.fields(self)
-        if f.name in unread and _differs(self, f.name)
-    }
-
-  def validate(self) -> "SweepConfig":
-    """Checks every field, without loading data or compiling anything.
-
-    The data-dependent checks (the data set loads and the model takes its
-    inputs, or the task builds and fits; batch and Hessian sizes fit the
-    data, the network's memory) are
-    ``easgd.sweeps.network.check_network``'s, which :func:`run_sweep` runs
-    before any part of the sweep.
-
-    Returns:
-      The config with Python values (NumPy scalars made Python numbers, the
-      grid's tuples sorted, a path-like data_dir a string).
-
-    Raises:
-      SweepError: a field of the wrong type or out of range (bools are not
-        numbers, strings not numbers, only bools are flags), a tau longer
-        than num_steps, a quadratic sweep above the memory limit
-        (``easgd.sweeps.quadratic.check_quadratic``), or a setting the chosen
-        problem does not read (:meth:`unread_fields`); the message names
-        the field, its value and what is allowed. easgd.training.data.DataError,
-        easgd.training.models.ModelError: unknown data set or model.
-        easgd.training.task.TaskError: malformed task_args, or task_args
-        without a task (the task itself is built by ``check_network``).
-    """
-    checks.choice("problem", self.problem, PROBLEMS, error=SweepError)
-    g = self.grid.validate()
-    data_dir = self.data_dir
-    if data_dir is not None:
-      if not isinstance(data_dir, (str, os.PathLike)):
-        raise SweepError(f"data_dir must be a path string or None, got {data_dir!r}")
-      data_dir = os.fspath(data_dir)
-    plain = dict(
-        tau=g.tau,
-        alpha=g.alpha,
-        learning_rate=g.learning_rate,
-        num_workers=g.num_workers,
-        num_steps=check_num_steps(g, self.num_steps),
-        per_worker_batch_size=check_int("per_worker_batch_size", self.per_worker_batch_size, 1),
-        hessian_iterations=check_int("hessian_iterations", self.hessian_iterations, 0),
-        hessian_examples=(
-            None
-            if self.hessian_examples is None
-            else check_int("hessian_examples", self.hessian_examples, 1)
-        ),
-        curvature=check_real("curvature", self.curvature, 0.0, True),
-        quadratic_spread=check_real("quadratic_spread", self.quadratic_spread, 0.0, False),
-        quadratic_sigma=check_real("quadratic_sigma", self.quadratic_sigma, 0.0, False),
-        hessian_tol=check_real("hessian_tol", self.hessian_tol, 0.0, True),
-        divergence_factor=check_factor(self.divergence_factor),
-        hessian_at_trained=checks.flag(
-            "hessian_at_trained", self.hessian_at_trained, error=SweepError
-        ),
-        dataset=checks.choice("dataset", self.dataset, data.DATASETS, error=data.DataError),
-        model=sweep_network.check_model_name(self.model),
-        seed=check_int("seed", self.seed, 0, 2**32 - 1),
-        data_dir=data_dir,
-        task=self.task,
-        task_args=_task_args(self.task, self.task_args),
-    )
-    config = dataclasses.replace(self, **plain)
-    unread = config.unread_fields()
-    if unread:
-      name, value = next(iter(unread.items()))
-      raise SweepError(_unread_message(config, name, value))
-    if config.task is not None:
-      sweep_network.refuse_builtin_args(
-          config.task, dataset=config.dataset, model=config.model, data_dir=config.data_dir
-      )
-    if "quadratic" in config.problems:
-      quadratic.check_quadratic(g, config.num_steps)
-    return config
-
-
-def _task_args(task, task_args) -> tuple[str, ...]:
-  """``task_args`` as a tuple of ``"key=value"`` texts, checked (``parse_task_args``).
-
-  Raises:
-    SweepError: task not None or a string, task_args not a tuple or list of strings.
-    easgd.training.task.TaskError: a malformed entry, a key given twice, or
-      arguments without a task.
-  """
-  if task is not None and not isinstance(task, str):
-    raise SweepError(f"task must be 'package.module:function' or None, got {task!r}")
-  if isinstance(task_args, str) or not isinstance(task_args, (tuple, list)):
-    raise SweepError(f"task_args must be a tuple of 'key=value' texts, got {task_args!r}")
-  texts = tuple(task_args)
-  if any(not isinstance(t, str) for t in texts):
-    raise SweepError(f"task_args must be a tuple of 'key=value' texts, got {task_args!r}")
-  parse_task_args(texts)
-  if texts and task is None:
-    raise TaskError(
-        f"task_args={texts!r} have no effect without a task; give task "
-        "'package.module:function' (--task) or drop them"
-    )
-  return texts
-
-
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(SweepConfig)}
-
-
-def _differs(config: SweepConfig, name: str) -> bool:
-  value, default = getattr(config, name), _DEFAULTS[name]
-  if isinstance(value, (tuple, list)) or isinstance(default, (tuple, list)):
-    return tuple(value) != tuple(default)
-  return value != default
-
-
-def _unread_message(config: SweepConfig, name: str, value) -> str:
-  default = _DEFAULTS[name]
-  if name in QUADRATIC_FIELDS + NETWORK_FIELDS and not any(
-      name in (QUADRATIC_FIELDS if p == "quadratic" else NETWORK_FIELDS) for p in config.problems
-  ):
-    reader = "quadratic" if name in QUADRATIC_FIELDS else "network"
-    return (
-        f"{name}={value!r} is not read by problem {config.problem!r}; leave it at "
-        f"its default {default!r}, or use problem {reader!r} or 'both'"
-    )
-  if name in HESSIAN_FIELDS:
-    return (
-        f"{name}={value!r} is not read with hessian_iterations=0 (no Hessian "
-        f"estimate); leave it at its default {default!r}, or give "
-        f"hessian_iterations >= 1"
-    )
-  return (
-      f"data_dir={value!r} is not read by dataset {config.dataset!r} (generated "
-      f"or shipped); allowed: data_dir None"
-  )
 
 
 def run_sweep(
@@ -482,31 +234,6 @@ def _recover(workdir: Path) -> None:
   for p in _sweep_entries(aside):
     os.replace(p, workdir / p.name)
   shutil.rmtree(aside)
-
-
-def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
-  """Adds the ``easgd sweep`` flags: --workdir, --overwrite, --no-plots and one
-  flag per :class:`SweepConfig` field (``easgd._util.flags``; lists comma-separated)."""
-  parser.add_argument("--workdir", required=True, help="output directory")
-  parser.add_argument(
-      "--overwrite", action="store_true", help="replace an earlier sweep in --workdir"
-  )
-  parser.add_argument("--no-plots", action="store_true", help="CSV and JSON only")
-  group = flags.add_flags(
-      parser,
-      SweepConfig,
-      title="sweep (SweepConfig fields; lists: 1,2,4; 'none' for no value)",
-      exclude=("task_args",),
-  )
-  group.add_argument(
-      "--task-arg",
-      dest="task_args",
-      action="append",
-      metavar="KEY=VALUE",
-      default=argparse.SUPPRESS,
-      help="a keyword argument of the --task factory (repeat for more; VALUE is JSON "
-      "if it parses, else text).",
-  )
 
 
 def main_sweep(args: argparse.Namespace) -> int:
