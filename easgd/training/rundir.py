@@ -367,14 +367,17 @@ def read_history(workdir: Path, up_to_step: int | None = None) -> list[dict[str,
   try:
     records = [json.loads(l) for l in text.splitlines() if l.strip()]
     steps = [r["step"] for r in records]
+    # every task evaluates a loss; its other test metrics are those its evaluation
+    # gives ("correct": test_accuracy and test_error; any other: its mean), in every record
+    metrics = {"test_loss", *(k for k in records[0] if k.startswith("test_"))} if records else ()
     for r in records:
-      # every task evaluates a loss; its other test metrics are those its
-      # evaluation gives ("correct": test_accuracy and test_error; any other: its mean)
-      if not all(
+      if {k for k in r if k.startswith("test_")} != metrics or not all(
           r[k] is None or isinstance(r[k], (int, float)) and not isinstance(r[k], bool)
-          for k in ("test_loss", *(k for k in r if k.startswith("test_")))
+          for k in metrics
       ):
-        raise ValueError(f"record of step {r['step']!r} without numeric test metrics")
+        raise ValueError(
+            f"record of step {r.get('step')!r} without numeric test metrics {sorted(metrics)}"
+        )
     if not all(isinstance(t, int) and not isinstance(t, bool) for t in steps):
       raise ValueError(f"steps must be integers, got {steps}")
   except (ValueError, KeyError, TypeError) as e:
