@@ -35,12 +35,12 @@ import numpy as np
 import pytest
 
 from easgd import cli
+from easgd.parallel import workers
 from easgd.runtimes import shared as async_shared
 from easgd.sweeps import command as sweep, network as sweep_network
 from easgd.sweeps.grid import SweepGrid
 from easgd.training import builtin_tasks, compare, data, models, spmd, trainer
 from easgd.training.config import ConfigError, TrainConfig
-from easgd.parallel import workers
 from easgd.training.task import TaskError, load_task
 from testutil import regression_task
 

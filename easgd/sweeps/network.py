@@ -567,8 +567,9 @@ def sweep_network(
   of ``easgd.sweeps.engine.make_sweep_fn``, and is evaluated on the whole test
   set at the end (``task.evaluate``: ``center_loss`` = the center's mean test
   loss, ``test_accuracy`` = its mean ``"correct"``, absent for a task without
-  one, ``test_m`` the mean of every other metric ``m`` it evaluates); the same evaluation of the initial parameters is
-  ``initial_center_loss``, the reference of the center's divergence test.
+  one, ``test_m`` the mean of every other metric ``m`` it evaluates); the same
+  evaluation of the initial parameters is ``initial_center_loss``, the
+  reference of the center's divergence test.
 
   The curvature for the theory columns is the largest eigenvalue h of the
   Hessian of the mean evaluation loss on the first ``hessian_examples``
