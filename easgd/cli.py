@@ -453,7 +453,8 @@ def _run(args) -> int:
                 algorithm=summary["algorithm"],
                 layout=summary["layout"],
                 final_step=final["step"],
-                test_accuracy=final.get("test_accuracy"),  # None: a task without "correct"
+                # absent for a task without "correct"
+                **{k: final[k] for k in ("test_accuracy",) if k in final},
                 test_loss=final["test_loss"],
                 communication=summary["communication"],
                 wall_time_s=summary["wall_time_s"],

@@ -14,29 +14,39 @@ cannot be read).
   sweeps exactly as the built-in data set and model (every record equal).
 * runtimes "threads" and "ray" (a local Ray): a run of the task stopped and
   resumed continues its exchange log, and the whole log replays the final
-  checkpoint bit for bit (the runtimes' promise, ``tests/test_real_async.py``).
-  A task built in code with runtime "ray" is refused before anything is written.
+  checkpoint bit for bit (the runtimes' promise, ``tests/test_real_async.py``),
+  whose evaluation is the run's final record. A task built in code with
+  runtime "ray" is refused before anything is written.
   An item the source cannot read is the user's error on every runtime (one
   line, exit 2, the same line as spmd's), never a worker's fault; a worker's
   (machine) fault is one line on stderr.
+* a loss-only regression task (``testutil.regression_task``: mean-squared
+  error and a named ``"abs_error"``, no ``"correct"``): stopped and resumed
+  on spmd (its metrics.jsonl and exported center equal an uninterrupted run's
+  bit for bit), threads and Ray (as above); its summaries, compare rows and
+  sweep records hold the metrics it evaluates, no accuracy (absent, not null).
 """
 
 import dataclasses
 import json
+import os
 import sys
 import textwrap
+from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
 
 from easgd import cli
+from easgd.parallel import workers
 from easgd.runtimes import shared as async_shared
 from easgd.sweeps import command as sweep, network as sweep_network
 from easgd.sweeps.grid import SweepGrid
 from easgd.training import builtin_tasks, compare, data, models, spmd, trainer
 from easgd.training.config import ConfigError, TrainConfig
 from easgd.training.task import TaskError, load_task
+from testutil import regression_task
 
 TASK_MODULE = textwrap.dedent('''
     """A user's task: 8 features, 3 classes, a tiny Flax Dense model."""
@@ -146,7 +156,9 @@ def test_compare_runs_a_loss_only_user_task_and_tables_its_loss(in_task_dir, cap
     config = json.loads((run / "config.json").read_text())
     assert config["task"] == "usertask:make" and config["task_args"] == ["correct=false"]
     assert summary["task"]["name"] == "tiny8" and summary["steps_done"] == 8
-    assert r["test_accuracy"] is None and r["best_test_accuracy"] is None
+    # a metric the task lacks is absent, never null
+    assert "test_accuracy" not in r and "best_test_accuracy" not in r
+    assert "best_test_accuracy" not in summary and "test_accuracy" not in summary["final"]
     assert r["test_loss"] == summary["final"]["test_loss"]
     metrics = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
     assert r["best_test_loss"] == min(m["test_loss"] for m in metrics)
@@ -196,7 +208,7 @@ def test_train_prints_the_summary_of_a_loss_only_task(in_task_dir, capsys):
   argv += ["--task-arg", "correct=false", "--num-workers", "2", "--global-batch-size", "32"]
   assert cli.main(argv + ["--num-epochs", "1", "--no-progress"]) == 0
   printed = json.loads(capsys.readouterr().out)
-  assert printed["test_accuracy"] is None and printed["final_step"] == 8
+  assert "test_accuracy" not in printed and printed["final_step"] == 8
   summary = json.loads((in_task_dir / "t" / "summary.json").read_text())
   assert printed["test_loss"] == summary["final"]["test_loss"]
 
@@ -274,6 +286,41 @@ def test_a_resume_and_an_export_refuse_a_changed_task_in_one_line(tmp_path, monk
   assert cli.main(["export", "--workdir", str(work), "--out", str(out)]) == 0
 
 
+def assert_loss_only(summary):
+  """A loss-only run's summary: the metrics its task evaluates, no accuracy or
+  error (absent, not null)."""
+  final = summary["final"]
+  assert {"test_loss", "test_abs_error"} <= set(final) and "best_test_accuracy" not in summary
+  assert not {"test_accuracy", "test_error", "validation_error"} & set(final)
+
+
+# 256 examples / 32 = 8 steps per epoch, 2 epochs: 16 steps
+LOSS_ONLY = ["--task", "testutil:regression_task", "--num-workers", "2", "--tau", "2"]
+LOSS_ONLY += ["--global-batch-size", "32", "--num-epochs", "2", "--no-progress"]
+
+
+def test_a_loss_only_task_stopped_and_resumed_equals_an_uninterrupted_run(tmp_path, capsys):
+  full, part = tmp_path / "full", tmp_path / "part"
+  assert cli.main(["train", "--workdir", str(full), *LOSS_ONLY]) == 0
+  assert cli.main(["train", "--workdir", str(part), *LOSS_ONLY, "--stop-after-steps", "5"]) == 0
+  assert cli.main(["train", "--workdir", str(part), "--resume"]) == 0  # mid-epoch 1
+  printed = [json.loads(l) for l in capsys.readouterr().out.splitlines()]
+  assert [p["status"] for p in printed] == ["complete", "stopped", "complete"]
+  assert all("test_accuracy" not in p for p in printed)
+  assert printed[2]["test_loss"] == printed[0]["test_loss"]
+  assert (part / "metrics.jsonl").read_text() == (full / "metrics.jsonl").read_text()
+  records = [json.loads(l) for l in (part / "metrics.jsonl").read_text().splitlines()]
+  assert [r["step"] for r in records] == [0, 8, 16]
+  summary = json.loads((part / "summary.json").read_text())
+  assert summary["status"] == "complete" and summary["steps_done"] == 16
+  assert summary["final"] == records[-1] == json.loads((full / "summary.json").read_text())["final"]
+  assert_loss_only(summary)
+  for run in (full, part):  # the same center, bit for bit
+    argv = ["export", "--workdir", str(run), "--out", str(run / "center.msgpack")]
+    assert cli.main(argv) == 0
+  assert (part / "center.msgpack").read_bytes() == (full / "center.msgpack").read_bytes()
+
+
 # -- sweep ------------------------------------------------------------------------------
 
 SWEEP = ["--no-plots", "--tau", "1,2", "--alpha", "0.1,0.4", "--num-workers", "2"]
@@ -295,9 +342,30 @@ def test_sweep_of_a_user_task_records_it(in_task_dir):
   assert "dataset" not in result["info"] and "model" not in result["info"]
   assert len(result["records"]) == 4
   for r in result["records"]:
-    assert r["test_accuracy"] is None and np.isfinite(r["center_loss"])
+    assert "test_accuracy" not in r and np.isfinite(r["center_loss"])
   assert result["info"]["hessian_init"]["examples"] == 256
   assert (work / "center_loss.png").is_file() and not (work / "test_accuracy.png").exists()
+
+
+def test_a_sweep_records_the_metrics_a_loss_only_task_evaluates(tmp_path):
+  from easgd.sweeps import report as sweep_report
+
+  task = regression_task()
+  grid = SweepGrid(tau=(1, 2), alpha=(0.1, 0.4), num_workers=(2,))
+  kw = dict(per_worker_batch_size=4, hessian_iterations=0)
+  res = sweep_network.sweep_network(grid, 4, task=task, **kw)
+  test = spmd.take(task.test, np.arange(len(task.test)))
+  for i, r in enumerate(res.records):  # the final center's mean test metrics
+    center = jax.tree.map(lambda a: a[i], res.centers[2])
+    m = task.evaluate(center, test)
+    np.testing.assert_allclose(r["center_loss"], np.mean(m["loss"]), rtol=1e-6)
+    np.testing.assert_allclose(r["test_abs_error"], np.mean(m["abs_error"]), rtol=1e-6)
+    assert "test_accuracy" not in r
+  sweep_report.write_result(res, tmp_path, plots=False)  # plots: the sweep's CLI test above
+  header = (tmp_path / "sweep.csv").read_text().splitlines()[0].split(",")
+  assert header[header.index("center_loss") + 1] == "test_abs_error"
+  assert "test_accuracy" not in header and res.columns() == header
+  assert "test accuracy" not in sweep_report.summarize(res)
 
 
 def test_a_classifier_given_as_a_task_sweeps_exactly_as_the_builtin_problem():
@@ -378,32 +446,52 @@ ASYNC = TrainConfig(
 )
 
 
-def stopped_resumed_and_replayed(workdir, cfg):
-  """Runs ``cfg`` to step 5, resumes it to 11, then to the end; checks the log
-  goes on and the whole log replays the final checkpoint bit for bit."""
-  from test_real_async import replays_its_checkpoint
+def stopped_resumed_and_replayed(workdir, cfg, stops=(5, 11)):
+  """Runs ``cfg`` to the first of ``stops``, resumes it to each other, then
+  to the end; checks the log goes on, the whole log replays the final
+  checkpoint bit for bit and the run's final record is that checkpoint's
+  evaluation."""
+  from test_real_async import replays_its_checkpoint, restore
 
-  first = trainer.train_and_evaluate(cfg, workdir, stop_after_steps=5)
-  assert first["status"] == "stopped" and first["steps_done"] == 5
+  first = trainer.train_and_evaluate(cfg, workdir, stop_after_steps=stops[0])
+  assert first["status"] == "stopped" and first["steps_done"] == stops[0]
   log5 = async_shared.read_log(workdir / "exchanges.jsonl")
-  trainer.train_and_evaluate(cfg, workdir, resume=True, stop_after_steps=11)
+  for stop in stops[1:]:
+    trainer.train_and_evaluate(cfg, workdir, resume=True, stop_after_steps=stop)
   done = trainer.train_and_evaluate(cfg, workdir, resume=True)
   assert done["status"] == "complete" and done["steps_done"] == 16
   assert [r["step"] for r in done["history"]] == [0, 8, 16]
-  assert done["task"]["factory"] == "usertask:make"
+  assert done["task"]["factory"] == cfg.task
   log = async_shared.read_log(workdir / "exchanges.jsonl")
   assert log[: len(log5)] == log5  # the log goes on
   assert [r["version"] for r in log] == list(range(len(log)))
   clocks = replays_its_checkpoint(workdir, cfg)
   assert sum(clocks) == 16 * 4 and done["worker_local_steps"] == clocks
   saved = json.loads((workdir / "config.json").read_text())
-  assert saved["task"] == "usertask:make" and saved["task_args"] == ["items=true"]
+  assert saved["task"] == cfg.task and saved["task_args"] == list(cfg.task_args)
+  run = spmd.Run(cfg)  # the replayed (uninterrupted) state's evaluation: the final record
+  final = restore(workdir, run)
+  inputs = workers.split_workers(final["worker"], run.layout)
+  record = run.evaluate(
+      inputs, workers.replicate_per_device(final["shared"], run.layout), 2, 16, None
+  )
+  assert {k: v for k, v in record.items() if k.startswith("test_")} == {
+      k: v for k, v in done["final"].items() if k.startswith("test_")
+  }
   return done
+
+
+# the loss-only task on the asynchronous runtimes: 256 training examples as ASYNC
+LOSS_ONLY_ASYNC = ASYNC.replace(task="testutil:regression_task", task_args=())
 
 
 def test_threads_run_a_user_task_stopped_resumed_and_replayed(in_task_dir, tmp_path):
   done = stopped_resumed_and_replayed(tmp_path, ASYNC)
   assert done["layout"].startswith("4 workers = 4 threads on 2 device(s)")
+
+
+def test_threads_run_a_loss_only_task_stopped_resumed_and_replayed(tmp_path):
+  assert_loss_only(stopped_resumed_and_replayed(tmp_path, LOSS_ONLY_ASYNC))
 
 
 def test_threads_read_the_spmd_trainers_batches_of_a_user_task(task_dir):
@@ -450,13 +538,16 @@ def test_a_workers_fault_is_one_line_on_stderr(in_task_dir, capsys, monkeypatch)
 
 @pytest.mark.slow
 @pytest.mark.own_process  # Ray in the process: tests/conftest.py
-def test_ray_runs_a_user_task_stopped_resumed_and_replayed(in_task_dir, tmp_path):
+def test_ray_runs_a_user_task_stopped_resumed_and_replayed(in_task_dir, tmp_path, monkeypatch):
   ray = pytest.importorskip("ray")
   assert not ray.is_initialized()
+  # the actors' processes import testutil (the loss-only task) as the driver does
+  tests = str(Path(__file__).parent)
+  monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [tests, os.getenv("PYTHONPATH")])))
   ray.init(num_cpus=2, include_dashboard=False)
   try:
     cfg = ASYNC.replace(runtime="ray", worker_delays=())
-    done = stopped_resumed_and_replayed(tmp_path, cfg)
+    done = stopped_resumed_and_replayed(tmp_path / "classifier", cfg)
     assert done["layout"].startswith("4 workers = 4 Ray actors")
     # an item the source cannot read: the user's error, as on threads, not a fault
     bad = cfg.replace(task_args=("items=true", "bad_item=100"), num_workers=2, num_epochs=1)
@@ -464,5 +555,9 @@ def test_ray_runs_a_user_task_stopped_resumed_and_replayed(in_task_dir, tmp_path
       trainer.train_and_evaluate(bad, tmp_path / "bad")
     assert str(error.value) == BAD_ITEM
     assert not (tmp_path / "bad" / "summary.json").exists()
+    cfg = LOSS_ONLY_ASYNC.replace(runtime="ray", worker_delays=())
+    done = stopped_resumed_and_replayed(tmp_path / "loss_only", cfg, stops=(5,))
+    assert done["layout"].startswith("4 workers = 4 Ray actors")
+    assert_loss_only(done)
   finally:
     ray.shutdown()

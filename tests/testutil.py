@@ -6,6 +6,8 @@ mlp_setup, random_batches  a tiny MLP classifier and random batches for it;
 max_abs_diff, assert_trees_close  leafwise comparison of two pytrees;
 linear_data, Items, linear_task  a separable 3-class problem as arrays, as a
                      ``__getitem__`` object, and as a user's Task;
+regression_task      a loss-only user's Task (mean-squared error, no "correct"),
+                     also ``--task testutil:regression_task``;
 all_reduce_ops, all_reduce_bytes  the all-reduces of a compiled program's HLO
                      text: their device groups and result bytes;
 collective_dtypes    the element types each collective of a compiled program
@@ -133,6 +135,42 @@ def linear_task(train, test, *, name="linear", correct=True, **fields):
     return out
 
   return Task(name, init, loss, evaluate, train, test, mean_of_examples=True, **fields)
+
+
+def regression_task(train_examples=256, test_examples=64, hidden=16):
+  """A loss-only task: an MLP 8 -> ``hidden`` -> 1 (tanh) regressing the
+  float32 target y = sin(x . w) + 0.1 x_0 of 8 normal features, fixed w.
+
+  ``evaluate`` gives per-example ``"loss"`` (squared error) and
+  ``"abs_error"``, no ``"correct"``; the training loss is the mean squared
+  error. Data: (x float32 [n, 8], y float32 [n]) arrays, training set of seed
+  1, test set of seed 2.
+  """
+
+  def data(n, seed):
+    x = np.random.default_rng(seed).normal(size=(n, FEATURES)).astype(np.float32)
+    w = np.random.default_rng(99).normal(size=(FEATURES,))
+    return x, (np.sin(x @ w) + 0.1 * x[:, 0]).astype(np.float32)
+
+  def init(key):
+    k1, k2 = jax.random.split(key)
+    return {
+        "w1": jax.random.normal(k1, (FEATURES, hidden)) / np.sqrt(FEATURES),
+        "b1": jnp.zeros(hidden),
+        "w2": jax.random.normal(k2, (hidden,)) / np.sqrt(hidden),
+    }
+
+  def evaluate(params, batch):
+    x, y = batch
+    err = jnp.tanh(x @ params["w1"] + params["b1"]) @ params["w2"] - y
+    return {"loss": err**2, "abs_error": jnp.abs(err)}
+
+  def loss(params, batch, key):
+    del key
+    return jnp.mean(evaluate(params, batch)["loss"])
+
+  train, test = data(train_examples, 1), data(test_examples, 2)
+  return Task("regression", init, loss, evaluate, train, test, mean_of_examples=True)
 
 
 _DTYPE_BYTES = {"f32": 4, "s32": 4, "u32": 4, "f16": 2, "bf16": 2, "f64": 8, "s64": 8, "pred": 1}

@@ -60,7 +60,9 @@ CSV_COLUMNS = (
     "eta_h_trained",
     "theory_radius_trained",
 )
-"""The keys of a record, in the CSV's column order."""
+"""The keys of a record, in the CSV's column order: ``test_accuracy`` only
+where the problem evaluates one (a task's ``"correct"``), and after it the
+mean ``test_m`` of each other metric ``m`` a task evaluates (:func:`records`)."""
 
 MAX_SWEEP_BYTES = 4 * 2**30
 """The most bytes (4 GiB) a sweep may hold in its inputs and state, as
@@ -316,8 +318,15 @@ def records(
 ) -> list[dict[str, Any]]:
   """One record per configuration of a program's ``outputs`` (keys
   :data:`CSV_COLUMNS`; Python numbers, None where not applicable or not
-  finite), with the theory columns at ``curvature`` and ``curvature_trained``."""
+  finite), with the theory columns at ``curvature`` and ``curvature_trained``.
+
+  The test metrics are those of ``outputs``: ``test_accuracy`` where the
+  problem evaluates one, then every other ``test_m`` in name order; a metric
+  the problem lacks is absent."""
   host = {k: np.asarray(v) for k, v in outputs.items() if k != "center"}
+  tests = (["test_accuracy"] if "test_accuracy" in host else []) + sorted(
+      k for k in host if k.startswith("test_") and k != "test_accuracy"
+  )
   p = num_workers
   rows = []
   for i in range(grid.configs_per_program):
@@ -342,7 +351,7 @@ def records(
             final_loss=f("final_loss"),
             initial_center_loss=f("initial_center_loss"),
             center_loss=f("center_loss"),
-            test_accuracy=f("test_accuracy"),
+            **{k: f(k) for k in tests},
             worker_center_distance=f("worker_center_distance"),
             eta_h=u,
             theory_radius=radius,
@@ -361,7 +370,7 @@ class SweepResult:
   Attributes:
     problem: ``"quadratic"`` or ``"network"``.
     grid: the validated :class:`SweepGrid`.
-    records: one dict per configuration (keys: :data:`CSV_COLUMNS`; values
+    records: one dict per configuration (keys: :meth:`columns`; values
       Python numbers, ``None`` where not applicable), ordered by num_workers,
       then as :meth:`SweepGrid.flat`.
     curvature: h used for the theory columns (quadratic: the given
@@ -389,8 +398,10 @@ class SweepResult:
       num_workers, learning_rate: the slice (default: the first grid value).
 
     Raises:
-      KeyError: unknown metric.
+      KeyError: a metric not among the records' keys (:meth:`columns`).
     """
+    if metric not in self.columns():
+      raise KeyError(metric)
     p = self.grid.num_workers[0] if num_workers is None else num_workers
     lr = self.grid.learning_rate[0] if learning_rate is None else learning_rate
     out = np.full((len(self.grid.alpha), len(self.grid.tau)), np.nan)
@@ -402,13 +413,19 @@ class SweepResult:
         out[ai[r["alpha"]], ti[r["tau"]]] = np.nan if v is None else float(v)
     return out
 
+  def columns(self) -> list[str]:
+    """The records' keys in the CSV's order (:data:`CSV_COLUMNS`, with the test
+    metrics the problem evaluates, :func:`records`)."""
+    return list(dict.fromkeys(k for r in self.records for k in r)) or list(CSV_COLUMNS)
+
   def to_csv(self) -> str:
-    """The records as CSV text (header :data:`CSV_COLUMNS`)."""
+    """The records as CSV text (header :meth:`columns`)."""
+    columns = self.columns()
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
     w.writeheader()
     for r in self.records:
-      w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in CSV_COLUMNS})
+      w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in columns})
     return buf.getvalue()
 
   def to_json(self) -> dict[str, Any]:

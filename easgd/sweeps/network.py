@@ -68,13 +68,17 @@ data set has fewer)."""
 
 def _sweep_fns(loss_fn, evaluate):
   """(loss_fn, eval_fn): ``eval_fn(center, batch)`` the means of ``evaluate``'s
-  per-example ``"loss"`` (``center_loss``) and ``"correct"`` (``test_accuracy``)."""
+  per-example ``"loss"`` (``center_loss``), ``"correct"`` (``test_accuracy``)
+  and every other metric ``m`` it gives (``test_m``)."""
 
   def eval_fn(center, eval_data):
     metrics = evaluate(center, eval_data)
     out = dict(center_loss=jnp.mean(metrics["loss"]))
     if "correct" in metrics:
       out["test_accuracy"] = jnp.mean(metrics["correct"])
+    for m in sorted(metrics):
+      if m not in ("loss", "correct"):
+        out[f"test_{m}"] = jnp.mean(metrics[m])
     return out
 
   return loss_fn, eval_fn
@@ -85,8 +89,9 @@ def task_fns(task: Task):
 
   ``loss_fn`` is ``task.loss(params, batch, key)``; ``eval_fn(center, batch)``
   gives the center's mean evaluation loss ``center_loss`` (the mean of
-  ``task.evaluate``'s per-example ``"loss"``) and, if the task evaluates a
-  ``"correct"``, its mean ``test_accuracy``.
+  ``task.evaluate``'s per-example ``"loss"``), if the task evaluates a
+  ``"correct"``, its mean ``test_accuracy``, and the mean ``test_m`` of every
+  other metric ``m`` it evaluates.
   """
   return _sweep_fns(task.loss, task.evaluate)
 
@@ -570,8 +575,9 @@ def sweep_network(
   of ``easgd.sweeps.engine.make_sweep_fn``, and is evaluated on the whole test
   set at the end (``task.evaluate``: ``center_loss`` = the center's mean test
   loss, ``test_accuracy`` = its mean ``"correct"``, absent for a task without
-  one); the same evaluation of the initial parameters is
-  ``initial_center_loss``, the reference of the center's divergence test.
+  one, ``test_m`` the mean of every other metric ``m`` it evaluates); the same
+  evaluation of the initial parameters is ``initial_center_loss``, the
+  reference of the center's divergence test.
 
   The curvature for the theory columns is the largest eigenvalue h of the
   Hessian of the mean evaluation loss on the first ``hessian_examples``

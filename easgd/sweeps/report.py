@@ -99,6 +99,7 @@ def plot_result(result: SweepResult, workdir, prefix: str | None = None) -> list
   g = result.grid
   h2 = certified_curvature(result.info.get("hessian_trained"))
   paths = []
+  columns = result.columns()
   for p in g.num_workers:
     for lr in g.learning_rate:
       suffix = (f"_p{p}" if len(g.num_workers) > 1 else "") + (
@@ -117,6 +118,8 @@ def plot_result(result: SweepResult, workdir, prefix: str | None = None) -> list
       diverged = result.table("diverged", p, lr) > 0
       steps = result.table("diverged_step", p, lr)
       for metric, (label, log) in HEATMAP_METRICS.items():
+        if metric not in columns:  # a metric the problem does not evaluate
+          continue
         values = result.table(metric, p, lr)
         if np.all(np.isnan(values)):
           continue
@@ -225,7 +228,9 @@ def summarize(result: SweepResult) -> str:
   if ok:
     best = min(ok, key=lambda r: r["center_loss"])
     extra = (
-        f", test accuracy {best['test_accuracy']:.4f}" if best["test_accuracy"] is not None else ""
+        f", test accuracy {best['test_accuracy']:.4f}"
+        if best.get("test_accuracy") is not None
+        else ""
     )
     lines.append(
         f"  best: tau={best['tau']}, alpha={best['alpha']:g}, "

@@ -87,19 +87,23 @@ def _settings(config: TrainConfig) -> dict[str, Any]:
 def _row(summary: dict[str, Any], config: TrainConfig) -> dict[str, Any]:
   """A table row of a run's summary (``summary["history"]``: its records).
 
-  ``test_accuracy`` and ``best_test_accuracy`` are None for a task whose
+  ``test_accuracy`` and ``best_test_accuracy`` are absent for a task whose
   ``evaluate`` has no ``"correct"``; ``best_test_loss`` is the lowest center
   test loss of the evaluated epochs.
   """
   final, comm = summary["final"], summary["communication"]
+  accuracy = (
+      dict(test_accuracy=final["test_accuracy"], best_test_accuracy=summary["best_test_accuracy"])
+      if "test_accuracy" in final
+      else {}
+  )
   return dict(
       algorithm=summary["algorithm"]["name"],
       num_workers=config.num_workers,
       settings=_settings(config),
       epochs=final["epoch"],
       steps=final["step"],
-      test_accuracy=final.get("test_accuracy"),
-      best_test_accuracy=summary["best_test_accuracy"],
+      **accuracy,
       test_loss=final["test_loss"],
       best_test_loss=min(r["test_loss"] for r in summary["history"]),
       center_lag_steps=summary.get("center_lag_steps"),
@@ -147,8 +151,8 @@ def results_table(rows: Sequence[dict[str, Any]], notes: Sequence[str] = ()) -> 
 
   Args:
     rows: one dict per algorithm, as :func:`_row` makes from a run summary
-      (algorithm, num_workers, settings, epochs, test_accuracy (fraction, None
-      for a task without a ``"correct"`` metric), best_test_accuracy,
+      (algorithm, num_workers, settings, epochs, test_accuracy (fraction,
+      absent for a task without a ``"correct"`` metric), best_test_accuracy,
       test_loss, best_test_loss, all_reduces_per_worker, mb_per_worker,
       wall_time_s).
     notes: lines printed under the table (e.g. settings an algorithm did not
@@ -162,7 +166,7 @@ def results_table(rows: Sequence[dict[str, Any]], notes: Sequence[str] = ()) -> 
     between the rows ("-": not read).
   """
   diff = differing_settings(rows)
-  accuracy = all(r["test_accuracy"] is not None for r in rows)
+  accuracy = all(r.get("test_accuracy") is not None for r in rows)
   fmt = (
       lambda v: "-"
       if v is None

@@ -466,7 +466,8 @@ class TrainConfig:
       "examples held out of the training set for validation, never trained "
       "on: a seeded choice fixed by the training set's size alone "
       "(easgd.training.data.validation_split); the runs train on the rest, and every "
-      "evaluation also reports the center's val_loss and val_error on them. "
+      "evaluation also reports the center's val_loss and its other metrics "
+      "on them (val_error: a task with a 'correct' metric). "
       "0 = none.",
       allowed=Integer(0, what="examples held out of the training set"),
   )

@@ -412,7 +412,9 @@ def read_history(workdir: Path, up_to_step: int | None = None) -> list[dict[str,
     up_to_step: keep the records of steps <= this; None keeps all.
 
   Returns:
-    The evaluation records, in the file's order, the first of step 0. A
+    The evaluation records, in the file's order, the first of step 0, each
+    with ``test_loss`` and the test metrics the task's evaluation gives
+    (``easgd.training.spmd.split_means``), all numbers. A
     value written as ``null`` (not finite, e.g. a diverged run's loss, or not
     measured, e.g. step 0's training loss: ``easgd._util.files.json_text``) is None.
 
@@ -436,12 +438,17 @@ def read_history(workdir: Path, up_to_step: int | None = None) -> list[dict[str,
   try:
     records = [json.loads(l) for l in text.splitlines() if l.strip()]
     steps = [r["step"] for r in records]
+    # every task evaluates a loss; its other test metrics are those its evaluation
+    # gives ("correct": test_accuracy and test_error; any other: its mean), in every record
+    metrics = {"test_loss", *(k for k in records[0] if k.startswith("test_"))} if records else ()
     for r in records:
-      if not all(
+      if {k for k in r if k.startswith("test_")} != metrics or not all(
           r[k] is None or isinstance(r[k], (int, float)) and not isinstance(r[k], bool)
-          for k in ("test_accuracy", "test_loss")
+          for k in metrics
       ):
-        raise ValueError(f"record of step {r['step']!r} without numeric test metrics")
+        raise ValueError(
+            f"record of step {r.get('step')!r} without numeric test metrics {sorted(metrics)}"
+        )
     if not all(isinstance(t, int) and not isinstance(t, bool) for t in steps):
       raise ValueError(f"steps must be integers, got {steps}")
   except (ValueError, KeyError, TypeError) as e:

@@ -429,8 +429,11 @@ def _summary(
       resolved=run.resolved,
       final_step=history[-1]["step"],  # the step of `final` (<= steps_done)
       final=history[-1],
-      best_test_accuracy=(
-          max(r["test_accuracy"] for r in history) if "test_accuracy" in history[-1] else None
+      # a task whose evaluation gives "correct" (the metrics it lacks are absent)
+      **(
+          dict(best_test_accuracy=max(r["test_accuracy"] for r in history))
+          if "test_accuracy" in history[-1]
+          else {}
       ),
       wall_time_s=wall_time_s,
       **executor.summary_fields(),
