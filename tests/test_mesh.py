@@ -31,7 +31,7 @@ from easgd.methods import registry
 from easgd.parallel import workers
 from easgd.training.config import ConfigError, TrainConfig
 from easgd.training.spmd import Run, SpmdExecutor
-from easgd.core import algorithms
+from easgd.core import algorithms, elastic
 from easgd.training import models
 from testutil import all_reduce_ops, collective_dtypes, max_abs_diff, mlp_setup, random_batches
 
@@ -267,8 +267,9 @@ def test_a_bfloat16_worker_of_2_devices_reduces_in_float32(shard):
   assert {str(x.dtype) for x in jax.tree.leaves(algo.worker_params(worker, shared))} == {"bfloat16"}
   x, y = np.zeros((2, B, 8), np.float32), np.zeros((2, B), np.int32)
   batch = workers.split_workers((x, y), layout, kind="batch")
-  found = {}
-  for f in workers.map_step(algo, layout, donate_state=False).programs.values():
+  found, per_call = {}, {}
+  kinds = ("all-reduce", "all-gather", "reduce-scatter") if shard else ("all-reduce",)
+  for name, f in workers.map_step(algo, layout, donate_state=False).programs.items():
     lowered = f.lower(worker, shared, batch, jax.random.key(0))
     for stage, hlo in (
         ("given", lowered.as_text("hlo")),
@@ -276,11 +277,26 @@ def test_a_bfloat16_worker_of_2_devices_reduces_in_float32(shard):
     ):
       for op, types in collective_dtypes(hlo).items():
         found.setdefault((stage, op), []).extend(types)
-  kinds = ("all-reduce", "all-gather", "reduce-scatter") if shard else ("all-reduce",)
+    per_call[name] = {op: all_reduce_ops(hlo, op) for op in kinds}  # the compiled program's
   for stage in ("given", "compiled"):
     assert {op for (s, op), types in found.items() if s == stage and types} == set(kinds), found
     for op in kinds:
       assert all(types == {"f32"} for types in found[stage, op]), (stage, op, found[stage, op])
+  # the accounting counts what moves: the float32 bytes (twice the parameters' own)
+  P = elastic.reduced_bytes(params)
+  assert P == 2 * models.param_bytes(params)
+  levels = workers.communication_by_level(algo, STEPS, P, 2, shard_params=shard)
+  moved = {"across": 0, "within": 0}  # result bytes of the compiled collectives, 6 steps
+  for t in range(STEPS):
+    ops = per_call[algorithms.select_program(algo.programs(), t)]
+    for op in kinds:
+      for groups, nbytes in ops[op]:
+        moved["within" if groups == ((0, 1), (2, 3)) else "across"] += nbytes
+  assert moved["across"] == levels.across_workers.bytes > 0, (moved, levels)
+  # within: the loss and the gradient's mean (the P + 4 all-reduce), or with shard_params
+  # the loss, the parameters' all-gather (P) and the gradient's reduce-scatter (P / 2)
+  within = STEPS * (4 + P + P // 2) if shard else levels.within_workers.bytes
+  assert moved["within"] == within == levels.within_workers.bytes + (STEPS * P // 2) * shard
 
 
 def test_a_parameter_that_cannot_be_split_is_one_layout_error():

@@ -121,6 +121,10 @@ def test_a_bfloat16_training_run_has_a_float32_center(tmp_path):
   )
   summary = trainer.train_and_evaluate(cfg, tmp_path)
   assert summary["final"]["test_accuracy"] > 0.5
+  # the communication counts the float32 bytes every exchange moves: twice the parameters'
+  assert summary["communication"]["bytes"] == summary["communication"]["all_reduces"] * 2 * (
+      summary["param_bytes"]
+  )
   from easgd.training import checkpoint
 
   ckpt = checkpoint.Checkpointer(tmp_path)

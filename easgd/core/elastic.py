@@ -20,10 +20,12 @@ References:
 
 from __future__ import annotations
 
+import math
 from typing import Any, Hashable, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from optax.tree_utils import tree_add, tree_sub  # leafwise a + b and a - b
 
@@ -100,6 +102,26 @@ def reduction_dtype(dtype) -> jnp.dtype:
 def to_reduction_dtype(tree: Params) -> Params:
   """``tree`` with every float leaf cast to :func:`reduction_dtype` of its dtype."""
   return jax.tree.map(lambda x: jnp.asarray(x).astype(reduction_dtype(jnp.result_type(x))), tree)
+
+
+def reduced_bytes(tree: Params) -> int:
+  """Bytes of one copy of ``tree`` held in :func:`reduction_dtype`: what one
+  exchange or one gradient average of it moves per device.
+
+  Args:
+    tree: a pytree of arrays or ``jax.ShapeDtypeStruct`` leaves (any shapes).
+
+  Returns:
+    int, bytes: sum over leaves of elements times the itemsize of the leaf's
+    reduction dtype (a bfloat16 leaf counts 4 bytes an element, a float32
+    leaf 4, a float64 leaf 8, an integer leaf its own size).
+  """
+  return int(
+      sum(
+          math.prod(np.shape(x)) * reduction_dtype(jnp.result_type(x)).itemsize
+          for x in jax.tree.leaves(tree)
+      )
+  )
 
 
 def cast_like(tree: Params, like: Params) -> Params:

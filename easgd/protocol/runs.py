@@ -86,6 +86,7 @@ from easgd.parallel import workers
 from easgd.training import builtin_tasks, models, runlock, tensorboard
 from easgd.protocol import stats as protocol_stats
 from easgd.methods import registry
+from easgd.core import elastic
 from easgd._util.files import json_text, write_text_atomic
 from easgd.protocol.config import (RESULTS_JSON, UNTUNABLE, ProtocolConfig, lr_grid_edges, to_dict)
 from easgd.training.config import ConfigError
@@ -304,7 +305,7 @@ def _run_protocol(config: ProtocolConfig, workdir, log: Callable, task) -> dict[
     if key not in step_s:
       step_s[key] = measure_step_seconds(tune.task, key[0])
     arms_out[a.name] = summarize_arm(
-        r, res, config, step_s[key], _communication(r, tune.task, param_bytes)
+        r, res, config, step_s[key], _communication(r, tune.task, elastic.reduced_bytes(params))
     )
   return _finish(
       config,

@@ -372,7 +372,7 @@ class AsyncExecutor:
     return dict(
         train_loss=train_loss,
         all_reduces=mean,
-        bytes_communicated=mean * self.run.param_bytes,
+        bytes_communicated=mean * self.run.exchange_bytes,
         exchanges=int(per.sum()),
         exchanges_per_worker=per.tolist(),
         worker_local_steps=[int(c) for c in clocks],
@@ -406,9 +406,9 @@ class AsyncExecutor:
         center_lag_steps=None,
         communication=dict(
             all_reduces=mean,
-            bytes=mean * run.param_bytes,
+            bytes=mean * run.exchange_bytes,
             all_reduces_per_step=mean / max(step, 1),
-            bytes_per_step=mean * run.param_bytes / max(step, 1),
+            bytes_per_step=mean * run.exchange_bytes / max(step, 1),
         ),
         exchanges=int(per_worker.sum()),
         exchanges_per_worker=per_worker.tolist(),

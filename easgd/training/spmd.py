@@ -274,7 +274,9 @@ class Run:
   compiled. Attributes: ``config``, ``layout``, ``task`` (the run's view: the
   held-out validation examples split off its training data), ``metrics``
   (the names ``task.evaluate`` returns), ``algorithm``, ``steps_per_epoch``,
-  ``total_steps``, ``param_bytes``, ``step_fn``
+  ``total_steps``, ``param_bytes`` (one copy of the parameters), ``exchange_bytes``
+  (:func:`easgd.core.elastic.reduced_bytes`: what one exchange or gradient
+  average moves, the count of every communication record), ``step_fn``
   (``easgd.parallel.workers.map_step``: called with the host's step count as
   its last argument), ``eval_fn`` (``easgd.parallel.workers.map_workers``),
   ``step_key``; for tasks with a ``center_state`` (BatchNorm; ``batch_norm``
@@ -325,6 +327,8 @@ class Run:
       self.layout = workers.shard_params(self.layout, jax.eval_shape(task.init, init_key))
     self.init_params = task.init(init_key)
     self.param_bytes = models.param_bytes(self.init_params)
+    # what an exchange or a gradient average moves: the parameters in float32 at least
+    self.exchange_bytes = elastic.reduced_bytes(self.init_params)
     self.algorithm = algo = registry.make_algorithm(
         config,
         # D > 1: the loss and gradient of each worker's whole batch, averaged
@@ -455,7 +459,7 @@ class Run:
     sums, count, dist = workers.to_host(
         self.eval_fn(worker, shared, *bn_x, *self.test_data)
     )  # all workers, gathered across processes
-    comm = self.algorithm.communication(step, self.param_bytes)
+    comm = self.algorithm.communication(step, self.exchange_bytes)
     val = {}
     if self.val_data is not None:
       v_sums, v_count, _ = workers.to_host(self.eval_fn(worker, shared, *bn_x, *self.val_data))
@@ -756,7 +760,7 @@ class SpmdExecutor:
     run, step = self.run, self.step
     layout = run.layout
     levels = workers.communication_by_level(
-        run.algorithm, step, run.param_bytes, layout.devices_per_worker, layout.shard_params
+        run.algorithm, step, run.exchange_bytes, layout.devices_per_worker, layout.shard_params
     )
     group_size = dict(across_workers=layout.num_groups, within_workers=layout.devices_per_worker)
 
