@@ -24,11 +24,14 @@ process is lost later, the others stop within ``--peer-timeout`` seconds with
 from __future__ import annotations
 
 import argparse
+import atexit
+import os
 import sys
 import warnings
 from pathlib import Path
+from typing import NoReturn
 
-from easgd._util import flags
+from easgd._util import files, flags
 from easgd._util.files import json_text
 
 # Only the command functions import the heavy modules (TrainConfig, the sweep's
@@ -341,14 +344,75 @@ def main(argv=None) -> int:
   interrupted (Ctrl-C); 143 terminated (SIGTERM, handled as Ctrl-C: a
   checkpoint save in progress completes first, ``easgd._util.files.terminate_as_interrupt``).
   """
-  parser = build_parser()
-  args = parser.parse_args(argv)
-  from easgd.parallel import distributed
-  from easgd._util.files import terminate_as_interrupt
-
-  with warnings.catch_warnings(), terminate_as_interrupt():
+  # from the start: JAX's import alone takes seconds
+  with warnings.catch_warnings(), files.terminate_as_interrupt():
     warnings.showwarning = _show_warning
-    return _main(args, distributed)
+    interrupt = None
+    try:
+      args = build_parser().parse_args(argv)
+      from easgd.parallel import distributed
+
+      status = _main(args, distributed)
+    except KeyboardInterrupt as e:  # raised where _main does not catch it (imports, reports)
+      interrupt = e
+    # a signal whose exception was swallowed (a GC callback) is still this command's end
+    interrupt = files.pending_interrupt() or interrupt
+    return status if interrupt is None else _interrupted(interrupt)
+
+
+def _interrupted(interrupt: KeyboardInterrupt) -> int:
+  """Reports ``interrupt`` in one line on stderr; returns its exit status (143 or 130)."""
+  if isinstance(interrupt, files.Terminated):
+    print("easgd: terminated (SIGTERM)", file=sys.stderr)
+    return 143
+  print("easgd: interrupted", file=sys.stderr)
+  return 130
+
+
+def run() -> NoReturn:
+  """The ``easgd`` program (console script, ``python -m easgd.cli``): :func:`main`, then exit.
+
+  After :func:`main` the process ends without the interpreter's module teardown:
+  standard output and error are flushed and the ``atexit`` functions run (the
+  libraries' own shut-down: JAX waits for its runtime tokens and clears its
+  backends, matplotlib, tensorboardX) with SIGINT and SIGTERM still handled, then
+  ``os._exit``. The teardown that is skipped frees the rest of the modules, XLA's
+  executables and buffers among them, in no set order: seconds of work during
+  which Python runs no signal handler (a SIGTERM there would end the process by
+  the default action, status -15), and where a crash at exit would occur. A
+  signal received at any point from :func:`main`'s start to the exit ends the
+  process with 143 (SIGTERM) or 130 (SIGINT), the command's files as
+  :func:`main` left them.
+  """
+  status: int | None = None
+  with files.terminate_as_interrupt():
+    try:
+      try:
+        status = main()
+      except SystemExit as e:  # argparse: --help, a bad flag
+        if e.code is not None and not isinstance(e.code, int):
+          raise
+        status = e.code or 0
+      with files.interrupts_deferred():  # from here a signal is recorded, never raised
+        _flush()
+        atexit._run_exitfuncs()  # the libraries' shut-down, which os._exit skips
+        interrupt = files.pending_interrupt()
+        if interrupt is not None and status not in (130, 143):
+          status = _interrupted(interrupt)
+        _flush()
+        os._exit(status)
+    except KeyboardInterrupt as e:  # between main's end and the deferral above
+      status = _interrupted(e)
+      _flush()
+      os._exit(status)
+
+
+def _flush() -> None:
+  for stream in (sys.stdout, sys.stderr):
+    try:
+      stream.flush()
+    except (OSError, ValueError):  # a closed pipe or stream
+      pass
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -376,14 +440,6 @@ def _main(args, distributed) -> int:
   except _run_errors() as e:
     print(f"easgd: error: {e}", file=sys.stderr)
     return 1
-  except KeyboardInterrupt as e:
-    from easgd._util.files import Terminated
-
-    if isinstance(e, Terminated):
-      print("easgd: terminated (SIGTERM)", file=sys.stderr)
-      return 143
-    print("easgd: interrupted", file=sys.stderr)
-    return 130
 
 
 def _run(args) -> int:
@@ -563,4 +619,4 @@ def _check_protocol_workdir(workdir: Path, overwrite: bool) -> None:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  run()

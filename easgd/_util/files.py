@@ -119,43 +119,104 @@ class Terminated(KeyboardInterrupt):
   """SIGTERM, raised like Ctrl-C while :func:`terminate_as_interrupt` is on."""
 
 
-def _raise_terminated(signum, frame):
-  raise Terminated(f"signal {signum} (SIGTERM)")
+_received: list[int] = []
+"""The signals (SIGINT, SIGTERM) received under :func:`terminate_as_interrupt` or
+:func:`interrupts_deferred` and not yet raised at a safe point: an exception
+raised from a signal handler can be swallowed (a ``gc.callbacks`` function such
+as JAX's, a ``__del__``, a weakref callback), so the signal is also kept here
+for :func:`check_interrupt`."""
+
+_deferring = [0]  # open interrupts_deferred blocks: the handler only records
+
+
+def _interrupt(signum: int) -> KeyboardInterrupt:
+  """The exception that stands for ``signum``: KeyboardInterrupt or Terminated."""
+  if signum == signal.SIGINT:
+    return KeyboardInterrupt()
+  return Terminated(f"signal {signum} (SIGTERM)")
+
+
+def _on_signal(signum, frame):
+  """Records ``signum``; raises it unless a write is in progress or one was raised.
+
+  Only the first signal raises: a later one arrives while the first unwinds
+  (``finally`` blocks, the release of the workdir's lock) and must not cut that
+  short; it is kept, and :func:`pending_interrupt` reports it.
+  """
+  del frame
+  first = not _received
+  _received.append(signum)
+  if first and not _deferring[0]:
+    raise _interrupt(signum)
+
+
+def pending_interrupt() -> KeyboardInterrupt | None:
+  """The exception of the first signal received and not yet cleared, or None."""
+  return _interrupt(_received[0]) if _received else None
+
+
+def check_interrupt() -> None:
+  """Raises the first signal received (:func:`pending_interrupt`), if any: a safe point.
+
+  The handler raises at once, wherever the program is; when that exception is
+  swallowed (a garbage-collection callback, a ``__del__``), the run goes on
+  until its next safe point, this call: the loops call it once per step. Costs
+  one list read.
+
+  Raises:
+    KeyboardInterrupt: SIGINT was received (:class:`Terminated`: SIGTERM).
+  """
+  if _received:
+    raise _interrupt(_received[0])
+
+
+def clear_interrupts() -> None:
+  """Forgets the signals received (once the command has reported them)."""
+  _received.clear()
 
 
 @contextlib.contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
-  """SIGTERM raises :class:`Terminated` (a ``KeyboardInterrupt``) during the block.
+  """SIGTERM raises :class:`Terminated` (a ``KeyboardInterrupt``) during the block, SIGINT
+  ``KeyboardInterrupt``; neither is ever lost.
 
   Python's default for SIGTERM ends the process at once, with no clean-up; a
   job scheduler's stop then looks like SIGKILL. Inside this block it stops the
   program as Ctrl-C does: ``finally`` blocks run and a checkpoint save in
-  progress completes first (:func:`interrupts_deferred`). Off the main thread
-  the block runs as is.
+  progress completes first (:func:`interrupts_deferred`). Each signal is also
+  recorded: an exception raised from the handler inside a garbage-collection
+  callback (JAX's) or a ``__del__`` is swallowed by Python, so the loops raise it
+  again at their next step (:func:`check_interrupt`) and the caller reads
+  :func:`pending_interrupt` before it reports success. The record is cleared
+  when the block ends. Off the main thread the block runs as is.
 
   Raises:
     Terminated: when SIGTERM arrives (outside :func:`interrupts_deferred`).
+    KeyboardInterrupt: when SIGINT arrives (likewise).
   """
   if threading.current_thread() is not threading.main_thread():
     yield
     return
-  previous = signal.signal(signal.SIGTERM, _raise_terminated)
+  previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
   try:
     yield
   finally:
-    signal.signal(signal.SIGTERM, previous)
+    for s, handler in previous.items():
+      signal.signal(s, handler)
+    clear_interrupts()
 
 
 def sigterm_is_interrupt() -> bool:
   """Whether SIGTERM is now :func:`terminate_as_interrupt`'s handler."""
-  return signal.getsignal(signal.SIGTERM) is _raise_terminated
+  return signal.getsignal(signal.SIGTERM) is _on_signal
 
 
 def restore_sigterm_as_interrupt() -> None:
-  """Puts :func:`terminate_as_interrupt`'s SIGTERM handler back (main thread only),
-  e.g. after a library (``ray.init``) replaced it."""
+  """Puts :func:`terminate_as_interrupt`'s SIGINT and SIGTERM handler back (main thread
+  only), e.g. after a library (``ray.init``) replaced them."""
   if threading.current_thread() is threading.main_thread():
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    for s in (signal.SIGINT, signal.SIGTERM):
+      signal.signal(s, _on_signal)
 
 
 @contextlib.contextmanager
@@ -167,7 +228,7 @@ def interrupts_deferred() -> Iterator[None]:
   ``KeyboardInterrupt`` when the block ends; a SIGTERM, when
   :func:`terminate_as_interrupt` is on, likewise as :class:`Terminated`. Off
   the main thread (where Python delivers no signals) the block runs as is; so
-  does a SIGINT that is not Python's handler.
+  does a SIGINT that is neither Python's handler nor :func:`terminate_as_interrupt`'s.
 
   Raises:
     KeyboardInterrupt: after the block, if SIGINT (or, as :class:`Terminated`,
@@ -176,19 +237,19 @@ def interrupts_deferred() -> Iterator[None]:
   if threading.current_thread() is not threading.main_thread():
     yield
     return
-  deferred = []
-  if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-    deferred.append(signal.SIGINT)
-  if sigterm_is_interrupt():
-    deferred.append(signal.SIGTERM)
-  received = []
-  previous = {s: signal.signal(s, lambda signum, frame: received.append(signum)) for s in deferred}
+  library = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+  before = len(_received)
+  _deferring[0] += 1
+  if library:  # no terminate_as_interrupt: SIGINT is recorded for this block only
+    signal.signal(signal.SIGINT, _on_signal)
   try:
     yield
   finally:
-    for s, handler in previous.items():
-      signal.signal(s, handler)
-  if signal.SIGINT in received:
-    raise KeyboardInterrupt
-  if received:
-    raise Terminated(f"signal {received[0]} (SIGTERM)")
+    _deferring[0] -= 1
+    if library:
+      signal.signal(signal.SIGINT, signal.default_int_handler)
+  arrived = _received[before:]
+  if library:
+    del _received[before:]  # raised here; nothing else reads them
+  if arrived and not before:  # an earlier signal is unwinding, or a safe point raises it
+    raise _interrupt(arrived[0])

@@ -87,7 +87,7 @@ from easgd.training import builtin_tasks, models, runlock, tensorboard
 from easgd.protocol import stats as protocol_stats
 from easgd.methods import registry
 from easgd.core import elastic
-from easgd._util.files import json_text, write_text_atomic
+from easgd._util.files import check_interrupt, json_text, write_text_atomic
 from easgd.protocol.config import (RESULTS_JSON, UNTUNABLE, ProtocolConfig, lr_grid_edges, to_dict)
 from easgd.training.config import ConfigError
 from easgd.training.sources import take
@@ -441,6 +441,7 @@ def _extend_grids(group: list[ArmRun], per_rate: dict, config, tune, programs, l
 def _run_logged(group, reason, configs, seed_data, kind, config, programs, log):
   """:func:`run_program`, its info (and why its arms run apart) appended to
   ``programs`` and one progress line logged; returns its outputs."""
+  check_interrupt()  # a signal whose exception was swallowed stops here
   out, info = run_program(group, configs, seed_data, kind, config)
   info["separate_because"] = reason
   programs.append(info)

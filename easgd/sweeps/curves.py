@@ -52,6 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from easgd._util import checks
+from easgd._util.files import check_interrupt
 from easgd.parallel import workers
 from easgd.core.algorithms import WARMUP, Algorithm, select_program
 from easgd.sweeps.engine import SweepError, simulated_params, start_state
@@ -305,6 +306,7 @@ def _run_chunks(
   losses = [[np.full((k,), np.nan, np.float32)] for _ in parts]
   since = 0
   for t, name in enumerate(names):
+    check_interrupt()  # a signal whose exception was swallowed stops here
     tt = np.int32(t)
     for i, (h, _, key_i, c) in enumerate(parts):
       states[i] = programs.step(h, states[i], key_i, c, data, tt, name)

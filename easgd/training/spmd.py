@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from easgd._util.files import check_interrupt
 from easgd.core import algorithms, elastic
 from easgd.training import batches, builtin_tasks, data, models
 from easgd.parallel import workers
@@ -690,6 +691,7 @@ class SpmdExecutor:
       while_running()
     run = self.run
     while self.step < step:
+      check_interrupt()  # a signal whose exception was swallowed stops here
       batch = self._batch(self.step)
       self.worker, self.shared, loss = run.step_fn(
           self.worker, self.shared, batch, run.step_key, self.step

@@ -28,6 +28,7 @@ from typing import Any, Mapping
 import jax
 
 from easgd._util import checks
+from easgd._util.files import check_interrupt
 from easgd._util.progress import progress_bar
 from easgd.methods import registry
 from easgd.parallel import distributed
@@ -290,6 +291,7 @@ def _train(config, workdir, resume, stop_after_steps, faults, task, task_record)
       executor.start(lambda steps: progress.update(steps - progress.n))
       pending = None  # the last boundary's files, written in the next run_to
       while step < last:
+        check_interrupt()  # a signal whose exception was swallowed stops here
         epoch = step // spe + 1  # the next boundary: epoch end, checkpoint, or stop
         boundary = min(epoch * spe, last)
         if config.checkpoint_every_steps:
