@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
   p = sub.add_parser(
       "protocol",
       help="tuned rates, seeds, intervals, time to target: the comparison "
-      "protocol of a config file (easgd.protocol.runs); results.json, results.md, curves.png",
+      "protocol of a config file (easgd.protocol.runs); results.json, results.md, curves.png, tb/",
       description="For each arm of the protocol file: its learning-rate grid x tuning "
       "seeds on the validation split, the best rate rerun on fresh seeds "
       "on the test set; one compiled program per group of arms",
@@ -181,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument(
       "--report-only",
       action="store_true",
-      help="rewrite results.md and curves.png from --workdir's results.json "
+      help="rewrite results.md, curves.png and tb/ from --workdir's results.json "
       "without running anything",
   )
   p.add_argument(
@@ -564,8 +564,9 @@ def _run_protocol(args) -> int:
     with runlock.hold_workdir(workdir, "protocol"):  # before the checks of workdir
       _check_protocol_workdir(workdir, args.overwrite)
       from easgd.protocol.runs import run_protocol
-      # nothing is written until every arm has run; then each file is replaced
-      # whole, so a failed or interrupted run leaves the earlier results as they were
+
+      # nothing is written until every arm has run; then the protocol's one writer
+      # (protocol_report.write_report) replaces each file whole, results.json last
       fresh = run_protocol(config, None, log=lambda line: print(line, file=sys.stderr, flush=True))
       protocol_report.write_report(workdir, args.group_by, fresh)
   print((workdir / protocol_report.RESULTS_MD).read_text(), end="")
@@ -616,6 +617,11 @@ def _check_protocol_workdir(workdir: Path, overwrite: bool) -> None:
       raise ConfigError(
           f"'{workdir / name}' exists and is not a file; the protocol " "writes its results there"
       )
+  tb = workdir / protocol_report.tensorboard.TB_DIR
+  if tb.exists() and not tb.is_dir():
+    raise ConfigError(
+        f"'{tb}' exists and is not a directory; the protocol writes its TensorBoard events there"
+    )
 
 
 if __name__ == "__main__":

@@ -71,6 +71,17 @@ MIN_SEEDS = 3
 """Seeds per grid point and per reported rerun (an interval needs n >= 3)."""
 
 
+DEFAULT_TARGETS = (0.3, 0.2)
+"""The test errors of "time to target" of a task with a per-example "correct"
+(``ProtocolConfig.targets`` None)."""
+
+LOWER_IS_BETTER = ("error", "loss")
+"""The metrics whose direction is known: lower is better."""
+
+BETTER = ("lower", "higher")
+"""The values of ``ProtocolConfig.select_better``."""
+
+
 def log_grid(low: float, high: float, num: int) -> tuple[float, ...]:
   """``num`` learning rates log-spaced from ``low`` to ``high`` (both included),
   rounded to 4 significant digits, e.g. ``log_grid(0.01, 1, 5)`` = (0.01,
@@ -181,6 +192,9 @@ GIGABIT_ETHERNET = Network("1GbE", 125e6, 50e-6)
 """1 Gbit/s = 125 MB/s, 50 us per all-reduce (a switched LAN)."""
 HUNDRED_GIGABIT_ETHERNET = Network("100GbE", 12.5e9, 5e-6)
 """100 Gbit/s = 12.5 GB/s, 5 us per all-reduce (RDMA-class)."""
+DEFAULT_NETWORKS = (GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET)
+"""The networks of the modelled times of a task with a per-example "correct"
+(``ProtocolConfig.networks`` None)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -357,13 +371,30 @@ class ProtocolConfig:
       25,
       "the center is evaluated every this many local steps (and at the start " "and the last step)",
   )
-  targets: tuple[float, ...] = option(
-      (0.3, 0.2), 'test errors (fractions in (0, 1)) of "time to target"'
+  targets: tuple[float, ...] | None = option(
+      None,
+      'test errors (fractions in (0, 1)) of "time to target"; None: '
+      f"{DEFAULT_TARGETS} for a task with a per-example 'correct', none for a task "
+      "without (which has no test error; a tuple is refused there)",
   )
-  networks: tuple[Network | TwoLevelNetwork, ...] = option(
-      (GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET),
+  networks: tuple[Network | TwoLevelNetwork, ...] | None = option(
+      None,
       "the networks (Network: one link; TwoLevelNetwork: inside and between "
-      "nodes) of the modelled wall-clock time",
+      "nodes) of the modelled wall-clock time to each target; None: 1GbE and 100GbE "
+      "(GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET) for a task with a per-example "
+      "'correct', none for a task without (a tuple is refused there)",
+  )
+  select_metric: str | None = option(
+      None,
+      "the validation metric the rates are chosen on and the best evaluation is read at: "
+      "'error' (1 - the mean of the task's per-example 'correct'), 'loss', or another "
+      "metric its evaluate returns (its mean over the examples); None: 'error' for a task "
+      "with 'correct', else 'loss'",
+  )
+  select_better: str | None = option(
+      None,
+      "whether a 'lower' or 'higher' select_metric is better: required with a metric "
+      "other than 'error' and 'loss' (for which it is 'lower'); None: 'lower'",
   )
   max_grid_extensions: int = option(
       2,
@@ -406,7 +437,7 @@ class ProtocolConfig:
       raise ProtocolError(f"description must be a string, got {self.description!r}")
     for field in ("arms", "tune_seeds", "report_seeds", "targets", "networks"):
       value = getattr(self, field)
-      if not isinstance(value, tuple):
+      if not isinstance(value, tuple) and not (value is None and field in ("targets", "networks")):
         raise ProtocolError(f"{field} must be a tuple, got {type(value).__name__} " f"{value!r}")
     if not isinstance(self.base, TrainConfig):
       raise ProtocolError(f"base must be an easgd.TrainConfig, got {type(self.base).__name__}")
@@ -445,14 +476,27 @@ class ProtocolConfig:
           "give the reruns seeds the tuning never used"
       )
     _int("eval_every_steps", self.eval_every_steps, 1)
-    if not self.targets:
-      raise ProtocolError("targets must hold at least one test error")
-    for t in self.targets:
-      _real("targets entry (test error)", t, 0, 1, open_low=True, open_high=True)
-    if len(set(self.targets)) != len(self.targets):
-      raise ProtocolError(f"targets has a test error twice: {self.targets!r}")
+    self._validate_targets()
+    self._validate_selection()
+    _real("divergence_factor", self.divergence_factor, 1, open_low=True)
+    if self.configs_per_batch is not None:
+      _int("configs_per_batch", self.configs_per_batch, 1)
+    _int("eval_chunk", self.eval_chunk, 1)
+    self._validate_arms(base)
+    return self
+
+  def _validate_targets(self) -> None:
+    if self.targets is not None:
+      if not self.targets:
+        raise ProtocolError("targets must hold at least one test error (or be None)")
+      for t in self.targets:
+        _real("targets entry (test error)", t, 0, 1, open_low=True, open_high=True)
+      if len(set(self.targets)) != len(self.targets):
+        raise ProtocolError(f"targets has a test error twice: {self.targets!r}")
+    if self.networks is None:
+      return
     if not self.networks:
-      raise ProtocolError("networks must hold at least one Network")
+      raise ProtocolError("networks must hold at least one Network (or be None)")
     for n in self.networks:
       if not isinstance(n, (Network, TwoLevelNetwork)):
         raise ProtocolError(
@@ -465,12 +509,85 @@ class ProtocolConfig:
       raise ProtocolError(
           f"two networks share a name: {names}; the modelled times are " "keyed by it"
       )
-    _real("divergence_factor", self.divergence_factor, 1, open_low=True)
-    if self.configs_per_batch is not None:
-      _int("configs_per_batch", self.configs_per_batch, 1)
-    _int("eval_chunk", self.eval_chunk, 1)
-    self._validate_arms(base)
-    return self
+
+  def _validate_selection(self) -> None:
+    metric, better = self.select_metric, self.select_better
+    if metric is not None and (not isinstance(metric, str) or not metric):
+      raise ProtocolError(
+          f"select_metric must be a metric's name (e.g. 'error', 'loss') or None, got {metric!r}"
+      )
+    if metric == "correct":
+      raise ProtocolError(
+          "select_metric 'correct': the rates are chosen on the error, 1 - the mean of "
+          "'correct'; allowed: select_metric 'error'"
+      )
+    if better is not None:
+      checks.choice("select_better", better, BETTER, error=ProtocolError)
+      if metric is None:
+        raise ProtocolError(
+            f"select_better {better!r} without select_metric: the default metric ('error' "
+            "or 'loss') is better lower; give select_better with select_metric only"
+        )
+    if metric in LOWER_IS_BETTER and better == "higher":
+      raise ProtocolError(
+          f"select_better 'higher' for select_metric {metric!r}: a lower {metric} is "
+          "better; allowed: select_better 'lower' or None"
+      )
+    if metric is not None and metric not in LOWER_IS_BETTER and better is None:
+      raise ProtocolError(
+          f"select_metric {metric!r} needs its direction: select_better 'lower' or 'higher'"
+      )
+
+  def for_task(self, metrics: Sequence[str]) -> "ProtocolConfig":
+    """The protocol resolved for a task whose ``evaluate`` returns ``metrics``:
+    ``select_metric``, ``select_better``, ``targets`` and ``networks`` given
+    their values (class docstring's fields).
+
+    Args:
+      metrics: the names of the per-example metrics of the task's ``evaluate``
+        (``easgd.training.task.check_task``'s ``metrics``).
+
+    Returns:
+      A copy with those four fields set (none of them None).
+
+    Raises:
+      ProtocolError: a setting the task cannot use: ``select_metric`` not among
+        its metrics ('error' without 'correct'), or ``targets`` or ``networks``
+        given for a task without 'correct' (it has no test error to reach).
+    """
+    classifier = "correct" in metrics
+    if classifier and "error" in metrics:
+      raise ProtocolError(
+          "the task's evaluate returns both 'correct' and 'error'; the protocol's error is "
+          "1 - the mean of 'correct': rename the task's 'error'"
+      )
+    choices = (["error"] if classifier else []) + [m for m in metrics if m != "correct"]
+    metric = self.select_metric or ("error" if classifier else "loss")
+    if metric not in choices:
+      why = " (the error is 1 - the mean of a per-example 'correct')" if metric == "error" else ""
+      raise ProtocolError(
+          f"select_metric {metric!r}: the task's evaluate returns {list(metrics)}{why}; "
+          f"allowed: {', '.join(map(repr, choices))}"
+      )
+    if not classifier:
+      for field in ("targets", "networks"):
+        if getattr(self, field) is not None:
+          raise ProtocolError(
+              f"{field} {getattr(self, field)!r}: the times to a target test error need a "
+              f"per-example 'correct', which the task's evaluate ({list(metrics)}) does not "
+              f"give; allowed: {field} None"
+          )
+    return dataclasses.replace(
+        self,
+        select_metric=metric,
+        select_better=self.select_better or "lower",
+        targets=(
+            self.targets if self.targets is not None else (DEFAULT_TARGETS if classifier else ())
+        ),
+        networks=(
+            self.networks if self.networks is not None else (DEFAULT_NETWORKS if classifier else ())
+        ),
+    )
 
   def _validate_arms(self, base: TrainConfig) -> None:
     if not self.arms:
@@ -608,12 +725,32 @@ def to_dict(config: ProtocolConfig) -> dict[str, Any]:
       tune_seeds=list(config.tune_seeds),
       report_seeds=list(config.report_seeds),
       eval_every_steps=config.eval_every_steps,
-      targets=list(config.targets),
-      networks=[dataclasses.asdict(n) for n in config.networks],
+      targets=list(config.targets or ()),
+      networks=[dataclasses.asdict(n) for n in config.networks or ()],
+      select_metric=config.select_metric,
+      select_better=config.select_better,
       divergence_factor=config.divergence_factor,
       configs_per_batch=config.configs_per_batch,
       eval_chunk=config.eval_chunk,
   )
+
+
+def reported_metrics(select_metric: str, classifier: bool) -> list[str]:
+  """The test metrics the protocol reports with intervals, in its tables' order.
+
+  Args:
+    select_metric: the resolved ``ProtocolConfig.select_metric``.
+    classifier: whether the task's ``evaluate`` gives a per-example ``"correct"``.
+
+  Returns:
+    ["error"] for a classifier whose rates are chosen on it (the error
+    alone); else "error" (a classifier's), the chosen metric and "loss", each
+    once, e.g. ["loss"] or ["mae", "loss"] for a task without "correct".
+  """
+  out = ["error"] if classifier else []
+  out += [select_metric] if select_metric not in out else []
+  out += ["loss"] if out != ["error"] and "loss" not in out else []
+  return out
 
 
 UNTUNABLE = "untunable"
@@ -621,7 +758,10 @@ UNTUNABLE = "untunable"
 
 
 def lr_grid_edges(
-    learning_rates: Sequence[float], chosen: float, tuning: Sequence[dict] | None = None
+    learning_rates: Sequence[float],
+    chosen: float,
+    tuning: Sequence[dict] | None = None,
+    metric: str = "error",
 ) -> str | None:
   """The flag of a chosen rate: at an edge of its grid, or a grid that cannot tune.
 
@@ -629,8 +769,9 @@ def lr_grid_edges(
     learning_rates: the arm's grid.
     chosen: the rate chosen from it.
     tuning: the tuning results per rate (``run_protocol``'s ``tuning``: each
-      with ``diverged`` and ``val_error_final`` per tuning seed, a
-      non-finite error written as ``None``); None: not known.
+      with ``diverged`` and ``val_<metric>_final`` per tuning seed, a
+      non-finite value written as ``None``); None: not known.
+    metric: the protocol's ``select_metric`` (the tuning results' key).
 
   Returns:
     "untunable: a single rate" (a grid of one rate chose nothing),
@@ -645,7 +786,7 @@ def lr_grid_edges(
   if tuning and all(
       d or e is None or not math.isfinite(e)
       for r in tuning
-      for d, e in zip(r["diverged"], r["val_error_final"])
+      for d, e in zip(r["diverged"], r[f"val_{metric}_final"])
   ):
     return f"{UNTUNABLE}: every rate diverged"
   if math.isclose(chosen, min(learning_rates)):

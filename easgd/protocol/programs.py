@@ -221,11 +221,11 @@ def check_task_for(config: ProtocolConfig, task: Task) -> tuple[str, ...]:
     task: the task.
 
   Returns:
-    The metric names its ``evaluate`` returns.
+    The metric names its ``evaluate`` returns (``"loss"``, ``"correct"`` of a
+    classifier, any others): what ``ProtocolConfig.for_task`` resolves the
+    chosen metric, targets and networks by.
 
   Raises:
-    ProtocolError: its ``evaluate`` gives no ``"correct"`` (the protocol
-      chooses the rates and reports by error).
     easgd.training.task.TaskError: as ``easgd.training.task.check_task``.
   """
   sizes = []
@@ -241,12 +241,7 @@ def check_task_for(config: ProtocolConfig, task: Task) -> tuple[str, ...]:
         per_worker_batch=b,
         eval_batch=min(config.eval_chunk, len(task.test)),
     )["metrics"]
-  if "correct" not in metrics:
-    raise ProtocolError(
-        f"task {task.name!r}: evaluate returns {list(metrics)}, no 'correct'; the protocol "
-        "chooses rates and reports by error: give a per-example 'correct' (1/0)"
-    )
-  return metrics
+  return tuple(metrics)
 
 
 def _tree_equal(a, b) -> bool:
@@ -417,11 +412,17 @@ def batch_indices(seed_data: SeedData, run: ArmRun, seed: int) -> np.ndarray:
 # ----------------------------------------------------------------------------
 
 
+def _sum_name(split: str, metric: str) -> str:
+  """The name of a split's summed metric in a program's curves: ``{split}_loss_sum``,
+  ``{split}_correct`` (the number of correct predictions), ``{split}_<metric>_sum``."""
+  return f"{split}_correct" if metric == "correct" else f"{split}_{metric}_sum"
+
+
 def make_eval(task: Task, splits):
-  """``eval_fn(center, data, config_data, j)``: the center's summed loss, number
-  of correct predictions and number of examples on chunk j of the config's
-  examples of each split (additive over the chunks), from the per-example
-  ``"loss"`` and ``"correct"`` of ``task.evaluate``.
+  """``eval_fn(center, data, config_data, j)``: the center's summed per-example
+  metrics and number of examples on chunk j of the config's examples of each
+  split (additive over the chunks), from every metric of ``task.evaluate``
+  (``"loss"``, ``"correct"`` of a classifier, any other).
 
   Args:
     task: the task (its ``evaluate``).
@@ -429,7 +430,8 @@ def make_eval(task: Task, splits):
       chunks in ``data[split]``, the same number of chunks for all).
 
   Returns:
-    ``eval_fn`` returning ``{split}_loss_sum``, ``{split}_correct`` and
+    ``eval_fn`` returning ``{split}_loss_sum``, ``{split}_correct`` (a
+    classifier's), ``{split}_<metric>_sum`` of any other metric and
     ``{split}_count`` (float32 scalars) for each split. A task with a
     ``center_state`` (BatchNorm) is evaluated with the state of ``params``
     over the configuration's ``bn_idx`` training examples (the trainer's,
@@ -448,30 +450,33 @@ def make_eval(task: Task, splits):
       examples, mask = shared[split]
       m = mask[j]
       metrics = task.evaluate(params, jax.tree.map(lambda a: a[cfg["slot"], j], examples), *state)
-      loss, correct = metrics["loss"], metrics["correct"]
-      out.update(
-          {
-              f"{split}_loss_sum": jnp.sum(jnp.where(m, loss, 0.0)),
-              f"{split}_correct": jnp.sum(jnp.where(m, correct, 0).astype(jnp.float32)),
-              f"{split}_count": jnp.sum(m).astype(jnp.float32),
-          }
-      )
+      out[f"{split}_loss_sum"] = jnp.sum(jnp.where(m, metrics["loss"], 0.0))
+      if "correct" in metrics:
+        out[f"{split}_correct"] = jnp.sum(jnp.where(m, metrics["correct"], 0).astype(jnp.float32))
+      out[f"{split}_count"] = jnp.sum(m).astype(jnp.float32)
+      for name in sorted(set(metrics) - {"loss", "correct"}):
+        value = jnp.where(m, metrics[name], 0).astype(jnp.float32)
+        out[_sum_name(split, name)] = jnp.sum(value)
     return out
 
   return eval_fn
 
 
 def make_final(task: Task):
-  """``final_fn``: every worker's correct test predictions (additive over the
-  chunks), and its distance to the center (only chunk 0 counts it)."""
+  """``final_fn``: every worker's correct test predictions (a classifier's;
+  else its summed test loss), additive over the chunks, and its distance to
+  the center (only chunk 0 counts it)."""
   test_eval = make_eval(task, "test")
 
   def final_fn(worker_params, center, shared, cfg, j):
-    correct = jax.vmap(lambda w: test_eval(w, shared, cfg, j)["test_correct"])(worker_params)
+    sums = jax.vmap(lambda w: test_eval(w, shared, cfg, j))(worker_params)
     dist = jax.vmap(lambda w: elastic.tree_l2_distance(w, center))(worker_params)
-    return dict(
-        worker_test_correct=correct, worker_center_distance=jnp.where(j == 0, jnp.mean(dist), 0.0)
-    )
+    out = dict(worker_center_distance=jnp.where(j == 0, jnp.mean(dist), 0.0))
+    if "test_correct" in sums:
+      out["worker_test_correct"] = sums["test_correct"]
+    else:
+      out["worker_test_loss_sum"] = sums["test_loss_sum"]
+    return out
 
   return final_fn
 
@@ -483,20 +488,31 @@ def batch_fn(shared, cfg, t):
   return jax.tree.map(lambda a: a[cfg["slot"], idx], shared["train"])
 
 
-def means(curves: dict, split: str) -> tuple[np.ndarray, np.ndarray]:
-  """(mean loss, error) from a program's summed curves of ``split``.
+def means(curves: dict, split: str) -> dict[str, np.ndarray]:
+  """The mean curves of ``split`` from a program's summed curves.
 
   Args:
-    curves: the program's curves: ``{split}_loss_sum``, ``{split}_correct``
-      and ``{split}_count``, each float64 [n, E] (n configurations, E
+    curves: the program's curves: ``{split}_loss_sum``, ``{split}_correct`` (a
+      classifier's), ``{split}_<metric>_sum`` of any other metric and
+      ``{split}_count``, each float64 [n, E] (n configurations, E
       evaluations), summed over the evaluation chunks.
     split: "val" or "test".
 
   Returns:
-    (mean cross-entropy in nats, error as a fraction in [0, 1]), float64 [n, E].
+    ``{split}_loss`` (the task's mean per-example loss), ``{split}_error`` (a
+    classifier's: 1 - the fraction correct, in [0, 1]) and ``{split}_<metric>``
+    (the mean of each other metric), each float64 [n, E].
   """
   count = curves[f"{split}_count"]
-  return curves[f"{split}_loss_sum"] / count, 1.0 - curves[f"{split}_correct"] / count
+  out = {f"{split}_loss": curves[f"{split}_loss_sum"] / count}
+  if f"{split}_correct" in curves:
+    out[f"{split}_error"] = 1.0 - curves[f"{split}_correct"] / count
+  head, tail = f"{split}_", "_sum"
+  for name, value in curves.items():
+    metric = name[len(head) : -len(tail)]
+    if name.startswith(head) and name.endswith(tail) and metric != "loss":
+      out[f"{split}_{metric}"] = value / count
+  return out
 
 
 def run_program(
@@ -592,11 +608,15 @@ def run_program(
     out = program(hyper, params0, keys, cfg_data, shared)
   curves = {}
   for s in splits:
-    curves[f"{s}_loss"], curves[f"{s}_error"] = means(out["curves"], s)
+    curves.update(means(out["curves"], s))
   out["curves"] = curves
   if kind == "report":
     count = float(shared["test"][1].sum())
-    out["final"]["worker_test_error"] = 1.0 - out["final"].pop("worker_test_correct") / count
+    final = out["final"]
+    if "worker_test_correct" in final:
+      final["worker_test_error"] = 1.0 - final.pop("worker_test_correct") / count
+    else:
+      final["worker_test_loss"] = final.pop("worker_test_loss_sum") / count
   info = dict(
       kind=kind,
       algorithm=static.algorithm,

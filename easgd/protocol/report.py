@@ -41,11 +41,15 @@ from easgd.protocol.config import (
     grid_note,
     lr_grid_edges,
     network_from_dict,
+    reported_metrics,
 )
 from easgd.protocol.stats import format_interval
+from easgd.training import tensorboard
 
 RESULTS_MD = "results.md"
 CURVES_PNG = "curves.png"
+GROUP_BY = ("tau", "num_workers", "")
+"""The panels of curves.png (:func:`plot_curves`): by tau, by p, or one panel."""
 CLAIMS_TARGET = 0.3
 """The test error of the claim "EAMSGD is fastest to a given test error"."""
 CLAIMS_NETWORK = "1GbE"
@@ -76,13 +80,37 @@ def load_results(path) -> dict[str, Any]:
   return results
 
 
-def grid_flag(arm: dict) -> str | None:
+def selection(results: dict[str, Any]) -> tuple[str, str, list[str]]:
+  """(select_metric, select_better, the reported test metrics) of a protocol's
+  results (``easgd.protocol.config.reported_metrics``); results that do not
+  record the metric chose on the error, lower being better."""
+  proto = results["protocol"]
+  metric, better = proto.get("select_metric") or "error", proto.get("select_better") or "lower"
+  classifier = all("final_test_errors" in a for a in results["arms"].values())
+  return metric, better, reported_metrics(metric, classifier)
+
+
+def _require_error(results: dict[str, Any], what: str) -> None:
+  """Refuses results without test errors (a task without a per-example "correct").
+
+  Raises:
+    ProtocolError: naming the experiment and ``what`` needs the error.
+  """
+  if "error" not in selection(results)[2]:
+    raise ProtocolError(
+        f"{what} speaks of test error; the results of {results['protocol']['name']!r} are of "
+        "a task without a per-example 'correct' (no test error)"
+    )
+
+
+def grid_flag(arm: dict, metric: str = "error") -> str | None:
   """The arm's grid flag, recomputed from its tuning results
   (``easgd.protocol.config.lr_grid_edges``: "low", "high", "untunable: ...",
-  or None), so results written before a flag existed show it too."""
+  or None), so results written before a flag existed show it too.
+  ``metric``: the protocol's ``select_metric``."""
   if arm["lr_from"]:
     return arm.get("grid_edge")  # "untunable: from ..." when its source was
-  return lr_grid_edges(arm["learning_rates"], arm["chosen_learning_rate"], arm["tuning"])
+  return lr_grid_edges(arm["learning_rates"], arm["chosen_learning_rate"], arm["tuning"], metric)
 
 
 def selected_error(results: dict[str, Any]) -> tuple[str, str]:
@@ -108,7 +136,25 @@ def selected_error(results: dict[str, Any]) -> tuple[str, str]:
 
 
 def _has_best_val(results: dict[str, Any]) -> bool:
-  return all("test_error_at_best_val" in a for a in results["arms"].values())
+  q = selection(results)[2][0]
+  return all(f"test_{q}_at_best_val" in a for a in results["arms"].values())
+
+
+def _cell(q: str, interval: dict | None) -> str:
+  """A reported metric's interval: an error in percent (2 decimals), another
+  metric to 4 significant digits; "-" where none (a diverged seed's loss)."""
+  if q == "error":
+    return format_interval(interval)
+  if interval is None or interval.get("mean") is None:
+    return "-"
+  return f"{interval['mean']:.4g} \u00b1 {interval['half_width']:.2g}"
+
+
+def _column(q: str, what: str) -> str:
+  """A column's title: "final test err %" (the error's, as ever), "final test loss"."""
+  if q == "error":
+    return {"final": "final test err %", "best": "test err at best val %"}[what]
+  return {"final": f"final test {q}", "best": f"test {q} at best val"}[what]
 
 
 def _setting(arm: dict) -> str:
@@ -157,8 +203,28 @@ def _ttt(
 
 
 def results_markdown(results: dict[str, Any]) -> str:
-  """The Markdown report of one protocol experiment (results.md)."""
+  """The Markdown report of one protocol experiment (results.md): per arm the
+  reported test metrics (:func:`selection`) with their intervals, the chosen
+  rates and their grids; a classifier's times to each target test error; the
+  tuning scores and the programs."""
   proto = results["protocol"]
+  metric, better, reported = selection(results)
+  best_word = "lowest" if better == "lower" else "highest"
+  chosen_by = (
+      "Rates chosen by the mean final validation error"
+      if metric == "error"
+      else f"Rates chosen by the mean final validation {metric} ({better} is better)"
+  )
+  best_text = (
+      "; the test error at the best validation error is read at the evaluation with "
+      "the lowest validation error of each report run (nothing is chosen on the test "
+      "set). "
+      if metric == "error" and reported == ["error"]
+      else f"; the test {' and '.join(reported)} at the best validation {metric} "
+      f"{'is' if len(reported) == 1 else 'are'} read at "
+      f"the evaluation with the {best_word} validation {metric} of each report run (nothing "
+      "is chosen on the test set). "
+  )
   base = proto["base"]
   lines = [f"# Protocol: {proto['name']}", "", proto["description"], ""]
   task = results.get("task")  # a task other than the built-in data sets and models
@@ -170,17 +236,11 @@ def results_markdown(results: dict[str, Any]) -> str:
   lines += [
       f"{problem} ({results['num_params']} parameters), "
       f"{base['validation_examples']} training examples held out for validation. "
-      f"Rates chosen by the mean final validation error over tuning seeds "
+      f"{chosen_by} over tuning seeds "
       f"{proto['tune_seeds']}; reported on fresh seeds {proto['report_seeds']} "
       f"(mean \u00b1 95% Student-t half-width, n = {len(proto['report_seeds'])}). "
       f"Center evaluated every {proto['eval_every_steps']} local steps"
-      + (
-          "; the test error at the best validation error is read at the evaluation with "
-          "the lowest validation error of each report run (nothing is chosen on the test "
-          "set). "
-          if _has_best_val(results)
-          else ". "
-      )
+      + (best_text if _has_best_val(results) else ". ")
       + f"Total {results['wall_time_s']:.0f} s on {results['machine']['platform']} "
       f"({results['machine']['cpu_count']} cores, {results['machine']['note']}; "
       f"JAX {results['machine']['jax_version']}).",
@@ -188,9 +248,11 @@ def results_markdown(results: dict[str, Any]) -> str:
   ]
   targets = proto["targets"]
   best_val = _has_best_val(results)
-  header = ["arm", "setting", "epochs (steps)", "rate (grid)", "final test err %"]
-  header += ["test err at best val %"] if best_val else []
-  header += ["workers' final err %"]
+  worker = "error" if "error" in reported else "loss"
+  header = ["arm", "setting", "epochs (steps)", "rate (grid)"]
+  for q in reported:
+    header += [_column(q, "final")] + ([_column(q, "best")] if best_val else [])
+  header += ["workers' final err %" if worker == "error" else "workers' final test loss"]
   header += [f"steps to {100 * t:g}%" for t in targets]
   header += ["all-reduces / MB per worker"]
   lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -207,54 +269,20 @@ def results_markdown(results: dict[str, Any]) -> str:
         grid += f", {len(added)} added: " + (
             stop.get(a["grid_extension"], f"stopped: {a['grid_extension']}")
         )
-    rate = f"{a['resolved_learning_rate']:.4g}" + grid_note(grid_flag(a))
-    row = [
-        name,
-        _setting(a),
-        f"{a['epochs']} ({a['num_steps']})",
-        f"{rate}; {grid}",
-        format_interval(a["final_test_error"]),
-    ]
-    row += [format_interval(a["test_error_at_best_val"])] if best_val else []
-    row += [format_interval(a["final_worker_test_error"])]
+    rate = f"{a['resolved_learning_rate']:.4g}" + grid_note(grid_flag(a, metric))
+    row = [name, _setting(a), f"{a['epochs']} ({a['num_steps']})", f"{rate}; {grid}"]
+    for q in reported:
+      row += [_cell(q, a[f"final_test_{q}"])]
+      row += [_cell(q, a[f"test_{q}_at_best_val"])] if best_val else []
+    row += [_cell(worker, a[f"final_worker_test_{worker}"])]
     row += [_ttt(a, t) for t in targets]
     row += [f"{a['all_reduces']} / {a['bytes_per_worker'] / 1e6:.1f}"]
     if any(a["diverged"]):
       row[4] += f" ({sum(a['diverged'])} diverged)"
     lines.append("| " + " | ".join(row) + " |")
-  nets = [n["name"] for n in proto["networks"]]
-  net_text = ", ".join(_network_text(n) for n in proto["networks"])
-  step_text = ", ".join(
-      "%.2f ms (batch %s)" % (1e3 * v, k) for k, v in results["compute_per_step_s"].items()
-  )
-  lines += [
-      "",
-      "Modelled wall-clock time to each target (seconds, mean \u00b1 95% "
-      "half-width): measured compute per local step on this machine x steps + per "
-      "all-reduce latency + 2(g-1)/g x bytes / bandwidth over its g devices (g = p "
-      f"across workers, D within a worker of D devices) ({net_text}); compute per "
-      f"step: {step_text}.",
-      "",
-  ]
-  header = ["arm"] + [f"{100 * t:g}% on {n}" for t in targets for n in nets]
-  lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-  for name, a in results["arms"].items():
-    row = [name] + [_ttt(a, t, "modelled_s", n, digits=2) for t in targets for n in nets]
-    lines.append("| " + " | ".join(row) + " |")
-  lines += [
-      "",
-      "Tuning (mean final validation error % over the tuning seeds per rate; "
-      "a diverged run counts as 100%):",
-      "",
-  ]
-  for name, a in results["arms"].items():
-    if a["tuning"]:
-      cells = ", ".join(
-          f"{r['learning_rate']:g}: {100 * r['score']:.1f}"
-          + (f" ({sum(r['diverged'])} div.)" if any(r["diverged"]) else "")
-          for r in a["tuning"]
-      )
-      lines.append(f"- {name}: {cells}; chosen {a['chosen_learning_rate']:g}")
+  if targets:
+    lines += _modelled_markdown(results)
+  lines += _tuning_markdown(results)
   lines += [
       "",
       "Compiled programs (one per group of arms that differ only in the "
@@ -273,6 +301,62 @@ def results_markdown(results: dict[str, Any]) -> str:
   return "\n".join(lines) + "\n"
 
 
+def _modelled_markdown(results: dict[str, Any]) -> list[str]:
+  """results.md's lines of the modelled wall-clock time to each target (a classifier's)."""
+  proto = results["protocol"]
+  targets = proto["targets"]
+  nets = [n["name"] for n in proto["networks"]]
+  net_text = ", ".join(_network_text(n) for n in proto["networks"])
+  step_text = ", ".join(
+      "%.2f ms (batch %s)" % (1e3 * v, k) for k, v in results["compute_per_step_s"].items()
+  )
+  lines = [
+      "",
+      "Modelled wall-clock time to each target (seconds, mean \u00b1 95% "
+      "half-width): measured compute per local step on this machine x steps + per "
+      "all-reduce latency + 2(g-1)/g x bytes / bandwidth over its g devices (g = p "
+      f"across workers, D within a worker of D devices) ({net_text}); compute per "
+      f"step: {step_text}.",
+      "",
+  ]
+  header = ["arm"] + [f"{100 * t:g}% on {n}" for t in targets for n in nets]
+  lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+  for name, a in results["arms"].items():
+    row = [name] + [_ttt(a, t, "modelled_s", n, digits=2) for t in targets for n in nets]
+    lines.append("| " + " | ".join(row) + " |")
+  return lines
+
+
+def _tuning_markdown(results: dict[str, Any]) -> list[str]:
+  """results.md's lines of the tuning scores per rate."""
+  metric, better, _ = selection(results)
+  if metric == "error":
+    lines = [
+        "",
+        "Tuning (mean final validation error % over the tuning seeds per rate; "
+        "a diverged run counts as 100%):",
+        "",
+    ]
+    score = lambda v: f"{100 * v:.1f}"
+  else:
+    lines = [
+        "",
+        f"Tuning (mean final validation {metric} over the tuning seeds per rate, {better} is "
+        "better; a diverged run counts as the worst value, shown as 'worst'):",
+        "",
+    ]
+    score = lambda v: "worst" if v is None or not math.isfinite(v) else f"{v:.4g}"
+  for name, a in results["arms"].items():
+    if a["tuning"]:
+      cells = ", ".join(
+          f"{r['learning_rate']:g}: {score(r['score'])}"
+          + (f" ({sum(r['diverged'])} div.)" if any(r["diverged"]) else "")
+          for r in a["tuning"]
+      )
+      lines.append(f"- {name}: {cells}; chosen {a['chosen_learning_rate']:g}")
+  return lines
+
+
 def compact_markdown(
     results: dict[str, Any],
     target: float | None = None,
@@ -285,6 +369,7 @@ def compact_markdown(
   validation error (mean \u00b1 95% half-width over the report seeds), steps
   and modelled seconds to ``target`` (default: the protocol's middle target)
   on ``network`` (default: the first), all-reduces and MB per worker."""
+  _require_error(results, "the compact table")
   proto = results["protocol"]
   targets = proto["targets"]
   target = targets[len(targets) // 2] if target is None else target
@@ -331,7 +416,12 @@ def differences(
 
 def differences_markdown(results: dict[str, Any], reference: str) -> str:
   """The seeds question's table: every arm's final test error and its
-  difference to ``reference`` (percentage points, Welch's 95% interval)."""
+  difference to ``reference`` (percentage points, Welch's 95% interval).
+
+  Raises:
+    ProtocolError: results of a task without a per-example ``"correct"``.
+  """
+  _require_error(results, "the differences table")
   diffs = differences(results, reference)
   ref = results["arms"][reference]
   lines = [
@@ -357,8 +447,9 @@ def differences_markdown(results: dict[str, Any], reference: str) -> str:
 
 
 def plot_curves(results: dict[str, Any], path, group_by: str = "tau") -> None:
-  """Center test error (mean over report seeds, 95% band) against local steps,
-  one panel per value of ``group_by`` ("tau", "num_workers", or "" for one panel)."""
+  """Center test error (a classifier's; else the test ``select_metric``) against
+  local steps, mean over report seeds with its 95% band, one panel per value of
+  ``group_by`` ("tau", "num_workers", or "" for one panel)."""
   import matplotlib
 
   matplotlib.use("Agg")
@@ -376,12 +467,16 @@ def plot_curves(results: dict[str, Any], path, group_by: str = "tau") -> None:
     )
     panels.setdefault(key, []).append((name, a))
   shared = panels.pop("any", [])
+  q = selection(results)[2][0]  # "error" (a classifier's), else the chosen metric
+  scale = 100 if q == "error" else 1
   keys = sorted(panels, key=str) or ["all"]
   fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.6), sharey=True, squeeze=False)
   for ax, key in zip(axes[0], keys):
     for i, (name, a) in enumerate(panels.get(key, []) + shared):
       rep = a["report"]
-      curves = 100 * np.asarray(rep["test_error_curve"], np.float64)
+      curves = scale * np.asarray(
+          [[np.nan if v is None else v for v in c] for c in rep[f"test_{q}_curve"]], np.float64
+      )
       steps = np.asarray(rep["eval_steps"])
       mean = curves.mean(axis=0)
       n = curves.shape[0]
@@ -389,14 +484,12 @@ def plot_curves(results: dict[str, Any], path, group_by: str = "tau") -> None:
       style = "--" if (name, a) in shared else "-"
       ax.plot(steps, mean, style, color=f"C{i % 10}", label=name)
       ax.fill_between(steps, mean - half, mean + half, color=f"C{i % 10}", alpha=0.15)
-    ax.set(
-        title=f"{group_by} = {key}" if group_by else "",
-        xlabel="local steps per worker",
-        ylim=(0, 100),
-    )
+    ax.set(title=f"{group_by} = {key}" if group_by else "", xlabel="local steps per worker")
+    if q == "error":
+      ax.set_ylim(0, 100)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6)
-  axes[0][0].set_ylabel("center test error (%)")
+  axes[0][0].set_ylabel("center test error (%)" if q == "error" else f"center test {q}")
   fig.suptitle(results["protocol"]["name"], fontsize=9)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
@@ -404,14 +497,18 @@ def plot_curves(results: dict[str, Any], path, group_by: str = "tau") -> None:
 
 
 def write_report(workdir, group_by: str = "tau", results: dict | None = None) -> dict:
-  """results.md and curves.png (and, given ``results``, results.json) in ``workdir``.
+  """Every file of a protocol in ``workdir``: its one writer.
 
-  Each file is written beside its final name and then renamed over it, the
-  report first and results.json last, so an interrupted or failed write
-  leaves the earlier files whole.
+  The TensorBoard events of ``tb/`` (:func:`write_events`), curves.png,
+  results.md and, given ``results``, results.json; ``easgd protocol`` and
+  ``easgd.protocol.runs.run_protocol(config, workdir)`` write through it, and
+  ``easgd protocol --report-only`` rewrites the files made from results.json.
+  Each file is written beside its final name and then renamed over it,
+  results.json last, so an interrupted or failed write leaves the earlier
+  results.json whole.
 
   Args:
-    workdir: the protocol's directory.
+    workdir: the protocol's directory (created if missing).
     group_by: the panels of curves.png (:func:`plot_curves`).
     results: a run's results (``easgd.protocol.runs.run_protocol``) to write;
       None: read ``workdir/results.json``.
@@ -421,6 +518,7 @@ def write_report(workdir, group_by: str = "tau", results: dict | None = None) ->
 
   Raises:
     ProtocolError: no readable results.json (``results`` None).
+    OSError: a file cannot be written.
   """
   from easgd.protocol.runs import results_json
 
@@ -428,7 +526,9 @@ def write_report(workdir, group_by: str = "tau", results: dict | None = None) ->
   fresh = results is not None
   if not fresh:
     results = load_results(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
   texts = {RESULTS_MD: results_markdown(results)}
+  write_events(workdir, results)
   if fresh:
     texts[RESULTS_JSON] = results_json(results)
   new_png = workdir / f".new-{CURVES_PNG}"
@@ -438,6 +538,72 @@ def write_report(workdir, group_by: str = "tau", results: dict | None = None) ->
     if name in texts:
       write_text_atomic(workdir / name, texts[name])
   return results
+
+
+def write_events(workdir, results: dict[str, Any]) -> None:
+  """``workdir/tb``: the protocol's curves as TensorBoard events, one run per arm and seed.
+
+  A classifier's results through ``easgd.training.tensorboard.write_protocol_events``
+  (its layout and tags); the results of a task without a per-example
+  ``"correct"`` in the same layout (``tb/report/<arm>/seed_<s>``,
+  ``tb/tune/<arm>/lr_<rate>/seed_<s>``), with the report's curves (``val_loss``,
+  ``test_loss``, ``train_loss``, the chosen metric's) and the tuning runs'
+  ``val_<select_metric>``, each through ``tensorboard.write_events``.
+  """
+  metric, _, reported = selection(results)
+  if "error" in reported:
+    tensorboard.write_protocol_events(workdir, results)
+    return
+  root = Path(workdir) / tensorboard.TB_DIR
+  written, names = set(), set()
+  for arm, res in results["arms"].items():
+    report, fields = res["report"], dict(res["config"], arm=arm)
+    name = _tb_name(arm, names)
+    steps = report["eval_steps"]
+    tags = [k[: -len("_curve")] for k in report if k.endswith("_curve")]
+    runs = [
+        (
+            "report",
+            None,
+            res["chosen_learning_rate"],
+            seed,
+            {t: report[f"{t}_curve"][i] for t in tags},
+        )
+        for i, seed in enumerate(report["seeds"])
+    ]
+    for rate in res["tuning"] or ():
+      for seed, curve in zip(results["protocol"]["tune_seeds"], rate[f"val_{metric}_curve"]):
+        runs.append(
+            ("tune", rate["learning_rate"], rate["learning_rate"], seed, {f"val_{metric}": curve})
+        )
+    for phase, grid_lr, lr, seed, curves in runs:
+      points = [
+          (t, {tag: float(v[k]) for tag, v in curves.items() if _finite(v[k])})
+          for k, t in enumerate(steps)
+      ]
+      hp = tensorboard.hparams_of(dict(fields, learning_rate=lr, seed=seed, phase=phase))
+      where = root / phase / name
+      where = where / f"lr_{grid_lr:g}" if grid_lr is not None else where
+      written.add(tensorboard.write_events(where / f"seed_{seed}", points, hp))
+  for p in root.rglob("*tfevents*"):  # an earlier protocol's runs that this one did not write
+    if p.is_file() and p not in written:
+      p.unlink(missing_ok=True)
+
+
+def _finite(value) -> bool:
+  return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _tb_name(name: str, taken: set) -> str:
+  """An arm's name as one path component ("/" and "\\" as "_"), unique among ``taken``."""
+  base = name.replace("/", "_").replace("\\", "_")
+  base = base if base.strip(".") else f"_{base}"
+  out, k = base, 1
+  while out in taken:
+    k += 1
+    out = f"{base}_{k}"
+  taken.add(out)
+  return out
 
 
 # ----------------------------------------------------------------------------
@@ -597,7 +763,12 @@ def claims(fig2: dict | None, fig3: dict | None) -> list[dict[str, Any]]:
   Raises:
     ValueError: ``fig2`` has no time to :data:`CLAIMS_TARGET` (not among its
       targets).
+    ProtocolError: results of a task without a per-example ``"correct"`` (no
+      test error to speak of).
   """
+  for results in (fig2, fig3):
+    if results is not None:
+      _require_error(results, "the claims table")
   out = []
   if fig2 is not None:
     targets = fig2["protocol"]["targets"]

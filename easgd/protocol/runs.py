@@ -74,8 +74,7 @@ import dataclasses
 import os
 import platform
 import time
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -83,12 +82,20 @@ import numpy as np
 import optax
 
 from easgd.parallel import workers
-from easgd.training import builtin_tasks, models, runlock, tensorboard
-from easgd.protocol import stats as protocol_stats
+from easgd._util import checks
+from easgd.training import builtin_tasks, models, runlock
+from easgd.protocol import report as protocol_report, stats as protocol_stats
 from easgd.methods import registry
 from easgd.core import elastic
-from easgd._util.files import check_interrupt, json_text, write_text_atomic
-from easgd.protocol.config import (RESULTS_JSON, UNTUNABLE, ProtocolConfig, lr_grid_edges, to_dict)
+from easgd._util.files import check_interrupt, json_text
+from easgd.protocol.config import (
+    UNTUNABLE,
+    ProtocolConfig,
+    ProtocolError,
+    lr_grid_edges,
+    reported_metrics,
+    to_dict,
+)
 from easgd.training.config import ConfigError
 from easgd.training.sources import take
 from easgd.training.task import Task, TaskError
@@ -167,7 +174,12 @@ def _communication(run: ArmRun, task: Task, param_bytes: int) -> Callable:
 
 
 def run_protocol(
-    config: ProtocolConfig, workdir=None, *, log: Callable = print, task: Task | None = None
+    config: ProtocolConfig,
+    workdir=None,
+    *,
+    log: Callable = print,
+    task: Task | None = None,
+    group_by: str = "tau",
 ) -> dict[str, Any]:
   """Tunes, chooses and reruns every arm of ``config``; returns (and writes) the results.
 
@@ -181,17 +193,26 @@ def run_protocol(
   the test set. Every task is checked before anything compiles
   (:func:`easgd.protocol.programs.check_task_kind`, :func:`check_task_for`).
 
+  The rates are chosen on ``config.select_metric`` of the validation split
+  (``ProtocolConfig.for_task``: by default the error of a task with a
+  per-example ``"correct"``, else its loss); a task without ``"correct"``
+  reports that metric and the test loss, and has no time to a target test
+  error.
+
   Args:
     config: the protocol (validated here, before anything is loaded).
-    workdir: if given, ``results.json`` is written there (created if
-      missing), and the curves as TensorBoard runs in ``report/`` and
-      ``tune/`` (``easgd.training.tensorboard.write_protocol_events``); its lock is
-      held for the whole run (``easgd.training.runlock``).
+    workdir: if given, every file of the protocol is written there (created
+      if missing) once every arm has run, by the one writer that ``easgd
+      protocol`` uses too (``easgd.protocol.report.write_report``:
+      ``results.json``, ``results.md``, ``curves.png`` and the TensorBoard
+      runs of ``report/`` and ``tune/``); its lock is held for the whole run
+      (``easgd.training.runlock``).
     log: called with one line per program (progress).
     task: a task built in code, or None for the one ``config.base`` names;
       its ``factory`` and ``factory_args`` are recorded in the results'
       ``protocol.base`` (``task``, ``task_args``), and a task other than the
       built-in ones is described under ``task`` (``Task.describe``).
+    group_by: the panels of ``curves.png`` ("tau", "num_workers" or "": one).
 
   Returns:
     JSON-ready dict: ``protocol`` (the resolved config), ``machine``,
@@ -205,8 +226,10 @@ def run_protocol(
     ProtocolError, ConfigError: a bad setting (before anything runs), or a
       task the protocol cannot run: one that augments its batches, has a
       ``center_state`` (BatchNorm) over transformed examples, its own
-      validation data, a split drawn from the seed, or no ``"correct"``
-      metric (before anything compiles; a workdir the protocol created is removed).
+      validation data, a split drawn from the seed, or a setting it cannot
+      use (``ProtocolConfig.for_task``: a ``select_metric`` it does not
+      give; ``targets`` or ``networks`` without a per-example ``"correct"``);
+      before anything compiles, and a workdir the protocol created is removed.
     easgd.training.task.TaskError: ``task`` not a Task, a factory or data
       that cannot be used, seeds whose data differ in shapes
       (``easgd.training.task.check_task``; before anything compiles).
@@ -214,27 +237,31 @@ def run_protocol(
     easgd.training.data.DataError: missing data files.
   """
   config = config.validate()
+  checks.choice("group_by", group_by, protocol_report.GROUP_BY, error=ProtocolError)
   if task is not None:
     if not isinstance(task, Task):
       raise TaskError(f"task must be an easgd.Task, got {type(task).__name__}")
     config = dataclasses.replace(config, base=builtin_tasks.make_task_config(config.base, task))
   if workdir is None:
-    return _run_protocol(config, None, log, task)
+    return _run_protocol(config, None, log, task, group_by)
   # the lock first (a held workdir stops the protocol before it reads anything);
   # a refusal below leaves no workdir it created (easgd.training.runlock)
   with runlock.hold_workdir(workdir, "protocol"):
-    return _run_protocol(config, workdir, log, task)
+    return _run_protocol(config, workdir, log, task, group_by)
 
 
-def _run_protocol(config: ProtocolConfig, workdir, log: Callable, task) -> dict[str, Any]:
+def _run_protocol(config: ProtocolConfig, workdir, log: Callable, task, group_by) -> dict[str, Any]:
   """:func:`run_protocol` of a validated config (``workdir``'s lock held, if any)."""
   start = time.perf_counter()
   # the data and tasks of every seed, checked before anything compiles
   tune = SeedData(config.base, config.tune_seeds, task)
   runs = prepare(config, tune.num_train)
   report = SeedData(config.base, config.report_seeds, task)
+  unresolved = config
   for t in {id(tune.task): tune.task, id(report.task): report.task}.values():
-    check_task_for(config, t)
+    metrics = check_task_for(unresolved, t)
+    config = unresolved.for_task(metrics)  # the chosen metric, targets, networks
+  reported = reported_metrics(config.select_metric, "correct" in metrics)
   params = tune.task.init(jax.random.key(0))
   param_bytes = models.param_bytes(params)
   programs: list[dict] = []
@@ -283,15 +310,19 @@ def _run_protocol(config: ProtocolConfig, workdir, log: Callable, task) -> dict[
     out = _run_logged(group, reason, configs, report, "report", config, programs, log)
     for r in group:
       idx = [i for i, c in enumerate(configs) if c["arm"] == r.arm.name]
+      rows = lambda values: [values[i].tolist() for i in idx]
+      curves = {  # per split: the reported metrics, the loss last
+          f"{split}_{q}_curve": rows(out["curves"][f"{split}_{q}"])
+          for split in ("val", "test")
+          for q in [q for q in reported if q != "loss"] + ["loss"]
+      }
+      worker = "error" if "test_error" in out["curves"] else "loss"
       results[r.arm.name]["report"] = dict(
           seeds=list(config.report_seeds),
           eval_steps=r.eval_steps.tolist(),
-          val_error_curve=[out["curves"]["val_error"][i].tolist() for i in idx],
-          val_loss_curve=[out["curves"]["val_loss"][i].tolist() for i in idx],
-          test_error_curve=[out["curves"]["test_error"][i].tolist() for i in idx],
-          test_loss_curve=[out["curves"]["test_loss"][i].tolist() for i in idx],
-          train_loss_curve=[out["train_loss"][i].tolist() for i in idx],
-          worker_test_error=[out["final"]["worker_test_error"][i].tolist() for i in idx],
+          **curves,
+          train_loss_curve=rows(out["train_loss"]),
+          **{f"worker_test_{worker}": rows(out["final"][f"worker_test_{worker}"])},
           worker_center_distance=[float(out["final"]["worker_center_distance"][i]) for i in idx],
       )
 
@@ -305,7 +336,12 @@ def _run_protocol(config: ProtocolConfig, workdir, log: Callable, task) -> dict[
     if key not in step_s:
       step_s[key] = measure_step_seconds(tune.task, key[0])
     arms_out[a.name] = summarize_arm(
-        r, res, config, step_s[key], _communication(r, tune.task, elastic.reduced_bytes(params))
+        r,
+        res,
+        config,
+        step_s[key],
+        _communication(r, tune.task, elastic.reduced_bytes(params)),
+        reported,
     )
   return _finish(
       config,
@@ -317,27 +353,42 @@ def _run_protocol(config: ProtocolConfig, workdir, log: Callable, task) -> dict[
       time.perf_counter() - start,
       workdir,
       tune.task,
+      group_by,
   )
+
+
+def _worst(config: ProtocolConfig) -> float:
+  """The score of a diverged or non-finite tuning run: an error of 1, else the
+  worst value of the chosen metric (inf when lower is better, -inf when higher)."""
+  if config.select_metric == "error":
+    return 1.0
+  return np.inf if config.select_better == "lower" else -np.inf
 
 
 def _tuning_entry(r: ArmRun, lr: float, configs, rows, out, config) -> dict:
   """The tuning result of rate ``lr`` of arm ``r``: every tuning seed's final and
-  best validation error, divergence, and the score rates are compared by (the
-  mean final validation error, a diverged or non-finite run counting 1)."""
+  best validation ``select_metric`` (``val_<metric>_final``, ``_best``, ``_curve``),
+  divergence, and the score rates are compared by (the mean final value, a
+  diverged or non-finite run counting :func:`_worst`)."""
+  metric, lower = config.select_metric, config.select_better == "lower"
+  curves = out["curves"][f"val_{metric}"]
   idx = [i for i in rows if configs[i]["learning_rate"] == lr]
-  final = [float(out["curves"]["val_error"][i, -1]) for i in idx]
-  best = [float(np.nanmin(out["curves"]["val_error"][i])) for i in idx]
+  final = [float(curves[i, -1]) for i in idx]
+  best = [float(np.nanmin(curves[i]) if lower else np.nanmax(curves[i])) for i in idx]
   div = [_diverged(out["curves"]["val_loss"][i], config.divergence_factor) for i in idx]
-  scored = [1.0 if d or not np.isfinite(e) else e for e, d in zip(final, div)]
-  return dict(
-      learning_rate=lr,
-      resolved_learning_rate=lr * r.config.lr_scale,
-      val_error_final=final,
-      val_error_best=best,
-      diverged=div,
-      score=float(np.mean(scored)),
-      val_error_curve=[out["curves"]["val_error"][i].tolist() for i in idx],
-  )
+  scored = [_worst(config) if d or not np.isfinite(e) else e for e, d in zip(final, div)]
+  entry = {
+      "learning_rate": lr,
+      "resolved_learning_rate": lr * r.config.lr_scale,
+      f"val_{metric}_final": final,
+      f"val_{metric}_best": best,
+      "diverged": div,
+      "score": float(np.mean(scored)),
+      f"val_{metric}_curve": [curves[i].tolist() for i in idx],
+  }
+  if metric != "error" and "val_error" in out["curves"]:  # a classifier's curves (tb/)
+    entry["val_error_curve"] = [out["curves"]["val_error"][i].tolist() for i in idx]
+  return entry
 
 
 def _extend_grids(group: list[ArmRun], per_rate: dict, config, tune, programs, log) -> dict:
@@ -366,10 +417,12 @@ def _extend_grids(group: list[ArmRun], per_rate: dict, config, tune, programs, l
     "range", "limit", or None when the first grid's choice was not at an edge).
   """
 
+  sign = 1.0 if config.select_better == "lower" else -1.0
+
   def choose(name, rates):
     entries = per_rate[name]
-    chosen = entries[int(np.argmin([p["score"] for p in entries]))]["learning_rate"]
-    return chosen, lr_grid_edges(rates, chosen, entries)
+    chosen = entries[int(np.argmin([sign * p["score"] for p in entries]))]["learning_rate"]
+    return chosen, lr_grid_edges(rates, chosen, entries, config.select_metric)
 
   state = {}
   for r in group:
@@ -452,17 +505,48 @@ def _run_logged(group, reason, configs, seed_data, kind, config, programs, log):
   return out
 
 
+def per_seed_key(key: str) -> str:
+  """The key of the per-seed values of an interval's key of ``summarize_arm``:
+  ``final_test_errors`` and ``test_errors_at_best_val`` (the error's, plural),
+  else ``<key>_by_seed`` (``final_test_loss_by_seed``)."""
+  plural = {
+      "final_test_error": "final_test_errors",
+      "test_error_at_best_val": "test_errors_at_best_val",
+      "final_worker_test_error": "final_worker_test_errors",
+  }
+  return plural.get(key, f"{key}_by_seed")
+
+
+def _interval(values) -> dict | None:
+  """``mean_interval`` of per-seed values; None when one is not finite (a
+  diverged seed's loss)."""
+  values = np.asarray(values, np.float64)
+  return protocol_stats.mean_interval(values) if np.all(np.isfinite(values)) else None
+
+
 def summarize_arm(
-    run: ArmRun, res: dict, config: ProtocolConfig, step_s: float, comm: Callable
+    run: ArmRun,
+    res: dict,
+    config: ProtocolConfig,
+    step_s: float,
+    comm: Callable,
+    reported: Sequence[str] = ("error",),
 ) -> dict:
   """The arm's reported numbers with 95% intervals over the report seeds.
 
-  Per arm: ``final_test_error`` (the last evaluation) and
-  ``test_error_at_best_val`` (the evaluation with the lowest validation
-  error, at step ``best_val_steps``), each the mean with its interval over
-  the report seeds and per seed (``final_test_errors``,
-  ``test_errors_at_best_val``); a diverged seed counts as error 1. No
-  number is a minimum over the test evaluations.
+  ``config`` is resolved for its task (``ProtocolConfig.for_task``). For each
+  test metric Q of ``reported`` (``easgd.protocol.config.reported_metrics``):
+  ``final_test_Q`` (the last evaluation) and ``test_Q_at_best_val`` (the
+  evaluation with the best validation ``select_metric``, at step
+  ``best_val_steps``), each the mean with its interval over the report seeds
+  and per seed (:func:`per_seed_key`: ``final_test_errors``,
+  ``test_errors_at_best_val``, ``final_test_loss_by_seed``, ...); a diverged
+  seed counts as error 1, and makes another metric's interval None (its
+  value null). The workers' final test error (a classifier's) or loss:
+  ``final_worker_test_error`` or ``final_worker_test_loss``. No number is a
+  minimum over the test evaluations. The time to each target test error
+  (``time_to_target``) is a classifier's only: empty for a task without
+  ``"correct"`` (no targets).
 
   ``comm(steps) -> ((all_reduces, bytes) across workers, (all_reduces,
   bytes) within a worker)`` per device (:func:`_communication`): the
@@ -476,19 +560,28 @@ def summarize_arm(
   """
   rep = res["report"]
   c = run.config
-  curves = np.asarray(rep["test_error_curve"], np.float64)
-  final = np.nan_to_num(curves[:, -1], nan=1.0)
-  at_val = [protocol_stats.best_val_index(v) for v in rep["val_error_curve"]]
-  at_best_val = np.asarray(
-      [
-          protocol_stats.error_at_best_val(t, v)
-          for t, v in zip(rep["test_error_curve"], rep["val_error_curve"])
-      ]
-  )
-  workers_final = np.asarray(rep["worker_test_error"], np.float64).mean(axis=1)
+  sign = 1.0 if config.select_better == "lower" else -1.0
+  at_val = [
+      protocol_stats.best_val_index([None if v is None else sign * v for v in curve])
+      for curve in rep[f"val_{config.select_metric}_curve"]
+  ]
+  intervals, by_seed = {}, {}
+  for q in reported:
+    curves = [[np.nan if v is None else v for v in curve] for curve in rep[f"test_{q}_curve"]]
+    final = np.asarray([curve[-1] for curve in curves], np.float64)
+    at_best_val = np.asarray([curve[i] for curve, i in zip(curves, at_val)], np.float64)
+    if q == "error":  # a diverged seed's error counts 1
+      final = np.nan_to_num(final, nan=1.0)
+      at_best_val = np.where(np.isfinite(at_best_val), at_best_val, 1.0)
+    for key, values in ((f"final_test_{q}", final), (f"test_{q}_at_best_val", at_best_val)):
+      intervals[key] = _interval(values)
+      by_seed[per_seed_key(key)] = [v if np.isfinite(v) else None for v in values.tolist()]
+  worker = "error" if "worker_test_error" in rep else "loss"
+  workers_final = np.asarray(rep[f"worker_test_{worker}"], np.float64).mean(axis=1)
   steps = run.eval_steps
   ttt = {}
-  for target in config.targets:
+  for target in config.targets:  # a classifier's (none without "correct")
+    curves = np.asarray(rep["test_error_curve"], np.float64)
     hits = [protocol_stats.first_reach(curve, steps, target) for curve in curves]
     entry = dict(steps=hits, reached=sum(h is not None for h in hits), n=len(hits))
     if all(h is not None for h in hits):
@@ -529,13 +622,15 @@ def summarize_arm(
       grid_edge=res["grid_edge"],
       tuning=res["tuning"],
       report=rep,
-      final_test_error=protocol_stats.mean_interval(final),
-      test_error_at_best_val=protocol_stats.mean_interval(at_best_val),
-      final_worker_test_error=protocol_stats.mean_interval(workers_final),
-      final_test_errors=final.tolist(),
-      test_errors_at_best_val=at_best_val.tolist(),
+      **intervals,
+      **{f"final_worker_test_{worker}": _interval(workers_final)},
+      **by_seed,
       best_val_steps=[int(steps[i]) for i in at_val],
-      final_worker_test_errors=workers_final.tolist(),
+      **{
+          per_seed_key(f"final_worker_test_{worker}"): [
+              v if np.isfinite(v) else None for v in workers_final.tolist()
+          ]
+      },
       diverged=[
           _diverged(np.asarray(loss, np.float64), config.divergence_factor)
           for loss in rep["test_loss_curve"]
@@ -556,7 +651,9 @@ def summarize_arm(
   )
 
 
-def _finish(config, arms, programs, step_s, param_bytes, num_params, seconds, workdir, task):
+def _finish(
+    config, arms, programs, step_s, param_bytes, num_params, seconds, workdir, task, group_by
+):
   results = dict(
       protocol=to_dict(config),
       machine=dict(
@@ -577,11 +674,8 @@ def _finish(config, arms, programs, step_s, param_bytes, num_params, seconds, wo
       programs=programs,
       wall_time_s=round(seconds, 1),
   )
-  if workdir is not None:
-    path = Path(workdir)
-    path.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path / RESULTS_JSON, results_json(results))
-    tensorboard.write_protocol_events(path, results)  # the curves per arm and seed
+  if workdir is not None:  # every file of the protocol, by its one writer
+    protocol_report.write_report(workdir, group_by, results)
   return results
 
 
