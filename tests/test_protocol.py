@@ -330,6 +330,8 @@ def test_a_diverged_arm_is_flagged_and_its_results_are_strict_json(tmp_path):
   )
   results = protocol.run_protocol(config, tmp_path, log=lambda line: None)
   text = (tmp_path / "results.json").read_text()
+  for name in ("results.md", "curves.png"):  # the library writes every file of the protocol
+    assert (tmp_path / name).is_file()
 
   def refuse(name):
     raise ValueError(f"{name} in results.json")
@@ -419,6 +421,7 @@ def test_cli_protocol_writes_results_and_refuses_bad_files(tmp_path, capsys):
   assert cli.main(["protocol", "--config", str(good), "--workdir", str(out)]) == 0
   text = (out / "results.md").read_text()
   assert "| easgd |" in text and "\u00b1" in text and (out / "curves.png").is_file()
+  assert (out / "tb" / "report" / "easgd" / "seed_100").is_dir()  # and the TensorBoard events
   assert cli.main(["protocol", "--workdir", str(out), "--report-only"]) == 0
   before = (out / "results.json").read_bytes()
   # a second run into the same directory: refused, the results untouched

@@ -75,8 +75,7 @@ def test_tasks_the_protocol_cannot_run_are_refused_before_anything_compiles(monk
   for task, message in (
       (
           linear_task(train, test, name="nocorrect", correct=False),
-          r"task 'nocorrect': evaluate returns \['loss'\], no 'correct'; the protocol "
-          "chooses rates and reports by error",
+          r"targets \(0.5,\): the times to a target test error need a per-example 'correct'",
       ),
       (
           linear_task(train, test, augment=lambda batch, rng: batch),

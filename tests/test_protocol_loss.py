@@ -1,0 +1,195 @@
+"""The comparison protocol on a task whose evaluation gives only a loss (a user's MLP
+regression): the rates chosen on the validation loss, the test loss reported with its
+interval, the settings such a task cannot use refused before anything compiles, and the
+protocol's files written by one writer, equal from the command line and the library."""
+
+import dataclasses
+import json
+import re
+
+import numpy as np
+import pytest
+from tensorboard.backend.event_processing import event_file_loader
+from tensorboard.compat.proto import event_pb2
+
+from easgd import TrainConfig, cli
+from easgd.protocol import runs as protocol, stats as protocol_stats
+from easgd.protocol.config import Network, ProtocolConfig, ProtocolError, load_protocol_file
+from easgd.protocol.config import Arm
+from testutil import regression_task
+
+PROTOCOL_FILE = """
+from easgd import TrainConfig
+from easgd.protocol.config import Arm, ProtocolConfig
+
+def get_protocol():
+  base = TrainConfig(num_epochs=1, global_batch_size=64, num_workers=2, validation_examples=128,
+                     progress=False, task="testutil:regression_task")
+  return ProtocolConfig("regression", "an MLP regression", base,
+                        (Arm("easgd", "easgd", dict(tau=2), (0.1, 0.3)),),
+                        eval_every_steps=4, max_grid_extensions=0{extra})
+"""
+"""8 steps: 640 training examples, 128 held out, 2 x 32 per step; two rates."""
+
+TIMINGS = {"wall_s", "compile_s", "wall_time_s", "compute_per_step_s", "compiles", "compiles_all"}
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+  """The same protocol file run by ``easgd protocol`` and by ``run_protocol(config, workdir)``."""
+  root = tmp_path_factory.mktemp("loss")
+  (root / "proto.py").write_text(PROTOCOL_FILE.format(extra=""))
+  by_cli, by_library = root / "cli", root / "library"
+  assert cli.main(["protocol", "--config", str(root / "proto.py"), "--workdir", str(by_cli)]) == 0
+  config = load_protocol_file(root / "proto.py")
+  protocol.run_protocol(config, by_library, log=lambda line: None)
+  return by_cli, by_library
+
+
+def test_a_loss_only_task_is_tuned_on_its_validation_loss_and_reports_its_test_loss(written):
+  results = json.loads((written[0] / "results.json").read_text())
+  proto = results["protocol"]
+  assert (proto["select_metric"], proto["select_better"]) == ("loss", "lower")
+  assert proto["targets"] == [] and proto["networks"] == []  # no test error to reach
+  arm = results["arms"]["easgd"]
+  # the rate whose mean final validation loss over the tuning seeds is lowest
+  scores = {}
+  for rate in arm["tuning"]:
+    assert rate["val_loss_final"] == [curve[-1] for curve in rate["val_loss_curve"]]
+    assert rate["score"] == pytest.approx(np.mean(rate["val_loss_final"]), rel=1e-12)
+    scores[rate["learning_rate"]] = rate["score"]
+  assert len(scores) == 2 and arm["chosen_learning_rate"] == min(scores, key=scores.get)
+  # the test loss: final, and at the evaluation with the lowest validation loss
+  rep = arm["report"]
+  final = [curve[-1] for curve in rep["test_loss_curve"]]
+  best = [int(np.argmin(curve)) for curve in rep["val_loss_curve"]]
+  at_best = [curve[i] for curve, i in zip(rep["test_loss_curve"], best)]
+  assert arm["final_test_loss_by_seed"] == final
+  assert arm["test_loss_at_best_val_by_seed"] == at_best
+  assert arm["final_test_loss"] == protocol_stats.mean_interval(final)
+  assert arm["test_loss_at_best_val"] == protocol_stats.mean_interval(at_best)
+  interval = arm["final_test_loss"]
+  assert interval["n"] == 3 and interval["low"] < interval["mean"] < interval["high"]
+  assert max(final) < 0.3 * min(curve[0] for curve in rep["test_loss_curve"])  # it learned
+  assert not [k for k in arm if "error" in k] and arm["time_to_target"] == {}
+  text = (written[0] / "results.md").read_text()
+  assert "| final test loss | test loss at best val | workers' final test loss |" in text
+  assert f"| {interval['mean']:.4g} \u00b1 {interval['half_width']:.2g} |" in text
+  assert "error" not in text and "err %" not in text and "Modelled" not in text
+
+
+def _files(directory):
+  return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
+
+
+def _without_timings(tree):
+  if isinstance(tree, dict):
+    return {k: _without_timings(v) for k, v in tree.items() if k not in TIMINGS}
+  if isinstance(tree, list):
+    return [_without_timings(v) for v in tree]
+  return tree
+
+
+def _masked_markdown(text):
+  """results.md with its measured times blanked: the total, the programs' wall and
+  compile seconds."""
+  lines = []
+  for line in re.sub(r"Total \d+ s", "Total _ s", text).splitlines():
+    if line.startswith(("| tune |", "| report |")):
+      cells = line.split("|")
+      cells[6:8] = [" _ ", " _ "]  # wall s, compile s
+      line = "|".join(cells)
+    lines.append(line)
+  return lines
+
+
+def _events(path):
+  """The events of one event file, their wall times set to 0."""
+  out = []
+  for record in event_file_loader.RawEventFileLoader(str(path)).Load():
+    event = event_pb2.Event.FromString(record)
+    event.wall_time = 0
+    out.append(event.SerializeToString())
+  return out
+
+
+def test_the_command_line_and_the_library_write_the_same_files(written):
+  by_cli, by_library = written
+  names = _files(by_cli)
+  assert names == _files(by_library)
+  assert {"results.json", "results.md", "curves.png"} <= set(names)
+  events = [n for n in names if "tfevents" in n]
+  runs = {n.rsplit("/", 1)[0] for n in events}
+  report = {f"tb/report/easgd/seed_{s}" for s in (100, 101, 102)}
+  tune = {f"tb/tune/easgd/lr_{lr:g}/seed_{s}" for lr in (0.1, 0.3) for s in (0, 1, 2)}
+  assert runs == report | tune
+  cli_json, library_json = (json.loads((d / "results.json").read_text()) for d in written)
+  assert _without_timings(cli_json) == _without_timings(library_json)
+  cli_md, library_md = ((d / "results.md").read_text() for d in written)
+  assert _masked_markdown(cli_md) == _masked_markdown(library_md)
+  assert (by_cli / "curves.png").read_bytes() == (by_library / "curves.png").read_bytes()
+  for name in events:
+    assert _events(by_cli / name) == _events(by_library / name), name
+    assert len(_events(by_cli / name)) > 3  # the version, session start, hparams, points
+
+
+def never(*args, **kwargs):
+  raise AssertionError("a program ran")
+
+
+def test_settings_a_loss_only_task_cannot_use_are_refused_before_anything_compiles(
+    monkeypatch, tmp_path, capsys
+):
+  monkeypatch.setattr(protocol, "run_program", never)
+  base = TrainConfig(
+      num_epochs=1, global_batch_size=64, num_workers=2, validation_examples=128, progress=False
+  )
+  config = ProtocolConfig(
+      "r", "", base, (Arm("easgd", "easgd", dict(tau=2), (0.1, 0.3)),), eval_every_steps=4
+  )
+  for changes, message in (
+      (
+          dict(select_metric="error"),
+          r"select_metric 'error': the task's evaluate returns \['loss'\] \(the error is 1 - "
+          r"the mean of a per-example 'correct'\); allowed: 'loss'$",
+      ),
+      (
+          dict(select_metric="mae", select_better="lower"),
+          r"select_metric 'mae': .* allowed: 'loss'$",
+      ),
+      (
+          dict(targets=(0.5,)),
+          r"targets \(0.5,\): the times to a target test error need a per-example 'correct', "
+          r"which the task's evaluate \(\['loss'\]\) does not give; allowed: targets None$",
+      ),
+      (dict(networks=(Network(),)), r"networks \(Network\(.*allowed: networks None$"),
+  ):
+    with pytest.raises(ProtocolError, match=message) as e:
+      protocol.run_protocol(
+          dataclasses.replace(config, **changes),
+          tmp_path / "w",
+          log=lambda line: None,
+          task=regression_task(),
+      )
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "w").exists()
+  # refused whatever the task: a direction that is not stated or not read
+  for changes, message in (
+      (dict(select_metric="mae"), "select_metric 'mae' needs its direction: select_better"),
+      (dict(select_better="higher"), "select_better 'higher' without select_metric"),
+      (dict(select_metric="loss", select_better="higher"), "a lower loss is better"),
+      (dict(select_metric="x", select_better="up"), "unknown select_better 'up'"),
+      (dict(select_metric="correct"), "allowed: select_metric 'error'"),
+      (dict(select_metric=""), "select_metric must be a metric's name"),
+  ):
+    with pytest.raises(ProtocolError, match=message):
+      dataclasses.replace(config, **changes).validate()
+  # from the command line: one line, exit 2, no workdir
+  (tmp_path / "proto.py").write_text(PROTOCOL_FILE.format(extra=", targets=(0.5,)"))
+  workdir = tmp_path / "out"
+  assert (
+      cli.main(["protocol", "--config", str(tmp_path / "proto.py"), "--workdir", str(workdir)]) == 2
+  )
+  err = capsys.readouterr().err
+  assert err.startswith("easgd: error: targets (0.5,): the times to a target test error")
+  assert err.count("\n") == 1 and not workdir.exists()
