@@ -7,15 +7,16 @@ import dataclasses
 import json
 import re
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from tensorboard.backend.event_processing import event_file_loader
 from tensorboard.compat.proto import event_pb2
 
 from easgd import TrainConfig, cli
-from easgd.protocol import runs as protocol, stats as protocol_stats
-from easgd.protocol.config import Network, ProtocolConfig, ProtocolError, load_protocol_file
-from easgd.protocol.config import Arm
+from easgd.protocol import report, runs as protocol, stats as protocol_stats
+from easgd.protocol.config import Arm, Network, ProtocolConfig, ProtocolError, load_protocol_file
+from easgd.training.task import Task
 from testutil import regression_task
 
 PROTOCOL_FILE = """
@@ -184,6 +185,8 @@ def test_settings_a_loss_only_task_cannot_use_are_refused_before_anything_compil
   ):
     with pytest.raises(ProtocolError, match=message):
       dataclasses.replace(config, **changes).validate()
+  with pytest.raises(ProtocolError, match="group_by 'num_workers' without a workdir"):
+    protocol.run_protocol(config, group_by="num_workers", task=regression_task())
   # from the command line: one line, exit 2, no workdir
   (tmp_path / "proto.py").write_text(PROTOCOL_FILE.format(extra=", targets=(0.5,)"))
   workdir = tmp_path / "out"
@@ -193,3 +196,59 @@ def test_settings_a_loss_only_task_cannot_use_are_refused_before_anything_compil
   err = capsys.readouterr().err
   assert err.startswith("easgd: error: targets (0.5,): the times to a target test error")
   assert err.count("\n") == 1 and not workdir.exists()
+
+
+def closeness_task():
+  """Gradient descent on 0.5 (w - 1)^2 from w = 0 (the batch is not read): after T
+  steps at rate lr, w = 1 - (1 - lr)^T, so lr = 1 lands on 1 exactly. ``evaluate``
+  gives the loss and ``closeness`` exp(-(w - 1)^2), better higher; no ``correct``."""
+
+  def evaluate(params, batch):
+    d2 = jnp.sum((params["w"] - 1.0) ** 2)
+    b = batch.shape[0]
+    return {"loss": jnp.full((b,), 0.5 * d2), "closeness": jnp.full((b,), jnp.exp(-d2))}
+
+  rows = np.zeros((80, 1), np.float32)
+  return Task(
+      "closeness",
+      lambda key: {"w": jnp.zeros(1)},
+      lambda params, batch, key: jnp.mean(evaluate(params, batch)["loss"]),
+      evaluate,
+      rows,
+      rows[:20],
+      mean_of_examples=True,
+  )
+
+
+@pytest.mark.parametrize("better, chosen", [("higher", 1.0), ("lower", 0.25)])
+def test_the_rates_are_chosen_on_the_named_metric_in_its_stated_direction(better, chosen):
+  base = TrainConfig(
+      num_epochs=1, global_batch_size=8, num_workers=2, validation_examples=16, progress=False
+  )  # 8 steps of gradient descent (pmean SGD of a batch that is not read)
+  config = ProtocolConfig(
+      "closeness",
+      "",
+      base,
+      (Arm("gd", "pmean_sgd", {}, (0.25, 0.5, 1.0)),),
+      eval_every_steps=4,
+      max_grid_extensions=0,
+      select_metric="closeness",
+      select_better=better,
+  )
+  results = protocol.run_protocol(config, log=lambda line: None, task=closeness_task())
+  assert results["protocol"]["select_metric"] == "closeness"
+  arm = results["arms"]["gd"]
+  want = {lr: np.exp(-(((1 - lr) ** 8) ** 2)) for lr in (0.25, 0.5, 1.0)}  # w_8 = 1 - (1 - lr)^8
+  for rate in arm["tuning"]:
+    assert rate["val_closeness_final"] == pytest.approx([want[rate["learning_rate"]]] * 3, rel=1e-5)
+  assert arm["chosen_learning_rate"] == chosen
+  # reported: the chosen metric and the loss, each at the evaluation with the best closeness
+  final = np.exp(-(((1 - chosen) ** 8) ** 2))
+  assert arm["final_test_closeness"]["mean"] == pytest.approx(final, rel=1e-5)
+  assert arm["final_test_loss"]["mean"] == pytest.approx(0.5 * (1 - chosen) ** 16, abs=1e-6)
+  best_step = 4 if better == "higher" else 0  # from exp(-1) at step 0; lr 1: 1 from step 1
+  assert arm["best_val_steps"] == [best_step] * 3
+  assert arm["test_closeness_at_best_val_by_seed"] == pytest.approx(
+      [final if best_step else np.exp(-1.0)] * 3, rel=1e-5
+  )
+  assert "| final test closeness | test closeness at best val |" in report.results_markdown(results)

@@ -407,7 +407,8 @@ class ProtocolConfig:
       10.0,
       "a run whose center validation loss is non-finite or exceeds this "
       "factor times its initial value at its last evaluation counts as diverged "
-      "(its error is taken as 1 when rates are compared); > 1",
+      "(its score when rates are compared is the worst: an error of 1, else an infinite "
+      "select_metric, lower or higher as select_better); > 1",
   )
   configs_per_batch: int | None = option(
       None,

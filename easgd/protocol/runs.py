@@ -8,8 +8,10 @@ way the paper chose its numbers, at whatever scale the machine allows:
    split (``TrainConfig.validation_examples`` held out of the training set,
    never trained on) is recorded along the way. The test set is not passed to
    these programs at all.
-2. **Choose.** Each arm's rate is the one with the lowest mean final
-   validation error over the tuning seeds (a diverged run counts as error 1);
+2. **Choose.** Each arm's rate is the one with the best mean final
+   validation ``select_metric`` over the tuning seeds (by default the error of
+   a task with a per-example ``"correct"``, else its loss; a diverged run
+   counts as the worst value: an error of 1);
    an arm with ``lr_from`` takes the chosen base rate of another arm, scaled
    by its own ``lr_scaling``. A rate at the edge of its grid is flagged, and
    so is a grid that cannot tune (a single rate; every rate diverged:
@@ -18,8 +20,10 @@ way the paper chose its numbers, at whatever scale the machine allows:
    these runs evaluate the center on the validation split and the test set
    along the way and every worker on the test set at the end. Nothing is
    selected on the test set: an arm reports its final test error and its
-   test error at the evaluation with the lowest validation error (the
-   earliest of equal ones), and the time to a target test error.
+   test error at the evaluation with the best validation ``select_metric``
+   (the earliest of equal ones), and the time to a target test error; a
+   task without ``"correct"`` reports the chosen metric and the test loss
+   the same way, and has no time to a target error.
 
 Grids as one program: the configurations of an arm (rate x seed) and of the
 arms that differ only in fields their algorithm takes as arrays (the
@@ -212,7 +216,8 @@ def run_protocol(
       its ``factory`` and ``factory_args`` are recorded in the results'
       ``protocol.base`` (``task``, ``task_args``), and a task other than the
       built-in ones is described under ``task`` (``Task.describe``).
-    group_by: the panels of ``curves.png`` ("tau", "num_workers" or "": one).
+    group_by: the panels of ``curves.png`` ("tau", "num_workers" or "": one);
+      only with a ``workdir``.
 
   Returns:
     JSON-ready dict: ``protocol`` (the resolved config), ``machine``,
@@ -238,6 +243,11 @@ def run_protocol(
   """
   config = config.validate()
   checks.choice("group_by", group_by, protocol_report.GROUP_BY, error=ProtocolError)
+  if workdir is None and group_by != "tau":
+    raise ProtocolError(
+        f"group_by {group_by!r} without a workdir: it sets the panels of curves.png, which "
+        "is written only to a workdir; give workdir or leave group_by 'tau'"
+    )
   if task is not None:
     if not isinstance(task, Task):
       raise TaskError(f"task must be an easgd.Task, got {type(task).__name__}")
@@ -534,7 +544,9 @@ def summarize_arm(
 ) -> dict:
   """The arm's reported numbers with 95% intervals over the report seeds.
 
-  ``config`` is resolved for its task (``ProtocolConfig.for_task``). For each
+  ``config`` is resolved for its task (``ProtocolConfig.for_task``; an
+  unresolved one is resolved here, a classifier's where the report has
+  ``test_error_curve``). For each
   test metric Q of ``reported`` (``easgd.protocol.config.reported_metrics``):
   ``final_test_Q`` (the last evaluation) and ``test_Q_at_best_val`` (the
   evaluation with the best validation ``select_metric``, at step
@@ -560,6 +572,8 @@ def summarize_arm(
   """
   rep = res["report"]
   c = run.config
+  if config.select_metric is None:  # not resolved for its task: as the report's curves say
+    config = config.for_task(("loss", "correct") if "test_error_curve" in rep else ("loss",))
   sign = 1.0 if config.select_better == "lower" else -1.0
   at_val = [
       protocol_stats.best_val_index([None if v is None else sign * v for v in curve])
