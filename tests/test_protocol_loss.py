@@ -77,10 +77,21 @@ def test_a_loss_only_task_is_tuned_on_its_validation_loss_and_reports_its_test_l
   assert "| final test loss | test loss at best val | workers' final test loss |" in text
   assert f"| {interval['mean']:.4g} \u00b1 {interval['half_width']:.2g} |" in text
   assert "error" not in text and "err %" not in text and "Modelled" not in text
+  for table in (lambda: report.claims(results, None), lambda: report.compact_markdown(results)):
+    with pytest.raises(ProtocolError, match="speaks of test error; the results of 'regression'"):
+      table()
 
 
 def _files(directory):
-  return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
+  """Every file under ``directory``, an event file named by its TensorBoard run
+  directory (the writer numbers the files of a run as it rewrites them)."""
+  return sorted(
+      str(p.parent.relative_to(directory) / "<events>")
+      if "tfevents" in p.name
+      else str(p.relative_to(directory))
+      for p in directory.rglob("*")
+      if p.is_file()
+  )
 
 
 def _without_timings(tree):
@@ -104,13 +115,14 @@ def _masked_markdown(text):
   return lines
 
 
-def _events(path):
-  """The events of one event file, their wall times set to 0."""
+def _events(run):
+  """The events of a TensorBoard run directory's event files, their wall times set to 0."""
   out = []
-  for record in event_file_loader.RawEventFileLoader(str(path)).Load():
-    event = event_pb2.Event.FromString(record)
-    event.wall_time = 0
-    out.append(event.SerializeToString())
+  for path in sorted(run.glob("*tfevents*")):
+    for record in event_file_loader.RawEventFileLoader(str(path)).Load():
+      event = event_pb2.Event.FromString(record)
+      event.wall_time = 0
+      out.append(event.SerializeToString())
   return out
 
 
@@ -119,8 +131,7 @@ def test_the_command_line_and_the_library_write_the_same_files(written):
   names = _files(by_cli)
   assert names == _files(by_library)
   assert {"results.json", "results.md", "curves.png"} <= set(names)
-  events = [n for n in names if "tfevents" in n]
-  runs = {n.rsplit("/", 1)[0] for n in events}
+  runs = {n.rsplit("/", 1)[0] for n in names if n.endswith("<events>")}
   report = {f"tb/report/easgd/seed_{s}" for s in (100, 101, 102)}
   tune = {f"tb/tune/easgd/lr_{lr:g}/seed_{s}" for lr in (0.1, 0.3) for s in (0, 1, 2)}
   assert runs == report | tune
@@ -129,9 +140,16 @@ def test_the_command_line_and_the_library_write_the_same_files(written):
   cli_md, library_md = ((d / "results.md").read_text() for d in written)
   assert _masked_markdown(cli_md) == _masked_markdown(library_md)
   assert (by_cli / "curves.png").read_bytes() == (by_library / "curves.png").read_bytes()
-  for name in events:
-    assert _events(by_cli / name) == _events(by_library / name), name
-    assert len(_events(by_cli / name)) > 3  # the version, session start, hparams, points
+  for run in runs:
+    assert _events(by_cli / run) == _events(by_library / run), run
+    assert len(_events(by_cli / run)) > 3  # the version, session start, hparams, points
+  # --report-only rewrites the files made from results.json, through the same writer
+  before = {n: (by_cli / n).read_bytes() for n in ("results.json", "results.md", "curves.png")}
+  assert cli.main(["protocol", "--workdir", str(by_cli), "--report-only"]) == 0
+  assert _files(by_cli) == names
+  assert {n: (by_cli / n).read_bytes() for n in before} == before
+  for run in runs:
+    assert _events(by_cli / run) == _events(by_library / run), run
 
 
 def never(*args, **kwargs):
