@@ -602,6 +602,7 @@ def _check_protocol_workdir(workdir: Path, overwrite: bool) -> None:
   directory where a result file goes; the lock has created ``workdir``."""
   from easgd.training.config import ConfigError
   from easgd.protocol import report as protocol_report
+  from easgd.training.tensorboard import TB_DIR
 
   if (workdir / protocol_report.RESULTS_JSON).exists() and not overwrite:
     raise ConfigError(
@@ -617,7 +618,7 @@ def _check_protocol_workdir(workdir: Path, overwrite: bool) -> None:
       raise ConfigError(
           f"'{workdir / name}' exists and is not a file; the protocol " "writes its results there"
       )
-  tb = workdir / protocol_report.tensorboard.TB_DIR
+  tb = workdir / TB_DIR
   if tb.exists() and not tb.is_dir():
     raise ConfigError(
         f"'{tb}' exists and is not a directory; the protocol writes its TensorBoard events there"

@@ -214,6 +214,12 @@ def test_settings_a_loss_only_task_cannot_use_are_refused_before_anything_compil
   err = capsys.readouterr().err
   assert err.startswith("easgd: error: targets (0.5,): the times to a target test error")
   assert err.count("\n") == 1 and not workdir.exists()
+  workdir.mkdir()
+  (workdir / "tb").write_text("")  # where the TensorBoard events go
+  assert (
+      cli.main(["protocol", "--config", str(tmp_path / "proto.py"), "--workdir", str(workdir)]) == 2
+  )
+  assert "tb' exists and is not a directory; the protocol writes" in capsys.readouterr().err
 
 
 def closeness_task():

@@ -562,7 +562,10 @@ class ProtocolConfig:
           "the task's evaluate returns both 'correct' and 'error'; the protocol's error is "
           "1 - the mean of 'correct': rename the task's 'error'"
       )
-    choices = (["error"] if classifier else []) + [m for m in metrics if m != "correct"]
+    # "error" is the protocol's own: 1 - the mean of "correct"
+    choices = (["error"] if classifier else []) + [
+        m for m in metrics if m not in ("correct", "error")
+    ]
     metric = self.select_metric or ("error" if classifier else "loss")
     if metric not in choices:
       why = " (the error is 1 - the mean of a per-example 'correct')" if metric == "error" else ""

@@ -6,14 +6,21 @@ Everything here is computed from a protocol's ``results.json``
   :func:`results_markdown`   the comparison table of one experiment (mean and
                              95% interval over the report seeds), the chosen
                              rates, time to target, the programs it ran.
-  :func:`plot_curves`        center test error against local steps, mean over
-                             seeds with the 95% band, one panel per setting.
+  :func:`plot_curves`        center test error (else the chosen metric) against
+                             local steps, mean over seeds with the 95% band, one
+                             panel per setting.
   :func:`claims`             each claim of the paper's Section 5 measured on the
                              experiments' results: the measurement, its interval,
                              n, and a verdict (holds / does not hold /
                              inconclusive at this scale).
   :func:`claims_markdown`    the claims as a Markdown table.
-  :func:`write_report`       results.md and curves.png beside results.json.
+  :func:`write_report`       every file of a protocol, its one writer (``easgd
+                             protocol`` and ``run_protocol(config, workdir)``):
+                             tb/, curves.png, results.md, results.json.
+  :func:`write_events`       the curves as TensorBoard events in tb/.
+  :func:`selection`          the metric the rates were chosen on and the test
+                             metrics reported (the error of a classifier; else
+                             the chosen metric and the loss).
   :func:`compact_markdown`   the short table of one experiment (docs/guides/results.md).
   :func:`differences_markdown`  every arm against a reference arm (Welch).
 
