@@ -132,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
   p = sub.add_parser(
       "protocol",
       help="tuned rates, seeds, intervals, time to target: the comparison "
-      "protocol of a config file (easgd.protocol.runs); results.json, results.md, curves.png, tb/",
+      "protocol of a config file (easgd.protocol.runs); results.json, results.md, curves.png "
+      "and TensorBoard runs (report/, tune/)",
       description="For each arm of the protocol file: its learning-rate grid x tuning "
       "seeds on the validation split, the best rate rerun on fresh seeds "
       "on the test set; one compiled program per group of arms",
@@ -181,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument(
       "--report-only",
       action="store_true",
-      help="rewrite results.md, curves.png and tb/ from --workdir's results.json "
+      help="rewrite results.md, curves.png and the TensorBoard runs from --workdir's results.json "
       "without running anything",
   )
   p.add_argument(
@@ -602,7 +603,7 @@ def _check_protocol_workdir(workdir: Path, overwrite: bool) -> None:
   directory where a result file goes; the lock has created ``workdir``."""
   from easgd.training.config import ConfigError
   from easgd.protocol import report as protocol_report
-  from easgd.training.tensorboard import TB_DIR
+  from easgd.training.tensorboard import PROTOCOL_RUNS
 
   if (workdir / protocol_report.RESULTS_JSON).exists() and not overwrite:
     raise ConfigError(
@@ -618,11 +619,12 @@ def _check_protocol_workdir(workdir: Path, overwrite: bool) -> None:
       raise ConfigError(
           f"'{workdir / name}' exists and is not a file; the protocol " "writes its results there"
       )
-  tb = workdir / TB_DIR
-  if tb.exists() and not tb.is_dir():
-    raise ConfigError(
-        f"'{tb}' exists and is not a directory; the protocol writes its TensorBoard events there"
-    )
+  for name in PROTOCOL_RUNS:
+    if (workdir / name).exists() and not (workdir / name).is_dir():
+      raise ConfigError(
+          f"'{workdir / name}' exists and is not a directory; the protocol writes its "
+          "TensorBoard runs there"
+      )
 
 
 if __name__ == "__main__":

@@ -421,7 +421,7 @@ def test_cli_protocol_writes_results_and_refuses_bad_files(tmp_path, capsys):
   assert cli.main(["protocol", "--config", str(good), "--workdir", str(out)]) == 0
   text = (out / "results.md").read_text()
   assert "| easgd |" in text and "\u00b1" in text and (out / "curves.png").is_file()
-  assert (out / "tb" / "report" / "easgd" / "seed_100").is_dir()  # and the TensorBoard events
+  assert (out / "report" / "easgd" / "seed_100").is_dir()  # and the TensorBoard runs
   assert cli.main(["protocol", "--workdir", str(out), "--report-only"]) == 0
   before = (out / "results.json").read_bytes()
   # a second run into the same directory: refused, the results untouched

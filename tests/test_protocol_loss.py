@@ -132,8 +132,8 @@ def test_the_command_line_and_the_library_write_the_same_files(written):
   assert names == _files(by_library)
   assert {"results.json", "results.md", "curves.png"} <= set(names)
   runs = {n.rsplit("/", 1)[0] for n in names if n.endswith("<events>")}
-  report = {f"tb/report/easgd/seed_{s}" for s in (100, 101, 102)}
-  tune = {f"tb/tune/easgd/lr_{lr:g}/seed_{s}" for lr in (0.1, 0.3) for s in (0, 1, 2)}
+  report = {f"report/easgd/seed_{s}" for s in (100, 101, 102)}
+  tune = {f"tune/easgd/lr_{lr:g}/seed_{s}" for lr in (0.1, 0.3) for s in (0, 1, 2)}
   assert runs == report | tune
   cli_json, library_json = (json.loads((d / "results.json").read_text()) for d in written)
   assert _without_timings(cli_json) == _without_timings(library_json)
@@ -215,11 +215,11 @@ def test_settings_a_loss_only_task_cannot_use_are_refused_before_anything_compil
   assert err.startswith("easgd: error: targets (0.5,): the times to a target test error")
   assert err.count("\n") == 1 and not workdir.exists()
   workdir.mkdir()
-  (workdir / "tb").write_text("")  # where the TensorBoard events go
+  (workdir / "report").write_text("")  # where the TensorBoard runs go
   assert (
       cli.main(["protocol", "--config", str(tmp_path / "proto.py"), "--workdir", str(workdir)]) == 2
   )
-  assert "tb' exists and is not a directory; the protocol writes" in capsys.readouterr().err
+  assert "report' exists and is not a directory; the protocol writes" in capsys.readouterr().err
 
 
 def closeness_task():

@@ -16,8 +16,9 @@ Everything here is computed from a protocol's ``results.json``
   :func:`claims_markdown`    the claims as a Markdown table.
   :func:`write_report`       every file of a protocol, its one writer (``easgd
                              protocol`` and ``run_protocol(config, workdir)``):
-                             tb/, curves.png, results.md, results.json.
-  :func:`write_events`       the curves as TensorBoard events in tb/.
+                             the TensorBoard runs, curves.png, results.md,
+                             results.json.
+  :func:`write_events`       the curves as TensorBoard runs (report/, tune/).
   :func:`selection`          the metric the rates were chosen on and the test
                              metrics reported (the error of a classifier; else
                              the chosen metric and the loss).
@@ -506,7 +507,7 @@ def plot_curves(results: dict[str, Any], path, group_by: str = "tau") -> None:
 def write_report(workdir, group_by: str = "tau", results: dict | None = None) -> dict:
   """Every file of a protocol in ``workdir``: its one writer.
 
-  The TensorBoard events of ``tb/`` (:func:`write_events`), curves.png,
+  The TensorBoard runs of ``report/`` and ``tune/`` (:func:`write_events`), curves.png,
   results.md and, given ``results``, results.json; ``easgd protocol`` and
   ``easgd.protocol.runs.run_protocol(config, workdir)`` write through it, and
   ``easgd protocol --report-only`` rewrites the files made from results.json.
@@ -548,69 +549,11 @@ def write_report(workdir, group_by: str = "tau", results: dict | None = None) ->
 
 
 def write_events(workdir, results: dict[str, Any]) -> None:
-  """``workdir/tb``: the protocol's curves as TensorBoard events, one run per arm and seed.
-
-  A classifier's results through ``easgd.training.tensorboard.write_protocol_events``
-  (its layout and tags); the results of a task without a per-example
-  ``"correct"`` in the same layout (``tb/report/<arm>/seed_<s>``,
-  ``tb/tune/<arm>/lr_<rate>/seed_<s>``), with the report's curves (``val_loss``,
-  ``test_loss``, ``train_loss``, the chosen metric's) and the tuning runs'
-  ``val_<select_metric>``, each through ``tensorboard.write_events``.
-  """
-  metric, _, reported = selection(results)
-  if "error" in reported:
-    tensorboard.write_protocol_events(workdir, results)
-    return
-  root = Path(workdir) / tensorboard.TB_DIR
-  written, names = set(), set()
-  for arm, res in results["arms"].items():
-    report, fields = res["report"], dict(res["config"], arm=arm)
-    name = _tb_name(arm, names)
-    steps = report["eval_steps"]
-    tags = [k[: -len("_curve")] for k in report if k.endswith("_curve")]
-    runs = [
-        (
-            "report",
-            None,
-            res["chosen_learning_rate"],
-            seed,
-            {t: report[f"{t}_curve"][i] for t in tags},
-        )
-        for i, seed in enumerate(report["seeds"])
-    ]
-    for rate in res["tuning"] or ():
-      for seed, curve in zip(results["protocol"]["tune_seeds"], rate[f"val_{metric}_curve"]):
-        runs.append(
-            ("tune", rate["learning_rate"], rate["learning_rate"], seed, {f"val_{metric}": curve})
-        )
-    for phase, grid_lr, lr, seed, curves in runs:
-      points = [
-          (t, {tag: float(v[k]) for tag, v in curves.items() if _finite(v[k])})
-          for k, t in enumerate(steps)
-      ]
-      hp = tensorboard.hparams_of(dict(fields, learning_rate=lr, seed=seed, phase=phase))
-      where = root / phase / name
-      where = where / f"lr_{grid_lr:g}" if grid_lr is not None else where
-      written.add(tensorboard.write_events(where / f"seed_{seed}", points, hp))
-  for p in root.rglob("*tfevents*"):  # an earlier protocol's runs that this one did not write
-    if p.is_file() and p not in written:
-      p.unlink(missing_ok=True)
-
-
-def _finite(value) -> bool:
-  return isinstance(value, (int, float)) and math.isfinite(value)
-
-
-def _tb_name(name: str, taken: set) -> str:
-  """An arm's name as one path component ("/" and "\\" as "_"), unique among ``taken``."""
-  base = name.replace("/", "_").replace("\\", "_")
-  base = base if base.strip(".") else f"_{base}"
-  out, k = base, 1
-  while out in taken:
-    k += 1
-    out = f"{base}_{k}"
-  taken.add(out)
-  return out
+  """The protocol's curves as TensorBoard runs in ``workdir``: ``report/<arm>/seed_<s>``
+  and ``tune/<arm>/lr_<rate>/seed_<s>``, each with the curves its results hold
+  (a classifier's errors and losses; else the losses and the chosen metric's),
+  by ``easgd.training.tensorboard.write_protocol_events``."""
+  tensorboard.write_protocol_events(workdir, results)
 
 
 # ----------------------------------------------------------------------------

@@ -396,7 +396,7 @@ def _tuning_entry(r: ArmRun, lr: float, configs, rows, out, config) -> dict:
       "score": float(np.mean(scored)),
       f"val_{metric}_curve": [curves[i].tolist() for i in idx],
   }
-  if metric != "error" and "val_error" in out["curves"]:  # a classifier's curves (tb/)
+  if metric != "error" and "val_error" in out["curves"]:  # a classifier's error as well
     entry["val_error_curve"] = [out["curves"]["val_error"][i].tolist() for i in idx]
   return entry
 
