@@ -81,15 +81,7 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
       "--x / --no-x; 'none' for an optional value)",
       exclude=(("algorithm",) if parser.prog.endswith("compare") else ()) + ("task_args",),
   )
-  group.add_argument(
-      "--task-arg",
-      dest="task_args",
-      action="append",
-      metavar="KEY=VALUE",
-      default=argparse.SUPPRESS,
-      help="a keyword argument of the --task factory (repeat for more; VALUE is JSON "
-      "if it parses, else text).",
-  )
+  flags.add_task_arg(group)
 
 
 def load_config_file(path) -> "TrainConfig":  # noqa: F821 (imported when called)

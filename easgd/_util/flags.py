@@ -236,6 +236,19 @@ def add_flags(
   return group
 
 
+def add_task_arg(group) -> None:
+  """Adds ``--task-arg KEY=VALUE`` (repeatable, into ``task_args``) to an argparse group."""
+  group.add_argument(
+      "--task-arg",
+      dest="task_args",
+      action="append",
+      metavar="KEY=VALUE",
+      default=argparse.SUPPRESS,
+      help="a keyword argument of the --task factory (repeat for more; VALUE is JSON "
+      "if it parses, else text).",
+  )
+
+
 def overrides(args: argparse.Namespace, cls: type) -> dict[str, Any]:
   """The fields of ``cls`` given on the command line: ``{name: value}``, for
   ``cls(**overrides(args, cls))`` or ``dataclasses.replace(config, **...)``."""

@@ -290,12 +290,4 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
       title="sweep (SweepConfig fields; lists: 1,2,4; 'none' for no value)",
       exclude=("task_args",),
   )
-  group.add_argument(
-      "--task-arg",
-      dest="task_args",
-      action="append",
-      metavar="KEY=VALUE",
-      default=argparse.SUPPRESS,
-      help="a keyword argument of the --task factory (repeat for more; VALUE is JSON "
-      "if it parses, else text).",
-  )
+  flags.add_task_arg(group)
