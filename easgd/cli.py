@@ -348,6 +348,9 @@ def main(argv=None) -> int:
       status = _main(args, distributed)
     except KeyboardInterrupt as e:  # raised where _main does not catch it (imports, reports)
       interrupt = e
+    except Exception:  # what a signal's exception became (an extension's ImportError)
+      if files.pending_interrupt() is None:
+        raise
     # a signal whose exception was swallowed (a GC callback) is still this command's end
     interrupt = files.pending_interrupt() or interrupt
     return status if interrupt is None else _interrupted(interrupt)
@@ -419,11 +422,15 @@ def _main(args, distributed) -> int:
     try:
       status = _run(args)
     except BaseException as e:
-      if distributed.is_multiprocess():  # exits now: never wait for a lost peer
+      if distributed.is_multiprocess() and not isinstance(
+          e, KeyboardInterrupt
+      ):  # exits now: never wait for a lost peer
         distributed.fail(e, code=2 if isinstance(e, _user_errors()) else 1)
       raise
     distributed.shutdown()
     return status
+  except KeyboardInterrupt:  # a signal, perhaps amid an import: nothing imported to classify it
+    raise
   except distributed.StartupError as e:
     print(f"easgd: error: {e}", file=sys.stderr)
     return distributed.EXIT_PEER_LOST

@@ -6,6 +6,7 @@ protocol's files written by one writer, equal from the command line and the libr
 import dataclasses
 import json
 import re
+import shutil
 
 import jax.numpy as jnp
 import numpy as np
@@ -129,7 +130,7 @@ def _events(run):
   return out
 
 
-def test_the_command_line_and_the_library_write_the_same_files(written):
+def test_the_command_line_and_the_library_write_the_same_files(written, tmp_path, capsys):
   by_cli, by_library = written
   names = _files(by_cli)
   assert names == _files(by_library)
@@ -153,6 +154,21 @@ def test_the_command_line_and_the_library_write_the_same_files(written):
   assert {n: (by_cli / n).read_bytes() for n in before} == before
   for run in runs:
     assert _events(by_cli / run) == _events(by_library / run), run
+  # a results.json edited by hand: one line, exit 2, nothing rewritten
+  edited = tmp_path / "edited"
+  shutil.copytree(by_library, edited)
+  results = json.loads((edited / "results.json").read_text())
+  for change in ({"select_metric": "bogus"}, {"select_metric": None, "select_better": None}):
+    (edited / "results.json").write_text(
+        json.dumps({**results, "protocol": {**results["protocol"], **change}})
+    )
+    before = {p: p.read_bytes() for p in edited.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert cli.main(["protocol", "--workdir", str(edited), "--report-only"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("easgd: error: '") and err.count("\n") == 1, err
+    assert "is not the results of a protocol run as written (KeyError: " in err
+    assert {p: p.read_bytes() for p in edited.rglob("*") if p.is_file()} == before
 
 
 def never(*args, **kwargs):
@@ -196,6 +212,14 @@ def test_settings_a_loss_only_task_cannot_use_are_refused_before_anything_compil
       )
     assert "\n" not in str(e.value)
     assert not (tmp_path / "w").exists()
+  # a task's own metric named "error" (the protocol's name for 1 - mean "correct"), no "correct"
+  task = regression_task(640, 200)
+  own_error = dataclasses.replace(
+      task, evaluate=lambda p, b: {**task.evaluate(p, b), "error": task.evaluate(p, b)["loss"]}
+  )
+  with pytest.raises(ProtocolError, match=r"among them 'error', the name the protocol keeps"):
+    protocol.run_protocol(config, tmp_path / "w", log=lambda line: None, task=own_error)
+  assert not (tmp_path / "w").exists()
   # refused whatever the task: a direction that is not stated or not read
   for changes, message in (
       (dict(select_metric="mae"), "select_metric 'mae' needs its direction: select_better"),

@@ -119,3 +119,41 @@ def test_a_signal_swallowed_inside_a_gc_callback_still_stops_the_command(
   else:
     assert not (work / "results.json").exists()
   assert not list(work.rglob(".easgd.lock*"))
+
+
+def test_a_signal_amid_an_import_is_an_interrupt_not_an_import_error(monkeypatch, capsys):
+  """SIGTERM while a module is half imported (the command's own imports take
+  seconds): the command classifies its exception without importing anything
+  more (importing the error classes would meet the half-imported module and
+  fail with an AttributeError), and exits 143."""
+
+  def terminated_amid_import(args):
+    raise files.Terminated("signal 15")
+
+  def no_import(*a):
+    raise AssertionError("the error classes imported to classify a signal")
+
+  monkeypatch.setattr(cli, "_run", terminated_amid_import)
+  monkeypatch.setattr(cli, "_user_errors", no_import)
+  monkeypatch.setattr(cli, "_run_errors", no_import)
+  assert cli.main(["train", "--workdir", "unused"]) == 143
+  assert capsys.readouterr().err == "easgd: terminated (SIGTERM)\n"
+
+
+def test_a_signal_whose_exception_an_extension_turns_into_an_import_error_exits_143(
+    monkeypatch, capsys
+):
+  """numpy's and jaxlib's extension set-up turn an exception raised inside it
+  into an ImportError: with the signal recorded, the command still exits 143."""
+
+  def import_interrupted(args):
+    try:
+      os.kill(os.getpid(), signal.SIGTERM)
+    except files.Terminated as e:
+      raise ImportError("numpy._core.multiarray failed to import") from e
+    raise AssertionError("no signal arrived")
+
+  monkeypatch.setattr(cli, "_run", import_interrupted)
+  assert cli.main(["train", "--workdir", "unused"]) == 143
+  assert capsys.readouterr().err == "easgd: terminated (SIGTERM)\n"
+  assert files.pending_interrupt() is None  # cleared when the command ends

@@ -553,14 +553,16 @@ class ProtocolConfig:
 
     Raises:
       ProtocolError: a setting the task cannot use: ``select_metric`` not among
-        its metrics ('error' without 'correct'), or ``targets`` or ``networks``
+        its metrics ('error' without 'correct'), a metric of the task named
+        'error' (the protocol's own name), or ``targets`` or ``networks``
         given for a task without 'correct' (it has no test error to reach).
     """
     classifier = "correct" in metrics
-    if classifier and "error" in metrics:
+    if "error" in metrics:  # the protocol's own name, with or without a 'correct'
       raise ProtocolError(
-          "the task's evaluate returns both 'correct' and 'error'; the protocol's error is "
-          "1 - the mean of 'correct': rename the task's 'error'"
+          f"the task's evaluate returns {list(metrics)}, among them 'error', the name the "
+          "protocol keeps for 1 - the mean of a per-example 'correct'; allowed: the task's "
+          "metric under another name"
       )
     # "error" is the protocol's own: 1 - the mean of "correct"
     choices = (["error"] if classifier else []) + [

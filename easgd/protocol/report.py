@@ -525,17 +525,26 @@ def write_report(workdir, group_by: str = "tau", results: dict | None = None) ->
     The results.
 
   Raises:
-    ProtocolError: no readable results.json (``results`` None).
+    ProtocolError: no readable results.json, or one that is not a protocol
+      run's results as written (``results`` None).
     OSError: a file cannot be written.
   """
   from easgd.protocol.runs import results_json
 
   workdir = Path(workdir)
   fresh = results is not None
-  if not fresh:
+  if fresh:
+    texts = {RESULTS_MD: results_markdown(results)}
+  else:
     results = load_results(workdir)
+    try:  # a file edited by hand or damaged: one line, nothing rewritten
+      texts = {RESULTS_MD: results_markdown(results)}
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+      raise ProtocolError(
+          f"'{workdir / RESULTS_JSON}' is not the results of a protocol run as written "
+          f"({type(e).__name__}: {e}); allowed: the results.json easgd protocol wrote"
+      ) from None
   workdir.mkdir(parents=True, exist_ok=True)
-  texts = {RESULTS_MD: results_markdown(results)}
   write_events(workdir, results)
   if fresh:
     texts[RESULTS_JSON] = results_json(results)

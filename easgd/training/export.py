@@ -9,7 +9,7 @@ import numpy as np
 
 from easgd.training import builtin_tasks, checkpoint
 from easgd.training.config import ConfigError
-from easgd._util.files import json_text, write_bytes_atomic, write_text_atomic
+from easgd._util.files import check_interrupt, json_text, write_bytes_atomic, write_text_atomic
 from easgd.training.rundir import check_task_record, ensure_writable_dir, saved_config
 from easgd.training.spmd import Run, with_validation
 from easgd.training.task import Task, fingerprint
@@ -67,6 +67,7 @@ def export_center(workdir, out_path, *, task: Task | None = None) -> Path:
         f"--out '{out_path}' is a directory; give a file name, e.g. "
         f"'{out_path / 'center.msgpack'}'"
     )
+  check_interrupt()  # a signal whose exception was swallowed: nothing written
   ensure_writable_dir(out_path.parent)
   ckpt = checkpoint.Checkpointer(workdir)
   try:
@@ -80,6 +81,7 @@ def export_center(workdir, out_path, *, task: Task | None = None) -> Path:
   def write_msgpack(path, tree):
     write_bytes_atomic(path, serialization.msgpack_serialize(jax.tree.map(np.asarray, tree)))
 
+  check_interrupt()
   write_msgpack(out_path, center)
   info = dict(
       **task.info,
