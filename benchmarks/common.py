@@ -117,7 +117,8 @@ def spread(all_s) -> str:
 def mlp_setup(hidden=(256, 256), input_shape=(28, 28, 1), num_classes=10, seed=0):
   """(model, params, loss_fn) of the trainer's MLP on Fashion-MNIST-shaped input."""
   import jax
-  from easgd.training import builtin_tasks, models
+  from easgd.settings import builtin_tasks
+  from easgd.tasks import models
 
   model = models.MLP(num_classes=num_classes, hidden=tuple(hidden))
   params = models.init_params(model, input_shape, jax.random.key(seed))

@@ -50,10 +50,11 @@ def main():
   import jax
 
   import common
-  from easgd.training import models, optimizers
+  from easgd.runtimes import optimizers
+  from easgd.tasks import models
   from easgd.methods import registry
   from easgd.parallel import workers
-  from easgd.training.config import TrainConfig
+  from easgd.settings.config import TrainConfig
 
   p, d, tau = args.workers, args.devices, args.tau
   _, params, loss_fn = common.mlp_setup(common.int_list(args.hidden))

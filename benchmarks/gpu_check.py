@@ -1,7 +1,7 @@
 """GPU check: the paper's CIFAR model, p EASGD workers vmapped on one GPU.
 
 Method. The 7-layer CIFAR-10 convnet of the paper's Section 5.1
-(``easgd.training.models.CifarNet``: conv5x5(64)-pool-conv5x5(128)-pool-conv3x3(64)-
+(``easgd.tasks.models.CifarNet``: conv5x5(64)-pool-conv5x5(128)-pool-conv3x3(64)-
 dense(256)-dropout-dense(10), 28x28x3 crops) on random 28x28x3 inputs, plain
 SGD, per-worker batch ``--batch`` B (paper: 128), on the FIRST device (a GPU
 when there is one). For each p in ``--workers``:
@@ -61,7 +61,8 @@ def main():
 
   import common
   from easgd.core import algorithms
-  from easgd.training import builtin_tasks, models
+  from easgd.settings import builtin_tasks
+  from easgd.tasks import models
   from easgd.parallel import workers
 
   lr, B, shape = 0.01, args.batch, (28, 28, 3)

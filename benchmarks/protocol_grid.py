@@ -50,7 +50,7 @@ import numpy as np
 
 from easgd import train_and_evaluate
 from easgd.protocol import runs as protocol
-from easgd.training.divergence import DivergenceError
+from easgd.runtimes.divergence import DivergenceError
 from easgd.protocol.config import load_protocol_file
 
 

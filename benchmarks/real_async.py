@@ -7,7 +7,7 @@ A. Time to a target test error with a straggler. MNIST-1D, the small 1-D CNN,
    and beta = 0.9, on --devices fake CPU devices. Candidates:
      async EASGD  the threads runtime (``easgd.runtimes.threads`` driven by
                   ``easgd.runtimes.driver``, what ``--runtime threads`` runs);
-     sync EASGD   the SPMD trainer's mapped step (``easgd.training.spmd.Run``);
+     sync EASGD   the SPMD trainer's mapped step (``easgd.runtimes.spmd.Run``);
      pmean SGD    likewise.
    Each runs with all workers at full speed, then with worker 3 slowed down
    --slowdown times: after each of its local steps it sleeps (slowdown - 1) *
@@ -118,7 +118,8 @@ def _center_error(run):
 def _sync_run(args, algorithm, delay):
   """(times, errors) of an SPMD run, evaluating every eval_every steps."""
   import jax
-  from easgd.training import batches, spmd
+  from easgd.runtimes import spmd
+  from easgd.tasks import batches
   from easgd.parallel import workers
 
   run = spmd.Run(_config(args, algorithm))
@@ -174,7 +175,7 @@ def _async_run(args, delays, measure=False):
   """(times, errors, exchanges, worker step seconds) of a threads-runtime run."""
   import jax
   from easgd.runtimes import driver as async_driver, threads as async_threads
-  from easgd.training import async_runs, spmd
+  from easgd.runtimes import async_runs, spmd
 
   run = spmd.Run(_config(args, "async_easgd", "threads"))
   error = _center_error(run)
@@ -297,8 +298,8 @@ def part_b(args):
   import common
   from easgd.asynchrony import log as async_log, simulation as asynchronous
   from easgd.runtimes import shared as async_shared
-  from easgd.training import async_runs, spmd
-  from easgd.training.optimizers import make_optimizer
+  from easgd.runtimes import async_runs, spmd
+  from easgd.runtimes.optimizers import make_optimizer
 
   print(
       f"# B. local step, one worker on one device: the threads runtime's "

@@ -63,7 +63,7 @@ def main():
 
   import common
   from easgd.core import algorithms
-  from easgd.training import models
+  from easgd.tasks import models
   from easgd.parallel import workers
 
   lr, B = 0.01, args.batch

@@ -123,7 +123,7 @@ def main():
       cands[f"{name}/pmap"] = library(f"{name}/pmap", algo, "pmap", scheduled=False)
   res = common.time_side_by_side(cands, args.steps, args.repeats, args.warmup)
 
-  from easgd.training import models
+  from easgd.tasks import models
 
   print(f"# step overhead  ({datetime.date.today()}; {common.machine()})")
   print(

@@ -5,7 +5,7 @@ so that they share the machine's load):
 
   Work: the 8 x 8 grid tau in {1, 2, 4, ..., 128} x alpha in {0.05, ..., 0.8}
   (the grid of paper_notes/figures/sweep_mnist1d), learning rate 0.2, 4 workers,
-  the MNIST-1D MLP of easgd.training.models (78,858 parameters), plain-SGD local steps on
+  the MNIST-1D MLP of easgd.tasks.models (78,858 parameters), plain-SGD local steps on
   batches of 32 per worker, --num-steps steps, then the center evaluated on the
   2,000 test signals. Every variant sees the same initial parameters and the
   same batches.
@@ -47,7 +47,7 @@ import jax.numpy as jnp
 import optax
 
 from easgd.core import algorithms
-from easgd.training import data, models
+from easgd.tasks import data, models
 from easgd._util import flags
 from easgd.sweeps import engine as sweep_engine, network as sweep_network
 from easgd._util.flags import option

@@ -28,27 +28,27 @@ face; docs/guides/architecture.md):
   easgd.runtimes.shared, async_threads, async_ray, async_driver
                     real asynchronous workers (runtime "threads" or "ray"): the
                     compiled rules, the center store and exchange log, the
-                    threads and Ray backends, the scheduler; easgd.training.async_runs
+                    threads and Ray backends, the scheduler; easgd.runtimes.async_runs
                     their executor of the training loop
-  easgd.training.task        Task: the one seam for a problem (model, loss, per-example
+  easgd.tasks.task        Task: the one seam for a problem (model, loss, per-example
                     evaluation, random-access data sources), load_task of an
-                    import path; easgd.training.builtin_tasks the built-in data
+                    import path; easgd.settings.builtin_tasks the built-in data
                     sets and models as tasks, classifier_task of a Flax model
-  easgd.training.trainer     train_and_evaluate(config, workdir): the one training loop
+  easgd.run.trainer     train_and_evaluate(config, workdir): the one training loop
                     (run directory, checkpoints, evaluation, metrics, summary) for
-                    every runtime, whose executor (easgd.training.executor) runs the
-                    steps: easgd.training.spmd (Run: data, model, compiled step and
-                    evaluation) or easgd.training.async_runs
-  easgd.training.divergence  DivergenceError, its messages, the stability warning
-  easgd.training.optimizers  the local optimizer, its schedule counted in epochs
-  easgd.training.rundir      the run directory: file names, workdir checks, set-aside of
+                    every runtime, whose executor (easgd.runtimes.executor) runs the
+                    steps: easgd.runtimes.spmd (Run: data, model, compiled step and
+                    evaluation) or easgd.runtimes.async_runs
+  easgd.runtimes.divergence  DivergenceError, its messages, the stability warning
+  easgd.runtimes.optimizers  the local optimizer, its schedule counted in epochs
+  easgd.run.rundir      the run directory: file names, workdir checks, set-aside of
                     an earlier run on overwrite, resume checks, metrics/summary
-  easgd.training.checkpoint  layout-free Orbax checkpoints (resume, export)
-  easgd.training.export      export_center: the center as a plain Flax parameter file
+  easgd.run.checkpoint  layout-free Orbax checkpoints (resume, export)
+  easgd.run.export      export_center: the center as a plain Flax parameter file
   easgd._util.files       the one atomic file writer (every layer may use it)
   easgd._util.progress    the training loops' progress: a bar on a terminal, one line
                     per epoch in a file, a pipe or a notebook
-  easgd.training.compare     several algorithms on one data budget, plot + table
+  easgd.run.compare     several algorithms on one data budget, plot + table
   easgd.analysis.stability   analysis: spectral radii, stable regions, ADMM (Section 4)
   easgd.sweeps.engine  many configurations of an algorithm's own step as one
                     compiled program (vmap over configurations, divergence flags)
@@ -61,9 +61,9 @@ face; docs/guides/architecture.md):
   easgd.sweeps.command       the ``easgd sweep`` command (run_sweep)
   easgd._util.flags       command-line flags from a dataclass's fields
   easgd._util.checks      the one vocabulary of input checks (one message form)
-  easgd.training.data        the data sets (MNIST-1D, Fashion-MNIST, digits, CIFAR-10)
-  easgd.training.batches     which examples each worker reads at each step; crops
-  easgd.training.models, easgd.training.config, easgd.cli
+  easgd.tasks.data        the data sets (MNIST-1D, Fashion-MNIST, digits, CIFAR-10)
+  easgd.tasks.batches     which examples each worker reads at each step; crops
+  easgd.tasks.models, easgd.settings.config, easgd.cli
 """
 
 from easgd._util import lazy_exports
@@ -78,8 +78,10 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "methods",
         "analysis",
         "parallel",
+        "tasks",
+        "settings",
         "runtimes",
-        "training",
+        "run",
         "sweeps",
         "protocol",
     ),
@@ -94,14 +96,14 @@ __all__, __getattr__, __dir__ = lazy_exports(
             "LayoutError make_layout map_workers map_step place_state split_workers "
             "merge_workers first_copy"
         ),
-        "easgd.training.config": "ConfigError TrainConfig",
-        "easgd.training.task": "Task TaskError load_task",
-        "easgd.training.builtin_tasks": "classifier_task",
-        "easgd.training.models": "param_bytes",
-        "easgd.training.trainer": "train_and_evaluate",
-        "easgd.training.divergence": "DivergenceError StabilityWarning",
-        "easgd.training.compare": "compare",
-        "easgd.training.export": "export_center",
+        "easgd.settings.config": "ConfigError TrainConfig",
+        "easgd.tasks.task": "Task TaskError load_task",
+        "easgd.settings.builtin_tasks": "classifier_task",
+        "easgd.tasks.models": "param_bytes",
+        "easgd.run.trainer": "train_and_evaluate",
+        "easgd.runtimes.divergence": "DivergenceError StabilityWarning",
+        "easgd.run.compare": "compare",
+        "easgd.run.export": "export_center",
         "easgd.protocol.config": "Arm ProtocolConfig log_grid",
         "easgd.protocol.runs": "run_protocol",
     },

@@ -1,6 +1,6 @@
 """Command line: ``easgd train``, ``compare``, ``export``, ``sweep`` and ``protocol``.
 
-Every :class:`~easgd.training.config.TrainConfig` field is a flag (``--num-workers 4``,
+Every :class:`~easgd.settings.config.TrainConfig` field is a flag (``--num-workers 4``,
 ``--tau 16``, ``--beta 0.9``, ``--lr-decay-epochs 10,15``; ``none`` for an
 optional value). ``--config FILE.py`` starts from that file's ``get_config()``
 (see ``experiments/``); flags override it. Bad input prints one line
@@ -72,7 +72,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
   """One flag per TrainConfig field (``easgd._util.flags``: help from the field's metadata)."""
-  from easgd.training.config import TrainConfig
+  from easgd.settings.config import TrainConfig
 
   group = flags.add_flags(
       parser,
@@ -91,7 +91,7 @@ def load_config_file(path) -> "TrainConfig":  # noqa: F821 (imported when called
     ConfigError: the file is missing, fails to load, or has no ``get_config``
       returning a TrainConfig (``easgd._util.flags.call_config_file``).
   """
-  from easgd.training.config import ConfigError, TrainConfig
+  from easgd.settings.config import ConfigError, TrainConfig
 
   return flags.call_config_file(path, "get_config", TrainConfig, "config file", ConfigError)
 
@@ -294,14 +294,14 @@ def _add_process_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _user_errors():
-  from easgd.training.config import ConfigError
-  from easgd.training.data import DataError
+  from easgd.settings.config import ConfigError
+  from easgd.tasks.data import DataError
   from easgd.parallel.distributed import DistributedError
   from easgd.core.elastic import HyperparameterError
-  from easgd.training.models import ModelError
+  from easgd.tasks.models import ModelError
   from easgd.parallel.workers import LayoutError
-  from easgd.training.checkpoint import CheckpointError
-  from easgd.training.task import TaskError
+  from easgd.run.checkpoint import CheckpointError
+  from easgd.tasks.task import TaskError
 
   return (
       ConfigError,
@@ -317,7 +317,7 @@ def _user_errors():
 
 def _run_errors():
   from easgd.runtimes.driver import WorkersLostError
-  from easgd.training.divergence import DivergenceError
+  from easgd.runtimes.divergence import DivergenceError
 
   return (DivergenceError, WorkersLostError)
 
@@ -328,7 +328,7 @@ def main(argv=None) -> int:
   Exit status: 0 done (also a real asynchronous run in which some workers
   failed: a line on stderr says so for each, the summary lists them); 2 bad
   input (also an item of a task's data that cannot be read, on every runtime), or a workdir another command
-  holds (``easgd.training.runlock``) (one line ``easgd: error: ...`` on stderr, before
+  holds (``easgd.run.runlock``) (one line ``easgd: error: ...`` on stderr, before
   anything is compiled); 1 a run that failed
   (divergence, or every worker of a real asynchronous run stopped); 3
   (``easgd.parallel.distributed.EXIT_PEER_LOST``) a multi-process run whose processes did
@@ -443,8 +443,8 @@ def _main(args, distributed) -> int:
 
 
 def _run(args) -> int:
-  from easgd.training.config import ConfigError, TrainConfig
-  from easgd.training.rundir import workdir_path
+  from easgd.settings.config import ConfigError, TrainConfig
+  from easgd.run.rundir import workdir_path
 
   workdir_path(args.workdir, "--workdir")  # every command, before anything else
   if args.command == "sweep":
@@ -454,7 +454,7 @@ def _run(args) -> int:
   if args.command == "protocol":
     return _run_protocol(args)
   if args.command == "export":
-    from easgd.training.export import export_center
+    from easgd.run.export import export_center
 
     print(f"wrote {export_center(args.workdir, args.out)}")
     return 0
@@ -485,14 +485,14 @@ def _run(args) -> int:
   if args.config:
     base = load_config_file(args.config)
   elif resume:
-    from easgd.training.rundir import saved_config
+    from easgd.run.rundir import saved_config
 
     base = saved_config(args.workdir)
   else:
     base = TrainConfig()
   config = base.replace(**overrides)  # train_and_evaluate / compare validate it
   if args.command == "train":
-    from easgd.training.trainer import train_and_evaluate
+    from easgd.run.trainer import train_and_evaluate
 
     summary = train_and_evaluate(
         config,
@@ -518,7 +518,7 @@ def _run(args) -> int:
         )
     )
     return 0
-  from easgd.training.compare import RESULTS_MD, compare
+  from easgd.run.compare import RESULTS_MD, compare
 
   compare(config, args.workdir, list(args.algorithms), overwrite=args.overwrite)
   print((Path(args.workdir) / RESULTS_MD).read_text(), end="")
@@ -527,9 +527,9 @@ def _run(args) -> int:
 
 
 def _run_protocol(args) -> int:
-  from easgd.training.config import ConfigError
+  from easgd.settings.config import ConfigError
   from easgd.protocol import report as protocol_report
-  from easgd.training import rundir, runlock
+  from easgd.run import rundir, runlock
   from easgd.protocol.config import load_protocol_file
 
   workdir = rundir.workdir_path(args.workdir, "--workdir")
@@ -600,9 +600,9 @@ def _with_task(config, args):
 def _check_protocol_workdir(workdir: Path, overwrite: bool) -> None:
   """Refuses a workdir with a protocol's results (unless ``overwrite``) or with a
   directory where a result file goes; the lock has created ``workdir``."""
-  from easgd.training.config import ConfigError
+  from easgd.settings.config import ConfigError
   from easgd.protocol import report as protocol_report
-  from easgd.training.tensorboard import PROTOCOL_RUNS
+  from easgd.run.tensorboard import PROTOCOL_RUNS
 
   if (workdir / protocol_report.RESULTS_JSON).exists() and not overwrite:
     raise ConfigError(

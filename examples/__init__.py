@@ -1,5 +1,5 @@
 """Examples of a user's own problem trained by easgd: a model and data the
-package does not ship, written as a :class:`easgd.training.task.Task` factory.
+package does not ship, written as a :class:`easgd.tasks.task.Task` factory.
 
 * ``examples.transformer_lm:make_task``: a small decoder-only Transformer
   language model on the bytes of a text file (windows from a

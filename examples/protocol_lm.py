@@ -30,7 +30,7 @@ from easgd.protocol.config import (
     ProtocolConfig,
     log_grid,
 )
-from easgd.training.config import TrainConfig
+from easgd.settings.config import TrainConfig
 
 TASK_ARGS = ("path=runs/data/gpl3.txt", "context=32", "d_model=32", "num_layers=1")
 ADAM_RATES = log_grid(3e-3, 3e-2, 3)  # base learning rates of Adam

@@ -28,7 +28,7 @@ from easgd.protocol.config import (
     ProtocolConfig,
     log_grid,
 )
-from easgd.training.config import TrainConfig
+from easgd.settings.config import TrainConfig
 
 TASK_ARGS = ("path=runs/data/digits.npz", "width=8", "blocks=2")
 SGD_RATES = log_grid(0.3, 3.0, 3)

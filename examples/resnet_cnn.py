@@ -2,7 +2,7 @@
 
 A user's own model and data (not the package's built-ins), written as one
 factory, :func:`make_task`, that follows the package's BatchNorm policy
-(``easgd.training.models``):
+(``easgd.tasks.models``):
 
 * training: every worker normalises with its own mini-batch's statistics
   (train mode; the ``batch_stats`` Flax returns are discarded, so no
@@ -12,7 +12,7 @@ factory, :func:`make_task`, that follows the package's BatchNorm policy
   ``center_state(params, batch, axis_name)`` recomputes them from the center
   itself: one train-mode pass with BatchNorm momentum 0 over the run's
   ``bn_stats_examples`` fixed training examples, the moments pooled across
-  workers over ``axis_name`` (``easgd.training.models.compute_batch_stats``,
+  workers over ``axis_name`` (``easgd.tasks.models.compute_batch_stats``,
   which clones the module with ``bn_momentum=0.0`` and ``bn_axis_name``:
   :class:`ResNet` has those two fields for it), and ``evaluate`` normalises
   with them.
@@ -55,8 +55,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from easgd.training import batches, models
-from easgd.training.task import Task, TaskError
+from easgd.tasks import batches, models
+from easgd.tasks.task import Task, TaskError
 
 KEYS = ("x_train", "y_train", "x_test", "y_test")
 
@@ -73,7 +73,7 @@ class ResNet(nn.Module):
   BatchNorm (over batch and spatial positions, per channel) uses the batch's
   statistics with ``train=True`` and ``batch_stats`` with ``train=False``;
   ``batch_norm``, ``bn_momentum`` and ``bn_axis_name`` are the fields through
-  which the package's :func:`easgd.training.models.compute_batch_stats`
+  which the package's :func:`easgd.tasks.models.compute_batch_stats`
   computes the center's exact statistics (pooled over a mapped axis).
 
   Attributes:
@@ -81,7 +81,7 @@ class ResNet(nn.Module):
     features: channels of each residual block (e.g. ``(16, 32, 64)``: 28x28
       -> 28, 14, 7 positions).
     batch_norm: True: declares BatchNorm to the package
-      (``easgd.training.models.has_batch_norm``).
+      (``easgd.tasks.models.has_batch_norm``).
     bn_momentum: running-average momentum, used only when a caller keeps
       ``batch_stats`` mutable in train mode (``compute_batch_stats`` sets 0).
     bn_axis_name: in train mode, moments averaged over this mapped axis

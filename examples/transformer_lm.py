@@ -4,7 +4,7 @@ A user's own problem, not one of the package's built-ins: the model (Flax
 linen), the data (fixed windows of a text file's bytes, served by a
 ``__len__``/``__getitem__`` class rather than NumPy arrays) and the metrics,
 all in one factory, :func:`make_task`. Every part of the package reads it
-through :class:`easgd.training.task.Task`.
+through :class:`easgd.tasks.task.Task`.
 
 Each example is one window of ``context + 1`` consecutive bytes ``w``
 (int32 ``[context + 1]``); the model reads ``w[:-1]`` and predicts ``w[1:]``
@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from easgd.training.task import Task, TaskError
+from easgd.tasks.task import Task, TaskError
 
 VOCAB = 256
 """Byte-level vocabulary: the 256 byte values."""
@@ -61,7 +61,7 @@ class TextWindows:
   Item ``i`` is ``tokens[i * stride : i * stride + window]`` as int32
   ``[window]``. An object with ``__len__`` and ``__getitem__`` only (no
   NumPy pytree), so the package reads it through
-  :class:`easgd.training.task.ItemSource`, one item at a time.
+  :class:`easgd.tasks.task.ItemSource`, one item at a time.
 
   Args:
     tokens: int ``[n]`` token ids.

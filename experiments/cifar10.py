@@ -25,15 +25,15 @@ One variant of the grid from the command line (flags override the file):
       --learning-rate 0.005 --num-workers 8 --global-batch-size 1024 --tau 16 \
       --workdir runs/cifar10/eamsgd_p8_tau16
 The whole grid from Python:
-  import runpy, easgd.training.trainer
+  import runpy, easgd.run.trainer
   grid = runpy.run_path("experiments/cifar10.py")["get_grid"]()
   for name, cfg in grid.items():
-      easgd.training.trainer.train_and_evaluate(cfg, f"runs/cifar10/{name}")
+      easgd.run.trainer.train_and_evaluate(cfg, f"runs/cifar10/{name}")
 """
 
 import os
 
-from easgd.training.config import TrainConfig
+from easgd.settings.config import TrainConfig
 from easgd.methods.registry import ALGORITHMS
 
 PER_WORKER_BATCH = 128  # examples per worker per step (paper)
@@ -93,7 +93,7 @@ def get_grid(
     tau; 36 entries by default.
 
   Raises:
-    easgd.training.config.ConfigError: an unknown algorithm or a bad p or tau.
+    easgd.settings.config.ConfigError: an unknown algorithm or a bad p or tau.
   """
   if algorithms is None:
     algorithms = [a for a in PAPER_ALGORITHMS if a in ALGORITHMS]

@@ -3,7 +3,7 @@
 The same as ``TrainConfig()``'s defaults: the README's first command runs it.
 """
 
-from easgd.training.config import TrainConfig
+from easgd.settings.config import TrainConfig
 
 
 def get_config() -> TrainConfig:

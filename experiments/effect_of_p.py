@@ -23,7 +23,7 @@ All of them:
       easgd.train_and_evaluate(cfg, f"runs/effect_of_p/{name}")
 """
 
-from easgd.training.config import TrainConfig
+from easgd.settings.config import TrainConfig
 
 NUM_WORKERS = (4, 8, 16)  # p (paper, CIFAR-10)
 PER_WORKER_BATCH = 32  # examples per worker per step

@@ -24,7 +24,7 @@ All of them:
       easgd.train_and_evaluate(cfg, f"runs/effect_of_tau/{name}")
 """
 
-from easgd.training.config import TrainConfig
+from easgd.settings.config import TrainConfig
 
 TAUS = (1, 4, 16, 64)  # communication periods, local steps (paper, p = 4)
 NUM_WORKERS = 4  # p

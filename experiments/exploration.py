@@ -11,7 +11,7 @@ Run one variant:
       --workdir runs/exploration/tau16_beta0.3
 """
 
-from easgd.training.config import TrainConfig
+from easgd.settings.config import TrainConfig
 
 TAUS = (1, 4, 16)  # communication periods, local steps
 BETAS = (0.1, 0.3, 0.9, 1.8)  # center moving rates; alpha = beta / p

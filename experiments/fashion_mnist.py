@@ -8,7 +8,7 @@ schedule over the run. Run:
     easgd compare --config experiments/fashion_mnist.py --workdir runs/fashion_mnist
 """
 
-from easgd.training.config import TrainConfig
+from easgd.settings.config import TrainConfig
 
 
 def get_config() -> TrainConfig:

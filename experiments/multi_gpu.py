@@ -6,7 +6,7 @@ notebook's full mode). ``get_grid()`` names every run of the notebook:
     easgd train --config experiments/multi_gpu.py --workdir runs/nb1_one_worker
 """
 
-from easgd.training.config import TrainConfig
+from easgd.settings.config import TrainConfig
 
 BATCH_PER_WORKER = 128  # examples per worker per step
 EPOCHS = 10  # passes over the training set

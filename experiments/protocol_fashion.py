@@ -30,7 +30,7 @@ files; 60000 training images, of which 5000 are held out for validation;
   paired comparisons of arms that share the seeds resolve less).
 """
 
-from easgd.training.config import TrainConfig
+from easgd.settings.config import TrainConfig
 from easgd.protocol.config import (
     Arm,
     GIGABIT_ETHERNET,

@@ -41,7 +41,7 @@ seeds_to_resolve(0.91, 1.0)`` is 8; paired comparisons of arms that share
 the seeds resolve less).
 """
 
-from easgd.training.config import TrainConfig
+from easgd.settings.config import TrainConfig
 from easgd.protocol.config import (
     Arm,
     GIGABIT_ETHERNET,

@@ -33,7 +33,7 @@ one p share the seeds, so their paired differences resolve less).
 beta = 0.9, so alpha = 0.9 / p.
 """
 
-from easgd.training.config import TrainConfig
+from easgd.settings.config import TrainConfig
 from easgd.protocol.config import (
     Arm,
     GIGABIT_ETHERNET,

@@ -4,7 +4,7 @@
         --workdir paper_notes/figures/protocol_seeds --group-by num_workers
 
 The question of notebook 01, with a controlled data order (every step's global
-batch is fixed by (seed, epoch, step): easgd.training.batches.worker_batch_indices) and
+batch is fixed by (seed, epoch, step): easgd.tasks.batches.worker_batch_indices) and
 intervals over seeds. MNIST-1D, the small CNN, 32 examples per worker per step,
 8 epochs for every p (equal samples: p = 1 takes 1744 steps, p = 2 872, p = 4
 432), 1000 of the 8000 training signals held out for validation.
@@ -26,7 +26,7 @@ at 95% (``easgd.protocol.stats.seeds_to_resolve(1.76, 1.2)`` is 18); arms share
 the seeds, so their paired differences resolve less.
 """
 
-from easgd.training.config import TrainConfig
+from easgd.settings.config import TrainConfig
 from easgd.protocol.config import (
     Arm,
     GIGABIT_ETHERNET,

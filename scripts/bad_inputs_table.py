@@ -40,15 +40,15 @@ CASES = [
     ("a task that does not import", ["--task", "nosuch.tasks:make_task"]),
     (
         "a task path that names no factory",
-        ["--task", "easgd.training.builtin_tasks:BUILTIN_FACTORY"],
+        ["--task", "easgd.settings.builtin_tasks:BUILTIN_FACTORY"],
     ),
     (
         "a task argument the factory does not take",
-        ["--task", "easgd.training.builtin_tasks:builtin_task", "--task-arg", "width=3"],
+        ["--task", "easgd.settings.builtin_tasks:builtin_task", "--task-arg", "width=3"],
     ),
     (
         "a built-in data setting beside a task",
-        ["--task", "easgd.training.builtin_tasks:builtin_task", "--model", "mlp"],
+        ["--task", "easgd.settings.builtin_tasks:builtin_task", "--model", "mlp"],
     ),
     ("learning rate not positive", ["--learning-rate", "0"]),
     ("momentum of 1", ["--optimizer", "nesterov", "--momentum", "1"]),
@@ -131,7 +131,7 @@ CASES = [
 # a hidden layer of WIDTH, item BAD unreadable.
 TASK_MODULE = """
 import flax.linen as nn, numpy as np, optax
-from easgd.training.task import Task
+from easgd.tasks.task import Task
 
 class Items:
   def __init__(self, x, y):

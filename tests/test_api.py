@@ -21,8 +21,10 @@ SUBPACKAGES = (
     "methods",
     "analysis",
     "parallel",
+    "tasks",
+    "settings",
     "runtimes",
-    "training",
+    "run",
     "sweeps",
     "protocol",
 )
@@ -53,12 +55,13 @@ def test_the_top_level_names_are_the_functions_they_name():
   import easgd
   from easgd.core import algorithms
   from easgd.protocol import runs
-  from easgd.training import compare, models, trainer
+  from easgd.run import compare, trainer
+  from easgd.tasks import models
 
   assert easgd.easgd is algorithms.easgd and easgd.core.easgd is algorithms.easgd
   assert easgd.train_and_evaluate is trainer.train_and_evaluate
-  assert easgd.param_bytes is models.param_bytes is easgd.training.param_bytes
-  assert easgd.compare is compare.compare  # easgd.training.compare is the module
+  assert easgd.param_bytes is models.param_bytes is easgd.tasks.param_bytes
+  assert easgd.compare is compare.compare  # easgd.run.compare is the module
   assert easgd.run_protocol is runs.run_protocol
   assert set(SUBPACKAGES) <= set(easgd.__all__) and "__version__" in easgd.__all__
 
@@ -133,13 +136,12 @@ def test_the_examples_use_only_public_names(where, source):
 
 def test_the_check_of_the_examples_finds_private_names():
   assert private_uses("from easgd.protocol.runs import run_protocol")
-  assert private_uses("from easgd.training import no_such_name")
-  assert private_uses("import easgd.training.models")
+  assert private_uses("from easgd.tasks import no_such_name")
+  assert private_uses("import easgd.tasks.models")
   assert private_uses("import easgd\neasgd.training.no_such_name(1)")
   assert private_uses("import easgd as e\ne.no_such_name")
   assert not private_uses(
-      "import easgd\nfrom easgd.training import models\n"
-      "easgd.training.param_bytes(models.init_params)"
+      "import easgd\nfrom easgd.tasks import models\n" "easgd.tasks.param_bytes(models.init_params)"
   )
 
 

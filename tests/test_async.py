@@ -17,9 +17,9 @@ import pytest
 
 from easgd.core import algorithms
 from easgd.asynchrony import log as async_log, schedule as async_schedule, simulation as asynchronous
-from easgd.training import trainer
+from easgd.run import trainer
 from easgd.parallel import workers
-from easgd.training.config import ConfigError, TrainConfig
+from easgd.settings.config import ConfigError, TrainConfig
 from easgd.core.elastic import HyperparameterError
 import linear_problem
 from testutil import STEP_KINDS

@@ -15,9 +15,9 @@ import optax
 import pytest
 
 from easgd.core import algorithms
-from easgd.training import checkpoint, rundir, trainer
+from easgd.run import checkpoint, rundir, trainer
 from easgd.parallel import workers
-from easgd.training.config import ConfigError, TrainConfig
+from easgd.settings.config import ConfigError, TrainConfig
 from testutil import STEP_KINDS, mlp_setup, random_batches
 
 

@@ -17,11 +17,12 @@ import numpy as np
 import pytest
 
 from easgd import cli
-from easgd.training import checkpoint, spmd, trainer
+from easgd.run import checkpoint, trainer
+from easgd.runtimes import spmd
 from easgd._util import files, flags
-from easgd.training.compare import RESULTS_JSON, RESULTS_MD, compare
-from easgd.training.config import MAX_REAL, ConfigError, TrainConfig
-from easgd.training.data import DataError
+from easgd.run.compare import RESULTS_JSON, RESULTS_MD, compare
+from easgd.settings.config import MAX_REAL, ConfigError, TrainConfig
+from easgd.tasks.data import DataError
 
 # digits: 1438 training images; global batch 64 -> 22 steps per epoch
 DIGITS = TrainConfig(
@@ -254,7 +255,7 @@ def test_a_step_decay_that_would_never_happen_or_repeat_is_refused(epochs, match
 
 
 def test_a_step_decay_rounded_onto_the_last_step_is_refused():
-  from easgd.training import optimizers
+  from easgd.runtimes import optimizers
 
   cfg = DIGITS.replace(num_epochs=3, lr_schedule="step", lr_decay_epochs=(2.99,)).validate()
   with pytest.raises(
@@ -313,7 +314,7 @@ def test_worker_speeds_are_shown_as_the_integers_typed(tmp_path, capsys):
 
 
 def test_a_data_dir_that_is_a_file_is_named_so(tmp_path):
-  from easgd.training import data
+  from easgd.tasks import data
 
   f = tmp_path / "afile"
   f.write_text("")
@@ -338,7 +339,7 @@ def test_resume_checks_that_the_workdir_can_be_written(tmp_path, monkeypatch):
   """Also as root (where permissions do not stop a write): the check is made."""
   trainer.train_and_evaluate(DIGITS, tmp_path / "run", stop_after_steps=4)
   checked = []
-  from easgd.training import rundir
+  from easgd.run import rundir
 
   real = rundir.ensure_writable_dir
   monkeypatch.setattr(rundir, "ensure_writable_dir", lambda p: checked.append(p.name) or real(p))

@@ -19,8 +19,8 @@ from easgd.core import algorithms
 from easgd.asynchrony import log as async_log, schedule as async_schedule
 from easgd.methods import baselines, registry
 from easgd.parallel import workers
-from easgd.training.compare import compare
-from easgd.training.config import TrainConfig
+from easgd.run.compare import compare
+from easgd.settings.config import TrainConfig
 from easgd.core.elastic import HyperparameterError
 import linear_problem
 from testutil import STEP_KINDS

@@ -13,10 +13,13 @@ import pytest
 from flax import serialization
 from numpy.lib.stride_tricks import sliding_window_view
 
-from easgd.training import batches, builtin_tasks, checkpoint, data, models, spmd, trainer
+from easgd.run import checkpoint, trainer
+from easgd.runtimes import spmd
+from easgd.settings import builtin_tasks
+from easgd.tasks import batches, data, models
 from easgd.parallel import workers
-from easgd.training.config import ConfigError, TrainConfig
-from easgd.training.export import export_center
+from easgd.settings.config import ConfigError, TrainConfig
+from easgd.run.export import export_center
 
 # digits (1438 training images, 8x8x1): 64 per step = 22 steps per epoch;
 # the statistics over 512 training images, 128 per worker.

@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 
 from easgd import cli
-from easgd.training import checkpoint, spmd, trainer
+from easgd.run import checkpoint, trainer
+from easgd.runtimes import spmd
 from easgd.sweeps.engine import CompileCounter
 from easgd.methods.registry import ALGORITHMS
-from easgd.training.config import ConfigError, TrainConfig
-from easgd.training.export import export_center
+from easgd.settings.config import ConfigError, TrainConfig
+from easgd.run.export import export_center
 from testutil import interrupt_once
 
 # digits, tiny MLP: 1438 training images / 64 = 22 steps per epoch, 2 epochs

@@ -15,8 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from easgd.training import batches, data, models, trainer
-from easgd.training.config import ConfigError, TrainConfig
+from easgd.run import trainer
+from easgd.tasks import batches, data, models
+from easgd.settings.config import ConfigError, TrainConfig
 
 TRAIN_PER_BATCH, NUM_TEST = 4, 3
 

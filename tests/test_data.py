@@ -1,4 +1,4 @@
-"""Tests for easgd.training.data: IDX reading, the dataset loaders, and the index layouts."""
+"""Tests for easgd.tasks.data: IDX reading, the dataset loaders, and the index layouts."""
 
 import gzip
 import os
@@ -8,7 +8,7 @@ import struct
 import numpy as np
 import pytest
 
-from easgd.training import batches, data
+from easgd.tasks import batches, data
 
 FASHION_DIR = data.DEFAULT_FASHION_MNIST_DIR
 

@@ -25,9 +25,10 @@ import jax
 import numpy as np
 import pytest
 
-from easgd.training import checkpoint, spmd, trainer
+from easgd.run import checkpoint, trainer
+from easgd.runtimes import spmd
 from easgd.parallel import distributed
-from easgd.training.config import TrainConfig
+from easgd.settings.config import TrainConfig
 
 pytestmark = pytest.mark.slow  # every test here starts processes
 

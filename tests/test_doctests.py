@@ -25,7 +25,7 @@ def modules_with_examples() -> list:
 
 def test_the_examples_are_found():
   # the modules known to hold examples are collected (the scan guards itself)
-  assert {"easgd.core.algorithms", "easgd.training.data", "easgd.protocol.stats"} <= set(
+  assert {"easgd.core.algorithms", "easgd.tasks.data", "easgd.protocol.stats"} <= set(
       modules_with_examples()
   )
 

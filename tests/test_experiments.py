@@ -12,7 +12,7 @@ import pytest
 
 from easgd.methods.registry import ALGORITHMS
 from easgd.cli import load_config_file
-from easgd.training.config import TrainConfig
+from easgd.settings.config import TrainConfig
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
 

@@ -13,7 +13,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from easgd.analysis import hessian
-from easgd.training import models
+from easgd.tasks import models
 from easgd.sweeps import network as sweep_network
 
 

@@ -29,7 +29,7 @@ assert not heavy, f"import {module} imported {{heavy}}"
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "module", ["easgd.training.config", "easgd._util.flags", "easgd.methods.registry"]
+    "module", ["easgd.settings.config", "easgd._util.flags", "easgd.methods.registry"]
 )
 def test_the_config_imports_no_numerical_stack(module):
   code = PROBE.format(root=str(ROOT), module=module, heavy=HEAVY)

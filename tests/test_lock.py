@@ -1,4 +1,4 @@
-"""One workdir, one command (easgd.training.runlock): a held workdir is refused at once, in
+"""One workdir, one command (easgd.run.runlock): a held workdir is refused at once, in
 one line naming its holder, before anything is built; a dead holder's lock is
 taken over with one notice; the lock's files are no part of a run.
 
@@ -23,15 +23,15 @@ import pytest
 
 from easgd import cli
 from easgd.protocol import runs as protocol
-from easgd.training import runlock, trainer
+from easgd.run import runlock, trainer
 from easgd.sweeps import command as sweep
-from easgd.training.config import TrainConfig
+from easgd.settings.config import TrainConfig
 from easgd.protocol.config import Arm, ProtocolConfig
-from easgd.training.runlock import HOLDER_FILE, LOCK_FILE, LOCK_FILES, WorkdirInUseError
+from easgd.run.runlock import HOLDER_FILE, LOCK_FILE, LOCK_FILES, WorkdirInUseError
 
 compare = importlib.import_module(
-    "easgd.training.compare"
-)  # the module (easgd.training.compare is its function)
+    "easgd.run.compare"
+)  # the module (easgd.run.compare is its function)
 ROOT = Path(__file__).resolve().parents[1]
 TINY = TrainConfig(
     dataset="digits",
@@ -158,7 +158,7 @@ PAUSED = """
 import sys, time
 from pathlib import Path
 from easgd import cli
-from easgd.training import rundir
+from easgd.run import rundir
 gate = Path(sys.argv[1])
 write = rundir.write_metrics
 def paused(workdir, history):  # after the first evaluation, wait for the gate
@@ -173,7 +173,7 @@ sys.exit(cli.main(sys.argv[2:]))
 """
 HOLD = """
 import sys
-from easgd.training import runlock
+from easgd.run import runlock
 with runlock.hold_workdir(sys.argv[1], "train"):
   print("held", flush=True)
   sys.stdin.readline()

@@ -137,9 +137,10 @@ def test_the_programs_the_trainer_runs_communicate_what_the_accounting_counts(
   the table at every p (per device = per worker: the vmapped workers' sum is
   formed before the cross-device all-reduce). A single worker has nothing to
   reduce: no all-reduce in its programs, none counted."""
-  from easgd.training import models, optimizers
+  from easgd.runtimes import optimizers
+  from easgd.tasks import models
   from easgd.methods import registry
-  from easgd.training.config import TrainConfig
+  from easgd.settings.config import TrainConfig
 
   params, loss_fn = mlp_setup()
   cfg, _ = TrainConfig(num_workers=num_workers, tau=TAU).for_algorithm(name)

@@ -29,10 +29,10 @@ import pytest
 
 from easgd.methods import registry
 from easgd.parallel import workers
-from easgd.training.config import ConfigError, TrainConfig
-from easgd.training.spmd import Run, SpmdExecutor
+from easgd.settings.config import ConfigError, TrainConfig
+from easgd.runtimes.spmd import Run, SpmdExecutor
 from easgd.core import algorithms, elastic
-from easgd.training import models
+from easgd.tasks import models
 from testutil import all_reduce_ops, collective_dtypes, max_abs_diff, mlp_setup, random_batches
 
 SYNCHRONOUS = ("easgd", "eamsgd", "local_sgd", "diloco", "pmean_sgd")
@@ -554,7 +554,8 @@ def test_workers_of_several_devices_over_several_processes_take_whole_rows():
 def test_a_task_whose_loss_is_not_a_mean_of_examples_is_refused_before_compiling():
   import dataclasses
 
-  from easgd.training import builtin_tasks, spmd
+  from easgd.runtimes import spmd
+  from easgd.settings import builtin_tasks
 
   config = TrainConfig(
       dataset="digits",

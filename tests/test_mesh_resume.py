@@ -1,11 +1,11 @@
 """Stop on one mesh shape, resume on another: checkpoints are layout-free.
 
 A checkpoint holds whole host arrays (every worker's state [p, ...], the
-shared state once; ``easgd.training.checkpoint``), never a device's shard, so
+shared state once; ``easgd.run.checkpoint``), never a device's shard, so
 a run stopped on a ("devices", "data") mesh of shape [p, D] resumes on
 another D: ``devices_per_worker`` (like ``num_devices`` and
 ``mapping_backend``) says where a worker runs, not what it computes, and is
-one of ``easgd.training.rundir.RESUMABLE_CHANGES``. The number of workers,
+one of ``easgd.run.rundir.RESUMABLE_CHANGES``. The number of workers,
 the batch and the algorithm's settings are what the run computes and must
 match.
 
@@ -31,9 +31,9 @@ import jax
 import numpy as np
 import pytest
 
-from easgd.training import checkpoint, trainer
-from easgd.training.config import ConfigError, TrainConfig
-from easgd.training.spmd import Run
+from easgd.run import checkpoint, trainer
+from easgd.settings.config import ConfigError, TrainConfig
+from easgd.runtimes.spmd import Run
 from testutil import max_abs_diff
 
 # 1438 digits training images / 64 = 22 steps per epoch

@@ -1,4 +1,4 @@
-"""Tests for easgd.training.models: output shapes, the model factory, and loss helpers."""
+"""Tests for easgd.tasks.models: output shapes, the model factory, and loss helpers."""
 
 import jax
 import jax.numpy as jnp
@@ -6,7 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from easgd.training import models
+from easgd.tasks import models
 
 SHAPES = [(28, 28, 1), (8, 8, 1), (40, 1)]
 

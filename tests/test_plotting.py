@@ -2,7 +2,7 @@
 
 import matplotlib.pyplot as plt
 
-from easgd.training.plotting import comparison_figure
+from easgd.run.plotting import comparison_figure
 
 
 def test_the_error_axes_span_the_start_and_the_lowest_error():

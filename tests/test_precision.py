@@ -16,10 +16,11 @@ import pytest
 
 
 from easgd.core import algorithms, elastic
-from easgd.training import models, trainer
+from easgd.run import trainer
+from easgd.tasks import models
 from easgd.methods import registry
 from easgd.parallel import workers
-from easgd.training.config import ConfigError, TrainConfig
+from easgd.settings.config import ConfigError, TrainConfig
 from linear_problem import loss_fn, make_data, params0
 
 
@@ -125,7 +126,7 @@ def test_a_bfloat16_training_run_has_a_float32_center(tmp_path):
   assert summary["communication"]["bytes"] == summary["communication"]["all_reduces"] * 2 * (
       summary["param_bytes"]
   )
-  from easgd.training import checkpoint
+  from easgd.run import checkpoint
 
   ckpt = checkpoint.Checkpointer(tmp_path)
   try:
@@ -138,8 +139,8 @@ def test_a_bfloat16_training_run_has_a_float32_center(tmp_path):
 
 
 def test_a_non_finite_bfloat16_parameter_is_caught_before_it_is_saved():
-  from easgd.training import spmd
-  from easgd.training.divergence import DivergenceError
+  from easgd.runtimes import spmd
+  from easgd.runtimes.divergence import DivergenceError
 
   config = TrainConfig(dataset="digits", model="mlp", param_dtype="bfloat16", num_epochs=1)
   run = spmd.Run(config)

@@ -3,8 +3,8 @@
 import io
 
 from easgd._util import progress
-from easgd.training.config import TrainConfig
-from easgd.training.trainer import train_and_evaluate
+from easgd.settings.config import TrainConfig
+from easgd.run.trainer import train_and_evaluate
 
 TINY = TrainConfig(
     dataset="digits",

@@ -12,9 +12,9 @@ import pytest
 from scipy import stats
 
 from easgd import TrainConfig, cli, train_and_evaluate
-from easgd.training import data
+from easgd.tasks import data
 from easgd.protocol import runs as protocol, report as protocol_report, stats as protocol_stats
-from easgd.training.config import ConfigError
+from easgd.settings.config import ConfigError
 from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError, log_grid, lr_grid_edges
 
 BASE = TrainConfig(

@@ -7,7 +7,7 @@ import pytest
 from easgd import TrainConfig
 from easgd.protocol import report as protocol_report, runs as protocol
 from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError
-from easgd.training.task import Task
+from easgd.tasks.task import Task
 
 H = 1.0
 """The curvature: plain gradient descent on 0.5 H (w - 1)^2 from w = 0 is at

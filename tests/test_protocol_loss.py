@@ -17,7 +17,7 @@ from tensorboard.compat.proto import event_pb2
 from easgd import TrainConfig, cli
 from easgd.protocol import report, runs as protocol, stats as protocol_stats
 from easgd.protocol.config import Arm, Network, ProtocolConfig, ProtocolError, load_protocol_file
-from easgd.training.task import Task
+from easgd.tasks.task import Task
 from testutil import regression_task
 
 PROTOCOL_FILE = """

@@ -123,7 +123,7 @@ def test_the_protocol_reports_modelled_times_on_a_two_level_network(tmp_path):
   every step, across at the slow one), and results.md names the links."""
   from easgd.protocol import report as protocol_report, runs
   from easgd.protocol.config import Arm, ProtocolConfig
-  from easgd.training.config import TrainConfig
+  from easgd.settings.config import TrainConfig
 
   nodes = TwoLevelNetwork("nodes of 2", Network("fast", 1e9, 1e-6), Network("slow", 1e7, 1e-4), 2)
   base = TrainConfig(

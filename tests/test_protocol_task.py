@@ -1,4 +1,4 @@
-"""The comparison protocol on a user's task (easgd.training.task.Task): data from
+"""The comparison protocol on a user's task (easgd.tasks.task.Task): data from
 NumPy arrays or a __getitem__ object give the same results, pytree batches, the
 tasks the protocol cannot run refused before anything compiles, and
 ``easgd protocol --task`` from the command line."""
@@ -111,7 +111,7 @@ def test_tasks_the_protocol_cannot_run_are_refused_before_anything_compiles(monk
 
 TASK_FILE = """
 import numpy as np, jax, jax.numpy as jnp, optax
-from easgd.training.task import Task
+from easgd.tasks.task import Task
 
 def make(n=640, classes=3, seed=0):
   rng = np.random.default_rng(seed)   # per-seed data: the protocol passes seed

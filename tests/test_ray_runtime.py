@@ -20,7 +20,8 @@ import pytest
 
 from easgd import cli
 from easgd.runtimes import ray_actors as async_ray, shared as async_shared
-from easgd.training import async_runs, checkpoint, spmd, trainer
+from easgd.run import checkpoint, trainer
+from easgd.runtimes import async_runs, spmd
 from test_real_async import P, TINY, assert_bitwise, replays_its_checkpoint, restore
 from testutil import interrupt_once
 

@@ -108,7 +108,7 @@ def test_the_protocol_fields_table_is_their_declarations():
 def test_the_task_guide_has_a_row_for_every_field_of_a_task():
   import dataclasses
 
-  from easgd.training.task import Task
+  from easgd.tasks.task import Task
 
   rows = re.findall(r"^\| ((?:`\w+`(?:, )?)+) \|", guide("task"), re.M)
   assert {n for row in rows for n in re.findall(r"`(\w+)`", row)} == {

@@ -30,9 +30,11 @@ import pytest
 from easgd import cli
 from easgd.runtimes import driver as async_driver, shared as async_shared, threads as async_threads
 from easgd.asynchrony import log as async_log, simulation as asynchronous
-from easgd.training import async_runs, batches, checkpoint, spmd, trainer
+from easgd.run import checkpoint, trainer
+from easgd.runtimes import async_runs, spmd
+from easgd.tasks import batches
 from easgd.methods import baselines
-from easgd.training.config import ConfigError, TrainConfig
+from easgd.settings.config import ConfigError, TrainConfig
 from testutil import interrupt_once, mlp_setup, random_batches
 
 KEY = jax.random.key(11)

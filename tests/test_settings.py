@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from easgd.core import algorithms, elastic
-from easgd.training import checkpoint, spmd, trainer
+from easgd.run import checkpoint, trainer
+from easgd.runtimes import spmd
 from easgd.methods import registry
-from easgd.training.compare import compare
-from easgd.training.config import ConfigError, TrainConfig
+from easgd.run.compare import compare
+from easgd.settings.config import ConfigError, TrainConfig
 from linear_problem import loss_fn, params0
 
 # digits: 1438 training images; global batch 64 -> 22 steps per epoch

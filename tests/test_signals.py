@@ -19,7 +19,7 @@ import pytest
 from easgd import cli
 from easgd._util import files
 from easgd.protocol import runs as protocol_runs
-from easgd.training import rundir
+from easgd.run import rundir
 
 SMALL = ["--dataset", "digits", "--model", "mlp", "--global-batch-size", "256", "--no-progress"]
 PROTOCOL = """\

@@ -22,7 +22,7 @@ from easgd.asynchrony import simulation as asynchronous
 from easgd.methods import baselines
 from easgd._util import flags
 from easgd.analysis import hessian, stability
-from easgd.training import models
+from easgd.tasks import models
 from easgd.sweeps import quadratic, command as sweep, engine as sweep_engine, network as sweep_network, report as sweep_report
 from easgd.sweeps.engine import CompileCounter
 from easgd.sweeps.grid import SweepGrid

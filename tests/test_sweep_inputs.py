@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from easgd import cli
-from easgd.training import data, models
+from easgd.tasks import data, models
 from easgd.sweeps import command as sweep, grid as sweep_grid, network as sweep_network
 from easgd.sweeps.engine import SweepError
 from easgd.sweeps.grid import SweepGrid

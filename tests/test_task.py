@@ -1,4 +1,4 @@
-"""The one seam for a problem (``easgd.training.task``): built-in and user tasks alike.
+"""The one seam for a problem (``easgd.tasks.task``): built-in and user tasks alike.
 
 A user's Task written by hand (its own loss, evaluation and initialisation around
 the package's MNIST-1D CNN and data) trains bit for bit as the built-in task of
@@ -18,9 +18,11 @@ import optax
 import pytest
 
 from easgd import cli
-from easgd.training import builtin_tasks, data, models, trainer
-from easgd.training.config import TrainConfig
-from easgd.training.task import ArraySource, ItemSource, Task, TaskError, load_task, take
+from easgd.run import trainer
+from easgd.settings import builtin_tasks
+from easgd.tasks import data, models
+from easgd.settings.config import TrainConfig
+from easgd.tasks.task import ArraySource, ItemSource, Task, TaskError, load_task, take
 
 MAIN = TrainConfig(num_epochs=1, progress=False)
 """The main job's config (``easgd compare``'s defaults: MNIST-1D, the CNN), one epoch."""
@@ -101,7 +103,7 @@ def test_numpy_arrays_and_a_getitem_source_give_identical_runs(tmp_path):
 
 TASK_FILE = textwrap.dedent("""
     import numpy as np, optax, jax.numpy as jnp, flax.linen as nn
-    from easgd.training.task import Task
+    from easgd.tasks.task import Task
 
     class Words:  # items of different lengths
       def __len__(self): return 64

@@ -23,9 +23,9 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 
 from easgd.protocol import runs as protocol
 from easgd.protocol.config import Arm, ProtocolConfig
-from easgd.training import checkpoint, tensorboard, trainer
-from easgd.training.compare import compare
-from easgd.training.config import TrainConfig
+from easgd.run import checkpoint, tensorboard, trainer
+from easgd.run.compare import compare
+from easgd.settings.config import TrainConfig
 from testutil import interrupt_once, linear_data, linear_task
 
 # digits, tiny MLP: 1438 training images / 64 = 22 steps per epoch

@@ -6,12 +6,15 @@ import jax
 import numpy as np
 import pytest
 
-from easgd.training import batches, builtin_tasks, checkpoint, data, models, optimizers, rundir
-from easgd.training import tensorboard, trainer
+from easgd.run import checkpoint, rundir
+from easgd.runtimes import optimizers
+from easgd.settings import builtin_tasks
+from easgd.tasks import batches, data, models
+from easgd.run import tensorboard, trainer
 from easgd.methods import registry
 from easgd.parallel import workers
-from easgd.training.compare import compare
-from easgd.training.config import ConfigError, TrainConfig
+from easgd.run.compare import compare
+from easgd.settings.config import ConfigError, TrainConfig
 
 TINY = TrainConfig(
     dataset="digits",

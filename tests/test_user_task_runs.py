@@ -43,9 +43,12 @@ from easgd.parallel import workers
 from easgd.runtimes import shared as async_shared
 from easgd.sweeps import command as sweep, network as sweep_network
 from easgd.sweeps.grid import SweepGrid
-from easgd.training import builtin_tasks, compare, data, models, spmd, trainer
-from easgd.training.config import ConfigError, TrainConfig
-from easgd.training.task import TaskError, load_task
+from easgd.run import compare, trainer
+from easgd.runtimes import spmd
+from easgd.settings import builtin_tasks
+from easgd.tasks import data, models
+from easgd.settings.config import ConfigError, TrainConfig
+from easgd.tasks.task import TaskError, load_task
 from testutil import regression_task
 
 TASK_MODULE = textwrap.dedent('''
@@ -55,7 +58,7 @@ TASK_MODULE = textwrap.dedent('''
     import numpy as np
     import optax
 
-    from easgd.training.task import Task
+    from easgd.tasks.task import Task
 
 
     class Net(nn.Module):
@@ -221,7 +224,7 @@ EDITABLE = textwrap.dedent('''
     import numpy as np
     import optax
 
-    from easgd.training.task import Task
+    from easgd.tasks.task import Task
 
     ROWS, SCALE, WIDTH = {rows}, {scale}, {width}
 
@@ -495,7 +498,8 @@ def test_threads_run_a_loss_only_task_stopped_resumed_and_replayed(tmp_path):
 
 
 def test_threads_read_the_spmd_trainers_batches_of_a_user_task(task_dir):
-  from easgd.training import async_runs, batches
+  from easgd.runtimes import async_runs
+  from easgd.tasks import batches
 
   run = spmd.Run(ASYNC)
   batch_fn = async_runs.make_batch_fn(run)

@@ -25,7 +25,7 @@ from easgd import TrainConfig, train_and_evaluate
 from easgd.core import algorithms, warmup
 from easgd.methods import registry
 from easgd.parallel import workers
-from easgd.training.config import ConfigError
+from easgd.settings.config import ConfigError
 from easgd.sweeps.engine import simulated_step, start_state
 from linear_problem import loss_fn, make_data, params0
 

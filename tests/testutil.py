@@ -21,9 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from easgd.training import models
+from easgd.tasks import models
 from easgd.parallel import workers
-from easgd.training.task import Task
+from easgd.tasks.task import Task
 
 STEP_KINDS = (workers.STEP_IN_KINDS, workers.STEP_OUT_KINDS)
 

@@ -1,6 +1,6 @@
 """The simulated schedule's option names, importable without JAX.
 
-The config (``easgd.training.config``) declares its fields' allowed values
+The config (``easgd.settings.config``) declares its fields' allowed values
 from these; ``easgd.asynchrony.schedule`` implements them.
 """
 

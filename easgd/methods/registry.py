@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # annotations only: the table is read without JAX (the config
 
 
 # The factories' modules, imported when a run builds its algorithm: the table
-# itself is read by the config (``easgd.training.config``), which imports no JAX.
+# itself is read by the config (``easgd.settings.config``), which imports no JAX.
 def _algorithms():
   from easgd.core import algorithms
 
@@ -530,9 +530,9 @@ def make_algorithm(
   """The algorithm ``config.algorithm`` with the local optimizer ``optimizer``.
 
   Args:
-    config: a validated :class:`~easgd.training.config.TrainConfig`.
+    config: a validated :class:`~easgd.settings.config.TrainConfig`.
     loss_fn: ``loss_fn(params, batch, key) -> scalar``.
-    optimizer: the local optimizer (``easgd.training.optimizers.make_optimizer``).
+    optimizer: the local optimizer (``easgd.runtimes.optimizers.make_optimizer``).
     num_steps: the run's total number of steps (local SGD and DiLoCo average
       at the last one); None for a run of unknown length.
 

@@ -1,6 +1,6 @@
 """The worker mappings' names, importable without JAX.
 
-The config (``easgd.training.config``, ``mapping_backend``) declares its
+The config (``easgd.settings.config``, ``mapping_backend``) declares its
 allowed values from these; ``easgd.parallel.workers`` implements them.
 """
 

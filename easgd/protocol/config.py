@@ -33,7 +33,7 @@ import numpy as np
 
 from easgd._util import checks
 from easgd.methods import registry
-from easgd.training.config import FLOAT32_TINY, MAX_REAL, ConfigError, TrainConfig
+from easgd.settings.config import FLOAT32_TINY, MAX_REAL, ConfigError, TrainConfig
 from easgd._util.flags import REQUIRED, call_config_file, option
 
 
@@ -546,7 +546,7 @@ class ProtocolConfig:
 
     Args:
       metrics: the names of the per-example metrics of the task's ``evaluate``
-        (``easgd.training.task.check_task``'s ``metrics``).
+        (``easgd.tasks.task.check_task``'s ``metrics``).
 
     Returns:
       A copy with those four fields set (none of them None).

@@ -31,14 +31,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from easgd.training import batches, builtin_tasks, data
+from easgd.settings import builtin_tasks
+from easgd.tasks import batches, data
 from easgd.core import elastic
 from easgd.methods import registry
-from easgd.training.config import ConfigError, TrainConfig
-from easgd.training.optimizers import make_optimizer
-from easgd.training.sources import ArraySource, take
-from easgd.training.spmd import bn_stats_indices
-from easgd.training.task import Task, TaskError, check_task, user_call
+from easgd.settings.config import ConfigError, TrainConfig
+from easgd.runtimes.optimizers import make_optimizer
+from easgd.tasks.sources import ArraySource, take
+from easgd.runtimes.spmd import bn_stats_indices
+from easgd.tasks.task import Task, TaskError, check_task, user_call
 from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError
 from easgd.sweeps.curves import make_curve_fn
 from easgd.sweeps.engine import CompileCounter
@@ -209,7 +210,7 @@ def check_task_kind(task: Task, base: TrainConfig) -> None:
     raise ProtocolError(
         f"task {name!r} has validation data of its own: the protocol tunes on "
         f"validation_examples={base.validation_examples} held out of the training data "
-        "(easgd.training.data.validation_split); allowed: a task without validation data"
+        "(easgd.tasks.data.validation_split); allowed: a task without validation data"
     )
 
 
@@ -226,7 +227,7 @@ def check_task_for(config: ProtocolConfig, task: Task) -> tuple[str, ...]:
     chosen metric, targets and networks by.
 
   Raises:
-    easgd.training.task.TaskError: as ``easgd.training.task.check_task``.
+    easgd.tasks.task.TaskError: as ``easgd.tasks.task.check_task``.
   """
   sizes = []
   for arm in config.arms:
@@ -278,15 +279,15 @@ class SeedData:
   """The data of some seeds' tasks, held in memory, stacked once per distinct data set.
 
   Each seed's task is ``task`` (a task built in code: the same data for every
-  seed) or ``easgd.training.builtin_tasks.task_of(base, seed=s)`` (the
+  seed) or ``easgd.settings.builtin_tasks.task_of(base, seed=s)`` (the
   config's import path, or the built-in data set and model; a factory that
   takes ``seed`` draws per-seed data, as MNIST-1D does). Each distinct data
   set's training and test sources are read whole into arrays
-  (``easgd.training.task.take`` of every index, so a ``__getitem__`` source
+  (``easgd.tasks.task.take`` of every index, so a ``__getitem__`` source
   gives the arrays its items stack to); seeds whose data are equal share one
   slot. ``slot[seed]`` is the seed's index into the stacked arrays; the
   training and validation indices are
-  :func:`easgd.training.data.validation_split`'s of the training set (the
+  :func:`easgd.tasks.data.validation_split`'s of the training set (the
   same for every seed: they depend on its size only), so the validation
   split is held out of the training data and never the test set. The
   validation and test examples have the task's ``eval_transform`` applied.
@@ -300,9 +301,9 @@ class SeedData:
 
   Raises:
     ProtocolError: a task the protocol cannot run (:func:`check_task_kind`).
-    easgd.training.task.TaskError: as ``task_of`` and ``take``, or seeds
+    easgd.tasks.task.TaskError: as ``task_of`` and ``take``, or seeds
       whose data differ in structure, shapes or dtypes.
-    ConfigError, easgd.training.data.DataError: as ``task_of``.
+    ConfigError, easgd.tasks.data.DataError: as ``task_of``.
   """
 
   def __init__(self, base: TrainConfig, seeds, task: Task | None = None):
@@ -435,7 +436,7 @@ def make_eval(task: Task, splits):
     ``{split}_count`` (float32 scalars) for each split. A task with a
     ``center_state`` (BatchNorm) is evaluated with the state of ``params``
     over the configuration's ``bn_idx`` training examples (the trainer's,
-    ``easgd.training.spmd.bn_stats_indices``, all at once: the pooled
+    ``easgd.runtimes.spmd.bn_stats_indices``, all at once: the pooled
     statistics of the workers' equal shards), recomputed at every chunk.
   """
   splits = (splits,) if isinstance(splits, str) else tuple(splits)

@@ -52,7 +52,7 @@ from easgd.protocol.config import (
     reported_metrics,
 )
 from easgd.protocol.stats import format_interval
-from easgd.training import tensorboard
+from easgd.run import tensorboard
 
 RESULTS_MD = "results.md"
 CURVES_PNG = "curves.png"
@@ -561,7 +561,7 @@ def write_events(workdir, results: dict[str, Any]) -> None:
   """The protocol's curves as TensorBoard runs in ``workdir``: ``report/<arm>/seed_<s>``
   and ``tune/<arm>/lr_<rate>/seed_<s>``, each with the curves its results hold
   (a classifier's errors and losses; else the losses and the chosen metric's),
-  by ``easgd.training.tensorboard.write_protocol_events``."""
+  by ``easgd.run.tensorboard.write_protocol_events``."""
   tensorboard.write_protocol_events(workdir, results)
 
 

@@ -39,9 +39,9 @@ the fields that kept them apart.
 Every run is the run ``easgd train`` makes of the arm's config with that rate
 and seed, up to float32 rounding: the same initial parameters and step key (``split(key(seed))``),
 the same data set (MNIST-1D is generated from the seed), the same training
-examples (the validation split removed, ``easgd.training.data.validation_split``),
-the same data order (``easgd.training.batches.worker_batch_indices``, epochs 1, 2, ...),
-the same local optimizer and schedule (``easgd.training.optimizers``), the same
+examples (the validation split removed, ``easgd.tasks.data.validation_split``),
+the same data order (``easgd.tasks.batches.worker_batch_indices``, epochs 1, 2, ...),
+the same local optimizer and schedule (``easgd.runtimes.optimizers``), the same
 algorithm (``easgd.methods.registry``); ``tests/test_protocol.py`` checks the
 per-configuration equality with ``train_and_evaluate``. With one configuration
 per call (``configs_per_batch=1``) the program computes what the trainer
@@ -87,7 +87,9 @@ import optax
 
 from easgd.parallel import workers
 from easgd._util import checks
-from easgd.training import builtin_tasks, models, runlock
+from easgd.run import runlock
+from easgd.settings import builtin_tasks
+from easgd.tasks import models
 from easgd.protocol import report as protocol_report, stats as protocol_stats
 from easgd.methods import registry
 from easgd.core import elastic
@@ -100,9 +102,9 @@ from easgd.protocol.config import (
     reported_metrics,
     to_dict,
 )
-from easgd.training.config import ConfigError
-from easgd.training.sources import take
-from easgd.training.task import Task, TaskError
+from easgd.settings.config import ConfigError
+from easgd.tasks.sources import take
+from easgd.tasks.task import Task, TaskError
 
 # The arms' runs, the seeds' data and one program, re-exported (``runs.prepare`` etc.).
 from easgd.protocol.programs import (
@@ -187,9 +189,9 @@ def run_protocol(
 ) -> dict[str, Any]:
   """Tunes, chooses and reruns every arm of ``config``; returns (and writes) the results.
 
-  The problem is an ``easgd.training.task.Task``: ``task`` (built in code,
+  The problem is an ``easgd.tasks.task.Task``: ``task`` (built in code,
   the same data for every seed) or, per seed s,
-  ``easgd.training.builtin_tasks.task_of(config.base, seed=s)`` (the base's
+  ``easgd.settings.builtin_tasks.task_of(config.base, seed=s)`` (the base's
   ``task`` import path with ``task_args``, or its built-in data set and
   model; a factory that takes ``seed`` draws per-seed data). The data of the
   seeds are read whole and held in memory (:class:`SeedData`); the rates are
@@ -210,7 +212,7 @@ def run_protocol(
       protocol`` uses too (``easgd.protocol.report.write_report``:
       ``results.json``, ``results.md``, ``curves.png`` and the TensorBoard
       runs of ``report/`` and ``tune/``); its lock is held for the whole run
-      (``easgd.training.runlock``).
+      (``easgd.run.runlock``).
     log: called with one line per program (progress).
     task: a task built in code, or None for the one ``config.base`` names;
       its ``factory`` and ``factory_args`` are recorded in the results'
@@ -235,11 +237,11 @@ def run_protocol(
       use (``ProtocolConfig.for_task``: a ``select_metric`` it does not
       give; ``targets`` or ``networks`` without a per-example ``"correct"``);
       before anything compiles, and a workdir the protocol created is removed.
-    easgd.training.task.TaskError: ``task`` not a Task, a factory or data
+    easgd.tasks.task.TaskError: ``task`` not a Task, a factory or data
       that cannot be used, seeds whose data differ in shapes
-      (``easgd.training.task.check_task``; before anything compiles).
-    easgd.training.runlock.WorkdirInUseError: another command holds ``workdir``.
-    easgd.training.data.DataError: missing data files.
+      (``easgd.tasks.task.check_task``; before anything compiles).
+    easgd.run.runlock.WorkdirInUseError: another command holds ``workdir``.
+    easgd.tasks.data.DataError: missing data files.
   """
   config = config.validate()
   checks.choice("group_by", group_by, protocol_report.GROUP_BY, error=ProtocolError)
@@ -255,7 +257,7 @@ def run_protocol(
   if workdir is None:
     return _run_protocol(config, None, log, task, group_by)
   # the lock first (a held workdir stops the protocol before it reads anything);
-  # a refusal below leaves no workdir it created (easgd.training.runlock)
+  # a refusal below leaves no workdir it created (easgd.run.runlock)
   with runlock.hold_workdir(workdir, "protocol"):
     return _run_protocol(config, workdir, log, task, group_by)
 

@@ -1,15 +1,26 @@
-"""Real asynchronous workers: the shared programs and center, the driver, threads, Ray.
+"""Where a run's steps execute: the SPMD program and real asynchronous workers.
 
-Public: the driver and its backends (``Driver``, ``ThreadBackend``,
-``RayBackend``), the errors and faults, the center store and the run's log;
-the modules ``shared``, ``driver``, ``threads``, ``ray_actors`` for the rest.
+Public: the executors' contract (``Executor``, ``Snapshot``), the driver and its
+backends (``Driver``, ``ThreadBackend``, ``RayBackend``), the errors and faults,
+the center store and the run's log, the local optimizer and the divergence
+errors; the modules for the rest.
 """
 
 from easgd._util import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(
     __name__,
-    modules=("shared", "driver", "threads", "ray_actors"),
+    modules=(
+        "shared",
+        "driver",
+        "threads",
+        "ray_actors",
+        "optimizers",
+        "divergence",
+        "executor",
+        "spmd",
+        "async_runs",
+    ),
     names={
         "easgd.runtimes.shared": (
             "AsyncSetup CenterStore InjectedFault replay_run write_log read_log"
@@ -17,5 +28,8 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "easgd.runtimes.driver": "Driver Backend Fault WorkerLost WorkersLostError",
         "easgd.runtimes.threads": "ThreadBackend",
         "easgd.runtimes.ray_actors": "RayBackend",
+        "easgd.runtimes.optimizers": "make_optimizer make_schedule",
+        "easgd.runtimes.executor": "Executor Snapshot",
+        "easgd.runtimes.divergence": "DivergenceError StabilityWarning",
     },
 )

@@ -12,7 +12,7 @@ exchange is one call from the worker to the center (message and reply as
 host arrays).
 
 Every actor builds its own copy of the run from a picklable ``factory()``
-returning an ``easgd.runtimes.shared.AsyncSetup`` (``easgd.training.async_runs``
+returning an ``easgd.runtimes.shared.AsyncSetup`` (``easgd.runtimes.async_runs``
 passes the config), so nothing but states, messages and replies crosses the
 network. On one machine :func:`connect` starts a local Ray instance
 (``ray.init()``); give an address to join a running cluster, on whose nodes

@@ -78,7 +78,7 @@ class AsyncSetup(NamedTuple):
     key: the run's base key; the step's key is
       ``easgd.asynchrony.log.local_key(key, worker, clock)``.
     user_errors: the exception types that are the user's fault (their data
-      or task, e.g. ``easgd.training.task.TaskError``): raised by a worker's
+      or task, e.g. ``easgd.tasks.task.TaskError``): raised by a worker's
       step, one stops the run as :class:`UserFault` instead of counting as
       the worker's (machine) fault.
   """

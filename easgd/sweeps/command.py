@@ -33,10 +33,10 @@ from pathlib import Path
 import jax
 
 from easgd._util import flags
-from easgd.training import rundir, runlock
+from easgd.run import rundir, runlock
 from easgd.sweeps import quadratic, network as sweep_network, report as sweep_report
 from easgd._util.files import json_text, write_text_atomic
-from easgd.training.config import ConfigError
+from easgd.settings.config import ConfigError
 from easgd.sweeps.config import SweepConfig
 from easgd.sweeps.grid import SweepResult
 
@@ -65,8 +65,8 @@ def run_sweep(
   (:meth:`SweepConfig.validate`), the network's data set and model or its
   task (built here, once), sizes and memory
   (``easgd.sweeps.network.check_network``), then the workdir
-  (``easgd.training.rundir.ensure_writable_dir``; no earlier sweep unless
-  ``overwrite``), whose lock is held from then on (``easgd.training.runlock``: one
+  (``easgd.run.rundir.ensure_writable_dir``; no earlier sweep unless
+  ``overwrite``), whose lock is held from then on (``easgd.run.runlock``: one
   command per workdir). The sweep then writes into ``workdir/.sweep-new``, and only
   once every part has finished are its files moved in: an earlier sweep's
   files (``sweep_config.json``, ``sweep.csv``, ``sweep.json``, heatmaps,
@@ -78,13 +78,13 @@ def run_sweep(
   sweep back (:func:`_recover`).
 
   Raises:
-    SweepError, easgd.training.data.DataError, easgd.training.models.ModelError: invalid
+    SweepError, easgd.tasks.data.DataError, easgd.tasks.models.ModelError: invalid
       config, or one the data set or model cannot run (before anything is
-      compiled). easgd.training.task.TaskError: a task that does not import,
+      compiled). easgd.tasks.task.TaskError: a task that does not import,
       build or fit the sweep (before anything is compiled).
-      easgd.training.config.ConfigError: workdir is blank, a file, cannot
+      easgd.settings.config.ConfigError: workdir is blank, a file, cannot
       be written, or holds a sweep and not ``overwrite``.
-      easgd.training.runlock.WorkdirInUseError: another command holds ``workdir``.
+      easgd.run.runlock.WorkdirInUseError: another command holds ``workdir``.
   """
   config = config.validate()
   setup = None

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from easgd._util import checks, flags
 from easgd._util.flags import option
-from easgd.training import data
-from easgd.training.task import TaskError, parse_task_args
+from easgd.tasks import data
+from easgd.tasks.task import TaskError, parse_task_args
 
 if TYPE_CHECKING:
   from easgd.sweeps.grid import SweepGrid
@@ -160,9 +160,9 @@ class SweepConfig:
         than num_steps, a quadratic sweep above the memory limit
         (``easgd.sweeps.quadratic.check_quadratic``), or a setting the chosen
         problem does not read (:meth:`unread_fields`); the message names
-        the field, its value and what is allowed. easgd.training.data.DataError,
-        easgd.training.models.ModelError: unknown data set or model.
-        easgd.training.task.TaskError: malformed task_args, or task_args
+        the field, its value and what is allowed. easgd.tasks.data.DataError,
+        easgd.tasks.models.ModelError: unknown data set or model.
+        easgd.tasks.task.TaskError: malformed task_args, or task_args
         without a task (the task itself is built by ``check_network``).
     """
     from easgd.sweeps import network as sweep_network, quadratic
@@ -223,7 +223,7 @@ def _task_args(task, task_args) -> tuple[str, ...]:
 
   Raises:
     SweepError: task not None or a string, task_args not a tuple or list of strings.
-    easgd.training.task.TaskError: a malformed entry, a key given twice, or
+    easgd.tasks.task.TaskError: a malformed entry, a key given twice, or
       arguments without a task.
   """
   from easgd.sweeps.engine import SweepError

@@ -2,10 +2,10 @@
 
 The sweep engine (``easgd.sweeps.engine``) takes a problem as arguments: a loss,
 the batches of every step, a start and an evaluation. This module builds them
-from an ``easgd.training.task.Task`` (``init``, ``loss``, ``evaluate`` and its
+from an ``easgd.tasks.task.Task`` (``init``, ``loss``, ``evaluate`` and its
 training and test data): a user's task, or the built-in one of a Flax
-classifier of ``easgd.training.models`` on a data set of
-``easgd.training.data`` (``easgd.training.builtin_tasks``), which is why it
+classifier of ``easgd.tasks.models`` on a data set of
+``easgd.tasks.data`` (``easgd.settings.builtin_tasks``), which is why it
 sits above both the analysis and the training modules; and the curvature h of
 the theory columns, the largest Hessian eigenvalue of the mean evaluation
 loss on training examples (``easgd.analysis.hessian``):
@@ -37,8 +37,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from easgd.core import algorithms
-from easgd.training import batches, builtin_tasks, data, models
-from easgd.training.task import (
+from easgd.settings import builtin_tasks
+from easgd.tasks import batches, data, models
+from easgd.tasks.task import (
     Task,
     TaskError,
     check_task,
@@ -98,7 +99,7 @@ def task_fns(task: Task):
 
 @functools.lru_cache(maxsize=16)
 def _classifier_fns(model):
-  """(loss, evaluate) of a Flax classifier (``easgd.training.builtin_tasks``); one
+  """(loss, evaluate) of a Flax classifier (``easgd.settings.builtin_tasks``); one
   pair of function objects per model, so its compiled programs are reused."""
   return builtin_tasks.make_loss_fn(model), builtin_tasks.make_classifier_eval(model)
 
@@ -107,7 +108,7 @@ def network_fns(model):
   """(loss_fn, eval_fn) of a Flax classifier for ``easgd.sweeps.engine.make_sweep_fn``.
 
   :func:`task_fns` of its built-in task: ``loss_fn(params, (x, y), key)`` is
-  the mean cross-entropy of a batch (``easgd.training.builtin_tasks.make_loss_fn``);
+  the mean cross-entropy of a batch (``easgd.settings.builtin_tasks.make_loss_fn``);
   ``eval_fn(center, (x, y))`` gives the center's mean cross-entropy
   ``center_loss`` and ``test_accuracy`` on (x, y).
   """
@@ -138,8 +139,8 @@ def network_batches(
 ):
   """The training batches of every step, as the trainer draws them.
 
-  Epoch e (1-based, as ``easgd.training.trainer``) uses
-  ``easgd.training.batches.worker_batch_indices(N, p, B, seed, e)``; steps run on across
+  Epoch e (1-based, as ``easgd.run.trainer``) uses
+  ``easgd.tasks.batches.worker_batch_indices(N, p, B, seed, e)``; steps run on across
   epochs until ``num_steps``.
 
   Returns:
@@ -155,10 +156,10 @@ def task_batches(
   """The training batches of every step of a task, as the trainer draws them.
 
   Step t of epoch e = t // steps_per_epoch + 1 reads the rows
-  ``easgd.training.batches.worker_batch_indices(N, p, B, seed, e)`` of the
+  ``easgd.tasks.batches.worker_batch_indices(N, p, B, seed, e)`` of the
   task's training data (``take``), and with ``task.augment`` the augmented
   global batch (its generator ``batches.crop_rng(seed, e, t)``, as
-  ``easgd.training.spmd.global_batch``); steps run on across epochs until
+  ``easgd.runtimes.spmd.global_batch``); steps run on across epochs until
   ``num_steps``.
 
   Returns:
@@ -228,7 +229,7 @@ def hessian_curvature(
   """Largest Hessian eigenvalue of the mean cross-entropy on (x, y) at params.
 
   :func:`task_curvature` of the model's built-in evaluation (per-example
-  cross-entropy in eval mode, ``easgd.training.builtin_tasks.make_classifier_eval``).
+  cross-entropy in eval mode, ``easgd.settings.builtin_tasks.make_classifier_eval``).
 
   Args:
     model: a Flax classifier (``model.apply({"params": ...}, x, train=False)``).
@@ -268,11 +269,10 @@ def _best_center(outputs: dict[int, dict]) -> tuple[int, int] | None:
 
 
 SWEEP_MODELS = tuple(m for m in models.MODELS if m not in models.BATCH_NORM_MODELS)
-"""The ``easgd.training.models.MODELS`` the sweep runs (it keeps no BatchNorm statistics)."""
+"""The ``easgd.tasks.models.MODELS`` the sweep runs (it keeps no BatchNorm statistics)."""
 _BATCH_NORM = (
     "model {!r} has BatchNorm, which the sweep does not support (it keeps "
-    "no BatchNorm statistics; train it with easgd.training.trainer); allowed: "
-    + ", ".join(SWEEP_MODELS)
+    "no BatchNorm statistics; train it with easgd.run.trainer); allowed: " + ", ".join(SWEEP_MODELS)
 )
 
 
@@ -280,7 +280,7 @@ def check_model_name(name) -> str:
   """``name`` if it is one of :data:`SWEEP_MODELS`.
 
   Raises:
-    easgd.training.models.ModelError: an unknown model, or one with BatchNorm.
+    easgd.tasks.models.ModelError: an unknown model, or one with BatchNorm.
   """
   checks.choice("model", name, models.MODELS, error=models.ModelError)
   if name in models.BATCH_NORM_MODELS:
@@ -294,7 +294,7 @@ class NetworkSetup:
 
   Attributes:
     task: the task swept (a user's, or the built-in classifier's on its data
-      set, ``easgd.training.builtin_tasks.classifier_task``).
+      set, ``easgd.settings.builtin_tasks.classifier_task``).
     model: the built-in problem's Flax module; None for a user's task.
     model_name: its name (``"mlp"``, or the module's class name); None for a
       user's task.
@@ -344,7 +344,7 @@ def resolve_task(task, task_args=(), *, seed: int = 0) -> Task | None:
 
   Args:
     task: None (the built-in problem), a ``Task``, or ``"package.module:factory"``
-      (``easgd.training.task.load_task``, the working directory searched first).
+      (``easgd.tasks.task.load_task``, the working directory searched first).
     task_args: the factory's ``"key=value"`` arguments (``--task-arg``); only
       with an import path.
     seed: the sweep's seed, passed to a factory that takes ``seed``.
@@ -353,7 +353,7 @@ def resolve_task(task, task_args=(), *, seed: int = 0) -> Task | None:
     The task, or None.
 
   Raises:
-    easgd.training.task.TaskError: a task that does not import or build,
+    easgd.tasks.task.TaskError: a task that does not import or build,
       malformed arguments, arguments without an import path, or a value that
       is neither.
   """
@@ -426,7 +426,7 @@ def check_network(
   load, the model must be known, without BatchNorm and able to take the data
   set's inputs (its parameters are built abstractly, ``jax.eval_shape``). A
   task: it must build, have no ``center_state`` (BatchNorm), and its data and
-  functions must fit the sweep (``easgd.training.task.check_task`` with the
+  functions must fit the sweep (``easgd.tasks.task.check_task`` with the
   largest num_workers, the batch size and the whole test set: abstract
   evaluation only). Both: one step's global batch (largest num_workers x
   per_worker_batch_size) and the Hessian's examples must fit in the training
@@ -447,10 +447,10 @@ def check_network(
     SweepError: num_steps, a tau above it, per_worker_batch_size or
       hessian_examples out of range (the message names the data's size),
       the memory estimate above the limit, or dataset, model or data_dir set
-      beside a task. easgd.training.data.DataError: unknown data set, or its
-      files are missing or damaged. easgd.training.models.ModelError:
+      beside a task. easgd.tasks.data.DataError: unknown data set, or its
+      files are missing or damaged. easgd.tasks.models.ModelError:
       unknown model, a BatchNorm model, or one that cannot take the data
-      set's inputs. easgd.training.task.TaskError: a task that does not
+      set's inputs. easgd.tasks.task.TaskError: a task that does not
       build, has a center_state, or does not fit the sweep.
   """
   num_steps = check_num_steps(grid, num_steps)
@@ -594,15 +594,15 @@ def sweep_network(
     grid: the configurations (validated here).
     num_steps: local steps per worker, an integer in [1, 2**31 - 1], at least
       every tau of the grid.
-    dataset: an ``easgd.training.data.DATASETS`` name (the built-in problem).
-    model: one of :data:`SWEEP_MODELS` (``easgd.training.models.make_model``) or a Flax
+    dataset: an ``easgd.tasks.data.DATASETS`` name (the built-in problem).
+    model: one of :data:`SWEEP_MODELS` (``easgd.tasks.models.make_model``) or a Flax
       module without BatchNorm (the built-in problem).
     per_worker_batch_size: examples per worker per step; num_workers x it
       must fit in the training set.
     seed: data-order and initialisation seed, in [0, 2**32 - 1] (as the
       trainer: init key and step key are ``split(key(seed))``).
     divergence_factor: see ``easgd.sweeps.quadratic.sweep_quadratic``.
-    data_dir: Fashion-MNIST or CIFAR-10 directory (``easgd.training.data.load_dataset``).
+    data_dir: Fashion-MNIST or CIFAR-10 directory (``easgd.tasks.data.load_dataset``).
     hessian_iterations, hessian_tol, hessian_examples: budget of
       Hessian-vector products (an integer >= 0; 0 skips the estimate),
       relative residual tolerance (a finite real > 0) and number of training
@@ -610,7 +610,7 @@ def sweep_network(
       :data:`HESSIAN_EXAMPLES`, or the whole training set if smaller).
     hessian_at_trained: also estimate h at the best final center (a bool).
     task: the problem instead of ``dataset`` and ``model`` (which then keep
-      their defaults): an ``easgd.training.task.Task`` without
+      their defaults): an ``easgd.tasks.task.Task`` without
       ``center_state``, or its import path ``"package.module:factory"``
       (:func:`resolve_task`); recorded in ``info["task"]``
       (``Task.describe``). Its ``augment`` is applied to every step's global
@@ -622,9 +622,9 @@ def sweep_network(
 
   Raises:
     SweepError: invalid grid or settings, sizes that do not fit the data set,
-      a sweep above the memory limit. easgd.training.data.DataError,
-      easgd.training.models.ModelError: unknown or unloadable data set, unknown or
-      incompatible model. easgd.training.task.TaskError: a task that does not
+      a sweep above the memory limit. easgd.tasks.data.DataError,
+      easgd.tasks.models.ModelError: unknown or unloadable data set, unknown or
+      incompatible model. easgd.tasks.task.TaskError: a task that does not
       build or fit. All from :func:`check_network` or the checks before it,
       before any Hessian estimate or compilation.
 

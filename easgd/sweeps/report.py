@@ -1,7 +1,7 @@
 """The report of a sweep: files, the theory's contour and the heatmaps.
 
   :func:`write_result`    ``sweep.csv``, ``sweep.json`` and the heatmaps.
-  :func:`plot_result`     one heatmap PNG per metric (``easgd.training.plotting``),
+  :func:`plot_result`     one heatmap PNG per metric (``easgd.run.plotting``),
                           the theory's stability boundary (radius = 1) drawn
                           over it.
   :func:`theory_contour`  that boundary's radius on the heatmap's cells.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from easgd.training import plotting
+from easgd.run import plotting
 from easgd.analysis import stability
 from easgd._util.files import json_text, write_text_atomic
 from easgd.analysis.hessian import certified_curvature

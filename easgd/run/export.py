@@ -7,12 +7,13 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from easgd.training import builtin_tasks, checkpoint
-from easgd.training.config import ConfigError
+from easgd.run import checkpoint
+from easgd.settings import builtin_tasks
+from easgd.settings.config import ConfigError
 from easgd._util.files import check_interrupt, json_text, write_bytes_atomic, write_text_atomic
-from easgd.training.rundir import check_task_record, ensure_writable_dir, saved_config
-from easgd.training.spmd import Run, with_validation
-from easgd.training.task import Task, fingerprint
+from easgd.run.rundir import check_task_record, ensure_writable_dir, saved_config
+from easgd.runtimes.spmd import Run, with_validation
+from easgd.tasks.task import Task, fingerprint
 
 
 def export_center(workdir, out_path, *, task: Task | None = None) -> Path:
@@ -36,7 +37,7 @@ def export_center(workdir, out_path, *, task: Task | None = None) -> Path:
   Every file is replaced atomically (``easgd._util.files``).
 
   Args:
-    workdir: the run directory (``easgd.training.rundir``).
+    workdir: the run directory (``easgd.run.rundir``).
     out_path: the parameter file to write, e.g. ``center.msgpack`` (its
       directory is created).
     task: the run's task when it was built in code (None: the one its
@@ -48,11 +49,11 @@ def export_center(workdir, out_path, *, task: Task | None = None) -> Path:
   Raises:
     ConfigError: no run or no checkpoint in ``workdir``, ``out_path`` is a
       directory, or its directory cannot be written; a task that differs from
-      the one the run recorded (``easgd.training.rundir.check_task_record``:
+      the one the run recorded (``easgd.run.rundir.check_task_record``:
       parameter shapes, data sizes, a digest of the data), before anything is
       written.
-    easgd.training.checkpoint.CheckpointError: the latest checkpoint is unreadable.
-    easgd.training.task.TaskError: the task does not build.
+    easgd.run.checkpoint.CheckpointError: the latest checkpoint is unreadable.
+    easgd.tasks.task.TaskError: the task does not build.
   """
   from flax import serialization
 

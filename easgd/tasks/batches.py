@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from easgd._util import checks
-from easgd.training.data import DataError
+from easgd.tasks.data import DataError
 
 MAX_SEED = 2**32 - 1
 """The largest seed (NumPy's and Python's generators take [0, 2**32))."""

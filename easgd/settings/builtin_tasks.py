@@ -1,15 +1,15 @@
 """The built-in data sets and models as tasks, and the task of a config.
 
 :func:`classifier_task` turns any Flax classifier (``__call__(x, train)`` ->
-logits) and ``(x, y)`` arrays or sources into a :class:`~easgd.training.task.Task`:
+logits) and ``(x, y)`` arrays or sources into a :class:`~easgd.tasks.task.Task`:
 the mean cross-entropy as the loss, per-example cross-entropy and correctness
 as the evaluation, and for a model with BatchNorm (``models.has_batch_norm``)
 the package's BatchNorm policy (each worker's mini-batch statistics in
 training; the center's statistics recomputed from the center,
 ``models.compute_batch_stats``, for evaluation). :func:`builtin_task` is the
-built-in data sets (``easgd.training.data``) and models
-(``easgd.training.models``) through it; :func:`task_of` the task a
-:class:`~easgd.training.config.TrainConfig` names (``config.task``, an import
+built-in data sets (``easgd.tasks.data``) and models
+(``easgd.tasks.models``) through it; :func:`task_of` the task a
+:class:`~easgd.settings.config.TrainConfig` names (``config.task``, an import
 path, or the built-in one of ``dataset`` and ``model``).
 """
 
@@ -21,15 +21,15 @@ from typing import Any
 
 import numpy as np
 
-from easgd.training import batches, data, models
-from easgd.training.config import ConfigError, TrainConfig
-from easgd.training.sources import as_source
-from easgd.training.task import Task, TaskError, load_task, parse_task_args
+from easgd.tasks import batches, data, models
+from easgd.settings.config import ConfigError, TrainConfig
+from easgd.tasks.sources import as_source
+from easgd.tasks.task import Task, TaskError, load_task, parse_task_args
 
 _BN_DEFAULT = TrainConfig.__dataclass_fields__["bn_stats_examples"].default
 
 
-BUILTIN_FACTORY = "easgd.training.builtin_tasks:builtin_task"
+BUILTIN_FACTORY = "easgd.settings.builtin_tasks:builtin_task"
 """The factory of the built-in tasks (a config names them by dataset and model)."""
 
 
@@ -49,7 +49,7 @@ def make_loss_fn(model):
   Models with BatchNorm (``models.has_batch_norm``) normalise with the
   mini-batch's own statistics; the updated ``batch_stats`` that Flax returns are
   discarded, so no BatchNorm state is trained, exchanged or checkpointed (the
-  policy of ``easgd.training.models``; the center's statistics:
+  policy of ``easgd.tasks.models``; the center's statistics:
   ``Task.center_state``).
 
   Args:
@@ -129,16 +129,16 @@ def classifier_task(
       example's, cropped with ``crop_size``).
     validation: optional held-out ``(x, y)``.
     crop_size: random crops of this side for training (fixed by seed, epoch
-      and step, ``easgd.training.batches.random_crop``), centre crops for
+      and step, ``easgd.tasks.batches.random_crop``), centre crops for
       evaluation; None: whole inputs.
     info: recorded in ``summary.json``.
-    split_from_seed: as :class:`~easgd.training.task.Task`.
+    split_from_seed: as :class:`~easgd.tasks.task.Task`.
 
   Returns:
     The task.
 
   Raises:
-    TaskError: as :class:`~easgd.training.task.Task`.
+    TaskError: as :class:`~easgd.tasks.task.Task`.
   """
   train = as_source(train, f"task {name!r}: train")
   shape = tuple(input_shape) if input_shape is not None else None
@@ -193,11 +193,11 @@ def builtin_task(
     compute_dtype: str = "float32",
     seed: int = 0,
 ) -> Task:
-  """A built-in data set (``easgd.training.data``) and model (``easgd.training.models``).
+  """A built-in data set (``easgd.tasks.data``) and model (``easgd.tasks.models``).
 
   Args:
-    dataset: one of ``easgd.training.data.DATASETS``.
-    model: one of ``easgd.training.models.MODELS``.
+    dataset: one of ``easgd.tasks.data.DATASETS``.
+    model: one of ``easgd.tasks.models.MODELS``.
     data_dir: Fashion-MNIST's or CIFAR-10's directory (``load_dataset``).
     crop_size: random training crops and centre evaluation crops (images).
     param_dtype, compute_dtype: the model's dtypes.
@@ -207,7 +207,7 @@ def builtin_task(
     The task (``info``: dataset, model, num_classes, input_shape).
 
   Raises:
-    easgd.training.data.DataError, easgd.training.models.ModelError: bad input.
+    easgd.tasks.data.DataError, easgd.tasks.models.ModelError: bad input.
   """
   ds = data.load_dataset(dataset, data_dir=data_dir, seed=seed)
   net = models.make_model(
@@ -272,7 +272,7 @@ def task_of(config, task: Task | None = None, *, seed: int | None = None) -> Tas
 
   Raises:
     TaskError: ``task`` not a Task, or another import path than ``config.task``.
-    easgd.training.config.ConfigError: built-in fields set beside a task.
+    easgd.settings.config.ConfigError: built-in fields set beside a task.
   """
   seed = config.seed if seed is None else seed
   if task is not None:

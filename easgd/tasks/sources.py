@@ -1,4 +1,4 @@
-"""Random-access data sources: what a task's data may be (``easgd.training.task``).
+"""Random-access data sources: what a task's data may be (``easgd.tasks.task``).
 
 A source has ``__len__`` and ``take(indices)``: the examples at integer
 indices of any shape, stacked (leaves ``[*indices.shape, ...]``). NumPy arrays
@@ -9,7 +9,7 @@ Face ``datasets.Dataset`` in NumPy format) an :class:`ItemSource`, whose
 ``take`` reads the items one by one and stacks them into exactly the arrays
 that indexing arrays of the same rows gives; :class:`Subset` is the examples
 of a source at given indices (the held-out validation part). Which rows a
-worker reads at each step is ``easgd.training.batches``'.
+worker reads at each step is ``easgd.tasks.batches``'.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class TaskError(ValueError):
   """A task, its factory or its data cannot be used; one line naming what and why.
 
   Raised for data here (a source that is not arrays, an unreadable item) and
-  for the task itself in ``easgd.training.task``, which exports it."""
+  for the task itself in ``easgd.tasks.task``, which exports it."""
 
 
 def _first_line(e: BaseException) -> str:

@@ -4,7 +4,7 @@ A run directory (``workdir``) holds, each file replaced atomically
 (``easgd._util.files``), so an interrupted run never leaves a half-written file:
   ``config.json``     the config the run was started with (:func:`saved_config`);
   ``task.json``       what the run's task was at its start
-                      (``easgd.training.task.fingerprint``: parameter shapes,
+                      (``easgd.tasks.task.fingerprint``: parameter shapes,
                       data sizes, a digest of a few items), which a resume
                       and an export check the task they rebuild against
                       (:func:`check_task_record`); a run without it (written
@@ -21,7 +21,7 @@ A run directory (``workdir``) holds, each file replaced atomically
                       steps the center lags the workers
                       (``center_lag_steps``), wall time; real asynchronous
                       runs also the clocks, exchanges and faults of the
-                      checkpoint it describes (``easgd.training.async_runs``);
+                      checkpoint it describes (``easgd.runtimes.async_runs``);
                       ``wall_time_s``: the whole run in seconds, from the
                       start of training (data loaded, model built) to the
                       summary, compilation, evaluations and checkpoints
@@ -38,19 +38,19 @@ A run directory (``workdir``) holds, each file replaced atomically
                       fields ``EXCHANGE_RECORD``; real runs:
                       ``easgd.runtimes.shared``), so that an independent
                       reference can replay the run;
-  ``checkpoints/``    the layout-free Orbax checkpoints (``easgd.training.checkpoint``);
+  ``checkpoints/``    the layout-free Orbax checkpoints (``easgd.run.checkpoint``);
   ``events.out.tfevents.<n>.easgd``  the records of ``metrics.jsonl`` as
                       TensorBoard events and the config as hyperparameters,
                       one file per invocation, appended at each record
-                      (``easgd.training.tensorboard``), so the run shows in
+                      (``easgd.run.tensorboard``), so the run shows in
                       TensorBoard under the directory's own name;
   ``previous_run/``   with overwrite only: the earlier run, kept until the new
                       one has written its summary (:func:`set_aside_previous_run`);
   ``.easgd.lock``, ``.easgd.lock.json``  while a command runs in it: its lock
-                      and holder (``easgd.training.runlock``), never part of the run.
+                      and holder (``easgd.run.runlock``), never part of the run.
 
 Everything here runs before anything is compiled (the checks) or between the
-trainer's steps (the writers); the training loop itself is ``easgd.training.trainer``.
+trainer's steps (the writers); the training loop itself is ``easgd.run.trainer``.
 """
 
 from __future__ import annotations
@@ -62,17 +62,17 @@ from pathlib import Path
 from typing import Any
 
 from easgd._util import checks
-from easgd.training import checkpoint, tensorboard
+from easgd.run import checkpoint, tensorboard
 from easgd.parallel import distributed
-from easgd.training.config import ConfigError, TrainConfig
-from easgd.training.task import fingerprint_differences
+from easgd.settings.config import ConfigError, TrainConfig
+from easgd.tasks.task import fingerprint_differences
 from easgd._util.files import json_text, write_text_atomic
 
 METRICS_FILE = "metrics.jsonl"
 EXCHANGES_FILE = "exchanges.jsonl"  # asynchronous algorithms: the realised exchanges
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "config.json"
-TASK_FILE = "task.json"  # the task's fingerprint (easgd.training.task.fingerprint)
+TASK_FILE = "task.json"  # the task's fingerprint (easgd.tasks.task.fingerprint)
 RUN_FILES = (METRICS_FILE, SUMMARY_FILE, CONFIG_FILE, EXCHANGES_FILE, TASK_FILE)
 PREVIOUS_RUN_DIR = "previous_run"
 
@@ -170,7 +170,7 @@ def saved_config(workdir) -> TrainConfig:
     workdir: the run directory.
 
   Returns:
-    The saved :class:`~easgd.training.config.TrainConfig` (not validated).
+    The saved :class:`~easgd.settings.config.TrainConfig` (not validated).
 
   Raises:
     ConfigError: there is no run in ``workdir``, or its config is unreadable.
@@ -230,7 +230,7 @@ def check_start(
       writable, and if it has a checkpoint its whole evaluation history must be
       readable (:func:`read_history`).
     task_record: the fingerprint of the task the run is given
-      (``easgd.training.task.fingerprint``); None: not checked.
+      (``easgd.tasks.task.fingerprint``); None: not checked.
 
   Raises:
     ConfigError: ``overwrite`` or ``resume`` not a bool, or both true; from
@@ -265,12 +265,12 @@ def check_task_record(workdir, task_record: dict[str, Any], action: str) -> None
   Args:
     workdir: the run directory.
     task_record: the fingerprint of the task rebuilt now
-      (``easgd.training.task.fingerprint``).
+      (``easgd.tasks.task.fingerprint``).
     action: what would go on with it, for the message ("resume", "export").
 
   Raises:
     ConfigError: the recorded ``task.json`` is unreadable, or differs (one
-      line naming each difference, ``easgd.training.task.fingerprint_differences``).
+      line naming each difference, ``easgd.tasks.task.fingerprint_differences``).
       A run that recorded none (written before the package recorded it)
       passes: there is nothing to compare.
   """
@@ -322,7 +322,7 @@ def move_aside(workdir: Path, entries, finished: Path) -> None:
   """Moves ``entries`` (files and directories of ``workdir``) to ``workdir/previous_run``.
 
   The one set-aside of an overwrite (runs: :func:`set_aside_previous_run`;
-  comparisons: ``easgd.training.compare``). If ``previous_run`` is already
+  comparisons: ``easgd.run.compare``). If ``previous_run`` is already
   there and ``finished`` (the file a finished run or comparison writes last)
   is not, an earlier overwrite failed: ``previous_run`` still holds the last
   finished one, so it is kept and ``entries`` (the failed attempt's) are
@@ -367,10 +367,10 @@ def open_run(
     workdir: the run directory, checked by :func:`check_start`.
     resume: go on from the run in ``workdir`` (nothing is set aside).
     task_record: the fingerprint of the run's task
-      (``easgd.training.task.fingerprint``); None: none is written.
+      (``easgd.tasks.task.fingerprint``); None: none is written.
 
   Returns:
-    The run's :class:`~easgd.training.checkpoint.Checkpointer` (the caller closes it).
+    The run's :class:`~easgd.run.checkpoint.Checkpointer` (the caller closes it).
   """
   workdir.mkdir(parents=True, exist_ok=True)
   ckpt = checkpoint.Checkpointer(workdir, config.keep_checkpoints)
@@ -414,7 +414,7 @@ def read_history(workdir: Path, up_to_step: int | None = None) -> list[dict[str,
   Returns:
     The evaluation records, in the file's order, the first of step 0, each
     with ``test_loss`` and the test metrics the task's evaluation gives
-    (``easgd.training.spmd.split_means``), all numbers. A
+    (``easgd.runtimes.spmd.split_means``), all numbers. A
     value written as ``null`` (not finite, e.g. a diverged run's loss, or not
     measured, e.g. step 0's training loss: ``easgd._util.files.json_text``) is None.
 

@@ -1,7 +1,7 @@
 """One workdir, one command: an OS lock held on the workdir for the whole run.
 
 ``easgd train``, ``compare``, ``protocol`` and ``sweep`` (and their library
-entry points ``easgd.training.trainer.train_and_evaluate``, ``easgd.training.compare.compare``,
+entry points ``easgd.run.trainer.train_and_evaluate``, ``easgd.run.compare.compare``,
 ``easgd.protocol.runs.run_protocol``, ``easgd.sweeps.command.run_sweep``) hold an exclusive
 ``flock`` on ``workdir/.easgd.lock`` (:data:`LOCK_FILE`) from before their
 workdir checks until they return, so two commands started together on one
@@ -10,7 +10,7 @@ with :class:`WorkdirInUseError` (one line naming the holder; exit status 2 on
 the command line). Who holds it (pid, host, command line, start time) is in
 ``workdir/.easgd.lock.json`` (:data:`HOLDER_FILE`, written atomically by
 ``easgd._util.files``); both files are removed when the command ends, and neither
-counts as a run's files (``easgd.training.rundir.RUN_FILES``).
+counts as a run's files (``easgd.run.rundir.RUN_FILES``).
 
 The OS drops the lock of a process that dies (SIGKILL, a crash, a lost
 machine); its holder file stays, and the next command takes the lock over with
@@ -41,8 +41,8 @@ try:
 except ImportError:  # not POSIX: no flock
   fcntl = None
 
-from easgd.training import rundir
-from easgd.training.config import ConfigError
+from easgd.run import rundir
+from easgd.settings.config import ConfigError
 from easgd._util.files import write_text_atomic
 
 LOCK_FILE = ".easgd.lock"  # the file flock holds (empty)

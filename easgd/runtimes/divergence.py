@@ -1,8 +1,8 @@
 """Divergence: the error a run stops with, its message, and the stability warning.
 
-Every runtime's run (``easgd.training.trainer``) checks before each checkpoint
+Every runtime's run (``easgd.run.trainer``) checks before each checkpoint
 that the losses and the state are finite and, at each evaluation, that the
-evaluated losses are (``easgd.training.spmd.Run.check_finite``,
+evaluated losses are (``easgd.runtimes.spmd.Run.check_finite``,
 ``check_finite_record``); a failed check raises :class:`DivergenceError` with
 a message built here (:func:`divergence_message`), which names what diverged
 and, for synchronous EASGD, the quadratic model's stability bound
@@ -12,7 +12,7 @@ and, for synchronous EASGD, the quadratic model's stability bound
 from __future__ import annotations
 
 from easgd.methods import registry
-from easgd.training.config import TrainConfig
+from easgd.settings.config import TrainConfig
 
 
 class DivergenceError(RuntimeError):

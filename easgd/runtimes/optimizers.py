@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import optax
 
-from easgd.training.config import TrainConfig
+from easgd.settings.config import TrainConfig
 
 
 def make_schedule(config: TrainConfig, steps_per_epoch: int, learning_rate=None) -> optax.Schedule:

@@ -1,12 +1,12 @@
 """The contract between the one training loop and a runtime: :class:`Executor`.
 
-``easgd.training.trainer.train_and_evaluate`` owns the run directory (lock,
+``easgd.run.trainer.train_and_evaluate`` owns the run directory (lock,
 checks, resume), the checkpoint layout, the evaluation, the metrics, the
 summary and the divergence checks. A runtime supplies only how steps are
 executed, as an :class:`Executor`:
 
-  ``easgd.training.spmd.SpmdExecutor``        runtime "spmd": one mapped program;
-  ``easgd.training.async_runs.AsyncExecutor`` runtimes "threads" and "ray":
+  ``easgd.runtimes.spmd.SpmdExecutor``        runtime "spmd": one mapped program;
+  ``easgd.runtimes.async_runs.AsyncExecutor`` runtimes "threads" and "ray":
                                                real asynchronous workers.
 
 The loop asks for the state at each boundary (an epoch end, a checkpoint, the
@@ -28,7 +28,7 @@ class Snapshot(NamedTuple):
 
   Attributes:
     step: global steps done (a step: one mini-batch per worker).
-    state: the checkpoint dict (``easgd.training.checkpoint``'s tree; at the
+    state: the checkpoint dict (``easgd.run.checkpoint``'s tree; at the
       start of a new run only ``worker`` and ``shared``).
     losses: float32 [k, num_workers], the per-step worker losses of steps
       ``step - k .. step - 1`` not yet evaluated (SPMD); [0, num_workers]

@@ -1,17 +1,17 @@
 """The SPMD runtime: the run's pieces and the one mapped program that steps them.
 
-:class:`Run` builds the task (``easgd.training.task``: the model and its data;
-``easgd.training.builtin_tasks.task_of``), the local optimizer (schedule
+:class:`Run` builds the task (``easgd.tasks.task``: the model and its data;
+``easgd.settings.builtin_tasks.task_of``), the local optimizer (schedule
 counted in epochs) and the algorithm from a
-:class:`~easgd.training.config.TrainConfig`, and compiles one mapped step and
+:class:`~easgd.settings.config.TrainConfig`, and compiles one mapped step and
 one mapped evaluation. The evaluation takes the CENTER on every test example
 exactly once (the task's per-example metrics, summed), and records the mean worker
 training loss, the distance of each worker to the center (and its mean) and
 the communication so far; every runtime evaluates with it.
 
 :class:`SpmdExecutor` is the runtime "spmd" of the one training loop
-(``easgd.training.trainer.train_and_evaluate``, the contract in
-``easgd.training.executor``): every step is one call of ``Run.step_fn`` on
+(``easgd.run.trainer.train_and_evaluate``, the contract in
+``easgd.runtimes.executor``): every step is one call of ``Run.step_fn`` on
 all workers, the losses read one step late.
 """
 
@@ -27,14 +27,15 @@ from jax import lax
 
 from easgd._util.files import check_interrupt
 from easgd.core import algorithms, elastic
-from easgd.training import batches, builtin_tasks, data, models
+from easgd.settings import builtin_tasks
+from easgd.tasks import batches, data, models
 from easgd.parallel import workers
 from easgd.methods import registry
-from easgd.training.config import ConfigError, TrainConfig
-from easgd.training.divergence import DivergenceError, divergence_message
-from easgd.training.executor import Snapshot
-from easgd.training.optimizers import make_optimizer, make_schedule
-from easgd.training.task import Subset, Task, check_task, take, user_call
+from easgd.settings.config import ConfigError, TrainConfig
+from easgd.runtimes.divergence import DivergenceError, divergence_message
+from easgd.runtimes.executor import Snapshot
+from easgd.runtimes.optimizers import make_optimizer, make_schedule
+from easgd.tasks.task import Subset, Task, check_task, take, user_call
 from easgd.parallel.workers import WORKER_AXES
 
 
@@ -135,12 +136,12 @@ def bn_stats_indices(
 def with_validation(task: Task, num_held_out: int) -> Task:
   """``task`` with ``num_held_out`` training examples held out as its validation data.
 
-  The held-out examples are ``easgd.training.data.validation_split``'s (a
+  The held-out examples are ``easgd.tasks.data.validation_split``'s (a
   seeded choice fixed by the training set's size alone); 0 keeps ``task``.
 
   Raises:
     ConfigError: the task has validation data of its own.
-    easgd.training.data.DataError: as ``validation_split``.
+    easgd.tasks.data.DataError: as ``validation_split``.
   """
   if not num_held_out:
     return task
@@ -161,15 +162,15 @@ def checked_task(config: TrainConfig, task: Task | None = None) -> tuple[Task, t
   Args:
     config: the validated config.
     task: the task, or None for the one ``config`` names
-      (``easgd.training.builtin_tasks.task_of``).
+      (``easgd.settings.builtin_tasks.task_of``).
 
   Returns:
     ``(task, metrics)``: the task with ``validation_examples`` held out of its
     training data (:func:`with_validation`), and the metric names its
-    ``evaluate`` returns (``easgd.training.task.check_task``).
+    ``evaluate`` returns (``easgd.tasks.task.check_task``).
 
   Raises:
-    easgd.training.task.TaskError, ConfigError, easgd.training.data.DataError:
+    easgd.tasks.task.TaskError, ConfigError, easgd.tasks.data.DataError:
       as ``task_of``, :func:`with_validation`, ``TrainConfig.resolve`` (what
       the data's size derives, checked first) and ``check_task``.
   """
@@ -286,12 +287,12 @@ class Run:
 
   Args:
     config: the run's configuration.
-    task: the problem (``easgd.training.task.Task``); None: the one
+    task: the problem (``easgd.tasks.task.Task``); None: the one
       ``config`` names (``config.task`` or the built-in dataset and model).
 
   Raises:
-    ConfigError, easgd.parallel.workers.LayoutError, easgd.training.data.DataError,
-    easgd.training.task.TaskError: bad input; ConfigError also for
+    ConfigError, easgd.parallel.workers.LayoutError, easgd.tasks.data.DataError,
+    easgd.tasks.task.TaskError: bad input; ConfigError also for
       ``devices_per_worker`` > 1 with a task whose loss is not a mean of
       examples (``mean_of_examples``) or that has model state
       (:func:`check_devices_per_worker`).
@@ -385,7 +386,7 @@ class Run:
     return workers.place_state(self.algorithm, self.init_params, self.layout)
 
   def to_checkpoint(self, worker, shared, step, epoch_losses):
-    """The layout-free checkpoint dict (see ``easgd.training.checkpoint``)."""
+    """The layout-free checkpoint dict (see ``easgd.run.checkpoint``)."""
     losses = np.zeros((self.steps_per_epoch, self.config.num_workers), np.float32)
     done = host_losses(epoch_losses, self.config.num_workers)
     losses[: len(done)] = done
@@ -615,7 +616,7 @@ def global_batch(run: "Run", indices: np.ndarray, epoch: int, step: int):
     The batch, leaves ``[num_workers, B, ...]`` (worker i: row i).
 
   Raises:
-    easgd.training.task.TaskError: an item the source cannot read, or
+    easgd.tasks.task.TaskError: an item the source cannot read, or
       ``augment`` fails (one line naming the task).
   """
   task = run.task
@@ -646,12 +647,12 @@ def host_losses(epoch_losses, num_workers: int) -> np.ndarray:
 
 
 class SpmdExecutor:
-  """Runtime "spmd" of the training loop (``easgd.training.executor.Executor``).
+  """Runtime "spmd" of the training loop (``easgd.runtimes.executor.Executor``).
 
   Every global step is one call of ``Run.step_fn`` on all workers, fed the
   step's batch (``batches.worker_batch_indices`` of its epoch, random crops
   fixed by (seed, epoch, step)); each process feeds only its own workers.
-  The state stays on the devices; a :class:`~easgd.training.executor.Snapshot`
+  The state stays on the devices; a :class:`~easgd.runtimes.executor.Snapshot`
   reads it to the host.
 
   Args:

@@ -1,21 +1,21 @@
 """The training loop: ``train_and_evaluate(config, workdir)``, for every runtime.
 
 One driver owns what a run writes and checks: the workdir lock
-(``easgd.training.runlock``), the workdir checks and resume
-(``easgd.training.rundir``), the checkpoint at every boundary (an epoch end,
+(``easgd.run.runlock``), the workdir checks and resume
+(``easgd.run.rundir``), the checkpoint at every boundary (an epoch end,
 every ``checkpoint_every_steps`` steps, a planned stop), the evaluation of the
-center (``easgd.training.spmd.Run.evaluate``), ``metrics.jsonl`` and its
-TensorBoard events (``easgd.training.tensorboard``), the exchange
-log, ``summary.json`` and the divergence checks (``easgd.training.divergence``).
-How the steps are executed is the runtime's, an ``easgd.training.executor.Executor``:
-``easgd.training.spmd.SpmdExecutor`` (runtime "spmd") or
-``easgd.training.async_runs.AsyncExecutor`` (runtimes "threads", "ray").
+center (``easgd.runtimes.spmd.Run.evaluate``), ``metrics.jsonl`` and its
+TensorBoard events (``easgd.run.tensorboard``), the exchange
+log, ``summary.json`` and the divergence checks (``easgd.runtimes.divergence``).
+How the steps are executed is the runtime's, an ``easgd.runtimes.executor.Executor``:
+``easgd.runtimes.spmd.SpmdExecutor`` (runtime "spmd") or
+``easgd.runtimes.async_runs.AsyncExecutor`` (runtimes "threads", "ray").
 
 At a boundary the loop reads the state (checked finite, never saved
 otherwise); then, at an evaluated epoch end, evaluates, writes the record,
 then the exchange log, then saves the checkpoint: an interrupt between them
 leaves a record past the latest checkpoint, which ``resume`` drops and
-redoes (``easgd.training.rundir.resumed_history``).
+redoes (``easgd.run.rundir.resumed_history``).
 """
 
 from __future__ import annotations
@@ -32,17 +32,20 @@ from easgd._util.files import check_interrupt
 from easgd._util.progress import progress_bar
 from easgd.methods import registry
 from easgd.parallel import distributed
-from easgd.training import async_runs, builtin_tasks, models, rundir, runlock, spmd, tensorboard
-from easgd.training.config import ConfigError, TrainConfig, as_train_config
-from easgd.training.divergence import (
+from easgd.run import rundir, runlock, tensorboard
+from easgd.runtimes import async_runs, spmd
+from easgd.settings import builtin_tasks
+from easgd.tasks import models
+from easgd.settings.config import ConfigError, TrainConfig, as_train_config
+from easgd.runtimes.divergence import (
     DivergenceError,
     StabilityWarning,
     stability_warning,
     worker_loss_message,
 )
-from easgd.training.executor import Executor, Snapshot
-from easgd.training.spmd import Run, SpmdExecutor
-from easgd.training.task import Task, fingerprint
+from easgd.runtimes.executor import Executor, Snapshot
+from easgd.runtimes.spmd import Run, SpmdExecutor
+from easgd.tasks.task import Task, fingerprint
 
 SUMMARY_KEYS = (
     "status",
@@ -93,10 +96,10 @@ def train_and_evaluate(
   Everything is validated first (config values, the worker/device layout, the
   data set and the workdir), before any compilation. ``config.runtime`` says how
   the steps run: "spmd" (the default) as one mapped program
-  (``easgd.training.spmd``), "threads" or "ray" with real asynchronous workers
-  (``easgd.training.async_runs``, whose summary adds their clocks, exchanges
+  (``easgd.runtimes.spmd``), "threads" or "ray" with real asynchronous workers
+  (``easgd.runtimes.async_runs``, whose summary adds their clocks, exchanges
   and faults); everything else is this one loop. Checkpoints (see
-  ``easgd.training.checkpoint``) are saved every ``config.checkpoint_every_steps`` steps
+  ``easgd.run.checkpoint``) are saved every ``config.checkpoint_every_steps`` steps
   and at every epoch end, after checking that losses and parameters are finite
   and, at an evaluated epoch end, after the evaluation (whose test and
   validation losses must be finite too) and its record in ``metrics.jsonl``;
@@ -114,12 +117,12 @@ def train_and_evaluate(
       ``workdir/previous_run`` first and deleted only once the new run has
       written its summary, so a new run that fails leaves it recoverable.
     resume: continue the run in ``workdir`` from its latest checkpoint (the
-      config must equal the saved one up to ``easgd.training.rundir.RESUMABLE_CHANGES``;
+      config must equal the saved one up to ``easgd.run.rundir.RESUMABLE_CHANGES``;
       the device count may differ). Without a checkpoint the run starts from
       the beginning.
     stop_after_steps: stop (with a checkpoint) once this many global steps are
       done: a planned interruption, e.g. a time-limited job. None runs to the end.
-    task: the problem (``easgd.training.task.Task``: model and data); None:
+    task: the problem (``easgd.tasks.task.Task``: model and data); None:
       the one ``config`` names (``config.task``, an import path, or the
       built-in ``dataset`` and ``model``). A task from ``load_task`` is
       recorded in ``config.json`` (``task``, ``task_args``); a task built in
@@ -135,13 +138,13 @@ def train_and_evaluate(
     ConfigError: ``config`` not a TrainConfig, a bad config value or workdir,
       overwrite with resume, or a resume with another config or another task
       (its parameter shapes, data sizes or a digest of its data differ from
-      the run's ``task.json``, ``easgd.training.rundir.check_task_record``).
-    easgd.training.runlock.WorkdirInUseError: another command holds ``workdir``
-      (``easgd.training.runlock``: one run per workdir, taken before its checks).
+      the run's ``task.json``, ``easgd.run.rundir.check_task_record``).
+    easgd.run.runlock.WorkdirInUseError: another command holds ``workdir``
+      (``easgd.run.runlock``: one run per workdir, taken before its checks).
     easgd.parallel.workers.LayoutError: num_workers not a multiple of the devices used.
-    easgd.training.data.DataError: unknown or missing data set files, or a batch larger
+    easgd.tasks.data.DataError: unknown or missing data set files, or a batch larger
       than the data.
-    easgd.training.task.TaskError: a task that does not import or build, or
+    easgd.tasks.task.TaskError: a task that does not import or build, or
       whose data or functions do not fit the run (``check_task``); raised
       before anything is written.
     DivergenceError: a non-finite training loss or parameter (names step and
@@ -182,7 +185,7 @@ def train_and_evaluate_async(
 
   Raises:
     ConfigError: as :func:`train_and_evaluate`; also a runtime that is "spmd".
-    easgd.training.runlock.WorkdirInUseError: another command holds ``workdir``.
+    easgd.run.runlock.WorkdirInUseError: another command holds ``workdir``.
     easgd.parallel.distributed.StartupError: the Ray cluster cannot be reached.
     DivergenceError: a non-finite loss or state, or a non-finite evaluated
       test or validation loss.
@@ -200,21 +203,21 @@ def run_task(config: TrainConfig, task: Task | None = None) -> tuple[TrainConfig
   """A run's task, built and checked against the run before anything is written.
 
   What :func:`train_and_evaluate` checks first, for callers that check several
-  runs before the first one starts (``easgd.training.compare``).
+  runs before the first one starts (``easgd.run.compare``).
 
   Args:
     config: a validated config.
     task: a task, or None for the one ``config`` names
-      (``easgd.training.builtin_tasks.task_of``).
+      (``easgd.settings.builtin_tasks.task_of``).
 
   Returns:
     ``(config, task, view)``: ``config`` with the task's import path recorded
     (``builtin_tasks.make_task_config``), the task, and the run's checked view
-    of it (``easgd.training.spmd.checked_task``: the validation examples held
+    of it (``easgd.runtimes.spmd.checked_task``: the validation examples held
     out of its training data).
 
   Raises:
-    easgd.training.task.TaskError, ConfigError, easgd.training.data.DataError:
+    easgd.tasks.task.TaskError, ConfigError, easgd.tasks.data.DataError:
       as ``task_of`` and ``checked_task``; ConfigError: runtime "ray" with a
       task built in code (each Ray worker's process rebuilds the task from
       its import path, ``config.task``).
@@ -332,7 +335,7 @@ def _begin(
 
   A resumed run rewrites ``metrics.jsonl`` and the exchange log to its
   checkpoint's step: what an interrupt left past the checkpoint is redone
-  (and TensorBoard drops its events: ``easgd.training.tensorboard.RunEvents``).
+  (and TensorBoard drops its events: ``easgd.run.tensorboard.RunEvents``).
   ``events`` is None on a process that writes no files.
 
   Raises:

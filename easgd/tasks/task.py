@@ -15,9 +15,9 @@ export) reads its problem through this one seam. A task says
   ``__len__`` and ``__getitem__`` whose items are arrays or pytrees of arrays
   (a ``grain.MapDataset``, a Hugging Face ``datasets.Dataset`` in NumPy
   format). Which rows a worker reads is the package's
-  (``easgd.training.batches``): the global batch of step t is fixed by the
+  (``easgd.tasks.batches``): the global batch of step t is fixed by the
   seed, the epoch and t, worker i takes its rows, for every source alike
-  (``easgd.training.sources``: ``take`` stacks the items of a ``__getitem__`` source into exactly the
+  (``easgd.tasks.sources``: ``take`` stacks the items of a ``__getitem__`` source into exactly the
   arrays that indexing the arrays gives).
 
 Optional: a host-side ``augment(batch, rng)`` of the global training batch
@@ -25,11 +25,11 @@ Optional: a host-side ``augment(batch, rng)`` of the global training batch
 crops), and a ``center_state(params, batch, axis_name)``: the model state
 (BatchNorm statistics) the center is evaluated with, recomputed from the
 center itself over fixed training examples pooled across workers (the
-package's BatchNorm policy, ``easgd.training.models``); ``evaluate`` then
+package's BatchNorm policy, ``easgd.tasks.models``); ``evaluate`` then
 takes it as a third argument.
 
 Tasks come from a factory: the built-in data sets and models
-(``easgd.training.builtin_tasks``), or a user's importable factory named
+(``easgd.settings.builtin_tasks``), or a user's importable factory named
 ``"package.module:factory"`` (:func:`load_task`; ``easgd train --task``), whose
 keyword arguments a config records, so a resume, a Ray worker's process or
 ``export`` rebuilds the same task. :func:`check_task` checks a task against a
@@ -51,7 +51,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from easgd.training.sources import (  # noqa: F401 (a task's data: easgd.training.sources)
+from easgd.tasks.sources import (  # noqa: F401 (a task's data: easgd.tasks.sources)
     ArraySource,
     Batch,
     ItemSource,
@@ -386,7 +386,7 @@ def fingerprint(task: Task) -> dict[str, Any]:
   beyond the shapes of the parameters they make.
 
   Args:
-    task: the run's view of its task (``easgd.training.spmd.checked_task``).
+    task: the run's view of its task (``easgd.runtimes.spmd.checked_task``).
 
   Returns:
     JSON-ready ``{"params": [[path, shape, dtype], ...], "train": {"examples":

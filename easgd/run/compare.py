@@ -1,7 +1,7 @@
 """``compare``: several algorithms on the same data budget, one plot and one table.
 
 Every algorithm runs the same config and task (data and model: the built-in
-data set and model, ``--task`` or a ``easgd.training.task.Task``; global
+data set and model, ``--task`` or a ``easgd.tasks.task.Task``; global
 batch, epochs, learning-rate schedule, seed: the same initial parameters and
 data order) in its own sub-directory of ``workdir``; then ``comparison.png``
 and ``results.md`` / ``results.json`` (the table) are written beside them.
@@ -29,15 +29,15 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from easgd.training import builtin_tasks
+from easgd.settings import builtin_tasks
 from easgd._util import checks
 from easgd.methods import registry
-from easgd.training.config import ConfigError, TrainConfig, as_train_config
+from easgd.settings.config import ConfigError, TrainConfig, as_train_config
 from easgd._util.files import json_text, write_text_atomic
-from easgd.training.rundir import check_workdir, drop_previous_run, move_aside, workdir_path
-from easgd.training.runlock import LOCK_FILES, hold_workdir
-from easgd.training.task import Task
-from easgd.training.trainer import run_task, train_and_evaluate
+from easgd.run.rundir import check_workdir, drop_previous_run, move_aside, workdir_path
+from easgd.run.runlock import LOCK_FILES, hold_workdir
+from easgd.tasks.task import Task
+from easgd.run.trainer import run_task, train_and_evaluate
 
 RESULTS_MD = "results.md"
 RESULTS_JSON = "results.json"
@@ -127,7 +127,7 @@ def differing_settings(rows: Sequence[dict[str, Any]]) -> list[str]:
   setting every row shares (the optimizer of all rows) stay out, and a
   learning rate that differs between rows gets a column.
   """
-  from easgd.training.config import TrainConfig  # the defaults
+  from easgd.settings.config import TrainConfig  # the defaults
 
   defaults = TrainConfig()
   names = []
@@ -251,10 +251,10 @@ def resolve_runs(configs: Sequence[TrainConfig], task: Task | None = None) -> Ta
   for every run before the first one starts.
 
   Each config's task is checked as ``train_and_evaluate`` checks it
-  (``easgd.training.trainer.run_task``: it builds, its data and functions fit
+  (``easgd.run.trainer.run_task``: it builds, its data and functions fit
   the run, runtime "ray" has an import path), then ``TrainConfig.resolve``
   with the steps per epoch of its training data (validation held out), as
-  ``easgd.training.spmd.Run`` does.
+  ``easgd.runtimes.spmd.Run`` does.
 
   Args:
     configs: validated configs (:func:`plan`), sharing one task.
@@ -268,7 +268,7 @@ def resolve_runs(configs: Sequence[TrainConfig], task: Task | None = None) -> Ta
     ConfigError: a derived value one of the runs refuses (tau or K against the
       run's length, a center no exchange moves, the schedule in steps), a
       task built in code with runtime "ray";
-    easgd.training.task.TaskError, easgd.training.data.DataError: a task that
+    easgd.tasks.task.TaskError, easgd.tasks.data.DataError: a task that
       does not build or does not fit a run (data too few for one step).
   """
   for c in configs:  # checked_task resolves what the data's size derives, before tracing
@@ -294,7 +294,7 @@ def compare(
     overwrite: replace an earlier comparison in ``workdir``: it is moved to
       ``workdir/previous_run`` (table, plot and runs together) and deleted only
       once the new comparison is complete, so one that fails leaves it whole.
-    task: the problem of every run (``easgd.training.task.Task``), built once
+    task: the problem of every run (``easgd.tasks.task.Task``), built once
       and passed to each ``train_and_evaluate``; None: the one ``config``
       names (``config.task``, an import path, or the built-in ``dataset`` and
       ``model``). A task without a ``"correct"`` metric is compared by its
@@ -311,9 +311,9 @@ def compare(
       (without ``overwrite``), or a value derived from the data's size that
       one run refuses (:func:`resolve_runs`); checked for every algorithm
       before the first one starts.
-    easgd.training.task.TaskError: a task that does not build or fit the runs
+    easgd.tasks.task.TaskError: a task that does not build or fit the runs
       (:func:`resolve_runs`), before the first one starts.
-    easgd.training.runlock.WorkdirInUseError: another command holds ``workdir`` or one
+    easgd.run.runlock.WorkdirInUseError: another command holds ``workdir`` or one
       of its runs' directories.
   """
   config = as_train_config(config)
@@ -349,7 +349,7 @@ def _compare(config, workdir, algorithms, configs, notes, overwrite, task) -> li
   _set_aside_comparison(workdir)
   summaries = [train_and_evaluate(c, workdir / c.algorithm, task=task) for c in configs]
   rows = [_row(s, c) for s, c in zip(summaries, configs)]
-  from easgd.training.plotting import plot_comparison
+  from easgd.run.plotting import plot_comparison
   # simulated time: with the shared worker speeds, a synchronous method waits
   # for the slowest worker at every step (registry.simulated_ticks)
   histories = {
@@ -384,7 +384,7 @@ def _set_aside_comparison(workdir: Path) -> None:
   ``results.json`` is not, an earlier overwrite failed: ``previous_run`` still
   holds the last complete comparison, so it is kept and the failed attempt's
   files are dropped instead. Empty directories (made by the checks) are removed;
-  the lock files of a killed run (``easgd.training.runlock.LOCK_FILES``) are no run.
+  the lock files of a killed run (``easgd.run.runlock.LOCK_FILES``) are no run.
   """
   entries = [workdir / f for f in (RESULTS_MD, RESULTS_JSON, PLOT_FILE)]
   entries += [workdir / a for a in registry.ALGORITHMS]
@@ -392,7 +392,7 @@ def _set_aside_comparison(workdir: Path) -> None:
   for e in entries:
     if e.is_dir() and all(p.name in LOCK_FILES for p in e.iterdir()):
       if not any(e.iterdir()):  # made by the checks; a dead run's lock is no run,
-        e.rmdir()  # its new run takes it over (easgd.training.runlock)
+        e.rmdir()  # its new run takes it over (easgd.run.runlock)
     elif e.exists():
       old.append(e)
   move_aside(workdir, old, finished=workdir / RESULTS_JSON)

@@ -10,9 +10,9 @@ Four classification datasets, loaded fully into host memory as a
 * ``"digits"``: scikit-learn's 8x8 digits ``[N, 8, 8, 1]``.
 * ``"cifar10"``: CIFAR-10 images ``[N, 32, 32, 3]`` read from the python-pickle
   batches in a directory the caller names (never downloaded); the paper's
-  28x28 crops are in ``easgd.training.batches``.
+  28x28 crops are in ``easgd.tasks.batches``.
 
-Which examples each worker reads at each step is ``easgd.training.batches``. This
+Which examples each worker reads at each step is ``easgd.tasks.batches``. This
 module imports no JAX.
 """
 

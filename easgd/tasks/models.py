@@ -12,7 +12,7 @@ BatchNorm layer normalises with the statistics of the worker's own mini-batch
 collection is never part of the training state (never exchanged, averaged or
 checkpointed). The center's statistics are recomputed from the center's own
 parameters before it is evaluated or exported (:func:`compute_batch_stats`,
-``easgd.training.spmd.make_eval_fn``, ``Task.center_state``).
+``easgd.runtimes.spmd.make_eval_fn``, ``Task.center_state``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import numpy as np
 import optax
 
 from easgd._util import checks
-from easgd.training.names import BATCH_NORM_MODELS, DTYPES, MODELS  # noqa: F401 (re-exported)
+from easgd.tasks.names import BATCH_NORM_MODELS, DTYPES, MODELS  # noqa: F401 (re-exported)
 
 Params = Any  # A pytree of float32 arrays (Flax's ``variables['params']``).
 
@@ -336,7 +336,7 @@ def has_batch_norm(model: nn.Module) -> bool:
 
   True for ``"cnn_bn"`` (``CNN(batch_norm=True)``). Such a model is trained with
   each mini-batch's own statistics (``mutable=["batch_stats"]`` in train mode,
-  the updated collection discarded: ``easgd.training.builtin_tasks.make_loss_fn``) and
+  the updated collection discarded: ``easgd.settings.builtin_tasks.make_loss_fn``) and
   evaluated with statistics recomputed for the parameters evaluated
   (:func:`compute_batch_stats`). A module declares BatchNorm with a true
   ``batch_norm`` attribute and then has the ``bn_momentum`` and

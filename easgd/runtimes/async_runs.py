@@ -1,7 +1,7 @@
 """The real asynchronous runtimes (``runtime`` "threads", "ray") of the training loop.
 
-``easgd.training.trainer.train_and_evaluate`` runs a config whose ``runtime`` is not
-"spmd" with :class:`AsyncExecutor` (the contract: ``easgd.training.executor``),
+``easgd.run.trainer.train_and_evaluate`` runs a config whose ``runtime`` is not
+"spmd" with :class:`AsyncExecutor` (the contract: ``easgd.runtimes.executor``),
 which trains the same algorithm (the rules of ``Algorithm.async_rules``, the
 same local optimizer, data, model and evaluation as the SPMD runtime) with
 real asynchronous workers:
@@ -9,7 +9,7 @@ real asynchronous workers:
 ``easgd.runtimes.ray_actors`` (Ray actors, on this machine or a cluster).
 
 Data: worker i's local step at its clock t reads worker i's rows of global
-batch t of the SPMD trainer's order (``easgd.training.batches.worker_batch_indices`` of
+batch t of the SPMD trainer's order (``easgd.tasks.batches.worker_batch_indices`` of
 epoch t // steps_per_epoch + 1, its step t % steps_per_epoch; the crops of
 ``crop_rng(seed, epoch, t)``), and the key
 ``easgd.asynchrony.log.local_key(step_key, i, t)``: a function of (seed, worker,
@@ -26,7 +26,7 @@ checkpoint, the end) every worker is idle; the state is copied to the host,
 checked for non-finite values, and the workers go on while the checkpoint is
 saved and the center evaluated.
 
-Files: those of ``easgd.training.rundir``. ``exchanges.jsonl`` is the real run's log
+Files: those of ``easgd.run.rundir``. ``exchanges.jsonl`` is the real run's log
 (``easgd.runtimes.shared``: one record per exchange, restart or fault, with the
 worker, its local clock and the center version it read), rewritten before
 every checkpoint, after the boundary's metrics record; a resumed run goes on
@@ -41,7 +41,7 @@ since the start, compilation excluded) added.
 
 Faults: a worker that raises (threads) or whose process dies (Ray) does not
 stop the others; Ray restarts it from the current center. An error of the
-user's data or task (``easgd.training.task.TaskError``, e.g. an item the
+user's data or task (``easgd.tasks.task.TaskError``, e.g. an item the
 source cannot read) is no fault: the run stops with it, as on the SPMD
 runtime (``easgd.runtimes.shared.UserFault`` raised again as the TaskError). Each fault is
 logged (with its error) and listed in the summary (``faults``, with
@@ -65,12 +65,12 @@ import numpy as np
 
 from easgd.runtimes import driver as async_driver, shared as async_shared, threads as async_threads
 from easgd.asynchrony import log as async_log
-from easgd.training import batches
+from easgd.tasks import batches
 from easgd.parallel import workers
-from easgd.training.config import ConfigError, TrainConfig
-from easgd.training.executor import Snapshot
-from easgd.training.spmd import Run, global_batch
-from easgd.training.task import TaskError, module_root, take
+from easgd.settings.config import ConfigError, TrainConfig
+from easgd.runtimes.executor import Snapshot
+from easgd.runtimes.spmd import Run, global_batch
+from easgd.tasks.task import TaskError, module_root, take
 
 CHUNK_STEPS = {"threads": 8, "ray": 32}
 """Local steps handed to a worker at a time (``easgd.runtimes.driver.Driver``): a
@@ -85,7 +85,7 @@ def make_batch_fn(run: Run):
 
   Returns:
     ``batch_fn(i, t) -> batch`` (leaves ``[B, ...]``), the rows of worker i in
-    global batch t of the SPMD trainer (``easgd.training.spmd.global_batch``;
+    global batch t of the SPMD trainer (``easgd.runtimes.spmd.global_batch``;
     module docstring); thread-safe.
   """
   config, steps_per_epoch = run.config, run.steps_per_epoch
@@ -132,7 +132,7 @@ def ray_setup(
     fields: the config's fields (``TrainConfig.to_dict_fields``); its
       ``task`` (an import path) is built again in this process.
     import_dirs: directories to search first for the task's module (the
-      driver's, ``easgd.training.task.module_root``).
+      driver's, ``easgd.tasks.task.module_root``).
   """
   import sys
 
@@ -241,7 +241,7 @@ def connection(config: TrainConfig):
 
 
 class AsyncExecutor:
-  """Runtimes "threads" and "ray" of the training loop (``easgd.training.executor``).
+  """Runtimes "threads" and "ray" of the training loop (``easgd.runtimes.executor``).
 
   Workers run on a backend (``easgd.runtimes.threads.ThreadBackend`` or
   ``easgd.runtimes.ray_actors.RayBackend``) and take the local steps that
@@ -250,7 +250,7 @@ class AsyncExecutor:
   they go on while the loop writes the boundary's files (``while_running``).
 
   Args:
-    run: the run's ``easgd.training.spmd.Run`` (algorithm, data, evaluation).
+    run: the run's ``easgd.runtimes.spmd.Run`` (algorithm, data, evaluation).
     log_path: the exchange log (``workdir/exchanges.jsonl``), read on resume.
     faults: ``{worker: local_step}`` faults to inject (tests, experiments).
   """

@@ -1,15 +1,15 @@
 """The models' and dtypes' names, importable without JAX or Flax.
 
-The config (``easgd.training.config``) declares its fields' allowed values
-from these; ``easgd.training.models`` implements them.
+The config (``easgd.settings.config``) declares its fields' allowed values
+from these; ``easgd.tasks.models`` implements them.
 """
 
 MODELS = ("mlp", "cnn", "cnn_bn", "cifar")
-"""Names accepted by ``easgd.training.models.make_model``."""
+"""Names accepted by ``easgd.tasks.models.make_model``."""
 
 BATCH_NORM_MODELS = ("cnn_bn",)
 """The names of :data:`MODELS` with BatchNorm layers
-(``easgd.training.models.has_batch_norm``)."""
+(``easgd.tasks.models.has_batch_norm``)."""
 
 DTYPES = ("float32", "bfloat16")
 """Parameter and compute dtypes ``make_model`` accepts (Flax's ``param_dtype``

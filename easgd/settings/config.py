@@ -24,9 +24,9 @@ from easgd._util.checks import Entries, Flag, Integer, OneOf, Real, Satisfies
 from easgd.methods import registry
 from easgd._util.flags import option
 from easgd.asynchrony.names import EXCHANGE_ORDERS, PUSH_TIMINGS
-from easgd.training.data import DATASETS
+from easgd.tasks.data import DATASETS
 from easgd._util.files import json_text
-from easgd.training.names import BATCH_NORM_MODELS, DTYPES, MODELS
+from easgd.tasks.names import BATCH_NORM_MODELS, DTYPES, MODELS
 from easgd.parallel.names import BACKENDS as MAPPING_BACKENDS
 from easgd.parallel.names import backend_for
 
@@ -74,7 +74,7 @@ def _is_task_arg(value) -> bool:
 
 
 BUILTIN_TASK_FIELDS = ("dataset", "model", "data_dir", "crop_size", "param_dtype", "compute_dtype")
-"""Fields read by the built-in tasks only (``easgd.training.builtin_tasks``)."""
+"""Fields read by the built-in tasks only (``easgd.settings.builtin_tasks``)."""
 
 
 def _is_ray_address(value) -> bool:
@@ -136,7 +136,7 @@ class TrainConfig:
   task: str | None = option(
       None,
       "the problem as an importable task factory, 'package.module:function' "
-      "returning an easgd.Task (easgd.training.task; the working directory is "
+      "returning an easgd.Task (easgd.tasks.task; the working directory is "
       "searched first); None = the built-in task of dataset and model, which "
       "then must keep their defaults beside a task.",
       allowed=Satisfies(_is_task_path, "'package.module:function' or None"),
@@ -213,7 +213,7 @@ class TrainConfig:
       "examples per step summed over all workers; each worker takes "
       "global_batch_size / num_workers. The examples of global step t are "
       "fixed by (seed, epoch, t) alone; worker i reads rows i*B..(i+1)*B-1 of "
-      "them (``easgd.training.batches.worker_batch_indices``).",
+      "them (``easgd.tasks.batches.worker_batch_indices``).",
       allowed=Integer(1),
   )
   num_epochs: int = option(40, "passes over the training set (integer).", allowed=Integer(1))
@@ -357,7 +357,7 @@ class TrainConfig:
       "which the center's BatchNorm statistics are recomputed before each "
       "evaluation and at export: the first of a seeded permutation, split "
       "equally over the workers (min(this, training set) // num_workers each, "
-      "at least 1), the same every time (``easgd.training.spmd.bn_stats_indices``).",
+      "at least 1), the same every time (``easgd.runtimes.spmd.bn_stats_indices``).",
       allowed=Integer(1),
   )
   curvature: float | None = option(
@@ -465,7 +465,7 @@ class TrainConfig:
       0,
       "examples held out of the training set for validation, never trained "
       "on: a seeded choice fixed by the training set's size alone "
-      "(easgd.training.data.validation_split); the runs train on the rest, and every "
+      "(easgd.tasks.data.validation_split); the runs train on the rest, and every "
       "evaluation also reports the center's val_loss and its other metrics "
       "on them (val_error: a task with a 'correct' metric). "
       "0 = none.",
@@ -738,7 +738,7 @@ class TrainConfig:
     :meth:`validate`.
 
     Args:
-      steps_per_epoch: global steps per epoch (``easgd.training.batches.steps_per_epoch``
+      steps_per_epoch: global steps per epoch (``easgd.tasks.batches.steps_per_epoch``
         of the training set, the global batch and the workers), >= 1.
 
     Returns:

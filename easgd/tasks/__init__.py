@@ -1,0 +1,20 @@
+"""The problem a run solves: the task seam, data sources and sets, batches, models.
+
+Public: ``Task`` and its errors, the data sets and models; the modules
+(``task``, ``sources``, ``data``, ``batches``, ``models``, ``names``) for the rest.
+"""
+
+from easgd._util import lazy_exports
+
+__all__, __getattr__, __dir__ = lazy_exports(
+    __name__,
+    modules=("names", "task", "sources", "data", "batches", "models"),
+    names={
+        "easgd.tasks.task": "Task TaskError load_task",
+        "easgd.tasks.data": "DATASETS DataError Dataset load_dataset",
+        "easgd.tasks.models": (
+            "MODELS ModelError make_model init_params count_params param_bytes "
+            "cross_entropy_loss"
+        ),
+    },
+)
