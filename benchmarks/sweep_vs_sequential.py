@@ -47,7 +47,7 @@ import jax.numpy as jnp
 import optax
 
 from easgd.core import algorithms
-from easgd.tasks import data, models
+from easgd.tasks import datasets, models
 from easgd._util import flags
 from easgd.sweeps import engine as sweep_engine, network as sweep_network
 from easgd._util.flags import option
@@ -75,7 +75,7 @@ def main():
   args = Options(**flags.overrides(parser.parse_args(), Options))
   p, steps = args.num_workers, args.num_steps
 
-  ds = data.load_dataset("mnist1d")
+  ds = datasets.load_dataset("mnist1d")
   model = models.make_model("mlp", ds.num_classes)
   init_key, key = jax.random.split(jax.random.key(0))
   params0 = models.init_params(model, ds.input_shape, init_key)

@@ -61,7 +61,9 @@ face; docs/guides/architecture.md):
   easgd.sweeps.command       the ``easgd sweep`` command (run_sweep)
   easgd._util.flags       command-line flags from a dataclass's fields
   easgd._util.checks      the one vocabulary of input checks (one message form)
-  easgd.tasks.data        the data sets (MNIST-1D, Fashion-MNIST, digits, CIFAR-10)
+  easgd.tasks.datasets    the table of built-in data sets (MNIST-1D, Fashion-MNIST,
+                    digits, CIFAR-10); their loaders: easgd.tasks.loaders
+  easgd.tasks.data        the Dataset container and the validation split
   easgd.tasks.batches     which examples each worker reads at each step; crops
   easgd.tasks.models, easgd.settings.config, easgd.cli
 """

@@ -11,7 +11,7 @@ with this package's own files; ``--sources`` names others)::
 ``images``: an ``.npz`` (``x_train, y_train, x_test, y_test``) for
 ``examples.resnet_cnn``, a seeded subset of scikit-learn's 8x8 digits or of
 Fashion-MNIST from Debian's IDX files (``/usr/share/datasets/fashion-mnist``),
-through ``easgd.tasks.data.load_dataset``::
+through ``easgd.tasks.datasets.load_dataset``::
 
   python examples/make_data.py images --source fashion_mnist \\
       --train-examples 4096 --test-examples 1024 --out runs/data/fashion_4k.npz
@@ -78,7 +78,7 @@ def write_images(
   Returns:
     The arrays' shapes by name.
   """
-  from easgd.tasks.data import load_dataset  # noqa: PLC0415
+  from easgd.tasks.datasets import load_dataset  # noqa: PLC0415
 
   ds = load_dataset(source, seed=seed)
   rng = np.random.default_rng(seed)

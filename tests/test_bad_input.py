@@ -21,7 +21,8 @@ from easgd.run import checkpoint, trainer
 from easgd.runtimes import spmd
 from easgd._util import files, flags
 from easgd.run.compare import RESULTS_JSON, RESULTS_MD, compare
-from easgd.settings.config import MAX_REAL, ConfigError, TrainConfig
+from easgd.settings.config import ConfigError, TrainConfig
+from easgd.settings.fields import MAX_REAL
 from easgd.tasks.data import DataError
 
 # digits: 1438 training images; global batch 64 -> 22 steps per epoch
@@ -314,13 +315,13 @@ def test_worker_speeds_are_shown_as_the_integers_typed(tmp_path, capsys):
 
 
 def test_a_data_dir_that_is_a_file_is_named_so(tmp_path):
-  from easgd.tasks import data
+  from easgd.tasks import datasets
 
   f = tmp_path / "afile"
   f.write_text("")
   for name in ("fashion_mnist", "cifar10"):
     with pytest.raises(DataError, match=f"'{f}' is a file, not a directory"):
-      data.load_dataset(name, data_dir=str(f))
+      datasets.load_dataset(name, data_dir=str(f))
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes through permissions")

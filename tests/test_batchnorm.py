@@ -16,7 +16,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from easgd.run import checkpoint, trainer
 from easgd.runtimes import spmd
 from easgd.settings import builtin_tasks
-from easgd.tasks import batches, data, models
+from easgd.tasks import batches, datasets, models
 from easgd.parallel import workers
 from easgd.settings.config import ConfigError, TrainConfig
 from easgd.run.export import export_center
@@ -75,7 +75,7 @@ def max_rel_diff(a, b):
 
 def test_center_statistics_belong_to_the_center_not_to_a_worker():
   run = spmd.Run(BN)
-  ds = data.load_dataset(BN.dataset, seed=BN.seed)  # the run's task's data
+  ds = datasets.load_dataset(BN.dataset, seed=BN.seed)  # the run's task's data
   model = models.make_model(BN.model, ds.num_classes)
   worker, shared = run.initial_state()
   # 6 steps: exchanges at steps 0 and 4, so workers and center have moved apart
@@ -142,7 +142,7 @@ def test_trains_and_exported_center_reproduces_the_reported_accuracy(full_run, t
   assert info["bn_stats_examples"] == 512
   params = serialization.msgpack_restore(out.read_bytes())
   stats = serialization.msgpack_restore((tmp_path / info["batch_stats"]).read_bytes())
-  ds = data.load_dataset("digits")
+  ds = datasets.load_dataset("digits")
   model = models.make_model("cnn_bn", info["num_classes"])
   logits = model.apply({"params": params, "batch_stats": stats}, ds.test_x, train=False)
   correct = int(np.sum(np.argmax(logits, -1) == ds.test_y))

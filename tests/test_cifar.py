@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from easgd.run import trainer
-from easgd.tasks import batches, data, models
+from easgd.tasks import batches, data, datasets, loaders, models
 from easgd.settings.config import ConfigError, TrainConfig
 
 TRAIN_PER_BATCH, NUM_TEST = 4, 3
@@ -43,10 +43,10 @@ def write_batch(path, images, labels):
 
 def write_cifar(root, nested=False):
   """Writes the fixture; returns (train_images, train_labels, test_images, test_labels)."""
-  folder = root / data.CIFAR10_SUBDIR if nested else root
+  folder = root / loaders.CIFAR10_SUBDIR if nested else root
   folder.mkdir(parents=True, exist_ok=True)
   train_x, train_y = [], []
-  for i, name in enumerate(data.CIFAR10_TRAIN_FILES):
+  for i, name in enumerate(loaders.CIFAR10_TRAIN_FILES):
     x, y = fixture_images(i, TRAIN_PER_BATCH)
     if i == 0:  # image 0: constant planes R=200, G=100, B=10; image 1: R = a ramp
       x[0, ..., 0], x[0, ..., 1], x[0, ..., 2] = 200, 100, 10
@@ -56,7 +56,7 @@ def write_cifar(root, nested=False):
     train_x.append(x)
     train_y += y
   test_x, test_y = fixture_images(99, NUM_TEST)
-  write_batch(folder / data.CIFAR10_TEST_FILE, test_x, test_y)
+  write_batch(folder / loaders.CIFAR10_TEST_FILE, test_x, test_y)
   return np.concatenate(train_x), np.array(train_y), test_x, np.array(test_y)
 
 
@@ -74,7 +74,7 @@ def standardise(x, train):
 @pytest.mark.parametrize("nested", [False, True], ids=["flat", "cifar-10-batches-py"])
 def test_load_shapes_dtypes_labels_and_standardisation(tmp_path, nested):
   train_u8, train_y, test_u8, test_y = write_cifar(tmp_path, nested)
-  ds = data.load_dataset("cifar10", data_dir=tmp_path)
+  ds = datasets.load_dataset("cifar10", data_dir=tmp_path)
   assert ds.name == "cifar10" and ds.num_classes == 10
   assert ds.train_x.shape == (20, 32, 32, 3) and ds.test_x.shape == (NUM_TEST, 32, 32, 3)
   assert ds.train_x.dtype == ds.test_x.dtype == np.float32
@@ -91,7 +91,7 @@ def test_load_shapes_dtypes_labels_and_standardisation(tmp_path, nested):
 
 def test_channel_order_is_nhwc_rgb(tmp_path):
   write_cifar(tmp_path)
-  images, labels = data.read_cifar10_batch(tmp_path / "data_batch_1")
+  images, labels = loaders.read_cifar10_batch(tmp_path / "data_batch_1")
   assert images.shape == (TRAIN_PER_BATCH, 32, 32, 3) and images.dtype == np.uint8
   assert labels.dtype == np.int32 and labels[0] == 9
   # image 0: the file's first plane is red, the last blue
@@ -101,7 +101,7 @@ def test_channel_order_is_nhwc_rgb(tmp_path):
   r, c = np.meshgrid(np.arange(32), np.arange(32), indexing="ij")
   np.testing.assert_array_equal(images[1, ..., 0], (32 * r + c) % 256)
   # after standardisation image 0 is still constant per channel, red ordered first
-  x0 = data.load_cifar10(tmp_path).train_x[0]
+  x0 = loaders.load_cifar10(tmp_path).train_x[0]
   assert all(np.ptp(x0[..., ch]) == 0 for ch in range(3))
 
 
@@ -110,9 +110,9 @@ def test_missing_directory_and_none(tmp_path):
   with pytest.raises(
       data.DataError, match=f"'{re.escape(str(missing))}' does not exist.*data_batch_1"
   ):
-    data.load_cifar10(missing)
+    loaders.load_cifar10(missing)
   with pytest.raises(data.DataError, match="needs data_dir.*never downloaded"):
-    data.load_dataset("cifar10")
+    datasets.load_dataset("cifar10")
 
 
 def test_missing_batch_file(tmp_path):
@@ -122,7 +122,7 @@ def test_missing_batch_file(tmp_path):
   with pytest.raises(
       data.DataError, match=f"'{re.escape(str(path))}' does not exist.*test_batch"
   ) as e:
-    data.load_cifar10(tmp_path)
+    loaders.load_cifar10(tmp_path)
   assert "\n" not in str(e.value)
 
 
@@ -159,7 +159,7 @@ def test_malformed_batch_names_the_path(tmp_path, content, message):
   path = tmp_path / "test_batch"
   path.write_bytes(content)
   with pytest.raises(data.DataError, match=message) as e:
-    data.load_cifar10(tmp_path)
+    loaders.load_cifar10(tmp_path)
   assert f"'{path}'" in str(e.value) and "\n" not in str(e.value)
 
 

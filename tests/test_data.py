@@ -8,9 +8,9 @@ import struct
 import numpy as np
 import pytest
 
-from easgd.tasks import batches, data
+from easgd.tasks import batches, data, datasets, loaders
 
-FASHION_DIR = data.DEFAULT_FASHION_MNIST_DIR
+FASHION_DIR = loaders.DEFAULT_FASHION_MNIST_DIR
 
 
 # --------------------------------------------------------------------------
@@ -75,7 +75,7 @@ def make_fashion_dir(root, num_train=20, num_test=7, seed=0, compress=True):
 )
 def test_read_idx_round_trip(tmp_path, compress, array):
   path = write_idx(tmp_path / "a.idx", array, compress=compress)
-  out = data.read_idx(path)
+  out = loaders.read_idx(path)
   assert out.shape == array.shape
   assert out.dtype == array.dtype  # native byte order
   np.testing.assert_array_equal(out, array)
@@ -87,7 +87,7 @@ def test_read_idx_rejects_truncated(tmp_path, compress):
   path = tmp_path / "t.idx"
   path.write_bytes(gzip.compress(raw) if compress else raw)
   with pytest.raises(data.DataError, match="truncated") as e:
-    data.read_idx(path)
+    loaders.read_idx(path)
   assert str(path) in str(e.value)
 
 
@@ -96,7 +96,7 @@ def test_read_idx_rejects_truncated_gzip_stream(tmp_path):
   path = tmp_path / "t.gz"
   path.write_bytes(raw[: len(raw) // 2])
   with pytest.raises(data.DataError, match="cannot read IDX file"):
-    data.read_idx(path)
+    loaders.read_idx(path)
 
 
 def test_read_idx_rejects_bad_magic_code_and_header(tmp_path):
@@ -112,12 +112,12 @@ def test_read_idx_rejects_bad_magic_code_and_header(tmp_path):
     path = tmp_path / name
     path.write_bytes(raw)
     with pytest.raises(data.DataError, match=message):
-      data.read_idx(path)
+      loaders.read_idx(path)
 
 
 def test_read_idx_missing_file(tmp_path):
   with pytest.raises(data.DataError, match="nope"):
-    data.read_idx(tmp_path / "nope")
+    loaders.read_idx(tmp_path / "nope")
 
 
 # --------------------------------------------------------------------------
@@ -127,7 +127,7 @@ def test_read_idx_missing_file(tmp_path):
 
 def test_fashion_loader_on_fixture(tmp_path):
   arrays = make_fashion_dir(tmp_path / "fm")
-  ds = data.load_dataset("fashion_mnist", data_dir=tmp_path / "fm")
+  ds = datasets.load_dataset("fashion_mnist", data_dir=tmp_path / "fm")
   assert ds.name == "fashion_mnist" and ds.num_classes == 10
   assert ds.train_x.shape == (20, 28, 28, 1) and ds.train_x.dtype == np.float32
   assert ds.test_x.shape == (7, 28, 28, 1) and ds.test_x.dtype == np.float32
@@ -149,7 +149,7 @@ def test_fashion_loader_on_fixture(tmp_path):
 def test_fashion_missing_directory(tmp_path):
   missing = tmp_path / "does-not-exist"
   with pytest.raises(data.DataError, match="does not exist") as e:
-    data.load_dataset("fashion_mnist", data_dir=missing)
+    datasets.load_dataset("fashion_mnist", data_dir=missing)
   assert str(missing) in str(e.value)
   assert "\n" not in str(e.value)
 
@@ -159,7 +159,7 @@ def test_fashion_missing_file(tmp_path):
   make_fashion_dir(root)
   os.remove(root / "t10k-labels-idx1-ubyte")
   with pytest.raises(data.DataError, match="t10k-labels-idx1-ubyte") as e:
-    data.load_fashion_mnist(root)
+    loaders.load_fashion_mnist(root)
   assert str(root) in str(e.value)
 
 
@@ -168,7 +168,7 @@ def test_fashion_mismatched_labels(tmp_path):
   make_fashion_dir(root, compress=False)
   write_idx(root / "train-labels-idx1-ubyte", np.zeros((19,), np.uint8))
   with pytest.raises(data.DataError, match="labels"):
-    data.load_fashion_mnist(root)
+    loaders.load_fashion_mnist(root)
 
 
 def test_real_fashion_mnist():
@@ -176,7 +176,7 @@ def test_real_fashion_mnist():
     if os.environ.get("EASGD_REQUIRE_FASHION_MNIST") == "1":
       pytest.fail(f"{FASHION_DIR} is absent but EASGD_REQUIRE_FASHION_MNIST=1")
     pytest.skip(f"{FASHION_DIR} is absent (install Debian's dataset-fashion-mnist)")
-  ds = data.load_dataset("fashion_mnist")
+  ds = datasets.load_dataset("fashion_mnist")
   assert ds.train_x.shape == (60000, 28, 28, 1) and ds.train_x.dtype == np.float32
   assert ds.test_x.shape == (10000, 28, 28, 1) and ds.test_x.dtype == np.float32
   assert ds.train_y.shape == (60000,) and ds.test_y.shape == (10000,)
@@ -193,37 +193,37 @@ def test_real_fashion_mnist():
 
 
 def test_mnist1d_shapes_determinism_and_global_rng(monkeypatch):
-  monkeypatch.setenv(data.MNIST1D_CACHE_ENV, "")  # generated every time, no file read
-  data._load_mnist1d_cached.cache_clear()
+  monkeypatch.setenv(loaders.MNIST1D_CACHE_ENV, "")  # generated every time, no file read
+  loaders._load_mnist1d_cached.cache_clear()
   np.random.seed(1234)
   random.seed(99)
   np_expected = np.random.get_state()[1].copy()
   py_expected = random.getstate()
-  a = data.load_mnist1d(seed=3, num_samples=200)
+  a = loaders.load_mnist1d(seed=3, num_samples=200)
   assert np.array_equal(np.random.get_state()[1], np_expected)
   assert random.getstate() == py_expected
   assert a.name == "mnist1d" and a.num_classes == 10
   assert a.train_x.shape == (160, 40, 1) and a.test_x.shape == (40, 40, 1)
   assert a.train_x.dtype == np.float32 and a.train_y.dtype == np.int32
   assert a.input_shape == (40, 1)
-  data._load_mnist1d_cached.cache_clear()  # regenerate, not just hit the cache
-  b = data.load_mnist1d(seed=3, num_samples=200)
+  loaders._load_mnist1d_cached.cache_clear()  # regenerate, not just hit the cache
+  b = loaders.load_mnist1d(seed=3, num_samples=200)
   assert a is not b
   np.testing.assert_array_equal(a.train_x, b.train_x)
   np.testing.assert_array_equal(a.test_y, b.test_y)
-  c = data.load_mnist1d(seed=4, num_samples=200)
+  c = loaders.load_mnist1d(seed=4, num_samples=200)
   assert not np.array_equal(a.train_x, c.train_x)
 
 
 def test_a_generated_mnist1d_is_kept_on_disk_and_read_back_bit_for_bit(tmp_path, monkeypatch):
   from mnist1d import data as mnist1d_data
 
-  monkeypatch.setenv(data.MNIST1D_CACHE_ENV, "")
-  data._load_mnist1d_cached.cache_clear()
-  generated = data.load_mnist1d(seed=5, num_samples=200)
-  monkeypatch.setenv(data.MNIST1D_CACHE_ENV, str(tmp_path / "cache"))
-  data._load_mnist1d_cached.cache_clear()
-  assert data.load_mnist1d(seed=5, num_samples=200).train_x.shape == (160, 40, 1)
+  monkeypatch.setenv(loaders.MNIST1D_CACHE_ENV, "")
+  loaders._load_mnist1d_cached.cache_clear()
+  generated = loaders.load_mnist1d(seed=5, num_samples=200)
+  monkeypatch.setenv(loaders.MNIST1D_CACHE_ENV, str(tmp_path / "cache"))
+  loaders._load_mnist1d_cached.cache_clear()
+  assert loaders.load_mnist1d(seed=5, num_samples=200).train_x.shape == (160, 40, 1)
   (path,) = (tmp_path / "cache").iterdir()
   assert path.name.startswith("mnist1d-") and "-seed5-n200-" in path.name
   make = mnist1d_data.make_dataset
@@ -232,49 +232,51 @@ def test_a_generated_mnist1d_is_kept_on_disk_and_read_back_bit_for_bit(tmp_path,
     raise AssertionError("generated again, not read from its file")
 
   monkeypatch.setattr(mnist1d_data, "make_dataset", never)
-  data._load_mnist1d_cached.cache_clear()
-  read = data.load_mnist1d(seed=5, num_samples=200)
+  loaders._load_mnist1d_cached.cache_clear()
+  read = loaders.load_mnist1d(seed=5, num_samples=200)
   for f in ("train_x", "train_y", "test_x", "test_y"):
     a, b = getattr(read, f), getattr(generated, f)
     assert a.dtype == b.dtype and np.array_equal(a, b), f
   # a damaged file is generated again and replaced; no temporary file is left
   monkeypatch.setattr(mnist1d_data, "make_dataset", make)
   path.write_bytes(path.read_bytes()[:100])
-  data._load_mnist1d_cached.cache_clear()
-  np.testing.assert_array_equal(data.load_mnist1d(seed=5, num_samples=200).test_x, generated.test_x)
+  loaders._load_mnist1d_cached.cache_clear()
+  np.testing.assert_array_equal(
+      loaders.load_mnist1d(seed=5, num_samples=200).test_x, generated.test_x
+  )
   assert [p.name for p in (tmp_path / "cache").iterdir()] == [path.name]
   np.testing.assert_array_equal(
       np.load(path)["x_test"].astype(np.float32)[..., None], generated.test_x
   )
   # a directory that cannot be made: the data set is generated, nothing written
   (tmp_path / "a_file").write_text("")
-  monkeypatch.setenv(data.MNIST1D_CACHE_ENV, str(tmp_path / "a_file" / "cache"))
-  data._load_mnist1d_cached.cache_clear()
+  monkeypatch.setenv(loaders.MNIST1D_CACHE_ENV, str(tmp_path / "a_file" / "cache"))
+  loaders._load_mnist1d_cached.cache_clear()
   np.testing.assert_array_equal(
-      data.load_mnist1d(seed=5, num_samples=200).train_y, generated.train_y
+      loaders.load_mnist1d(seed=5, num_samples=200).train_y, generated.train_y
   )
-  data._load_mnist1d_cached.cache_clear()
+  loaders._load_mnist1d_cached.cache_clear()
 
 
 def test_mnist1d_bad_num_samples():
   with pytest.raises(
       data.DataError, match="num_samples must be a positive multiple of 10 .*, got 25"
   ):
-    data.load_mnist1d(num_samples=25)
+    loaders.load_mnist1d(num_samples=25)
 
 
 def test_digits_shapes_and_split():
-  ds = data.load_dataset("digits", seed=0)
+  ds = datasets.load_dataset("digits", seed=0)
   assert ds.train_x.shape == (1438, 8, 8, 1) and ds.test_x.shape == (359, 8, 8, 1)
   assert ds.train_x.dtype == np.float32 and ds.test_y.dtype == np.int32
   assert abs(float(ds.train_x.mean())) < 1e-5
-  other = data.load_dataset("digits", seed=1)
+  other = datasets.load_dataset("digits", seed=1)
   assert not np.array_equal(ds.train_y, other.train_y)
 
 
 def test_unknown_dataset():
   with pytest.raises(data.DataError, match="'cifar'.*mnist1d, fashion_mnist, digits"):
-    data.load_dataset("cifar")
+    datasets.load_dataset("cifar")
 
 
 # --------------------------------------------------------------------------
@@ -374,4 +376,31 @@ def test_read_idx_rejects_absurd_dims_without_allocating(tmp_path):
     path = tmp_path / "huge.idx"
     path.write_bytes(b"\x00\x00\x08\x03" + struct.pack(">3I", *dims))
     with pytest.raises(data.DataError, match="huge.idx"):
-      data.read_idx(path)
+      loaders.read_idx(path)
+
+
+def test_each_row_of_the_data_set_table_states_its_shapes_and_the_models_that_fit():
+  """The table's shapes and classes are the loaders' (the data sets made here),
+  and its models are exactly those that take its inputs (built abstractly)."""
+  import jax
+
+  from easgd.tasks import models
+
+  for name in ("mnist1d", "digits"):
+    ds, spec = datasets.load_dataset(name), datasets.TABLE[name]
+    assert (ds.input_shape, ds.num_classes) == (spec.input_shape, spec.num_classes)
+  for spec in datasets.TABLE.values():
+    fits = []
+    for name in models.MODELS:
+      net = models.make_model(name, spec.num_classes)
+      try:
+        jax.eval_shape(lambda k: models.init_params(net, spec.input_shape, k), jax.random.key(0))
+      except models.ModelError:
+        continue
+      fits.append(name)
+    assert tuple(fits) == spec.models, spec.name
+  assert datasets.DATASETS == ("mnist1d", "fashion_mnist", "digits", "cifar10")
+  assert [n for n in datasets.DATASETS if datasets.reads_data_dir(n)] == [
+      "fashion_mnist",
+      "cifar10",
+  ]

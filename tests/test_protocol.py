@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 from easgd import TrainConfig, cli, train_and_evaluate
-from easgd.tasks import data
+from easgd.tasks import data, datasets
 from easgd.protocol import runs as protocol, report as protocol_report, stats as protocol_stats
 from easgd.settings.config import ConfigError
 from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError, log_grid, lr_grid_edges
@@ -81,7 +81,7 @@ def test_validation_split_is_disjoint_seeded_and_complete():
 
 
 def test_validation_examples_are_never_trained_on_and_are_not_test_examples():
-  full = data.load_dataset("mnist1d", seed=3)
+  full = datasets.load_dataset("mnist1d", seed=3)
   reduced, (val_x, val_y) = data.with_validation_split(full, 1000)
   train_idx, val_idx = data.validation_split(full.num_train, 1000)
   assert reduced.num_train == 7000 and len(val_y) == 1000
@@ -218,7 +218,7 @@ def test_the_values_do_not_depend_on_how_many_configurations_share_a_call():
 def test_the_chosen_rates_do_not_depend_on_the_test_set(monkeypatch):
   config = tiny_protocol()
   clean = protocol.run_protocol(config, log=lambda line: None)
-  load = data.load_dataset
+  load = datasets.load_dataset
 
   def poisoned(name, data_dir=None, seed=0):
     ds = load(name, data_dir=data_dir, seed=seed)
@@ -232,7 +232,7 @@ def test_the_chosen_rates_do_not_depend_on_the_test_set(monkeypatch):
         ds.num_classes,
     )
 
-  monkeypatch.setattr(data, "load_dataset", poisoned)
+  monkeypatch.setattr(datasets, "load_dataset", poisoned)
   dirty = protocol.run_protocol(config, log=lambda line: None)
   for name, arm in clean["arms"].items():
     other = dirty["arms"][name]

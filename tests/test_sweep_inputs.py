@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from easgd import cli
-from easgd.tasks import data, models
+from easgd.tasks import datasets, models
 from easgd.sweeps import command as sweep, grid as sweep_grid, network as sweep_network
 from easgd.sweeps.engine import SweepError
 from easgd.sweeps.grid import SweepGrid
@@ -432,7 +432,7 @@ def test_more_hessian_examples_than_the_data_set_has_are_refused(tmp_path, capsy
   # none (the default): 2000, or the whole training set if it is smaller
   grid = SweepGrid(tau=(1,), alpha=(0.1,), num_workers=(2,))
   setup = sweep_network.check_network(grid, 5, dataset="digits", per_worker_batch_size=4)
-  assert setup.hessian_examples == 1438 == data.load_dataset("digits").num_train
+  assert setup.hessian_examples == 1438 == datasets.load_dataset("digits").num_train
   assert sweep.SweepConfig(dataset="digits").validate().hessian_examples is None
 
 

@@ -20,7 +20,7 @@ import pytest
 from easgd import cli
 from easgd.run import trainer
 from easgd.settings import builtin_tasks
-from easgd.tasks import data, models
+from easgd.tasks import datasets, models
 from easgd.settings.config import TrainConfig
 from easgd.tasks.task import ArraySource, ItemSource, Task, TaskError, load_task, take
 
@@ -30,7 +30,7 @@ MAIN = TrainConfig(num_epochs=1, progress=False)
 
 def hand_written_mnist1d_task(source=lambda arrays: arrays) -> Task:
   """MNIST-1D and the CNN as a user would write them: no package helper but the model."""
-  ds = data.load_dataset("mnist1d", seed=MAIN.seed)
+  ds = datasets.load_dataset("mnist1d", seed=MAIN.seed)
   model = models.make_model("cnn", ds.num_classes)
 
   def loss(params, batch, key):

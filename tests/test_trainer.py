@@ -9,7 +9,7 @@ import pytest
 from easgd.run import checkpoint, rundir
 from easgd.runtimes import optimizers
 from easgd.settings import builtin_tasks
-from easgd.tasks import batches, data, models
+from easgd.tasks import batches, datasets, models
 from easgd.run import tensorboard, trainer
 from easgd.methods import registry
 from easgd.parallel import workers
@@ -36,7 +36,7 @@ def test_train_writes_metrics_and_exact_center_evaluation(tmp_path):
   lines = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
   on_disk = json.loads((tmp_path / "summary.json").read_text())
   assert [r["epoch"] for r in lines] == [0, 1, 2]
-  ds = data.load_dataset("digits")
+  ds = datasets.load_dataset("digits")
   n_test = len(ds.test_y)
   assert n_test % TINY.num_workers != 0  # the exactness below is not trivial
   assert all(r["test_count"] == n_test for r in lines)
@@ -55,7 +55,7 @@ def test_train_writes_metrics_and_exact_center_evaluation(tmp_path):
 def test_center_accuracy_matches_direct_evaluation(tmp_path):
   # rebuild the trained center by hand and evaluate it with one apply
   cfg = TINY.replace(num_epochs=1)
-  ds = data.load_dataset("digits")
+  ds = datasets.load_dataset("digits")
   model = models.make_model("mlp", 10)
   summary = trainer.train_and_evaluate(cfg, tmp_path)
   # rebuild the final center deterministically: same seed, same data order

@@ -46,7 +46,7 @@ from easgd.sweeps.grid import SweepGrid
 from easgd.run import compare, trainer
 from easgd.runtimes import spmd
 from easgd.settings import builtin_tasks
-from easgd.tasks import data, models
+from easgd.tasks import datasets, models
 from easgd.settings.config import ConfigError, TrainConfig
 from easgd.tasks.task import TaskError, load_task
 from testutil import regression_task
@@ -375,7 +375,7 @@ def test_a_classifier_given_as_a_task_sweeps_exactly_as_the_builtin_problem():
   grid = SweepGrid(tau=(1, 3), alpha=(0.1, 0.4), learning_rate=(0.1,), num_workers=(2, 3))
   kw = dict(per_worker_batch_size=4, seed=5, hessian_iterations=30, hessian_tol=1e-3)
   builtin = sweep_network.sweep_network(grid, 6, dataset="digits", model="mlp", **kw)
-  ds = data.load_dataset("digits", seed=5)
+  ds = datasets.load_dataset("digits", seed=5)
   task = builtin_tasks.classifier_task(
       models.make_model("mlp", ds.num_classes), (ds.train_x, ds.train_y), (ds.test_x, ds.test_y)
   )
@@ -419,7 +419,7 @@ def test_a_bad_task_of_the_sweep_is_one_line_before_anything_runs(
 
 
 def test_a_task_with_batch_norm_is_refused_by_the_sweep():
-  ds = data.load_dataset("digits")
+  ds = datasets.load_dataset("digits")
   task = builtin_tasks.classifier_task(
       models.make_model("cnn_bn", ds.num_classes), (ds.train_x, ds.train_y), (ds.test_x, ds.test_y)
   )

@@ -33,7 +33,8 @@ import numpy as np
 
 from easgd._util import checks
 from easgd.methods import registry
-from easgd.settings.config import FLOAT32_TINY, MAX_REAL, ConfigError, TrainConfig
+from easgd.settings.config import ConfigError, TrainConfig
+from easgd.settings.fields import FLOAT32_TINY, MAX_REAL
 from easgd._util.flags import REQUIRED, call_config_file, option
 
 

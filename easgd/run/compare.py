@@ -32,6 +32,7 @@ from typing import Any, Sequence
 from easgd.settings import builtin_tasks
 from easgd._util import checks
 from easgd.methods import registry
+from easgd.settings import reads
 from easgd.settings.config import ConfigError, TrainConfig, as_train_config
 from easgd._util.files import json_text, write_text_atomic
 from easgd.run.rundir import check_workdir, drop_previous_run, move_aside, workdir_path
@@ -46,37 +47,31 @@ DEFAULT_ALGORITHMS = registry.DEFAULT_COMPARISON
 """What ``compare`` runs when no names are given (the CLI's default too)."""
 
 
+_HIDDEN = ("alpha", "push_timing", "curvature", "sync_warmup_steps")
+"""Algorithm settings no column shows: alpha (beta shows the resolved value),
+curvature (a check, the run computes the same without it), push_timing and
+sync_warmup_steps (never columns so far: the tables stay as they were)."""
+
+_OPTIMIZER = ("optimizer", "learning_rate", "momentum", "delta", "weight_decay")
 SETTINGS = (
-    "optimizer",
-    "learning_rate",
-    "momentum",
-    "delta",
-    "weight_decay",
-    "tau",
-    "beta",
-    "reset_opt_state",
-    "exchange_order",
-    "worker_speeds",
-    "max_worker_speed",
-    "staleness",
-    "outer_learning_rate",
-    "outer_momentum",
-    "average_rate",
+    *_OPTIMIZER,
+    *(f for f in registry.ALGORITHM_FIELDS if f not in _OPTIMIZER + _HIDDEN),
     "lr_schedule",
     "param_dtype",
     "compute_dtype",
 )
-"""Config fields a comparison row can differ in (shown when they differ)."""
+"""Config fields a comparison row can differ in (shown when they differ): the
+local optimizer's (delta is the momentum built into some methods), the
+algorithm-specific fields of ``easgd.methods.registry.ALGORITHM_FIELDS``, the
+schedule and the dtypes."""
 
 
 def _settings(config: TrainConfig) -> dict[str, Any]:
-  """The settings of :data:`SETTINGS` that ``config``'s run reads (others absent)."""
-  spec = registry.TABLE[config.algorithm]
+  """The settings of :data:`SETTINGS` that ``config``'s run reads (others absent:
+  ``easgd.settings.reads.METHOD_RULES``, what the algorithm and its optimizer read)."""
   out = {}
   for name in SETTINGS:
-    if name in registry.ALGORITHM_FIELDS and name not in spec.reads:
-      continue
-    if name == "momentum" and config.optimizer not in ("momentum", "nesterov"):
+    if not reads.is_read(config, name, reads.METHOD_RULES):
       continue
     out[name] = (
         config.resolved_alpha * config.num_workers if name == "beta" else getattr(config, name)

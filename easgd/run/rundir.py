@@ -318,24 +318,39 @@ def set_aside_previous_run(workdir: Path, ckpt: checkpoint.Checkpointer) -> None
   move_aside(workdir, old, finished=workdir / SUMMARY_FILE)
 
 
-def move_aside(workdir: Path, entries, finished: Path) -> None:
-  """Moves ``entries`` (files and directories of ``workdir``) to ``workdir/previous_run``.
+def move_aside(
+    workdir: Path,
+    entries,
+    finished: Path,
+    aside: str = PREVIOUS_RUN_DIR,
+    marker: str | None = None,
+) -> None:
+  """Moves ``entries`` (files and directories of ``workdir``) to ``workdir/aside``.
 
   The one set-aside of an overwrite (runs: :func:`set_aside_previous_run`;
-  comparisons: ``easgd.run.compare``). If ``previous_run`` is already
-  there and ``finished`` (the file a finished run or comparison writes last)
-  is not, an earlier overwrite failed: ``previous_run`` still holds the last
-  finished one, so it is kept and ``entries`` (the failed attempt's) are
-  deleted instead. An earlier ``previous_run`` is replaced otherwise.
+  comparisons: ``easgd.run.compare``; sweeps, into ``previous_sweep``:
+  ``easgd.sweeps.command``), undone by :func:`drop_previous_run` once the new
+  files stand. If ``aside`` is already there and ``finished`` (the file a
+  finished run or comparison writes last) is not, an earlier overwrite failed:
+  ``aside`` still holds the last finished one, so it is kept and ``entries``
+  (the failed attempt's) are deleted instead. An earlier ``aside`` is replaced
+  otherwise.
 
   Args:
     workdir: the directory that holds ``entries``.
-    entries: paths that exist; nothing happens when there are none.
+    entries: paths that exist, moved in their order; nothing happens when
+      there are none.
     finished: the path whose presence says the entries are a finished run.
+    aside: the directory's name inside ``workdir``.
+    marker: a file written into ``aside`` once every entry is in it (says the
+      set-aside is whole); None: none.
+
+  Raises:
+    OSError: an entry cannot be moved or deleted.
   """
   if not entries:
     return
-  aside = workdir / PREVIOUS_RUN_DIR
+  aside = workdir / aside
   if aside.exists() and not finished.exists():
     for e in entries:
       shutil.rmtree(e, ignore_errors=True) if e.is_dir() else e.unlink()
@@ -345,6 +360,8 @@ def move_aside(workdir: Path, entries, finished: Path) -> None:
   aside.mkdir()
   for e in entries:
     os.replace(e, aside / e.name)
+  if marker is not None:
+    (aside / marker).write_text("")
 
 
 def open_run(
@@ -393,14 +410,15 @@ def open_run(
   return ckpt
 
 
-def drop_previous_run(workdir: Path) -> None:
-  """Deletes ``workdir/previous_run`` (if any): the new run stands.
+def drop_previous_run(workdir: Path, aside: str = PREVIOUS_RUN_DIR) -> None:
+  """Deletes ``workdir/aside`` (if any; :func:`move_aside`): the new run stands.
 
   Args:
     workdir: the run directory.
+    aside: the set-aside directory's name inside ``workdir``.
   """
-  if (workdir / PREVIOUS_RUN_DIR).exists():
-    shutil.rmtree(workdir / PREVIOUS_RUN_DIR, ignore_errors=True)
+  if (workdir / aside).exists():
+    shutil.rmtree(workdir / aside, ignore_errors=True)
 
 
 # -- resume: what an earlier invocation left ----------------------------------

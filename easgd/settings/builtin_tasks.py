@@ -7,7 +7,7 @@ as the evaluation, and for a model with BatchNorm (``models.has_batch_norm``)
 the package's BatchNorm policy (each worker's mini-batch statistics in
 training; the center's statistics recomputed from the center,
 ``models.compute_batch_stats``, for evaluation). :func:`builtin_task` is the
-built-in data sets (``easgd.tasks.data``) and models
+built-in data sets (``easgd.tasks.datasets``) and models
 (``easgd.tasks.models``) through it; :func:`task_of` the task a
 :class:`~easgd.settings.config.TrainConfig` names (``config.task``, an import
 path, or the built-in one of ``dataset`` and ``model``).
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from easgd.tasks import batches, data, models
+from easgd.tasks import batches, datasets, models
 from easgd.settings.config import ConfigError, TrainConfig
 from easgd.tasks.sources import as_source
 from easgd.tasks.task import Task, TaskError, load_task, parse_task_args
@@ -193,12 +193,12 @@ def builtin_task(
     compute_dtype: str = "float32",
     seed: int = 0,
 ) -> Task:
-  """A built-in data set (``easgd.tasks.data``) and model (``easgd.tasks.models``).
+  """A built-in data set (``easgd.tasks.datasets``) and model (``easgd.tasks.models``).
 
   Args:
-    dataset: one of ``easgd.tasks.data.DATASETS``.
+    dataset: one of ``easgd.tasks.datasets.DATASETS``.
     model: one of ``easgd.tasks.models.MODELS``.
-    data_dir: Fashion-MNIST's or CIFAR-10's directory (``load_dataset``).
+    data_dir: the data set's directory (``DatasetSpec.data_dir``), if it reads one.
     crop_size: random training crops and centre evaluation crops (images).
     param_dtype, compute_dtype: the model's dtypes.
     seed: MNIST-1D's generator seed and digits' split seed (the others ignore it).
@@ -209,7 +209,7 @@ def builtin_task(
   Raises:
     easgd.tasks.data.DataError, easgd.tasks.models.ModelError: bad input.
   """
-  ds = data.load_dataset(dataset, data_dir=data_dir, seed=seed)
+  ds = datasets.load_dataset(dataset, data_dir=data_dir, seed=seed)
   net = models.make_model(
       model, ds.num_classes, param_dtype=param_dtype, compute_dtype=compute_dtype
   )
@@ -226,7 +226,7 @@ def builtin_task(
           num_classes=ds.num_classes,
           input_shape=list(batches.cropped_shape(ds.input_shape, crop_size)),
       ),
-      split_from_seed=dataset in data.SEEDED_SPLITS,
+      split_from_seed=datasets.TABLE[dataset].seeded_split,
   )
   args = dict(dataset=dataset, model=model, data_dir=None if data_dir is None else str(data_dir))
   args.update(crop_size=crop_size, param_dtype=param_dtype, compute_dtype=compute_dtype)
@@ -295,12 +295,4 @@ def task_of(config, task: Task | None = None, *, seed: int | None = None) -> Tas
     return _read_by(config, task)
   if config.task is not None:
     return _read_by(config, load_task(config.task, parse_task_args(config.task_args), seed=seed))
-  return builtin_task(
-      config.dataset,
-      config.model,
-      data_dir=config.data_dir,
-      crop_size=config.crop_size,
-      param_dtype=config.param_dtype,
-      compute_dtype=config.compute_dtype,
-      seed=seed,
-  )
+  return builtin_task(**_builtin_args(config), seed=seed)

@@ -46,6 +46,7 @@ NEW_DIR = ".sweep-new"
 """Where a sweep writes until it completes (inside the workdir)."""
 PREVIOUS_DIR = "previous_sweep"
 """Where an earlier sweep waits while a new one's files move in."""
+_COMPLETE = ".complete"  # in PREVIOUS_DIR: the earlier sweep is wholly aside
 
 
 def run_sweep(
@@ -90,14 +91,8 @@ def run_sweep(
   setup = None
   if "network" in config.problems:
     setup = sweep_network.check_network(
-        config.grid,
-        config.num_steps,
-        dataset=config.dataset,
+        **_network_args(config),
         model=config.model,
-        per_worker_batch_size=config.per_worker_batch_size,
-        seed=config.seed,
-        data_dir=config.data_dir,
-        hessian_iterations=config.hessian_iterations,
         hessian_examples=config.hessian_examples,
         task=config.task,
         task_args=config.task_args,
@@ -125,6 +120,14 @@ def run_sweep(
   return results
 
 
+def _network_args(config: SweepConfig) -> dict:
+  """The arguments ``check_network`` and ``sweep_network`` both take from ``config``."""
+  names = ("dataset", "per_worker_batch_size", "seed", "data_dir", "hessian_iterations")
+  return dict(
+      grid=config.grid, num_steps=config.num_steps, **{n: getattr(config, n) for n in names}
+  )
+
+
 def _run_parts(config: SweepConfig, setup, out: Path, plots: bool) -> dict[str, SweepResult]:
   """Runs each problem of ``config`` and writes its results under ``out``.
 
@@ -146,15 +149,9 @@ def _run_parts(config: SweepConfig, setup, out: Path, plots: bool) -> dict[str, 
       )
     else:
       res = sweep_network.sweep_network(
-          config.grid,
-          config.num_steps,
-          dataset=config.dataset,
+          **_network_args(config),
           model="mlp" if setup.user_task else setup.model,  # a task: the default
-          per_worker_batch_size=config.per_worker_batch_size,
-          seed=config.seed,
           divergence_factor=config.divergence_factor,
-          data_dir=config.data_dir,
-          hessian_iterations=config.hessian_iterations,
           hessian_tol=config.hessian_tol,
           hessian_examples=setup.hessian_examples,
           hessian_at_trained=config.hessian_at_trained,
@@ -198,17 +195,14 @@ def _install(new: Path, workdir: Path) -> None:
     OSError: a file cannot be moved (the earlier sweep is then whole in
       ``workdir`` or in ``previous_sweep``; the next sweep puts it back).
   """
+  # sweep_config.json first: the workdir no longer claims a sweep (_recover has
+  # put back or dropped any earlier previous_sweep)
   old = _sweep_entries(workdir)
-  aside = workdir / PREVIOUS_DIR
-  if old:
-    aside.mkdir()
-    for p in old:  # sweep_config.json first: the workdir no longer claims a sweep
-      os.replace(p, aside / p.name)
-    (aside / ".complete").write_text("")
+  rundir.move_aside(workdir, old, workdir / CONFIG_FILE, PREVIOUS_DIR, marker=_COMPLETE)
   entries = [p for p in new.iterdir() if p.name != CONFIG_FILE]
   for p in entries + [new / CONFIG_FILE]:  # sweep_config.json last: now complete
     os.replace(p, workdir / p.name)
-  shutil.rmtree(aside, ignore_errors=True)
+  rundir.drop_previous_run(workdir, PREVIOUS_DIR)
 
 
 def _recover(workdir: Path) -> None:
@@ -228,7 +222,7 @@ def _recover(workdir: Path) -> None:
   if (workdir / CONFIG_FILE).exists():
     shutil.rmtree(aside)
     return
-  if (aside / ".complete").exists():
+  if (aside / _COMPLETE).exists():
     for p in _sweep_entries(workdir):
       shutil.rmtree(p) if p.is_dir() else p.unlink()
   for p in _sweep_entries(aside):

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from easgd._util import checks, flags
 from easgd._util.flags import option
-from easgd.tasks import data
+from easgd.settings import reads
+from easgd.tasks import data, datasets
 from easgd.tasks.task import TaskError, parse_task_args
 
 if TYPE_CHECKING:
@@ -41,8 +42,42 @@ NETWORK_FIELDS = (
 """The :class:`SweepConfig` fields only the network reads."""
 HESSIAN_FIELDS = ("hessian_tol", "hessian_examples", "hessian_at_trained")
 """The fields read only when there is a Hessian estimate (hessian_iterations >= 1)."""
-DATA_DIR_DATASETS = ("fashion_mnist", "cifar10")
-"""The data sets that read data_dir (the others are generated or shipped)."""
+
+
+def _not_read_by_problem(reader: str):
+  def message(config, name, value) -> str:
+    return (
+        f"{name}={value!r} is not read by problem {config.problem!r}; leave it at "
+        f"its default {reads.defaults(type(config))[name]!r}, or use problem {reader!r} "
+        "or 'both'"
+    )
+
+  return message
+
+
+RULES = (
+    reads.Reads(
+        QUADRATIC_FIELDS,
+        lambda c: QUADRATIC_FIELDS if "quadratic" in c.problems else (),
+        _not_read_by_problem("quadratic"),
+    ),
+    reads.Reads(
+        NETWORK_FIELDS,
+        lambda c: NETWORK_FIELDS if "network" in c.problems else (),
+        _not_read_by_problem("network"),
+    ),
+    reads.Reads(
+        HESSIAN_FIELDS,
+        lambda c: HESSIAN_FIELDS if c.hessian_iterations != 0 else (),
+        lambda c, name, value: (
+            f"{name}={value!r} is not read with hessian_iterations=0 (no Hessian "
+            f"estimate); leave it at its default {reads.defaults(type(c))[name]!r}, or give "
+            "hessian_iterations >= 1"
+        ),
+    ),
+    reads.DATA_DIR,
+)
+"""Who reads :class:`SweepConfig`'s settings (``easgd.settings.reads``)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,29 +152,16 @@ class SweepConfig:
     return ("quadratic", "network") if self.problem == "both" else (self.problem,)
 
   def unread_fields(self) -> dict[str, Any]:
-    """The fields set away from their default that this sweep never reads.
-
-    :data:`QUADRATIC_FIELDS` without the quadratic, :data:`NETWORK_FIELDS`
-    without the network, :data:`HESSIAN_FIELDS` with ``hessian_iterations=0``
-    (no Hessian estimate), ``data_dir`` with a data set that has no files.
+    """The fields set away from their default that this sweep never reads
+    (:data:`RULES`): :data:`QUADRATIC_FIELDS` without the quadratic,
+    :data:`NETWORK_FIELDS` without the network, :data:`HESSIAN_FIELDS` with
+    ``hessian_iterations=0`` (no Hessian estimate), ``data_dir`` with a data
+    set that has no files.
 
     Returns:
       ``{field: value}`` in field order (empty when every setting is read).
     """
-    unread = set()
-    if "quadratic" not in self.problems:
-      unread.update(QUADRATIC_FIELDS)
-    if "network" not in self.problems:
-      unread.update(NETWORK_FIELDS)
-    if self.hessian_iterations == 0:
-      unread.update(HESSIAN_FIELDS)
-    if self.dataset not in DATA_DIR_DATASETS:
-      unread.add("data_dir")
-    return {
-        f.name: getattr(self, f.name)
-        for f in dataclasses.fields(self)
-        if f.name in unread and _differs(self, f.name)
-    }
+    return reads.unread(self, RULES, _FIELD_ORDER)
 
   def validate(self) -> "SweepConfig":
     """Checks every field, without loading data or compiling anything.
@@ -197,7 +219,7 @@ class SweepConfig:
         hessian_at_trained=checks.flag(
             "hessian_at_trained", self.hessian_at_trained, error=SweepError
         ),
-        dataset=checks.choice("dataset", self.dataset, data.DATASETS, error=data.DataError),
+        dataset=checks.choice("dataset", self.dataset, datasets.DATASETS, error=data.DataError),
         model=sweep_network.check_model_name(self.model),
         seed=check_int("seed", self.seed, 0, 2**32 - 1),
         data_dir=data_dir,
@@ -205,10 +227,7 @@ class SweepConfig:
         task_args=_task_args(self.task, self.task_args),
     )
     config = dataclasses.replace(self, **plain)
-    unread = config.unread_fields()
-    if unread:
-      name, value = next(iter(unread.items()))
-      raise SweepError(_unread_message(config, name, value))
+    reads.refuse_unread(config, RULES, SweepError, _FIELD_ORDER)
     if config.task is not None:
       sweep_network.refuse_builtin_args(
           config.task, dataset=config.dataset, model=config.model, data_dir=config.data_dir
@@ -244,36 +263,7 @@ def _task_args(task, task_args) -> tuple[str, ...]:
   return texts
 
 
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(SweepConfig)}
-
-
-def _differs(config: SweepConfig, name: str) -> bool:
-  value, default = getattr(config, name), _DEFAULTS[name]
-  if isinstance(value, (tuple, list)) or isinstance(default, (tuple, list)):
-    return tuple(value) != tuple(default)
-  return value != default
-
-
-def _unread_message(config: SweepConfig, name: str, value) -> str:
-  default = _DEFAULTS[name]
-  if name in QUADRATIC_FIELDS + NETWORK_FIELDS and not any(
-      name in (QUADRATIC_FIELDS if p == "quadratic" else NETWORK_FIELDS) for p in config.problems
-  ):
-    reader = "quadratic" if name in QUADRATIC_FIELDS else "network"
-    return (
-        f"{name}={value!r} is not read by problem {config.problem!r}; leave it at "
-        f"its default {default!r}, or use problem {reader!r} or 'both'"
-    )
-  if name in HESSIAN_FIELDS:
-    return (
-        f"{name}={value!r} is not read with hessian_iterations=0 (no Hessian "
-        f"estimate); leave it at its default {default!r}, or give "
-        f"hessian_iterations >= 1"
-    )
-  return (
-      f"data_dir={value!r} is not read by dataset {config.dataset!r} (generated "
-      f"or shipped); allowed: data_dir None"
-  )
+_FIELD_ORDER = tuple(f.name for f in dataclasses.fields(SweepConfig))
 
 
 def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:

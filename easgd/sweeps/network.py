@@ -38,7 +38,7 @@ import numpy as np
 
 from easgd.core import algorithms
 from easgd.settings import builtin_tasks
-from easgd.tasks import batches, data, models
+from easgd.tasks import batches, datasets, models
 from easgd.tasks.task import (
     Task,
     TaskError,
@@ -374,7 +374,7 @@ def _builtin_setup(dataset, model, seed, data_dir):
   """(task, model, model_name) of the built-in problem; checks the model first."""
   if isinstance(model, str):
     check_model_name(model)
-  ds = data.load_dataset(dataset, data_dir=data_dir, seed=seed)
+  ds = datasets.load_dataset(dataset, data_dir=data_dir, seed=seed)
   model_name = model if isinstance(model, str) else type(model).__name__
   if isinstance(model, str):
     model = models.make_model(model, ds.num_classes)
@@ -594,7 +594,7 @@ def sweep_network(
     grid: the configurations (validated here).
     num_steps: local steps per worker, an integer in [1, 2**31 - 1], at least
       every tau of the grid.
-    dataset: an ``easgd.tasks.data.DATASETS`` name (the built-in problem).
+    dataset: an ``easgd.tasks.datasets.DATASETS`` name (the built-in problem).
     model: one of :data:`SWEEP_MODELS` (``easgd.tasks.models.make_model``) or a Flax
       module without BatchNorm (the built-in problem).
     per_worker_batch_size: examples per worker per step; num_workers x it
@@ -602,7 +602,7 @@ def sweep_network(
     seed: data-order and initialisation seed, in [0, 2**32 - 1] (as the
       trainer: init key and step key are ``split(key(seed))``).
     divergence_factor: see ``easgd.sweeps.quadratic.sweep_quadratic``.
-    data_dir: Fashion-MNIST or CIFAR-10 directory (``easgd.tasks.data.load_dataset``).
+    data_dir: Fashion-MNIST or CIFAR-10 directory (``easgd.tasks.datasets.load_dataset``).
     hessian_iterations, hessian_tol, hessian_examples: budget of
       Hessian-vector products (an integer >= 0; 0 skips the estimate),
       relative residual tolerance (a finite real > 0) and number of training
