@@ -171,13 +171,7 @@ def exchange_schedule(config) -> async_schedule.ExchangeSchedule:
 
 
 def _elastic_kw(c):
-  return dict(
-      num_workers=c.num_workers,
-      tau=c.tau,
-      alpha=c.alpha,
-      beta=c.beta,
-      reset_opt_state=c.reset_opt_state,
-  )
+  return dict(num_workers=c.num_workers, **{name: getattr(c, name) for name in _ELASTIC})
 
 
 def _push_kw(c):
