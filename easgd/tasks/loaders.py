@@ -1,11 +1,6 @@
-"""The built-in data sets' loaders (NumPy only; the table of data sets is
-``easgd.tasks.datasets``).
-
-Each loader returns a :class:`~easgd.tasks.data.Dataset` of standardised
-float32 inputs and int32 labels: MNIST-1D signals from the ``mnist1d``
-package's generator, Fashion-MNIST from Debian's IDX files, scikit-learn's
-8x8 digits, CIFAR-10 from its python batches (never downloaded).
-"""
+"""The built-in data sets' loaders, each returning a standardised
+:class:`~easgd.tasks.data.Dataset` (their table: ``easgd.tasks.datasets``; where
+the files come from: docs/guides/quickstart.md). NumPy only."""
 
 from __future__ import annotations
 
@@ -46,9 +41,7 @@ _IDX_DTYPES = {
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
-# --------------------------------------------------------------------------
-# IDX files (Fashion-MNIST).
-# --------------------------------------------------------------------------
+# -- IDX files (Fashion-MNIST). ----------------------------------------------
 
 
 def read_idx(path: str | os.PathLike) -> np.ndarray:
@@ -226,9 +219,7 @@ def load_fashion_mnist(data_dir: str | os.PathLike | None = None) -> Dataset:
   return _load_fashion_mnist_cached(os.path.abspath(os.fspath(data_dir)))
 
 
-# --------------------------------------------------------------------------
-# CIFAR-10 (python-pickle batches).
-# --------------------------------------------------------------------------
+# -- CIFAR-10 (python-pickle batches). ---------------------------------------
 
 CIFAR10_TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
 """The five training batches of the CIFAR-10 python version (10000 images each)."""
@@ -467,9 +458,7 @@ def load_cifar10(data_dir: str | os.PathLike) -> Dataset:
   return _load_cifar10_cached(os.path.abspath(os.fspath(data_dir)))
 
 
-# --------------------------------------------------------------------------
-# MNIST-1D (generated).
-# --------------------------------------------------------------------------
+# -- MNIST-1D (generated). ---------------------------------------------------
 
 
 MNIST1D_CACHE_ENV = "EASGD_DATA_CACHE"
@@ -576,13 +565,9 @@ def load_mnist1d(seed: int = 0, num_samples: int = 10000) -> Dataset:
   generator standardises the signals itself (global mean 0, std 1 over train
   and test together), so no further scaling is applied.
 
-  The generator calls ``np.random.seed`` and ``random.seed``; the global NumPy
-  and Python RNG states are saved before and restored after, so callers'
-  global random streams are untouched. Results are cached in memory per
-  ``(seed, num_samples)`` (8 entries), and on disk in :func:`mnist1d_cache_dir`
-  (one ``.npz`` file per generator version and arguments, written atomically;
-  set ``EASGD_DATA_CACHE`` empty to keep nothing on disk); 10000 samples take
-  2 to 5 s to make, a cached file milliseconds to read.
+  The global NumPy and Python RNG states, which the generator reseeds, are
+  restored after it. Cached in memory per ``(seed, num_samples)`` and on disk
+  in :func:`mnist1d_cache_dir` (see docs/guides/quickstart.md).
 
   Args:
     seed: generator seed, in ``[0, 2**32)``; different seeds give different
@@ -613,9 +598,7 @@ def load_mnist1d(seed: int = 0, num_samples: int = 10000) -> Dataset:
   return _load_mnist1d_cached(seed, num_samples)
 
 
-# --------------------------------------------------------------------------
-# scikit-learn digits.
-# --------------------------------------------------------------------------
+# -- scikit-learn digits. ----------------------------------------------------
 
 
 @functools.lru_cache(maxsize=4)
