@@ -29,6 +29,7 @@ from easgd._util.files import json_text
 from easgd.tasks.names import BATCH_NORM_MODELS, DTYPES, MODELS
 from easgd.parallel.names import BACKENDS as MAPPING_BACKENDS
 from easgd.parallel.names import backend_for
+from easgd.settings import runtime_table
 
 OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw")
 LR_SCHEDULES = ("constant", "cosine", "step")
@@ -86,7 +87,7 @@ def _is_ray_address(value) -> bool:
 
 def _synchronous_spmd() -> tuple[str, ...]:
   """The algorithms a worker of several devices runs (``devices_per_worker`` > 1)."""
-  return tuple(n for n in registry.runs_on("spmd") if not registry.TABLE[n].asynchronous)
+  return registry.names_where(lambda s: not s.asynchronous)
 
 
 class ConfigError(ValueError):
@@ -404,15 +405,9 @@ class TrainConfig:
       allowed=OneOf(DTYPES),
   )
   runtime: str = option(
-      "spmd",
-      "where the workers run (easgd.methods.registry.RUNTIMES): 'spmd' (one SPMD "
-      "program: the synchronous methods, and the asynchronous ones simulated "
-      "deterministically with exchange_order, worker_speeds and staleness), "
-      "'threads' (real asynchronous workers, one thread each, in this "
-      "process) or 'ray' (real asynchronous workers as Ray actors; needs pip "
-      "install 'easgd[ray]'). The real runtimes run the asynchronous "
-      "algorithms (the table's runtimes).",
-      allowed=OneOf(registry.RUNTIMES),
+      runtime_table.DEFAULT,
+      runtime_table.help_text(),
+      allowed=OneOf(runtime_table.NAMES),
   )
   ray_address: str | None = option(
       None,
@@ -616,20 +611,9 @@ class TrainConfig:
       )
     if self.worker_speeds and self.max_worker_speed is not None:
       raise ConfigError("give worker_speeds or max_worker_speed, not both")
-    runtimes = registry.TABLE[self.algorithm].runtimes
-    if self.runtime not in runtimes:
-      raise ConfigError(
-          f"algorithm {self.algorithm!r} does not run on runtime {self.runtime!r} "
-          f"(it runs on: {', '.join(runtimes)}); "
-          f"runtime {self.runtime!r} runs: {', '.join(registry.runs_on(self.runtime))}"
-      )
-    if self.runtime == "ray":
-      import importlib.util
-
-      if importlib.util.find_spec("ray") is None:
-        raise ConfigError(
-            "runtime 'ray' needs Ray, which is not installed; " "pip install 'easgd[ray]'"
-        )
+    message = runtime_table.relation_error(self)  # the algorithm, an optional package
+    if message is not None:
+      raise ConfigError(message)
     if self.lr_reference_batch is None and self.lr_scaling != "none":
       raise ConfigError(
           f"lr_scaling {self.lr_scaling!r} scales learning_rate from a "
@@ -651,11 +635,9 @@ class TrainConfig:
           f"mapping_backend {self.mapping_backend!r}; allowed: mapping_backend 'shard_map' "
           "or None (chosen from devices_per_worker), or devices_per_worker 1"
       )
-    if self.runtime != "spmd":
-      raise ConfigError(
-          f"devices_per_worker={D} runs on runtime 'spmd' (one SPMD program), got runtime "
-          f"{self.runtime!r}; allowed: runtime 'spmd', or devices_per_worker 1"
-      )
+    message = runtime_table.devices_per_worker_error(self)
+    if message is not None:
+      raise ConfigError(message)
     if registry.TABLE[self.algorithm].asynchronous:
       raise ConfigError(
           f"devices_per_worker={D} runs the synchronous algorithms; {self.algorithm!r} is "
@@ -861,14 +843,7 @@ class TrainConfig:
       out["bn_stats_examples"] = self.bn_stats_examples
     if self.dataset not in ("fashion_mnist", "cifar10") and self.data_dir is not None:
       out["data_dir"] = self.data_dir
-    real = self.runtime in registry.REAL_RUNTIMES
-    for name in registry.SCHEDULE_FIELDS if real else ():
-      if name in spec.reads and _differs(self, name):
-        out[name] = getattr(self, name)  # the simulated schedule: spmd only
-    if not real and _differs(self, "worker_delays"):
-      out["worker_delays"] = self.worker_delays
-    if self.runtime != "ray" and self.ray_address is not None:
-      out["ray_address"] = self.ray_address
+    out.update(runtime_table.unread(self, _differs))  # the runtime's settings
     if self.lr_scaling == "none" and self.lr_reference_batch is not None:
       out["lr_reference_batch"] = self.lr_reference_batch
     return out
@@ -912,27 +887,13 @@ class TrainConfig:
           f"data_dir={value!r} is not read by dataset {self.dataset!r} "
           "(generated or shipped); allowed: data_dir None"
       )
-    if name == "worker_delays":
-      raise ConfigError(
-          f"worker_delays={value!r} is not read by runtime "
-          f"{self.runtime!r} (the simulation's stragglers are "
-          "worker_speeds); use runtime 'threads' or 'ray'"
-      )
-    if name == "ray_address":
-      raise ConfigError(
-          f"ray_address={value!r} is not read by runtime "
-          f"{self.runtime!r}; use runtime 'ray' or leave it None"
-      )
+    message = runtime_table.refusal(self, name, value)  # the runtime's settings
+    if message is not None:
+      raise ConfigError(message)
     if name == "lr_reference_batch":
       raise ConfigError(
           f"lr_reference_batch={value!r} has no effect with lr_scaling "
           f"'none'; use lr_scaling 'linear' or 'sqrt', or leave it None"
-      )
-    if name in registry.SCHEDULE_FIELDS and name in spec.reads:
-      raise ConfigError(
-          f"{name}={value!r} sets the simulated exchange schedule (runtime 'spmd'); "
-          f"runtime {self.runtime!r} runs the workers for real, their order and "
-          "staleness come from timing; for a straggler use worker_delays"
       )
     readers = registry.readers("alpha" if name == "beta" else name)
     default = _DEFAULTS[name]
