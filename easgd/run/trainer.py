@@ -256,7 +256,7 @@ def _start(config, workdir, overwrite, resume, stop_after_steps, faults, task) -
   with runlock.hold_workdir(workdir, "train", primary=primary):  # before its checks
     rundir.check_start(config, workdir, overwrite=overwrite, resume=resume, task_record=task_record)
     distributed.barrier("easgd:workdir-checked")  # before process 0 writes to it
-    with async_runs.connection(config):  # (Ray's) cluster, before anything is built
+    with async_runs.connection(config):  # Ray: the cluster, before anything is built
       return _train(config, workdir, resume, stop_after_steps, faults, task, task_record)
 
 
