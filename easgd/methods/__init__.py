@@ -16,7 +16,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "easgd.methods.baselines": "sgd msgd asgd mvasgd local_sgd diloco",
         "easgd.methods.registry": (
             "AlgorithmSpec TABLE ALGORITHMS DEFAULT_COMPARISON ASYNC_ALGORITHMS "
-            "MOMENTUM_ALGORITHMS RUNTIMES make_algorithm describe"
+            "MOMENTUM_ALGORITHMS make_algorithm describe"
         ),
     },
 )

@@ -79,16 +79,6 @@ FAMILIES = ("elastic", "averaging", "push", "sequential")
 parameters averaged over workers; push: DOWNPOUR-type, workers push updates to
 a master; sequential: one model (several workers share its mini-batch)."""
 
-RUNTIMES = ("spmd", "threads", "ray")
-"""Where a run's workers execute (``TrainConfig.runtime``): ``"spmd"``, one
-SPMD program over devices (``easgd.parallel.workers``; synchronous methods, and the
-asynchronous ones simulated deterministically); ``"threads"``, real
-asynchronous workers on threads of one process (``easgd.runtimes.threads``);
-``"ray"``, real asynchronous workers as Ray actors (``easgd.runtimes.ray_actors``)."""
-
-REAL_RUNTIMES = RUNTIMES[1:]
-"""The runtimes whose workers run for real, each at its own pace."""
-
 ALGORITHM_FIELDS = (
     "tau",
     "alpha",
@@ -111,8 +101,9 @@ ALGORITHM_FIELDS = (
 _ELASTIC = ("tau", "alpha", "beta", "reset_opt_state")
 _ASYNC = ("exchange_order", "worker_speeds", "max_worker_speed", "staleness")
 SCHEDULE_FIELDS = _ASYNC
-"""The fields of the simulated exchange schedule: read on runtime "spmd" only
-(on a real runtime, order and staleness come from timing)."""
+"""The fields of the simulated exchange schedule: read only on the runtimes that
+simulate it (``easgd.settings.runtime_table``; on a real runtime, order and
+staleness come from timing)."""
 _PUSH = ("tau", "push_timing") + _ASYNC
 
 
@@ -123,16 +114,15 @@ class AlgorithmSpec:
   Attributes:
     name: the name used in configs and on the command line.
     family: one of :data:`FAMILIES`.
-    asynchronous: simulated with an exchange schedule (``easgd.asynchrony.simulation``).
+    asynchronous: simulated with an exchange schedule (``easgd.asynchrony.simulation``);
+      its rules (``Algorithm.async_rules``) also run on the real runtimes
+      (``easgd.settings.runtime_table``).
     reads: the fields of :data:`ALGORITHM_FIELDS` the algorithm reads.
     build: ``build(config, loss_fn, optimizer, num_steps) -> Algorithm``;
       ``num_steps`` is the run's total number of steps (local SGD and DiLoCo
       end on an average).
     without_momentum: the algorithm this one becomes at delta = 0, or None.
     summary: one line for help texts.
-    runtimes: the :data:`RUNTIMES` it runs on: every algorithm on "spmd"; the
-      asynchronous ones (their ``Algorithm.async_rules``) also on the real
-      runtimes.
     array_fields: the fields of ``reads`` that ``build`` passes to the
       factory as they are, so that a JAX array there (traced under a vmap
       over configurations) builds the algorithm; the others must be Python
@@ -146,7 +136,6 @@ class AlgorithmSpec:
   build: Callable[..., Algorithm]
   without_momentum: str | None = None
   summary: str = ""
-  runtimes: tuple[str, ...] = RUNTIMES[:1]
   array_fields: tuple[str, ...] = ()
 
 
@@ -190,8 +179,6 @@ def _spec(
     summary="",
     array_fields=(),
 ):
-  # the asynchronous methods expose their rules: they also run for real
-  runtimes = RUNTIMES if asynchronous_ else RUNTIMES[:1]
   return AlgorithmSpec(
       name,
       family,
@@ -200,7 +187,6 @@ def _spec(
       build,
       without_momentum,
       summary,
-      runtimes,
       tuple(array_fields),
   )
 
@@ -513,11 +499,6 @@ def reads_table() -> str:
 __doc__ = __doc__.replace("{reads_table}", reads_table())
 
 
-def runs_on(runtime: str) -> tuple[str, ...]:
-  """The algorithms that run on ``runtime`` (one of :data:`RUNTIMES`)."""
-  return names_where(lambda s: runtime in s.runtimes)
-
-
 def make_algorithm(
     config, loss_fn, optimizer: optax.GradientTransformation, num_steps: int | None = None
 ) -> Algorithm:
@@ -565,6 +546,5 @@ def describe(name: str) -> dict[str, Any]:
       asynchronous=s.asynchronous,
       reads=list(s.reads),
       without_momentum=s.without_momentum,
-      runtimes=list(s.runtimes),
       array_fields=list(s.array_fields),
   )

@@ -33,6 +33,7 @@ import numpy as np
 
 from easgd._util import checks
 from easgd.methods import registry
+from easgd.settings import runtime_table
 from easgd.settings.config import ConfigError, TrainConfig
 from easgd.settings.fields import FLOAT32_TINY, MAX_REAL
 from easgd._util.flags import REQUIRED, call_config_file, option
@@ -456,7 +457,7 @@ class ProtocolConfig:
           "crop_size: the protocol gathers whole examples inside the "
           "program; allowed: crop_size None"
       )
-    if base.runtime != "spmd":
+    if base.runtime != runtime_table.DEFAULT:
       raise ProtocolError(
           f"runtime {base.runtime!r}: the protocol simulates the "
           "workers in one program; allowed: runtime 'spmd'"

@@ -30,11 +30,10 @@ import jax
 from easgd._util import checks
 from easgd._util.files import check_interrupt
 from easgd._util.progress import progress_bar
-from easgd.methods import registry
 from easgd.parallel import distributed
 from easgd.run import rundir, runlock, tensorboard
 from easgd.runtimes import async_runs, spmd
-from easgd.settings import builtin_tasks
+from easgd.settings import builtin_tasks, runtime_table
 from easgd.tasks import models
 from easgd.settings.config import ConfigError, TrainConfig, as_train_config
 from easgd.runtimes.divergence import (
@@ -44,7 +43,7 @@ from easgd.runtimes.divergence import (
     worker_loss_message,
 )
 from easgd.runtimes.executor import Executor, Snapshot
-from easgd.runtimes.spmd import Run, SpmdExecutor
+from easgd.runtimes.spmd import Run
 from easgd.tasks.task import Task, fingerprint
 
 SUMMARY_KEYS = (
@@ -192,9 +191,10 @@ def train_and_evaluate_async(
     easgd.runtimes.driver.WorkersLostError: every worker stopped.
   """
   config = as_train_config(config).validate()
-  if config.runtime not in registry.REAL_RUNTIMES:
+  if config.runtime not in runtime_table.REAL:
     raise ConfigError(
-        f"train_and_evaluate_async runs runtime 'threads' or 'ray', " f"got {config.runtime!r}"
+        f"train_and_evaluate_async runs runtime {runtime_table.either(runtime_table.REAL)}, "
+        f"got {config.runtime!r}"
     )
   return _start(config, workdir, overwrite, resume, stop_after_steps, faults, task)
 
@@ -225,9 +225,10 @@ def run_task(config: TrainConfig, task: Task | None = None) -> tuple[TrainConfig
   task = builtin_tasks.task_of(config, task)
   view, _ = spmd.checked_task(config, task)  # its data and functions against the run's sizes
   config = builtin_tasks.make_task_config(config, task)
-  if config.runtime == "ray" and task.factory is None:  # no other process can build it
-    raise ConfigError(
-        f"runtime 'ray' builds the task in each worker's process from an import path; "
+  if runtime_table.TABLE[config.runtime].processes and task.factory is None:
+    raise ConfigError(  # no other process can build it
+        f"runtime {config.runtime!r} builds the task in each worker's process from an "
+        "import path; "
         f"task {task.name!r} was built in code: give config.task "
         "'package.module:function' (--task) instead"
     )
@@ -242,7 +243,7 @@ def _start(config, workdir, overwrite, resume, stop_after_steps, faults, task) -
   task_record = fingerprint(view)  # recorded at the start; a resume checks against it
   if stop_after_steps is not None:
     stop_after_steps = checks.integer("stop_after_steps", stop_after_steps, 1, error=ConfigError)
-  if config.runtime in registry.REAL_RUNTIMES and distributed.is_multiprocess():
+  if not runtime_table.TABLE[config.runtime].multiprocess and distributed.is_multiprocess():
     raise ConfigError(
         f"runtime {config.runtime!r} runs in one process (Ray spreads "
         "the workers over hosts); drop the multi-process flags"
@@ -260,9 +261,12 @@ def _start(config, workdir, overwrite, resume, stop_after_steps, faults, task) -
 
 
 def _executor(run: Run, workdir, faults) -> Executor:
-  if run.config.runtime in registry.REAL_RUNTIMES:
-    return async_runs.AsyncExecutor(run, workdir / rundir.EXCHANGES_FILE, faults)
-  return SpmdExecutor(run)
+  """The executor of the run's runtime (``easgd.settings.runtime_table``)."""
+  spec = runtime_table.TABLE[run.config.runtime]
+  executor = runtime_table.load(spec.executor)
+  if spec.backend is None:  # one program: no exchange log, no faults
+    return executor(run)
+  return executor(run, workdir / rundir.EXCHANGES_FILE, faults)
 
 
 def _train(config, workdir, resume, stop_after_steps, faults, task, task_record) -> dict[str, Any]:
@@ -279,7 +283,7 @@ def _train(config, workdir, resume, stop_after_steps, faults, task, task_record)
   try:
     step, history, events = _begin(run, executor, ckpt, workdir, resume, primary)
     last = run.total_steps if stop_after_steps is None else min(run.total_steps, stop_after_steps)
-    runtime = "" if config.runtime == "spmd" else f" [{config.runtime}]"
+    runtime = "" if config.runtime == runtime_table.DEFAULT else f" [{config.runtime}]"
     progress = progress_bar(
         run.total_steps,
         spe,

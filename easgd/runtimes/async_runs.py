@@ -67,14 +67,11 @@ from easgd.runtimes import driver as async_driver, shared as async_shared, threa
 from easgd.asynchrony import log as async_log
 from easgd.tasks import batches
 from easgd.parallel import workers
+from easgd.settings import runtime_table
 from easgd.settings.config import ConfigError, TrainConfig
 from easgd.runtimes.executor import Snapshot
 from easgd.runtimes.spmd import Run, global_batch
 from easgd.tasks.task import TaskError, module_root, take
-
-CHUNK_STEPS = {"threads": 8, "ray": 32}
-"""Local steps handed to a worker at a time (``easgd.runtimes.driver.Driver``): a
-Ray chunk is one remote call, so it is longer."""
 
 
 def make_batch_fn(run: Run):
@@ -189,7 +186,9 @@ def _exchanges_per_worker(log, p: int) -> np.ndarray:
 
 
 def _make_backend(config, run, setup, worker_states, shared, log, elapsed_s):
-  p = config.num_workers
+  """The runtime's backend (its row of ``easgd.settings.runtime_table``), started."""
+  spec, p = runtime_table.TABLE[config.runtime], config.num_workers
+  backend = runtime_table.load(spec.backend)
   kw = dict(
       delays_s=config.worker_delays,
       workers=worker_states,
@@ -197,43 +196,42 @@ def _make_backend(config, run, setup, worker_states, shared, log, elapsed_s):
       log=log,
       elapsed_s=elapsed_s,
   )
-  if config.runtime == "threads":
-    devices = async_threads.worker_devices(p, list(run.layout.devices))
-    return async_threads.ThreadBackend(setup, p, devices=devices, **kw)
-  from easgd.runtimes import ray_actors as async_ray
-
-  # (a task built in code, which no other process can build, is refused by the trainer)
-  dirs = tuple(d for d in [module_root(run.task.factory)] if d)
-  return async_ray.RayBackend(functools.partial(ray_setup, config.to_dict_fields(), dirs), p, **kw)
+  if spec.processes:  # each worker's process builds the run again from the config
+    # (a task built in code, which no other process can build, is refused by the trainer)
+    dirs = tuple(d for d in [module_root(run.task.factory)] if d)
+    return backend(functools.partial(ray_setup, config.to_dict_fields(), dirs), p, **kw)
+  devices = async_threads.worker_devices(p, list(run.layout.devices))
+  return backend(setup, p, devices=devices, **kw)
 
 
 def _describe(config, run) -> str:
   """The layout line: where the workers run, and the mapping that evaluates."""
   p = config.num_workers
   evaluation = f"evaluation: {run.layout.backend}"  # mapping_backend is read here
-  if config.runtime == "threads":
+  if runtime_table.TABLE[config.runtime].processes:
     return (
-        f"{p} workers = {p} threads on {run.layout.num_devices} device(s) "
-        f"[{run.layout.devices[0].platform}, threads; {evaluation}]"
+        f"{p} workers = {p} Ray actors [{config.ray_address or 'local Ray'}, "
+        f"{config.runtime}; {evaluation}]"
     )
   return (
-      f"{p} workers = {p} Ray actors [{config.ray_address or 'local Ray'}, ray; " f"{evaluation}]"
+      f"{p} workers = {p} threads on {run.layout.num_devices} device(s) "
+      f"[{run.layout.devices[0].platform}, {config.runtime}; {evaluation}]"
   )
 
 
 @contextlib.contextmanager
 def connection(config: TrainConfig):
-  """Runtime "ray": connected to ``config.ray_address`` while open (else nothing).
+  """The runtime's cluster (its row's ``connect``, e.g. Ray's at
+  ``config.ray_address``), connected while open; nothing for the others.
 
   Raises:
-    easgd.parallel.distributed.StartupError: the Ray cluster cannot be reached.
+    easgd.parallel.distributed.StartupError: the cluster cannot be reached.
   """
-  if config.runtime != "ray":
+  connect = runtime_table.TABLE[config.runtime].connect
+  if connect is None:
     yield
     return
-  from easgd.runtimes import ray_actors as async_ray
-
-  connected = async_ray.connect(config.ray_address)
+  connected = runtime_table.load(connect)(config)
   try:
     yield
   finally:
@@ -313,7 +311,7 @@ class AsyncExecutor:
     self.driver = async_driver.Driver(
         self.backend,
         [0] * p if self.worker_states is None else [int(w.clock) for w in self.worker_states],
-        chunk_steps=CHUNK_STEPS[config.runtime],
+        chunk_steps=runtime_table.TABLE[config.runtime].chunk_steps,
         on_progress=lambda total: on_progress(total // p),
         faults=async_driver.logged_faults(self.log),
     )  # resumed: a stopped worker stays so

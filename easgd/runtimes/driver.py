@@ -75,7 +75,14 @@ class Fault(NamedTuple):
 
 
 class Backend(Protocol):
-  """What the :class:`Driver` needs of a runtime (threads or Ray).
+  """What the :class:`Driver` and ``easgd.runtimes.async_runs.AsyncExecutor``
+  call on a runtime's workers (``ThreadBackend``, ``RayBackend``).
+
+  Built by the executor from its row of ``easgd.settings.runtime_table`` as
+  ``Backend(setup, p, *, devices, delays_s, workers, shared, log, elapsed_s)``
+  (workers in this process; ``devices``: one per worker), or with
+  ``factory() -> AsyncSetup`` (picklable) in place of ``setup`` and no
+  ``devices`` when each worker builds the run in a process of its own.
 
   Attributes:
     num_workers: p.
@@ -102,6 +109,19 @@ class Backend(Protocol):
   def restart(self, worker: int, clock: int) -> int:
     """Restarts the worker from the current center, at clock >= ``clock``
     (after its last exchange); returns the clock it goes on from."""
+
+  def warm_up(self) -> None:
+    """Compiles every program of every worker and the center, then starts the
+    run's clock; raises ``easgd.runtimes.shared.UserFault`` (the user's data)."""
+
+  def arm_fault(self, worker: int, clock: int) -> None:
+    """Makes ``worker`` fail before its local step ``clock`` (tests, experiments)."""
+
+  def state(self) -> tuple[list, Any, list[dict]]:
+    """``(worker states, master state, exchange log)`` as host values; call when idle."""
+
+  def close(self) -> None:
+    """Stops the workers and frees what the backend holds."""
 
 
 def logged_faults(log) -> list[Fault]:

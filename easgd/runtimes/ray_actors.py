@@ -130,6 +130,12 @@ def connect(address: str | None = None) -> Connection:
   return Connection(True)
 
 
+def connect_to(config) -> Connection:
+  """:func:`connect` to ``config.ray_address`` (runtime "ray"'s ``connect`` in
+  ``easgd.settings.runtime_table``)."""
+  return connect(config.ray_address)
+
+
 PROBE_TIMEOUT_S = 10.0
 """Seconds :func:`connect` waits for a TCP connection to a cluster's address."""
 

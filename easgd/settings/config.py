@@ -24,7 +24,7 @@ from easgd._util import checks
 from easgd._util.files import json_text
 from easgd.methods import registry
 from easgd.parallel.names import backend_for
-from easgd.settings import reads
+from easgd.settings import reads, runtime_table
 from easgd.settings.fields import FLOAT32_TINY, MAX_REAL, MAX_TOTAL_STEPS, TrainFields
 from easgd.tasks import datasets
 from easgd.tasks.names import BATCH_NORM_MODELS
@@ -35,7 +35,7 @@ BUILTIN_TASK_FIELDS = ("dataset", "model", "data_dir", "crop_size", "param_dtype
 
 def _synchronous_spmd() -> tuple[str, ...]:
   """The algorithms a worker of several devices runs (``devices_per_worker`` > 1)."""
-  return tuple(n for n in registry.runs_on("spmd") if not registry.TABLE[n].asynchronous)
+  return registry.names_where(lambda s: not s.asynchronous)
 
 
 class ConfigError(ValueError):
@@ -221,20 +221,9 @@ class TrainConfig(TrainFields):
       )
     if self.worker_speeds and self.max_worker_speed is not None:
       raise ConfigError("give worker_speeds or max_worker_speed, not both")
-    runtimes = registry.TABLE[self.algorithm].runtimes
-    if self.runtime not in runtimes:
-      raise ConfigError(
-          f"algorithm {self.algorithm!r} does not run on runtime {self.runtime!r} "
-          f"(it runs on: {', '.join(runtimes)}); "
-          f"runtime {self.runtime!r} runs: {', '.join(registry.runs_on(self.runtime))}"
-      )
-    if self.runtime == "ray":
-      import importlib.util
-
-      if importlib.util.find_spec("ray") is None:
-        raise ConfigError(
-            "runtime 'ray' needs Ray, which is not installed; " "pip install 'easgd[ray]'"
-        )
+    message = runtime_table.relation_error(self)  # the algorithm, an optional package
+    if message is not None:
+      raise ConfigError(message)
     if self.lr_reference_batch is None and self.lr_scaling != "none":
       raise ConfigError(
           f"lr_scaling {self.lr_scaling!r} scales learning_rate from a "
@@ -256,11 +245,9 @@ class TrainConfig(TrainFields):
           f"mapping_backend {self.mapping_backend!r}; allowed: mapping_backend 'shard_map' "
           "or None (chosen from devices_per_worker), or devices_per_worker 1"
       )
-    if self.runtime != "spmd":
-      raise ConfigError(
-          f"devices_per_worker={D} runs on runtime 'spmd' (one SPMD program), got runtime "
-          f"{self.runtime!r}; allowed: runtime 'spmd', or devices_per_worker 1"
-      )
+    message = runtime_table.devices_per_worker_error(self)
+    if message is not None:
+      raise ConfigError(message)
     if registry.TABLE[self.algorithm].asynchronous:
       raise ConfigError(
           f"devices_per_worker={D} runs the synchronous algorithms; {self.algorithm!r} is "

@@ -18,6 +18,7 @@ from easgd._util.flags import option
 from easgd.asynchrony.names import EXCHANGE_ORDERS, PUSH_TIMINGS
 from easgd.methods import registry
 from easgd.parallel.names import BACKENDS as MAPPING_BACKENDS
+from easgd.settings import runtime_table
 from easgd.tasks import datasets
 from easgd.tasks.names import DTYPES, MODELS
 
@@ -375,15 +376,9 @@ class TrainFields:
       allowed=OneOf(DTYPES),
   )
   runtime: str = option(
-      "spmd",
-      "where the workers run (easgd.methods.registry.RUNTIMES): 'spmd' (one SPMD "
-      "program: the synchronous methods, and the asynchronous ones simulated "
-      "deterministically with exchange_order, worker_speeds and staleness), "
-      "'threads' (real asynchronous workers, one thread each, in this "
-      "process) or 'ray' (real asynchronous workers as Ray actors; needs pip "
-      "install 'easgd[ray]'). The real runtimes run the asynchronous "
-      "algorithms (the table's runtimes).",
-      allowed=OneOf(registry.RUNTIMES),
+      runtime_table.DEFAULT,
+      runtime_table.help_text(),
+      allowed=OneOf(runtime_table.NAMES),
   )
   ray_address: str | None = option(
       None,

@@ -17,6 +17,7 @@ import functools
 from typing import Any, Callable, Collection, Mapping, Sequence
 
 from easgd.methods import registry
+from easgd.settings import runtime_table
 from easgd.tasks import datasets
 from easgd.tasks.names import BATCH_NORM_MODELS
 
@@ -174,34 +175,25 @@ _OTHER_TRAIN_RULES = (
     DATA_DIR,
 )
 
-# The runtimes' settings: the hook of a runtime table (its rows' reads replace these).
+
+def _read_by_runtime(name: str, c) -> tuple[str, ...]:
+  return (name,) if name in runtime_table.TABLE[c.runtime].reads else ()
+
+
 RUNTIME_RULES = (
     Reads(
         registry.SCHEDULE_FIELDS,
-        lambda c: () if c.runtime in registry.REAL_RUNTIMES else registry.SCHEDULE_FIELDS,
-        lambda c, name, value: (
-            f"{name}={value!r} sets the simulated exchange schedule (runtime 'spmd'); "
-            f"runtime {c.runtime!r} runs the workers for real, their order and "
-            "staleness come from timing; for a straggler use worker_delays"
-        ),
+        lambda c: registry.SCHEDULE_FIELDS
+        if runtime_table.TABLE[c.runtime].simulated_schedule
+        else (),
+        runtime_table.refusal,
     ),
-    Reads(
-        ("worker_delays",),
-        lambda c: ("worker_delays",) if c.runtime in registry.REAL_RUNTIMES else (),
-        lambda c, name, value: (
-            f"worker_delays={value!r} is not read by runtime {c.runtime!r} (the "
-            "simulation's stragglers are worker_speeds); use runtime 'threads' or 'ray'"
-        ),
-    ),
-    Reads(
-        ("ray_address",),
-        lambda c: ("ray_address",) if c.runtime == "ray" else (),
-        lambda c, name, value: (
-            f"ray_address={value!r} is not read by runtime {c.runtime!r}; use runtime "
-            "'ray' or leave it None"
-        ),
+    *(
+        Reads((name,), functools.partial(_read_by_runtime, name), runtime_table.refusal)
+        for name in runtime_table.SETTINGS
     ),
 )
+"""The runtimes' settings: read as the runtime table's rows say (``easgd.settings.runtime_table``)."""
 
 TRAIN_RULES = (
     *METHOD_RULES,
