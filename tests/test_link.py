@@ -110,6 +110,10 @@ def cli_link(capsys, *args):
             "easgd link runs a train command given after '--'",
         ),
         (
+            ["--rate", "10mbit", "--num-processes", "2", "--port", "0", "--", *TRAIN],
+            "--port 0 is not a port: an integer in [1, 65535]",
+        ),
+        (
             ["--rate", "10mbit", "--num-processes", "2", "--", *TRAIN, "--process-id", "1"],
             "the link sets --process-id itself; remove it from the train command",
         ),

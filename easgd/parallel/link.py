@@ -534,6 +534,8 @@ def main_link(args) -> int:
   """
   try:
     train_args = check_train_args(args.train_command)
+    if not 1 <= args.port <= 65535:
+      raise LinkError(f"--port {args.port} is not a port: an integer in [1, 65535]")
     link = Link.parse(args.rate, args.latency, args.burst)
     with network(link, args.num_processes) as net:
       print(
