@@ -145,6 +145,26 @@ def test_a_machine_without_namespaces_is_one_line_exit_2(capsys, monkeypatch):
 
 
 @needs_namespaces
+def test_a_kernel_that_refuses_a_namespace_is_one_line_exit_2(capsys, monkeypatch):
+  real = link._sh
+
+  def refusing(cmd):
+    if cmd[:3] == ["ip", "netns", "add"] and cmd[3].endswith("-1"):
+      return subprocess.CompletedProcess(cmd, 1, "", "Cannot create namespace: Refused\n")
+    return real(cmd)
+
+  monkeypatch.setattr(link, "_sh", refusing)
+  status, err = cli_link(capsys, "--rate", "10mbit", "--num-processes", "2", "--", *TRAIN)
+  assert status == 2 and err.count("\n") == 1, err
+  assert re.fullmatch(
+      f"easgd: error: cannot make the link: 'ip netns add easgd-ez{os.getpid()}[a-z]-1' "
+      "failed: Cannot create namespace: Refused\n",
+      err,
+  ), err
+  nothing_left(os.getpid())  # namespace 0, made before, is removed
+
+
+@needs_namespaces
 @pytest.mark.parametrize("n", [2, 3])
 def test_the_namespaces_are_made_shaped_and_removed_after_exit_or_error(n):
   shaped = link.Link.parse("10mbit", "5ms")

@@ -208,7 +208,8 @@ def _do(cmd: Sequence[str]) -> None:
   if out.returncode != 0:
     said = (out.stderr or out.stdout).strip().splitlines()
     raise LinkError(
-        f"'{' '.join(cmd)}' failed: {said[-1] if said else f'exit status {out.returncode}'}"
+        f"cannot make the link: '{' '.join(cmd)}' failed: "
+        f"{said[-1] if said else f'exit status {out.returncode}'}"
     )
 
 
