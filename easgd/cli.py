@@ -184,6 +184,15 @@ def build_parser() -> argparse.ArgumentParser:
       help="the panels of curves.png (default: %(default)s)",
   )
   sub.add_parser(
+      "link",
+      help="run N train processes joined by a real slow link (network namespaces, tc tbf)",
+      description="easgd link --rate 10mbit --num-processes 2 -- train --workdir W ...: "
+      "N network namespaces joined by veth links whose egress the kernel's token-bucket "
+      "filter shapes; process i runs the train command in namespace i; everything is "
+      "removed on any exit (needs root, ip and tc; docs/guides/slow_link.md)",
+      fill=_add_link_arguments,
+  )
+  sub.add_parser(
       "sweep",
       help="tau x alpha grid as one compiled program; CSV, JSON, heatmaps",
       description="tau x alpha (x learning rate x num_workers) sweep of EASGD on "
@@ -198,6 +207,12 @@ def _add_sweep_arguments(p: argparse.ArgumentParser) -> None:
   from easgd.sweeps.config import add_sweep_arguments  # no JAX: see easgd.sweeps.config
 
   add_sweep_arguments(p)
+
+
+def _add_link_arguments(p: argparse.ArgumentParser) -> None:
+  from easgd.parallel.link import add_link_arguments  # no JAX
+
+  add_link_arguments(p)
 
 
 def _add_run_arguments(p: argparse.ArgumentParser, name: str) -> None:
@@ -343,9 +358,14 @@ def main(argv=None) -> int:
     interrupt = None
     try:
       args = build_parser().parse_args(argv)
-      from easgd.parallel import distributed
+      if args.command == "link":  # no JAX in this process: its train processes import it
+        from easgd.parallel.link import main_link
 
-      status = _main(args, distributed)
+        status = main_link(args)
+      else:
+        from easgd.parallel import distributed
+
+        status = _main(args, distributed)
     except KeyboardInterrupt as e:  # raised where _main does not catch it (imports, reports)
       interrupt = e
     except Exception:  # what a signal's exception became (an extension's ImportError)
