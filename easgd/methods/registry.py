@@ -81,7 +81,7 @@ a master; sequential: one model (several workers share its mini-batch)."""
 
 RUNTIMES = ("spmd", "threads", "ray")
 """Where a run's workers execute (``TrainConfig.runtime``): ``"spmd"``, one
-SPMD program over devices (``easgd.parallel.workers``; synchronous methods, and the
+SPMD program over devices (``easgd.parallel.mapping``; synchronous methods, and the
 asynchronous ones simulated deterministically); ``"threads"``, real
 asynchronous workers on threads of one process (``easgd.runtimes.threads``);
 ``"ray"``, real asynchronous workers as Ray actors (``easgd.runtimes.ray_actors``)."""
