@@ -5,7 +5,7 @@ Fashion-MNIST-shaped random data, batch ``--batch`` per worker, plain SGD,
 EASGD with tau = 10**9 so that every timed step is a local step. Candidates:
 
   bare       hand-written ``jax.pmap`` SGD step (as ``step_overhead.py``);
-  checked    the local program of ``easgd.parallel.workers.map_step`` (what the trainer
+  checked    the local program of ``easgd.parallel.mapping.map_step`` (what the trainer
              runs: it compares ``exchange_at`` of the state's counter with its
              flag and returns a NaN loss on a mismatch);
   unchecked  the same step without the check:
@@ -39,14 +39,14 @@ def main():
 
   import common
   from easgd.core import algorithms
-  from easgd.parallel import workers
+  from easgd.parallel import mapping, placement, worker_layout
 
   d, lr = 2, 0.01
   _, params, loss_fn = common.mlp_setup((256, 256))
   x, y = common.random_batch((d, args.batch))
   key = jax.random.key(0)
   devices = jax.devices()[:d]
-  layout = workers.make_layout(d, d)
+  layout = worker_layout.make_layout(d, d)
 
   def bare():
     def step(p, batch, key):
@@ -54,22 +54,22 @@ def main():
       return jax.tree.map(lambda a, b: a - lr * b, p, g), loss
 
     f = jax.pmap(step, axis_name="d", in_axes=(0, 0, None), devices=devices, donate_argnums=(0,))
-    p0 = workers.replicate_per_device(params, layout)  # [d, ...]
+    p0 = placement.replicate_per_device(params, layout)  # [d, ...]
     return common.step_loop(f, (p0,), jax.device_put((x, y), layout.sharding), key)[0]
 
   algo = algorithms.easgd(loss_fn, optax.sgd(lr), num_workers=d, tau=10**9, beta=0.9)
 
   def library(f):
     return common.step_loop(
-        f, workers.place_state(algo, params, layout), workers.split_workers((x, y), layout), key
+        f, placement.place_state(algo, params, layout), placement.split_workers((x, y), layout), key
     )[0]
 
-  checked = workers.map_step(algo, layout).programs[False]
-  unchecked = workers.map_workers(
+  checked = mapping.map_step(algo, layout).programs[False]
+  unchecked = mapping.map_workers(
       functools.partial(algo.step, exchange=False),
       layout,
-      workers.STEP_IN_KINDS,
-      workers.STEP_OUT_KINDS,
+      mapping.STEP_IN_KINDS,
+      mapping.STEP_OUT_KINDS,
       donate_argnums=(0, 1),
   )
   res = common.time_side_by_side(

@@ -90,7 +90,7 @@ def step_loop(f, carry, *args, clock: bool = False):
   until the carry is ready, and stores the new carry and the last loss in
   ``state`` (``state["loss"]``), so repeated calls continue the same run.
   With ``clock=True`` the step count so far is passed as a last argument
-  (``easgd.parallel.workers.map_step``'s ``step_fn(..., clock)``).
+  (``easgd.parallel.mapping.map_step``'s ``step_fn(..., clock)``).
   """
   import jax  # lazily, like the rest of this module (see force_cpu_devices)
 

@@ -3,7 +3,7 @@
 Method. Every algorithm of the table ``easgd.methods.registry.ALGORITHMS`` is built as the
 trainer builds it (``easgd.methods.registry.make_algorithm``, plain SGD, ``--tau``,
 beta 0.9, momentum 0.9 where used) for ``--workers`` workers on ``--devices``
-fake CPU devices, and the programs the trainer runs (``easgd.parallel.workers.map_step``)
+fake CPU devices, and the programs the trainer runs (``easgd.parallel.mapping.map_step``)
 are lowered and compiled: for EASGD, EAMSGD, local SGD and DiLoCo two, the step
 without communication ("local") and the step with it ("exchange"), picked on
 the host by ``Algorithm.exchange_at``; for the others one. In each compiled
@@ -53,15 +53,15 @@ def main():
   from easgd.runtimes import optimizers
   from easgd.tasks import models
   from easgd.methods import registry
-  from easgd.parallel import workers
+  from easgd.parallel import mapping, placement, worker_layout
   from easgd.settings.config import TrainConfig
 
   p, d, tau = args.workers, args.devices, args.tau
   _, params, loss_fn = common.mlp_setup(common.int_list(args.hidden))
   pbytes = models.param_bytes(params)
-  layout = workers.make_layout(p, d, backend=args.backend)
+  layout = worker_layout.make_layout(p, d, backend=args.backend)
   x, y = common.random_batch((p, args.batch))
-  batch = workers.split_workers((x, y), layout)
+  batch = placement.split_workers((x, y), layout)
   names = (
       registry.ALGORITHMS
       if args.algorithms == "all"
@@ -87,8 +87,8 @@ def main():
       cfg, _ = TrainConfig(num_workers=p, tau=tau, beta=0.9).for_algorithm(name)
       cfg = cfg.validate()
       algo = registry.make_algorithm(cfg, loss_fn, optimizers.make_optimizer(cfg, 100))
-      worker, shared = workers.place_state(algo, params, layout)
-      programs = workers.map_step(algo, layout, donate_state=False).programs
+      worker, shared = placement.place_state(algo, params, layout)
+      programs = mapping.map_step(algo, layout, donate_state=False).programs
       texts = {
           flag: f.lower(worker, shared, batch, jax.random.key(0)).compile().as_text()
           for flag, f in programs.items()

@@ -7,7 +7,7 @@ SGD, per-worker batch ``--batch`` B (paper: 128), on the FIRST device (a GPU
 when there is one). For each p in ``--workers``:
 
   easgd_vmapped  the library's EASGD step as the trainer runs it
-                 (``easgd.parallel.workers.map_step``: the exchange program on every
+                 (``easgd.parallel.mapping.map_step``: the exchange program on every
                  ``--tau``-th step, the local program otherwise), p workers
                  vmapped on the one device (layout 1 x p; the exchange is a sum
                  over the vmapped axis: no transfer between devices);
@@ -63,7 +63,7 @@ def main():
   from easgd.core import algorithms
   from easgd.settings import builtin_tasks
   from easgd.tasks import models
-  from easgd.parallel import workers
+  from easgd.parallel import mapping, placement, worker_layout
 
   lr, B, shape = 0.01, args.batch, (28, 28, 3)
   model = models.make_model("cifar", 10)
@@ -74,11 +74,11 @@ def main():
 
   def library(p, x, y):
     algo = algorithms.easgd(loss_fn, optax.sgd(lr), num_workers=p, tau=args.tau, beta=0.9)
-    layout = workers.make_layout(p, 1, devices=[device])
-    batch = workers.split_workers((x.reshape(p, B, *shape), y.reshape(p, B)), layout)
-    step_fn = workers.map_step(algo, layout)  # as the trainer runs it, every tau-th
+    layout = worker_layout.make_layout(p, 1, devices=[device])
+    batch = placement.split_workers((x.reshape(p, B, *shape), y.reshape(p, B)), layout)
+    step_fn = mapping.map_step(algo, layout)  # as the trainer runs it, every tau-th
     return common.step_loop(
-        step_fn, workers.place_state(algo, params, layout), batch, key, clock=True
+        step_fn, placement.place_state(algo, params, layout), batch, key, clock=True
     )  # step exchanging
 
   def bare(x, y):

@@ -16,7 +16,7 @@ steps, median seconds per step); "ratio" is a candidate's median over the
 Bytes, per device over ``N`` = ``--steps`` steps (a multiple of tau), in
 reduced-buffer sizes (a ring all-reduce puts 2(k-1)/k times this on the
 wire for k participants), from the package's accounting
-(``easgd.parallel.workers.communication_by_level``, the run summary's
+(``easgd.parallel.accounting.communication_by_level``, the run summary's
 ``communication.by_axis``):
 
   across workers  the algorithm's own count (``Algorithm.communication``):
@@ -103,7 +103,7 @@ def main(argv=None):
   import common
   from easgd.settings.config import TrainConfig
   from easgd.runtimes.spmd import Run, SpmdExecutor
-  from easgd.parallel import workers
+  from easgd.parallel import accounting
 
   layouts = [tuple(int(v) for v in s.split("x")) for s in args.layouts.split(",")]
   algorithms = [a.strip() for a in args.algorithms.split(",")]
@@ -141,7 +141,7 @@ def main(argv=None):
           )["always"]["bytes"]
           for flag, f in run.step_fn.programs.items()
       }
-      levels = workers.communication_by_level(run.algorithm, n, run.param_bytes, d)
+      levels = accounting.communication_by_level(run.algorithm, n, run.param_bytes, d)
       comm = levels.across_workers
       name = f"{algorithm} {p}x{d}"
       cands[name] = common.step_loop(
@@ -205,7 +205,7 @@ def modelled_time_to_target(path: Path, target: float, model_bytes: list[int]) -
   {1, 4, 16}, modelled on nodes of 8 devices, from a protocol's results; for
   each parameter size of ``model_bytes`` (0: the results' own), the same
   steps and compute with every all-reduce's bytes scaled to that size."""
-  from easgd.parallel import workers
+  from easgd.parallel import accounting
   from easgd.protocol.config import NVLINK_NODES_100GBE as net
 
   results = json.loads(path.read_text())
@@ -218,10 +218,10 @@ def modelled_time_to_target(path: Path, target: float, model_bytes: list[int]) -
   }
   own = results["param_bytes"]
   for size in model_bytes:
-    _modelled_table(results, arms, compute, net, workers, target, path, size or own, own)
+    _modelled_table(results, arms, compute, net, accounting, target, path, size or own, own)
 
 
-def _modelled_table(results, arms, compute, net, workers, target, path, size, own):
+def _modelled_table(results, arms, compute, net, accounting, target, path, size, own):
   scale = size / own
   print(
       f"# modelled time to {100 * target:g}% test error on {net.name} (nodes of "
@@ -251,7 +251,7 @@ def _modelled_table(results, arms, compute, net, workers, target, path, size, ow
         continue
       n = int(round(steps))
       across = (s_["all_reduces"]["mean"], scale * s_["bytes"]["mean"])  # per worker, at target
-      within = (n, n * (size + workers.LOSS_BYTES)) if d > 1 else (0, 0)
+      within = (n, n * (size + accounting.LOSS_BYTES)) if d > 1 else (0, 0)
       times[label] = net.modelled_seconds(
           n, step_s, across=across, within=within, num_workers=workers_, devices_per_worker=d
       )

@@ -120,7 +120,7 @@ def _sync_run(args, algorithm, delay):
   import jax
   from easgd.runtimes import spmd
   from easgd.tasks import batches
-  from easgd.parallel import workers
+  from easgd.parallel import placement
 
   run = spmd.Run(_config(args, algorithm))
   error = _center_error(run)
@@ -132,17 +132,17 @@ def _sync_run(args, algorithm, delay):
     ix = batches.worker_batch_indices(
         len(run.task.train), p, cfg.per_worker_batch_size, cfg.seed, epoch
     )[step % spe]
-    return workers.split_workers(run.task.train.take(ix), run.layout)
+    return placement.split_workers(run.task.train.take(ix), run.layout)
 
   warm = run.initial_state()
   for clock in (0, 1):  # compile the exchange and the local program
     warm = run.step_fn(*warm, batch(clock), run.step_key, clock)[:2]
   jax.block_until_ready(warm)
   worker, shared = run.initial_state()
-  error(workers.first_copy(run.algorithm.center(shared)))  # compiles the evaluation
+  error(placement.first_copy(run.algorithm.center(shared)))  # compiles the evaluation
   times, errors, train_s, last = (
       [0.0],
-      [error(workers.first_copy(run.algorithm.center(shared)))],
+      [error(placement.first_copy(run.algorithm.center(shared)))],
       0.0,
       None,
   )
@@ -158,7 +158,7 @@ def _sync_run(args, algorithm, delay):
       jax.block_until_ready((worker, shared))
       train_s += time.perf_counter() - start
       times.append(train_s)
-      errors.append(error(workers.first_copy(run.algorithm.center(shared))))
+      errors.append(error(placement.first_copy(run.algorithm.center(shared))))
       if errors[-1] <= args.target_error:
         break
       start = time.perf_counter()

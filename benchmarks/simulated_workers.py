@@ -5,7 +5,7 @@ on Fashion-MNIST-shaped random data, per-worker batch ``--batch`` B, plain SGD,
 the same pre-placed batch every step. For each p in ``--workers``:
 
   vmapped_easgd   the library's EASGD step as the trainer runs it
-                  (``workers.map_step``) with p workers vmapped on the device
+                  (``mapping.map_step``) with p workers vmapped on the device
                   (layout 1 x p), on local steps (tau = 10**9: the program
                   without communication): p independent models, p matmuls per
                   layer, each of B rows;
@@ -64,24 +64,24 @@ def main():
   import common
   from easgd.core import algorithms
   from easgd.tasks import models
-  from easgd.parallel import workers
+  from easgd.parallel import mapping, placement, worker_layout
 
   lr, B = 0.01, args.batch
   _, params, loss_fn = common.mlp_setup(common.int_list(args.hidden))
   key = jax.random.key(0)
 
   def library(algo, p, batch_per_worker, x, y, per_worker=False):
-    layout = workers.make_layout(p, 1, backend=args.backend)
-    state = dict(zip("ws", workers.place_state(algo, params, layout)))
-    batch = workers.split_workers(
+    layout = worker_layout.make_layout(p, 1, backend=args.backend)
+    state = dict(zip("ws", placement.place_state(algo, params, layout)))
+    batch = placement.split_workers(
         (x.reshape(p, batch_per_worker, *x.shape[1:]), y.reshape(p, batch_per_worker)), layout
     )
     # the trainer's program for steps at clock >= 1 (no exchange with tau = 10**9)
-    step_fn = workers.map_step(algo, layout)
+    step_fn = mapping.map_step(algo, layout)
     f = step_fn.programs[None if algo.exchange_at is None else bool(algo.exchange_at(1))]
     if per_worker:  # every worker its own gradient (map_workers of the per-worker step)
-      f = workers.map_workers(
-          algo.step, layout, workers.STEP_IN_KINDS, workers.STEP_OUT_KINDS, donate_argnums=(0, 1)
+      f = mapping.map_workers(
+          algo.step, layout, mapping.STEP_IN_KINDS, mapping.STEP_OUT_KINDS, donate_argnums=(0, 1)
       )
 
     def run(steps):

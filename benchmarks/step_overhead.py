@@ -12,7 +12,7 @@ XLA's in-process CPU all-reduce can deadlock with hundreds of queued steps). Can
   bare_pmean        the same plus ``lax.pmean`` of the gradients (hand-written
                     data-parallel SGD);
   easgd_local/B     the library's EASGD step as the trainer runs it
-                    (``easgd.parallel.workers.map_step`` of ``algorithms.easgd``) on a
+                    (``easgd.parallel.mapping.map_step`` of ``algorithms.easgd``) on a
                     local step: the program without communication that the
                     host picks when tau does not divide the clock;
   easgd_exchange/B  the same on an exchange step (tau = 1): the program with
@@ -64,7 +64,7 @@ def main():
 
   import common
   from easgd.core import algorithms
-  from easgd.parallel import workers
+  from easgd.parallel import mapping, placement, worker_layout
 
   d, lr = args.devices, 0.01
   _, params, loss_fn = common.mlp_setup(common.int_list(args.hidden))
@@ -93,16 +93,16 @@ def main():
     return common.step_loop(f, (p0,), batch, key)[0]
 
   def library(name, algo, backend, scheduled=True):
-    layout = workers.make_layout(d, d, backend=backend)
-    w0, s0 = workers.place_state(algo, params, layout)
-    batch = workers.split_workers((x, y), layout)  # [d, 1, B, ...]
+    layout = worker_layout.make_layout(d, d, backend=backend)
+    w0, s0 = placement.place_state(algo, params, layout)
+    batch = placement.split_workers((x, y), layout)  # [d, 1, B, ...]
     if scheduled:  # the trainer's step: the program exchange_at(clock) names
-      step_fn = workers.map_step(algo, layout)
+      step_fn = mapping.map_step(algo, layout)
       flag = None if algo.exchange_at is None else bool(algo.exchange_at(1))
       f = step_fn.programs[flag]  # the one this loop runs: clocks >= 1 alike
     else:  # one program, the exchange decided on the device by a lax.cond
-      f = workers.map_workers(
-          algo.step, layout, workers.STEP_IN_KINDS, workers.STEP_OUT_KINDS, donate_argnums=(0, 1)
+      f = mapping.map_workers(
+          algo.step, layout, mapping.STEP_IN_KINDS, mapping.STEP_OUT_KINDS, donate_argnums=(0, 1)
       )
     hlo[name] = f.lower(w0, s0, batch, key).compile().as_text()
     return common.step_loop(f, (w0, s0), batch, key)[0]

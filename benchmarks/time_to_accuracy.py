@@ -70,7 +70,7 @@ def main():
 
   import common
   from easgd.tasks import batches
-  from easgd.parallel import workers
+  from easgd.parallel import placement
   from easgd.settings.config import TrainConfig
   from easgd.runtimes.spmd import Run
 
@@ -104,7 +104,7 @@ def main():
           len(run.task.train), cfg.num_workers, cfg.per_worker_batch_size, cfg.seed, epoch
       )
       for ix in order:
-        batch = workers.split_workers(run.task.train.take(ix), run.layout)
+        batch = placement.split_workers(run.task.train.take(ix), run.layout)
         worker, shared, loss = run.step_fn(worker, shared, batch, run.step_key, step)
         last = common.one_step_late(last, loss)
         step += 1

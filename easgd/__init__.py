@@ -22,8 +22,10 @@ face; docs/guides/architecture.md):
   easgd.methods.baselines   DOWNPOUR family, sequential SGD/MSGD/ASGD/MVASGD, local
                     SGD, DiLoCo
   easgd.methods.registry    the algorithm table: factories, the settings each reads
-  easgd.parallel.workers     the worker mapping (pmap or shard_map over devices of vmap
-                    over workers)
+  easgd.parallel.worker_layout, mapping, data_parallel, accounting, placement
+                    the worker layout on devices, the mapping (pmap or shard_map
+                    over devices of vmap over workers), the data parallelism
+                    inside a worker, communication by level, placement
   easgd.parallel.distributed multi-process runs: jax.distributed setup, peer watchdog
   easgd.runtimes.shared, async_threads, async_ray, async_driver
                     real asynchronous workers (runtime "threads" or "ray"): the
@@ -94,10 +96,9 @@ __all__, __getattr__, __dir__ = lazy_exports(
             "elastic_exchange resolve_alpha"
         ),
         "easgd.methods.registry": "ALGORITHMS make_algorithm",
-        "easgd.parallel.workers": (
-            "LayoutError make_layout map_workers map_step place_state split_workers "
-            "merge_workers first_copy"
-        ),
+        "easgd.parallel.worker_layout": "LayoutError make_layout",
+        "easgd.parallel.mapping": "map_workers map_step",
+        "easgd.parallel.placement": "place_state split_workers merge_workers first_copy",
         "easgd.settings.config": "ConfigError TrainConfig",
         "easgd.tasks.task": "Task TaskError load_task",
         "easgd.settings.builtin_tasks": "classifier_task",

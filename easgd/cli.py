@@ -314,7 +314,7 @@ def _user_errors():
   from easgd.parallel.distributed import DistributedError
   from easgd.core.elastic import HyperparameterError
   from easgd.tasks.models import ModelError
-  from easgd.parallel.workers import LayoutError
+  from easgd.parallel.worker_layout import LayoutError
   from easgd.run.checkpoint import CheckpointError
   from easgd.tasks.task import TaskError
 

@@ -2,7 +2,7 @@
 
 p workers, one per node, each a row of D devices of the ("devices", "data")
 mesh; inside a worker its devices average the gradient every step over
-"data" (``easgd.parallel.workers.data_parallel_loss``), across workers the
+"data" (``easgd.parallel.data_parallel.data_parallel_loss``), across workers the
 algorithm's exchange (EASGD: with the center every tau steps) reduces over
 "devices". Matplotlib only (Agg), no date in the file: the same picture byte
 for byte on the same Matplotlib.

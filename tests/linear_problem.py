@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from easgd.parallel import workers
+from easgd.parallel import mapping, placement, worker_layout
 from testutil import STEP_KINDS
 
 THETA0 = np.array([0.5, -0.25, 1.0, 0.125])  # w (3) and b, flattened
@@ -58,19 +58,19 @@ def trajectory(algo, xs, ys, num_devices, key, init=None):
     workers. Checks that the shared state's device copies stayed equal.
   """
   num_workers = xs.shape[1]
-  layout = workers.make_layout(num_workers, num_devices)
-  worker, shared = workers.place_state(algo, init if init is not None else params0(), layout)
-  step = workers.map_workers(algo.step, layout, *STEP_KINDS)
+  layout = worker_layout.make_layout(num_workers, num_devices)
+  worker, shared = placement.place_state(algo, init if init is not None else params0(), layout)
+  step = mapping.map_workers(algo.step, layout, *STEP_KINDS)
   wt, ct = [], []
   for x, y in zip(xs, ys):
-    worker, shared, _ = step(worker, shared, workers.split_workers((x, y), layout), key)
+    worker, shared, _ = step(worker, shared, placement.split_workers((x, y), layout), key)
     wp = algo.worker_params(worker, shared)
     if np.ndim(wp["b"]) == 1:  # shared [d]: the one model of a sequential method
       wt.append(flat(jax.tree.map(lambda a: np.stack([a[0]] * num_workers), wp)))
     else:
-      wt.append(flat(workers.merge_workers(wp)))
-    ct.append(flat(workers.first_copy(algo.center(shared))))
-  assert workers.shared_copies_equal(shared)
+      wt.append(flat(placement.merge_workers(wp)))
+    ct.append(flat(placement.first_copy(algo.center(shared))))
+  assert placement.shared_copies_equal(shared)
   return np.stack(wt), np.stack(ct), worker, shared
 
 

@@ -18,7 +18,7 @@ import pytest
 from easgd.core import algorithms
 from easgd.asynchrony import log as async_log, schedule as async_schedule, simulation as asynchronous
 from easgd.run import trainer
-from easgd.parallel import workers
+from easgd.parallel import mapping, placement, worker_layout
 from easgd.settings.config import ConfigError, TrainConfig
 from easgd.core.elastic import HyperparameterError
 import linear_problem
@@ -107,7 +107,7 @@ def test_eamsgd_matches_numpy_reference():
   assert_close(wt, ref_w)
   assert_close(ct, ref_c)
   # the velocity is the worker's own: it differs between workers
-  vel = workers.merge_workers(worker.velocity)["w"]
+  vel = placement.merge_workers(worker.velocity)["w"]
   assert np.max(np.abs(vel[0] - vel[1])) > 1e-3
 
 
@@ -142,10 +142,10 @@ def test_round_robin_async_easgd_reproduces_eq_12_13_exactly():
   algo = asynchronous.async_easgd(
       lambda x, b, k: 0.5 * x**2, num_workers=p, tau=1, alpha=0.25, learning_rate=0.5
   )
-  layout = workers.make_layout(p, 3)
-  worker, shared = workers.place_state(algo, jnp.float32(1.0), layout)
-  step = workers.map_workers(algo.step, layout, *STEP_KINDS)
-  dummy = workers.split_workers(np.zeros(p, np.float32), layout)
+  layout = worker_layout.make_layout(p, 3)
+  worker, shared = placement.place_state(algo, jnp.float32(1.0), layout)
+  step = mapping.map_workers(algo.step, layout, *STEP_KINDS)
+  dummy = placement.split_workers(np.zeros(p, np.float32), layout)
   # float32, operation by operation, as written in eq. (12)-(13)
   x, c = np.ones(p, np.float32), np.float32(1.0)
   # and the paper's linear form of eq. (12)-(13) for the active worker:
@@ -160,9 +160,9 @@ def test_round_robin_async_easgd_reproduces_eq_12_13_exactly():
       c = c + d
       x[i] = (x[i] - d) + (-eta) * x[i]
       x64[i], c64 = m @ np.array([x64[i], c64])
-    np.testing.assert_array_equal(workers.merge_workers(worker.params), x)
-    np.testing.assert_array_equal(workers.first_copy(shared.center), c)
-    np.testing.assert_allclose(workers.merge_workers(worker.params), x64, rtol=1e-6)
+    np.testing.assert_array_equal(placement.merge_workers(worker.params), x)
+    np.testing.assert_array_equal(placement.first_copy(shared.center), c)
+    np.testing.assert_allclose(placement.merge_workers(worker.params), x64, rtol=1e-6)
   assert len(set(x.tolist())) == p  # the workers really differ
 
 
@@ -187,15 +187,15 @@ def test_async_easgd_serves_the_exchanges_of_a_slot_in_time_order():
       learning_rate=0.5,
       schedule=schedule,
   )
-  layout = workers.make_layout(2, 2)
-  worker, shared = workers.place_state(algo, jnp.float32(1.0), layout)
-  step = workers.map_workers(algo.step, layout, *STEP_KINDS)
-  dummy = workers.split_workers(np.zeros(2, np.float32), layout)
+  layout = worker_layout.make_layout(2, 2)
+  worker, shared = placement.place_state(algo, jnp.float32(1.0), layout)
+  step = mapping.map_workers(algo.step, layout, *STEP_KINDS)
+  dummy = placement.split_workers(np.zeros(2, np.float32), layout)
   expected = [((0.5, 0.5), 1.0), ((0.34375, 0.375), 0.78125), ((0.34375, 0.2890625), 0.6796875)]
   for x, c in expected:
     worker, shared, _ = step(worker, shared, dummy, KEY)
-    np.testing.assert_array_equal(workers.merge_workers(worker.params), x)
-    np.testing.assert_array_equal(workers.first_copy(shared.center), c)
+    np.testing.assert_array_equal(placement.merge_workers(worker.params), x)
+    np.testing.assert_array_equal(placement.first_copy(shared.center), c)
   log = async_log.exchange_log(algo, KEY, 3)
   assert [(r["slot"], r["worker"], r["local_step"]) for r in log] == [
       (0, 0, 0),
@@ -252,9 +252,9 @@ def test_async_elastic_matches_event_by_event_reference(order, speeds, staleness
   )
   assert_close(wt, ref_w)
   assert_close(ct, ref_c)
-  clocks = workers.merge_workers(worker.clock)
+  clocks = placement.merge_workers(worker.clock)
   np.testing.assert_array_equal(clocks, 6 * np.asarray(schedule.worker_speeds))
-  assert int(workers.first_copy(shared.master_clock)) == sum(exchanges)
+  assert int(placement.first_copy(shared.master_clock)) == sum(exchanges)
   comm = algo.communication(num_steps, 16)
   assert comm.all_reduces == round(np.mean(exchanges))
   assert comm.bytes == comm.all_reduces * 16
@@ -417,7 +417,7 @@ def test_easgd_with_adamw_matches_hand_rolled_adamw_plus_elastic_term(reset):
   assert_close(wt, ref_w)
   assert_close(ct, ref_c)
   # the state is per worker: the workers' first moments differ
-  mu = workers.merge_workers(worker.opt_state)[0].mu["w"]
+  mu = placement.merge_workers(worker.opt_state)[0].mu["w"]
   assert np.max(np.abs(mu[0] - mu[1])) > 1e-4
 
 

@@ -14,23 +14,23 @@ import numpy as np
 import optax
 import pytest
 
-from easgd.core import algorithms
+from easgd.core import algorithms, elastic
 from easgd.run import checkpoint, rundir, trainer
-from easgd.parallel import workers
+from easgd.parallel import mapping, names, placement, worker_layout
 from easgd.settings.config import ConfigError, TrainConfig
 from testutil import STEP_KINDS, mlp_setup, random_batches
 
 
 def run_steps(algo, params, layout, xs, ys, donate=True):
-  worker, shared = workers.place_state(algo, params, layout)
-  step = workers.map_workers(
+  worker, shared = placement.place_state(algo, params, layout)
+  step = mapping.map_workers(
       algo.step, layout, *STEP_KINDS, donate_argnums=(0, 1) if donate else ()
   )
   key = jax.random.key(3)
   losses = []
   for x, y in zip(xs, ys):
-    worker, shared, loss = step(worker, shared, workers.split_workers((x, y), layout), key)
-    losses.append(workers.merge_workers(loss))
+    worker, shared, loss = step(worker, shared, placement.split_workers((x, y), layout), key)
+    losses.append(placement.merge_workers(loss))
   return worker, shared, np.stack(losses), step
 
 
@@ -49,8 +49,8 @@ def test_pmap_and_shard_map_give_the_same_workers_and_center(algorithm, num_devi
   else:
     algo = algorithms.pmean_sgd(loss_fn, optax.sgd(0.3))
   out = {}
-  for backend in workers.BACKENDS:
-    layout = workers.make_layout(4, num_devices, backend=backend)
+  for backend in names.BACKENDS:
+    layout = worker_layout.make_layout(4, num_devices, backend=backend)
     assert (layout.num_devices, layout.workers_per_device) == (num_devices, 4 // num_devices)
     worker, shared, losses, _ = run_steps(algo, params, layout, xs, ys)
     # same layouts: [d, w, ...] worker values, [d, ...] shared values
@@ -58,10 +58,10 @@ def test_pmap_and_shard_map_give_the_same_workers_and_center(algorithm, num_devi
       assert leaf.shape[:2] == (num_devices, 4 // num_devices)
     for leaf in jax.tree.leaves(shared):
       assert leaf.shape[0] == num_devices
-    assert workers.shared_copies_equal(shared)
+    assert placement.shared_copies_equal(shared)
     out[backend] = (
-        workers.merge_workers(algo.worker_params(worker, shared)),
-        workers.first_copy(algo.center(shared)),
+        placement.merge_workers(algo.worker_params(worker, shared)),
+        placement.first_copy(algo.center(shared)),
         losses,
     )
   assert_trees_equal(out["shard_map"], out["pmap"])
@@ -77,36 +77,36 @@ def test_shard_map_step_donates_and_compiles_once():
   params, loss_fn = mlp_setup()
   xs, ys = random_batches(3, 4, 4)
   algo = algorithms.easgd(loss_fn, optax.sgd(0.3), num_workers=4, tau=2, beta=0.9)
-  layout = workers.make_layout(4, 2, backend="shard_map")
-  worker, shared = workers.place_state(algo, params, layout)
-  step = workers.map_workers(algo.step, layout, *STEP_KINDS, donate_argnums=(0, 1))
+  layout = worker_layout.make_layout(4, 2, backend="shard_map")
+  worker, shared = placement.place_state(algo, params, layout)
+  step = mapping.map_workers(algo.step, layout, *STEP_KINDS, donate_argnums=(0, 1))
   key = jax.random.key(0)
   for i, (x, y) in enumerate(zip(xs, ys)):
     old = jax.tree.leaves((worker, shared))
-    worker, shared, _ = step(worker, shared, workers.split_workers((x, y), layout), key)
+    worker, shared, _ = step(worker, shared, placement.split_workers((x, y), layout), key)
     assert all(leaf.is_deleted() for leaf in old)  # buffers donated
   assert step._cache_size() == 1  # exchange and local steps: one program (lax.cond)
   sharding = jax.tree.leaves(worker)[0].sharding
   assert isinstance(sharding, jax.sharding.NamedSharding)
-  assert sharding.spec == jax.sharding.PartitionSpec(workers.DEVICE_AXIS)
+  assert sharding.spec == jax.sharding.PartitionSpec(elastic.DEVICE_AXIS)
 
 
 def test_worker_index_and_keys_agree_across_backends():
-  layout_p = workers.make_layout(8, 2, backend="pmap")
-  layout_s = workers.make_layout(8, 2, backend="shard_map")
+  layout_p = worker_layout.make_layout(8, 2, backend="pmap")
+  layout_s = worker_layout.make_layout(8, 2, backend="shard_map")
 
   def draw(dummy, key):
     return (
         jax.random.normal(algorithms.worker_key(key, 5), ()),
-        workers.worker_index(),
-        workers.num_mapped_workers(),
+        mapping.worker_index(),
+        mapping.num_mapped_workers(),
     )
 
   res = []
   for layout in (layout_p, layout_s):
-    f = workers.map_workers(draw, layout, ("worker", "broadcast"), ("worker",) * 3)
+    f = mapping.map_workers(draw, layout, ("worker", "broadcast"), ("worker",) * 3)
     res.append(
-        workers.merge_workers(f(workers.split_workers(np.zeros(8), layout), jax.random.key(0)))
+        placement.merge_workers(f(placement.split_workers(np.zeros(8), layout), jax.random.key(0)))
     )
   np.testing.assert_array_equal(res[1][1], np.arange(8))
   np.testing.assert_array_equal(res[1][2], np.full(8, 8))
@@ -129,7 +129,7 @@ def test_trainer_runs_are_equal_under_both_backends(tmp_path):
       progress=False,
   )
   runs = {}
-  for backend in workers.BACKENDS:
+  for backend in names.BACKENDS:
     s = trainer.train_and_evaluate(cfg.replace(mapping_backend=backend), tmp_path / backend)
     assert backend in s["layout"] and s["shared_copies_equal"]
     ck = checkpoint.Checkpointer(tmp_path / backend)
@@ -145,8 +145,8 @@ def test_trainer_runs_are_equal_under_both_backends(tmp_path):
 
 
 def test_backend_is_validated():
-  with pytest.raises(workers.LayoutError, match="unknown mapping backend 'xmap'"):
-    workers.make_layout(4, 2, backend="xmap")
+  with pytest.raises(worker_layout.LayoutError, match="unknown mapping backend 'xmap'"):
+    worker_layout.make_layout(4, 2, backend="xmap")
   with pytest.raises(ConfigError, match="mapping_backend"):
     TrainConfig(mapping_backend="xmap").validate()
   assert "mapping_backend" in rundir.RESUMABLE_CHANGES  # where it runs, not what
@@ -158,14 +158,14 @@ FakeDevice = collections.namedtuple("FakeDevice", "id process_index platform")
 def test_multiprocess_layout_takes_the_same_devices_from_every_process():
   # 2 processes x 3 devices, listed out of order
   devs = [FakeDevice(i, i // 3, "cpu") for i in (5, 0, 3, 1, 4, 2)]
-  layout = workers.make_layout(4, backend="shard_map", devices=devs)
+  layout = worker_layout.make_layout(4, backend="shard_map", devices=devs)
   assert [(d.process_index, d.id) for d in layout.devices] == [(0, 0), (0, 1), (1, 3), (1, 4)]
   assert layout.num_processes == 2 and "2 processes" in layout.describe()
-  layout = workers.make_layout(6, 2, backend="shard_map", devices=devs)
+  layout = worker_layout.make_layout(6, 2, backend="shard_map", devices=devs)
   assert [d.id for d in layout.devices] == [0, 3] and layout.workers_per_device == 3
-  with pytest.raises(workers.LayoutError, match="need the 'shard_map' mapping backend"):
-    workers.make_layout(4, backend="pmap", devices=devs)
-  with pytest.raises(workers.LayoutError, match="multiple of the 2 processes"):
-    workers.make_layout(3, 3, backend="shard_map", devices=devs)
-  with pytest.raises(workers.LayoutError, match="cannot be spread over 2"):
-    workers.make_layout(3, backend="shard_map", devices=devs)
+  with pytest.raises(worker_layout.LayoutError, match="need the 'shard_map' mapping backend"):
+    worker_layout.make_layout(4, backend="pmap", devices=devs)
+  with pytest.raises(worker_layout.LayoutError, match="multiple of the 2 processes"):
+    worker_layout.make_layout(3, 3, backend="shard_map", devices=devs)
+  with pytest.raises(worker_layout.LayoutError, match="cannot be spread over 2"):
+    worker_layout.make_layout(3, backend="shard_map", devices=devs)

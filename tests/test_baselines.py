@@ -18,7 +18,7 @@ import pytest
 from easgd.core import algorithms
 from easgd.asynchrony import log as async_log, schedule as async_schedule
 from easgd.methods import baselines, registry
-from easgd.parallel import workers
+from easgd.parallel import mapping, placement, worker_layout
 from easgd.run.compare import compare
 from easgd.settings.config import TrainConfig
 from easgd.core.elastic import HyperparameterError
@@ -135,7 +135,7 @@ def test_downpour_family_matches_event_by_event_reference(
   )
   assert_close(wt, ref_w)
   assert_close(ct, ref_c)
-  pushes = int(workers.first_copy(shared.master_clock))
+  pushes = int(placement.first_copy(shared.master_clock))
   assert pushes == sum(3 * k for k in schedule.worker_speeds)
   assert algo.communication(num_steps, 10).all_reduces == round(pushes / p)
 
@@ -145,15 +145,15 @@ def run_scalar(algo, num_workers, num_steps, x0=1.0, dtype=np.float32):
 
   Returns per-step worker params [T, p], centers [T] and the final shared state.
   """
-  layout = workers.make_layout(num_workers, 1)
-  worker, shared = workers.place_state(algo, jnp.asarray(x0, dtype), layout)
-  step = workers.map_workers(algo.step, layout, *STEP_KINDS)
-  dummy = workers.split_workers(np.zeros(num_workers, np.float32), layout)
+  layout = worker_layout.make_layout(num_workers, 1)
+  worker, shared = placement.place_state(algo, jnp.asarray(x0, dtype), layout)
+  step = mapping.map_workers(algo.step, layout, *STEP_KINDS)
+  dummy = placement.split_workers(np.zeros(num_workers, np.float32), layout)
   wt, ct = [], []
   for _ in range(num_steps):
     worker, shared, _ = step(worker, shared, dummy, KEY)
-    wt.append(workers.merge_workers(worker.params))
-    ct.append(workers.first_copy(algo.center(shared)))
+    wt.append(placement.merge_workers(worker.params))
+    ct.append(placement.first_copy(algo.center(shared)))
   return np.stack(wt), np.stack(ct), shared
 
 
@@ -209,7 +209,7 @@ def test_downpour_pushes_after_steps_0_tau_2tau_as_in_the_authors_code():
         assert pushes == list(range(tau - 1, num_steps, tau))
       log = async_log.exchange_log(algo, KEY, num_steps)
       assert log["local_step"].tolist() == pushes
-      assert int(workers.first_copy(shared.master_clock)) == len(pushes)
+      assert int(placement.first_copy(shared.master_clock)) == len(pushes)
       assert algo.communication(num_steps, 8).all_reduces == len(pushes)
   with pytest.raises(HyperparameterError, match="unknown push_timing 'late'"):
     baselines.downpour(loss, num_workers=1, learning_rate=0.1, push_timing="late")
@@ -325,7 +325,7 @@ def test_polyak_averages_in_float64_match_a_float64_reference(name):
     else:
       algo = baselines.asgd(loss_fn, num_workers=3, learning_rate=0.1)
     wt, ct, _, shared = linear_problem.trajectory(algo, xs, ys, 3, KEY, init)
-    assert workers.first_copy(algo.center(shared))["w"].dtype == np.float64
+    assert placement.first_copy(algo.center(shared))["w"].dtype == np.float64
   if name == "adownpour":
     orders = [
         np.asarray(async_schedule.exchange_order(schedule, KEY, t)).tolist() for t in range(6)
@@ -485,17 +485,17 @@ def test_every_algorithm_runs_through_make_algorithm(name):
   algo = registry.make_algorithm(cfg.validate(), loss_fn, optax.sgd(0.1))
   assert algo.name == name
   xs, ys = make_data(8, 4)
-  layout = workers.make_layout(4, 2)
-  worker, shared = workers.place_state(algo, params0(), layout)
-  step = jax.jit(workers.map_workers(algo.step, layout, *STEP_KINDS))
+  layout = worker_layout.make_layout(4, 2)
+  worker, shared = placement.place_state(algo, params0(), layout)
+  step = jax.jit(mapping.map_workers(algo.step, layout, *STEP_KINDS))
   losses = []
   for x, y in zip(xs, ys):
-    worker, shared, loss = step(worker, shared, workers.split_workers((x, y), layout), KEY)
+    worker, shared, loss = step(worker, shared, placement.split_workers((x, y), layout), KEY)
     losses.append(float(np.mean(loss)))
   assert step._cache_size() == 1  # state structure and dtypes are stable
-  center = workers.first_copy(algo.center(shared))
+  center = placement.first_copy(algo.center(shared))
   assert {k: v.dtype for k, v in center.items()} == {"w": np.float32, "b": np.float32}
-  assert np.isfinite(flat(center)).all() and workers.shared_copies_equal(shared)
+  assert np.isfinite(flat(center)).all() and placement.shared_copies_equal(shared)
   assert np.max(np.abs(flat(center) - THETA0)) > 1e-3  # the evaluated model moved
   # communication over the 8 steps, counted here from each family's rule:
   # synchronous elastic (exchange at t = 0, 2, 4, 6) 4; one-model methods, every

@@ -17,7 +17,7 @@ from easgd.run import checkpoint, trainer
 from easgd.runtimes import spmd
 from easgd.settings import builtin_tasks
 from easgd.tasks import batches, datasets, models
-from easgd.parallel import workers
+from easgd.parallel import placement
 from easgd.settings.config import ConfigError, TrainConfig
 from easgd.run.export import export_center
 
@@ -80,12 +80,12 @@ def test_center_statistics_belong_to_the_center_not_to_a_worker():
   worker, shared = run.initial_state()
   # 6 steps: exchanges at steps 0 and 4, so workers and center have moved apart
   for t, ix in enumerate(batches.worker_batch_indices(len(ds.train_y), 4, 16, BN.seed, 1)[:6]):
-    batch = workers.split_workers((ds.train_x[ix], ds.train_y[ix]), run.layout)
+    batch = placement.split_workers((ds.train_x[ix], ds.train_y[ix]), run.layout)
     worker, shared, _ = run.step_fn(worker, shared, batch, run.step_key, t)
-  shared_host = workers.first_copy(shared)
+  shared_host = placement.first_copy(shared)
   center = run.algorithm.center(shared_host)
   worker0 = run.algorithm.worker_params(
-      jax.tree.map(lambda a: a[0], workers.merge_workers(worker)), shared_host
+      jax.tree.map(lambda a: a[0], placement.merge_workers(worker)), shared_host
   )
 
   stats = run.center_batch_stats(center)  # what the evaluation uses
@@ -94,7 +94,7 @@ def test_center_statistics_belong_to_the_center_not_to_a_worker():
   # permutation of "epoch 0" (never a training epoch)
   x = ds.train_x[batches.epoch_permutation(len(ds.train_y), BN.seed, 0)[:512]]
   np.testing.assert_array_equal(
-      np.asarray(workers.merge_workers(run.bn_stats_data)[0]).reshape(x.shape), x
+      np.asarray(placement.merge_workers(run.bn_stats_data)[0]).reshape(x.shape), x
   )
 
   # (1) they are the exact statistics of the center's pre-BN activations

@@ -149,7 +149,7 @@ def test_restored_state_runs_through_the_compiled_step_without_recompiling(tmp_p
     ix = np.arange(64).reshape(4, 16)
     batch = jax.tree.map(
         lambda a: a,
-        __import__("easgd").parallel.workers.split_workers(
+        __import__("easgd").parallel.placement.split_workers(
             jax.tree.map(lambda a: a[ix], run.task.train.arrays), run.layout
         ),
     )

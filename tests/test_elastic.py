@@ -7,7 +7,7 @@ import optax
 import pytest
 
 from easgd.core import algorithms, elastic
-from easgd.parallel import workers
+from easgd.parallel import mapping, placement, worker_layout
 
 
 def quadratic_loss(params, target, key):
@@ -18,19 +18,19 @@ def quadratic_loss(params, target, key):
 
 def run(algo, x0, targets, num_steps, num_devices):
   """Runs ``num_steps`` steps; returns per-step worker values and centers."""
-  layout = workers.make_layout(len(targets), num_devices)
-  worker, shared = workers.place_state(algo, jnp.float32(x0), layout)
-  step = workers.map_workers(
+  layout = worker_layout.make_layout(len(targets), num_devices)
+  worker, shared = placement.place_state(algo, jnp.float32(x0), layout)
+  step = mapping.map_workers(
       algo.step, layout, ("worker", "shared", "worker", "broadcast"), ("worker", "shared", "worker")
   )
-  batch = workers.split_workers(np.asarray(targets, np.float32), layout)
+  batch = placement.split_workers(np.asarray(targets, np.float32), layout)
   key = jax.random.key(0)
   xs, cs = [], []
   for _ in range(num_steps):
     worker, shared, _ = step(worker, shared, batch, key)
-    assert workers.shared_copies_equal(shared)
-    xs.append(workers.merge_workers(algo.worker_params(worker, shared)))
-    cs.append(float(workers.first_copy(algo.center(shared))))
+    assert placement.shared_copies_equal(shared)
+    xs.append(placement.merge_workers(algo.worker_params(worker, shared)))
+    cs.append(float(placement.first_copy(algo.center(shared))))
   return np.array(xs), np.array(cs)
 
 
@@ -136,7 +136,7 @@ def test_array_hyperparameters_are_traced_and_vmapped_over_configurations():
   # inside the vmap from traced values; each equals its own Python-valued run.
   def trajectory(lr, tau, beta):
     algo = algorithms.easgd(quadratic_loss, learning_rate=lr, num_workers=2, tau=tau, beta=beta)
-    step = workers.vmap_workers(algo.step, 2, workers.STEP_IN_KINDS, workers.STEP_OUT_KINDS)
+    step = mapping.vmap_workers(algo.step, 2, mapping.STEP_IN_KINDS, mapping.STEP_OUT_KINDS)
     worker = jax.vmap(lambda x: algo.init(x)[0])(jnp.ones(2))
     shared = algo.init(jnp.float32(1.0))[1]
 
@@ -176,7 +176,7 @@ def test_what_needs_a_python_value_is_defined_for_array_hyperparameters():
       quadratic_loss, learning_rate=0.1, num_workers=4, tau=jnp.int32(4), beta=0.9
   )
   assert algo.exchange_at is None  # map_step runs the device-chosen program
-  assert list(workers.map_step(algo, workers.make_layout(4, 2)).programs) == [None]
+  assert list(mapping.map_step(algo, worker_layout.make_layout(4, 2)).programs) == [None]
   with pytest.raises(TypeError, match="counted on the host from a Python tau"):
     algo.communication(10, 100)
   # Python values are still checked; arrays are the caller's to check

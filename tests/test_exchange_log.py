@@ -19,7 +19,7 @@ import pytest
 from easgd.core import algorithms
 from easgd.asynchrony import log as async_log, schedule as async_schedule, simulation as asynchronous
 from easgd.methods import baselines
-from easgd.parallel import workers
+from easgd.parallel import placement
 import linear_problem
 from linear_problem import THETA0, loss_fn, np_grad
 
@@ -115,13 +115,13 @@ def test_a_float64_replay_from_the_log_reproduces_the_device_run(name, tau, tmp_
   path = tmp_path / "exchanges.jsonl"
   count = async_log.write_exchange_log(path, algo, KEY, num_steps)
   records = [json.loads(line) for line in path.read_text().splitlines()]
-  assert count == len(records) == int(workers.first_copy(shared.master_clock))
+  assert count == len(records) == int(placement.first_copy(shared.master_clock))
   assert len({r["worker"] for r in records}) == p
   slots = [r["slot"] for r in records]
   assert slots == sorted(slots) and [r["time"] for r in records] == sorted(
       r["time"] for r in records
   )
-  final_clocks = workers.merge_workers(worker.clock).tolist()
+  final_clocks = placement.merge_workers(worker.clock).tolist()
   centers, final_x = replay(records, name, xs, ys, final_clocks)
   served_by = np.searchsorted(slots, np.arange(num_steps), side="right")
   # measured: <= 1.4e-15 (values up to 6)

@@ -1,4 +1,4 @@
-"""Host-scheduled steps (``workers.map_step``): two programs, the same values.
+"""Host-scheduled steps (``mapping.map_step``): two programs, the same values.
 
 For the synchronous periodic algorithms (EASGD, EAMSGD, local SGD, DiLoCo) the
 trainer runs a program without communication on local steps and one with it on
@@ -21,7 +21,7 @@ import pytest
 
 from easgd.core import algorithms
 from easgd.methods import baselines
-from easgd.parallel import workers
+from easgd.parallel import mapping, names, placement, worker_layout
 from testutil import STEP_KINDS, all_reduce_bytes, max_abs_diff, mlp_setup, random_batches
 
 TAU = 3
@@ -50,26 +50,26 @@ def make(name, loss_fn):
 
 
 def trajectory(step_fn, algo, params, layout, xs, ys, scheduled):
-  worker, shared = workers.place_state(algo, params, layout)
+  worker, shared = placement.place_state(algo, params, layout)
   key = jax.random.key(5)
   states = []
   for t, (x, y) in enumerate(zip(xs, ys)):
-    batch = workers.split_workers((x, y), layout)
+    batch = placement.split_workers((x, y), layout)
     args = (worker, shared, batch, key) + ((t,) if scheduled else ())
     worker, shared, loss = step_fn(*args)
-    states.append(workers.to_host((worker, shared, loss)))
+    states.append(placement.to_host((worker, shared, loss)))
   return states
 
 
-@pytest.mark.parametrize("backend", workers.BACKENDS)
+@pytest.mark.parametrize("backend", names.BACKENDS)
 @pytest.mark.parametrize("name", ["easgd", "easgd_reset", "eamsgd", "local_sgd", "diloco"])
 def test_two_host_scheduled_programs_give_the_values_of_the_conditional_step(name, backend):
   params, loss_fn = mlp_setup()
   xs, ys = random_batches(8, 4, 4)  # 8 steps, tau=3: both kinds of step, 3 periods
   algo = make(name, loss_fn)
-  layout = workers.make_layout(4, 2, backend=backend)
-  single = workers.map_workers(algo.step, layout, *STEP_KINDS)
-  scheduled = workers.map_step(algo, layout, donate_state=False)
+  layout = worker_layout.make_layout(4, 2, backend=backend)
+  single = mapping.map_workers(algo.step, layout, *STEP_KINDS)
+  scheduled = mapping.map_step(algo, layout, donate_state=False)
   assert set(scheduled.programs) == {False, True}
   a = trajectory(single, algo, params, layout, xs, ys, scheduled=False)
   b = trajectory(scheduled, algo, params, layout, xs, ys, scheduled=True)
@@ -96,11 +96,11 @@ def test_host_schedule_names_the_steps_where_the_device_clock_exchanges(name, ex
 def test_only_the_exchange_program_all_reduces_and_neither_has_a_conditional():
   params, loss_fn = mlp_setup()
   algo = make("easgd", loss_fn)
-  layout = workers.make_layout(4, 2)
-  worker, shared = workers.place_state(algo, params, layout)
+  layout = worker_layout.make_layout(4, 2)
+  worker, shared = placement.place_state(algo, params, layout)
   xs, ys = random_batches(1, 4, 4)
-  batch = workers.split_workers((xs[0], ys[0]), layout)
-  step = workers.map_step(algo, layout)
+  batch = placement.split_workers((xs[0], ys[0]), layout)
+  step = mapping.map_step(algo, layout)
   text = {
       flag: f.lower(worker, shared, batch, jax.random.key(0)).compile().as_text()
       for flag, f in step.programs.items()
@@ -115,8 +115,8 @@ def test_algorithms_without_a_schedule_run_their_one_program():
   params, loss_fn = mlp_setup()
   algo = algorithms.pmean_sgd(loss_fn, optax.sgd(0.2))
   assert algo.exchange_at is None
-  layout = workers.make_layout(4, 2)
-  step = workers.map_step(algo, layout)
+  layout = worker_layout.make_layout(4, 2)
+  step = mapping.map_step(algo, layout)
   assert set(step.programs) == {None}
 
 
@@ -146,11 +146,11 @@ def test_the_programs_the_trainer_runs_communicate_what_the_accounting_counts(
   cfg, _ = TrainConfig(num_workers=num_workers, tau=TAU).for_algorithm(name)
   cfg = cfg.validate()
   algo = registry.make_algorithm(cfg, loss_fn, optimizers.make_optimizer(cfg, 100), 10 * TAU)
-  layout = workers.make_layout(num_workers, num_devices)
-  worker, shared = workers.place_state(algo, params, layout)
+  layout = worker_layout.make_layout(num_workers, num_devices)
+  worker, shared = placement.place_state(algo, params, layout)
   xs, ys = random_batches(1, num_workers, 4)
-  batch = workers.split_workers((xs[0], ys[0]), layout)
-  programs = workers.map_step(algo, layout, donate_state=False).programs
+  batch = placement.split_workers((xs[0], ys[0]), layout)
+  programs = mapping.map_step(algo, layout, donate_state=False).programs
   texts = {
       flag: f.lower(worker, shared, batch, jax.random.key(0)).compile().as_text()
       for flag, f in programs.items()
@@ -170,8 +170,8 @@ def test_the_programs_the_trainer_runs_communicate_what_the_accounting_counts(
 def test_a_clock_that_is_not_a_step_count_is_refused_before_running(clock):
   params, loss_fn = mlp_setup()
   algo = make("easgd", loss_fn)
-  layout = workers.make_layout(4, 2)
-  step = workers.map_step(algo, layout)
+  layout = worker_layout.make_layout(4, 2)
+  step = mapping.map_step(algo, layout)
   with pytest.raises(
       ValueError,
       match=r"clock \(the number of steps taken\) must be an " r"integer in \[0, 2147483647\]",
@@ -190,29 +190,29 @@ def test_bad_exchange_flags_schedules_and_arguments_are_refused():
     algorithms.every_tau_steps(0)
   with pytest.raises(algorithms.elastic.HyperparameterError, match="tau"):
     algorithms.every_tau_steps(2.5)
-  layout = workers.make_layout(4, 2)
+  layout = worker_layout.make_layout(4, 2)
   with pytest.raises(TypeError, match="algorithm must be an easgd.core.algorithms.Algorithm"):
-    workers.map_step("easgd", layout)
-  with pytest.raises(TypeError, match="layout must be an easgd.parallel.workers.WorkerLayout"):
-    workers.map_step(algo, "layout")
+    mapping.map_step("easgd", layout)
+  with pytest.raises(TypeError, match="layout must be an easgd.parallel.worker_layout.WorkerLayout"):
+    mapping.map_step(algo, "layout")
 
 
 @pytest.mark.parametrize("name", ["easgd", "local_sgd"])
 def test_a_clock_that_disagrees_with_the_state_gives_a_nan_loss(name):
   params, loss_fn = mlp_setup()
   algo = make(name, loss_fn)
-  layout = workers.make_layout(4, 2)
-  step = workers.map_step(algo, layout, donate_state=False)
-  worker, shared = workers.place_state(algo, params, layout)
+  layout = worker_layout.make_layout(4, 2)
+  step = mapping.map_step(algo, layout, donate_state=False)
+  worker, shared = placement.place_state(algo, params, layout)
   xs, ys = random_batches(1, 4, 4)
-  batch = workers.split_workers((xs[0], ys[0]), layout)
+  batch = placement.split_workers((xs[0], ys[0]), layout)
   key = jax.random.key(0)
   _, _, right = step(worker, shared, batch, key, 0)
-  assert np.all(np.isfinite(workers.merge_workers(right)))
+  assert np.all(np.isfinite(placement.merge_workers(right)))
   wrong_clock = next(t for t in range(1, 2 * TAU) if algo.exchange_at(t) != algo.exchange_at(0))
   _, _, wrong = step(worker, shared, batch, key, wrong_clock)  # the state is at 0
-  assert np.all(np.isnan(workers.merge_workers(wrong)))
+  assert np.all(np.isnan(placement.merge_workers(wrong)))
   # a wrong clock that happens to name the same program is harmless: same values
   same = next(t for t in range(1, 2 * TAU) if algo.exchange_at(t) == algo.exchange_at(0))
   _, _, also = step(worker, shared, batch, key, same)
-  np.testing.assert_array_equal(workers.merge_workers(also), workers.merge_workers(right))
+  np.testing.assert_array_equal(placement.merge_workers(also), placement.merge_workers(right))

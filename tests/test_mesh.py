@@ -2,7 +2,7 @@
 
 ``devices_per_worker`` D > 1 puts each worker on a row of D devices of a
 ("devices", "data") mesh: its mini-batch of B examples is split B / D per
-device, and ``workers.data_parallel_loss`` averages the D gradients (and
+device, and ``data_parallel.data_parallel_loss`` averages the D gradients (and
 losses) over "data" before the algorithm's own rule reads them. So a worker
 of D devices must take the step it takes on one device with the same B
 examples. On the 8 fake CPU devices, layouts workers x data = 4x2, 2x4 and
@@ -28,7 +28,7 @@ import optax
 import pytest
 
 from easgd.methods import registry
-from easgd.parallel import workers
+from easgd.parallel import accounting, data_parallel, mapping, placement, worker_layout
 from easgd.settings.config import ConfigError, TrainConfig
 from easgd.runtimes.spmd import Run, SpmdExecutor
 from easgd.core import algorithms, elastic
@@ -55,19 +55,19 @@ def config_of(algorithm, p, D):
 def run_steps(algorithm, p, D, xs, ys, wrap=True):
   """The workers' parameters, the center and the losses after len(xs) steps."""
   params, loss_fn = mlp_setup()
-  layout = workers.make_layout(p, backend="shard_map", devices_per_worker=D)
-  loss = workers.data_parallel_loss(loss_fn, layout) if wrap else loss_fn
+  layout = worker_layout.make_layout(p, backend="shard_map", devices_per_worker=D)
+  loss = data_parallel.data_parallel_loss(loss_fn, layout) if wrap else loss_fn
   algo = registry.make_algorithm(config_of(algorithm, p, D), loss, optax.sgd(0.3), len(xs))
-  step = workers.map_step(algo, layout)
-  worker, shared = workers.place_state(algo, params, layout)
+  step = mapping.map_step(algo, layout)
+  worker, shared = placement.place_state(algo, params, layout)
   key, losses = jax.random.key(3), []
   for t, (x, y) in enumerate(zip(xs, ys)):
-    batch = workers.split_workers((x, y), layout, kind="batch")
+    batch = placement.split_workers((x, y), layout, kind="batch")
     worker, shared, l = step(worker, shared, batch, key, t)
-    losses.append(workers.merge_workers(l))
+    losses.append(placement.merge_workers(l))
   out = (
-      workers.merge_workers(algo.worker_params(worker, shared)),
-      workers.first_copy(algo.center(shared)),
+      placement.merge_workers(algo.worker_params(worker, shared)),
+      placement.first_copy(algo.center(shared)),
   )
   return out, np.stack(losses), params
 
@@ -99,37 +99,37 @@ def test_the_compiled_programs_communicate_by_level_what_the_accounting_counts(a
   loss, XLA's one variadic op), across workers the algorithm's own count
   (easgd: 3 x 588 bytes at t = 0, 2, 4; pmean_sgd: 6 x 588); at 8x1 no
   "data" op, at 1x8 no op across workers. These equal
-  ``workers.communication_by_level`` exactly."""
+  ``accounting.communication_by_level`` exactly."""
   params, loss_fn = mlp_setup()
-  layout = workers.make_layout(p, backend="shard_map", devices_per_worker=D)
+  layout = worker_layout.make_layout(p, backend="shard_map", devices_per_worker=D)
   assert [d.id for d in layout.mesh.devices.flat] == list(range(8))
   ids = np.arange(8).reshape(p, D)
   level_of = {
       tuple(sorted(tuple(map(int, r)) for r in ids)): "within_workers",
       tuple(sorted(tuple(map(int, c)) for c in ids.T)): "across_workers",
   }
-  loss = workers.data_parallel_loss(loss_fn, layout)
+  loss = data_parallel.data_parallel_loss(loss_fn, layout)
   algo = registry.make_algorithm(config_of(algorithm, p, D), loss, optax.sgd(0.3), STEPS)
-  worker, shared = workers.place_state(algo, params, layout)
+  worker, shared = placement.place_state(algo, params, layout)
   xs, ys = random_batches(1, p, B)
-  batch = workers.split_workers((xs[0], ys[0]), layout, kind="batch")
-  programs = workers.map_step(algo, layout, donate_state=False).programs
+  batch = placement.split_workers((xs[0], ys[0]), layout, kind="batch")
+  programs = mapping.map_step(algo, layout, donate_state=False).programs
   per_call = {}
   for name, f in programs.items():
     ops = all_reduce_ops(f.lower(worker, shared, batch, jax.random.key(0)).compile().as_text())
-    per_call[name] = {level: [0, 0] for level in workers.LEVELS}
+    per_call[name] = {level: [0, 0] for level in accounting.LEVELS}
     for groups, nbytes in ops:
       assert groups in level_of, f"an all-reduce over {groups} is of neither level"
       per_call[name][level_of[groups]][0] += 1
       per_call[name][level_of[groups]][1] += nbytes
   table = algo.programs()
-  measured = {level: [0, 0] for level in workers.LEVELS}
+  measured = {level: [0, 0] for level in accounting.LEVELS}
   for t in range(STEPS):
     for level, (count, nbytes) in per_call[algorithms.select_program(table, t)].items():
       measured[level][0] += count
       measured[level][1] += nbytes
   param_bytes = models.param_bytes(params)
-  levels = workers.communication_by_level(algo, STEPS, param_bytes, D)
+  levels = accounting.communication_by_level(algo, STEPS, param_bytes, D)
   assert {k: tuple(v) for k, v in measured.items()} == levels._asdict()
   assert levels.within_workers == ((STEPS, STEPS * (param_bytes + 4)) if D > 1 else (0, 0))
   assert (levels.across_workers.all_reduces > 0) == (p > 1)
@@ -152,15 +152,15 @@ def run_wide(algorithm, p, D, shard):
   takes it (optimizer state to shard), and the per-device bytes of the
   parameter-shaped state [d, w, ...] / [d, ...] read from the arrays' shards."""
   params, loss_fn = wide_setup()
-  layout = workers.make_layout(p, backend="shard_map", devices_per_worker=D)
+  layout = worker_layout.make_layout(p, backend="shard_map", devices_per_worker=D)
   if shard:
-    layout = workers.shard_params(layout, params)
-  loss = workers.data_parallel_loss(loss_fn, layout)
+    layout = data_parallel.shard_params(layout, params)
+  loss = data_parallel.data_parallel_loss(loss_fn, layout)
   momentum = algorithm in ("easgd", "local_sgd", "pmean_sgd")
   optimizer = optax.sgd(0.3, momentum=0.9 if momentum else None)
   algo = registry.make_algorithm(config_of(algorithm, p, D), loss, optimizer, STEPS)
-  step = workers.map_step(algo, layout)
-  worker, shared = workers.place_state(algo, params, layout)
+  step = mapping.map_step(algo, layout)
+  worker, shared = placement.place_state(algo, params, layout)
   state = [x for x in jax.tree.leaves((worker, shared)) if x.ndim > 2]
   per_device = {
       d: sum(s.data.nbytes for x in state for s in x.addressable_shards if s.device == d)
@@ -170,11 +170,13 @@ def run_wide(algorithm, p, D, shard):
   for t in range(STEPS):
     x = rng.normal(size=(p, B, 8)).astype(np.float32)
     y = rng.integers(0, 8, size=(p, B)).astype(np.int32)
-    worker, shared, l = step(worker, shared, workers.split_workers((x, y), layout, "batch"), key, t)
-    losses.append(workers.merge_workers(l))
+    worker, shared, l = step(
+        worker, shared, placement.split_workers((x, y), layout, "batch"), key, t
+    )
+    losses.append(placement.merge_workers(l))
   out = (
-      workers.merge_workers(algo.worker_params(worker, shared)),
-      workers.first_copy(algo.center(shared)),
+      placement.merge_workers(algo.worker_params(worker, shared)),
+      placement.first_copy(algo.center(shared)),
   )
   return out, np.stack(losses), per_device, params
 
@@ -207,25 +209,28 @@ def test_sharded_programs_communicate_what_the_accounting_counts(algorithm, p, D
   the traffic of the one P + 4 byte all-reduce that ``communication_by_level``
   counts (P = 1632, the wide MLP)."""
   params, loss_fn = wide_setup()
-  layout = workers.shard_params(
-      workers.make_layout(p, backend="shard_map", devices_per_worker=D), params
+  layout = data_parallel.shard_params(
+      worker_layout.make_layout(p, backend="shard_map", devices_per_worker=D), params
   )
   ids = np.arange(8).reshape(p, D)
   rows = tuple(sorted(tuple(map(int, r)) for r in ids))
   algo = registry.make_algorithm(
-      config_of(algorithm, p, D), workers.data_parallel_loss(loss_fn, layout), optax.sgd(0.3), STEPS
+      config_of(algorithm, p, D),
+      data_parallel.data_parallel_loss(loss_fn, layout),
+      optax.sgd(0.3),
+      STEPS,
   )
-  worker, shared = workers.place_state(algo, params, layout)
+  worker, shared = placement.place_state(algo, params, layout)
   x, y = np.zeros((p, B, 8), np.float32), np.zeros((p, B), np.int32)
-  batch = workers.split_workers((x, y), layout, kind="batch")
+  batch = placement.split_workers((x, y), layout, kind="batch")
   per_call = {}
-  for name, f in workers.map_step(algo, layout, donate_state=False).programs.items():
+  for name, f in mapping.map_step(algo, layout, donate_state=False).programs.items():
     hlo = f.lower(worker, shared, batch, jax.random.key(0)).compile().as_text()
     per_call[name] = {
         op: all_reduce_ops(hlo, op) for op in ("all-reduce", "all-gather", "reduce-scatter")
     }
   P = models.param_bytes(params)
-  levels = workers.communication_by_level(algo, STEPS, P, D, shard_params=True)
+  levels = accounting.communication_by_level(algo, STEPS, P, D, shard_params=True)
   across, within = [0, 0], [0, 0, 0]  # across: count, bytes; within: loss, gathered, scattered
   for t in range(STEPS):
     ops = per_call[algorithms.select_program(algo.programs(), t)]
@@ -257,19 +262,22 @@ def test_a_bfloat16_worker_of_2_devices_reduces_in_float32(shard):
   bfloat16 reduction."""
   params, loss_fn = wide_setup()
   params = jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)
-  layout = workers.make_layout(2, backend="shard_map", devices_per_worker=2)
+  layout = worker_layout.make_layout(2, backend="shard_map", devices_per_worker=2)
   if shard:
-    layout = workers.shard_params(layout, params)
+    layout = data_parallel.shard_params(layout, params)
   algo = registry.make_algorithm(
-      config_of("easgd", 2, 2), workers.data_parallel_loss(loss_fn, layout), optax.sgd(0.3), STEPS
+      config_of("easgd", 2, 2),
+      data_parallel.data_parallel_loss(loss_fn, layout),
+      optax.sgd(0.3),
+      STEPS,
   )
-  worker, shared = workers.place_state(algo, params, layout)
+  worker, shared = placement.place_state(algo, params, layout)
   assert {str(x.dtype) for x in jax.tree.leaves(algo.worker_params(worker, shared))} == {"bfloat16"}
   x, y = np.zeros((2, B, 8), np.float32), np.zeros((2, B), np.int32)
-  batch = workers.split_workers((x, y), layout, kind="batch")
+  batch = placement.split_workers((x, y), layout, kind="batch")
   found, per_call = {}, {}
   kinds = ("all-reduce", "all-gather", "reduce-scatter") if shard else ("all-reduce",)
-  for name, f in workers.map_step(algo, layout, donate_state=False).programs.items():
+  for name, f in mapping.map_step(algo, layout, donate_state=False).programs.items():
     lowered = f.lower(worker, shared, batch, jax.random.key(0))
     for stage, hlo in (
         ("given", lowered.as_text("hlo")),
@@ -285,7 +293,7 @@ def test_a_bfloat16_worker_of_2_devices_reduces_in_float32(shard):
   # the accounting counts what moves: the float32 bytes (twice the parameters' own)
   P = elastic.reduced_bytes(params)
   assert P == 2 * models.param_bytes(params)
-  levels = workers.communication_by_level(algo, STEPS, P, 2, shard_params=shard)
+  levels = accounting.communication_by_level(algo, STEPS, P, 2, shard_params=shard)
   moved = {"across": 0, "within": 0}  # result bytes of the compiled collectives, 6 steps
   for t in range(STEPS):
     ops = per_call[algorithms.select_program(algo.programs(), t)]
@@ -301,9 +309,9 @@ def test_a_bfloat16_worker_of_2_devices_reduces_in_float32(shard):
 
 def test_a_parameter_that_cannot_be_split_is_one_layout_error():
   params, _ = mlp_setup()  # 5 -> 16 -> 3: the last bias (3,) has no axis divisible by 2
-  layout = workers.make_layout(4, backend="shard_map", devices_per_worker=2)
-  with pytest.raises(workers.LayoutError) as e:
-    workers.shard_params(layout, params)
+  layout = worker_layout.make_layout(4, backend="shard_map", devices_per_worker=2)
+  with pytest.raises(worker_layout.LayoutError) as e:
+    data_parallel.shard_params(layout, params)
   assert str(e.value) == (
       "shard_params: parameter ['Dense_1']['bias'] of shape (3,) has no axis divisible by "
       "devices_per_worker=2; allowed: parameters with an axis of a size divisible by 2, or "
@@ -311,8 +319,8 @@ def test_a_parameter_that_cannot_be_split_is_one_layout_error():
   )
   with pytest.raises(ConfigError, match="allowed: shard_params with devices_per_worker > 1"):
     TrainConfig(shard_params=True).validate()
-  with pytest.raises(workers.LayoutError, match=r"\(\) is a scalar, which cannot be split"):
-    workers.shard_params(layout, {"scale": np.float32(1.0), **wide_setup()[0]})
+  with pytest.raises(worker_layout.LayoutError, match=r"\(\) is a scalar, which cannot be split"):
+    data_parallel.shard_params(layout, {"scale": np.float32(1.0), **wide_setup()[0]})
 
 
 def test_parameters_whose_slices_share_a_shape_are_gathered_each_on_its_own_axis():
@@ -327,23 +335,26 @@ def test_parameters_whose_slices_share_a_shape_are_gathered_each_on_its_own_axis
 
   out = {}
   for shard in (False, True):
-    layout = workers.make_layout(2, backend="shard_map", devices_per_worker=2)
+    layout = worker_layout.make_layout(2, backend="shard_map", devices_per_worker=2)
     if shard:
-      layout = workers.shard_params(layout, params)
+      layout = data_parallel.shard_params(layout, params)
       assert [a for _, a in layout.param_leaves] == [0, 1]  # both slices (5, 4)
     algo = registry.make_algorithm(
-        config_of("easgd", 2, 2), workers.data_parallel_loss(loss_fn, layout), optax.sgd(0.01), 4
+        config_of("easgd", 2, 2),
+        data_parallel.data_parallel_loss(loss_fn, layout),
+        optax.sgd(0.01),
+        4,
     )
-    step = workers.map_step(algo, layout)
-    worker, shared = workers.place_state(algo, params, layout)
+    step = mapping.map_step(algo, layout)
+    worker, shared = placement.place_state(algo, params, layout)
     rng = np.random.default_rng(0)
     for t in range(4):
       x = rng.normal(size=(2, B, 10)).astype(np.float32)
       y = rng.normal(size=(2, B, 8)).astype(np.float32)
       worker, shared, _ = step(
-          worker, shared, workers.split_workers((x, y), layout, "batch"), jax.random.key(0), t
+          worker, shared, placement.split_workers((x, y), layout, "batch"), jax.random.key(0), t
       )
-    out[shard] = workers.first_copy(algo.center(shared))
+    out[shard] = placement.first_copy(algo.center(shared))
   assert max_abs_diff(out[True], out[False]) < TOL and max_abs_diff(out[False], params) > 1e-3
 
 
@@ -352,9 +363,9 @@ def test_sharded_parameters_over_several_processes_are_refused():
 
   device = collections.namedtuple("FakeDevice", "id process_index platform")
   devices = [device(i, i // 4, "cpu") for i in range(8)]
-  layout = workers.make_layout(2, backend="shard_map", devices=devices, devices_per_worker=4)
-  with pytest.raises(workers.LayoutError) as e:
-    workers.shard_params(layout, wide_setup()[0])
+  layout = worker_layout.make_layout(2, backend="shard_map", devices=devices, devices_per_worker=4)
+  with pytest.raises(worker_layout.LayoutError) as e:
+    data_parallel.shard_params(layout, wide_setup()[0])
   assert str(e.value) == (
       "shard_params runs in one process (a worker's slices are read back on one host); "
       "allowed with 2 processes: shard_params False"
@@ -371,17 +382,17 @@ def test_without_the_gradient_average_a_worker_of_2_devices_differs():
 
 
 def test_the_batch_is_split_over_the_devices_of_its_worker():
-  layout = workers.make_layout(2, backend="shard_map", devices_per_worker=4)
+  layout = worker_layout.make_layout(2, backend="shard_map", devices_per_worker=4)
   assert layout.mesh.shape == {"devices": 2, "data": 4}
   assert (layout.num_devices, layout.num_groups, layout.workers_per_device) == (8, 2, 1)
   x = np.arange(2 * 8 * 3, dtype=np.float32).reshape(2, 8, 3)  # [p, B, 3]
-  placed = workers.split_workers(x, layout, kind="batch")
+  placed = placement.split_workers(x, layout, kind="batch")
   assert placed.shape == (2, 1, 8, 3)
   blocks = {(s.device.id, s.data.shape) for s in placed.addressable_shards}
   assert {shape for _, shape in blocks} == {(1, 1, 2, 3)} and len(blocks) == 8
-  np.testing.assert_array_equal(workers.merge_workers(placed), x)
+  np.testing.assert_array_equal(placement.merge_workers(placed), x)
   # state values are whole on every device of a worker
-  state = workers.split_workers(x, layout)
+  state = placement.split_workers(x, layout)
   assert {s.data.shape for s in state.addressable_shards} == {(1, 1, 8, 3)}
 
 
@@ -407,13 +418,13 @@ def test_the_trainer_runs_workers_of_2_devices_on_the_same_examples():
     run = Run(config)
     executor = SpmdExecutor(run)
     executor.initial_state()
-    batch = workers.to_host(executor._batch(0))
+    batch = placement.to_host(executor._batch(0))
     executor.run_to(5)
     algo = run.algorithm
     out[D] = (
         batch,
-        workers.merge_workers(algo.worker_params(executor.worker, executor.shared)),
-        workers.first_copy(algo.center(executor.shared)),
+        placement.merge_workers(algo.worker_params(executor.worker, executor.shared)),
+        placement.first_copy(algo.center(executor.shared)),
     )
     levels = executor.summary_fields()["communication"]
     out[D, shard] = out.pop(D) + (levels,)
@@ -439,18 +450,18 @@ def test_one_device_per_worker_is_the_unchanged_program():
   """D = 1 (layout 8x1): data_parallel_loss is the loss itself and the step
   program, "batch" argument and all, is the one of "worker" arguments."""
   params, loss_fn = mlp_setup()
-  layout = workers.make_layout(8, backend="shard_map", devices_per_worker=1)
+  layout = worker_layout.make_layout(8, backend="shard_map", devices_per_worker=1)
   assert layout.mesh.axis_names == ("devices",) and layout.devices_per_worker == 1
-  assert workers.data_parallel_loss(loss_fn, layout) is loss_fn
+  assert data_parallel.data_parallel_loss(loss_fn, layout) is loss_fn
   algo = registry.make_algorithm(config_of("easgd", 8, 1), loss_fn, optax.sgd(0.3), STEPS)
-  worker, shared = workers.place_state(algo, params, layout)
+  worker, shared = placement.place_state(algo, params, layout)
   xs, ys = random_batches(1, 8, B)
-  batch = workers.split_workers((xs[0], ys[0]), layout, kind="batch")
+  batch = placement.split_workers((xs[0], ys[0]), layout, kind="batch")
   key = jax.random.key(3)
   kinds = ("worker", "shared", "worker", "broadcast")
-  old = workers.map_workers(algo.step, layout, kinds, workers.STEP_OUT_KINDS)
-  new = workers.map_workers(algo.step, layout, workers.STEP_IN_KINDS, workers.STEP_OUT_KINDS)
-  assert "batch" in workers.STEP_IN_KINDS
+  old = mapping.map_workers(algo.step, layout, kinds, mapping.STEP_OUT_KINDS)
+  new = mapping.map_workers(algo.step, layout, mapping.STEP_IN_KINDS, mapping.STEP_OUT_KINDS)
+  assert "batch" in mapping.STEP_IN_KINDS
   args = (worker, shared, batch, key)
   assert new.lower(*args).as_text() == old.lower(*args).as_text()
 
@@ -492,8 +503,8 @@ def test_the_2d_mesh_is_chosen_when_a_worker_has_several_devices():
   assert Run(two).layout == Run(two.replace(mapping_backend="shard_map")).layout
   layout = Run(config).layout
   assert layout.backend == "pmap" and layout == Run(config.replace(mapping_backend="pmap")).layout
-  assert workers.make_layout(2, devices_per_worker=2).backend == "shard_map"
-  assert workers.make_layout(2) == workers.make_layout(2, backend="pmap")
+  assert worker_layout.make_layout(2, devices_per_worker=2).backend == "shard_map"
+  assert worker_layout.make_layout(2) == worker_layout.make_layout(2, backend="pmap")
   with pytest.raises(ConfigError) as e:
     two.replace(mapping_backend="pmap").validate()
   assert str(e.value) == (
@@ -504,10 +515,10 @@ def test_the_2d_mesh_is_chosen_when_a_worker_has_several_devices():
 
 
 def test_more_devices_than_there_are_is_a_layout_error():
-  with pytest.raises(workers.LayoutError, match="4 \\* 4 = 16 devices but only 8"):
-    workers.make_layout(4, backend="shard_map", devices_per_worker=4)
-  with pytest.raises(workers.LayoutError, match="needs the 'shard_map'"):
-    workers.make_layout(4, backend="pmap", devices_per_worker=2)
+  with pytest.raises(worker_layout.LayoutError, match="4 \\* 4 = 16 devices but only 8"):
+    worker_layout.make_layout(4, backend="shard_map", devices_per_worker=4)
+  with pytest.raises(worker_layout.LayoutError, match="needs the 'shard_map'"):
+    worker_layout.make_layout(4, backend="pmap", devices_per_worker=2)
 
 
 def test_workers_of_several_devices_over_several_processes_take_whole_rows():
@@ -526,25 +537,25 @@ def test_workers_of_several_devices_over_several_processes_take_whole_rows():
     ids, D = [d.id for d in layout.devices], layout.devices_per_worker
     return [ids[i : i + D] for i in range(0, len(ids), D)]
 
-  per_node = workers.make_layout(2, backend="shard_map", devices=eight, devices_per_worker=4)
+  per_node = worker_layout.make_layout(2, backend="shard_map", devices=eight, devices_per_worker=4)
   assert rows(per_node) == [[0, 1, 2, 3], [4, 5, 6, 7]] and per_node.num_processes == 2
-  two_each = workers.make_layout(4, backend="shard_map", devices=eight, devices_per_worker=2)
+  two_each = worker_layout.make_layout(4, backend="shard_map", devices=eight, devices_per_worker=2)
   assert rows(two_each) == [[0, 1], [2, 3], [4, 5], [6, 7]]
-  spanning = workers.make_layout(1, backend="shard_map", devices=eight, devices_per_worker=8)
+  spanning = worker_layout.make_layout(1, backend="shard_map", devices=eight, devices_per_worker=8)
   assert rows(spanning) == [list(range(8))]
   assert spanning.local_workers == slice(0, 1)  # the worker is this process's too
-  half = workers.make_layout(2, backend="shard_map", devices=eight, devices_per_worker=2)
+  half = worker_layout.make_layout(2, backend="shard_map", devices=eight, devices_per_worker=2)
   assert rows(half) == [[0, 1], [4, 5]]  # 2 devices from each process
   twelve = [device(i, i // 6, "cpu") for i in range(12)]  # 2 processes x 6 devices
-  with pytest.raises(workers.LayoutError) as e:
-    workers.make_layout(3, backend="shard_map", devices=twelve, devices_per_worker=4)
+  with pytest.raises(worker_layout.LayoutError) as e:
+    worker_layout.make_layout(3, backend="shard_map", devices=twelve, devices_per_worker=4)
   assert str(e.value) == (
       "devices_per_worker=4 with 6 device(s) from each of the 2 processes would split a worker "
       "unevenly between processes; allowed: a divisor of 6 (workers inside a process; 6: one "
       "worker per process) or a multiple of 6 (workers spanning processes)"
   )
-  with pytest.raises(workers.LayoutError) as e:
-    workers.make_layout(1, backend="shard_map", devices=eight, devices_per_worker=3)
+  with pytest.raises(worker_layout.LayoutError) as e:
+    worker_layout.make_layout(1, backend="shard_map", devices=eight, devices_per_worker=3)
   assert str(e.value) == (
       "num_workers * devices_per_worker = 1 * 3 = 3 devices cannot be taken equally from the 2 "
       "processes (4 device(s) each at most); allowed: a multiple of 2 up to 8"

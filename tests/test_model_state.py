@@ -15,7 +15,7 @@ import pytest
 from easgd.core import algorithms
 from easgd.methods import baselines
 from easgd.asynchrony import simulation as asynchronous
-from easgd.parallel import workers
+from easgd.parallel import mapping, placement, worker_layout
 from easgd.sweeps.engine import CompileCounter
 from testutil import max_abs_diff
 
@@ -52,19 +52,19 @@ def setup(num_workers=4, steps=3, batch=6):
 
 
 def run(algo, params, state, xs, ys, num_devices=2):
-  layout = workers.make_layout(xs.shape[1], num_devices)
+  layout = worker_layout.make_layout(xs.shape[1], num_devices)
   worker, shared = algo.init(params, state)
-  worker = workers.replicate_per_worker(worker, layout)
-  shared = workers.replicate_per_device(shared, layout)
-  step = workers.map_step(algo, layout, donate_state=False)
+  worker = placement.replicate_per_worker(worker, layout)
+  shared = placement.replicate_per_device(shared, layout)
+  step = mapping.map_step(algo, layout, donate_state=False)
   compiles = []
   for t, (x, y) in enumerate(zip(xs, ys)):
     with CompileCounter() as counter:  # steps 0 and 1 compile the two programs
       worker, shared, loss = step(
-          worker, shared, workers.split_workers((x, y), layout), jax.random.key(1), t
+          worker, shared, placement.split_workers((x, y), layout), jax.random.key(1), t
       )
     compiles.append(counter.count)
-  assert np.isfinite(workers.to_host(loss)).all()
+  assert np.isfinite(placement.to_host(loss)).all()
   return worker, shared, compiles
 
 
@@ -78,7 +78,7 @@ def test_easgd_carries_each_workers_own_batch_statistics():
   params, state, xs, ys = setup(steps=1)
   algo = algorithms.easgd(loss_fn, optax.sgd(0.1), num_workers=4, tau=2, beta=0.9)
   worker, _, _ = run(algo, params, state, xs, ys)
-  got = workers.merge_workers(worker.model_state)
+  got = placement.merge_workers(worker.model_state)
   for i in range(4):  # after one step: the statistics of worker i's own batch
     want = own_stats(params, state, xs[0, i])
     assert max_abs_diff(jax.tree.map(lambda a: a[i], got), want) <= 1e-6
@@ -101,7 +101,7 @@ def test_easgd_carries_each_workers_own_batch_statistics():
 def test_every_family_updates_the_state_and_keeps_its_structure(factory):
   params, state, xs, ys = setup(steps=3)
   worker, shared, compiles = run(factory(), params, state, xs, ys)
-  got = workers.merge_workers(worker.model_state)
+  got = placement.merge_workers(worker.model_state)
   initial = jax.tree.map(lambda a: np.broadcast_to(a, (4, *a.shape)), state)
   assert jax.tree.structure(got) == jax.tree.structure(initial)
   assert max_abs_diff(got, initial) > 1e-3  # moved from the initial statistics
@@ -113,7 +113,7 @@ def test_one_model_methods_share_the_mean_of_the_workers_states():
   algo = algorithms.pmean_sgd(loss_fn, optax.sgd(0.1), num_workers=4)
   for num_devices in (1, 2):  # merged or not, each worker's own batch statistics
     _, shared, _ = run(algo, params, state, xs, ys, num_devices=num_devices)
-    got = workers.first_copy(shared.model_state)
+    got = placement.first_copy(shared.model_state)
     want = jax.tree.map(
         lambda *a: np.mean(a, axis=0), *[own_stats(params, state, xs[0, i]) for i in range(4)]
     )

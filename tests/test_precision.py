@@ -19,7 +19,7 @@ from easgd.core import algorithms, elastic
 from easgd.run import trainer
 from easgd.tasks import models
 from easgd.methods import registry
-from easgd.parallel import workers
+from easgd.parallel import mapping, placement, worker_layout
 from easgd.settings.config import ConfigError, TrainConfig
 from linear_problem import loss_fn, make_data, params0
 
@@ -47,7 +47,7 @@ def bf16(tree):
 def test_every_reduction_across_workers_and_every_center_is_float32(name):
   cfg, _ = TrainConfig(num_workers=4, tau=2).for_algorithm(name)
   algo = registry.make_algorithm(cfg.validate(), loss_fn, optax.sgd(0.1), 8)
-  layout = workers.make_layout(4, 2)
+  layout = worker_layout.make_layout(4, 2)
   worker, shared = algo.init(bf16(params0()))
   center = algo.center(shared)
   # the one-model methods evaluate their model itself; every other center is float32
@@ -56,12 +56,12 @@ def test_every_reduction_across_workers_and_every_center_is_float32(name):
       "bfloat16" if one_model else "float32"
   }, name
   assert {str(x.dtype) for x in jax.tree.leaves(algo.worker_params(worker, shared))} == {"bfloat16"}
-  worker = workers.replicate_per_worker(worker, layout)
-  shared = workers.replicate_per_device(shared, layout)
+  worker = placement.replicate_per_worker(worker, layout)
+  shared = placement.replicate_per_device(shared, layout)
   x, y = make_data(1, 4, n=5)
-  batch = workers.split_workers((x[0], y[0]), layout)
+  batch = placement.split_workers((x[0], y[0]), layout)
   found = []
-  for program in workers.map_step(algo, layout, donate_state=False).programs.values():
+  for program in mapping.map_step(algo, layout, donate_state=False).programs.values():
     found += reductions(jax.make_jaxpr(program)(worker, shared, batch, jax.random.key(0)).jaxpr)
   assert found, f"{name}: no reduction across workers traced"
   floats = [dtypes for _, dtypes in found if any("float" in d for d in dtypes)]
@@ -73,16 +73,16 @@ def test_a_bfloat16_run_keeps_the_center_close_to_a_float64_run():
   a bfloat16 run against the float64 run of the same rule. With the center and
   the elastic sum in float32 the gap is the workers' own bfloat16 rounding."""
   xs, ys = make_data(500, 4)
-  layout = workers.make_layout(4, 1)
+  layout = worker_layout.make_layout(4, 1)
 
   def run(params, dtype):
     algo = algorithms.easgd(loss_fn, optax.sgd(0.05), num_workers=4, tau=1, beta=0.9)
-    step = workers.map_step(algo, layout)
-    w, s = workers.place_state(algo, params, layout)
+    step = mapping.map_step(algo, layout)
+    w, s = placement.place_state(algo, params, layout)
     for t in range(len(xs)):
-      batch = workers.split_workers((xs[t].astype(dtype), ys[t].astype(dtype)), layout)
+      batch = placement.split_workers((xs[t].astype(dtype), ys[t].astype(dtype)), layout)
       w, s, _ = step(w, s, batch, jax.random.key(0), t)
-    return workers.first_copy(algo.center(s))
+    return placement.first_copy(algo.center(s))
 
   low = run(bf16(params0()), np.float32)
   with jax.enable_x64(True):

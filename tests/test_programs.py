@@ -17,7 +17,7 @@ import optax
 import pytest
 
 from easgd.core import algorithms
-from easgd.parallel import workers
+from easgd.parallel import mapping, placement, worker_layout
 from testutil import STEP_KINDS, max_abs_diff, mlp_setup, random_batches
 
 TAU = 3
@@ -42,24 +42,24 @@ def test_declared_phases_are_what_the_mapping_compiles_and_runs():
   algo = with_start_phase(plain)
   assert [algo.program_at(t) for t in range(6)] == ["start", False, False, True, False, False]
   assert [algo.program_at(t, exchange_on_host=False) for t in range(3)] == ["start", None, None]
-  layout = workers.make_layout(4, 2)
-  step_fn = workers.map_step(algo, layout, donate_state=False)
+  layout = worker_layout.make_layout(4, 2)
+  step_fn = mapping.map_step(algo, layout, donate_state=False)
   assert set(step_fn.programs) == {"start", False, True}
-  single = workers.map_workers(plain.step, layout, *STEP_KINDS)
+  single = mapping.map_workers(plain.step, layout, *STEP_KINDS)
   xs, ys = random_batches(6, 4, 4)
   key = jax.random.key(5)
-  a = b = workers.place_state(algo, params, layout)
+  a = b = placement.place_state(algo, params, layout)
   for t in range(6):
-    batch = workers.split_workers((xs[t], ys[t]), layout)
+    batch = placement.split_workers((xs[t], ys[t]), layout)
     *a, loss_a = single(*a, batch, key)
     *b, loss_b = step_fn(*b, batch, key, t)
-    assert np.isfinite(workers.merge_workers(loss_b)).all()
-  assert max_abs_diff(workers.to_host(a), workers.to_host(b)) <= 2.4e-7  # as test_map_step
+    assert np.isfinite(placement.merge_workers(loss_b)).all()
+  assert max_abs_diff(placement.to_host(a), placement.to_host(b)) <= 2.4e-7  # as test_map_step
   # the declared "start" program at a later clock: its runs_at says no, NaN loss
-  w, s = workers.place_state(algo, params, layout)
-  w, s, _ = step_fn(w, s, workers.split_workers((xs[0], ys[0]), layout), key, 0)
-  _, _, bad = step_fn.programs["start"](w, s, workers.split_workers((xs[1], ys[1]), layout), key)
-  assert np.isnan(workers.merge_workers(bad)).all()
+  w, s = placement.place_state(algo, params, layout)
+  w, s, _ = step_fn(w, s, placement.split_workers((xs[0], ys[0]), layout), key, 0)
+  _, _, bad = step_fn.programs["start"](w, s, placement.split_workers((xs[1], ys[1]), layout), key)
+  assert np.isnan(placement.merge_workers(bad)).all()
 
 
 def test_a_table_that_does_not_name_one_program_per_clock_is_refused():
@@ -68,6 +68,6 @@ def test_a_table_that_does_not_name_one_program_per_clock_is_refused():
   gap = plain._replace(phases={"start": algorithms.Program(plain.step, lambda t: t == 0)})
   with pytest.raises(ValueError, match=r"exactly one program for clock 1, got \[\]"):
     gap.program_at(1)
-  step_fn = workers.map_step(gap, workers.make_layout(4, 2))
+  step_fn = mapping.map_step(gap, worker_layout.make_layout(4, 2))
   with pytest.raises(ValueError, match="exactly one program for clock 1"):
     step_fn(None, None, None, None, 1)

@@ -15,7 +15,7 @@ import pytest
 
 from easgd.asynchrony import log as async_log, schedule as async_schedule, simulation as asynchronous
 from easgd.methods import baselines
-from easgd.parallel import workers
+from easgd.parallel import placement
 import linear_problem
 from linear_problem import flat, loss_fn, params0
 
@@ -61,7 +61,7 @@ def test_replaying_the_simulations_own_log_reproduces_the_simulation(name, stale
     slot = tick * big_k + np.flatnonzero(active[:, i])[m]
     return xs[slot, i], ys[slot, i]
 
-  final_clocks = workers.merge_workers(worker.clock).tolist()
+  final_clocks = placement.merge_workers(worker.clock).tolist()
   out = async_log.replay(algo, log, params0(), batch_fn, KEY, final_clocks, keep_centers=True)
   # the replay runs the rules op by op, the simulation vmapped in one program:
   # equal up to float32 rounding (measured: <= 1.07e-6, MDOWNPOUR, values up to 7)

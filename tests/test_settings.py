@@ -345,7 +345,7 @@ def test_a_step_outside_a_mapping_raises_the_packages_error(name):
   algo = registry.make_algorithm(cfg.validate(), loss_fn, __import__("optax").sgd(0.1), 8)
   worker, shared = algo.init(params0())
   batch = (np.zeros((4, 3), np.float32), np.zeros((4,), np.float32))
-  with pytest.raises(elastic.MappingError, match="workers.map_step") as e:
+  with pytest.raises(elastic.MappingError, match="mapping.map_step") as e:
     algo.step(worker, shared, batch, jax.random.key(0))
   assert isinstance(e.value, NameError)  # what JAX raised before, so callers keep working
 

@@ -12,7 +12,7 @@ from easgd.settings import builtin_tasks
 from easgd.tasks import batches, datasets, models
 from easgd.run import tensorboard, trainer
 from easgd.methods import registry
-from easgd.parallel import workers
+from easgd.parallel import mapping, placement, worker_layout
 from easgd.run.compare import compare
 from easgd.settings.config import ConfigError, TrainConfig
 
@@ -59,20 +59,20 @@ def test_center_accuracy_matches_direct_evaluation(tmp_path):
   model = models.make_model("mlp", 10)
   summary = trainer.train_and_evaluate(cfg, tmp_path)
   # rebuild the final center deterministically: same seed, same data order
-  layout = workers.make_layout(4, 2)
+  layout = worker_layout.make_layout(4, 2)
   params = models.init_params(model, ds.input_shape, jax.random.split(jax.random.key(cfg.seed))[0])
   spe = batches.steps_per_epoch(len(ds.train_y), 4, 16)
   algo = registry.make_algorithm(
       cfg, builtin_tasks.make_loss_fn(model), optimizers.make_optimizer(cfg, spe), spe
   )
-  w, s = workers.place_state(algo, params, layout)
-  step = workers.map_workers(
+  w, s = placement.place_state(algo, params, layout)
+  step = mapping.map_workers(
       algo.step, layout, ("worker", "shared", "worker", "broadcast"), ("worker", "shared", "worker")
   )
   key = jax.random.split(jax.random.key(cfg.seed))[1]
   for ix in batches.worker_batch_indices(len(ds.train_y), 4, 16, cfg.seed, 1):
-    w, s, _ = step(w, s, workers.split_workers((ds.train_x[ix], ds.train_y[ix]), layout), key)
-  center = workers.first_copy(algo.center(s))
+    w, s, _ = step(w, s, placement.split_workers((ds.train_x[ix], ds.train_y[ix]), layout), key)
+  center = placement.first_copy(algo.center(s))
   logits = model.apply({"params": center}, ds.test_x)
   correct = int(np.sum(np.argmax(logits, -1) == ds.test_y))
   assert summary["final"]["test_accuracy"] == correct / len(ds.test_y)

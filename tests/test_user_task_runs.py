@@ -39,7 +39,7 @@ import numpy as np
 import pytest
 
 from easgd import cli
-from easgd.parallel import workers
+from easgd.parallel import placement
 from easgd.runtimes import shared as async_shared
 from easgd.sweeps import command as sweep, network as sweep_network
 from easgd.sweeps.grid import SweepGrid
@@ -474,9 +474,9 @@ def stopped_resumed_and_replayed(workdir, cfg, stops=(5, 11)):
   assert saved["task"] == cfg.task and saved["task_args"] == list(cfg.task_args)
   run = spmd.Run(cfg)  # the replayed (uninterrupted) state's evaluation: the final record
   final = restore(workdir, run)
-  inputs = workers.split_workers(final["worker"], run.layout)
+  inputs = placement.split_workers(final["worker"], run.layout)
   record = run.evaluate(
-      inputs, workers.replicate_per_device(final["shared"], run.layout), 2, 16, None
+      inputs, placement.replicate_per_device(final["shared"], run.layout), 2, 16, None
   )
   assert {k: v for k, v in record.items() if k.startswith("test_")} == {
       k: v for k, v in done["final"].items() if k.startswith("test_")

@@ -24,7 +24,7 @@ import pytest
 from easgd import TrainConfig, train_and_evaluate
 from easgd.core import algorithms, warmup
 from easgd.methods import registry
-from easgd.parallel import workers
+from easgd.parallel import mapping, placement, worker_layout
 from easgd.settings.config import ConfigError
 from easgd.sweeps.engine import simulated_step, start_state
 from linear_problem import loss_fn, make_data, params0
@@ -107,24 +107,24 @@ def test_warmup_is_pmean_sgd_then_the_algorithm_from_its_model_and_optimizer_sta
 def test_map_step_runs_the_warmup_program_and_the_same_values():
   k = 3
   algo = build("easgd", k)
-  layout = workers.make_layout(P, 1)
-  step_fn = workers.map_step(algo, layout, donate_state=False)
+  layout = worker_layout.make_layout(P, 1)
+  step_fn = mapping.map_step(algo, layout, donate_state=False)
   assert set(step_fn.programs) == {False, True, "warmup"}
   xs, ys = make_data(STEPS, P)
   key = jax.random.key(3)
-  worker, shared = workers.place_state(algo, params0(), layout)
+  worker, shared = placement.place_state(algo, params0(), layout)
   for t in range(STEPS):
     worker, shared, loss = step_fn(
-        worker, shared, workers.split_workers((xs[t], ys[t]), layout), key, t
+        worker, shared, placement.split_workers((xs[t], ys[t]), layout), key, t
     )
     assert np.isfinite(np.asarray(loss)).all()  # the right program for every clock
   ref, _, _ = centers_along(algo, xs, ys, key)
-  center = workers.first_copy(algo.center(shared))
+  center = placement.first_copy(algo.center(shared))
   got = np.concatenate([np.asarray(center["w"]), np.asarray(center["b"])[None]])
   np.testing.assert_allclose(got, ref[-1], rtol=0, atol=1e-6)
   # a clock that names the wrong program gives a NaN loss
-  w2, s2 = workers.place_state(algo, params0(), layout)
-  _, _, bad = step_fn(w2, s2, workers.split_workers((xs[0], ys[0]), layout), key, k + 1)
+  w2, s2 = placement.place_state(algo, params0(), layout)
+  _, _, bad = step_fn(w2, s2, placement.split_workers((xs[0], ys[0]), layout), key, k + 1)
   assert np.isnan(np.asarray(bad)).all()
 
 

@@ -1,7 +1,7 @@
 """Helpers shared by the tests (test code, not library code).
 
 STEP_KINDS           argument and output kinds of an algorithm step for
-                     ``workers.map_workers``;
+                     ``mapping.map_workers``;
 mlp_setup, random_batches  a tiny MLP classifier and random batches for it;
 max_abs_diff, assert_trees_close  leafwise comparison of two pytrees;
 linear_data, Items, linear_task  a separable 3-class problem as arrays, as a
@@ -22,10 +22,10 @@ import numpy as np
 import optax
 
 from easgd.tasks import models
-from easgd.parallel import workers
+from easgd.parallel import mapping
 from easgd.tasks.task import Task
 
-STEP_KINDS = (workers.STEP_IN_KINDS, workers.STEP_OUT_KINDS)
+STEP_KINDS = (mapping.STEP_IN_KINDS, mapping.STEP_OUT_KINDS)
 
 
 def mlp_setup(seed=0):

@@ -4,7 +4,7 @@ The paper's experiments run Algorithms 1 and 2 asynchronously: each worker has
 its own clock t^i and, whenever tau divides t^i, exchanges with the center held
 by a master, one worker at a time. This module reproduces that sequence of
 events deterministically inside the same per-worker SPMD program as the
-synchronous algorithms (``easgd.parallel.workers``: pmap over devices of vmap over
+synchronous algorithms (``easgd.parallel.mapping``: pmap over devices of vmap over
 workers), so a run is reproducible per seed and identical for every layout.
 
 What is modelled

@@ -3,7 +3,7 @@
 Each factory checks the hyperparameters it is given as Python numbers and
 returns an :class:`Algorithm`: pure functions written for ONE worker, which use
 collectives over ``axis_name`` (default :data:`easgd.core.elastic.WORKER_AXES`) to
-talk to the others. ``easgd.parallel.workers.map_workers`` runs them over all workers;
+talk to the others. ``easgd.parallel.mapping.map_workers`` runs them over all workers;
 nothing here compiles or places anything.
 
 Array hyperparameters: as optax's transformations take ``ArrayLike`` rates,
@@ -15,7 +15,7 @@ compiled program runs every configuration (``easgd.sweeps.engine``). Their
 ranges are checked where they enter (a config, the command line, a sweep's
 grid). What needs a Python value on the host follows the rule of each
 factory's docstring: with an array tau, ``exchange_at`` is None (so
-``easgd.parallel.workers.map_step`` runs the one program that decides the exchange on
+``easgd.parallel.mapping.map_step`` runs the one program that decides the exchange on
 the device) and ``communication`` raises (it counts from a Python tau);
 ``hyperparameters`` holds the values as given (arrays for logs to convert).
 
@@ -242,7 +242,7 @@ def easgd(
   Returns:
     An :class:`Algorithm` named ``"easgd"``, with the host-side schedule
     ``exchange_at(t) = (t % tau == 0)`` for a Python tau (so
-    ``easgd.parallel.workers.map_step`` runs an exchange program and a local program
+    ``easgd.parallel.mapping.map_step`` runs an exchange program and a local program
     without communication).
 
   Raises:
@@ -380,7 +380,7 @@ def pmean_sgd(
   batch p * B (up to float summation order). The average is formed in
   float32 for bfloat16 gradients (``easgd.core.elastic.reduction_dtype``) and cast
   back to the parameters' dtype. ``shared_model`` is True: on one device,
-  ``easgd.parallel.workers.map_step`` computes the gradient of a device's workers in
+  ``easgd.parallel.mapping.map_step`` computes the gradient of a device's workers in
   one pass over their examples.
 
   Args:

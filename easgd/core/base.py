@@ -127,7 +127,7 @@ class Communication(NamedTuple):
 
   An algorithm counts its own exchange across workers; where a worker spans
   several devices, the layout adds the data-parallel average inside it
-  (``easgd.parallel.workers.communication_by_level``: one record per level).
+  (``easgd.parallel.accounting.communication_by_level``: one record per level).
 
   Attributes:
     all_reduces: number of all-reduces the worker took part in.
@@ -213,7 +213,7 @@ class Algorithm(NamedTuple):
     hyperparameters: resolved hyperparameters, for logs.
     shared_model: True when the worker state is empty and every worker
       computes on the one model of the shared state (pmean SGD, the
-      sequential methods): ``easgd.parallel.workers.map_step`` then runs the workers of
+      sequential methods): ``easgd.parallel.mapping.map_step`` then runs the workers of
       a device as one batch (one forward and backward pass over their
       examples), which equals the per-worker steps averaged.
     exchange_at: ``None``, or for synchronous algorithms that communicate only
@@ -224,7 +224,7 @@ class Algorithm(NamedTuple):
       must equal ``exchange_at(t)``, compiles the step with or without the
       communication and no conditional. :meth:`programs` turns it into two
       programs (``False``, ``True``) picked per step on the host;
-      ``easgd.parallel.workers.map_step`` also evaluates their ``runs_at`` on
+      ``easgd.parallel.mapping.map_step`` also evaluates their ``runs_at`` on
       the shared state's int32 counter ``shared.step`` (so such algorithms
       keep one) to check the host's clock on the device.
     async_rules: ``None``, or for the asynchronous methods (async EASGD and
@@ -248,7 +248,7 @@ class Algorithm(NamedTuple):
   ``None`` when nothing is fixed (the step decides on the device, or has
   nothing to decide), or the name of a phase without a schedule
   (:data:`WARMUP`). To add an algorithm with phases, declare ``phases``;
-  ``easgd.parallel.workers.map_step`` and ``easgd.sweeps.curves`` read
+  ``easgd.parallel.mapping.map_step`` and ``easgd.sweeps.curves`` read
   nothing else.
   """
 
@@ -450,7 +450,7 @@ def every_tau_steps(
     ``exchange_at(t) -> bool`` for the step at clock t (steps taken); given an
     int32 array (the state's counter, traced) it returns a bool array, which
     the steps use to decide the exchange on the device and
-    ``easgd.parallel.workers.map_step`` to check the host's clock there.
+    ``easgd.parallel.mapping.map_step`` to check the host's clock there.
 
   Raises:
     HyperparameterError: tau is not an integer >= 1, offset not 0 or 1, or

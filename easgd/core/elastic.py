@@ -38,7 +38,7 @@ DEVICE_AXIS = "devices"
 LOCAL_AXIS = "local_workers"
 WORKER_AXES = (DEVICE_AXIS, LOCAL_AXIS)
 """The axis name per-worker code uses for its collectives: all workers, all
-devices (``easgd.parallel.workers`` binds it: devices mapped, the workers of a device
+devices (``easgd.parallel.mapping`` binds it: devices mapped, the workers of a device
 vmapped). Every algorithm's default ``axis_name``."""
 
 
@@ -53,8 +53,8 @@ class MappingError(NameError):
 def _unmapped(axis_name) -> MappingError:
   return MappingError(
       f"easgd per-worker code ran outside a worker mapping: its axis {axis_name!r} "
-      "is not bound; run an algorithm's step through easgd.parallel.workers.map_step(algorithm, "
-      "layout), any per-worker function through easgd.parallel.workers.map_workers(fn, layout, "
+      "is not bound; run an algorithm's step through easgd.parallel.mapping.map_step(algorithm, "
+      "layout), any per-worker function through easgd.parallel.mapping.map_workers(fn, layout, "
       "in_kinds, out_kinds), or bind the axis yourself (jax.vmap(..., axis_name=...))"
   )
 
@@ -267,7 +267,7 @@ def on_exchange(exchange, sync, keep):
 
   A Python bool picks the branch while the step is traced (the host knows the
   schedule: one program with the communication, one without, and no
-  conditional in either, see ``easgd.parallel.workers.map_step``); a bool scalar array
+  conditional in either, see ``easgd.parallel.mapping.map_step``); a bool scalar array
   (the device's clock test) runs ``lax.cond``, so the communication in
   ``sync`` happens only on exchange steps. Under ``vmap`` with a batched flag
   the cond becomes a select (both branches run).
@@ -372,7 +372,7 @@ def easgd_update(
   Both updates read the time-t values. A Python bool ``exchange`` picks the
   branch while tracing: the program holds either the exchange (one all-reduce)
   or the local step, with no conditional (what callers use when the schedule
-  is known on the host, see ``easgd.parallel.workers.map_step``). Otherwise the exchange
+  is known on the host, see ``easgd.parallel.mapping.map_step``). Otherwise the exchange
   is a ``lax.cond`` on an unbatched ``exchange`` flag, so the all-reduce runs
   only on exchange steps. ``exchange`` must be the same on every worker (a
   shared clock); if it is batched under ``vmap`` the cond becomes a select and

@@ -26,7 +26,7 @@ the next exchanges are at steps 7, 11, ... With K = 0 the wrapper is not used
 The wrapper declares its two phases (``Algorithm.phases``): the program
 ``easgd.core.algorithms.WARMUP`` for t < K and the algorithm's (with the
 handover) for t >= K, so that drivers that know the clock
-(``easgd.parallel.workers.map_step``, ``easgd.sweeps.curves``) compile each
+(``easgd.parallel.mapping.map_step``, ``easgd.sweeps.curves``) compile each
 and pick one per step on the host (``Algorithm.program_at``), with no
 gradient inside a branch.
 

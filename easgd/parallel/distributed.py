@@ -1,7 +1,7 @@
 """Several processes, one run: ``jax.distributed`` setup and a peer watchdog.
 
 Multi-process training runs the same program in every process (SPMD): the
-workers of :mod:`easgd.parallel.workers` are spread over ALL processes' devices with the
+workers of :mod:`easgd.parallel.worker_layout` are spread over ALL processes' devices with the
 ``"shard_map"`` backend, each process feeds the batches of its own workers, and
 process 0 writes metrics, summaries and checkpoints (host copies gathered from
 all processes). This module holds the process-level part:

@@ -1,7 +1,10 @@
-"""The worker mappings' names, importable without JAX.
+"""The worker mappings' names and the layout rules that need no device, importable without JAX.
 
-The config (``easgd.settings.config``, ``mapping_backend``) declares its
-allowed values from these; ``easgd.parallel.workers`` implements them.
+The config (``easgd.settings.config``: ``mapping_backend``, ``num_devices``,
+``devices_per_worker``, ``shard_params``) and the layout
+(``easgd.parallel.worker_layout.make_layout``,
+``easgd.parallel.data_parallel.shard_params``) check a request against these
+rules, each in its own words (see docs/guides/multi_device.md).
 """
 
 BACKENDS = ("pmap", "shard_map")
@@ -24,3 +27,30 @@ def backend_for(backend: str | None, devices_per_worker: int = 1) -> str | None:
   if backend is not None:
     return backend
   return "shard_map" if devices_per_worker > 1 else "pmap"
+
+
+def backend_fits(backend: str, devices_per_worker: int) -> bool:
+  """Whether ``backend`` (resolved, :func:`backend_for`) maps workers of D devices:
+  D = 1 any of :data:`BACKENDS`; D > 1 only ``"shard_map"`` (the 2-D mesh)."""
+  return devices_per_worker == 1 or backend == "shard_map"
+
+
+def num_devices_fits(
+    num_workers: int, num_devices: int | None, devices_per_worker: int = 1
+) -> bool:
+  """Whether ``num_devices`` devices hold ``num_workers`` workers of D devices each.
+
+  None (the layout chooses) fits; with D = 1 a divisor of ``num_workers``
+  (the workers of a device are vmapped); with D > 1 exactly
+  ``num_workers * D`` (a row of D devices per worker). Ints >= 1.
+  """
+  if num_devices is None:
+    return True
+  if devices_per_worker > 1:
+    return num_devices == num_workers * devices_per_worker
+  return num_workers % num_devices == 0
+
+
+def shard_params_fits(devices_per_worker: int) -> bool:
+  """Whether a worker's state can be split over its D devices (``shard_params``): D > 1."""
+  return devices_per_worker > 1

@@ -100,7 +100,7 @@ def log_grid(low: float, high: float, num: int) -> tuple[float, ...]:
 
 
 LEVELS = ("across_workers", "within_workers")
-"""The levels of a run's communication (``easgd.parallel.workers.communication_by_level``)."""
+"""The levels of a run's communication (``easgd.parallel.accounting.communication_by_level``)."""
 
 
 @dataclasses.dataclass(frozen=True)

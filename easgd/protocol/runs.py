@@ -85,7 +85,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from easgd.parallel import workers
+from easgd.parallel import accounting
 from easgd._util import checks
 from easgd.run import runlock
 from easgd.settings import builtin_tasks
@@ -166,14 +166,14 @@ def measure_step_seconds(task: Task, batch_size: int, repeats: int = 30) -> floa
 
 def _communication(run: ArmRun, task: Task, param_bytes: int) -> Callable:
   """``comm(steps) -> (across, within)``, each (all_reduces, bytes) per device
-  of the arm's layout (``easgd.parallel.workers.communication_by_level``:
+  of the arm's layout (``easgd.parallel.accounting.communication_by_level``:
   across workers the algorithm's count from a Python tau; within a worker of
   ``devices_per_worker`` D > 1 devices its every-step gradient average)."""
   algo = registry.make_algorithm(run.config, task.loss, optax.sgd(0.1), run.num_steps)
   D = run.config.devices_per_worker
   return lambda t: tuple(
       tuple(level)
-      for level in workers.communication_by_level(
+      for level in accounting.communication_by_level(
           algo, int(t), param_bytes, D, run.config.shard_params
       )
   )

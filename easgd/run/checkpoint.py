@@ -15,7 +15,7 @@ A checkpoint holds, as host arrays in a device-independent form:
 
 Because nothing in it refers to devices, a run can resume on another device
 count or mesh shape (another ``devices_per_worker``) with the same number of
-workers (``easgd.parallel.workers.split_workers`` maps it back). Orbax writes each checkpoint into a temporary directory and renames it
+workers (``easgd.parallel.placement.split_workers`` maps it back). Orbax writes each checkpoint into a temporary directory and renames it
 when complete, so an interrupted save (even SIGKILL) never replaces a good
 checkpoint; ``max_to_keep`` keeps the last k.
 """
@@ -29,7 +29,7 @@ from typing import Any
 import jax
 
 from easgd._util.files import interrupts_deferred
-from easgd.parallel.workers import to_host
+from easgd.parallel.placement import to_host
 
 CHECKPOINT_DIR = "checkpoints"
 

@@ -140,7 +140,7 @@ def train_and_evaluate(
       the run's ``task.json``, ``easgd.run.rundir.check_task_record``).
     easgd.run.runlock.WorkdirInUseError: another command holds ``workdir``
       (``easgd.run.runlock``: one run per workdir, taken before its checks).
-    easgd.parallel.workers.LayoutError: num_workers not a multiple of the devices used.
+    easgd.parallel.worker_layout.LayoutError: num_workers not a multiple of the devices used.
     easgd.tasks.data.DataError: unknown or missing data set files, or a batch larger
       than the data.
     easgd.tasks.task.TaskError: a task that does not import or build, or

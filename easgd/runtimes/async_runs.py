@@ -66,7 +66,7 @@ import numpy as np
 from easgd.runtimes import driver as async_driver, shared as async_shared, threads as async_threads
 from easgd.asynchrony import log as async_log
 from easgd.tasks import batches
-from easgd.parallel import workers
+from easgd.parallel import placement
 from easgd.settings import runtime_table
 from easgd.settings.config import ConfigError, TrainConfig
 from easgd.runtimes.executor import Snapshot
@@ -382,8 +382,8 @@ class AsyncExecutor:
     """The snapshot's host state placed on the run's devices."""
     layout = self.run.layout
     return (
-        workers.split_workers(snapshot.state["worker"], layout),
-        workers.replicate_per_device(snapshot.state["shared"], layout),
+        placement.split_workers(snapshot.state["worker"], layout),
+        placement.replicate_per_device(snapshot.state["shared"], layout),
     )
 
   def write_exchange_log(self, path, snapshot: Snapshot) -> None:

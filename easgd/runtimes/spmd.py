@@ -29,14 +29,14 @@ from easgd._util.files import check_interrupt
 from easgd.core import algorithms, elastic
 from easgd.settings import builtin_tasks
 from easgd.tasks import batches, data, models
-from easgd.parallel import workers
+from easgd.parallel import accounting, data_parallel, mapping, placement, worker_layout
 from easgd.methods import registry
 from easgd.settings.config import ConfigError, TrainConfig
 from easgd.runtimes.divergence import DivergenceError, divergence_message
 from easgd.runtimes.executor import Snapshot
 from easgd.runtimes.optimizers import make_optimizer, make_schedule
 from easgd.tasks.task import Subset, Task, check_task, take, user_call
-from easgd.parallel.workers import WORKER_AXES
+from easgd.core.elastic import WORKER_AXES
 
 
 def make_eval_fn(task: Task, algo: algorithms.Algorithm, metrics: tuple[str, ...]):
@@ -67,7 +67,7 @@ def make_eval_fn(task: Task, algo: algorithms.Algorithm, metrics: tuple[str, ...
     metrics: the metric names ``task.evaluate`` returns, in record order.
 
   Returns:
-    ``eval_fn`` as above, to be mapped over workers (``easgd.parallel.workers.map_workers``).
+    ``eval_fn`` as above, to be mapped over workers (``easgd.parallel.mapping.map_workers``).
   """
 
   def evaluate(worker, shared, center, state, batch, mask):
@@ -234,7 +234,7 @@ def check_devices_per_worker(task: Task, devices_per_worker: int) -> None:
   """Refuses a task a worker of several devices cannot train.
 
   A worker of D > 1 devices averages its devices' losses and gradients
-  (``easgd.parallel.workers.data_parallel_loss``), which are its whole
+  (``easgd.parallel.data_parallel.data_parallel_loss``), which are its whole
   batch's only for a loss that is the mean of independent per-example terms
   (``Task.mean_of_examples``, which the task declares) and a model without
   state of its own (``Task.center_state``: BatchNorm statistics, which each
@@ -279,8 +279,8 @@ class Run:
   ``total_steps``, ``param_bytes`` (one copy of the parameters), ``exchange_bytes``
   (:func:`easgd.core.elastic.reduced_bytes`: what one exchange or gradient
   average moves, the count of every communication record), ``step_fn``
-  (``easgd.parallel.workers.map_step``: called with the host's step count as
-  its last argument), ``eval_fn`` (``easgd.parallel.workers.map_workers``),
+  (``easgd.parallel.mapping.map_step``: called with the host's step count as
+  its last argument), ``eval_fn`` (``easgd.parallel.mapping.map_workers``),
   ``step_key``; for tasks with a ``center_state`` (BatchNorm; ``batch_norm``
   True) also ``bn_stats_data`` (the examples of the center's statistics,
   :func:`bn_stats_indices`) and ``batch_stats_fn``.
@@ -291,7 +291,7 @@ class Run:
       ``config`` names (``config.task`` or the built-in dataset and model).
 
   Raises:
-    ConfigError, easgd.parallel.workers.LayoutError, easgd.tasks.data.DataError,
+    ConfigError, easgd.parallel.worker_layout.LayoutError, easgd.tasks.data.DataError,
     easgd.tasks.task.TaskError: bad input; ConfigError also for
       ``devices_per_worker`` > 1 with a task whose loss is not a mean of
       examples (``mean_of_examples``) or that has model state
@@ -300,7 +300,7 @@ class Run:
 
   def __init__(self, config: TrainConfig, task: Task | None = None):
     self.config = config = config.validate()
-    self.layout = workers.make_layout(
+    self.layout = worker_layout.make_layout(
         config.num_workers,
         config.num_devices,
         backend=config.resolved_mapping_backend,
@@ -326,7 +326,7 @@ class Run:
     self.schedule = make_schedule(config, self.steps_per_epoch)
     init_key, self.step_key = jax.random.split(jax.random.key(config.seed))
     if config.shard_params:  # parameter-shaped state split over each worker's devices
-      self.layout = workers.shard_params(self.layout, jax.eval_shape(task.init, init_key))
+      self.layout = data_parallel.shard_params(self.layout, jax.eval_shape(task.init, init_key))
     self.init_params = task.init(init_key)
     self.param_bytes = models.param_bytes(self.init_params)
     # what an exchange or a gradient average moves: the parameters in float32 at least
@@ -335,7 +335,7 @@ class Run:
         config,
         # D > 1: the loss and gradient of each worker's whole batch, averaged
         # over its devices (the identity for D = 1)
-        workers.data_parallel_loss(task.loss, self.layout),
+        data_parallel.data_parallel_loss(task.loss, self.layout),
         make_optimizer(config, self.steps_per_epoch),
         self.total_steps,
     )
@@ -343,9 +343,9 @@ class Run:
     # (BatchNorm normalises each worker's own mini-batch) keeps a device's
     # workers apart
     self.batch_norm = bn = task.center_state is not None
-    self.step_fn = workers.map_step(algo, self.layout, merge_workers=task.mean_of_examples)
+    self.step_fn = mapping.map_step(algo, self.layout, merge_workers=task.mean_of_examples)
     # tasks with a center state: the eval takes one more "worker" argument
-    self.eval_fn = workers.map_workers(
+    self.eval_fn = mapping.map_workers(
         make_eval_fn(task, algo, self.metrics),
         self.layout,
         ("worker", "shared") + ("worker",) * (3 if bn else 2),
@@ -362,8 +362,8 @@ class Run:
           len(task.train), config.num_workers, config.bn_stats_examples, config.seed
       )
       # training examples, transformed like the evaluated ones: [d, w, n, ...]
-      self.bn_stats_data = workers.split_workers(evaluated_examples(task, bn_idx), self.layout)
-      self.batch_stats_fn = workers.map_workers(
+      self.bn_stats_data = placement.split_workers(evaluated_examples(task, bn_idx), self.layout)
+      self.batch_stats_fn = mapping.map_workers(
           lambda center, batch: task.center_state(center, batch, WORKER_AXES),
           self.layout,
           ("shared", "worker"),
@@ -373,7 +373,7 @@ class Run:
   def _eval_shards(self, source, eval_batch: int):
     """(batch, mask) of every example of ``source`` once, split per device."""
     idx, mask = batches.eval_shards(len(source), self.config.num_workers, eval_batch)
-    return workers.split_workers((evaluated_examples(self.task, idx, source), mask), self.layout)
+    return placement.split_workers((evaluated_examples(self.task, idx, source), mask), self.layout)
 
   @property
   def train_examples(self) -> int:
@@ -383,16 +383,16 @@ class Run:
   # -- state ---------------------------------------------------------------
   def initial_state(self):
     """(worker_state, shared_state) on the devices: everyone starts equal."""
-    return workers.place_state(self.algorithm, self.init_params, self.layout)
+    return placement.place_state(self.algorithm, self.init_params, self.layout)
 
   def to_checkpoint(self, worker, shared, step, epoch_losses):
     """The layout-free checkpoint dict (see ``easgd.run.checkpoint``)."""
     losses = np.zeros((self.steps_per_epoch, self.config.num_workers), np.float32)
     done = host_losses(epoch_losses, self.config.num_workers)
     losses[: len(done)] = done
-    shared_host = workers.first_copy(shared)
+    shared_host = placement.first_copy(shared)
     return dict(
-        worker=workers.merge_workers(worker),
+        worker=placement.merge_workers(worker),
         shared=shared_host,
         center=self.algorithm.center(shared_host),
         epoch_losses=losses,
@@ -405,8 +405,8 @@ class Run:
     done = step % self.steps_per_epoch
     losses = [restored["epoch_losses"][i] for i in range(done)]
     return (
-        workers.split_workers(restored["worker"], self.layout, state=True),
-        workers.replicate_per_device(restored["shared"], self.layout),
+        placement.split_workers(restored["worker"], self.layout, state=True),
+        placement.replicate_per_device(restored["shared"], self.layout),
         step,
         losses,
     )
@@ -435,8 +435,8 @@ class Run:
     """
     if not self.batch_norm:
       return None
-    return workers.first_copy(
-        self.batch_stats_fn(workers.replicate_per_device(center, self.layout), self.bn_stats_data)
+    return placement.first_copy(
+        self.batch_stats_fn(placement.replicate_per_device(center, self.layout), self.bn_stats_data)
     )
 
   def evaluate(self, worker, shared, epoch, step, epoch_losses):
@@ -458,13 +458,13 @@ class Run:
         with finite but huge parameters; the record is not returned).
     """
     bn_x = (self.bn_stats_data,) if self.batch_norm else ()
-    sums, count, dist = workers.to_host(
+    sums, count, dist = placement.to_host(
         self.eval_fn(worker, shared, *bn_x, *self.test_data)
     )  # all workers, gathered across processes
     comm = self.algorithm.communication(step, self.exchange_bytes)
     val = {}
     if self.val_data is not None:
-      v_sums, v_count, _ = workers.to_host(self.eval_fn(worker, shared, *bn_x, *self.val_data))
+      v_sums, v_count, _ = placement.to_host(self.eval_fn(worker, shared, *bn_x, *self.val_data))
       val = split_means("val", self.metrics, v_sums, v_count, test=False)
     record = dict(
         epoch=epoch,
@@ -643,7 +643,7 @@ def host_losses(epoch_losses, num_workers: int) -> np.ndarray:
     return epoch_losses
   if not epoch_losses:
     return np.zeros((0, num_workers), np.float32)
-  return np.stack([workers.to_host(l).reshape(-1) for l in epoch_losses]).astype(np.float32)
+  return np.stack([placement.to_host(l).reshape(-1) for l in epoch_losses]).astype(np.float32)
 
 
 class SpmdExecutor:
@@ -725,7 +725,7 @@ class SpmdExecutor:
       )
     batch = global_batch(run, self._order[1][step % spe], epoch, step)
     local = run.layout.local_workers  # each process feeds only its own workers
-    return workers.split_local_workers(
+    return placement.split_local_workers(
         jax.tree.map(lambda a: a[local], batch), run.layout, kind="batch"
     )
 
@@ -758,11 +758,11 @@ class SpmdExecutor:
     the same four fields per level (``across_workers``, the algorithm's;
     ``within_workers``, a worker's data-parallel average over its D devices,
     zero for D = 1), each with the mesh axis it reduces over and the size of
-    its groups of devices (``easgd.parallel.workers.communication_by_level``).
+    its groups of devices (``easgd.parallel.accounting.communication_by_level``).
     """
     run, step = self.run, self.step
     layout = run.layout
-    levels = workers.communication_by_level(
+    levels = accounting.communication_by_level(
         run.algorithm, step, run.exchange_bytes, layout.devices_per_worker, layout.shard_params
     )
     group_size = dict(across_workers=layout.num_groups, within_workers=layout.devices_per_worker)
@@ -776,7 +776,9 @@ class SpmdExecutor:
       )
 
     by_axis = {
-        level: dict(mesh_axis=workers.LEVELS[level], group_size=group_size[level], **fields(comm))
+        level: dict(
+            mesh_axis=accounting.LEVELS[level], group_size=group_size[level], **fields(comm)
+        )
         for level, comm in levels._asdict().items()
     }
     return dict(
@@ -784,7 +786,7 @@ class SpmdExecutor:
         layout=layout.describe(),
         center_lag_steps=center_lag_steps(run.algorithm, run.config.algorithm, step),
         communication=dict(**fields(levels.across_workers), by_axis=by_axis),
-        shared_copies_equal=workers.shared_copies_equal(self.shared),
+        shared_copies_equal=placement.shared_copies_equal(self.shared),
     )
 
   def close(self) -> None:

@@ -23,7 +23,7 @@ import numpy as np
 from easgd._util import checks
 from easgd._util.files import json_text
 from easgd.methods import registry
-from easgd.parallel.names import backend_for
+from easgd.parallel.names import backend_fits, backend_for, num_devices_fits, shard_params_fits
 from easgd.settings import reads, runtime_table
 from easgd.settings.fields import FLOAT32_TINY, MAX_REAL, MAX_TOTAL_STEPS, TrainFields
 from easgd.tasks import datasets
@@ -193,14 +193,14 @@ class TrainConfig(TrainFields):
           f"crop_size crops images; dataset {self.dataset!r} holds {data.kind}; allowed: "
           "crop_size None"
       )
-    if self.shard_params and self.devices_per_worker == 1:
+    if self.shard_params and not shard_params_fits(self.devices_per_worker):
       raise ConfigError(
           "shard_params splits a worker's state over its devices; devices_per_worker=1 "
           "has one; allowed: shard_params with devices_per_worker > 1"
       )
     if self.devices_per_worker > 1:
       self._check_devices_per_worker()
-    elif self.num_devices is not None and self.num_workers % self.num_devices:
+    elif not num_devices_fits(self.num_workers, self.num_devices):
       raise ConfigError(
           f"num_workers={self.num_workers} is not a multiple of num_devices="
           f"{self.num_devices}; allowed: a multiple of the devices used"
@@ -234,12 +234,12 @@ class TrainConfig(TrainFields):
   def _check_devices_per_worker(self) -> None:
     """The rules of a worker of D = devices_per_worker > 1 devices."""
     D, p = self.devices_per_worker, self.num_workers
-    if self.num_devices is not None and self.num_devices != p * D:
+    if not num_devices_fits(p, self.num_devices, D):
       raise ConfigError(
           f"num_devices={self.num_devices} with devices_per_worker={D}: {p} workers use "
           f"num_workers * devices_per_worker = {p * D} devices; allowed: {p * D} or None"
       )
-    if self.resolved_mapping_backend != "shard_map":
+    if not backend_fits(self.resolved_mapping_backend, D):
       raise ConfigError(
           f"devices_per_worker={D} needs the 2-D mesh of mapping_backend 'shard_map', got "
           f"mapping_backend {self.mapping_backend!r}; allowed: mapping_backend 'shard_map' "

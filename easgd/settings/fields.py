@@ -354,7 +354,7 @@ class TrainFields:
   progress: bool = option(True, "show a progress bar.", allowed=Flag())
   mapping_backend: str | None = option(
       None,
-      "how workers are mapped onto devices (``easgd.parallel.workers``): 'pmap' "
+      "how workers are mapped onto devices (``easgd.parallel.mapping``): 'pmap' "
       "(pmap of vmap) or 'shard_map' (jit of shard_map of vmap; needed for "
       "multi-process runs and for devices_per_worker > 1). Same results and "
       "array layouts. None = chosen from the layout: 'shard_map' when "

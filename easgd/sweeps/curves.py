@@ -5,7 +5,7 @@ besides: evaluations of the center along the way (a learning curve, not only
 the end), each configuration's own data order gathered inside the program,
 and an evaluation of every worker at the end. The configurations run the
 algorithm's own ``Algorithm.step`` on the simulated workers
-(``easgd.parallel.workers.vmap_workers``), built inside a vmap from one
+(``easgd.parallel.mapping.vmap_workers``), built inside a vmap from one
 configuration's traced hyperparameters, as ``make_sweep_fn`` does:
 
     step program = jit( vmap over k configurations (
@@ -53,7 +53,7 @@ import numpy as np
 
 from easgd._util import checks
 from easgd._util.files import check_interrupt
-from easgd.parallel import workers
+from easgd.parallel import mapping
 from easgd.core.algorithms import WARMUP, Algorithm, select_program
 from easgd.sweeps.engine import SweepError, simulated_params, start_state
 
@@ -205,7 +205,7 @@ class _CurvePrograms:
     def step_one(hyper, state, key_data, config_data, data, t, name):
       key = jax.random.wrap_key_data(key_data, impl=self.key_impl)
       program = build(**hyper).programs(exchange_on_host=False)[name]
-      mapped = workers.vmap_workers(program.step, p, workers.STEP_IN_KINDS, workers.STEP_OUT_KINDS)
+      mapped = mapping.vmap_workers(program.step, p, mapping.STEP_IN_KINDS, mapping.STEP_OUT_KINDS)
       worker, shared, total = state
       worker, shared, losses = mapped(worker, shared, batch_fn(data, config_data, t), key)
       return worker, shared, total + jnp.mean(losses.astype(jnp.float32))

@@ -4,7 +4,7 @@
            algorithm = build(**hyperparameters)  <- the factory, traced arrays
            scan over steps (                    <- lax.scan, num_steps static
              algorithm.step over the simulated workers
-             (easgd.parallel.workers.vmap_workers: WORKER_AXES bound by vmap) )))
+             (easgd.parallel.mapping.vmap_workers: WORKER_AXES bound by vmap) )))
 
 The configurations run the algorithm's own ``Algorithm.step``: the factories
 of ``easgd.core.algorithms`` and ``easgd.methods.baselines`` take array hyperparameters
@@ -86,7 +86,7 @@ from optax.tree_utils import tree_where
 
 from easgd._util import checks
 from easgd.core import elastic
-from easgd.parallel import workers
+from easgd.parallel import mapping
 from easgd.core.algorithms import Algorithm
 
 Params = Any
@@ -204,16 +204,16 @@ def start_state(algorithm: Algorithm, worker_params: Params, center: Params):
 def simulated_step(algorithm: Algorithm, num_workers: int) -> Callable:
   """``step(worker [p], shared, batch [p], key) -> (worker, shared, losses [p])``:
   ``algorithm.step`` on ``num_workers`` simulated workers
-  (``easgd.parallel.workers.vmap_workers``), nestable under vmap, scan and jit."""
-  return workers.vmap_workers(
-      algorithm.step, num_workers, workers.STEP_IN_KINDS, workers.STEP_OUT_KINDS
+  (``easgd.parallel.mapping.vmap_workers``), nestable under vmap, scan and jit."""
+  return mapping.vmap_workers(
+      algorithm.step, num_workers, mapping.STEP_IN_KINDS, mapping.STEP_OUT_KINDS
   )
 
 
 def simulated_params(algorithm: Algorithm, num_workers: int) -> Callable:
   """``params(worker [p], shared) -> pytree [p, ...]``: every worker's iterate
   (``algorithm.worker_params``; the one model, repeated, for one-model methods)."""
-  mapped = workers.vmap_workers(
+  mapped = mapping.vmap_workers(
       lambda w, s: (algorithm.worker_params(w, s),), num_workers, ("worker", "shared"), ("worker",)
   )
   return lambda worker, shared: mapped(worker, shared)[0]

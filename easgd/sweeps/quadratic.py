@@ -4,7 +4,7 @@ The same problem as :mod:`easgd.analysis.stability`, simulated instead of solved
 scalar workers and a scalar center run ``easgd.core.algorithms.easgd``'s own step
 (eq. 5-6 with communication period tau, plain-SGD local steps) on the loss
 :func:`quadratic_loss`, u x^2 / 2 + xi x per worker. The workers are
-``easgd.parallel.workers.vmap_workers`` (the step's all-reduce runs over them), the
+``easgd.parallel.mapping.vmap_workers`` (the step's all-reduce runs over them), the
 steps a ``lax.scan``, and an outer ``jax.vmap`` runs many configurations at
 once: the algorithm is built inside it from the configuration's traced
 alpha and tau (``easgd.sweeps.engine``), so one compiled program serves every
@@ -198,7 +198,7 @@ def simulate_sync_easgd(
   :func:`quadratic_loss` with u = eta h and the noise scaled by eta (eta
   times F: the same step as SGD of size eta on F), built inside the
   configurations' ``vmap`` from the traced alpha and tau; the workers are
-  ``easgd.parallel.workers.vmap_workers``, the steps a ``lax.scan``. Only eta*h enters
+  ``easgd.parallel.mapping.vmap_workers``, the steps a ``lax.scan``. Only eta*h enters
   the noise-free part; eta scales the noise.
 
   Args:

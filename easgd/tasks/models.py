@@ -373,7 +373,7 @@ def compute_batch_stats(
     x: float ``[N, *input_shape]`` examples (this member's shard if
       ``axis_name`` is given).
     axis_name: a mapped axis (or tuple of axes) to pool the moments over,
-      e.g. ``easgd.parallel.workers.WORKER_AXES``; None: ``x`` alone.
+      e.g. ``easgd.core.elastic.WORKER_AXES``; None: ``x`` alone.
 
   Returns:
     The ``batch_stats`` pytree (float32 per-channel ``mean`` and ``var`` per

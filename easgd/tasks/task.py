@@ -114,7 +114,7 @@ class Task:
     mean_of_examples: whether ``loss`` is the mean of independent
       per-example terms (no BatchNorm, no batch-level term): then the workers
       a device runs of a one-model method (pmean SGD) may be run as one batch
-      (``easgd.parallel.workers.map_step``'s ``merge_workers``); False, the
+      (``easgd.parallel.mapping.map_step``'s ``merge_workers``); False, the
       safe default, runs one pass per worker.
     split_from_seed: whether the factory draws the train/test split from the
       seed (then one seed's test examples are another's training examples,
