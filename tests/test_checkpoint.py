@@ -13,7 +13,7 @@ import pytest
 
 from easgd import cli
 from easgd.run import checkpoint, trainer
-from easgd.runtimes import spmd
+from easgd.runtimes import spmd, training_run
 from easgd.sweeps.engine import CompileCounter
 from easgd.methods.registry import ALGORITHMS
 from easgd.settings.config import ConfigError, TrainConfig
@@ -143,7 +143,7 @@ def test_resume_refuses_a_different_config(tmp_path):
 
 
 def test_restored_state_runs_through_the_compiled_step_without_recompiling(tmp_path):
-  run = spmd.Run(TINY)
+  run = training_run.Run(TINY)
   with CompileCounter() as compiles:  # backend compilations while open
     worker, shared = run.initial_state()
     ix = np.arange(64).reshape(4, 16)
@@ -158,10 +158,12 @@ def test_restored_state_runs_through_the_compiled_step_without_recompiling(tmp_p
     worker, shared, loss = run.step_fn(worker, shared, batch, run.step_key, 1)
     jax.block_until_ready(loss)
     ckpt = checkpoint.Checkpointer(tmp_path)
-    ckpt.save(2, run.to_checkpoint(worker, shared, 2, [loss0, loss]))
+    ckpt.save(2, spmd.to_checkpoint(run, worker, shared, 2, [loss0, loss]))
     after_first = compiles.count
     assert after_first >= 2
-    w2, s2, step, losses = run.from_checkpoint(ckpt.restore(target=run.checkpoint_target()))
+    w2, s2, step, losses = spmd.from_checkpoint(
+        run, ckpt.restore(target=spmd.checkpoint_target(run))
+    )
     assert step == 2 and len(losses) == 2
     for clock in (2, 3, 4):  # local, local, exchange
       w2, s2, loss2 = run.step_fn(w2, s2, batch, run.step_key, clock)
@@ -290,7 +292,7 @@ def test_an_interrupt_at_any_point_resumes_to_the_same_metrics(
     tmp_path, monkeypatch, uninterrupted, point, call, after
 ):
   owner = {
-      "evaluate": spmd.Run,
+      "evaluate": training_run.Run,
       "write_metrics": trainer.rundir,
       "save": checkpoint.Checkpointer,
   }[point]
@@ -341,7 +343,7 @@ def test_a_non_finite_evaluation_is_the_divergence_error_exit_1(tmp_path, capsys
 
 
 def test_a_non_finite_validation_loss_is_a_divergence():
-  run = spmd.Run(TINY)
+  run = training_run.Run(TINY)
   record = dict(epoch=1, step=22, test_loss=0.3, val_loss=float("inf"))
   with pytest.raises(
       trainer.DivergenceError,
