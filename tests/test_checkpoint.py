@@ -371,3 +371,37 @@ def test_sigterm_stops_like_ctrl_c_and_the_run_resumes(tmp_path):
   assert done["status"] == "complete"
   trainer.train_and_evaluate(cfg, tmp_path / "full")
   assert metrics_text(work) == metrics_text(tmp_path / "full")
+
+
+def test_the_checkpoint_tree_is_declared_once():
+  """Both executors' trees come from ``executor.checkpoint_tree``: the common entries,
+  the runtime's own ones in their declared dtypes, and nothing undeclared."""
+  from types import SimpleNamespace
+
+  from easgd.runtimes import executor
+
+  algo = SimpleNamespace(center=lambda shared: shared["c"])
+  tree = executor.checkpoint_tree(
+      algo, {"w": np.zeros((2, 3))}, {"c": np.ones(3)}, 5, loss_sum=[1, 2], log_length=7
+  )
+  assert sorted(tree) == ["center", "log_length", "loss_sum", "shared", "step", "worker"]
+  assert tree["step"].dtype == np.int64 and int(tree["step"]) == 5
+  assert tree["loss_sum"].dtype == np.float64 and tree["loss_sum"].tolist() == [1.0, 2.0]
+  assert tree["log_length"].dtype == np.int64 and tree["center"].tolist() == [1.0, 1.0, 1.0]
+  with pytest.raises(KeyError, match="undeclared"):
+    executor.checkpoint_tree(algo, {}, {"c": 0}, 0, undeclared=1)
+  target = executor.checkpoint_target(
+      algo, {"w": np.ones(3, np.float32)}, {"c": np.ones(3)}, 4, epoch_losses=(2, 4)
+  )
+  assert target["worker"]["w"].shape == (4, 3) and target["worker"]["w"].dtype == np.float32
+  assert target["epoch_losses"].shape == (2, 4) and target["epoch_losses"].dtype == np.float32
+  assert not target["epoch_losses"].any() and int(target["step"]) == 0
+  # what each executor saves is the declared tree (keys as the checkpoints on disk)
+  run = training_run.Run(TINY)
+  assert sorted(spmd.checkpoint_target(run)) == [
+      "center",
+      "epoch_losses",
+      "shared",
+      "step",
+      "worker",
+  ]
