@@ -2,7 +2,7 @@
 
 Method. For each algorithm (``--algorithms``, default EASGD with ``--tau`` 4
 and pmean SGD) and each layout p x D (``--layouts``, default 8x1, 4x2, 2x4)
-the trainer's own run is built (``easgd.runtimes.spmd.Run``: digits, MLP,
+the trainer's own run is built (``easgd.runtimes.training_run.Run``: digits, MLP,
 ``--global-batch`` examples per step, so the per-worker batch is global / p
 and every device holds global / (p D) examples; ``mapping_backend``
 shard_map, ``devices_per_worker`` D). The timed step is the trainer's
@@ -102,7 +102,8 @@ def main(argv=None):
 
   import common
   from easgd.settings.config import TrainConfig
-  from easgd.runtimes.spmd import Run, SpmdExecutor
+  from easgd.runtimes.spmd import SpmdExecutor
+  from easgd.runtimes.training_run import Run
   from easgd.parallel import accounting
 
   layouts = [tuple(int(v) for v in s.split("x")) for s in args.layouts.split(",")]

@@ -7,7 +7,7 @@ A. Time to a target test error with a straggler. MNIST-1D, the small 1-D CNN,
    and beta = 0.9, on --devices fake CPU devices. Candidates:
      async EASGD  the threads runtime (``easgd.runtimes.threads`` driven by
                   ``easgd.runtimes.driver``, what ``--runtime threads`` runs);
-     sync EASGD   the SPMD trainer's mapped step (``easgd.runtimes.spmd.Run``);
+     sync EASGD   the SPMD trainer's mapped step (``easgd.runtimes.training_run.Run``);
      pmean SGD    likewise.
    Each runs with all workers at full speed, then with worker 3 slowed down
    --slowdown times: after each of its local steps it sleeps (slowdown - 1) *
@@ -118,11 +118,11 @@ def _center_error(run):
 def _sync_run(args, algorithm, delay):
   """(times, errors) of an SPMD run, evaluating every eval_every steps."""
   import jax
-  from easgd.runtimes import spmd
+  from easgd.runtimes import training_run
   from easgd.tasks import batches
   from easgd.parallel import placement
 
-  run = spmd.Run(_config(args, algorithm))
+  run = training_run.Run(_config(args, algorithm))
   error = _center_error(run)
   spe, p = run.steps_per_epoch, run.config.num_workers
   cfg = run.config
@@ -175,9 +175,10 @@ def _async_run(args, delays, measure=False):
   """(times, errors, exchanges, worker step seconds) of a threads-runtime run."""
   import jax
   from easgd.runtimes import driver as async_driver, threads as async_threads
-  from easgd.runtimes import async_runs, spmd
+  from easgd.runtimes import async_runs, training_run
+  from easgd.settings import runtime_table
 
-  run = spmd.Run(_config(args, "async_easgd", "threads"))
+  run = training_run.Run(_config(args, "async_easgd", "threads"))
   error = _center_error(run)
   p = run.config.num_workers
   setup = async_runs.make_setup(run)
@@ -186,7 +187,9 @@ def _async_run(args, delays, measure=False):
   )
   try:
     backend.warm_up()
-    driver = async_driver.Driver(backend, [0] * p, chunk_steps=async_runs.CHUNK_STEPS["threads"])
+    driver = async_driver.Driver(
+        backend, [0] * p, chunk_steps=runtime_table.TABLE["threads"].chunk_steps
+    )
     _, shared, _ = backend.state()
     error(shared.center)  # compiles the evaluation
     times, errors, exchanges, train_s = [0.0], [error(shared.center)], [0], 0.0
@@ -298,7 +301,7 @@ def part_b(args):
   import common
   from easgd.asynchrony import log as async_log, simulation as asynchronous
   from easgd.runtimes import shared as async_shared
-  from easgd.runtimes import async_runs, spmd
+  from easgd.runtimes import async_runs, training_run
   from easgd.runtimes.optimizers import make_optimizer
 
   print(
@@ -315,7 +318,7 @@ def part_b(args):
     cfg = _config(args, "async_easgd", "threads").replace(
         model=model, num_workers=1, num_devices=1, global_batch_size=batch, tau=1
     )
-    run = spmd.Run(cfg)
+    run = training_run.Run(cfg)
     loss_fn = run.task.loss
     opt = make_optimizer(cfg, run.steps_per_epoch)
     algo = asynchronous.async_easgd(loss_fn, opt, num_workers=1, tau=2**30, beta=0.9)

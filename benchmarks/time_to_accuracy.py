@@ -1,6 +1,6 @@
 """Benchmark 4: time to accuracy on Fashion-MNIST under a network cost model.
 
-Method. The trainer's pieces (``easgd.runtimes.spmd.Run``: data, MLP, local SGD
+Method. The trainer's pieces (``easgd.runtimes.training_run.Run``: data, MLP, local SGD
 optimizer, mapped step and exact center evaluation) train EASGD with each tau
 of ``--taus`` and pmean SGD, ``--workers`` workers on ``--devices`` fake CPU
 devices, global batch ``--global-batch``, constant learning rate ``--lr``, for
@@ -72,7 +72,7 @@ def main():
   from easgd.tasks import batches
   from easgd.parallel import placement
   from easgd.settings.config import TrainConfig
-  from easgd.runtimes.spmd import Run
+  from easgd.runtimes.training_run import Run
 
   networks = [parse_network(n) for n in (args.network or DEFAULT_NETWORKS)]
   base = TrainConfig(

@@ -27,7 +27,7 @@ face; docs/guides/architecture.md):
                     over devices of vmap over workers), the data parallelism
                     inside a worker, communication by level, placement
   easgd.parallel.distributed multi-process runs: jax.distributed setup, peer watchdog
-  easgd.runtimes.shared, async_threads, async_ray, async_driver
+  easgd.runtimes.shared, threads, ray_actors, driver
                     real asynchronous workers (runtime "threads" or "ray"): the
                     compiled rules, the center store and exchange log, the
                     threads and Ray backends, the scheduler; easgd.runtimes.async_runs
@@ -37,10 +37,12 @@ face; docs/guides/architecture.md):
                     import path; easgd.settings.builtin_tasks the built-in data
                     sets and models as tasks, classifier_task of a Flax model
   easgd.run.trainer     train_and_evaluate(config, workdir): the one training loop
-                    (run directory, checkpoints, evaluation, metrics, summary) for
-                    every runtime, whose executor (easgd.runtimes.executor) runs the
-                    steps: easgd.runtimes.spmd (Run: data, model, compiled step and
-                    evaluation) or easgd.runtimes.async_runs
+                    (run directory, lock, resume, checkpoints, evaluation, metrics,
+                    summary) for every runtime, whose executor runs the steps:
+                    easgd.runtimes.spmd or easgd.runtimes.async_runs
+  easgd.runtimes.executor  the executors' contract and the checkpoint's tree (once)
+  easgd.runtimes.training_run  Run: data, model, compiled step and evaluation, shared
+                    by every executor
   easgd.runtimes.divergence  DivergenceError, its messages, the stability warning
   easgd.runtimes.optimizers  the local optimizer, its schedule counted in epochs
   easgd.run.rundir      the run directory: file names, workdir checks, set-aside of

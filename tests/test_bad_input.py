@@ -18,7 +18,7 @@ import pytest
 
 from easgd import cli
 from easgd.run import checkpoint, trainer
-from easgd.runtimes import spmd
+from easgd.runtimes import training_run
 from easgd._util import files, flags
 from easgd.run.compare import RESULTS_JSON, RESULTS_MD, compare
 from easgd.settings.config import ConfigError, TrainConfig
@@ -44,7 +44,7 @@ def no_compile(monkeypatch):
   def refuse(*args, **kwargs):
     raise AssertionError("reached Run(): the input should have been refused before")
 
-  monkeypatch.setattr(spmd.Run, "__init__", refuse)
+  monkeypatch.setattr(training_run.Run, "__init__", refuse)
 
 
 # -- arguments of the wrong type ------------------------------------------------

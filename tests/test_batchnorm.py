@@ -14,7 +14,7 @@ from flax import serialization
 from numpy.lib.stride_tricks import sliding_window_view
 
 from easgd.run import checkpoint, trainer
-from easgd.runtimes import spmd
+from easgd.runtimes import training_run
 from easgd.settings import builtin_tasks
 from easgd.tasks import batches, datasets, models
 from easgd.parallel import placement
@@ -74,7 +74,7 @@ def max_rel_diff(a, b):
 
 
 def test_center_statistics_belong_to_the_center_not_to_a_worker():
-  run = spmd.Run(BN)
+  run = training_run.Run(BN)
   ds = datasets.load_dataset(BN.dataset, seed=BN.seed)  # the run's task's data
   model = models.make_model(BN.model, ds.num_classes)
   worker, shared = run.initial_state()
@@ -177,8 +177,8 @@ def test_training_state_holds_no_batch_statistics_and_config_is_checked():
   with pytest.raises(ConfigError, match="bn_stats_examples"):
     BN.replace(bn_stats_examples=0).validate()
   # fewer examples than workers: still one per worker
-  assert spmd.bn_stats_indices(100, 4, 1, 0).shape == (4, 1)
-  assert spmd.bn_stats_indices(100, 4, 10_000, 0).shape == (4, 25)
+  assert training_run.bn_stats_indices(100, 4, 1, 0).shape == (4, 1)
+  assert training_run.bn_stats_indices(100, 4, 10_000, 0).shape == (4, 25)
 
 
 def test_a_batchnorm_model_normalises_each_workers_batch_on_every_layout(tmp_path):

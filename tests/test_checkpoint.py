@@ -13,7 +13,7 @@ import pytest
 
 from easgd import cli
 from easgd.run import checkpoint, trainer
-from easgd.runtimes import spmd
+from easgd.runtimes import spmd, training_run
 from easgd.sweeps.engine import CompileCounter
 from easgd.methods.registry import ALGORITHMS
 from easgd.settings.config import ConfigError, TrainConfig
@@ -96,13 +96,13 @@ def test_resume_refuses_a_damaged_or_missing_history_before_compiling(
   else:  # a whole record gone, the file still well formed
     path.write_text(lines[0])
   steps_run = []
-  map_step = spmd.workers.map_step
+  map_step = training_run.mapping.map_step
 
   def recording_map_step(*args, **kwargs):  # records every call of the training step
     step_fn = map_step(*args, **kwargs)
     return lambda *a: steps_run.append(a[-1]) or step_fn(*a)
 
-  monkeypatch.setattr(spmd.workers, "map_step", recording_map_step)
+  monkeypatch.setattr(training_run.mapping, "map_step", recording_map_step)
   before = (tmp_path / "summary.json").read_text()
   with CompileCounter() as compiles:  # backend compilations while open
     with pytest.raises(ConfigError, match="cannot resume: '.*metrics.jsonl'"):
@@ -143,7 +143,7 @@ def test_resume_refuses_a_different_config(tmp_path):
 
 
 def test_restored_state_runs_through_the_compiled_step_without_recompiling(tmp_path):
-  run = spmd.Run(TINY)
+  run = training_run.Run(TINY)
   with CompileCounter() as compiles:  # backend compilations while open
     worker, shared = run.initial_state()
     ix = np.arange(64).reshape(4, 16)
@@ -158,10 +158,12 @@ def test_restored_state_runs_through_the_compiled_step_without_recompiling(tmp_p
     worker, shared, loss = run.step_fn(worker, shared, batch, run.step_key, 1)
     jax.block_until_ready(loss)
     ckpt = checkpoint.Checkpointer(tmp_path)
-    ckpt.save(2, run.to_checkpoint(worker, shared, 2, [loss0, loss]))
+    ckpt.save(2, spmd.to_checkpoint(run, worker, shared, 2, [loss0, loss]))
     after_first = compiles.count
     assert after_first >= 2
-    w2, s2, step, losses = run.from_checkpoint(ckpt.restore(target=run.checkpoint_target()))
+    w2, s2, step, losses = spmd.from_checkpoint(
+        run, ckpt.restore(target=spmd.checkpoint_target(run))
+    )
     assert step == 2 and len(losses) == 2
     for clock in (2, 3, 4):  # local, local, exchange
       w2, s2, loss2 = run.step_fn(w2, s2, batch, run.step_key, clock)
@@ -290,7 +292,7 @@ def test_an_interrupt_at_any_point_resumes_to_the_same_metrics(
     tmp_path, monkeypatch, uninterrupted, point, call, after
 ):
   owner = {
-      "evaluate": spmd.Run,
+      "evaluate": training_run.Run,
       "write_metrics": trainer.rundir,
       "save": checkpoint.Checkpointer,
   }[point]
@@ -341,7 +343,7 @@ def test_a_non_finite_evaluation_is_the_divergence_error_exit_1(tmp_path, capsys
 
 
 def test_a_non_finite_validation_loss_is_a_divergence():
-  run = spmd.Run(TINY)
+  run = training_run.Run(TINY)
   record = dict(epoch=1, step=22, test_loss=0.3, val_loss=float("inf"))
   with pytest.raises(
       trainer.DivergenceError,
@@ -369,3 +371,37 @@ def test_sigterm_stops_like_ctrl_c_and_the_run_resumes(tmp_path):
   assert done["status"] == "complete"
   trainer.train_and_evaluate(cfg, tmp_path / "full")
   assert metrics_text(work) == metrics_text(tmp_path / "full")
+
+
+def test_the_checkpoint_tree_is_declared_once():
+  """Both executors' trees come from ``executor.checkpoint_tree``: the common entries,
+  the runtime's own ones in their declared dtypes, and nothing undeclared."""
+  from types import SimpleNamespace
+
+  from easgd.runtimes import executor
+
+  algo = SimpleNamespace(center=lambda shared: shared["c"])
+  tree = executor.checkpoint_tree(
+      algo, {"w": np.zeros((2, 3))}, {"c": np.ones(3)}, 5, loss_sum=[1, 2], log_length=7
+  )
+  assert sorted(tree) == ["center", "log_length", "loss_sum", "shared", "step", "worker"]
+  assert tree["step"].dtype == np.int64 and int(tree["step"]) == 5
+  assert tree["loss_sum"].dtype == np.float64 and tree["loss_sum"].tolist() == [1.0, 2.0]
+  assert tree["log_length"].dtype == np.int64 and tree["center"].tolist() == [1.0, 1.0, 1.0]
+  with pytest.raises(KeyError, match="undeclared"):
+    executor.checkpoint_tree(algo, {}, {"c": 0}, 0, undeclared=1)
+  target = executor.checkpoint_target(
+      algo, {"w": np.ones(3, np.float32)}, {"c": np.ones(3)}, 4, epoch_losses=(2, 4)
+  )
+  assert target["worker"]["w"].shape == (4, 3) and target["worker"]["w"].dtype == np.float32
+  assert target["epoch_losses"].shape == (2, 4) and target["epoch_losses"].dtype == np.float32
+  assert not target["epoch_losses"].any() and int(target["step"]) == 0
+  # what each executor saves is the declared tree (keys as the checkpoints on disk)
+  run = training_run.Run(TINY)
+  assert sorted(spmd.checkpoint_target(run)) == [
+      "center",
+      "epoch_losses",
+      "shared",
+      "step",
+      "worker",
+  ]

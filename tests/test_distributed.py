@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from easgd.run import checkpoint, trainer
-from easgd.runtimes import spmd
+from easgd.runtimes import training_run
 from easgd.parallel import distributed
 from easgd.settings.config import TrainConfig
 
@@ -147,7 +147,9 @@ def assert_same_checkpoints(multi: Path, single: Path, config: TrainConfig):
       np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=key)
   moved = [
       np.max(np.abs(a - b))
-      for a, b in zip(jax.tree.leaves(got["center"]), jax.tree.leaves(spmd.Run(config).init_params))
+      for a, b in zip(
+          jax.tree.leaves(got["center"]), jax.tree.leaves(training_run.Run(config).init_params)
+      )
   ]
   assert max(moved) > 1e-3  # 20 steps moved the center: the comparison is not vacuous
 

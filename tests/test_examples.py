@@ -107,7 +107,7 @@ def test_resnet_center_is_evaluated_with_its_own_pooled_statistics(tmp_path, mon
   """The run's evaluation of the center uses ``center_state`` over all workers'
   examples pooled (exactly the statistics of one pass over their union), not any
   one worker's: the example's module honours ``bn_axis_name``."""
-  from easgd.runtimes.spmd import Run  # noqa: PLC0415
+  from easgd.runtimes.training_run import Run  # noqa: PLC0415
 
   in_root(monkeypatch)
   npz = write_npz(tmp_path / "d.npz")

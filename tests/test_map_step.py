@@ -193,7 +193,9 @@ def test_bad_exchange_flags_schedules_and_arguments_are_refused():
   layout = worker_layout.make_layout(4, 2)
   with pytest.raises(TypeError, match="algorithm must be an easgd.core.algorithms.Algorithm"):
     mapping.map_step("easgd", layout)
-  with pytest.raises(TypeError, match="layout must be an easgd.parallel.worker_layout.WorkerLayout"):
+  with pytest.raises(
+      TypeError, match="layout must be an easgd.parallel.worker_layout.WorkerLayout"
+  ):
     mapping.map_step(algo, "layout")
 
 

@@ -30,7 +30,8 @@ import pytest
 from easgd.methods import registry
 from easgd.parallel import accounting, data_parallel, mapping, placement, worker_layout
 from easgd.settings.config import ConfigError, TrainConfig
-from easgd.runtimes.spmd import Run, SpmdExecutor
+from easgd.runtimes.spmd import SpmdExecutor
+from easgd.runtimes.training_run import Run
 from easgd.core import algorithms, elastic
 from easgd.tasks import models
 from testutil import all_reduce_ops, collective_dtypes, max_abs_diff, mlp_setup, random_batches
@@ -565,7 +566,7 @@ def test_workers_of_several_devices_over_several_processes_take_whole_rows():
 def test_a_task_whose_loss_is_not_a_mean_of_examples_is_refused_before_compiling():
   import dataclasses
 
-  from easgd.runtimes import spmd
+  from easgd.runtimes import training_run
   from easgd.settings import builtin_tasks
 
   config = TrainConfig(
@@ -589,4 +590,5 @@ def test_a_task_whose_loss_is_not_a_mean_of_examples_is_refused_before_compiling
   Run(config.replace(devices_per_worker=1), task)  # one device per worker: accepted
   stateful = dataclasses.replace(task, mean_of_examples=True, center_state=lambda p, b, a: ())
   with pytest.raises(ConfigError, match="task 'mine' has a center_state .*; allowed: "):
-    spmd.check_devices_per_worker(stateful, 2)  # what Run checks after the task's own checks
+    # what Run checks after the task's own checks
+    training_run.check_devices_per_worker(stateful, 2)

@@ -33,7 +33,7 @@ import pytest
 
 from easgd.run import checkpoint, trainer
 from easgd.settings.config import ConfigError, TrainConfig
-from easgd.runtimes.spmd import Run
+from easgd.runtimes.training_run import Run
 from testutil import max_abs_diff
 
 # 1438 digits training images / 64 = 22 steps per epoch

@@ -139,13 +139,13 @@ def test_a_bfloat16_training_run_has_a_float32_center(tmp_path):
 
 
 def test_a_non_finite_bfloat16_parameter_is_caught_before_it_is_saved():
-  from easgd.runtimes import spmd
+  from easgd.runtimes import spmd, training_run
   from easgd.runtimes.divergence import DivergenceError
 
   config = TrainConfig(dataset="digits", model="mlp", param_dtype="bfloat16", num_epochs=1)
-  run = spmd.Run(config)
+  run = training_run.Run(config)
   worker, shared = run.initial_state()
-  state = run.to_checkpoint(worker, shared, 0, [])
+  state = spmd.to_checkpoint(run, worker, shared, 0, [])
   run.check_finite([], 0, state)  # finite: passes
   bad = dict(state)
   leaves, treedef = jax.tree_util.tree_flatten(bad["worker"])

@@ -21,7 +21,7 @@ import pytest
 from easgd import cli
 from easgd.runtimes import ray_actors as async_ray, shared as async_shared
 from easgd.run import checkpoint, trainer
-from easgd.runtimes import async_runs, spmd
+from easgd.runtimes import async_runs, training_run
 from test_real_async import P, TINY, assert_bitwise, replays_its_checkpoint, restore
 from testutil import interrupt_once
 
@@ -74,7 +74,7 @@ def test_a_killed_worker_is_restarted_from_the_center_and_the_run_replays(tmp_pa
   log = async_shared.read_log(tmp_path / "exchanges.jsonl")
   events = [(r["event"], r["worker"], r["local_step"]) for r in log if r["event"] != "exchange"]
   assert events == [("fault", 2, fault["local_step"]), ("restart", 2, fault["local_step"])]
-  run = spmd.Run(cfg)
+  run = training_run.Run(cfg)
   final = restore(tmp_path, run)
   clocks = final["worker"].clock.tolist()
   assert sum(clocks) == 44 * P

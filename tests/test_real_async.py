@@ -31,7 +31,7 @@ from easgd import cli
 from easgd.runtimes import driver as async_driver, shared as async_shared, threads as async_threads
 from easgd.asynchrony import log as async_log, simulation as asynchronous
 from easgd.run import checkpoint, trainer
-from easgd.runtimes import async_runs, spmd
+from easgd.runtimes import async_runs, training_run
 from easgd.tasks import batches
 from easgd.methods import baselines
 from easgd.settings.config import ConfigError, TrainConfig
@@ -247,7 +247,7 @@ def test_an_interrupted_run_resumes_and_continues_its_log(tmp_path):
   first = trainer.train_and_evaluate(TINY, tmp_path, stop_after_steps=7)
   assert first["status"] == "stopped" and first["steps_done"] == 7
   log7 = async_shared.read_log(tmp_path / "exchanges.jsonl")
-  state7 = restore(tmp_path, spmd.Run(TINY))
+  state7 = restore(tmp_path, training_run.Run(TINY))
   assert int(state7["log_length"]) == len(log7)
   assert int(state7["worker"].clock.sum()) == 7 * P  # a step is p local steps
   trainer.train_and_evaluate(TINY, tmp_path, resume=True, stop_after_steps=30)
@@ -257,7 +257,7 @@ def test_an_interrupted_run_resumes_and_continues_its_log(tmp_path):
   log = async_shared.read_log(tmp_path / "exchanges.jsonl")
   assert log[: len(log7)] == log7  # the log goes on
   assert [r["version"] for r in log] == list(range(len(log)))
-  run = spmd.Run(TINY)
+  run = training_run.Run(TINY)
   final = restore(tmp_path, run)
   clocks = final["worker"].clock.tolist()
   assert sum(clocks) == 44 * P
@@ -282,7 +282,7 @@ def test_a_worker_fault_is_reported_not_raised(tmp_path):
 
 
 def test_the_batches_are_the_spmd_trainers(tmp_path):
-  run = spmd.Run(TINY)
+  run = training_run.Run(TINY)
   batch_fn = async_runs.make_batch_fn(run)
   train_x, train_y = run.task.train.arrays
   for t in (0, 5, 21, 22, 50):
@@ -330,7 +330,7 @@ def test_the_command_line_refuses_a_synchronous_algorithm_in_one_line(tmp_path, 
 
 def replays_its_checkpoint(workdir, cfg=TINY):
   """The whole log replays the latest checkpoint bit for bit; returns its clocks."""
-  run = spmd.Run(cfg)
+  run = training_run.Run(cfg)
   final = restore(workdir, run)
   clocks = final["worker"].clock.tolist()
   log = async_shared.read_log(workdir / "exchanges.jsonl")
@@ -371,7 +371,7 @@ def test_summaries_report_the_clocks_and_faults_of_their_checkpoint(tmp_path):
   # worker 3 raises before its local step 2: inside its first chunk (>= 3 steps)
   with pytest.warns(async_driver.WorkerFaultWarning, match="worker 3 failed at local step 2"):
     first = trainer.train_and_evaluate_async(TINY, tmp_path, stop_after_steps=8, faults={3: 2})
-  clocks = restore(tmp_path, spmd.Run(TINY))["worker"].clock.tolist()
+  clocks = restore(tmp_path, training_run.Run(TINY))["worker"].clock.tolist()
   assert first["status"] == "stopped" and first["steps_done"] == 8
   assert first["worker_local_steps"] == clocks and sum(clocks) == 8 * P
   assert first["exchanges_per_worker"] == [-(-n // 2) for n in clocks]  # tau = 2
@@ -396,7 +396,7 @@ def test_summaries_report_the_clocks_and_faults_of_their_checkpoint(tmp_path):
 
 def scaled_center_evaluate(monkeypatch, at_step):
   """Run.evaluate sees a center of inf * itself at ``at_step``: a NaN test loss."""
-  evaluate = spmd.Run.evaluate
+  evaluate = training_run.Run.evaluate
 
   def scaled(self, worker, shared, epoch, step, losses):
     if step == at_step:
@@ -405,7 +405,7 @@ def scaled_center_evaluate(monkeypatch, at_step):
       )
     return evaluate(self, worker, shared, epoch, step, losses)
 
-  monkeypatch.setattr(spmd.Run, "evaluate", scaled)
+  monkeypatch.setattr(training_run.Run, "evaluate", scaled)
 
 
 @pytest.mark.parametrize("runtime", ["spmd", "threads"])

@@ -12,7 +12,7 @@ import pytest
 
 from easgd.core import algorithms, elastic
 from easgd.run import checkpoint, trainer
-from easgd.runtimes import spmd
+from easgd.runtimes import spmd, training_run
 from easgd.methods import registry
 from easgd.run.compare import compare
 from easgd.settings.config import ConfigError, TrainConfig
@@ -169,7 +169,7 @@ def test_a_tau_that_leaves_the_center_untrained_is_refused_at_the_edge(tmp_path)
   cfg = DIGITS.replace(tau=21)
   s = trainer.train_and_evaluate(cfg, tmp_path / "edge")
   center, _, _ = center_and_workers(tmp_path / "edge")
-  init = spmd.Run(cfg).init_params
+  init = training_run.Run(cfg).init_params
   moved = [
       float(np.abs(np.asarray(c) - np.asarray(i)).max())
       for c, i in zip(jax.tree.leaves(center), jax.tree.leaves(init))

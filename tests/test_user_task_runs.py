@@ -44,11 +44,11 @@ from easgd.runtimes import shared as async_shared
 from easgd.sweeps import command as sweep, network as sweep_network
 from easgd.sweeps.grid import SweepGrid
 from easgd.run import compare, trainer
-from easgd.runtimes import spmd
+from easgd.runtimes import training_run
 from easgd.settings import builtin_tasks
 from easgd.tasks import datasets, models
 from easgd.settings.config import ConfigError, TrainConfig
-from easgd.tasks.task import TaskError, load_task
+from easgd.tasks.task import TaskError, load_task, take
 from testutil import regression_task
 
 TASK_MODULE = textwrap.dedent('''
@@ -357,7 +357,7 @@ def test_a_sweep_records_the_metrics_a_loss_only_task_evaluates(tmp_path):
   grid = SweepGrid(tau=(1, 2), alpha=(0.1, 0.4), num_workers=(2,))
   kw = dict(per_worker_batch_size=4, hessian_iterations=0)
   res = sweep_network.sweep_network(grid, 4, task=task, **kw)
-  test = spmd.take(task.test, np.arange(len(task.test)))
+  test = take(task.test, np.arange(len(task.test)))
   for i, r in enumerate(res.records):  # the final center's mean test metrics
     center = jax.tree.map(lambda a: a[i], res.centers[2])
     m = task.evaluate(center, test)
@@ -472,7 +472,7 @@ def stopped_resumed_and_replayed(workdir, cfg, stops=(5, 11)):
   assert sum(clocks) == 16 * 4 and done["worker_local_steps"] == clocks
   saved = json.loads((workdir / "config.json").read_text())
   assert saved["task"] == cfg.task and saved["task_args"] == list(cfg.task_args)
-  run = spmd.Run(cfg)  # the replayed (uninterrupted) state's evaluation: the final record
+  run = training_run.Run(cfg)  # the replayed (uninterrupted) state's evaluation: the final record
   final = restore(workdir, run)
   inputs = placement.split_workers(final["worker"], run.layout)
   record = run.evaluate(
@@ -501,12 +501,12 @@ def test_threads_read_the_spmd_trainers_batches_of_a_user_task(task_dir):
   from easgd.runtimes import async_runs
   from easgd.tasks import batches
 
-  run = spmd.Run(ASYNC)
+  run = training_run.Run(ASYNC)
   batch_fn = async_runs.make_batch_fn(run)
   for clock in (0, 7, 8, 13):  # both epochs
     epoch, t = clock // 8 + 1, clock % 8
     ix = batches.worker_batch_indices(256, 4, 8, 0, epoch)[t]
-    spmd_batch = spmd.global_batch(run, ix, epoch, clock)
+    spmd_batch = training_run.global_batch(run, ix, epoch, clock)
     for worker in range(4):
       for a, b in zip(batch_fn(worker, clock), spmd_batch):
         np.testing.assert_array_equal(a, b[worker])

@@ -38,7 +38,7 @@ from easgd.methods import registry
 from easgd.settings.config import ConfigError, TrainConfig
 from easgd.runtimes.optimizers import make_optimizer
 from easgd.tasks.sources import ArraySource, take
-from easgd.runtimes.spmd import bn_stats_indices
+from easgd.runtimes.training_run import bn_stats_indices
 from easgd.tasks.task import Task, TaskError, check_task, user_call
 from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError
 from easgd.sweeps.curves import make_curve_fn
@@ -436,7 +436,7 @@ def make_eval(task: Task, splits):
     ``{split}_count`` (float32 scalars) for each split. A task with a
     ``center_state`` (BatchNorm) is evaluated with the state of ``params``
     over the configuration's ``bn_idx`` training examples (the trainer's,
-    ``easgd.runtimes.spmd.bn_stats_indices``, all at once: the pooled
+    ``easgd.runtimes.training_run.bn_stats_indices``, all at once: the pooled
     statistics of the workers' equal shards), recomputed at every chunk.
   """
   splits = (splits,) if isinstance(splits, str) else tuple(splits)

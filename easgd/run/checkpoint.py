@@ -1,23 +1,13 @@
 """Checkpoints of the whole training state with Orbax, layout-free.
 
-A checkpoint holds, as host arrays in a device-independent form:
-  ``worker``        every worker's state (parameters, optimizer state, and any
-                    per-worker algorithm state), leaves [num_workers, ...];
-  ``shared``        the shared state once (center, step counter / worker clocks,
-                    schedule state), leaves without a device axis;
-  ``center``        the evaluated model (``Algorithm.center``), for ``export``;
-  ``epoch_losses``  the worker losses of the current epoch so far
-                    [steps_per_epoch, num_workers] (rows past ``step`` are 0),
-                    so that the epoch's mean training loss survives a resume;
-  ``step``          global steps done. The data order is a function of (seed,
-                    epoch) and the worker keys of (seed, step), so ``step`` is
-                    the data position and the random state.
-
-Because nothing in it refers to devices, a run can resume on another device
-count or mesh shape (another ``devices_per_worker``) with the same number of
-workers (``easgd.parallel.placement.split_workers`` maps it back). Orbax writes each checkpoint into a temporary directory and renames it
-when complete, so an interrupted save (even SIGKILL) never replaces a good
-checkpoint; ``max_to_keep`` keeps the last k.
+A checkpoint holds the tree ``easgd.runtimes.executor.checkpoint_tree``
+declares, as host arrays in a device-independent form: every worker's state
+(leaves [num_workers, ...]), the shared state once, the evaluated center, the
+global steps done (the data position and the random state) and the runtime's
+own entries (``RUNTIME_ENTRIES``). Because nothing in it refers to devices, a
+run resumes on another device count or mesh shape with the same number of
+workers; an interrupted save (even SIGKILL) never replaces a good checkpoint;
+``max_to_keep`` keeps the last k. docs/guides/checkpoints.md.
 """
 
 from __future__ import annotations

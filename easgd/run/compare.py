@@ -249,7 +249,7 @@ def resolve_runs(configs: Sequence[TrainConfig], task: Task | None = None) -> Ta
   (``easgd.run.trainer.run_task``: it builds, its data and functions fit
   the run, runtime "ray" has an import path), then ``TrainConfig.resolve``
   with the steps per epoch of its training data (validation held out), as
-  ``easgd.runtimes.spmd.Run`` does.
+  ``easgd.runtimes.training_run.Run`` does.
 
   Args:
     configs: validated configs (:func:`plan`), sharing one task.

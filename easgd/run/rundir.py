@@ -432,7 +432,7 @@ def read_history(workdir: Path, up_to_step: int | None = None) -> list[dict[str,
   Returns:
     The evaluation records, in the file's order, the first of step 0, each
     with ``test_loss`` and the test metrics the task's evaluation gives
-    (``easgd.runtimes.spmd.split_means``), all numbers. A
+    (``easgd.runtimes.training_run.split_means``), all numbers. A
     value written as ``null`` (not finite, e.g. a diverged run's loss, or not
     measured, e.g. step 0's training loss: ``easgd._util.files.json_text``) is None.
 

@@ -1,21 +1,13 @@
 """The training loop: ``train_and_evaluate(config, workdir)``, for every runtime.
 
-One driver owns what a run writes and checks: the workdir lock
-(``easgd.run.runlock``), the workdir checks and resume
-(``easgd.run.rundir``), the checkpoint at every boundary (an epoch end,
-every ``checkpoint_every_steps`` steps, a planned stop), the evaluation of the
-center (``easgd.runtimes.spmd.Run.evaluate``), ``metrics.jsonl`` and its
-TensorBoard events (``easgd.run.tensorboard``), the exchange
-log, ``summary.json`` and the divergence checks (``easgd.runtimes.divergence``).
-How the steps are executed is the runtime's, an ``easgd.runtimes.executor.Executor``:
-``easgd.runtimes.spmd.SpmdExecutor`` (runtime "spmd") or
-``easgd.runtimes.async_runs.AsyncExecutor`` (runtimes "threads", "ray").
-
-At a boundary the loop reads the state (checked finite, never saved
-otherwise); then, at an evaluated epoch end, evaluates, writes the record,
-then the exchange log, then saves the checkpoint: an interrupt between them
-leaves a record past the latest checkpoint, which ``resume`` drops and
-redoes (``easgd.run.rundir.resumed_history``).
+The one owner of what a run writes and checks: the workdir lock
+(``easgd.run.runlock``), its checks and resume (``easgd.run.rundir``), the
+checkpoint at every boundary (its tree: ``easgd.runtimes.executor.checkpoint_tree``),
+the evaluation (``easgd.runtimes.training_run.Run.evaluate``), ``metrics.jsonl``
+and its TensorBoard events, the exchange log, ``summary.json`` and the
+divergence checks. A runtime's ``easgd.runtimes.executor.Executor`` gives its
+state and executes the steps. The order of a boundary's files, and why:
+docs/guides/architecture.md, docs/guides/checkpoints.md.
 """
 
 from __future__ import annotations
@@ -30,9 +22,10 @@ import jax
 from easgd._util import checks
 from easgd._util.files import check_interrupt
 from easgd._util.progress import progress_bar
+from easgd.methods import registry
 from easgd.parallel import distributed
 from easgd.run import rundir, runlock, tensorboard
-from easgd.runtimes import async_runs, spmd
+from easgd.runtimes import async_runs
 from easgd.settings import builtin_tasks, runtime_table
 from easgd.tasks import models
 from easgd.settings.config import ConfigError, TrainConfig, as_train_config
@@ -43,7 +36,8 @@ from easgd.runtimes.divergence import (
     worker_loss_message,
 )
 from easgd.runtimes.executor import Executor, Snapshot
-from easgd.runtimes.spmd import Run
+from easgd.runtimes.shared import write_log
+from easgd.runtimes.training_run import Run, checked_task
 from easgd.tasks.task import Task, fingerprint
 
 SUMMARY_KEYS = (
@@ -90,48 +84,29 @@ def train_and_evaluate(
     stop_after_steps: int | None = None,
     task: Task | None = None,
 ) -> dict[str, Any]:
-  """Trains ``config`` and writes metrics, checkpoints and a summary to ``workdir``.
+  """Trains ``config``, writing metrics, checkpoints and a summary to ``workdir``.
 
-  Everything is validated first (config values, the worker/device layout, the
-  data set and the workdir), before any compilation. ``config.runtime`` says how
-  the steps run: "spmd" (the default) as one mapped program
-  (``easgd.runtimes.spmd``), "threads" or "ray" with real asynchronous workers
-  (``easgd.runtimes.async_runs``, whose summary adds their clocks, exchanges
-  and faults); everything else is this one loop. Checkpoints (see
-  ``easgd.run.checkpoint``) are saved every ``config.checkpoint_every_steps`` steps
-  and at every epoch end, after checking that losses and parameters are finite
-  and, at an evaluated epoch end, after the evaluation (whose test and
-  validation losses must be finite too) and its record in ``metrics.jsonl``;
-  a run that diverges stops with :class:`DivergenceError` and leaves the last
-  good checkpoint in place, its non-finite record unwritten. An interrupt
-  (Ctrl-C; SIGTERM from the command line) at any point leaves a run that
-  ``resume`` continues with the same ``metrics.jsonl`` as an uninterrupted
-  run: a save in progress completes first, and a record written past the
-  latest checkpoint is redone.
+  Everything is checked before anything compiles or is written; every runtime
+  (``config.runtime``: docs/guides/runtimes.md) runs this one loop. Checkpoints,
+  divergence, interrupts and resume: docs/guides/checkpoints.md.
 
   Args:
     config: the run's configuration.
     workdir: output directory (created if missing).
-    overwrite: replace an earlier run in ``workdir``: it is moved to
-      ``workdir/previous_run`` first and deleted only once the new run has
-      written its summary, so a new run that fails leaves it recoverable.
-    resume: continue the run in ``workdir`` from its latest checkpoint (the
-      config must equal the saved one up to ``easgd.run.rundir.RESUMABLE_CHANGES``;
-      the device count may differ). Without a checkpoint the run starts from
-      the beginning.
-    stop_after_steps: stop (with a checkpoint) once this many global steps are
-      done: a planned interruption, e.g. a time-limited job. None runs to the end.
-    task: the problem (``easgd.tasks.task.Task``: model and data); None:
-      the one ``config`` names (``config.task``, an import path, or the
-      built-in ``dataset`` and ``model``). A task from ``load_task`` is
-      recorded in ``config.json`` (``task``, ``task_args``); a task built in
-      code must be given again to resume.
+    overwrite: replace an earlier run in ``workdir`` (set aside in
+      ``workdir/previous_run`` until the new run has written its summary).
+    resume: continue from the latest checkpoint (the config equal to the saved
+      one up to ``easgd.run.rundir.RESUMABLE_CHANGES``); without one, start.
+    stop_after_steps: stop, with a checkpoint, once this many global steps are
+      done; None runs to the end.
+    task: the problem (``easgd.tasks.task.Task``); None: the one ``config``
+      names. A task built in code must be given again to resume.
 
   Returns:
-    The summary dict also written to ``workdir/summary.json`` (``"status"`` is
-    ``"complete"`` or ``"stopped"``; ``"final"`` the last metrics record,
-    measured at step ``"final_step"``, which a stopped run's ``"steps_done"``
-    may exceed); its ``"history"`` holds the records of ``metrics.jsonl``.
+    The summary written to ``workdir/summary.json`` (``"status"``
+    ``"complete"`` or ``"stopped"``; ``"final"`` the last metrics record, of
+    step ``"final_step"`` <= ``"steps_done"``), plus ``"history"``: the records
+    of ``metrics.jsonl``.
 
   Raises:
     ConfigError: ``config`` not a TrainConfig, a bad config value or workdir,
@@ -213,7 +188,7 @@ def run_task(config: TrainConfig, task: Task | None = None) -> tuple[TrainConfig
   Returns:
     ``(config, task, view)``: ``config`` with the task's import path recorded
     (``builtin_tasks.make_task_config``), the task, and the run's checked view
-    of it (``easgd.runtimes.spmd.checked_task``: the validation examples held
+    of it (``easgd.runtimes.training_run.checked_task``: the validation examples held
     out of its training data).
 
   Raises:
@@ -223,7 +198,7 @@ def run_task(config: TrainConfig, task: Task | None = None) -> tuple[TrainConfig
       its import path, ``config.task``).
   """
   task = builtin_tasks.task_of(config, task)
-  view, _ = spmd.checked_task(config, task)  # its data and functions against the run's sizes
+  view, _ = checked_task(config, task)  # its data and functions against the run's sizes
   config = builtin_tasks.make_task_config(config, task)
   if runtime_table.TABLE[config.runtime].processes and task.factory is None:
     raise ConfigError(  # no other process can build it
@@ -356,7 +331,7 @@ def _begin(
     if primary:
       rundir.write_metrics(workdir, history)
       events = tensorboard.RunEvents(workdir, config_fields, history, resumed_step=step)
-      executor.write_exchange_log(workdir / rundir.EXCHANGES_FILE, snapshot)
+      _write_exchange_log(run, workdir, snapshot)
     return step, history, events
   history = [_evaluate(run, executor, executor.initial_state(), 0)]
   measured = time.time()  # the evaluation's wall clock (its TensorBoard events)
@@ -413,8 +388,20 @@ def _write_boundary(
     else:
       progress.set_postfix(test_loss=f"{record['test_loss']:.4f}", refresh=False)
   if primary:
-    executor.write_exchange_log(workdir / rundir.EXCHANGES_FILE, snapshot)
+    _write_exchange_log(run, workdir, snapshot)
   ckpt.save(snapshot.step, snapshot.state)
+
+
+def _write_exchange_log(run: Run, workdir, snapshot: Snapshot) -> None:
+  """``exchanges.jsonl`` at the snapshot: the real workers' log, or (simulated
+  asynchronous algorithms) every exchange by the snapshot's step, for replays."""
+  path = workdir / rundir.EXCHANGES_FILE
+  if snapshot.log is not None:
+    write_log(path, snapshot.log)
+  elif registry.TABLE[run.config.algorithm].asynchronous:
+    from easgd.asynchrony.log import write_exchange_log
+
+    write_exchange_log(path, run.algorithm, run.step_key, snapshot.step)
 
 
 def _summary(

@@ -18,6 +18,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "optimizers",
         "divergence",
         "executor",
+        "training_run",
         "spmd",
         "async_runs",
     ),

@@ -1,56 +1,13 @@
-"""The real asynchronous runtimes (``runtime`` "threads", "ray") of the training loop.
+"""The real asynchronous runtimes ("threads", "ray"): :class:`AsyncExecutor`.
 
-``easgd.run.trainer.train_and_evaluate`` runs a config whose ``runtime`` is not
-"spmd" with :class:`AsyncExecutor` (the contract: ``easgd.runtimes.executor``),
-which trains the same algorithm (the rules of ``Algorithm.async_rules``, the
-same local optimizer, data, model and evaluation as the SPMD runtime) with
-real asynchronous workers:
-``easgd.runtimes.threads`` (one thread per worker, this process) or
-``easgd.runtimes.ray_actors`` (Ray actors, on this machine or a cluster).
-
-Data: worker i's local step at its clock t reads worker i's rows of global
-batch t of the SPMD trainer's order (``easgd.tasks.batches.worker_batch_indices`` of
-epoch t // steps_per_epoch + 1, its step t % steps_per_epoch; the crops of
-``crop_rng(seed, epoch, t)``), and the key
-``easgd.asynchrony.log.local_key(step_key, i, t)``: a function of (seed, worker,
-local step) only, so a replay rebuilds every batch (:func:`make_setup`). A
-worker that runs ahead reads later global batches.
-
-Budget: the run takes ``total_steps * num_workers`` local steps summed over
-the workers (the synchronous run's number of gradient evaluations), handed
-out by ``easgd.runtimes.driver.Driver``; a fast worker takes more of them. A
-"step" of the run (metrics ``step``, ``--stop-after-steps``,
-``checkpoint_every_steps``, epochs) is num_workers local steps: at step s the
-workers' clocks sum to s * num_workers. At each boundary (an epoch end, a
-checkpoint, the end) every worker is idle; the state is copied to the host,
-checked for non-finite values, and the workers go on while the checkpoint is
-saved and the center evaluated.
-
-Files: those of ``easgd.run.rundir``. ``exchanges.jsonl`` is the real run's log
-(``easgd.runtimes.shared``: one record per exchange, restart or fault, with the
-worker, its local clock and the center version it read), rewritten before
-every checkpoint, after the boundary's metrics record; a resumed run goes on
-with it, cut to the checkpoint's length (records and metrics past the
-checkpoint, left by an interrupt, are redone). Checkpoints hold every
-worker's state (its clock included), the master's state (center and master
-clock), the evaluated center, the losses since the last evaluation and the
-log's length. Metrics records are the SPMD trainer's, with ``all_reduces`` /
-``bytes_communicated`` the mean exchanges per worker so far, and ``exchanges``,
-``worker_local_steps``, ``faults`` and ``wall_time_s`` (seconds of training
-since the start, compilation excluded) added.
-
-Faults: a worker that raises (threads) or whose process dies (Ray) does not
-stop the others; Ray restarts it from the current center. An error of the
-user's data or task (``easgd.tasks.task.TaskError``, e.g. an item the
-source cannot read) is no fault: the run stops with it, as on the SPMD
-runtime (``easgd.runtimes.shared.UserFault`` raised again as the TaskError). Each fault is
-logged (with its error) and listed in the summary (``faults``, with
-``restarted_at``; ``stopped_workers``) and counted in the metrics. A resumed
-run goes on with the faults of its checkpoint's log: a stopped worker stays
-stopped and Ray's restarts count over the whole run. The
-SPMD runtime, for the same fault, stops the whole run (a Python exception in
-the step, or ``easgd.parallel.distributed``'s watchdog when a process dies, exit 3);
-``--resume`` then continues from the last checkpoint.
+The executor of the training loop (``easgd.run.trainer``; the contract:
+``easgd.runtimes.executor``) for a config whose ``runtime`` is not "spmd": the
+same algorithm (its ``Algorithm.async_rules``), local optimizer, data, model and
+evaluation as the SPMD runtime, with real asynchronous workers on a backend
+(``easgd.runtimes.threads``: one thread per worker; ``easgd.runtimes.ray_actors``:
+Ray actors) taking the local steps ``easgd.runtimes.driver.Driver`` hands out; a
+run's "step" is num_workers local steps. Data, keys, boundaries, files, faults:
+docs/guides/runtimes.md.
 """
 
 from __future__ import annotations
@@ -69,8 +26,13 @@ from easgd.tasks import batches
 from easgd.parallel import placement
 from easgd.settings import runtime_table
 from easgd.settings.config import ConfigError, TrainConfig
-from easgd.runtimes.executor import Snapshot
-from easgd.runtimes.spmd import Run, global_batch
+from easgd.runtimes.executor import (
+    Snapshot,
+    checkpoint_target,
+    checkpoint_tree,
+    communication_fields,
+)
+from easgd.runtimes.training_run import Run, global_batch
 from easgd.tasks.task import TaskError, module_root, take
 
 
@@ -82,8 +44,10 @@ def make_batch_fn(run: Run):
 
   Returns:
     ``batch_fn(i, t) -> batch`` (leaves ``[B, ...]``), the rows of worker i in
-    global batch t of the SPMD trainer (``easgd.runtimes.spmd.global_batch``;
-    module docstring); thread-safe.
+    global batch t of the SPMD order (``easgd.runtimes.training_run.global_batch``:
+    epoch t // steps_per_epoch + 1, its step t % steps_per_epoch, the crops of
+    ``crop_rng(seed, epoch, t)``); a worker that runs ahead reads later global
+    batches; thread-safe.
   """
   config, steps_per_epoch = run.config, run.steps_per_epoch
   n, p = len(run.task.train), config.num_workers
@@ -141,18 +105,17 @@ def ray_setup(
 
 
 def _checkpoint_target(run: Run, rules) -> dict:
+  """Host zeros of the checkpoint's tree (workers, master, losses, log length)."""
   p = run.config.num_workers
-  worker = async_log.init_worker(rules, run.init_params)
-  shared = async_log.init_shared(rules, run.init_params)
-  return dict(
-      worker=jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (p, *np.shape(x))), worker),
-      shared=jax.tree.map(np.asarray, shared),
-      center=jax.tree.map(np.asarray, run.algorithm.center(shared)),
-      loss_sum=np.zeros(p, np.float64),
-      loss_count=np.zeros(p, np.int64),
-      step=np.asarray(0, np.int64),
-      log_length=np.asarray(0, np.int64),
-      train_seconds=np.asarray(0.0, np.float64),
+  return checkpoint_target(
+      run.algorithm,
+      async_log.init_worker(rules, run.init_params),
+      async_log.init_shared(rules, run.init_params),
+      p,
+      loss_sum=(p,),
+      loss_count=(p,),
+      log_length=(),
+      train_seconds=(),
   )
 
 
@@ -248,7 +211,7 @@ class AsyncExecutor:
   they go on while the loop writes the boundary's files (``while_running``).
 
   Args:
-    run: the run's ``easgd.runtimes.spmd.Run`` (algorithm, data, evaluation).
+    run: the run's ``easgd.runtimes.training_run.Run`` (algorithm, data, evaluation).
     log_path: the exchange log (``workdir/exchanges.jsonl``), read on resume.
     faults: ``{worker: local_step}`` faults to inject (tests, experiments).
   """
@@ -340,15 +303,15 @@ class AsyncExecutor:
     if evaluated:
       s, c = driver.take_losses()
       train_loss = float(s.sum() / c.sum()) if c.sum() else None
-    state = dict(
-        worker=stacked,
-        shared=shared_now,
-        center=self.run.algorithm.center(shared_now),
+    state = checkpoint_tree(
+        self.run.algorithm,
+        stacked,
+        shared_now,
+        step,
         loss_sum=driver.loss_sum.copy(),
         loss_count=driver.loss_count.copy(),
-        step=np.asarray(step, np.int64),
-        log_length=np.asarray(len(log_now), np.int64),
-        train_seconds=np.asarray(seconds, np.float64),
+        log_length=len(log_now),
+        train_seconds=seconds,
     )
     self.latest = (_clocks(stacked), log_now)
     return Snapshot(
@@ -386,10 +349,6 @@ class AsyncExecutor:
         placement.replicate_per_device(snapshot.state["shared"], layout),
     )
 
-  def write_exchange_log(self, path, snapshot: Snapshot) -> None:
-    """The real run's exchange log at the snapshot."""
-    async_shared.write_log(path, snapshot.log)
-
   def summary_fields(self) -> dict[str, Any]:
     """The runtime, layout, exchanges, clocks and faults of the latest checkpoint."""
     run, step = self.run, self.step
@@ -402,12 +361,7 @@ class AsyncExecutor:
         runtime=run.config.runtime,
         layout=_describe(run.config, run),
         center_lag_steps=None,
-        communication=dict(
-            all_reduces=mean,
-            bytes=mean * run.exchange_bytes,
-            all_reduces_per_step=mean / max(step, 1),
-            bytes_per_step=mean * run.exchange_bytes / max(step, 1),
-        ),
+        communication=communication_fields(mean, mean * run.exchange_bytes, step),
         exchanges=int(per_worker.sum()),
         exchanges_per_worker=per_worker.tolist(),
         worker_local_steps=clocks,

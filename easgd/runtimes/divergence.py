@@ -2,7 +2,7 @@
 
 Every runtime's run (``easgd.run.trainer``) checks before each checkpoint
 that the losses and the state are finite and, at each evaluation, that the
-evaluated losses are (``easgd.runtimes.spmd.Run.check_finite``,
+evaluated losses are (``easgd.runtimes.training_run.Run.check_finite``,
 ``check_finite_record``); a failed check raises :class:`DivergenceError` with
 a message built here (:func:`divergence_message`), which names what diverged
 and, for synchronous EASGD, the quadratic model's stability bound

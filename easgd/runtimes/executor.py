@@ -1,9 +1,10 @@
-"""The contract between the one training loop and a runtime: :class:`Executor`.
+"""The contract between the one training loop and a runtime, and the checkpoint's tree.
 
 ``easgd.run.trainer.train_and_evaluate`` owns the run directory (lock,
-checks, resume), the checkpoint layout, the evaluation, the metrics, the
-summary and the divergence checks. A runtime supplies only how steps are
-executed, as an :class:`Executor`:
+checks, resume), the evaluation, the metrics, the exchange log's file, the
+summary and the divergence checks; a checkpoint holds :func:`checkpoint_tree`
+(declared here, once, for every runtime). A runtime supplies only its state
+and how steps are executed, as an :class:`Executor`:
 
   ``easgd.runtimes.spmd.SpmdExecutor``        runtime "spmd": one mapped program;
   ``easgd.runtimes.async_runs.AsyncExecutor`` runtimes "threads" and "ray":
@@ -20,7 +21,89 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple, Protocol
 
+import jax
 import numpy as np
+
+RUNTIME_ENTRIES = {
+    # spmd: this epoch's worker losses so far, [steps_per_epoch, num_workers] (rows past
+    # the step are 0), so that the epoch's mean training loss survives a resume
+    "epoch_losses": np.float32,
+    # threads, ray: each worker's loss sum and count since the last evaluation, [num_workers]
+    "loss_sum": np.float64,
+    "loss_count": np.int64,
+    # threads, ray: the exchange log's records at the checkpoint, [] (a resume cuts it there)
+    "log_length": np.int64,
+    # threads, ray: seconds of training so far (compilation excluded), []
+    "train_seconds": np.float64,
+}
+"""A runtime's own entries of a checkpoint, by name: their dtype (:func:`checkpoint_tree`)."""
+
+
+def checkpoint_tree(algorithm, worker, shared, step: int, **entries) -> dict:
+  """A checkpoint's tree (what ``easgd.run.checkpoint.Checkpointer`` saves), any runtime.
+
+  Layout-free host arrays (docs/guides/checkpoints.md); to add an entry, declare it
+  in :data:`RUNTIME_ENTRIES` (or here, for every runtime) and give its value.
+
+  Args:
+    algorithm: the run's ``easgd.core.base.Algorithm`` (its ``center``).
+    worker: every worker's state, leaves ``[num_workers, ...]``.
+    shared: the shared state once (center, clocks, schedule state).
+    step: global steps done: the data position and the random state.
+    **entries: the runtime's own entries, named in :data:`RUNTIME_ENTRIES`.
+
+  Returns:
+    ``{worker, shared, center, step, **entries}``: ``center`` is
+    ``algorithm.center(shared)`` (the evaluated model, for export), ``step`` an
+    int64 scalar, each entry an array of its declared dtype.
+
+  Raises:
+    KeyError: an entry not in :data:`RUNTIME_ENTRIES`.
+  """
+  tree = dict(worker=worker, shared=shared, center=algorithm.center(shared))
+  tree["step"] = np.asarray(step, np.int64)
+  for name, value in entries.items():
+    tree[name] = np.asarray(value, RUNTIME_ENTRIES[name])
+  return tree
+
+
+def checkpoint_target(algorithm, worker, shared, num_workers: int, **shapes) -> dict:
+  """Host zeros of a checkpoint's tree (:func:`checkpoint_tree`): Orbax's restore target.
+
+  Args:
+    algorithm: the run's algorithm.
+    worker: ONE worker's initial state (given to every worker).
+    shared: the initial shared state.
+    num_workers: p.
+    **shapes: each of the runtime's entries (:data:`RUNTIME_ENTRIES`): its shape.
+
+  Returns:
+    The tree, every leaf a host array of the saved shape and dtype.
+  """
+  worker = jax.tree.map(
+      lambda x: np.broadcast_to(np.asarray(x), (num_workers, *np.shape(x))), worker
+  )
+  zeros = {name: np.zeros(shape, RUNTIME_ENTRIES[name]) for name, shape in shapes.items()}
+  return jax.tree.map(np.asarray, checkpoint_tree(algorithm, worker, shared, 0, **zeros))
+
+
+def communication_fields(all_reduces: int, nbytes: int, steps: int) -> dict[str, Any]:
+  """A summary's communication counts: totals and means per global step.
+
+  Args:
+    all_reduces: exchanges (all-reduces) per worker over ``steps`` global steps.
+    nbytes: the bytes they reduce, per worker.
+    steps: global steps done (0 counts as 1).
+
+  Returns:
+    ``{all_reduces, bytes, all_reduces_per_step, bytes_per_step}``.
+  """
+  return dict(
+      all_reduces=all_reduces,
+      bytes=nbytes,
+      all_reduces_per_step=all_reduces / max(steps, 1),
+      bytes_per_step=nbytes / max(steps, 1),
+  )
 
 
 class Snapshot(NamedTuple):
@@ -28,8 +111,8 @@ class Snapshot(NamedTuple):
 
   Attributes:
     step: global steps done (a step: one mini-batch per worker).
-    state: the checkpoint dict (``easgd.run.checkpoint``'s tree; at the
-      start of a new run only ``worker`` and ``shared``).
+    state: the checkpoint's tree (:func:`checkpoint_tree`; at the start of a
+      new run None (SPMD) or only ``worker`` and ``shared``).
     losses: float32 [k, num_workers], the per-step worker losses of steps
       ``step - k .. step - 1`` not yet evaluated (SPMD); [0, num_workers]
       for a runtime that reports them otherwise.
@@ -37,8 +120,8 @@ class Snapshot(NamedTuple):
       (threads/Ray: ``train_loss``, exchanges, clocks, faults, ``wall_time_s``).
     nonfinite: None, or ``(worker, local_step, loss)``: the first non-finite
       loss a real asynchronous worker reported.
-    log: the real runtimes' exchange log at the boundary (None for SPMD,
-      whose simulated log is a function of ``step``).
+    log: the real runtimes' exchange log at the boundary, which the loop
+      writes (None for SPMD, whose simulated log is a function of ``step``).
   """
 
   step: int
@@ -53,7 +136,7 @@ class Executor(Protocol):
   """How the steps of a run are executed; the loop does everything else.
 
   Methods, in the order the loop calls them:
-    checkpoint_target(): host zeros of the checkpoint's tree (Orbax's target).
+    checkpoint_target(): host zeros of the checkpoint's tree (:func:`checkpoint_target`).
     initial_state() / restore(restored): start from the beginning / from a
       restored checkpoint (may raise ConfigError); the start's Snapshot.
     start(on_progress): compile, start workers; ``on_progress(steps_done)``.
@@ -63,7 +146,6 @@ class Executor(Protocol):
       an evaluation follows, so the training losses are taken).
     evaluate_inputs(snapshot): (worker, shared) on the run's devices for
       ``Run.evaluate`` (called before the next ``run_to``).
-    write_exchange_log(path, snapshot): the exchange log up to the snapshot.
     summary_fields(): the runtime's entries of ``summary.json``.
     close(): stop workers (always called).
   """
@@ -87,9 +169,6 @@ class Executor(Protocol):
     ...
 
   def evaluate_inputs(self, snapshot: Snapshot) -> tuple[Any, Any]:
-    ...
-
-  def write_exchange_log(self, path, snapshot: Snapshot) -> None:
     ...
 
   def summary_fields(self) -> dict[str, Any]:

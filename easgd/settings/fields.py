@@ -329,7 +329,7 @@ class TrainFields:
       "which the center's BatchNorm statistics are recomputed before each "
       "evaluation and at export: the first of a seeded permutation, split "
       "equally over the workers (min(this, training set) // num_workers each, "
-      "at least 1), the same every time (``easgd.runtimes.spmd.bn_stats_indices``).",
+      "at least 1), the same every time (``easgd.runtimes.training_run.bn_stats_indices``).",
       allowed=Integer(1),
   )
   curvature: float | None = option(

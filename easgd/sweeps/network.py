@@ -159,7 +159,7 @@ def task_batches(
   ``easgd.tasks.batches.worker_batch_indices(N, p, B, seed, e)`` of the
   task's training data (``take``), and with ``task.augment`` the augmented
   global batch (its generator ``batches.crop_rng(seed, e, t)``, as
-  ``easgd.runtimes.spmd.global_batch``); steps run on across epochs until
+  ``easgd.runtimes.training_run.global_batch``); steps run on across epochs until
   ``num_steps``.
 
   Returns:

@@ -12,7 +12,7 @@ BatchNorm layer normalises with the statistics of the worker's own mini-batch
 collection is never part of the training state (never exchanged, averaged or
 checkpointed). The center's statistics are recomputed from the center's own
 parameters before it is evaluated or exported (:func:`compute_batch_stats`,
-``easgd.runtimes.spmd.make_eval_fn``, ``Task.center_state``).
+``easgd.runtimes.training_run.make_eval_fn``, ``Task.center_state``).
 """
 
 from __future__ import annotations

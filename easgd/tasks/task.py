@@ -386,7 +386,7 @@ def fingerprint(task: Task) -> dict[str, Any]:
   beyond the shapes of the parameters they make.
 
   Args:
-    task: the run's view of its task (``easgd.runtimes.spmd.checked_task``).
+    task: the run's view of its task (``easgd.runtimes.training_run.checked_task``).
 
   Returns:
     JSON-ready ``{"params": [[path, shape, dtype], ...], "train": {"examples":
