@@ -49,7 +49,8 @@ face; docs/guides/architecture.md):
   easgd._util.progress    the training loops' progress: a bar on a terminal, one line
                     per epoch in a file, a pipe or a notebook
   easgd.run.compare     several algorithms on one data budget, plot + table
-  easgd.analysis.stability   analysis: spectral radii, stable regions, ADMM (Section 4)
+  easgd.analysis.stability   analysis: synchronous EASGD's spectral radii, stable regions (Section 4)
+  easgd.analysis.round_robin  round-robin EASGD and ADMM (Section 4, Figure 1)
   easgd.sweeps.engine  many configurations of an algorithm's own step as one
                     compiled program (vmap over configurations, divergence flags)
   easgd.sweeps.grid  the (learning rate, tau, alpha) grid and its results
