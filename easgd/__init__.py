@@ -60,6 +60,10 @@ face; docs/guides/architecture.md):
   easgd.sweeps.report   the sweep's files, theory contour and heatmaps
   easgd.sweeps.config        the ``easgd sweep`` config and flags (SweepConfig; no JAX)
   easgd.sweeps.command       the ``easgd sweep`` command (run_sweep)
+  easgd.protocol.config, networks, programs, runs, stats, report, claims
+                    the comparison protocol: its settings, the network model, the
+                    shared programs, tuning and report runs, intervals, results.md,
+                    the paper's claims
   easgd._util.flags       command-line flags from a dataclass's fields
   easgd._util.checks      the one vocabulary of input checks (one message form)
   easgd.tasks.data        the data sets (MNIST-1D, Fashion-MNIST, digits, CIFAR-10)
