@@ -41,6 +41,16 @@ def radius_2x2(a11, a12, a21, a22) -> np.ndarray:
 # ----------------------------------------------------------------------------
 
 
+def _checked(eta_h, alpha, tau, num_workers, real, integer):
+  """(u, alpha, tau, p) checked in that order by ``real`` and ``integer`` (``easgd._util.checks``).
+
+  Raises:
+    ValueError: naming the first of them that is not finite, or not an integer >= 1.
+  """
+  u, a = real("eta_h", eta_h), real("alpha", alpha)
+  return u, a, integer("tau", tau, 1), integer("num_workers", num_workers, 1)
+
+
 def sync_easgd_step_matrices(
     eta_h: float, alpha: float, num_workers: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -163,10 +173,7 @@ def sync_easgd_spectral_radius(eta_h, alpha, tau, num_workers) -> np.ndarray:
   References:
     Zhang, Choromanska, LeCun (2015), eq. (5)-(6) and Section 4.
   """
-  u = checks.real_array("eta_h", eta_h)
-  a = checks.real_array("alpha", alpha)
-  tau = checks.integer_array("tau", tau, 1)
-  p = checks.integer_array("num_workers", num_workers, 1)
+  u, a, tau, p = _checked(eta_h, alpha, tau, num_workers, checks.real_array, checks.integer_array)
   u, a, tau, p = np.broadcast_arrays(u, a, tau, p)
   with np.errstate(all="ignore"):
     k = np.power(1.0 - u, tau - 1)
@@ -469,10 +476,7 @@ def stability_bound_message(eta_h: float, alpha: float, tau: int, num_workers: i
   References:
     Zhang, Choromanska, LeCun (2015), eq. (5)-(6) and Section 4.
   """
-  u = checks.real("eta_h", eta_h)
-  a = checks.real("alpha", alpha)
-  tau = checks.integer("tau", tau, 1)
-  p = checks.integer("num_workers", num_workers, 1)
+  u, a, tau, p = _checked(eta_h, alpha, tau, num_workers, checks.real, checks.integer)
   radius = float(sync_easgd_spectral_radius(u, a, tau, p))
   if radius < 1.0:
     return None
