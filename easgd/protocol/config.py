@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from easgd._util import checks
+from easgd._util.flags import REQUIRED, call_config_file, option
 from easgd.methods import registry
 from easgd.settings.config import FLOAT32_TINY, MAX_REAL, ConfigError, TrainConfig
-from easgd._util.flags import REQUIRED, call_config_file, option
 
 if TYPE_CHECKING:  # easgd.protocol.networks raises this module's ProtocolError
   from easgd.protocol.networks import Network, TwoLevelNetwork

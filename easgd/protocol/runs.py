@@ -25,15 +25,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from easgd.parallel import workers
 from easgd._util import checks
-from easgd.run import runlock
-from easgd.settings import builtin_tasks
-from easgd.tasks import models
-from easgd.protocol import report as protocol_report, stats as protocol_stats
-from easgd.methods import registry
-from easgd.core import elastic
 from easgd._util.files import check_interrupt, json_text
+from easgd.core import elastic
+from easgd.methods import registry
+from easgd.parallel import workers
+from easgd.protocol import report as protocol_report
+from easgd.protocol import stats as protocol_stats
 from easgd.protocol.config import (
     UNTUNABLE,
     ProtocolConfig,
@@ -42,10 +40,6 @@ from easgd.protocol.config import (
     reported_metrics,
     to_dict,
 )
-from easgd.settings.config import ConfigError
-from easgd.tasks.sources import take
-from easgd.tasks.task import Task, TaskError
-
 from easgd.protocol.programs import (
     ArmRun,
     SeedData,
@@ -55,6 +49,12 @@ from easgd.protocol.programs import (
     run_program,
     why_separate,
 )
+from easgd.run import runlock
+from easgd.settings import builtin_tasks
+from easgd.settings.config import ConfigError
+from easgd.tasks import models
+from easgd.tasks.sources import take
+from easgd.tasks.task import Task, TaskError
 
 # ----------------------------------------------------------------------------
 # The protocol

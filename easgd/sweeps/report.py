@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from easgd.analysis import stability
 from easgd._util.files import json_text, write_text_atomic
+from easgd.analysis import stability
 from easgd.analysis.hessian import certified_curvature
 from easgd.sweeps.grid import SweepGrid, SweepResult
 
