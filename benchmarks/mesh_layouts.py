@@ -35,7 +35,7 @@ protocol's ``results.json`` (``--results``, default the committed Figure 2
 run: p = 4 workers of 32 examples) the mean local steps to the first
 evaluation at or below ``--target`` test error of pmean SGD and of EASGD at
 tau in {1, 4, 16}, over the report seeds that reached it; each modelled on
-``easgd.protocol.config.NVLINK_NODES_100GBE`` (nodes of 8 devices,
+``easgd.protocol.networks.NVLINK_NODES_100GBE`` (nodes of 8 devices,
 NVLink-class inside, 100 Gbit/s between) in three layouts of the same 4
 workers: "4x1" one device per worker, the 4 workers on one node (every
 all-reduce inside it); "4x8" one worker per node, its 32 examples split
@@ -207,7 +207,7 @@ def modelled_time_to_target(path: Path, target: float, model_bytes: list[int]) -
   each parameter size of ``model_bytes`` (0: the results' own), the same
   steps and compute with every all-reduce's bytes scaled to that size."""
   from easgd.parallel import accounting
-  from easgd.protocol.config import NVLINK_NODES_100GBE as net
+  from easgd.protocol.networks import NVLINK_NODES_100GBE as net
 
   results = json.loads(path.read_text())
   compute = results["compute_per_step_s"]

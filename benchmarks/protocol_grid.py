@@ -9,7 +9,7 @@ the machine's load):
   per worker per step, 8 epochs = 432 local steps, 1000 training signals held
   out for validation; --epochs shortens every run alike.
 
-  A  one program   easgd.protocol.runs.run_program: every configuration in one
+  A  one program   easgd.protocol.programs.run_program: every configuration in one
                    compiled step program (the rate, seed and tau traced),
                    called for chunks of --configs-per-batch configurations;
                    the validation error every 27 steps (what the protocol
@@ -19,7 +19,7 @@ the machine's load):
                    validation and test error every epoch, a checkpoint every
                    epoch: what running the grid with the package's trainer
                    costs.
-  C  one by one,   easgd.protocol.runs.run_program with ONE configuration per call:
+  C  one by one,   easgd.protocol.programs.run_program with ONE configuration per call:
      own program   the protocol's own program, compiled for each configuration
                    (what the grid costs without batching configurations, and
                    without the trainer's checkpoints and host loop).
@@ -49,7 +49,7 @@ import common  # noqa: F401  (puts the repository on sys.path)
 import numpy as np
 
 from easgd import train_and_evaluate
-from easgd.protocol import runs as protocol
+from easgd.protocol import programs, runs as protocol
 from easgd.runtimes.divergence import DivergenceError
 from easgd.protocol.config import load_protocol_file
 
@@ -71,8 +71,8 @@ def main(argv=None) -> int:
   )
   easgd_arms = tuple(a for a in config.arms if a.algorithm == "easgd")
   config = dataclasses.replace(config, arms=easgd_arms).validate()
-  seeds = protocol.SeedData(config.base, config.tune_seeds)
-  runs = protocol.prepare(config, seeds.num_train)
+  seeds = programs.SeedData(config.base, config.tune_seeds)
+  runs = programs.prepare(config, seeds.num_train)
   group = [runs[a.name] for a in easgd_arms]
   configs = [
       dict(arm=r.arm.name, learning_rate=lr, seed=s)
@@ -83,7 +83,7 @@ def main(argv=None) -> int:
   print(f"{len(configs)} configurations x {group[0].num_steps} steps", flush=True)
 
   start = time.perf_counter()
-  out, info = protocol.run_program(group, configs, seeds, "tune", config)
+  out, info = programs.run_program(group, configs, seeds, "tune", config)
   a_s = time.perf_counter() - start
   print(f"A one program: {a_s:.1f} s ({info['compile_s']:.1f} s compiling)", flush=True)
 
@@ -105,7 +105,7 @@ def main(argv=None) -> int:
         b_diverged += 1
     b_s += time.perf_counter() - start
     start = time.perf_counter()
-    one, _ = protocol.run_program([r], [c], seeds, "tune", config)
+    one, _ = programs.run_program([r], [c], seeds, "tune", config)
     c_s += time.perf_counter() - start
     c_err.append(float(one["curves"]["val_error"][0, -1]))
     c_div.append(protocol._diverged(one["curves"]["val_loss"][0], config.divergence_factor))

@@ -53,7 +53,8 @@ face; docs/guides/architecture.md):
   easgd._util.progress    the training loops' progress: a bar on a terminal, one line
                     per epoch in a file, a pipe or a notebook
   easgd.run.compare     several algorithms on one data budget, plot + table
-  easgd.analysis.stability   analysis: spectral radii, stable regions, ADMM (Section 4)
+  easgd.analysis.stability   analysis: synchronous EASGD's spectral radii, stable regions (Section 4)
+  easgd.analysis.round_robin  round-robin EASGD and ADMM (Section 4, Figure 1)
   easgd.sweeps.engine  many configurations of an algorithm's own step as one
                     compiled program (vmap over configurations, divergence flags)
   easgd.sweeps.grid  the (learning rate, tau, alpha) grid and its results
@@ -63,6 +64,10 @@ face; docs/guides/architecture.md):
   easgd.sweeps.report   the sweep's files, theory contour and heatmaps
   easgd.sweeps.config        the ``easgd sweep`` config and flags (SweepConfig; no JAX)
   easgd.sweeps.command       the ``easgd sweep`` command (run_sweep)
+  easgd.protocol.config, networks, programs, runs, stats, report, claims
+                    the comparison protocol: its settings, the network model, the
+                    shared programs, tuning and report runs, intervals, results.md,
+                    the paper's claims
   easgd._util.flags       command-line flags from a dataclass's fields
   easgd._util.checks      the one vocabulary of input checks (one message form)
   easgd.tasks.datasets    the table of built-in data sets (MNIST-1D, Fashion-MNIST,

@@ -23,13 +23,8 @@ text's path is a task argument: ``--task-arg path=FILE --task-arg
 context=32 ...`` replaces the file's task arguments.
 """
 
-from easgd.protocol.config import (
-    Arm,
-    GIGABIT_ETHERNET,
-    HUNDRED_GIGABIT_ETHERNET,
-    ProtocolConfig,
-    log_grid,
-)
+from easgd.protocol.config import Arm, ProtocolConfig, log_grid
+from easgd.protocol.networks import GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET
 from easgd.settings.config import TrainConfig
 
 TASK_ARGS = ("path=runs/data/gpl3.txt", "context=32", "d_model=32", "num_layers=1")

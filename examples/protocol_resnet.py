@@ -21,13 +21,8 @@ No random crops: the protocol refuses a task with ``augment``. Sized to a
   3 report seeds.
 """
 
-from easgd.protocol.config import (
-    Arm,
-    GIGABIT_ETHERNET,
-    HUNDRED_GIGABIT_ETHERNET,
-    ProtocolConfig,
-    log_grid,
-)
+from easgd.protocol.config import Arm, ProtocolConfig, log_grid
+from easgd.protocol.networks import GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET
 from easgd.settings.config import TrainConfig
 
 TASK_ARGS = ("path=runs/data/digits.npz", "width=8", "blocks=2")

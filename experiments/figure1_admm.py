@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from easgd.sweeps import quadratic
-from easgd.analysis import stability
+from easgd.analysis import round_robin, stability
 
 ETA_MAX, RHO_MAX = 1e-2, 10.0
 DIVERGENCE = dict(eta=0.001, rho=2.5, num_workers=3, x0=1000.0)
@@ -39,7 +39,7 @@ def figure1(out: Path, grid: int) -> dict:
   fig, axes = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
   results = {}
   for ax, p in zip(axes, (3, 8)):
-    radius = stability.admm_spectral_radius(eta[None, :], rho[:, None], p)
+    radius = round_robin.admm_spectral_radius(eta[None, :], rho[:, None], p)
     j, i = np.unravel_index(np.argmax(radius), radius.shape)
     results[p] = dict(
         max_radius=float(radius.max()),
@@ -75,11 +75,11 @@ def divergence(out: Path, num_rounds: int) -> dict:
   eta, rho, p, x0 = (DIVERGENCE[k] for k in ("eta", "rho", "num_workers", "x0"))
   alpha = eta * rho
   worker_radii = [
-      float(np.max(np.abs(np.linalg.eigvals(stability.admm_worker_map(eta, rho, i, p)))))
+      float(np.max(np.abs(np.linalg.eigvals(round_robin.admm_worker_map(eta, rho, i, p)))))
       for i in range(p)
   ]
-  admm_radius = float(stability.admm_spectral_radius(eta, rho, p))
-  rr_radius = float(stability.round_robin_easgd_round_spectral_radius(eta, alpha, p))
+  admm_radius = float(round_robin.admm_spectral_radius(eta, rho, p))
+  rr_radius = float(round_robin.round_robin_easgd_round_spectral_radius(eta, alpha, p))
   sync_radius = float(stability.sync_easgd_spectral_radius(eta, alpha, 1, p))
   print(
       f"divergence example p={p}, eta={eta}, rho={rho} (EASGD alpha = eta*rho = "
@@ -89,13 +89,13 @@ def divergence(out: Path, num_rounds: int) -> dict:
   print(f"  ADMM round map F^p o ... o F^1: spectral radius {admm_radius:.8f}")
   print(
       f"  EASGD round-robin round map: spectral radius {rr_radius:.8f}; "
-      f"2x2 map {float(stability.round_robin_easgd_spectral_radius(eta, alpha)):.8f}"
-      f"; condition holds: {bool(stability.round_robin_easgd_condition(eta, alpha))}"
+      f"2x2 map {float(round_robin.round_robin_easgd_spectral_radius(eta, alpha)):.8f}"
+      f"; condition holds: {bool(round_robin.round_robin_easgd_condition(eta, alpha))}"
   )
   print(f"  EASGD synchronous (tau = 1) step: spectral radius {sync_radius:.8f}")
 
-  admm = stability.admm_simulate(eta, rho, p, num_rounds, x0=x0)
-  round_map = stability.round_robin_easgd_round_map(eta, alpha, p)
+  admm = round_robin.admm_simulate(eta, rho, p, num_rounds, x0=x0)
+  round_map = round_robin.round_robin_easgd_round_map(eta, alpha, p)
   state = np.full(p + 1, x0)
   rr = [x0]
   for _ in range(num_rounds):

@@ -31,13 +31,8 @@ files; 60000 training images, of which 5000 are held out for validation;
 """
 
 from easgd.settings.config import TrainConfig
-from easgd.protocol.config import (
-    Arm,
-    GIGABIT_ETHERNET,
-    HUNDRED_GIGABIT_ETHERNET,
-    ProtocolConfig,
-    log_grid,
-)
+from easgd.protocol.config import Arm, ProtocolConfig, log_grid
+from easgd.protocol.networks import GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET
 
 TAUS = (4, 16)
 SGD_RATES = log_grid(0.03, 0.3, 3)

@@ -42,13 +42,8 @@ the seeds resolve less).
 """
 
 from easgd.settings.config import TrainConfig
-from easgd.protocol.config import (
-    Arm,
-    GIGABIT_ETHERNET,
-    HUNDRED_GIGABIT_ETHERNET,
-    ProtocolConfig,
-    log_grid,
-)
+from easgd.protocol.config import Arm, ProtocolConfig, log_grid
+from easgd.protocol.networks import GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET
 
 TAUS = (1, 4, 16, 64)  # communication periods, local steps (paper)
 SGD_RATES = log_grid(0.01, 1.0, 5)  # plain SGD steps

@@ -27,13 +27,8 @@ the seeds, so their paired differences resolve less.
 """
 
 from easgd.settings.config import TrainConfig
-from easgd.protocol.config import (
-    Arm,
-    GIGABIT_ETHERNET,
-    HUNDRED_GIGABIT_ETHERNET,
-    ProtocolConfig,
-    log_grid,
-)
+from easgd.protocol.config import Arm, ProtocolConfig, log_grid
+from easgd.protocol.networks import GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET
 
 BATCH = 32  # examples per worker per step
 RATES = log_grid(0.01, 1.0, 5)

@@ -11,7 +11,8 @@ import dataclasses
 import sys
 
 from easgd._util import flags
-from easgd.protocol.config import Arm, Network, ProtocolConfig, TwoLevelNetwork
+from easgd.protocol.config import Arm, ProtocolConfig
+from easgd.protocol.networks import Network, TwoLevelNetwork
 
 CLASSES = (ProtocolConfig, Arm, Network, TwoLevelNetwork)
 

@@ -13,7 +13,8 @@ from scipy import stats
 
 from easgd import TrainConfig, cli, train_and_evaluate
 from easgd.tasks import data, datasets
-from easgd.protocol import runs as protocol, report as protocol_report, stats as protocol_stats
+from easgd.protocol import claims as protocol_claims
+from easgd.protocol import programs, runs as protocol, report as protocol_report, stats as protocol_stats
 from easgd.settings.config import ConfigError
 from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError, log_grid, lr_grid_edges
 
@@ -91,14 +92,14 @@ def test_validation_examples_are_never_trained_on_and_are_not_test_examples():
   assert not rows(val_x) & rows(reduced.train_x)  # disjoint from what is trained on
   assert not rows(val_x) & rows(full.test_x)  # and from the test set
   # every batch the protocol gathers comes from the training part
-  seeds = protocol.SeedData(
+  seeds = programs.SeedData(
       BASE.replace(dataset="mnist1d", model="cnn", validation_examples=1000), (3,)
   )
-  run = protocol.prepare(
+  run = programs.prepare(
       tiny_protocol(base=BASE.replace(dataset="mnist1d", model="cnn", validation_examples=1000)),
       seeds.num_train,
   )
-  idx = protocol.batch_indices(seeds, run["easgd tau=4"], 3)
+  idx = programs.batch_indices(seeds, run["easgd tau=4"], 3)
   assert not set(idx.ravel().tolist()) & set(val_idx.tolist())
 
 
@@ -122,8 +123,8 @@ arms, which share one (tau is traced)."""
 
 def test_the_equality_arms_make_the_programs_the_next_test_checks_one_by_one():
   config = ProtocolConfig("eq", "", BASE, EQUALITY_ARMS, eval_every_steps=18).validate()
-  runs = protocol.prepare(config, protocol.SeedData(BASE, (5, 6)).num_train)
-  groups = protocol.group_programs(list(runs.values()))
+  runs = programs.prepare(config, programs.SeedData(BASE, (5, 6)).num_train)
+  groups = programs.group_programs(list(runs.values()))
   assert [[r.arm.name for r in g] for g in groups] == [
       ["easgd tau=4", "easgd tau=2"],
       *[[a.name] for a in EQUALITY_ARMS[2:]],
@@ -138,9 +139,9 @@ def test_the_equality_arms_make_the_programs_the_next_test_checks_one_by_one():
 def test_one_program_gives_each_configuration_its_train_and_evaluate_run(names):
   arms = tuple(a for a in EQUALITY_ARMS if a.name in names)
   config = ProtocolConfig("eq", "", BASE, arms, eval_every_steps=18).validate()
-  seeds = protocol.SeedData(BASE, (5, 6))
-  runs = protocol.prepare(config, seeds.num_train)
-  (group,) = protocol.group_programs(list(runs.values()))  # one program
+  seeds = programs.SeedData(BASE, (5, 6))
+  runs = programs.prepare(config, seeds.num_train)
+  (group,) = programs.group_programs(list(runs.values()))  # one program
   worst = {1: 0.0, 2: 0.0}
   configs = [
       dict(arm=r.arm.name, learning_rate=r.arm.learning_rates[0], seed=s)
@@ -156,7 +157,7 @@ def test_one_program_gives_each_configuration_its_train_and_evaluate_run(names):
   ]
   for kind, split in (("tune", "val"), ("report", "test")):
     for per_call, rtol in ((1, LOSS_RTOL), (2, BATCHED_LOSS_RTOL)):
-      out, info = protocol.run_program(
+      out, info = programs.run_program(
           group,
           configs,
           seeds,
@@ -189,8 +190,8 @@ def test_the_values_do_not_depend_on_how_many_configurations_share_a_call():
   program and agrees within BATCHED_LOSS_RTOL (measured on an AVX2 CPU: 4.2e-5 at 2 of
   54 entries, one ReLU kink event)."""
   config = tiny_protocol().validate()
-  seeds = protocol.SeedData(BASE, (0, 1, 2))
-  runs = protocol.prepare(config, seeds.num_train)
+  seeds = programs.SeedData(BASE, (0, 1, 2))
+  runs = programs.prepare(config, seeds.num_train)
   group = [runs["easgd tau=1"], runs["easgd tau=4"]]
   configs = [
       dict(arm=r.arm.name, learning_rate=lr, seed=s)
@@ -199,7 +200,7 @@ def test_the_values_do_not_depend_on_how_many_configurations_share_a_call():
       for s in (0, 1, 2)
   ]
   outs = [
-      protocol.run_program(
+      programs.run_program(
           group, configs, seeds, "tune", dataclasses.replace(config, configs_per_batch=k)
       )[0]
       for k in (1, 2, 4, None)
@@ -267,7 +268,7 @@ def test_the_reported_test_error_is_read_where_validation_is_lowest():
     protocol_stats.error_at_best_val([0.1, 0.2], [0.1, 0.2, 0.3])
   # the arm's summary over two seeds: the test-selected minimum is reported nowhere
   config = tiny_protocol().validate()
-  run = protocol.prepare(config, 7000)["easgd tau=1"]
+  run = programs.prepare(config, 7000)["easgd tau=1"]
   E = len(run.eval_steps)  # 3: steps 0, 18, 36
   rep = dict(
       seeds=[100, 101],
@@ -435,7 +436,7 @@ def test_a_budget_beyond_memory_is_refused_before_anything_runs():
       tiny_protocol(), arms=(Arm("long", "easgd", dict(tau=2, num_epochs=10**6), (0.1,)),)
   ).validate()
   with pytest.raises(ProtocolError, match="of batch indices need .* GiB; allowed: at most 2"):
-    protocol.prepare(config, 7000)
+    programs.prepare(config, 7000)
 
 
 def test_cli_protocol_refuses_bad_arguments_before_running(tmp_path, capsys):
@@ -541,7 +542,7 @@ def test_time_to_target_and_the_network_model():
 
 
 def _claims_arm(algorithm, tau, hits, final=(0.2, 0.21, 0.22), all_reduces_per_step=1.0):
-  """A results.json arm for protocol_report.claims: 3 seeds, evaluations every
+  """A results.json arm for protocol_claims.claims: 3 seeds, evaluations every
   10 of 100 steps, first reaching the claims' target at ``hits`` (None: never)."""
   steps = list(range(0, 101, 10))
   return dict(
@@ -573,7 +574,6 @@ def _claims_results(arms):
 
 
 def test_a_method_that_never_reaches_the_target_is_never_fastest():
-  from easgd.protocol import report as protocol_report
   # EAMSGD misses the target on every seed: its censored time (the whole run,
   # with few exchanges) is BELOW pmean SGD's, whose every step all-reduces
   missing = _claims_results(
@@ -582,7 +582,7 @@ def test_a_method_that_never_reaches_the_target_is_never_fastest():
           "pmean_sgd": _claims_arm("pmean_sgd", 1, (70, 80, 90)),
       }
   )
-  fastest, *_ = protocol_report.claims(missing, None)
+  fastest, *_ = protocol_claims.claims(missing, None)
   (part,) = fastest["parts"]
   assert part["interval"]["high"] < 0  # the lower bounds look faster
   assert part["verdict"] == "inconclusive"  # but a lower bound cannot show it
@@ -594,14 +594,14 @@ def test_a_method_that_never_reaches_the_target_is_never_fastest():
           "pmean_sgd": _claims_arm("pmean_sgd", 1, (70, 80, 90)),
       }
   )
-  fastest, tau_claim, center = protocol_report.claims(reached, None)
+  fastest, tau_claim, center = protocol_claims.claims(reached, None)
   assert fastest["verdict"] == "holds"
   assert center["verdict"] == "holds"  # the center 1 point below its workers
   assert tau_claim["parts"] == [] and tau_claim["verdict"] == "inconclusive"  # no DOWNPOUR
-  assert "EAMSGD" in protocol_report.claims_markdown([fastest, tau_claim, center])
+  assert "EAMSGD" in protocol_claims.claims_markdown([fastest, tau_claim, center])
   reached["protocol"]["targets"] = [0.5]
   with pytest.raises(ValueError, match="not among the protocol's targets"):
-    protocol_report.claims(reached, None)
+    protocol_claims.claims(reached, None)
 
 
 def test_more_workers_is_judged_on_a_test_error_not_chosen_on_the_test_set():
@@ -622,13 +622,13 @@ def test_more_workers_is_judged_on_a_test_error_not_chosen_on_the_test_set():
           "easgd p=8": arm(8, (0.10, 0.11, 0.12), (0.40, 0.41, 0.42)),
       }
   )
-  (workers,) = protocol_report.claims(None, fig3)
+  (workers,) = protocol_claims.claims(None, fig3)
   assert "lowest validation error" in workers["measurement"]
   assert workers["parts"][0]["what"] == "easgd p=4 - easgd p=8 (test error at best val)"
   assert workers["verdict"] == "does not hold"
   for a in fig3["arms"].values():
     del a["test_errors_at_best_val"]
-  (workers,) = protocol_report.claims(None, fig3)
+  (workers,) = protocol_claims.claims(None, fig3)
   assert (
       "final test error" in workers["measurement"]
       and "nothing is selected" in workers["measurement"]
@@ -637,7 +637,6 @@ def test_more_workers_is_judged_on_a_test_error_not_chosen_on_the_test_set():
 
 
 def test_claims_are_measured_on_the_asynchronous_methods_and_paired_by_seed():
-  from easgd.protocol import report as protocol_report
 
   # DOWNPOUR 1 point above async EASGD on every seed, the seeds' spread 5 points:
   # per seed the difference is exact (paired: holds); Welch's interval of the
@@ -651,7 +650,7 @@ def test_claims_are_measured_on_the_asynchronous_methods_and_paired_by_seed():
       "async_eamsgd tau=16": _claims_arm("async_eamsgd", 16, (20, 20, 30), final=spread),
       "eamsgd tau=16": _claims_arm("eamsgd", 16, (90, 90, 90), final=spread),
   }
-  fastest, tau_claim, center = protocol_report.claims(_claims_results(arms), None)
+  fastest, tau_claim, center = protocol_claims.claims(_claims_results(arms), None)
   assert [p["what"] for p in tau_claim["parts"]] == [
       "downpour tau=16 - async_easgd tau=16 (final test error)",
       "downpour tau=16 - async_eamsgd tau=16 (final test error)",
@@ -677,7 +676,7 @@ def test_claims_are_measured_on_the_asynchronous_methods_and_paired_by_seed():
   ]
   # without asynchronous arms the synchronous methods are measured
   sync = {k: v for k, v in arms.items() if not k.startswith("async")}
-  _, tau_claim, _ = protocol_report.claims(_claims_results(sync), None)
+  _, tau_claim, _ = protocol_claims.claims(_claims_results(sync), None)
   assert [p["what"] for p in tau_claim["parts"]] == [
       "downpour tau=16 - easgd tau=16 (final test error)",
       "downpour tau=16 - eamsgd tau=16 (final test error)",

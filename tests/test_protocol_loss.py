@@ -15,8 +15,9 @@ from tensorboard.backend.event_processing import event_file_loader
 from tensorboard.compat.proto import event_pb2
 
 from easgd import TrainConfig, cli
-from easgd.protocol import report, runs as protocol, stats as protocol_stats
-from easgd.protocol.config import Arm, Network, ProtocolConfig, ProtocolError, load_protocol_file
+from easgd.protocol import claims, report, runs as protocol, stats as protocol_stats
+from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError, load_protocol_file
+from easgd.protocol.networks import Network
 from easgd.tasks.task import Task
 from testutil import regression_task
 
@@ -81,7 +82,7 @@ def test_a_loss_only_task_is_tuned_on_its_validation_loss_and_reports_its_test_l
   assert "| final test loss | test loss at best val | workers' final test loss |" in text
   assert f"| {interval['mean']:.4g} \u00b1 {interval['half_width']:.2g} |" in text
   assert "error" not in text and "err %" not in text and "Modelled" not in text
-  for table in (lambda: report.claims(results, None), lambda: report.compact_markdown(results)):
+  for table in (lambda: claims.claims(results, None), lambda: report.compact_markdown(results)):
     with pytest.raises(ProtocolError, match="speaks of test error; the results of 'regression'"):
       table()
 

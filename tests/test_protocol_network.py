@@ -15,12 +15,12 @@ import dataclasses
 import pytest
 
 from easgd.protocol import stats as protocol_stats
-from easgd.protocol.config import (
+from easgd.protocol.config import ProtocolError
+from easgd.protocol.networks import (
     GIGABIT_ETHERNET,
     HUNDRED_GIGABIT_ETHERNET,
     NVLINK_NODES_100GBE,
     Network,
-    ProtocolError,
     TwoLevelNetwork,
     network_from_dict,
 )

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from easgd import TrainConfig, train_and_evaluate
-from easgd.protocol import runs as protocol
+from easgd.protocol import programs, runs as protocol
 from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError
 from testutil import CLASSES, FEATURES, Items, linear_data, linear_task
 
@@ -187,10 +187,10 @@ def test_a_batchnorm_task_is_evaluated_with_the_center_statistics_the_trainer_us
   )
   arm = Arm("easgd", "easgd", dict(tau=4), (0.05,))
   config = ProtocolConfig("bn", "", base, (arm,), eval_every_steps=18).validate()
-  seeds = protocol.SeedData(base, (5,))
-  run = protocol.prepare(config, seeds.num_train)["easgd"]
+  seeds = programs.SeedData(base, (5,))
+  run = programs.prepare(config, seeds.num_train)["easgd"]
   configs = [dict(arm="easgd", learning_rate=0.05, seed=5)]
-  out, _ = protocol.run_program([run], configs, seeds, "report", config)
+  out, _ = programs.run_program([run], configs, seeds, "report", config)
   history = train_and_evaluate(run.config.replace(learning_rate=0.05, seed=5), tmp_path / "train")[
       "history"
   ]

@@ -98,7 +98,8 @@ def test_the_protocol_fields_table_is_their_declarations():
   ).stdout.strip()
   assert out in guide("protocol")
   import dataclasses
-  from easgd.protocol.config import Arm, Network, ProtocolConfig, TwoLevelNetwork
+  from easgd.protocol.config import Arm, ProtocolConfig
+  from easgd.protocol.networks import Network, TwoLevelNetwork
 
   for cls in (ProtocolConfig, Arm, Network, TwoLevelNetwork):  # every field has a row
     for field in dataclasses.fields(cls):

@@ -8,7 +8,7 @@ import pytest
 import scipy.linalg
 
 from easgd.sweeps import quadratic
-from easgd.analysis import stability
+from easgd.analysis import round_robin, stability
 
 RNG_SEED = 20150
 
@@ -193,40 +193,40 @@ def test_eta_h_zero_is_outside_every_region_interval_and_message():
 
 def _near_condition_boundary(eta, alpha, d=1e-6):
   """True where the condition changes within distance d of (eta, alpha)."""
-  here = stability.round_robin_easgd_condition(eta, alpha)
+  here = round_robin.round_robin_easgd_condition(eta, alpha)
   near = np.zeros_like(here)
   for de, da in [(d, 0), (-d, 0), (0, d), (0, -d)]:
-    near |= stability.round_robin_easgd_condition(eta + de, alpha + da) != here
+    near |= round_robin.round_robin_easgd_condition(eta + de, alpha + da) != here
   return near
 
 
 def test_round_robin_condition_is_boundary_of_2x2_stability():
   eta, alpha = np.meshgrid(np.linspace(-0.5, 4.5, 501), np.linspace(-0.5, 2.5, 301))
-  radius = stability.round_robin_easgd_spectral_radius(eta, alpha)
-  m = stability.round_robin_easgd_matrix(eta, alpha)
+  radius = round_robin.round_robin_easgd_spectral_radius(eta, alpha)
+  m = round_robin.round_robin_easgd_matrix(eta, alpha)
   np.testing.assert_allclose(radius, np.max(np.abs(np.linalg.eigvalsh(m)), -1), rtol=1e-12)
-  cond = stability.round_robin_easgd_condition(eta, alpha)
+  cond = round_robin.round_robin_easgd_condition(eta, alpha)
   assert 0.05 < cond.mean() < 0.2  # area ~1.24 of the 5 x 3 window
   disagree = cond != (radius <= 1 + 1e-12)
   assert np.all(_near_condition_boundary(eta[disagree], alpha[disagree]))
   # Just inside / outside the curve alpha = (4 - 2 eta) / (4 - eta).
   e = np.linspace(0.01, 1.99, 199)
   bound = (4 - 2 * e) / (4 - e)
-  assert np.all(stability.round_robin_easgd_spectral_radius(e, bound - 1e-6) < 1)
-  assert np.all(stability.round_robin_easgd_spectral_radius(e, bound + 1e-6) > 1)
-  assert np.all(stability.round_robin_easgd_condition(e, bound - 1e-6))
-  assert not np.any(stability.round_robin_easgd_condition(e, bound + 1e-6))
+  assert np.all(round_robin.round_robin_easgd_spectral_radius(e, bound - 1e-6) < 1)
+  assert np.all(round_robin.round_robin_easgd_spectral_radius(e, bound + 1e-6) > 1)
+  assert np.all(round_robin.round_robin_easgd_condition(e, bound - 1e-6))
+  assert not np.any(round_robin.round_robin_easgd_condition(e, bound + 1e-6))
   # The other edges: eta just above 2 or alpha just below 0 are unstable.
-  assert stability.round_robin_easgd_spectral_radius(2 + 1e-6, 0.0) > 1
-  assert stability.round_robin_easgd_spectral_radius(0.5, -1e-6) > 1
+  assert round_robin.round_robin_easgd_spectral_radius(2 + 1e-6, 0.0) > 1
+  assert round_robin.round_robin_easgd_spectral_radius(0.5, -1e-6) > 1
 
 
 @pytest.mark.parametrize("num_workers", [2, 3, 5])
 def test_round_robin_round_map_against_condition(num_workers):
   eta, alpha = np.meshgrid(np.linspace(-0.5, 4.5, 101), np.linspace(-0.5, 2.5, 81))
-  cond = stability.round_robin_easgd_condition(eta, alpha)
+  cond = round_robin.round_robin_easgd_condition(eta, alpha)
   round_stable = (
-      stability.round_robin_easgd_round_spectral_radius(eta, alpha, num_workers) <= 1 + 1e-9
+      round_robin.round_robin_easgd_round_spectral_radius(eta, alpha, num_workers) <= 1 + 1e-9
   )
   # Sufficiency holds for every p (each F^i is symmetric with norm rho(A)).
   assert not np.any(cond & ~round_stable)
@@ -256,20 +256,20 @@ def _round_robin_direct(eta, alpha, num_workers, num_rounds, x0=1.0):
 
 def test_round_robin_even_p_sliver_by_direct_simulation():
   eta, alpha = 0.75, 0.775  # outside: (4 - 1.5) / 3.25 = 0.769 < 0.775
-  assert not stability.round_robin_easgd_condition(eta, alpha)
-  assert stability.round_robin_easgd_spectral_radius(eta, alpha) > 1.01
-  assert stability.round_robin_easgd_round_spectral_radius(eta, alpha, 2) < 0.95
-  assert stability.round_robin_easgd_round_spectral_radius(eta, alpha, 3) > 1
+  assert not round_robin.round_robin_easgd_condition(eta, alpha)
+  assert round_robin.round_robin_easgd_spectral_radius(eta, alpha) > 1.01
+  assert round_robin.round_robin_easgd_round_spectral_radius(eta, alpha, 2) < 0.95
+  assert round_robin.round_robin_easgd_round_spectral_radius(eta, alpha, 3) > 1
   assert _round_robin_direct(eta, alpha, 2, 400) < 1e-8
   assert _round_robin_direct(eta, alpha, 3, 400) > 1.0
 
 
 def test_round_robin_worker_map_is_symmetric_and_composes():
-  maps = [stability.round_robin_easgd_worker_map(0.3, 0.2, i, 3) for i in range(3)]
+  maps = [round_robin.round_robin_easgd_worker_map(0.3, 0.2, i, 3) for i in range(3)]
   for m in maps:
     np.testing.assert_array_equal(m, m.T)
   np.testing.assert_allclose(
-      maps[2] @ maps[1] @ maps[0], stability.round_robin_easgd_round_map(0.3, 0.2, 3)
+      maps[2] @ maps[1] @ maps[0], round_robin.round_robin_easgd_round_map(0.3, 0.2, 3)
   )
 
 
@@ -283,18 +283,18 @@ ETA_EX, RHO_EX = 0.001, 2.5  # the paper's divergence example
 def test_admm_single_workers_stable_round_unstable():
   p = 3
   for i in range(p):
-    assert full_radius(stability.admm_worker_map(ETA_EX, RHO_EX, i, p)) <= 1 + 1e-12
-  radius = float(stability.admm_spectral_radius(ETA_EX, RHO_EX, p))
+    assert full_radius(round_robin.admm_worker_map(ETA_EX, RHO_EX, i, p)) <= 1 + 1e-12
+  radius = float(round_robin.admm_spectral_radius(ETA_EX, RHO_EX, p))
   assert radius > 1 + 5e-4
-  np.testing.assert_allclose(radius, full_radius(stability.admm_round_map(ETA_EX, RHO_EX, p)))
+  np.testing.assert_allclose(radius, full_radius(round_robin.admm_round_map(ETA_EX, RHO_EX, p)))
 
 
 def test_admm_simulation_matches_round_map():
   p = 3
   rounds = 50
-  traj = stability.admm_simulate(0.004, 6.0, p, rounds, x0=1000.0)
+  traj = round_robin.admm_simulate(0.004, 6.0, p, rounds, x0=1000.0)
   state = np.r_[np.tile([0.0, 1000.0], p), 1000.0]
-  round_map = stability.admm_round_map(0.004, 6.0, p)
+  round_map = round_robin.admm_round_map(0.004, 6.0, p)
   expected = np.linalg.matrix_power(round_map, rounds) @ state
   np.testing.assert_allclose(traj.center[-1], expected[-1], rtol=1e-9)
   np.testing.assert_allclose(traj.norm[-1], np.linalg.norm(expected), rtol=1e-9)
@@ -303,23 +303,25 @@ def test_admm_simulation_matches_round_map():
 
 def test_admm_diverges_where_easgd_converges():
   p, rounds = 3, 20000
-  admm = stability.admm_simulate(ETA_EX, RHO_EX, p, rounds, x0=1000.0)
+  admm = round_robin.admm_simulate(ETA_EX, RHO_EX, p, rounds, x0=1000.0)
   assert admm.norm[-1] > 1e6 and abs(admm.center[-1]) > 1e6
   assert admm.norm[-1] > admm.norm[rounds // 2] > 1e3  # keeps growing
   alpha = ETA_EX * RHO_EX
   easgd = quadratic.simulate_sync_easgd(ETA_EX, alpha, 1, p, rounds, x0=1000.0, trajectory=False)
   assert abs(float(easgd.center)) < 1e-2
   assert stability.sync_easgd_spectral_radius(ETA_EX, alpha, 1, p) < 1
-  assert stability.round_robin_easgd_round_spectral_radius(ETA_EX, alpha, p) < 1
+  assert round_robin.round_robin_easgd_round_spectral_radius(ETA_EX, alpha, p) < 1
 
 
 def test_admm_radius_grid_is_vectorised_and_exceeds_one():
   eta = np.linspace(0, 1e-2, 11)[1:]
   rho = np.linspace(0, 10, 9)[1:]
   for p in (3, 8):
-    grid = stability.admm_spectral_radius(eta[None, :], rho[:, None], p)
+    grid = round_robin.admm_spectral_radius(eta[None, :], rho[:, None], p)
     assert grid.shape == (8, 10)
-    np.testing.assert_allclose(grid[3, 4], full_radius(stability.admm_round_map(eta[4], rho[3], p)))
+    np.testing.assert_allclose(
+        grid[3, 4], full_radius(round_robin.admm_round_map(eta[4], rho[3], p))
+    )
     assert grid.max() > 1.0 and grid.min() < 1.0
 
 
@@ -433,10 +435,10 @@ BAD_CALLS = [
         r"sigma must be a finite real in \[0\.0, inf\), got -1\.0",
     ),
     (lambda: stability.stability_bound_message(0.1, 0.1, 3, -2), r"num_workers.*-2"),
-    (lambda: stability.round_robin_easgd_worker_map(0.1, 0.1, 3, 3), r"i .*\[0, 2\].*3"),
-    (lambda: stability.admm_worker_map(0.1, 0.1, -1, 3), r"i .*>= 0.*-1"),
-    (lambda: stability.admm_spectral_radius(-1.0, 1.0, 3), r"eta \* rho.*-1"),
-    (lambda: stability.admm_simulate(0.001, 2.5, 3, -5), r"num_rounds.*-5"),
+    (lambda: round_robin.round_robin_easgd_worker_map(0.1, 0.1, 3, 3), r"i .*\[0, 2\].*3"),
+    (lambda: round_robin.admm_worker_map(0.1, 0.1, -1, 3), r"i .*>= 0.*-1"),
+    (lambda: round_robin.admm_spectral_radius(-1.0, 1.0, 3), r"eta \* rho.*-1"),
+    (lambda: round_robin.admm_simulate(0.001, 2.5, 3, -5), r"num_rounds.*-5"),
     (lambda: quadratic.simulate_sync_easgd(0.1, 0.1, 0, 2, 5), r"tau.*0"),
     (
         lambda: quadratic.simulate_sync_easgd(0.1, 0.1, 1, 2, 5, sigma=1.0, eta=0.1),

@@ -456,6 +456,14 @@ DEFAULT_COMPARISON = ("easgd", "pmean_sgd")
 """What ``easgd compare`` runs when no names are given: EASGD against the
 synchronous baseline it is measured against (the README's main job)."""
 
+PAPER_METHODS = {
+    "EASGD": ("easgd", "async_easgd"),
+    "EAMSGD": ("eamsgd", "async_eamsgd"),
+}
+"""The algorithms that are the paper's EASGD and EAMSGD: the synchronous rules (eq. (5)-(7))
+and the asynchronous ones (Algorithms 1 and 2); the protocol's claims measure these
+(``easgd.protocol.claims``)."""
+
 
 def names_where(predicate: Callable[[AlgorithmSpec], bool]) -> tuple[str, ...]:
   """The names of the algorithms whose spec satisfies ``predicate``."""

@@ -1,25 +1,10 @@
 """The comparison protocol's configuration: arms, grids, seeds, budget, targets.
 
-A :class:`ProtocolConfig` names the arms of a comparison (an :class:`Arm` is one
-algorithm in one setting: a ``TrainConfig`` = the protocol's ``base`` with the
-arm's overrides), each arm's log-spaced learning-rate grid (or the arm whose
-chosen rate it takes, scaled by its ``lr_scaling``), the seeds of the tuning
-runs and the fresh seeds of the reported reruns, the evaluation steps, the
-test errors of "time to target" and the networks of the modelled wall-clock
-time. Every value is checked here, in Python, before any data is loaded or
-anything is compiled (:meth:`ProtocolConfig.validate`, ``ProtocolError`` with
-the one message format of ``easgd._util.checks``); every arm's config is validated
-as a ``TrainConfig`` (so a setting an algorithm does not read is refused).
-
-The budget of an arm is its config's ``num_epochs`` (``steps_per_epoch`` x
-``num_epochs`` local steps per worker, on the training set less the
-``validation_examples`` held out), so every run of the protocol is a run that
-``easgd train`` reproduces: the arm's config with the chosen learning rate and
-a seed.
-
-A config file for ``easgd protocol --config FILE.py`` defines
-``get_protocol() -> ProtocolConfig`` (and, so that ``easgd train --config``
-runs its base setting, ``get_config() -> TrainConfig``).
+:class:`ProtocolConfig` and its :class:`Arm` s (each field's meaning and unit in its help
+text), checked in Python before any data is loaded or anything compiled
+(:meth:`ProtocolConfig.validate`, ``ProtocolError``); a protocol file defines
+``get_protocol() -> ProtocolConfig`` (:func:`load_protocol_file`). See
+docs/guides/protocol.md.
 """
 
 from __future__ import annotations
@@ -27,16 +12,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
 from easgd._util import checks
+from easgd._util.flags import REQUIRED, call_config_file, option
 from easgd.methods import registry
 from easgd.settings import runtime_table
 from easgd.settings.config import ConfigError, TrainConfig
 from easgd.settings.fields import FLOAT32_TINY, MAX_REAL
-from easgd._util.flags import REQUIRED, call_config_file, option
+
+if TYPE_CHECKING:  # easgd.protocol.networks raises this module's ProtocolError
+  from easgd.protocol.networks import Network, TwoLevelNetwork
 
 
 class ProtocolError(ConfigError):
@@ -97,203 +85,6 @@ def log_grid(low: float, high: float, num: int) -> tuple[float, ...]:
   num = _int("learning-rate grid size", num, 1)
   values = np.geomspace(low, high, num) if num > 1 else np.asarray([low])
   return tuple(float(f"{v:.4g}") for v in values)
-
-
-LEVELS = ("across_workers", "within_workers")
-"""The levels of a run's communication (``easgd.parallel.accounting.communication_by_level``)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Network:
-  r"""A network of the modelled wall-clock time: one link for every all-reduce.
-
-  One all-reduce of b bytes per device over a group of g devices costs
-
-  .. math::
-
-     \ell + \frac{2 (g - 1)}{g}\, \frac{b}{\beta}
-
-  (l = ``latency_s``, beta = ``bandwidth_bytes_per_s``; ring all-reduce
-  traffic per device; ``easgd.protocol.stats.allreduce_seconds``). Both
-  levels of a run (:data:`LEVELS`) use this link: across workers g = p,
-  within a worker of D devices g = D. Every field carries its meaning and
-  unit in its help text.
-  """
-
-  name: str = option("1GbE", "the network's name (keys the modelled times)")
-  bandwidth_bytes_per_s: float = option(
-      125e6, "link bandwidth per device (per worker when a worker is one device), bytes per second"
-  )
-  latency_s: float = option(50e-6, "seconds added to every all-reduce")
-
-  def validate(self, what: str = "") -> "Network":
-    """Checks the fields; returns self. ``what``: where the network sits, for
-    the message (e.g. " (inside of network 'x')").
-
-    Raises:
-      ProtocolError: an empty name, a bandwidth that is not a finite real > 0,
-        a latency that is not a finite real >= 0.
-    """
-    if not isinstance(self.name, str) or not self.name:
-      raise ProtocolError(f"a network's name must be a non-empty string, got {self.name!r}{what}")
-    _real(
-        f"bandwidth_bytes_per_s of network {self.name!r}{what}",
-        self.bandwidth_bytes_per_s,
-        0,
-        open_low=True,
-    )
-    _real(f"latency_s of network {self.name!r}{what}", self.latency_s, 0)
-    return self
-
-  def links(self, num_workers: int, devices_per_worker: int = 1) -> dict[str, "Network"]:
-    """The link of each level (:data:`LEVELS`): this one for both."""
-    del num_workers, devices_per_worker
-    return {level: self for level in LEVELS}
-
-  def modelled_seconds(
-      self,
-      steps: int,
-      compute_per_step_s: float,
-      across: Sequence[int],
-      within: Sequence[int] = (0, 0),
-      num_workers: int = 1,
-      devices_per_worker: int = 1,
-  ) -> float:
-    """Modelled seconds of ``steps`` local steps: compute plus each level's
-    all-reduces at its link (:meth:`links`), no overlap.
-
-    Args:
-      steps: local steps.
-      compute_per_step_s: measured seconds of one worker's local step.
-      across: (all-reduces, bytes per device) across workers, in groups of
-        ``num_workers`` devices (``Algorithm.communication``).
-      within: (all-reduces, bytes per device) within each worker, in groups
-        of ``devices_per_worker`` devices.
-      num_workers, devices_per_worker: the modelled layout, p x D devices.
-
-    Returns:
-      ``steps * compute_per_step_s`` + the levels'
-      ``easgd.protocol.stats.allreduce_seconds`` (a group of 1 costs 0).
-    """
-    from easgd.protocol import stats
-
-    links = self.links(num_workers, devices_per_worker)
-    total = steps * compute_per_step_s
-    for level, (count, nbytes), group in (
-        ("across_workers", across, num_workers),
-        ("within_workers", within, devices_per_worker),
-    ):
-      link = links[level]
-      total += stats.allreduce_seconds(
-          count, nbytes, group, link.bandwidth_bytes_per_s, link.latency_s
-      )
-    return total
-
-
-GIGABIT_ETHERNET = Network("1GbE", 125e6, 50e-6)
-"""1 Gbit/s = 125 MB/s, 50 us per all-reduce (a switched LAN)."""
-HUNDRED_GIGABIT_ETHERNET = Network("100GbE", 12.5e9, 5e-6)
-"""100 Gbit/s = 12.5 GB/s, 5 us per all-reduce (RDMA-class)."""
-DEFAULT_NETWORKS = (GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET)
-"""The networks of the modelled times of a task with a per-example "correct"
-(``ProtocolConfig.networks`` None)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class TwoLevelNetwork:
-  r"""A network of nodes: a fast link inside a node, a slow one between nodes.
-
-  The modelled layout is p workers of D devices, worker i on devices
-  i D, ..., i D + D - 1, and node k holds devices k n, ..., k n + n - 1
-  (n = ``devices_per_node``; a worker = a node when D = n). A level's
-  all-reduces (:data:`LEVELS`: within a worker, groups of its D devices;
-  across workers, groups of one device per worker) run at ``inside`` when
-  every group of the level lies in one node, else at ``between``: a group
-  that spans nodes is modelled as a ring whose slowest link is ``between``,
-
-  .. math::
-
-     \ell_\text{between} + \frac{2 (g - 1)}{g}\, \frac{b}{\beta_\text{between}}
-
-  per all-reduce of b bytes per device over g devices (the groups of a level
-  run at once; the level takes its slowest group's time). Bandwidths are per
-  device (each device its own link into each level, as in nodes with one
-  NIC per device). So pmean SGD over p D devices as one flat group (D = 1,
-  p D workers) that spans nodes pays the between link every step, while
-  EASGD on workers of D = n devices pays ``inside`` every step and
-  ``between`` every tau steps. A hierarchical all-reduce (reduce-scatter in
-  the node, ring across nodes on b / m bytes with m of the group's devices
-  per node, all-gather in the node) would move only b / m across per device;
-  it is not what the compiled programs run and not modelled, so the flat
-  group's time here is an upper bound for it.
-
-  Every field carries its meaning and unit in its help text.
-
-  Example:
-    >>> net = TwoLevelNetwork("x", Network("in", 100.0, 0.0), Network("out", 10.0, 1.0), 4)
-    >>> sorted((k, v.name) for k, v in net.links(num_workers=2, devices_per_worker=4).items())
-    [('across_workers', 'out'), ('within_workers', 'in')]
-    >>> net.modelled_seconds(0, 0.0, across=(1, 40), within=(2, 40), num_workers=2,
-    ...                      devices_per_worker=4)   # 1 + 1 x 40 / 10 + 1.5 x 40 / 100
-    5.6
-  """
-
-  name: str = option(REQUIRED, "the network's name (keys the modelled times)")
-  inside: Network = option(REQUIRED, "the link between the devices of one node (a Network)")
-  between: Network = option(REQUIRED, "the link between nodes, per device (a Network)")
-  devices_per_node: int = option(REQUIRED, "devices of one node, n (an integer >= 1)")
-
-  def validate(self, what: str = "") -> "TwoLevelNetwork":
-    """Checks the fields; returns self.
-
-    Raises:
-      ProtocolError: an empty name, ``inside`` or ``between`` not a valid
-        :class:`Network`, ``devices_per_node`` not an integer >= 1.
-    """
-    if not isinstance(self.name, str) or not self.name:
-      raise ProtocolError(f"a network's name must be a non-empty string, got {self.name!r}")
-    for field in ("inside", "between"):
-      link = getattr(self, field)
-      if not isinstance(link, Network):
-        raise ProtocolError(
-            f"{field} of network {self.name!r} must be an easgd.protocol.config.Network, "
-            f"got {link!r}"
-        )
-      link.validate(f" ({field} of network {self.name!r})")
-    _int(f"devices_per_node of network {self.name!r}", self.devices_per_node, 1)
-    return self
-
-  def links(self, num_workers: int, devices_per_worker: int = 1) -> dict[str, Network]:
-    """The link of each level on the layout of ``num_workers`` x
-    ``devices_per_worker`` devices: ``inside`` where every group of the level
-    lies in one node, else ``between`` (class docstring)."""
-    p = _int("num_workers", num_workers, 1)
-    D = _int("devices_per_worker", devices_per_worker, 1)
-    node = np.arange(p * D).reshape(p, D) // self.devices_per_node
-    one_node = dict(
-        within_workers=bool(np.all(node == node[:, :1])),  # each row (a worker) in one node
-        across_workers=bool(np.all(node == node[:1, :])),  # each column in one node
-    )
-    return {level: self.inside if one_node[level] else self.between for level in LEVELS}
-
-  modelled_seconds = Network.modelled_seconds
-
-
-NVLINK_NODES_100GBE = TwoLevelNetwork(
-    "8xNVLink+100GbE", Network("NVLink", 300e9, 2e-6), HUNDRED_GIGABIT_ETHERNET, 8
-)
-"""Nodes of 8 devices: an NVLink-class 300 GB/s and 2 us per all-reduce
-inside a node, 100 Gbit/s = 12.5 GB/s and 5 us per device between nodes
-(assumed figures of the model, not measured here)."""
-
-
-def network_from_dict(d: Mapping[str, Any]) -> "Network | TwoLevelNetwork":
-  """The network of its ``results.json`` form (``dataclasses.asdict``)."""
-  if "inside" in d:
-    return TwoLevelNetwork(
-        d["name"], Network(**d["inside"]), Network(**d["between"]), d["devices_per_node"]
-    )
-  return Network(**d)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -500,10 +291,12 @@ class ProtocolConfig:
       return
     if not self.networks:
       raise ProtocolError("networks must hold at least one Network (or be None)")
+    from easgd.protocol.networks import Network, TwoLevelNetwork
+
     for n in self.networks:
       if not isinstance(n, (Network, TwoLevelNetwork)):
         raise ProtocolError(
-            "networks entries must be easgd.protocol.config.Network or TwoLevelNetwork, "
+            "networks entries must be easgd.protocol.networks.Network or TwoLevelNetwork, "
             f"got {n!r}"
         )
       n.validate()
@@ -559,6 +352,8 @@ class ProtocolConfig:
         'error' (the protocol's own name), or ``targets`` or ``networks``
         given for a task without 'correct' (it has no test error to reach).
     """
+    from easgd.protocol.networks import DEFAULT_NETWORKS
+
     classifier = "correct" in metrics
     if "error" in metrics:  # the protocol's own name, with or without a 'correct'
       raise ProtocolError(

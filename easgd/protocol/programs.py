@@ -1,7 +1,7 @@
 """The protocol's programs: arms resolved to runs, the data of the seeds, one program.
 
-``easgd.protocol.runs.run_protocol`` (whose docstring states the procedure and
-what "one program" computes) tunes and reports through these pieces:
+``easgd.protocol.runs.run_protocol`` tunes and reports through these pieces (the
+procedure and what "one program" computes: docs/guides/protocol.md):
 
   :class:`ArmRun`, :func:`prepare`        every arm with its config, steps and
                                           evaluation steps (sizes checked).
@@ -31,18 +31,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from easgd.settings import builtin_tasks
-from easgd.tasks import batches, data
 from easgd.core import elastic
 from easgd.methods import registry
-from easgd.settings.config import ConfigError, TrainConfig
-from easgd.runtimes.optimizers import make_optimizer
-from easgd.tasks.sources import ArraySource, take
-from easgd.runtimes.training_run import bn_stats_indices
-from easgd.tasks.task import Task, TaskError, check_task, user_call
 from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError
+from easgd.runtimes.optimizers import make_optimizer
+from easgd.runtimes.training_run import bn_stats_indices
+from easgd.settings import builtin_tasks
+from easgd.settings.config import ConfigError, TrainConfig
 from easgd.sweeps.curves import make_curve_fn
 from easgd.sweeps.engine import CompileCounter
+from easgd.tasks import batches, data
+from easgd.tasks.sources import ArraySource, take
+from easgd.tasks.task import Task, TaskError, check_task, user_call
 
 TRACED_ALWAYS = ("learning_rate", "seed", "lr_scaling", "lr_reference_batch")
 """Fields every program takes per configuration: the rate (resolved with the

@@ -1,70 +1,10 @@
-"""The comparison protocol: tuned rates, seeds, intervals, time to target.
+"""The comparison protocol's runs: tune on the validation split, choose, report on fresh seeds.
 
-:func:`run_protocol` runs a :class:`~easgd.protocol.config.ProtocolConfig` the
-way the paper chose its numbers, at whatever scale the machine allows:
-
-1. **Tune.** For every arm with a learning-rate grid, every (rate, tuning
-   seed) runs for the arm's budget; the center's error on the validation
-   split (``TrainConfig.validation_examples`` held out of the training set,
-   never trained on) is recorded along the way. The test set is not passed to
-   these programs at all.
-2. **Choose.** Each arm's rate is the one with the best mean final
-   validation ``select_metric`` over the tuning seeds (by default the error of
-   a task with a per-example ``"correct"``, else its loss; a diverged run
-   counts as the worst value: an error of 1);
-   an arm with ``lr_from`` takes the chosen base rate of another arm, scaled
-   by its own ``lr_scaling``. A rate at the edge of its grid is flagged, and
-   so is a grid that cannot tune (a single rate; every rate diverged:
-   ``easgd.protocol.config.lr_grid_edges``).
-3. **Report.** Each arm reruns at its chosen rate on the fresh report seeds;
-   these runs evaluate the center on the validation split and the test set
-   along the way and every worker on the test set at the end. Nothing is
-   selected on the test set: an arm reports its final test error and its
-   test error at the evaluation with the best validation ``select_metric``
-   (the earliest of equal ones), and the time to a target test error; a
-   task without ``"correct"`` reports the chosen metric and the test loss
-   the same way, and has no time to a target error.
-
-Grids as one program: the configurations of an arm (rate x seed) and of the
-arms that differ only in fields their algorithm takes as arrays (the
-table's ``array_fields``: tau of EASGD, EAMSGD, local SGD and DiLoCo, beta,
-delta, ...) run as ONE compiled program (``easgd.sweeps.curves``): the
-algorithm's ``Algorithm.step`` built by ``easgd.methods.registry`` from traced
-hyperparameters and vmapped over configurations. Arms that differ in
-anything else (p or the batch: array shapes; the epochs: the scan's length;
-the DOWNPOUR family's tau: a host-side exchange table; the warm-up's K:
-the program's control flow) run as separate programs, and the results name
-the fields that kept them apart.
-
-Every run is the run ``easgd train`` makes of the arm's config with that rate
-and seed, up to float32 rounding: the same initial parameters and step key (``split(key(seed))``),
-the same data set (MNIST-1D is generated from the seed), the same training
-examples (the validation split removed, ``easgd.tasks.data.validation_split``),
-the same data order (``easgd.tasks.batches.worker_batch_indices``, epochs 1, 2, ...),
-the same local optimizer and schedule (``easgd.runtimes.optimizers``), the same
-algorithm (``easgd.methods.registry``); ``tests/test_protocol.py`` checks the
-per-configuration equality with ``train_and_evaluate``. With one configuration
-per call (``configs_per_batch=1``) the program computes what the trainer
-computes (measured: equal validation errors on all 20 configurations of
-``benchmarks/protocol_grid.py``); batching configurations lets XLA round
-differently, and where a ReLU pre-activation lies within rounding of zero
-that last bit picks the side of the kink. At high rates such events grow: in
-that benchmark, up to 0.3 points of validation error at rates up to 0.1 and
-5.3 points at 0.316, where the one-by-one runs of three seeds themselves
-end 8.9 to 17.4% apart. The intervals over seeds take this in;
-``configs_per_batch=1`` removes it at about 1.8 times the run time.
-
-Time to target: for each report seed, the first evaluation step whose center
-test error is at or below a target, and at that step the samples processed
-(steps x global batch), the all-reduces and bytes per worker
-(``Algorithm.communication``) and a modelled wall-clock time per network:
-steps x the measured compute time of one worker's local step on this machine,
-plus ``latency + 2 (g - 1) / g x bytes / bandwidth`` per all-reduce over g
-devices (``easgd.protocol.stats``): across workers g = p; within a worker of
-``devices_per_worker`` D > 1 devices, every step, g = D. A ``Network`` has one
-link for both; a ``TwoLevelNetwork`` puts each level at its inside or
-between link by where the arm's p x D devices sit on its nodes
-(``easgd.protocol.config``).
+:func:`run_protocol` runs a :class:`~easgd.protocol.config.ProtocolConfig` (tune every
+rate of each grid on the tuning seeds, choose by the mean final validation
+``select_metric``, rerun the chosen rate on the report seeds) and returns its results;
+:func:`summarize_arm` reduces an arm's report runs to intervals and times to target. The
+steps, the programs they share and what the results hold: docs/guides/protocol.md.
 
 References:
   S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging
@@ -85,15 +25,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from easgd.parallel import accounting
 from easgd._util import checks
-from easgd.run import runlock
-from easgd.settings import builtin_tasks
-from easgd.tasks import models
-from easgd.protocol import report as protocol_report, stats as protocol_stats
-from easgd.methods import registry
-from easgd.core import elastic
 from easgd._util.files import check_interrupt, json_text
+from easgd.core import elastic
+from easgd.methods import registry
+from easgd.parallel import accounting
+from easgd.protocol import report as protocol_report
+from easgd.protocol import stats as protocol_stats
 from easgd.protocol.config import (
     UNTUNABLE,
     ProtocolConfig,
@@ -102,21 +40,21 @@ from easgd.protocol.config import (
     reported_metrics,
     to_dict,
 )
+from easgd.protocol.programs import (
+    ArmRun,
+    SeedData,
+    check_task_for,
+    group_programs,
+    prepare,
+    run_program,
+    why_separate,
+)
+from easgd.run import runlock
+from easgd.settings import builtin_tasks
 from easgd.settings.config import ConfigError
+from easgd.tasks import models
 from easgd.tasks.sources import take
 from easgd.tasks.task import Task, TaskError
-
-# The arms' runs, the seeds' data and one program, re-exported (``runs.prepare`` etc.).
-from easgd.protocol.programs import (
-    ArmRun as ArmRun,
-    SeedData as SeedData,
-    batch_indices as batch_indices,
-    check_task_for as check_task_for,
-    group_programs as group_programs,
-    prepare as prepare,
-    run_program as run_program,
-    why_separate as why_separate,
-)
 
 # ----------------------------------------------------------------------------
 # The protocol

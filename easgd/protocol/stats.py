@@ -312,21 +312,12 @@ def allreduce_seconds(
   )
 
 
-def modelled_seconds(
-    steps: int,
-    compute_per_step_s: float,
-    all_reduces: int,
-    bytes_per_worker: int,
-    num_workers: int,
-    bandwidth_bytes_per_s: float,
-    latency_s: float,
-) -> float:
-  """Modelled wall-clock time of ``steps`` local steps: measured compute per
-  step times steps, plus :func:`allreduce_seconds` (no overlap of compute and
-  communication)."""
-  return steps * compute_per_step_s + allreduce_seconds(
-      all_reduces, bytes_per_worker, num_workers, bandwidth_bytes_per_s, latency_s
-  )
+def modelled_seconds(steps: int, compute_per_step_s: float, *all_reduce) -> float:
+  """Modelled wall-clock seconds of ``steps`` local steps: the measured compute per
+  step times steps, plus ``allreduce_seconds(*all_reduce)`` (its arguments
+  ``all_reduces, bytes_per_worker, num_workers, bandwidth_bytes_per_s, latency_s``;
+  no overlap of compute and communication)."""
+  return steps * compute_per_step_s + allreduce_seconds(*all_reduce)
 
 
 def format_interval(

@@ -24,6 +24,6 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "easgd.run.runlock": "WorkdirInUseError",
         "easgd.run.trainer": "train_and_evaluate train_and_evaluate_async",
         "easgd.run.export": "export_center",
-        "easgd.run.plotting": "plot_comparison plot_tau_alpha_heatmap",
+        "easgd.run.plotting": "plot_comparison",
     },
 )

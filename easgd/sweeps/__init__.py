@@ -18,6 +18,6 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "easgd.sweeps.curves": "make_curve_fn",
         "easgd.sweeps.quadratic": "quadratic_loss simulate_sync_easgd sweep_quadratic",
         "easgd.sweeps.network": "sweep_network",
-        "easgd.sweeps.report": "write_result plot_result",
+        "easgd.sweeps.report": "write_result plot_result plot_tau_alpha_heatmap",
     },
 )

@@ -1,72 +1,10 @@
 """The sweep engine: many configurations of one algorithm as ONE compiled program.
 
-    jit( vmap over configurations (             <- hyperparameters traced, batched
-           algorithm = build(**hyperparameters)  <- the factory, traced arrays
-           scan over steps (                    <- lax.scan, num_steps static
-             algorithm.step over the simulated workers
-             (easgd.parallel.mapping.vmap_workers: WORKER_AXES bound by vmap) )))
-
-The configurations run the algorithm's own ``Algorithm.step``: the factories
-of ``easgd.core.algorithms`` and ``easgd.methods.baselines`` take array hyperparameters
-(``easgd.core.elastic.is_array_hyperparameter``), so the algorithm is built inside
-the vmapped function from one configuration's traced values, and a grid of n
-configurations costs one trace and one compilation; a second grid of the
-same shapes with other values costs none (:class:`CompileCounter` counts
-``/jax/core/compile/backend_compile_duration`` events). Which
-hyperparameters vary is the caller's choice (``build``): EASGD's
-(learning_rate, tau, alpha) for ``easgd.sweeps.quadratic.sweep_quadratic`` and
-``easgd.sweeps.network.sweep_network``; any algorithm of the table whose
-hyperparameters are arrays can be swept the same way, and
-``make_sweep_fn(..., per_config=...)`` gives each configuration its own
-start, batches or key (e.g. a learning rate x seed grid).
-
-A tau that differs between configurations is traced, so the algorithm has no
-host schedule (``exchange_at`` is None) and its step decides the exchange on
-the device; under the configurations' ``vmap`` that ``lax.cond`` becomes a
-select: every configuration computes the exchange (and its all-reduce over
-the simulated workers) at every step and keeps it only on exchange steps.
-The values are those of eq. (5)-(6) exactly; only the communication saving
-of tau > 1 is not realised, which does not matter for a simulation on one
-device. ``num_workers`` changes array shapes: one program per value.
-
-Each configuration records, without stopping the others:
-  workers_diverged         the first step t whose mean worker loss is
-                           non-finite or exceeds ``divergence_factor`` x the
-                           step-0 mean worker loss, or whose new worker
-                           parameters are non-finite.
-  center_diverged          the center's parameters became non-finite at some
-                           step, or the center's loss after the last step
-                           (``center_loss`` of ``eval_fn``) is non-finite or
-                           exceeds ``divergence_factor`` x the center's loss at
-                           the start (``initial_center_loss``, the same
-                           ``eval_fn`` evaluated on the start center).
-  diverged                 workers_diverged or center_diverged.
-  diverged_step            the step at which a per-step test fired (from then
-                           on the configuration's state is frozen
-                           (``jnp.where``) at its value at the start of that
-                           step, which is finite, so NaN never reaches its
-                           metrics or another configuration); ``num_steps``
-                           when only the end test of the center's loss fired;
-                           -1 when not diverged.
-  final_loss               mean worker mini-batch loss of the last step that
-                           passed the test (for a finished run: step
-                           num_steps - 1, at the parameters before it).
-  worker_center_distance   mean over workers of ||x^i - x~||_2 at the end.
-
-The center is watched separately because it can be ruined while the workers
-are not: with beta = p alpha > 2 the center's own factor 1 - beta at an
-exchange leaves the unit disc, while between exchanges the workers' local
-steps pull them back down (e.g. the MNIST-1D MLP at p = 4, eta = 0.1,
-tau = 16, alpha = 0.5 over 300 steps: the center's test loss grows some
-thousand-fold, the workers' mini-batch loss a few-fold). Its LOSS is checked
-once, after the last step, not along the way: the reported center metrics
-are those at the end, so the end test flags exactly the configurations whose
-reported center is ruined, and on a network the center's loss is a pass over
-the whole test set, which at every step would cost more than the training
-itself. Its parameters are checked for finiteness at every step (free). What
-this gives up: the step at which the center crossed the limit
-(``diverged_step`` = ``num_steps``), and a center that crossed it and came
-back by the end is not flagged.
+``jit(vmap over configurations(build(**hyperparameters), scan over steps(algorithm.step
+over the simulated workers)))``: :func:`make_sweep_fn` builds it, with per-configuration
+divergence flags of the workers and of the center; :class:`CompileCounter` counts the
+compilations. What it computes and why the center is watched apart:
+docs/guides/stability.md.
 
 References:
   S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging SGD.
@@ -86,8 +24,8 @@ from optax.tree_utils import tree_where
 
 from easgd._util import checks
 from easgd.core import elastic
-from easgd.parallel import mapping
 from easgd.core.algorithms import Algorithm
+from easgd.parallel import mapping
 
 Params = Any
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
@@ -292,7 +230,7 @@ def make_sweep_fn(
   with c = ``divergence_factor``, T = num_steps and x~_0 the start of the
   center. A per-step test freezes the configuration at its state at the
   start of step t; the end test sees the (possibly frozen) final center (see
-  the module docstring).
+  docs/guides/stability.md).
 
   Args:
     build: ``build(**hyperparameters) -> Algorithm`` for ``num_workers``

@@ -1,24 +1,11 @@
-"""The network problem of the EASGD sweep: a model, its data and curvature, as a task.
+"""The network problem of the EASGD sweep: a task's loss, batches, evaluation and curvature.
 
-The sweep engine (``easgd.sweeps.engine``) takes a problem as arguments: a loss,
-the batches of every step, a start and an evaluation. This module builds them
-from an ``easgd.tasks.task.Task`` (``init``, ``loss``, ``evaluate`` and its
-training and test data): a user's task, or the built-in one of a Flax
-classifier of ``easgd.tasks.models`` on a data set of
-``easgd.tasks.data`` (``easgd.settings.builtin_tasks``), which is why it
-sits above both the analysis and the training modules; and the curvature h of
-the theory columns, the largest Hessian eigenvalue of the mean evaluation
-loss on training examples (``easgd.analysis.hessian``):
-
-  :func:`task_fns`           (loss_fn, eval_fn) of a task.
-  :func:`network_fns`        (loss_fn, eval_fn) of a classifier.
-  :func:`task_batches`       every step's worker batches, as the trainer draws them.
-  :func:`network_batches`    the same for a data set's arrays.
-  :func:`task_curvature`     the largest Hessian eigenvalue on some examples.
-  :func:`hessian_curvature`  the same for a classifier.
-  :func:`check_network`      builds the task and checks every setting against it,
-                             before anything is compiled.
-  :func:`sweep_network`      the (learning_rate, tau, alpha) grid of EASGD on it.
+Builds what the sweep engine (``easgd.sweeps.engine``) takes from an
+``easgd.tasks.task.Task``: a user's, or the built-in Flax classifier on a data set
+(``easgd.settings.builtin_tasks``); the curvature h of the theory columns is the largest
+Hessian eigenvalue of the mean evaluation loss (``easgd.analysis.hessian``).
+:func:`check_network` checks every setting before anything compiles; :func:`sweep_network`
+runs the (learning_rate, tau, alpha) grid. See docs/guides/stability.md.
 
 References:
   S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging SGD.
@@ -36,20 +23,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from easgd.core import algorithms
-from easgd.settings import builtin_tasks
-from easgd.tasks import batches, datasets, models
-from easgd.tasks.task import (
-    Task,
-    TaskError,
-    check_task,
-    load_task,
-    parse_task_args,
-    take,
-    user_call,
-)
 from easgd._util import checks
 from easgd.analysis import hessian
+from easgd.core import algorithms
+from easgd.settings import builtin_tasks
 from easgd.sweeps import engine as sweep_engine
 from easgd.sweeps.engine import SweepError, check_factor, check_int, check_real
 from easgd.sweeps.grid import (
@@ -60,6 +37,16 @@ from easgd.sweeps.grid import (
     grid_config,
     run_grid,
     sweep_result,
+)
+from easgd.tasks import batches, datasets, models
+from easgd.tasks.task import (
+    Task,
+    TaskError,
+    check_task,
+    load_task,
+    parse_task_args,
+    take,
+    user_call,
 )
 
 HESSIAN_EXAMPLES = 2000
@@ -228,26 +215,10 @@ def hessian_curvature(
 ) -> dict[str, Any]:
   """Largest Hessian eigenvalue of the mean cross-entropy on (x, y) at params.
 
-  :func:`task_curvature` of the model's built-in evaluation (per-example
-  cross-entropy in eval mode, ``easgd.settings.builtin_tasks.make_classifier_eval``).
-
-  Args:
-    model: a Flax classifier (``model.apply({"params": ...}, x, train=False)``).
-    params: the point.
-    x, y: the examples of the loss (inputs, int labels).
-    key: PRNG key of the Lanczos start vector.
-    num_iterations: budget of Hessian-vector products, an integer >= 1.
-    tol: relative residual tolerance, a finite real > 0.
-
-  Returns:
-    dict(h (None if no estimate), converged, residual (None if no estimate),
-    tol, products (Hessian-vector products used), method, examples, seconds).
-
-  Raises:
-    ValueError: as :func:`easgd.analysis.hessian.top_hessian_eigenvalue`.
-
-  References:
-    Pearlmutter (1994); Lehoucq, Sorensen, Yang, ARPACK Users' Guide (1998).
+  :func:`task_curvature` of the model's built-in evaluation (per-example cross-entropy
+  in eval mode, ``easgd.settings.builtin_tasks.make_classifier_eval``): ``model`` a Flax
+  classifier, ``x, y`` the inputs and int labels of the loss; the other arguments, the
+  record returned and the errors raised as :func:`task_curvature`.
   """
   return task_curvature(_classifier_fns(model)[1], params, (x, y), key, num_iterations, tol)
 
@@ -421,18 +392,9 @@ def check_network(
 ) -> NetworkSetup:
   """Builds the task and checks the network sweep against it; compiles nothing.
 
-  Everything :func:`sweep_network` could refuse is refused here, before any
-  Hessian estimate or compilation. The built-in problem: the data set must
-  load, the model must be known, without BatchNorm and able to take the data
-  set's inputs (its parameters are built abstractly, ``jax.eval_shape``). A
-  task: it must build, have no ``center_state`` (BatchNorm), and its data and
-  functions must fit the sweep (``easgd.tasks.task.check_task`` with the
-  largest num_workers, the batch size and the whole test set: abstract
-  evaluation only). Both: one step's global batch (largest num_workers x
-  per_worker_batch_size) and the Hessian's examples must fit in the training
-  set, and the memory estimate must stay within
-  ``easgd.sweeps.grid.MAX_SWEEP_BYTES`` (every step's batches are held at
-  once).
+  Everything :func:`sweep_network` could refuse is refused here, before any Hessian
+  estimate or compilation (the checks: docs/guides/stability.md; the model and the task
+  are evaluated abstractly, ``jax.eval_shape`` and ``easgd.tasks.task.check_task``).
 
   Args:
     grid: a validated grid.
@@ -568,27 +530,13 @@ def sweep_network(
 ) -> SweepResult:
   """Sweeps synchronous EASGD on a task (by default a Flax classifier), one program per p.
 
-  Every configuration runs ``easgd.core.algorithms.easgd``'s step from the same
-  initial parameters (``task.init``; workers and center equal, as in the
-  paper), with plain-SGD local steps u = -eta g of ``task.loss`` on the same
-  sequence of disjoint worker batches (:func:`task_batches`), in one program
-  of ``easgd.sweeps.engine.make_sweep_fn``, and is evaluated on the whole test
-  set at the end (``task.evaluate``: ``center_loss`` = the center's mean test
-  loss, ``test_accuracy`` = its mean ``"correct"``, absent for a task without
-  one, ``test_m`` the mean of every other metric ``m`` it evaluates); the same
-  evaluation of the initial parameters is ``initial_center_loss``, the
-  reference of the center's divergence test.
-
-  The curvature for the theory columns is the largest eigenvalue h of the
-  Hessian of the mean evaluation loss on the first ``hessian_examples``
-  training examples (:func:`task_curvature`), at the initial parameters
-  (``curvature``, ``theory_radius``) and, if ``hessian_at_trained`` and some
-  configuration did not diverge, at the final center of the non-diverged
-  configuration with the lowest ``center_loss`` (``eta_h_trained``,
-  ``theory_radius_trained``). An estimate that did not converge (residual
-  above ``hessian_tol`` x |h|) is recorded in ``info`` but not used: its
-  theory columns stay empty and an ``easgd.analysis.hessian.CurvatureWarning`` is
-  issued.
+  Every configuration runs ``easgd.core.algorithms.easgd``'s step with plain-SGD local
+  steps from the same initial parameters on the same batches (:func:`task_batches`) and
+  is evaluated on the whole test set at the end (``center_loss``, ``test_accuracy``,
+  ``test_m``; ``initial_center_loss`` the reference of the center's divergence test). h
+  is :func:`task_curvature` at the start and, with ``hessian_at_trained``, at the best
+  final center; an estimate that did not converge is recorded in ``info`` but not used
+  (a ``CurvatureWarning``). See docs/guides/stability.md.
 
   Args:
     grid: the configurations (validated here).

@@ -37,8 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from easgd.core import algorithms
 from easgd._util import checks
+from easgd.core import algorithms
 from easgd.sweeps import engine as sweep_engine
 from easgd.sweeps.engine import SweepError, check_factor, check_int, check_real
 from easgd.sweeps.grid import (
@@ -374,19 +374,9 @@ def check_quadratic(grid: SweepGrid, num_steps) -> int:
   """Checks the length and memory of a quadratic sweep, before anything is built.
 
   Every step's inputs are held at once: the curvature and the noise draw of
-  each worker (two float32, 8 bytes; ``easgd.sweeps.grid.check_memory``).
-
-  Args:
-    grid: a validated grid.
-    num_steps: local steps per worker.
-
-  Returns:
-    ``int(num_steps)``.
-
-  Raises:
-    SweepError: num_steps not an integer in [1, 2**31 - 1], a tau above it
-      (``easgd.sweeps.grid.check_num_steps``), or the sweep's memory estimate
-      above ``easgd.sweeps.grid.MAX_SWEEP_BYTES``.
+  each worker (two float32, 8 bytes; ``easgd.sweeps.grid.check_memory``). Arguments,
+  return value and errors as ``easgd.sweeps.grid.check_num_steps``, and a
+  ``SweepError`` for a memory estimate above ``easgd.sweeps.grid.MAX_SWEEP_BYTES``.
   """
   num_steps = check_num_steps(grid, num_steps)
   check_memory("quadratic", grid, num_steps, 8, 4, "curvature and noise (2 float32)")

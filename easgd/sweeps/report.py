@@ -1,9 +1,9 @@
 """The report of a sweep: files, the theory's contour and the heatmaps.
 
   :func:`write_result`    ``sweep.csv``, ``sweep.json`` and the heatmaps.
-  :func:`plot_result`     one heatmap PNG per metric (``easgd.run.plotting``),
-                          the theory's stability boundary (radius = 1) drawn
-                          over it.
+  :func:`plot_result`     one heatmap PNG per metric, the theory's stability
+                          boundary (radius = 1) drawn over it.
+  :func:`plot_tau_alpha_heatmap`  one (tau, alpha) heatmap with contours.
   :func:`theory_contour`  that boundary's radius on the heatmap's cells.
   :func:`summarize`       a short text: divergence counts, agreement with the
                           theory, compile counts, the best configuration.
@@ -23,9 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from easgd.run import plotting
-from easgd.analysis import stability
 from easgd._util.files import json_text, write_text_atomic
+from easgd.analysis import stability
 from easgd.analysis.hessian import certified_curvature
 from easgd.sweeps.grid import SweepGrid, SweepResult
 
@@ -139,7 +138,7 @@ def plot_result(result: SweepResult, workdir, prefix: str | None = None) -> list
             )
         )
         paths.append(
-            plotting.plot_tau_alpha_heatmap(
+            plot_tau_alpha_heatmap(
                 values,
                 g.tau,
                 g.alpha,
@@ -154,6 +153,144 @@ def plot_result(result: SweepResult, workdir, prefix: str | None = None) -> list
             )
         )
   return paths
+
+
+def plot_tau_alpha_heatmap(
+    values,
+    tau,
+    alpha,
+    path,
+    *,
+    title: str = "",
+    label: str = "",
+    log: bool = False,
+    mask=None,
+    annotations=None,
+    contours=(),
+    cmap="viridis",
+) -> Path:
+  """A (tau, alpha) heatmap of one sweep metric, with theory contours on top.
+
+  Cells are the grid values (tau on the x axis, alpha on the y axis, evenly
+  spaced whatever the values), so a log-spaced tau grid reads naturally.
+
+  Args:
+    values: float [len(alpha), len(tau)], rows follow alpha (NaN: blank).
+    tau, alpha: the grid values (ascending), for the tick labels.
+    path: the PNG file to write.
+    title: figure title.
+    label: colour-bar label.
+    log: logarithmic colour scale (values <= 0 take the lowest colour).
+    mask: optional bool [len(alpha), len(tau)]; True cells are hatched and
+      greyed (e.g. diverged configurations, whose metric is of a frozen state).
+    annotations: optional float [len(alpha), len(tau)]; finite entries are
+      written in their cell as integers (e.g. the divergence step).
+    contours: dicts with ``x`` [nx], ``y`` [ny] (cell coordinates),
+      ``radius`` [ny, nx], ``label`` and ``linestyle``: the level radius = 1
+      is drawn (e.g. :func:`theory_contour`), and the region
+      radius >= 1 of the first one is shaded.
+    cmap: a Matplotlib colormap or its name (NaN cells are light grey).
+
+  Returns:
+    ``Path(path)``.
+  """
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  from matplotlib.colors import LogNorm
+  from matplotlib.lines import Line2D
+
+  values = np.asarray(values, dtype=np.float64)
+  shown = np.where(mask, np.nan, values) if mask is not None else values.copy()
+  norm = None
+  if log:
+    pos = shown[np.isfinite(shown) & (shown > 0)]
+    if pos.size:  # exact zeros (e.g. an underflowed loss) get the lowest colour
+      shown = np.where(np.isfinite(shown), np.maximum(shown, pos.min()), np.nan)
+      norm = LogNorm(vmin=pos.min(), vmax=max(pos.max(), pos.min() * 1.0001))
+  fig, ax = plt.subplots(
+      figsize=(max(5.0, 2.8 + 0.75 * len(tau)), max(3.6, 1.9 + 0.5 * len(alpha))),
+      constrained_layout=True,
+  )
+  cmap = plt.get_cmap(cmap).with_extremes(bad="#dddddd")
+  im = ax.imshow(
+      np.ma.masked_invalid(shown),
+      origin="lower",
+      aspect="auto",
+      cmap=cmap,
+      norm=norm,
+      interpolation="nearest",
+  )
+  fig.colorbar(im, ax=ax, label=label)
+  if mask is not None and np.any(mask):
+    ys, xs = np.nonzero(mask)
+    for x, y in zip(xs, ys):
+      ax.add_patch(
+          plt.Rectangle(
+              (x - 0.5, y - 0.5), 1, 1, fill=False, hatch="xx", edgecolor="#888888", linewidth=0
+          )
+      )
+  if annotations is not None:
+    for (y, x), v in np.ndenumerate(np.asarray(annotations, dtype=np.float64)):
+      if np.isfinite(v):
+        rgb = im.cmap(im.norm(shown[y, x]))[:3] if np.isfinite(shown[y, x]) else (1, 1, 1)
+        dark = 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2] < 0.5
+        ax.text(
+            x,
+            y,
+            f"{int(v)}",
+            ha="center",
+            va="center",
+            fontsize=7,
+            color="white" if dark else "black",
+        )
+  handles = []
+  for k, c in enumerate(contours):
+    r = np.asarray(c["radius"])
+    if k == 0 and np.nanmax(r) >= 1.0:  # shade where the first theory is unstable
+      ax.contourf(c["x"], c["y"], r, levels=[1.0, np.inf], colors="red", alpha=0.12)
+      handles.append(
+          plt.Rectangle(
+              (0, 0), 1, 1, color="red", alpha=0.12, label="shaded: theory radius >= 1 (first line)"
+          )
+      )
+    if np.nanmin(r) < 1.0 < np.nanmax(r):
+      ax.contour(
+          c["x"],
+          c["y"],
+          r,
+          levels=[1.0],
+          colors="red",
+          linestyles=c.get("linestyle", "-"),
+          linewidths=1.6,
+      )
+    handles.append(
+        Line2D(
+            [],
+            [],
+            color="red",
+            linestyle=c.get("linestyle", "-"),
+            label=c.get("label", "theory radius = 1"),
+        )
+    )
+  ax.set_xticks(range(len(tau)), [f"{t:g}" for t in tau])
+  ax.set_yticks(range(len(alpha)), [f"{a:g}" for a in alpha])
+  ax.set(
+      xlabel="tau (communication period, local steps)",
+      ylabel="alpha (moving rate)",
+      xlim=(-0.5, len(tau) - 0.5),
+      ylim=(-0.5, len(alpha) - 0.5),
+  )
+  if handles:
+    fig.legend(handles=handles, loc="outside lower center", fontsize=7, frameon=False)
+  if title:
+    ax.set_title(title, fontsize=9)
+  path = Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path
 
 
 def write_result(result: SweepResult, workdir, plots: bool = True) -> list[Path]:
