@@ -441,10 +441,10 @@ def _main(args, distributed) -> int:
   try:
     try:
       status = _run(args)
-    except BaseException as e:
-      if distributed.is_multiprocess() and not isinstance(
-          e, KeyboardInterrupt
-      ):  # exits now: never wait for a lost peer
+    except BaseException as e:  # multi-process: exits now, never waits for a peer
+      if distributed.is_multiprocess():  # a signal (the error may be a peer's stop): no barrier
+        if stop := e if isinstance(e, KeyboardInterrupt) else files.pending_interrupt():
+          distributed.leave(_interrupted(stop))
         distributed.fail(e, code=2 if isinstance(e, _user_errors()) else 1)
       raise
     distributed.shutdown()

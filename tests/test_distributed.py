@@ -258,6 +258,39 @@ def test_killing_a_process_stops_the_other_with_an_error(tmp_path, victim):
     ), text[-3000:]
 
 
+@pytest.mark.parametrize("victim", [0, 1])
+def test_sigterm_stops_a_process_with_143_and_its_checkpoints_intact(tmp_path, victim):
+  """SIGTERM to one process of a running 2-process train: it stops as by Ctrl-C
+  (exit 143), not ignored (JAX's preemption notifier took SIGTERM) nor waiting
+  for its peers at JAX's shutdown barrier; the other stops with an error; the
+  latest checkpoint (process 0 writes them) restores."""
+  work = tmp_path / "run"
+  procs = launch(work, ["--num-epochs", "500"], peer_timeout=4, heartbeat_timeout=30)
+  try:
+    deadline = time.monotonic() + 120
+    while not list((work / "checkpoints").glob("[0-9]*")):  # past epoch 1's checkpoint
+      assert time.monotonic() < deadline, log_text(work, 0)[-3000:]
+      assert all(p.poll() is None for p in procs), log_text(work, 0)[-3000:]
+      time.sleep(0.2)
+    time.sleep(1.0)  # in the training loop, inside collectives
+    procs[victim].send_signal(signal.SIGTERM)
+    codes = wait_all(procs, timeout=60)
+  finally:
+    wait_all(procs, timeout=1)
+  text, other = log_text(work, victim), log_text(work, 1 - victim)
+  assert codes[victim] == 143, text[-3000:]
+  assert text.rstrip().splitlines()[-1] == "easgd: terminated (SIGTERM)"
+  if victim == 1:  # the watchdog names the stopped process
+    assert codes[0] == distributed.EXIT_PEER_LOST, other[-3000:]
+    assert "easgd: error: process 1 of 2 stopped responding" in other
+  else:  # its coordination service gone, JAX's client ends process 1 (SIGABRT)
+    assert codes[1] != 0, other[-3000:]
+  assert not (work / "summary.json").exists()
+  step = int(checkpoint.Checkpointer(work).restore()["step"])
+  assert step > 0 and step % 22 == 0  # an epoch's end: 1438 // 64 = 22 steps an epoch
+  assert step in [json.loads(l)["step"] for l in (work / "metrics.jsonl").read_text().splitlines()]
+
+
 # -- start-up: processes that never join ---------------------------------------
 # JAX 0.10.2 alone: every waiting process dies by SIGABRT with a C++ stack trace
 # about 5 s after jax.distributed.initialize's initialization_timeout (305 s at

@@ -220,6 +220,29 @@ def restore_sigterm_as_interrupt() -> None:
 
 
 @contextlib.contextmanager
+def signal_handlers_kept() -> Iterator[None]:
+  """SIGINT's and SIGTERM's handlers after the block are those before it (main thread
+  only; elsewhere the block runs as is).
+
+  Reinstalled with ``signal.signal`` whatever ``signal.getsignal`` reports: a
+  library's C code may install its own with ``sigaction`` during the block
+  (JAX's preemption notifier, in ``jax.distributed.initialize``), which
+  ``signal.getsignal`` does not see. A handler Python did not install (None) is
+  left as is.
+  """
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+  try:
+    yield
+  finally:
+    for s, handler in previous.items():
+      if handler is not None:
+        signal.signal(s, handler)
+
+
+@contextlib.contextmanager
 def interrupts_deferred() -> Iterator[None]:
   """Holds back Ctrl-C (SIGINT) and SIGTERM until the block is done, then raises.
 

@@ -9,7 +9,7 @@ all processes). This module holds the process-level part:
   :func:`resolve`     the process settings from flags or the environment;
   :func:`initialize`  gloo collectives on CPU, ``jax.distributed.initialize``
                       under a :class:`StartupGuard`, then a :class:`Watchdog`;
-  :func:`is_primary`, :func:`barrier`, :func:`fail`, :func:`shutdown`.
+  :func:`is_primary`, :func:`barrier`, :func:`fail`, :func:`leave`, :func:`shutdown`.
 
 Environment (read by :func:`resolve` when a flag is not given):
   ``JAX_COORDINATOR_ADDRESS``  host:port of process 0's coordination service
@@ -63,7 +63,7 @@ from typing import Callable, Mapping
 
 import jax
 
-from easgd._util import checks
+from easgd._util import checks, files
 
 ENV_COORDINATOR = "JAX_COORDINATOR_ADDRESS"
 ENV_NUM_PROCESSES = "JAX_NUM_PROCESSES"
@@ -233,13 +233,18 @@ def initialize(setup: ProcessSetup | None) -> "Watchdog | None":
   guard.start()
   try:
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(
-        setup.coordinator_address,
-        setup.num_processes,
-        setup.process_id,
-        initialization_timeout=(math.ceil(setup.initialization_timeout_s) + _JAX_DEADLINE_MARGIN_S),
-        heartbeat_timeout_seconds=setup.heartbeat_timeout_s,
-    )
+    # no preemption service: its notifier takes SIGTERM (a C handler, a thread) and the run goes on
+    jax.config.update("jax_enable_preemption_service", False)
+    with files.signal_handlers_kept():  # the command's SIGINT and SIGTERM handlers stay
+      jax.distributed.initialize(
+          setup.coordinator_address,
+          setup.num_processes,
+          setup.process_id,
+          initialization_timeout=(
+              math.ceil(setup.initialization_timeout_s) + _JAX_DEADLINE_MARGIN_S
+          ),
+          heartbeat_timeout_seconds=setup.heartbeat_timeout_s,
+      )
   except Exception as e:
     text = str(e).strip().splitlines()
     raise StartupError(
@@ -465,6 +470,20 @@ def fail(error: BaseException, code: int = 1) -> None:
   if lost:
     _exit(f"{lost}; the collective failed with: {first[:300]}", EXIT_PEER_LOST)
   _exit(f"{type(error).__name__}: {first[:500]}", code)
+
+
+def leave(status: int) -> None:
+  """Exits this process of a multi-process run at once with ``status`` (130 or
+  143: a signal stopped it, its files complete; the command has reported it).
+
+  Skips ``jax.distributed``'s shutdown barrier (an ``atexit`` function of JAX),
+  where this process would wait for peers that wait for it in a collective; they
+  stop with an error within their peer timeout (:class:`Watchdog`) or at once
+  (their collective fails, or process 0's coordination service is gone).
+  """
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(status)
 
 
 def _exit(message: str, code: int) -> None:
