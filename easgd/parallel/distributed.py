@@ -206,6 +206,9 @@ def initialize(setup: ProcessSetup | None) -> "Watchdog | None":
 
   Must run before JAX touches a device. On CPU, cross-process collectives
   need gloo: ``jax_cpu_collectives_implementation`` is set to "gloo" first.
+  JAX's preemption service is turned off (``jax_enable_preemption_service``: its
+  notifier takes SIGTERM and the run goes on) and the SIGINT and SIGTERM
+  handlers are those before the call (see docs/guides/checkpoints.md).
   Process 0 first checks that the coordinator's port is free. A
   :class:`StartupGuard` bounds the wait for the other processes: after
   ``setup.initialization_timeout_s`` seconds it prints one line

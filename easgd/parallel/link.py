@@ -432,10 +432,9 @@ def _status(code: int) -> int:
 def run_processes(commands: Sequence[Sequence[str]], env=None) -> int:
   """Runs ``commands`` at once, their output on this one's, each line ``[i] ``-prefixed.
 
-  On SIGINT/SIGTERM (KeyboardInterrupt) every process still running gets SIGINT (it
-  stops as by Ctrl-C; SIGTERM would not stop it: in a multi-process run JAX's
-  preemption notifier takes SIGTERM and the run goes on); after :data:`GRACE_S`
-  seconds, SIGKILL; then the interrupt is raised again.
+  On SIGINT/SIGTERM (KeyboardInterrupt) every process still running gets SIGTERM (an
+  ``easgd`` command stops as by Ctrl-C, exit 143); after :data:`GRACE_S` seconds,
+  SIGKILL; then the interrupt is raised again.
 
   Returns:
     The worst exit status (the largest; a process killed by signal N counts 128 + N).
@@ -460,7 +459,7 @@ def run_processes(commands: Sequence[Sequence[str]], env=None) -> int:
       files.check_interrupt()
       time.sleep(0.1)
   except KeyboardInterrupt:
-    _stop(procs, signal.SIGINT)
+    _stop(procs, signal.SIGTERM)
     raise
   finally:
     _stop(procs, signal.SIGKILL, grace_s=0)
