@@ -102,19 +102,21 @@ class WorkerLink:
   def push(self, message) -> float:
     """The delay (s) of sending ``message`` (a pytree) to the center; waits for it to
     be computed first (the transfer starts then)."""
-    nbytes = elastic.reduced_bytes(jax.block_until_ready(message))
+    nbytes, delay = self._charge(self.up, message)
     self.pushed_bytes += nbytes
-    delay = self.up.charge(nbytes)
-    self.waited_s += delay
     return delay
 
   def pull(self, reply) -> float:
     """The delay (s) of receiving ``reply`` (a pytree) from the center."""
-    nbytes = elastic.reduced_bytes(jax.block_until_ready(reply))
+    nbytes, delay = self._charge(self.down, reply)
     self.pulled_bytes += nbytes
-    delay = self.down.charge(nbytes)
-    self.waited_s += delay
     return delay
+
+  def _charge(self, bucket: TokenBucket, tree) -> tuple[int, float]:
+    nbytes = elastic.reduced_bytes(jax.block_until_ready(tree))
+    delay = bucket.charge(nbytes)
+    self.waited_s += delay
+    return nbytes, delay
 
 
 def worker_links(config) -> list[LinkSpec] | None:
