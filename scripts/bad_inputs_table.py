@@ -101,6 +101,14 @@ CASES = [
         ["--algorithm", "async_easgd", "--worker-delays", "0,0,0,0.01"],
     ),
     (
+        "an emulated link's rate without a unit",
+        ["--runtime", "threads", "--algorithm", "async_easgd", "--link-rate", "10"],
+    ),
+    (
+        "an emulated link on the simulated runtime",
+        ["--algorithm", "async_easgd", "--link-rate", "10mbit"],
+    ),
+    (
         "start-up wait of 0 s",
         [
             "--coordinator-address",

@@ -89,6 +89,14 @@ def test_a_killed_worker_is_restarted_from_the_center_and_the_run_replays(tmp_pa
   assert s["final"]["test_accuracy"] > 0.8
 
 
+def test_workers_behind_an_emulated_link_replay_their_checkpoint(tmp_path, local_ray):
+  cfg = TINY.replace(runtime="ray", worker_delays=(), num_epochs=1)
+  cfg = cfg.replace(link_rates=("1gbit",) * (P - 1) + ("10mbit",), link_latency="1ms")
+  s = trainer.train_and_evaluate_async(cfg, tmp_path)
+  assert s["status"] == "complete" and s["steps_done"] == 22 and not s["faults"]
+  assert sum(replays_its_checkpoint(tmp_path, cfg)) == 22 * P  # the link never changes results
+
+
 def test_an_interrupted_run_with_a_restart_resumes_with_its_checkpoints_faults(
     tmp_path, local_ray, monkeypatch
 ):

@@ -96,6 +96,34 @@ def _quantity(flag: str, text, units: dict, what: str, example: str, least: str)
   return value
 
 
+def rate_bit_s(text, flag: str = "--rate") -> float:
+  """A rate in tc's spelling (e.g. ``"10mbit"``; bps, kbps... are bytes/s) in bit/s.
+
+  Raises:
+    LinkError: not a positive number of at least 1 bit/s with a unit (one line naming
+      ``flag``, the value and the units).
+  """
+  return _quantity(flag, text, _RATE_UNITS, "a rate", "100mbit, 1gbit", "1bit")
+
+
+def seconds(text, flag: str = "--latency") -> float:
+  """A time in tc's spelling (e.g. ``"5ms"``: s, ms, us, sec, msec, usec) in seconds.
+
+  Raises:
+    LinkError: not a positive number of at least 1 us with a unit (one line).
+  """
+  return _quantity(flag, text, _TIME_UNITS, "a latency", "5ms", "1us")
+
+
+def size_bytes(text, flag: str = "--burst") -> float:
+  """A size in tc's spelling (e.g. ``"64kb"``: b; k, kb, m, mb, g, gb of 1024) in bytes.
+
+  Raises:
+    LinkError: not a positive number of at least 1 byte with a unit (one line).
+  """
+  return _quantity(flag, text, _SIZE_UNITS, "a size", "64kb", "1b")
+
+
 @dataclasses.dataclass(frozen=True)
 class Link:
   """The link each process's egress is shaped to (``tc ... tbf rate R burst B latency L``).
@@ -133,20 +161,15 @@ class Link:
       LinkError: a value without a valid unit, or not positive; its line names the value
         and the units allowed.
     """
-    rate_bit_s = _quantity("--rate", rate, _RATE_UNITS, "a rate", "100mbit, 1gbit", "1bit")
-    latency_s = _quantity(
-        "--latency",
-        cls.DEFAULT_LATENCY if latency is None else latency,
-        _TIME_UNITS,
-        "a latency",
-        "5ms",
-        "1us",
-    )
-    if burst is None:
-      burst_bytes = max(cls.MIN_BURST_BYTES, rate_bit_s / 8 * cls.DEFAULT_BURST_S)
-    else:
-      burst_bytes = _quantity("--burst", burst, _SIZE_UNITS, "a size", "64kb", "1b")
-    return cls(round(rate_bit_s), round(latency_s * 1e6) / 1e6, round(burst_bytes))
+    rate = rate_bit_s(rate)
+    latency_s = seconds(cls.DEFAULT_LATENCY if latency is None else latency)
+    burst_bytes = cls.default_burst(rate) if burst is None else size_bytes(burst)
+    return cls(round(rate), round(latency_s * 1e6) / 1e6, round(burst_bytes))
+
+  @classmethod
+  def default_burst(cls, rate: float) -> float:
+    """The default burst in bytes of a rate in bit/s: 1 ms of traffic, at least 16 KiB."""
+    return max(cls.MIN_BURST_BYTES, rate / 8 * cls.DEFAULT_BURST_S)
 
   def tbf(self) -> list[str]:
     """tc's arguments after ``root``: ``tbf rate Rbit burst Bb latency Lus`` (exact integers)."""

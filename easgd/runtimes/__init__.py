@@ -21,6 +21,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "training_run",
         "spmd",
         "async_runs",
+        "link_emulation",
     ),
     names={
         "easgd.runtimes.shared": (

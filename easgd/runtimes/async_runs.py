@@ -21,6 +21,7 @@ import jax
 import numpy as np
 
 from easgd.runtimes import driver as async_driver, shared as async_shared, threads as async_threads
+from easgd.runtimes import link_emulation
 from easgd.asynchrony import log as async_log
 from easgd.tasks import batches
 from easgd.parallel import placement
@@ -159,6 +160,9 @@ def _make_backend(config, run, setup, worker_states, shared, log, elapsed_s):
       log=log,
       elapsed_s=elapsed_s,
   )
+  links = link_emulation.worker_links(config)
+  if links is not None:  # an emulated link in every worker's exchanges
+    kw["links"] = links
   if spec.processes:  # each worker's process builds the run again from the config
     # (a task built in code, which no other process can build, is refused by the trainer)
     dirs = tuple(d for d in [module_root(run.task.factory)] if d)

@@ -45,6 +45,7 @@ import jax
 from easgd.asynchrony import log as async_log
 from easgd.parallel import distributed
 from easgd._util import files
+from easgd.runtimes import link_emulation
 from easgd.runtimes.driver import WorkerLost, WorkersLostError
 from easgd.runtimes.shared import (
     AsyncSetup,
@@ -206,13 +207,14 @@ class WorkerActor:
     center_name: the center actor's name (its handle is looked up by name, so
       that no handle is a constructor argument, which Ray re-runs on restart).
     delay_s: seconds to wait after each local step.
+    link: the worker's ``easgd.runtimes.link_emulation.LinkSpec``, or None.
 
   The worker starts at the initial parameters; :meth:`set_state` (a resumed
   run) and :meth:`restart_from` (after a fault) replace its state (so the
   constructor's arguments stay small: Ray re-runs it on a restart).
   """
 
-  def __init__(self, index, factory, center_name, delay_s):
+  def __init__(self, index, factory, center_name, delay_s, link=None):
     import ray
 
     center = ray.get_actor(center_name)  # by name: a restart finds it again
@@ -224,7 +226,14 @@ class WorkerActor:
       return ray.get(center.exchange.remote(worker, clock, jax.device_get(message)))
 
     self.loop = WorkerLoop(
-        index, WorkerPrograms(self.rules), self.setup, state, exchange, None, delay_s
+        index,
+        WorkerPrograms(self.rules),
+        self.setup,
+        state,
+        exchange,
+        None,
+        delay_s,
+        link=None if link is None else link_emulation.WorkerLink(link),
     )
 
   def run(self, num_steps) -> ChunkResult:
@@ -260,6 +269,7 @@ class RayBackend:
     gpus_per_worker: GPUs per worker actor; None: 1 when the cluster has at
       least one GPU per worker, else 0.
     max_restarts: restarts of each worker (:data:`MAX_RESTARTS`).
+    links: each worker's ``easgd.runtimes.link_emulation.LinkSpec``, or None.
   """
 
   restartable = True
@@ -276,6 +286,7 @@ class RayBackend:
       elapsed_s: float = 0.0,
       gpus_per_worker: float | None = None,
       max_restarts: int = MAX_RESTARTS,
+      links: Sequence | None = None,
   ):
     import ray
 
@@ -291,7 +302,8 @@ class RayBackend:
     name = f"easgd-center-{uuid.uuid4().hex}"
     self.center = center_cls.options(name=name).remote(factory, shared, list(log), elapsed_s)
     self._ray.get(self.center.start_clock.remote(elapsed_s))  # the center is up
-    self.actors = [worker_cls.remote(i, factory, name, delays[i]) for i in range(p)]
+    links = [None] * p if links is None else list(links)
+    self.actors = [worker_cls.remote(i, factory, name, delays[i], links[i]) for i in range(p)]
     if workers is not None:  # a resumed run
       self._ray.get([a.set_state.remote(w) for a, w in zip(self.actors, workers)])
     self._elapsed_s = float(elapsed_s)

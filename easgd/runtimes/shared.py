@@ -281,6 +281,9 @@ class WorkerLoop:
     record: keep float64 host sums of every message sent and reply received
       (``sums``; tests of conservation), at the cost of a host transfer per
       exchange.
+    link: an ``easgd.runtimes.link_emulation.WorkerLink``: the worker sleeps
+      for the delay it charges before each exchange (the push) and after it
+      (the pull); None: no link.
   """
 
   def __init__(
@@ -293,6 +296,7 @@ class WorkerLoop:
       device=None,
       delay_s: float = 0.0,
       record: bool = False,
+      link=None,
   ):
     self.index = int(index)
     self.programs = programs
@@ -304,6 +308,7 @@ class WorkerLoop:
     self.exchange = exchange
     self.delay_s = float(delay_s)
     self.record = record
+    self.link = link
     self.sums = None  # (messages, replies), float64 host trees, with record
     self._index_arg = np.int32(self.index)
     self._fault = None
@@ -392,7 +397,11 @@ class WorkerLoop:
           loss, proposal, message = self.programs.propose(
               self.state, batch, self.key, self._index_arg
           )
+          if self.link is not None:  # the push crosses the link, then the center serves
+            self._stop.wait(self.link.push(message))
           reply = jax.device_put(self.exchange(self.index, t, message), self.device)
+          if self.link is not None:
+            self._stop.wait(self.link.pull(reply))
           if self.record:
             self._accumulate(message, reply)
           self.state = self.programs.finish(self.state, proposal, reply)

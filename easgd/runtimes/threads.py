@@ -33,6 +33,7 @@ from typing import Sequence
 import jax
 
 from easgd.asynchrony import log as async_log, simulation as asynchronous
+from easgd.runtimes import link_emulation
 from easgd.runtimes.shared import (AsyncSetup, CenterStore, ChunkResult, WorkerLoop, WorkerPrograms)
 
 
@@ -53,6 +54,8 @@ class ThreadBackend:
     elapsed_s: seconds the run has already taken.
     record: keep each worker's float64 sums of messages and replies
       (``WorkerLoop.sums``).
+    links: each worker's ``easgd.runtimes.link_emulation.LinkSpec`` (its
+      emulated link), or None: no link.
   """
 
   restartable = False
@@ -70,6 +73,7 @@ class ThreadBackend:
       log: Sequence[dict] = (),
       elapsed_s: float = 0.0,
       record: bool = False,
+      links: Sequence | None = None,
   ):
     rules = async_log.async_rules(setup.algorithm)
     self.num_workers = p = int(num_workers)
@@ -94,6 +98,7 @@ class ThreadBackend:
             self.devices[i],
             delays[i],
             record,
+            None if links is None else link_emulation.WorkerLink(links[i]),
         )
         for i in range(p)
     ]

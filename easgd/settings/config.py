@@ -221,6 +221,13 @@ class TrainConfig(TrainFields):
       )
     if self.worker_speeds and self.max_worker_speed is not None:
       raise ConfigError("give worker_speeds or max_worker_speed, not both")
+    if self.link_rates and self.link_rate is not None:
+      raise ConfigError("give link_rate (every worker) or link_rates (each worker), not both")
+    if self.link_burst is not None and self.link_rate is None and not self.link_rates:
+      raise ConfigError(
+          f"link_burst={self.link_burst!r} is the size of a rate's token bucket; give "
+          "link_rate or link_rates, or leave link_burst None"
+      )
     message = runtime_table.relation_error(self)  # the algorithm, an optional package
     if message is not None:
       raise ConfigError(message)
@@ -493,6 +500,8 @@ class TrainConfig(TrainFields):
       kw["task_args"] = tuple(kw["task_args"])
     if "worker_delays" in kw:
       kw["worker_delays"] = tuple(kw["worker_delays"])
+    if "link_rates" in kw:
+      kw["link_rates"] = tuple(kw["link_rates"])
     return cls(**kw)
 
   def to_dict_fields(self) -> dict[str, Any]:

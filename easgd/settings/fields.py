@@ -10,6 +10,7 @@ refusal of unread settings and the derived values are ``TrainConfig``'s
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from easgd._util.checks import Entries, Flag, Integer, OneOf, Real, Satisfies
 from easgd._util.flags import option
 from easgd.asynchrony.names import EXCHANGE_ORDERS, PUSH_TIMINGS
 from easgd.methods import registry
+from easgd.parallel import link as link_lib
 from easgd.parallel.names import BACKENDS as MAPPING_BACKENDS
 from easgd.settings import runtime_table
 from easgd.tasks import datasets
@@ -70,6 +72,19 @@ def _is_ray_address(value) -> bool:
   text = value if isinstance(value, str) else ""
   host, sep, port = text.removeprefix("ray://").rpartition(":")
   return text in ("auto", "local") or bool(sep and host and port.isdigit())
+
+
+@dataclasses.dataclass(frozen=True)
+class _LinkQuantity:
+  """A text of ``easgd.parallel.link``'s spelling: its parser's one-line refusal."""
+
+  parse: Callable[[str, str], float]
+
+  def check(self, name: str, value, values: dict, error: type[Exception]) -> None:
+    try:
+      self.parse(value, name)
+    except link_lib.LinkError as e:
+      raise error(str(e)) from None
 
 
 def _dataset_help(default: str) -> str:
@@ -399,6 +414,40 @@ class TrainFields:
           "a tuple (seconds per local step, one per worker)",
           per_worker="num_workers",
       ),
+  )
+  link_rate: str | None = option(
+      None,
+      "real runtimes only: the rate of an emulated link between each worker and "
+      "the center, bit/s in tc's spelling (e.g. '10mbit', '1gbit'; bps, kbps, ... "
+      "are bytes/s): a token bucket charges every push and pull of an exchange "
+      "its bytes, and the worker sleeps for the delay (easgd.runtimes.link_emulation; "
+      "it changes time, never results); None = no bandwidth limit.",
+      allowed=_LinkQuantity(link_lib.rate_bit_s),
+  )
+  link_rates: tuple[str, ...] = option(
+      (),
+      "real runtimes only: each worker's link rate (as link_rate, num_workers "
+      "texts, replacing link_rate; e.g. 1gbit,1gbit,1gbit,10mbit puts worker 3 "
+      "behind a slow link); () = link_rate for every worker.",
+      allowed=Entries(
+          _LinkQuantity(link_lib.rate_bit_s),
+          "a tuple of rates (one per worker)",
+          label="{name}[{i}]",
+          per_worker="num_workers",
+      ),
+  )
+  link_latency: str | None = option(
+      None,
+      "real runtimes only: the emulated link's fixed latency of every push and "
+      "pull, in tc's spelling (e.g. '5ms'; s, ms, us); None = 0 s.",
+      allowed=_LinkQuantity(link_lib.seconds),
+  )
+  link_burst: str | None = option(
+      None,
+      "real runtimes only: the emulated link's bucket size, bytes in tc's spelling "
+      "(e.g. '64kb'; b, k, kb, m, mb, g, gb of 1024); None = 1 ms of traffic at the "
+      "rate, at least 16 KiB. Needs link_rate or link_rates.",
+      allowed=_LinkQuantity(link_lib.size_bytes),
   )
   sync_warmup_steps: int = option(
       0,

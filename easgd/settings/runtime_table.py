@@ -31,9 +31,19 @@ class Setting(NamedTuple):
   otherwise: str = ""
 
 
+LINK_FIELDS = ("link_rate", "link_rates", "link_latency", "link_burst")
+"""The emulated link's settings (``easgd.runtimes.link_emulation``)."""
+
 SETTINGS = {
     "worker_delays": Setting(note=" (the simulation's stragglers are worker_speeds)"),
     "ray_address": Setting(otherwise=" or leave it None"),
+    **{
+        name: Setting(
+            note=" (the emulated link is in the real workers' exchanges; processes across "
+            "a shaped link: easgd link)"
+        )
+        for name in LINK_FIELDS
+    },
 }
 """The ``TrainConfig`` fields read by some runtimes only (a row's ``reads``), in
 the order their refusal is looked for."""
@@ -102,7 +112,7 @@ TABLE: dict[str, RuntimeSpec] = {
             "real asynchronous workers, one thread each, in this process",
             "easgd.runtimes.async_runs:AsyncExecutor",
             "easgd.runtimes.threads:ThreadBackend",
-            reads=("worker_delays",),
+            reads=("worker_delays", *LINK_FIELDS),
             asynchronous_only=True,
             chunk_steps=8,
         ),
@@ -111,7 +121,7 @@ TABLE: dict[str, RuntimeSpec] = {
             "real asynchronous workers as Ray actors; needs pip install 'easgd[ray]'",
             "easgd.runtimes.async_runs:AsyncExecutor",
             "easgd.runtimes.ray_actors:RayBackend",
-            reads=("worker_delays", "ray_address"),
+            reads=("worker_delays", "ray_address", *LINK_FIELDS),
             asynchronous_only=True,
             chunk_steps=32,  # a chunk is one remote call
             processes=True,
