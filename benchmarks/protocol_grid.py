@@ -49,7 +49,8 @@ import common  # noqa: F401  (puts the repository on sys.path)
 import numpy as np
 
 from easgd import train_and_evaluate
-from easgd.protocol import runs as protocol
+from easgd.protocol.programs import SeedData, prepare, run_program
+from easgd.protocol.runs import _diverged
 from easgd.runtimes.divergence import DivergenceError
 from easgd.protocol.config import load_protocol_file
 
@@ -71,8 +72,8 @@ def main(argv=None) -> int:
   )
   easgd_arms = tuple(a for a in config.arms if a.algorithm == "easgd")
   config = dataclasses.replace(config, arms=easgd_arms).validate()
-  seeds = protocol.SeedData(config.base, config.tune_seeds)
-  runs = protocol.prepare(config, seeds.num_train)
+  seeds = SeedData(config.base, config.tune_seeds)
+  runs = prepare(config, seeds.num_train)
   group = [runs[a.name] for a in easgd_arms]
   configs = [
       dict(arm=r.arm.name, learning_rate=lr, seed=s)
@@ -83,7 +84,7 @@ def main(argv=None) -> int:
   print(f"{len(configs)} configurations x {group[0].num_steps} steps", flush=True)
 
   start = time.perf_counter()
-  out, info = protocol.run_program(group, configs, seeds, "tune", config)
+  out, info = run_program(group, configs, seeds, "tune", config)
   a_s = time.perf_counter() - start
   print(f"A one program: {a_s:.1f} s ({info['compile_s']:.1f} s compiling)", flush=True)
 
@@ -105,13 +106,13 @@ def main(argv=None) -> int:
         b_diverged += 1
     b_s += time.perf_counter() - start
     start = time.perf_counter()
-    one, _ = protocol.run_program([r], [c], seeds, "tune", config)
+    one, _ = run_program([r], [c], seeds, "tune", config)
     c_s += time.perf_counter() - start
     c_err.append(float(one["curves"]["val_error"][0, -1]))
-    c_div.append(protocol._diverged(one["curves"]["val_loss"][0], config.divergence_factor))
+    c_div.append(_diverged(one["curves"]["val_loss"][0], config.divergence_factor))
     print(f"  {i + 1}/{len(configs)}: B {b_s:.1f} s, C {c_s:.1f} s", flush=True)
   a_err = out["curves"]["val_error"][:, -1]
-  a_div = [protocol._diverged(loss, config.divergence_factor) for loss in out["curves"]["val_loss"]]
+  a_div = [_diverged(loss, config.divergence_factor) for loss in out["curves"]["val_loss"]]
   b_err, c_err = np.asarray(b_err), np.asarray(c_err)
   # the runs no variant saw diverge (near divergence float32 rounding decides)
   calm = np.asarray([not (a or c) for a, c in zip(a_div, c_div)]) & np.isfinite(b_err)

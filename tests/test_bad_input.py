@@ -188,7 +188,7 @@ def test_a_learning_rate_warm_up_rounded_to_no_steps_or_the_whole_run_is_refused
 
 
 def test_the_protocol_checks_each_grid_rate_and_arm_as_its_runs_derive_them():
-  from easgd.protocol import runs as protocol
+  from easgd.protocol import runs
   from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError
 
   base = TrainConfig(
@@ -223,8 +223,8 @@ def test_the_protocol_checks_each_grid_rate_and_arm_as_its_runs_derive_them():
       ProtocolError,
       match=r"^arm 'a': tau=18 leaves the center " r"untrained: .*allowed: tau <= 17$",
   ):
-    protocol.prepare(edge.validate(), 7000)
-  protocol.prepare(
+    runs.prepare(edge.validate(), 7000)
+  runs.prepare(
       dataclasses.replace(edge, arms=(Arm("a", "easgd", dict(tau=17), (0.1,)),)).validate(), 7000
   )
 

@@ -13,7 +13,19 @@ from scipy import stats
 
 from easgd import TrainConfig, cli, train_and_evaluate
 from easgd.tasks import data, datasets
-from easgd.protocol import runs as protocol, report as protocol_report, stats as protocol_stats
+from easgd.protocol import report
+from easgd.protocol.programs import SeedData, batch_indices, group_programs, prepare, run_program
+from easgd.protocol.runs import run_protocol, summarize_arm
+from easgd.protocol.stats import (
+    allreduce_seconds,
+    best_val_index,
+    difference_interval,
+    error_at_best_val,
+    first_reach,
+    mean_interval,
+    modelled_seconds,
+    verdict,
+)
 from easgd.settings.config import ConfigError
 from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError, log_grid, lr_grid_edges
 
@@ -91,14 +103,12 @@ def test_validation_examples_are_never_trained_on_and_are_not_test_examples():
   assert not rows(val_x) & rows(reduced.train_x)  # disjoint from what is trained on
   assert not rows(val_x) & rows(full.test_x)  # and from the test set
   # every batch the protocol gathers comes from the training part
-  seeds = protocol.SeedData(
-      BASE.replace(dataset="mnist1d", model="cnn", validation_examples=1000), (3,)
-  )
-  run = protocol.prepare(
+  seeds = SeedData(BASE.replace(dataset="mnist1d", model="cnn", validation_examples=1000), (3,))
+  run = prepare(
       tiny_protocol(base=BASE.replace(dataset="mnist1d", model="cnn", validation_examples=1000)),
       seeds.num_train,
   )
-  idx = protocol.batch_indices(seeds, run["easgd tau=4"], 3)
+  idx = batch_indices(seeds, run["easgd tau=4"], 3)
   assert not set(idx.ravel().tolist()) & set(val_idx.tolist())
 
 
@@ -122,8 +132,8 @@ arms, which share one (tau is traced)."""
 
 def test_the_equality_arms_make_the_programs_the_next_test_checks_one_by_one():
   config = ProtocolConfig("eq", "", BASE, EQUALITY_ARMS, eval_every_steps=18).validate()
-  runs = protocol.prepare(config, protocol.SeedData(BASE, (5, 6)).num_train)
-  groups = protocol.group_programs(list(runs.values()))
+  runs = prepare(config, SeedData(BASE, (5, 6)).num_train)
+  groups = group_programs(list(runs.values()))
   assert [[r.arm.name for r in g] for g in groups] == [
       ["easgd tau=4", "easgd tau=2"],
       *[[a.name] for a in EQUALITY_ARMS[2:]],
@@ -138,9 +148,9 @@ def test_the_equality_arms_make_the_programs_the_next_test_checks_one_by_one():
 def test_one_program_gives_each_configuration_its_train_and_evaluate_run(names):
   arms = tuple(a for a in EQUALITY_ARMS if a.name in names)
   config = ProtocolConfig("eq", "", BASE, arms, eval_every_steps=18).validate()
-  seeds = protocol.SeedData(BASE, (5, 6))
-  runs = protocol.prepare(config, seeds.num_train)
-  (group,) = protocol.group_programs(list(runs.values()))  # one program
+  seeds = SeedData(BASE, (5, 6))
+  runs = prepare(config, seeds.num_train)
+  (group,) = group_programs(list(runs.values()))  # one program
   worst = {1: 0.0, 2: 0.0}
   configs = [
       dict(arm=r.arm.name, learning_rate=r.arm.learning_rates[0], seed=s)
@@ -156,7 +166,7 @@ def test_one_program_gives_each_configuration_its_train_and_evaluate_run(names):
   ]
   for kind, split in (("tune", "val"), ("report", "test")):
     for per_call, rtol in ((1, LOSS_RTOL), (2, BATCHED_LOSS_RTOL)):
-      out, info = protocol.run_program(
+      out, info = run_program(
           group,
           configs,
           seeds,
@@ -189,8 +199,8 @@ def test_the_values_do_not_depend_on_how_many_configurations_share_a_call():
   program and agrees within BATCHED_LOSS_RTOL (measured on an AVX2 CPU: 4.2e-5 at 2 of
   54 entries, one ReLU kink event)."""
   config = tiny_protocol().validate()
-  seeds = protocol.SeedData(BASE, (0, 1, 2))
-  runs = protocol.prepare(config, seeds.num_train)
+  seeds = SeedData(BASE, (0, 1, 2))
+  runs = prepare(config, seeds.num_train)
   group = [runs["easgd tau=1"], runs["easgd tau=4"]]
   configs = [
       dict(arm=r.arm.name, learning_rate=lr, seed=s)
@@ -199,9 +209,9 @@ def test_the_values_do_not_depend_on_how_many_configurations_share_a_call():
       for s in (0, 1, 2)
   ]
   outs = [
-      protocol.run_program(
-          group, configs, seeds, "tune", dataclasses.replace(config, configs_per_batch=k)
-      )[0]
+      run_program(group, configs, seeds, "tune", dataclasses.replace(config, configs_per_batch=k))[
+          0
+      ]
       for k in (1, 2, 4, None)
   ]
   single, batched = outs[0]["curves"]["val_loss"], [o["curves"]["val_loss"] for o in outs[1:]]
@@ -217,7 +227,7 @@ def test_the_values_do_not_depend_on_how_many_configurations_share_a_call():
 
 def test_the_chosen_rates_do_not_depend_on_the_test_set(monkeypatch):
   config = tiny_protocol()
-  clean = protocol.run_protocol(config, log=lambda line: None)
+  clean = run_protocol(config, log=lambda line: None)
   load = datasets.load_dataset
 
   def poisoned(name, data_dir=None, seed=0):
@@ -233,7 +243,7 @@ def test_the_chosen_rates_do_not_depend_on_the_test_set(monkeypatch):
     )
 
   monkeypatch.setattr(datasets, "load_dataset", poisoned)
-  dirty = protocol.run_protocol(config, log=lambda line: None)
+  dirty = run_protocol(config, log=lambda line: None)
   for name, arm in clean["arms"].items():
     other = dirty["arms"][name]
     assert other["chosen_learning_rate"] == arm["chosen_learning_rate"]
@@ -258,16 +268,16 @@ def test_the_reported_test_error_is_read_where_validation_is_lowest():
   # lowest (0.20, first at evaluation 1): the report takes evaluation 1
   test = [0.90, 0.40, 0.10, 0.30]
   val = [0.90, 0.20, 0.25, 0.20]
-  assert protocol_stats.best_val_index(val) == 1
-  assert protocol_stats.error_at_best_val(test, val) == 0.40
-  assert protocol_stats.best_val_index([0.5, math.nan, None, 0.4]) == 3
-  assert protocol_stats.best_val_index([math.nan, None]) == 1  # none finite: the last
-  assert protocol_stats.error_at_best_val([0.9, math.nan], [0.5, 0.1]) == 1.0  # diverged
+  assert best_val_index(val) == 1
+  assert error_at_best_val(test, val) == 0.40
+  assert best_val_index([0.5, math.nan, None, 0.4]) == 3
+  assert best_val_index([math.nan, None]) == 1  # none finite: the last
+  assert error_at_best_val([0.9, math.nan], [0.5, 0.1]) == 1.0  # diverged
   with pytest.raises(ValueError, match="one value per evaluation, got 2 and 3"):
-    protocol_stats.error_at_best_val([0.1, 0.2], [0.1, 0.2, 0.3])
+    error_at_best_val([0.1, 0.2], [0.1, 0.2, 0.3])
   # the arm's summary over two seeds: the test-selected minimum is reported nowhere
   config = tiny_protocol().validate()
-  run = protocol.prepare(config, 7000)["easgd tau=1"]
+  run = prepare(config, 7000)["easgd tau=1"]
   E = len(run.eval_steps)  # 3: steps 0, 18, 36
   rep = dict(
       seeds=[100, 101],
@@ -280,7 +290,7 @@ def test_the_reported_test_error_is_read_where_validation_is_lowest():
       worker_center_distance=[0.1, 0.1],
   )
   res = dict(report=rep, chosen_learning_rate=0.1, grid_edge=None, tuning=None)
-  arm = protocol.summarize_arm(run, res, config, 1e-3, lambda t: ((0, 0), (0, 0)))
+  arm = summarize_arm(run, res, config, 1e-3, lambda t: ((0, 0), (0, 0)))
   assert arm["test_errors_at_best_val"] == [0.3, 0.2]  # not the minima 0.1 and 0.15
   assert arm["best_val_steps"] == [36, 18]
   assert arm["final_test_errors"] == [0.3, 0.15]
@@ -328,7 +338,7 @@ def test_a_diverged_arm_is_flagged_and_its_results_are_strict_json(tmp_path):
       targets=(0.7,),
       configs_per_batch=4,
   )
-  results = protocol.run_protocol(config, tmp_path, log=lambda line: None)
+  results = run_protocol(config, tmp_path, log=lambda line: None)
   text = (tmp_path / "results.json").read_text()
   for name in ("results.md", "curves.png"):  # the library writes every file of the protocol
     assert (tmp_path / name).is_file()
@@ -346,8 +356,8 @@ def test_a_diverged_arm_is_flagged_and_its_results_are_strict_json(tmp_path):
   assert flags["one rate"] == "untunable: a single rate"
   assert flags["from diverged"] == "untunable: from 'diverges'"
   assert not (flags["tunes"] or "").startswith("untunable")
-  protocol_report.write_report(tmp_path, group_by="")  # the report reads null back
-  for table in ((tmp_path / "results.md").read_text(), protocol_report.compact_markdown(strict)):
+  report.write_report(tmp_path, group_by="")  # the report reads null back
+  for table in ((tmp_path / "results.md").read_text(), report.compact_markdown(strict)):
     assert "(untunable: every rate diverged)" in table
     assert "(untunable: a single rate)" in table
     assert "1e+03 (low edge)" not in table and "untunable: every rate diverged edge" not in table
@@ -435,7 +445,7 @@ def test_a_budget_beyond_memory_is_refused_before_anything_runs():
       tiny_protocol(), arms=(Arm("long", "easgd", dict(tau=2, num_epochs=10**6), (0.1,)),)
   ).validate()
   with pytest.raises(ProtocolError, match="of batch indices need .* GiB; allowed: at most 2"):
-    protocol.prepare(config, 7000)
+    prepare(config, 7000)
 
 
 def test_cli_protocol_refuses_bad_arguments_before_running(tmp_path, capsys):
@@ -492,12 +502,12 @@ def test_mean_interval_is_student_t_from_scipy_on_a_known_case():
   # n = 3, mean 2, s = 1: 2 -/+ t_{0.975, 2} / sqrt(3); with 2 degrees of freedom
   # the t quantile has the closed form (2q - 1) sqrt(2 / (4 q (1 - q))) = 4.3027
   q = 0.975
-  r = protocol_stats.mean_interval([1.0, 2.0, 3.0])
+  r = mean_interval([1.0, 2.0, 3.0])
   half = (2 * q - 1) * math.sqrt(2 / (4 * q * (1 - q))) / math.sqrt(3)
   assert (r["mean"], r["n"], r["std"]) == (2.0, 3, 1.0)
   assert r["low"] == pytest.approx(2 - half, rel=1e-12)
   assert r["high"] == pytest.approx(2 + half, rel=1e-12)
-  assert protocol_stats.mean_interval([0.5, 0.5, 0.5])["half_width"] == 0.0
+  assert mean_interval([0.5, 0.5, 0.5])["half_width"] == 0.0
 
 
 def test_welch_interval_matches_the_welch_satterthwaite_formula():
@@ -505,34 +515,31 @@ def test_welch_interval_matches_the_welch_satterthwaite_formula():
   va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
   df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
   half = stats.t.ppf(0.975, df) * math.sqrt(va + vb)
-  d = protocol_stats.difference_interval(a, b)
+  d = difference_interval(a, b)
   assert d["difference"] == pytest.approx(a.mean() - b.mean())
   assert d["low"] == pytest.approx(a.mean() - b.mean() - half, rel=1e-9)
   assert d["high"] == pytest.approx(a.mean() - b.mean() + half, rel=1e-9)
-  assert protocol_stats.verdict(d, holds_if="negative") == "holds"
-  assert protocol_stats.verdict(d, holds_if="positive") == "does not hold"
-  assert protocol_stats.verdict(dict(low=-1, high=1), holds_if="positive") == "inconclusive"
+  assert verdict(d, holds_if="negative") == "holds"
+  assert verdict(d, holds_if="positive") == "does not hold"
+  assert verdict(dict(low=-1, high=1), holds_if="positive") == "inconclusive"
 
 
 def test_interval_covers_the_mean_95_percent_of_the_time():
   rng = np.random.default_rng(0)
   hits = [
-      protocol_stats.mean_interval(x)["low"] <= 0.0 <= protocol_stats.mean_interval(x)["high"]
-      for x in rng.normal(size=(4000, 3))
+      mean_interval(x)["low"] <= 0.0 <= mean_interval(x)["high"] for x in rng.normal(size=(4000, 3))
   ]
   assert np.mean(hits) == pytest.approx(0.95, abs=0.012)  # 3 binomial sd: 0.010
 
 
 def test_time_to_target_and_the_network_model():
-  assert protocol_stats.first_reach([0.9, 0.4, 0.25, 0.3], [0, 10, 20, 30], 0.3) == 20
-  assert protocol_stats.first_reach([0.9, np.nan, 0.5], [0, 1, 2], 0.3) is None
+  assert first_reach([0.9, 0.4, 0.25, 0.3], [0, 10, 20, 30], 0.3) == 20
+  assert first_reach([0.9, np.nan, 0.5], [0, 1, 2], 0.3) is None
   # p = 4: each all-reduce 50 us, and 2 * 3 / 4 = 1.5 x the bytes over 125 MB/s
-  s = protocol_stats.allreduce_seconds(10, 1_000_000, 4, 125e6, 50e-6)
+  s = allreduce_seconds(10, 1_000_000, 4, 125e6, 50e-6)
   assert s == pytest.approx(10 * 50e-6 + 1.5 * 1e6 / 125e6)
-  assert protocol_stats.allreduce_seconds(10, 1_000_000, 1, 125e6, 50e-6) == 0.0
-  assert protocol_stats.modelled_seconds(
-      100, 0.01, 10, 1_000_000, 4, 125e6, 50e-6
-  ) == pytest.approx(1.0 + s)
+  assert allreduce_seconds(10, 1_000_000, 1, 125e6, 50e-6) == 0.0
+  assert modelled_seconds(100, 0.01, 10, 1_000_000, 4, 125e6, 50e-6) == pytest.approx(1.0 + s)
 
 
 # ----------------------------------------------------------------------------
@@ -573,7 +580,7 @@ def _claims_results(arms):
 
 
 def test_a_method_that_never_reaches_the_target_is_never_fastest():
-  from easgd.protocol import report as protocol_report
+  from easgd.protocol import report
   # EAMSGD misses the target on every seed: its censored time (the whole run,
   # with few exchanges) is BELOW pmean SGD's, whose every step all-reduces
   missing = _claims_results(
@@ -582,7 +589,7 @@ def test_a_method_that_never_reaches_the_target_is_never_fastest():
           "pmean_sgd": _claims_arm("pmean_sgd", 1, (70, 80, 90)),
       }
   )
-  fastest, *_ = protocol_report.claims(missing, None)
+  fastest, *_ = report.claims(missing, None)
   (part,) = fastest["parts"]
   assert part["interval"]["high"] < 0  # the lower bounds look faster
   assert part["verdict"] == "inconclusive"  # but a lower bound cannot show it
@@ -594,14 +601,14 @@ def test_a_method_that_never_reaches_the_target_is_never_fastest():
           "pmean_sgd": _claims_arm("pmean_sgd", 1, (70, 80, 90)),
       }
   )
-  fastest, tau_claim, center = protocol_report.claims(reached, None)
+  fastest, tau_claim, center = report.claims(reached, None)
   assert fastest["verdict"] == "holds"
   assert center["verdict"] == "holds"  # the center 1 point below its workers
   assert tau_claim["parts"] == [] and tau_claim["verdict"] == "inconclusive"  # no DOWNPOUR
-  assert "EAMSGD" in protocol_report.claims_markdown([fastest, tau_claim, center])
+  assert "EAMSGD" in report.claims_markdown([fastest, tau_claim, center])
   reached["protocol"]["targets"] = [0.5]
   with pytest.raises(ValueError, match="not among the protocol's targets"):
-    protocol_report.claims(reached, None)
+    report.claims(reached, None)
 
 
 def test_more_workers_is_judged_on_a_test_error_not_chosen_on_the_test_set():
@@ -622,13 +629,13 @@ def test_more_workers_is_judged_on_a_test_error_not_chosen_on_the_test_set():
           "easgd p=8": arm(8, (0.10, 0.11, 0.12), (0.40, 0.41, 0.42)),
       }
   )
-  (workers,) = protocol_report.claims(None, fig3)
+  (workers,) = report.claims(None, fig3)
   assert "lowest validation error" in workers["measurement"]
   assert workers["parts"][0]["what"] == "easgd p=4 - easgd p=8 (test error at best val)"
   assert workers["verdict"] == "does not hold"
   for a in fig3["arms"].values():
     del a["test_errors_at_best_val"]
-  (workers,) = protocol_report.claims(None, fig3)
+  (workers,) = report.claims(None, fig3)
   assert (
       "final test error" in workers["measurement"]
       and "nothing is selected" in workers["measurement"]
@@ -637,7 +644,7 @@ def test_more_workers_is_judged_on_a_test_error_not_chosen_on_the_test_set():
 
 
 def test_claims_are_measured_on_the_asynchronous_methods_and_paired_by_seed():
-  from easgd.protocol import report as protocol_report
+  from easgd.protocol import report
 
   # DOWNPOUR 1 point above async EASGD on every seed, the seeds' spread 5 points:
   # per seed the difference is exact (paired: holds); Welch's interval of the
@@ -651,7 +658,7 @@ def test_claims_are_measured_on_the_asynchronous_methods_and_paired_by_seed():
       "async_eamsgd tau=16": _claims_arm("async_eamsgd", 16, (20, 20, 30), final=spread),
       "eamsgd tau=16": _claims_arm("eamsgd", 16, (90, 90, 90), final=spread),
   }
-  fastest, tau_claim, center = protocol_report.claims(_claims_results(arms), None)
+  fastest, tau_claim, center = report.claims(_claims_results(arms), None)
   assert [p["what"] for p in tau_claim["parts"]] == [
       "downpour tau=16 - async_easgd tau=16 (final test error)",
       "downpour tau=16 - async_eamsgd tau=16 (final test error)",
@@ -660,7 +667,7 @@ def test_claims_are_measured_on_the_asynchronous_methods_and_paired_by_seed():
     assert part["interval"]["paired"] and part["interval"]["resolvable"] == pytest.approx(0)
     assert part["interval"]["difference"] == pytest.approx(0.01)
     assert part["verdict"] == "holds"
-  welch = protocol_stats.difference_interval(above, spread)
+  welch = difference_interval(above, spread)
   assert welch["low"] < 0 < welch["high"]
   assert "asynchronous EASGD, Algorithm 1" in tau_claim["measurement"]
   # the fastest claim: async EAMSGD against every other method at its tau, never
@@ -677,7 +684,7 @@ def test_claims_are_measured_on_the_asynchronous_methods_and_paired_by_seed():
   ]
   # without asynchronous arms the synchronous methods are measured
   sync = {k: v for k, v in arms.items() if not k.startswith("async")}
-  _, tau_claim, _ = protocol_report.claims(_claims_results(sync), None)
+  _, tau_claim, _ = report.claims(_claims_results(sync), None)
   assert [p["what"] for p in tau_claim["parts"]] == [
       "downpour tau=16 - easgd tau=16 (final test error)",
       "downpour tau=16 - eamsgd tau=16 (final test error)",

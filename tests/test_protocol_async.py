@@ -7,7 +7,7 @@ round-robin order the paper's master serves, and a seeded random order.
 import pytest
 
 from easgd import TrainConfig, train_and_evaluate
-from easgd.protocol import runs as protocol
+from easgd.protocol import runs
 from easgd.protocol.config import Arm, ProtocolConfig
 
 BASE = TrainConfig(
@@ -31,10 +31,10 @@ ARMS = (
 @pytest.mark.parametrize("arm", ARMS, ids=[a.name for a in ARMS])
 def test_an_asynchronous_arm_equals_easgd_train_of_its_settings(tmp_path, arm):
   config = ProtocolConfig("async", "", BASE, (arm,), eval_every_steps=9).validate()
-  seeds = protocol.SeedData(BASE, (5,))
-  run = protocol.prepare(config, seeds.num_train)[arm.name]
+  seeds = runs.SeedData(BASE, (5,))
+  run = runs.prepare(config, seeds.num_train)[arm.name]
   configs = [dict(arm=arm.name, learning_rate=arm.learning_rates[0], seed=5)]
-  out, _ = protocol.run_program([run], configs, seeds, "report", config)
+  out, _ = runs.run_program([run], configs, seeds, "report", config)
   cfg = run.config.replace(learning_rate=arm.learning_rates[0], seed=5)
   history = train_and_evaluate(cfg, tmp_path / "train")["history"]
   steps = list(run.eval_steps)

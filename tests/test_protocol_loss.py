@@ -15,7 +15,7 @@ from tensorboard.backend.event_processing import event_file_loader
 from tensorboard.compat.proto import event_pb2
 
 from easgd import TrainConfig, cli
-from easgd.protocol import report, runs as protocol, stats as protocol_stats
+from easgd.protocol import report, runs, stats
 from easgd.protocol.config import Arm, Network, ProtocolConfig, ProtocolError, load_protocol_file
 from easgd.tasks.task import Task
 from testutil import regression_task
@@ -46,7 +46,7 @@ def written(tmp_path_factory):
   by_cli, by_library = root / "cli", root / "library"
   assert cli.main(["protocol", "--config", str(root / "proto.py"), "--workdir", str(by_cli)]) == 0
   config = load_protocol_file(root / "proto.py")
-  protocol.run_protocol(config, by_library, log=lambda line: None)
+  runs.run_protocol(config, by_library, log=lambda line: None)
   return by_cli, by_library
 
 
@@ -70,8 +70,8 @@ def test_a_loss_only_task_is_tuned_on_its_validation_loss_and_reports_its_test_l
   at_best = [curve[i] for curve, i in zip(rep["test_loss_curve"], best)]
   assert arm["final_test_loss_by_seed"] == final
   assert arm["test_loss_at_best_val_by_seed"] == at_best
-  assert arm["final_test_loss"] == protocol_stats.mean_interval(final)
-  assert arm["test_loss_at_best_val"] == protocol_stats.mean_interval(at_best)
+  assert arm["final_test_loss"] == stats.mean_interval(final)
+  assert arm["test_loss_at_best_val"] == stats.mean_interval(at_best)
   interval = arm["final_test_loss"]
   assert interval["n"] == 3 and interval["low"] < interval["mean"] < interval["high"]
   # it learned (measured: at most 0.51 after the 8 steps, at least 0.61 at step 0)
@@ -135,16 +135,16 @@ def test_the_command_line_and_the_library_write_the_same_files(written, tmp_path
   names = _files(by_cli)
   assert names == _files(by_library)
   assert {"results.json", "results.md", "curves.png"} <= set(names)
-  runs = {n.rsplit("/", 1)[0] for n in names if n.endswith("<events>")}
+  event_runs = {n.rsplit("/", 1)[0] for n in names if n.endswith("<events>")}
   report = {f"report/easgd/seed_{s}" for s in (100, 101, 102)}
   tune = {f"tune/easgd/lr_{lr:g}/seed_{s}" for lr in (0.1, 0.3) for s in (0, 1, 2)}
-  assert runs == report | tune
+  assert event_runs == report | tune
   cli_json, library_json = (json.loads((d / "results.json").read_text()) for d in written)
   assert _without_timings(cli_json) == _without_timings(library_json)
   cli_md, library_md = ((d / "results.md").read_text() for d in written)
   assert _masked_markdown(cli_md) == _masked_markdown(library_md)
   assert (by_cli / "curves.png").read_bytes() == (by_library / "curves.png").read_bytes()
-  for run in runs:
+  for run in event_runs:
     assert _events(by_cli / run) == _events(by_library / run), run
     assert len(_events(by_cli / run)) > 3  # the version, session start, hparams, points
   # --report-only rewrites the files made from results.json, through the same writer
@@ -152,7 +152,7 @@ def test_the_command_line_and_the_library_write_the_same_files(written, tmp_path
   assert cli.main(["protocol", "--workdir", str(by_cli), "--report-only"]) == 0
   assert _files(by_cli) == names
   assert {n: (by_cli / n).read_bytes() for n in before} == before
-  for run in runs:
+  for run in event_runs:
     assert _events(by_cli / run) == _events(by_library / run), run
   # a results.json edited by hand: one line, exit 2, nothing rewritten
   edited = tmp_path / "edited"
@@ -178,7 +178,7 @@ def never(*args, **kwargs):
 def test_settings_a_loss_only_task_cannot_use_are_refused_before_anything_compiles(
     monkeypatch, tmp_path, capsys
 ):
-  monkeypatch.setattr(protocol, "run_program", never)
+  monkeypatch.setattr(runs, "run_program", never)
   base = TrainConfig(
       num_epochs=1, global_batch_size=64, num_workers=2, validation_examples=128, progress=False
   )
@@ -204,7 +204,7 @@ def test_settings_a_loss_only_task_cannot_use_are_refused_before_anything_compil
       (dict(networks=(Network(),)), r"networks \(Network\(.*allowed: networks None$"),
   ):
     with pytest.raises(ProtocolError, match=message) as e:
-      protocol.run_protocol(
+      runs.run_protocol(
           dataclasses.replace(config, **changes),
           tmp_path / "w",
           log=lambda line: None,
@@ -218,7 +218,7 @@ def test_settings_a_loss_only_task_cannot_use_are_refused_before_anything_compil
       task, evaluate=lambda p, b: {**task.evaluate(p, b), "error": task.evaluate(p, b)["loss"]}
   )
   with pytest.raises(ProtocolError, match=r"among them 'error', the name the protocol keeps"):
-    protocol.run_protocol(config, tmp_path / "w", log=lambda line: None, task=own_error)
+    runs.run_protocol(config, tmp_path / "w", log=lambda line: None, task=own_error)
   assert not (tmp_path / "w").exists()
   # refused whatever the task: a direction that is not stated or not read
   for changes, message in (
@@ -232,7 +232,7 @@ def test_settings_a_loss_only_task_cannot_use_are_refused_before_anything_compil
     with pytest.raises(ProtocolError, match=message):
       dataclasses.replace(config, **changes).validate()
   with pytest.raises(ProtocolError, match="group_by 'num_workers' without a workdir"):
-    protocol.run_protocol(config, group_by="num_workers", task=regression_task(640, 200))
+    runs.run_protocol(config, group_by="num_workers", task=regression_task(640, 200))
   # from the command line: one line, exit 2, no workdir
   (tmp_path / "proto.py").write_text(PROTOCOL_FILE.format(extra=", targets=(0.5,)"))
   workdir = tmp_path / "out"
@@ -287,7 +287,7 @@ def test_the_rates_are_chosen_on_the_named_metric_in_its_stated_direction(better
       select_metric="closeness",
       select_better=better,
   )
-  results = protocol.run_protocol(config, log=lambda line: None, task=closeness_task())
+  results = runs.run_protocol(config, log=lambda line: None, task=closeness_task())
   assert results["protocol"]["select_metric"] == "closeness"
   arm = results["arms"]["gd"]
   want = {lr: np.exp(-(((1 - lr) ** 8) ** 2)) for lr in (0.25, 0.5, 1.0)}  # w_8 = 1 - (1 - lr)^8

@@ -14,7 +14,7 @@ import dataclasses
 
 import pytest
 
-from easgd.protocol import stats as protocol_stats
+from easgd.protocol import stats
 from easgd.protocol.config import (
     GIGABIT_ETHERNET,
     HUNDRED_GIGABIT_ETHERNET,
@@ -68,7 +68,7 @@ def test_easgd_on_workers_of_a_node_pays_the_slow_link_every_tau_steps():
 
 def test_one_link_is_the_flat_model_for_one_device_per_worker():
   for p, a, b in ((4, 10, 10 * P), (2, 3, 3 * P), (1, 0, 0)):
-    flat = protocol_stats.modelled_seconds(STEPS, COMPUTE, a, b, p, 125e6, 50e-6)
+    flat = stats.modelled_seconds(STEPS, COMPUTE, a, b, p, 125e6, 50e-6)
     assert GIGABIT_ETHERNET.modelled_seconds(STEPS, COMPUTE, (a, b), (0, 0), p, 1) == flat
   # a worker of 2 devices on one link: within 10 x (1e6 + 4) over g = 2 at 1 GbE
   s = GIGABIT_ETHERNET.modelled_seconds(STEPS, COMPUTE, (0, 0), (10, 10 * (P + 4)), 1, 2)
@@ -121,7 +121,7 @@ def test_the_protocol_reports_modelled_times_on_a_two_level_network(tmp_path):
   each arm's layout (4 x 1 devices: across workers at the slow link; 4 workers
   of 2 devices, modelled on the same simulated runs: within at the fast link
   every step, across at the slow one), and results.md names the links."""
-  from easgd.protocol import report as protocol_report, runs
+  from easgd.protocol import report, runs
   from easgd.protocol.config import Arm, ProtocolConfig
   from easgd.settings.config import TrainConfig
 
@@ -175,7 +175,7 @@ def test_the_protocol_reports_modelled_times_on_a_two_level_network(tmp_path):
   assert {k: v.name for k, v in nodes.links(4, 2).items()} == dict(
       across_workers="slow", within_workers="fast"
   )
-  protocol_report.write_report(tmp_path, group_by="")
+  report.write_report(tmp_path, group_by="")
   text = (tmp_path / "results.md").read_text()
   assert "nodes of 2: 2 devices per node, inside 1 GB/s, 1 us, between nodes 0.01 GB/s" in text
   assert "80% on nodes of 2" in text

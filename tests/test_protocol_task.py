@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from easgd import TrainConfig, train_and_evaluate
-from easgd.protocol import runs as protocol
+from easgd.protocol import runs
 from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError
 from testutil import CLASSES, FEATURES, Items, linear_data, linear_task
 
@@ -35,7 +35,7 @@ def values(tree, path=""):
   """Every value of results.json (strict JSON: null for NaN) but the wall times
   and compile counts, by path."""
   if not path:
-    tree = json.loads(protocol.results_json(tree))
+    tree = json.loads(runs.results_json(tree))
   if isinstance(tree, dict):
     return {
         p: v
@@ -50,10 +50,10 @@ def values(tree, path=""):
 
 def test_a_user_task_from_arrays_and_from_getitem_gives_the_same_results():
   train, test = linear_data(640, 1), linear_data(200, 2)
-  by_arrays = protocol.run_protocol(
+  by_arrays = runs.run_protocol(
       small_protocol(), log=lambda line: None, task=linear_task(train, test)
   )
-  by_items = protocol.run_protocol(
+  by_items = runs.run_protocol(
       small_protocol(), log=lambda line: None, task=linear_task(Items(train), Items(test))
   )
   a, b = values(by_arrays), values(by_items)
@@ -70,7 +70,7 @@ def test_tasks_the_protocol_cannot_run_are_refused_before_anything_compiles(monk
   def never(*args, **kwargs):
     raise AssertionError("a program ran")
 
-  monkeypatch.setattr(protocol, "run_program", never)
+  monkeypatch.setattr(runs, "run_program", never)
   train, test = linear_data(640, 1), linear_data(200, 2)
   for task, message in (
       (
@@ -97,12 +97,12 @@ def test_tasks_the_protocol_cannot_run_are_refused_before_anything_compiles(monk
       ),
   ):
     with pytest.raises(ProtocolError, match=message) as e:
-      protocol.run_protocol(small_protocol(), log=lambda line: None, task=task)
+      runs.run_protocol(small_protocol(), log=lambda line: None, task=task)
     assert "\n" not in str(e.value)
   # the built-in digits draw their split from the seed (Task.split_from_seed)
   digits = BASE.replace(dataset="digits", model="mlp", validation_examples=200)
   with pytest.raises(ProtocolError, match="task 'digits/mlp' draws its train/test split"):
-    protocol.run_protocol(small_protocol(digits), log=lambda line: None)
+    runs.run_protocol(small_protocol(digits), log=lambda line: None)
   with pytest.raises(ProtocolError, match=r"overrides \['task'\]"):
     dataclasses.replace(
         small_protocol(), arms=(Arm("a", "easgd", dict(task="m:f"), (0.1,)),)
@@ -187,10 +187,10 @@ def test_a_batchnorm_task_is_evaluated_with_the_center_statistics_the_trainer_us
   )
   arm = Arm("easgd", "easgd", dict(tau=4), (0.05,))
   config = ProtocolConfig("bn", "", base, (arm,), eval_every_steps=18).validate()
-  seeds = protocol.SeedData(base, (5,))
-  run = protocol.prepare(config, seeds.num_train)["easgd"]
+  seeds = runs.SeedData(base, (5,))
+  run = runs.prepare(config, seeds.num_train)["easgd"]
   configs = [dict(arm="easgd", learning_rate=0.05, seed=5)]
-  out, _ = protocol.run_program([run], configs, seeds, "report", config)
+  out, _ = runs.run_program([run], configs, seeds, "report", config)
   history = train_and_evaluate(run.config.replace(learning_rate=0.05, seed=5), tmp_path / "train")[
       "history"
   ]
