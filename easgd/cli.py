@@ -630,11 +630,7 @@ def _check_protocol_workdir(workdir: Path, overwrite: bool) -> None:
         f"workdir '{workdir}' already holds a protocol's results; "
         "choose another directory or pass --overwrite"
     )
-  for name in (
-      RESULTS_JSON,
-      report.RESULTS_MD,
-      report.CURVES_PNG,
-  ):
+  for name in (RESULTS_JSON, report.RESULTS_MD, report.CURVES_PNG):
     if (workdir / name).exists() and not (workdir / name).is_file():
       raise ConfigError(
           f"'{workdir / name}' exists and is not a file; the protocol " "writes its results there"
