@@ -45,6 +45,8 @@ def main():
   from jax import lax
 
   import common
+  from optax.tree_utils import tree_add
+
   from easgd.core import elastic
 
   d, lr, alpha = args.devices, 0.01, 0.9 / args.devices
@@ -117,7 +119,7 @@ def main():
         exchange, lambda v: lax.psum(v, "d"), lambda v: jax.tree.map(jnp.zeros_like, v), diff
     )
     p2 = jax.tree.map(lambda a, du, dd: a + du - jnp.where(exchange, dd, 0), p, u, diff)
-    return p2, elastic.tree_add(c, summed), loss
+    return p2, tree_add(c, summed), loss
 
   cands = {
       "bare": make("bare", bare, 1),

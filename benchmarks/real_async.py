@@ -174,22 +174,21 @@ def common_one_step_late(previous, current):
 def _async_run(args, delays, measure=False):
   """(times, errors, exchanges, worker step seconds) of a threads-runtime run."""
   import jax
-  from easgd.runtimes import driver as async_driver, threads as async_threads
-  from easgd.runtimes import async_runs, training_run
+  from easgd.runtimes import threads
+  from easgd.runtimes.driver import Driver
   from easgd.settings import runtime_table
+  from easgd.runtimes import async_runs, training_run
 
   run = training_run.Run(_config(args, "async_easgd", "threads"))
   error = _center_error(run)
   p = run.config.num_workers
   setup = async_runs.make_setup(run)
-  backend = async_threads.ThreadBackend(
-      setup, p, devices=async_threads.worker_devices(p, list(run.layout.devices)), delays_s=delays
+  backend = threads.ThreadBackend(
+      setup, p, devices=threads.worker_devices(p, list(run.layout.devices)), delays_s=delays
   )
   try:
     backend.warm_up()
-    driver = async_driver.Driver(
-        backend, [0] * p, chunk_steps=runtime_table.TABLE["threads"].chunk_steps
-    )
+    driver = Driver(backend, [0] * p, chunk_steps=runtime_table.TABLE["threads"].chunk_steps)
     _, shared, _ = backend.state()
     error(shared.center)  # compiles the evaluation
     times, errors, exchanges, train_s = [0.0], [error(shared.center)], [0], 0.0
@@ -299,8 +298,9 @@ def part_b(args):
   import jax
   import optax
   import common
-  from easgd.asynchrony import log as async_log, simulation as asynchronous
-  from easgd.runtimes import shared as async_shared
+  from easgd.asynchrony import simulation
+  from easgd.asynchrony.log import async_rules, init_shared, init_worker
+  from easgd.runtimes.shared import AsyncSetup, CenterStore, WorkerLoop, WorkerPrograms
   from easgd.runtimes import async_runs, training_run
   from easgd.runtimes.optimizers import make_optimizer
 
@@ -321,17 +321,15 @@ def part_b(args):
     run = training_run.Run(cfg)
     loss_fn = run.task.loss
     opt = make_optimizer(cfg, run.steps_per_epoch)
-    algo = asynchronous.async_easgd(loss_fn, opt, num_workers=1, tau=2**30, beta=0.9)
+    algo = simulation.async_easgd(loss_fn, opt, num_workers=1, tau=2**30, beta=0.9)
     batch_fn = async_runs.make_batch_fn(run)
-    setup = async_shared.AsyncSetup(algo, run.init_params, batch_fn, run.step_key)
-    rules = async_log.async_rules(algo)
-    programs = async_shared.WorkerPrograms(rules)
+    setup = AsyncSetup(algo, run.init_params, batch_fn, run.step_key)
+    rules = async_rules(algo)
+    programs = WorkerPrograms(rules)
     device = jax.devices()[0]
-    center = async_shared.CenterStore(
-        rules, programs, async_log.init_shared(rules, run.init_params), device
-    )
-    loop = async_shared.WorkerLoop(
-        0, programs, setup, async_log.init_worker(rules, run.init_params), center.exchange, device
+    center = CenterStore(rules, programs, init_shared(rules, run.init_params), device)
+    loop = WorkerLoop(
+        0, programs, setup, init_worker(rules, run.init_params), center.exchange, device
     )
     loop.warm_up()
     loop.run(1)  # clock 0 exchanges; every later step is local

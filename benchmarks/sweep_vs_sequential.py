@@ -49,7 +49,7 @@ import optax
 from easgd.core import algorithms
 from easgd.tasks import datasets, models
 from easgd._util import flags
-from easgd.sweeps import engine as sweep_engine, network as sweep_network
+from easgd.sweeps import engine, network
 from easgd._util.flags import option
 from easgd.sweeps.engine import CompileCounter
 from easgd.sweeps.grid import SweepGrid
@@ -79,16 +79,16 @@ def main():
   model = models.make_model("mlp", ds.num_classes)
   init_key, key = jax.random.split(jax.random.key(0))
   params0 = models.init_params(model, ds.input_shape, init_key)
-  x, y = sweep_network.network_batches(ds, p, args.batch, steps, seed=0)
+  x, y = network.network_batches(ds, p, args.batch, steps, seed=0)
   batches = (jnp.asarray(x), jnp.asarray(y))
   test = (jnp.asarray(ds.test_x), jnp.asarray(ds.test_y))
-  loss_fn, eval_fn = sweep_network.network_fns(model)
+  loss_fn, eval_fn = network.network_fns(model)
   grid = SweepGrid(TAU, ALPHA, (args.learning_rate,), (p,)).validate()
   hyper = grid.hyperparameters()
   lr, tau, alpha = hyper["learning_rate"], hyper["tau"], hyper["alpha"]
   n = lr.size
   workers0 = jax.tree.map(lambda a: jnp.broadcast_to(a, (p, *a.shape)), params0)
-  run = sweep_engine.make_sweep_fn(
+  run = engine.make_sweep_fn(
       functools.partial(algorithms.easgd, loss_fn, num_workers=p), p, steps, eval_fn
   )
 
@@ -100,7 +100,7 @@ def main():
       algo = algorithms.easgd(
           loss_fn, optax.sgd(float(lr[i])), num_workers=p, tau=int(tau[i]), alpha=float(alpha[i])
       )
-      sweep_engine.run_with_algorithm(
+      engine.run_with_algorithm(
           algo, params0, batches, key, num_workers=p, eval_fn=eval_fn, eval_data=test
       )
 

@@ -316,7 +316,7 @@ def _user_errors():
   from easgd.tasks.models import ModelError
   from easgd.parallel.worker_layout import LayoutError
   from easgd.run.checkpoint import CheckpointError
-  from easgd.tasks.task import TaskError
+  from easgd.tasks.sources import TaskError
 
   return (
       ConfigError,
@@ -548,12 +548,12 @@ def _run(args) -> int:
 
 def _run_protocol(args) -> int:
   from easgd.settings.config import ConfigError
-  from easgd.protocol import report as protocol_report
+  from easgd.protocol import report
   from easgd.run import rundir, runlock
-  from easgd.protocol.config import load_protocol_file
+  from easgd.protocol.config import RESULTS_JSON, load_protocol_file
 
   workdir = rundir.workdir_path(args.workdir, "--workdir")
-  results = workdir / protocol_report.RESULTS_JSON
+  results = workdir / RESULTS_JSON
   if args.report_only:
     if (
         args.config is not None
@@ -573,7 +573,7 @@ def _run_protocol(args) -> int:
           f"--report-only: '{workdir}' holds no results.json; run the " "protocol first"
       )
     with runlock.hold_workdir(workdir, "protocol --report-only"):
-      protocol_report.write_report(workdir, args.group_by)
+      report.write_report(workdir, args.group_by)
   else:
     if args.config is None:
       raise ConfigError(
@@ -586,10 +586,10 @@ def _run_protocol(args) -> int:
       from easgd.protocol.runs import run_protocol
 
       # nothing is written until every arm has run; then the protocol's one writer
-      # (protocol_report.write_report) replaces each file whole, results.json last
+      # (report.write_report) replaces each file whole, results.json last
       fresh = run_protocol(config, None, log=lambda line: print(line, file=sys.stderr, flush=True))
-      protocol_report.write_report(workdir, args.group_by, fresh)
-  print((workdir / protocol_report.RESULTS_MD).read_text(), end="")
+      report.write_report(workdir, args.group_by, fresh)
+  print((workdir / report.RESULTS_MD).read_text(), end="")
   return 0
 
 
@@ -621,19 +621,16 @@ def _check_protocol_workdir(workdir: Path, overwrite: bool) -> None:
   """Refuses a workdir with a protocol's results (unless ``overwrite``) or with a
   directory where a result file goes; the lock has created ``workdir``."""
   from easgd.settings.config import ConfigError
-  from easgd.protocol import report as protocol_report
+  from easgd.protocol import report
+  from easgd.protocol.config import RESULTS_JSON
   from easgd.run.tensorboard import PROTOCOL_RUNS
 
-  if (workdir / protocol_report.RESULTS_JSON).exists() and not overwrite:
+  if (workdir / RESULTS_JSON).exists() and not overwrite:
     raise ConfigError(
         f"workdir '{workdir}' already holds a protocol's results; "
         "choose another directory or pass --overwrite"
     )
-  for name in (
-      protocol_report.RESULTS_JSON,
-      protocol_report.RESULTS_MD,
-      protocol_report.CURVES_PNG,
-  ):
+  for name in (RESULTS_JSON, report.RESULTS_MD, report.CURVES_PNG):
     if (workdir / name).exists() and not (workdir / name).is_file():
       raise ConfigError(
           f"'{workdir / name}' exists and is not a file; the protocol " "writes its results there"

@@ -44,7 +44,8 @@ def evaluate_center(export: str, batch: int = 32, seed: int = 0) -> dict:
   """
   from flax import serialization  # noqa: PLC0415
 
-  from easgd.tasks.task import load_task, take  # noqa: PLC0415
+  from easgd.tasks.sources import take  # noqa: PLC0415
+  from easgd.tasks.task import load_task  # noqa: PLC0415
 
   with open(export + ".json") as f:
     meta = json.load(f)

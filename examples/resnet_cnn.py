@@ -56,7 +56,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from easgd.tasks import batches, models
-from easgd.tasks.task import Task, TaskError
+from easgd.tasks.sources import TaskError
+from easgd.tasks.task import Task
 
 KEYS = ("x_train", "y_train", "x_test", "y_test")
 

@@ -49,7 +49,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from easgd.tasks.task import Task, TaskError
+from easgd.tasks.sources import TaskError
+from easgd.tasks.task import Task
 
 VOCAB = 256
 """Byte-level vocabulary: the 256 byte values."""
@@ -61,7 +62,7 @@ class TextWindows:
   Item ``i`` is ``tokens[i * stride : i * stride + window]`` as int32
   ``[window]``. An object with ``__len__`` and ``__getitem__`` only (no
   NumPy pytree), so the package reads it through
-  :class:`easgd.tasks.task.ItemSource`, one item at a time.
+  :class:`easgd.tasks.sources.ItemSource`, one item at a time.
 
   Args:
     tokens: int ``[n]`` token ids.

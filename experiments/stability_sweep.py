@@ -11,11 +11,11 @@ is the same as
 
 import argparse
 
-from easgd.sweeps import command as sweep, report as sweep_report
+from easgd.sweeps import command, report
 
 
-def get_sweep_config() -> sweep.SweepConfig:
-  return sweep.SweepConfig(
+def get_sweep_config() -> command.SweepConfig:
+  return command.SweepConfig(
       problem="network",
       model="mlp",
       dataset="mnist1d",
@@ -32,5 +32,5 @@ if __name__ == "__main__":
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--workdir", required=True)
   args = parser.parse_args()
-  for result in sweep.run_sweep(get_sweep_config(), args.workdir).values():
-    print(sweep_report.summarize(result))
+  for result in command.run_sweep(get_sweep_config(), args.workdir).values():
+    print(report.summarize(result))

@@ -16,7 +16,18 @@ import optax
 import pytest
 
 from easgd.core import algorithms
-from easgd.asynchrony import log as async_log, schedule as async_schedule, simulation as asynchronous
+from easgd.asynchrony import simulation
+from easgd.asynchrony.log import exchange_log
+from easgd.asynchrony.schedule import (
+    active_slots,
+    draw_worker_speeds,
+    exchange_order,
+    exchange_schedule,
+    local_steps_done,
+    served_order,
+    simulated_time,
+    slot_table,
+)
 from easgd.run import trainer
 from easgd.parallel import mapping, placement, worker_layout
 from easgd.settings.config import ConfigError, TrainConfig
@@ -24,6 +35,7 @@ from easgd.core.elastic import HyperparameterError
 import linear_problem
 from testutil import STEP_KINDS
 from linear_problem import (THETA0, local_steps_in_time_order, loss_fn, np_grad)
+from easgd.core.base import reset_optimizer_state
 
 make_data = functools.partial(linear_problem.make_data, seed=1)
 
@@ -128,7 +140,7 @@ def test_eamsgd_validates_momentum():
   with pytest.raises(HyperparameterError, match="momentum"):
     algorithms.eamsgd(loss_fn, num_workers=2, momentum=1.0, learning_rate=0.1, beta=0.9)
   with pytest.raises(HyperparameterError, match="momentum"):
-    asynchronous.async_eamsgd(loss_fn, num_workers=2, momentum=-0.1, learning_rate=0.1, beta=0.9)
+    simulation.async_eamsgd(loss_fn, num_workers=2, momentum=-0.1, learning_rate=0.1, beta=0.9)
 
 
 # -- round-robin scheme, eq. (12)-(13) --------------------------------------------
@@ -139,7 +151,7 @@ def test_round_robin_async_easgd_reproduces_eq_12_13_exactly():
   # all start at 1. Eq. (12)-(13): at global time t only worker i = t mod p moves,
   #   x^i <- x^i - eta x^i - alpha (x^i - x~);   x~ <- x~ + alpha (x^i - x~).
   p, eta, alpha, rounds = 3, np.float32(0.5), np.float32(0.25), 4
-  algo = asynchronous.async_easgd(
+  algo = simulation.async_easgd(
       lambda x, b, k: 0.5 * x**2, num_workers=p, tau=1, alpha=0.25, learning_rate=0.5
   )
   layout = worker_layout.make_layout(p, 3)
@@ -178,8 +190,8 @@ def test_async_easgd_serves_the_exchanges_of_a_slot_in_time_order():
   #   slot 2, w1 (time 2/3): d = 0.25 (0.375 - 0.78125) = -0.1015625;
   #     c = 0.6796875;  x1 = 0.375 + 0.1015625 - 0.1875 = 0.2890625
   # (Serving slot 1 in the tick's order instead swaps x0 and x1 after slot 1.)
-  schedule = async_schedule.exchange_schedule(2, worker_speeds=(2, 3))
-  algo = asynchronous.async_easgd(
+  schedule = exchange_schedule(2, worker_speeds=(2, 3))
+  algo = simulation.async_easgd(
       lambda x, b, k: 0.5 * x**2,
       num_workers=2,
       tau=1,
@@ -196,7 +208,7 @@ def test_async_easgd_serves_the_exchanges_of_a_slot_in_time_order():
     worker, shared, _ = step(worker, shared, dummy, KEY)
     np.testing.assert_array_equal(placement.merge_workers(worker.params), x)
     np.testing.assert_array_equal(placement.first_copy(shared.center), c)
-  log = async_log.exchange_log(algo, KEY, 3)
+  log = exchange_log(algo, KEY, 3)
   assert [(r["slot"], r["worker"], r["local_step"]) for r in log] == [
       (0, 0, 0),
       (0, 1, 0),
@@ -211,9 +223,7 @@ def test_async_easgd_serves_the_exchanges_of_a_slot_in_time_order():
 
 
 def orders_for(schedule, num_ticks, key=KEY):
-  return [
-      np.asarray(async_schedule.exchange_order(schedule, key, t)).tolist() for t in range(num_ticks)
-  ]
+  return [np.asarray(exchange_order(schedule, key, t)).tolist() for t in range(num_ticks)]
 
 
 @pytest.mark.parametrize(
@@ -229,11 +239,11 @@ def orders_for(schedule, num_ticks, key=KEY):
 )
 def test_async_elastic_matches_event_by_event_reference(order, speeds, staleness, delta, tau):
   p, alpha, eta = 4, 0.2, 0.1
-  schedule = async_schedule.exchange_schedule(p, order, speeds, staleness)
+  schedule = exchange_schedule(p, order, speeds, staleness)
   num_steps = 6 * schedule.slots_per_tick  # the slowest worker: 6 steps, 3 periods
   xs, ys = make_data(num_steps, p)
   if delta:
-    algo = asynchronous.async_eamsgd(
+    algo = simulation.async_eamsgd(
         loss_fn,
         num_workers=p,
         momentum=delta,
@@ -243,7 +253,7 @@ def test_async_elastic_matches_event_by_event_reference(order, speeds, staleness
         schedule=schedule,
     )
   else:
-    algo = asynchronous.async_easgd(
+    algo = simulation.async_easgd(
         loss_fn, num_workers=p, tau=tau, alpha=alpha, learning_rate=eta, schedule=schedule
     )
   wt, ct, worker, shared = run(algo, xs, ys, num_devices=2)
@@ -261,23 +271,23 @@ def test_async_elastic_matches_event_by_event_reference(order, speeds, staleness
 
 
 def test_async_eamsgd_with_zero_momentum_is_async_easgd_bit_for_bit():
-  schedule = async_schedule.exchange_schedule(4, "random", (1, 2, 2, 1), 1)
+  schedule = exchange_schedule(4, "random", (1, 2, 2, 1), 1)
   xs, ys = make_data(8, 4)
   kw = dict(num_workers=4, tau=2, beta=0.9, learning_rate=0.1, schedule=schedule)
-  wa, ca, _, _ = run(asynchronous.async_eamsgd(loss_fn, momentum=0.0, **kw), xs, ys, 1)
-  wb, cb, _, _ = run(asynchronous.async_easgd(loss_fn, **kw), xs, ys, 1)
+  wa, ca, _, _ = run(simulation.async_eamsgd(loss_fn, momentum=0.0, **kw), xs, ys, 1)
+  wb, cb, _, _ = run(simulation.async_easgd(loss_fn, **kw), xs, ys, 1)
   np.testing.assert_array_equal(wa, wb)
   np.testing.assert_array_equal(ca, cb)
 
 
 @pytest.mark.parametrize("name", ["async_easgd", "async_eamsgd"])
 def test_async_runs_agree_on_4_1_and_2_devices(name):
-  schedule = async_schedule.exchange_schedule(4, "random", (1, 3, 2, 1), 2)
+  schedule = exchange_schedule(4, "random", (1, 3, 2, 1), 2)
   xs, ys = make_data(9, 4)
   kw = dict(num_workers=4, tau=2, beta=0.9, learning_rate=0.1, schedule=schedule)
   if name == "async_eamsgd":
     kw["momentum"] = 0.9
-  algo = getattr(asynchronous, name)(loss_fn, **kw)
+  algo = getattr(simulation, name)(loss_fn, **kw)
   runs = [run(algo, xs, ys, num_devices=d)[:2] for d in (4, 1, 2)]
   for wt, ct in runs[1:]:
     np.testing.assert_allclose(wt, runs[0][0], rtol=1e-6, atol=1e-7)
@@ -286,38 +296,34 @@ def test_async_runs_agree_on_4_1_and_2_devices(name):
 
 def test_schedule_helpers():
   # speeds (1, 2, 4): K = 4 slots; worker 1 at slots 0, 2; worker 2 every slot
-  table = async_schedule.active_slots((1, 2, 4))
+  table = active_slots((1, 2, 4))
   np.testing.assert_array_equal(table, [[1, 1, 1], [0, 0, 1], [0, 1, 1], [0, 0, 1]])
   np.testing.assert_array_equal(table.sum(0), [1, 2, 4])
   # speeds 2 and 3 (K = 3): steps of the speed-2 worker at times 0, 1/2 -> slots 0, 1
-  np.testing.assert_array_equal(async_schedule.active_slots((2, 3))[:, 0], [1, 1, 0])
+  np.testing.assert_array_equal(active_slots((2, 3))[:, 0], [1, 1, 0])
   # the same steps placed by their ends (DOWNPOUR's push): 1/2 -> slot 1 (1.5 slots),
   # 1 -> slot 2; the speed-3 worker's ends 1/3, 2/3, 1 -> slots 0, 1, 2
-  end = async_schedule.slot_table((2, 3), "step_end")
+  end = slot_table((2, 3), "step_end")
   np.testing.assert_array_equal(end.active, [[0, 1], [1, 1], [1, 1]])
   # time ranks within the tick: ends 1/3 < 1/2 < 2/3 < 1
   np.testing.assert_array_equal(end.rank, [[0, 0], [1, 2], [3, 3]])
-  start = async_schedule.slot_table((2, 3), "step_start")  # starts 0 < 1/3 < 1/2 < 2/3
+  start = slot_table((2, 3), "step_start")  # starts 0 < 1/3 < 1/2 < 2/3
   np.testing.assert_array_equal(start.rank, [[0, 0], [2, 1], [0, 3]])
   np.testing.assert_array_equal(
-      async_schedule.slot_table((1, 2, 4), "step_end").active,
+      slot_table((1, 2, 4), "step_end").active,
       [[0, 0, 1], [0, 1, 1], [0, 0, 1], [1, 1, 1]],
   )
   # served in time order; ties keep the tick's order (ranks are per worker)
-  np.testing.assert_array_equal(
-      async_schedule.served_order(np.array([2, 0, 1]), np.array([1, 0, 1])), [1, 2, 0]
-  )
-  np.testing.assert_array_equal(
-      async_schedule.served_order(np.array([2, 0, 1]), np.array([0, 0, 0])), [2, 0, 1]
-  )
-  s = async_schedule.exchange_schedule(3, worker_speeds=(1, 2, 4))
-  np.testing.assert_array_equal(async_schedule.local_steps_done(s, 6), [2, 3, 6])
-  assert async_schedule.simulated_time(6, s) == 1.5
-  assert async_schedule.exchange_schedule(2, worker_speeds=(2.0, 1.0)).worker_speeds == (2, 1)
-  a = async_schedule.draw_worker_speeds(16, 4, seed=3)
-  assert a == async_schedule.draw_worker_speeds(16, 4, seed=3)
+  np.testing.assert_array_equal(served_order(np.array([2, 0, 1]), np.array([1, 0, 1])), [1, 2, 0])
+  np.testing.assert_array_equal(served_order(np.array([2, 0, 1]), np.array([0, 0, 0])), [2, 0, 1])
+  s = exchange_schedule(3, worker_speeds=(1, 2, 4))
+  np.testing.assert_array_equal(local_steps_done(s, 6), [2, 3, 6])
+  assert simulated_time(6, s) == 1.5
+  assert exchange_schedule(2, worker_speeds=(2.0, 1.0)).worker_speeds == (2, 1)
+  a = draw_worker_speeds(16, 4, seed=3)
+  assert a == draw_worker_speeds(16, 4, seed=3)
   assert set(a) <= {1, 2, 3, 4} and len(set(a)) > 1
-  assert a != async_schedule.draw_worker_speeds(16, 4, seed=4)
+  assert a != draw_worker_speeds(16, 4, seed=4)
   for bad, match in [
       (dict(order="fifo"), "unknown exchange order"),
       (dict(worker_speeds=(1, 2)), "3 entries|2 entries"),
@@ -332,13 +338,13 @@ def test_schedule_helpers():
       (dict(staleness=-1), "staleness"),
   ]:
     with pytest.raises(HyperparameterError, match=match):
-      async_schedule.exchange_schedule(3, **bad)
+      exchange_schedule(3, **bad)
   with pytest.raises(HyperparameterError, match="unknown exchange_at 'middle'"):
-    async_schedule.slot_table((1, 2), "middle")
+    slot_table((1, 2), "middle")
 
 
 def test_random_order_depends_on_the_seed_and_is_reproducible():
-  s = async_schedule.exchange_schedule(8, "random")
+  s = exchange_schedule(8, "random")
   # the trainer's key: jax.random.split(jax.random.key(seed))[1]
   keys = [jax.random.split(jax.random.key(seed))[1] for seed in (0, 0, 1)]
   o0, o0b, o1 = (orders_for(s, 5, k) for k in keys)
@@ -346,7 +352,7 @@ def test_random_order_depends_on_the_seed_and_is_reproducible():
   assert o0 != o1
   assert all(sorted(o) == list(range(8)) for o in o0 + o1)
   assert len({tuple(o) for o in o0}) > 1  # a fresh permutation per tick
-  rr = async_schedule.exchange_schedule(8)
+  rr = exchange_schedule(8)
   assert orders_for(rr, 2) == [list(range(8))] * 2
 
 
@@ -434,8 +440,8 @@ def test_reset_differs_from_persistent_state_and_applies_to_eamsgd():
       0
   ]
   np.testing.assert_array_equal(eam, reset)
-  schedule = async_schedule.exchange_schedule(2)
-  asy = asynchronous.async_easgd(loss_fn, opt(), schedule=schedule, reset_opt_state=True, **kw)
+  schedule = exchange_schedule(2)
+  asy = simulation.async_easgd(loss_fn, opt(), schedule=schedule, reset_opt_state=True, **kw)
   assert asy.hyperparameters["reset_opt_state"] is True
   assert np.isfinite(run(asy, xs, ys, 1)[0]).all()
 
@@ -446,8 +452,8 @@ def test_reset_optimizer_state_keeps_the_schedule_count():
   state = opt.init(params)
   for _ in range(3):
     _, state = opt.update({"w": jnp.ones(3)}, state, params)
-  fresh = algorithms.reset_optimizer_state(opt, state, params, jnp.bool_(True))
-  kept = algorithms.reset_optimizer_state(opt, state, params, jnp.bool_(False))
+  fresh = reset_optimizer_state(opt, state, params, jnp.bool_(True))
+  kept = reset_optimizer_state(opt, state, params, jnp.bool_(False))
   assert int(fresh[0].count) == 0 and float(jnp.abs(fresh[0].mu["w"]).sum()) == 0
   schedule_counts = [
       s.count

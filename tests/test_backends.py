@@ -19,6 +19,7 @@ from easgd.run import checkpoint, rundir, trainer
 from easgd.parallel import mapping, names, placement, worker_layout
 from easgd.settings.config import ConfigError, TrainConfig
 from testutil import STEP_KINDS, mlp_setup, random_batches
+from easgd.core.base import worker_key
 
 
 def run_steps(algo, params, layout, xs, ys, donate=True):
@@ -97,7 +98,7 @@ def test_worker_index_and_keys_agree_across_backends():
 
   def draw(dummy, key):
     return (
-        jax.random.normal(algorithms.worker_key(key, 5), ()),
+        jax.random.normal(worker_key(key, 5), ()),
         mapping.worker_index(),
         mapping.num_mapped_workers(),
     )

@@ -15,9 +15,9 @@ import numpy as np
 import optax
 import pytest
 
-from easgd.core import algorithms
-from easgd.asynchrony import log as async_log, schedule as async_schedule
-from easgd.methods import baselines, registry
+from easgd.asynchrony.log import exchange_log
+from easgd.asynchrony.schedule import exchange_order, exchange_schedule
+from easgd.methods import baselines, downpour_family, registry
 from easgd.parallel import mapping, placement, worker_layout
 from easgd.run.compare import compare
 from easgd.settings.config import TrainConfig
@@ -25,6 +25,8 @@ from easgd.core.elastic import HyperparameterError
 import linear_problem
 from testutil import STEP_KINDS
 from linear_problem import (THETA0, flat, local_steps_in_time_order, loss_fn, np_grad, params0)
+from easgd.core.base import Communication
+from easgd.methods.downpour_family import adownpour, downpour, mdownpour
 
 make_data = functools.partial(linear_problem.make_data, seed=2)
 
@@ -111,17 +113,15 @@ def test_downpour_family_matches_event_by_event_reference(
     name, kw, master, tau, order, speeds, staleness
 ):
   p, eta = 3, 0.1
-  schedule = async_schedule.exchange_schedule(p, order, speeds, staleness)
+  schedule = exchange_schedule(p, order, speeds, staleness)
   ticks = 3 * tau  # the slowest worker pushes 3 times
   num_steps = ticks * schedule.slots_per_tick
   xs, ys = make_data(num_steps, p)
-  algo = getattr(baselines, name)(
+  algo = getattr(downpour_family, name)(
       loss_fn, num_workers=p, tau=tau, learning_rate=eta, schedule=schedule, **kw
   )
   wt, ct, shared = run(algo, xs, ys, num_devices=p)
-  orders = [
-      np.asarray(async_schedule.exchange_order(schedule, KEY, t)).tolist() for t in range(ticks)
-  ]
+  orders = [np.asarray(exchange_order(schedule, KEY, t)).tolist() for t in range(ticks)]
   ref_w, ref_c = ref_downpour(
       xs,
       ys,
@@ -189,15 +189,13 @@ def test_downpour_pushes_after_steps_0_tau_2tau_as_in_the_authors_code():
   # Step 0 pushes -0.15: x~ = x = 0.85. Step 1 moves locally: x = 0.85 - 0.1275
   # = 0.7225, x~ stays 0.85. (Pushing after steps 1, 3, ... gives x~ = 0.7225.)
   loss = lambda x, b, k: 0.75 * x**2
-  algo = baselines.downpour(loss, num_workers=1, tau=2, learning_rate=0.1)
+  algo = downpour(loss, num_workers=1, tau=2, learning_rate=0.1)
   wt, ct, _ = run_scalar(algo, 1, 2)
   np.testing.assert_allclose(ct, [0.85, 0.85], rtol=1e-6)
   np.testing.assert_allclose(wt[:, 0], [0.85, 0.7225], rtol=1e-6)
   for tau in (1, 2, 3):
     for push_timing, phase in (("authors", 0), ("full_period", 1)):
-      algo = baselines.downpour(
-          loss, num_workers=1, tau=tau, learning_rate=0.1, push_timing=push_timing
-      )
+      algo = downpour(loss, num_workers=1, tau=tau, learning_rate=0.1, push_timing=push_timing)
       num_steps = 3 * tau + 1
       wt, ct, shared = run_scalar(algo, 1, num_steps)
       ref_w, ref_c, pushes = ref_authors_downpour_scalar(1.5, 0.1, tau, 1.0, num_steps, phase)
@@ -207,12 +205,12 @@ def test_downpour_pushes_after_steps_0_tau_2tau_as_in_the_authors_code():
         assert pushes == list(range(0, num_steps, tau))  # 0, tau, 2 tau, ...
       else:
         assert pushes == list(range(tau - 1, num_steps, tau))
-      log = async_log.exchange_log(algo, KEY, num_steps)
+      log = exchange_log(algo, KEY, num_steps)
       assert log["local_step"].tolist() == pushes
       assert int(placement.first_copy(shared.master_clock)) == len(pushes)
       assert algo.communication(num_steps, 8).all_reduces == len(pushes)
   with pytest.raises(HyperparameterError, match="unknown push_timing 'late'"):
-    baselines.downpour(loss, num_workers=1, learning_rate=0.1, push_timing="late")
+    downpour(loss, num_workers=1, learning_rate=0.1, push_timing="late")
 
 
 def test_downpour_pushes_at_the_end_of_the_step_with_unequal_speeds():
@@ -225,17 +223,17 @@ def test_downpour_pushes_at_the_end_of_the_step_with_unequal_speeds():
   #     w0 pushes -0.5 (gradient at its start value 1): x~ = 0.0,   x0 = 0.0
   #     w1 pushes -0.25 (gradient at 0.5):              x~ = -0.25, x1 = -0.25
   # (Serving w0's push in slot 0, where its step starts, gives x~ = 0, 0.)
-  algo = baselines.downpour(
+  algo = downpour(
       lambda x, b, k: 0.5 * x**2,
       num_workers=2,
       tau=1,
       learning_rate=0.5,
-      schedule=async_schedule.exchange_schedule(2, worker_speeds=(1, 2)),
+      schedule=exchange_schedule(2, worker_speeds=(1, 2)),
   )
   wt, ct, _ = run_scalar(algo, 2, 2)
   np.testing.assert_array_equal(ct, [0.5, -0.25])
   np.testing.assert_array_equal(wt, [[1.0, 0.5], [0.0, -0.25]])
-  log = async_log.exchange_log(algo, KEY, 2)
+  log = exchange_log(algo, KEY, 2)
   assert [(r["slot"], r["worker"], r["local_step"], r["time"]) for r in log] == [
       (0, 1, 0, 0.5),
       (1, 0, 0, 1.0),
@@ -247,7 +245,7 @@ def test_downpour_with_tau_1_is_asynchronous_sgd():
   # round-robin, speeds 1: worker i's gradient is taken at the center it fetched
   # after its previous push, x~ <- x~ - eta g^i(x^i) one worker at a time.
   xs, ys = make_data(4, 2)
-  algo = baselines.downpour(loss_fn, num_workers=2, tau=1, learning_rate=0.1)
+  algo = downpour(loss_fn, num_workers=2, tau=1, learning_rate=0.1)
   _, ct, _ = run(algo, xs, ys, num_devices=1)
   c, x = THETA0.copy(), [THETA0.copy(), THETA0.copy()]
   for t in range(4):
@@ -317,19 +315,15 @@ def test_polyak_averages_in_float64_match_a_float64_reference(name):
   with jax.enable_x64(True):
     init = {"w": jnp.asarray(THETA0[:3], jnp.float64), "b": jnp.asarray(THETA0[3], jnp.float64)}
     if name == "adownpour":
-      schedule = async_schedule.exchange_schedule(3, "random", (1, 3, 2), 1)
-      algo = baselines.adownpour(
-          loss_fn, num_workers=3, tau=2, learning_rate=0.1, schedule=schedule
-      )
+      schedule = exchange_schedule(3, "random", (1, 3, 2), 1)
+      algo = adownpour(loss_fn, num_workers=3, tau=2, learning_rate=0.1, schedule=schedule)
       xs, ys = (a[: 3 * 2 * 3] for a in (xs, ys))
     else:
       algo = baselines.asgd(loss_fn, num_workers=3, learning_rate=0.1)
     wt, ct, _, shared = linear_problem.trajectory(algo, xs, ys, 3, KEY, init)
     assert placement.first_copy(algo.center(shared))["w"].dtype == np.float64
   if name == "adownpour":
-    orders = [
-        np.asarray(async_schedule.exchange_order(schedule, KEY, t)).tolist() for t in range(6)
-    ]
+    orders = [np.asarray(exchange_order(schedule, KEY, t)).tolist() for t in range(6)]
     ref_w, ref_c = ref_downpour(xs, ys, 2, 0.1, (1, 3, 2), orders, 1, "adownpour")
     np.testing.assert_allclose(wt, ref_w, rtol=0, atol=1e-14)
   else:
@@ -410,7 +404,7 @@ def test_diloco_with_adam_inner_matches_reference():
   ref_w, ref_c = ref_periodic(xs, ys, 3, NumpyAdam(0.05), outer=(0.7, 0.9))
   assert_close(wt, ref_w)
   assert_close(ct, ref_c)
-  assert algo.communication(10, 10) == algorithms.Communication(3, 30)
+  assert algo.communication(10, 10) == Communication(3, 30)
 
 
 def test_diloco_with_outer_sgd_1_no_momentum_is_local_sgd():
@@ -440,8 +434,8 @@ def test_diloco_with_outer_sgd_1_no_momentum_is_local_sgd():
 def test_same_results_on_4_and_1_devices(name):
   xs, ys = make_data(8, 4)
   if name == "downpour":
-    schedule = async_schedule.exchange_schedule(4, "random", (2, 1, 1, 2), 1)
-    algo = baselines.downpour(loss_fn, num_workers=4, tau=2, learning_rate=0.1, schedule=schedule)
+    schedule = exchange_schedule(4, "random", (2, 1, 1, 2), 1)
+    algo = downpour(loss_fn, num_workers=4, tau=2, learning_rate=0.1, schedule=schedule)
   else:
     algo = baselines.diloco(loss_fn, optax.adamw(0.02), num_workers=4, tau=2)
   (w4, c4, _), (w1, c1, _) = (run(algo, xs, ys, d) for d in (4, 1))
@@ -457,11 +451,9 @@ def test_hyperparameters_are_validated():
   with pytest.raises(HyperparameterError, match="outer_learning_rate"):
     baselines.diloco(loss_fn, num_workers=2, tau=2, learning_rate=0.1, outer_learning_rate=0.0)
   with pytest.raises(HyperparameterError, match="momentum"):
-    baselines.mdownpour(loss_fn, num_workers=2, momentum=1.0, learning_rate=0.1)
+    mdownpour(loss_fn, num_workers=2, momentum=1.0, learning_rate=0.1)
   with pytest.raises(HyperparameterError, match="schedule is for 3 workers"):
-    baselines.downpour(
-        loss_fn, num_workers=2, learning_rate=0.1, schedule=async_schedule.exchange_schedule(3)
-    )
+    downpour(loss_fn, num_workers=2, learning_rate=0.1, schedule=exchange_schedule(3))
 
 
 # -- every registered algorithm through the trainer's factory -------------------

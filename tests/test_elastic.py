@@ -8,6 +8,7 @@ import pytest
 
 from easgd.core import algorithms, elastic
 from easgd.parallel import mapping, placement, worker_layout
+from easgd.core.base import Communication
 
 
 def quadratic_loss(params, target, key):
@@ -126,9 +127,9 @@ def test_bad_hyperparameters_name_the_value(bad, match):
 def test_communication_counts():
   algo = algorithms.easgd(quadratic_loss, learning_rate=0.1, num_workers=4, tau=4, beta=0.9)
   # exchanges at t = 0, 4, 8 among the first 10 steps
-  assert algo.communication(10, 100) == algorithms.Communication(3, 300)
+  assert algo.communication(10, 100) == Communication(3, 300)
   base = algorithms.pmean_sgd(quadratic_loss, optax.sgd(0.1))
-  assert base.communication(10, 100) == algorithms.Communication(10, 1000)
+  assert base.communication(10, 100) == Communication(10, 1000)
 
 
 def test_array_hyperparameters_are_traced_and_vmapped_over_configurations():

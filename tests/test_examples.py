@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from easgd.settings.config import TrainConfig
-from easgd.tasks.task import ItemSource, TaskError, load_task, take
+from easgd.tasks.sources import ItemSource, TaskError, take
+from easgd.tasks.task import load_task
 
 ROOT = Path(__file__).resolve().parents[1]
 LM = "examples.transformer_lm:make_task"

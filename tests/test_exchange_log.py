@@ -17,11 +17,13 @@ import numpy as np
 import pytest
 
 from easgd.core import algorithms
-from easgd.asynchrony import log as async_log, schedule as async_schedule, simulation as asynchronous
-from easgd.methods import baselines
+from easgd.asynchrony import simulation
+from easgd.asynchrony.log import EXCHANGE_RECORD, exchange_log, write_exchange_log
+from easgd.asynchrony.schedule import exchange_schedule
 from easgd.parallel import placement
 import linear_problem
 from linear_problem import THETA0, loss_fn, np_grad
+from easgd.methods.downpour_family import downpour, mdownpour
 
 make_data = functools.partial(linear_problem.make_data, seed=3)
 
@@ -95,25 +97,25 @@ def replay(records, kind, xs, ys, final_clocks):
 )
 def test_a_float64_replay_from_the_log_reproduces_the_device_run(name, tau, tmp_path):
   p = 4
-  schedule = async_schedule.exchange_schedule(p, "random", (1, 3, 2, 2), staleness=1)
+  schedule = exchange_schedule(p, "random", (1, 3, 2, 2), staleness=1)
   num_steps = 6 * schedule.slots_per_tick
   xs, ys = (a.astype(np.float64) for a in make_data(num_steps, p))
   if tau > 1:  # every slot's batch of a worker equals its slot-0 batch
     xs, ys = (np.broadcast_to(a[:1], a.shape).copy() for a in (xs, ys))
   kw = dict(num_workers=p, tau=tau, learning_rate=ETA, schedule=schedule)
   if name == "async_easgd":
-    algo = asynchronous.async_easgd(loss_fn, alpha=ALPHA, **kw)
+    algo = simulation.async_easgd(loss_fn, alpha=ALPHA, **kw)
   elif name == "async_eamsgd":
-    algo = asynchronous.async_eamsgd(loss_fn, alpha=ALPHA, momentum=DELTA[name], **kw)
+    algo = simulation.async_eamsgd(loss_fn, alpha=ALPHA, momentum=DELTA[name], **kw)
   elif name == "downpour":
-    algo = baselines.downpour(loss_fn, **kw)
+    algo = downpour(loss_fn, **kw)
   else:
-    algo = baselines.mdownpour(loss_fn, momentum=DELTA[name], **kw)
+    algo = mdownpour(loss_fn, momentum=DELTA[name], **kw)
   with jax.enable_x64(True):
     init = {"w": jnp.asarray(THETA0[:3], jnp.float64), "b": jnp.asarray(THETA0[3], jnp.float64)}
     wt, ct, worker, shared = linear_problem.trajectory(algo, xs, ys, 2, KEY, init)
   path = tmp_path / "exchanges.jsonl"
-  count = async_log.write_exchange_log(path, algo, KEY, num_steps)
+  count = write_exchange_log(path, algo, KEY, num_steps)
   records = [json.loads(line) for line in path.read_text().splitlines()]
   assert count == len(records) == int(placement.first_copy(shared.master_clock))
   assert len({r["worker"] for r in records}) == p
@@ -134,10 +136,10 @@ def test_exchange_log_fields_and_errors():
   # p = 2, speeds (1, 2), tau = 2, staleness 1, round-robin, DOWNPOUR: pushes
   # after local steps 0, 2, 4, ... at the step's end. Worker 0's steps end at
   # ticks 1, 2, 3 (slots 1, 3, 5), worker 1's at 0.5, 1, 1.5, ... (slots 0..5).
-  schedule = async_schedule.exchange_schedule(2, worker_speeds=(1, 2), staleness=1)
-  algo = baselines.downpour(loss_fn, num_workers=2, tau=2, learning_rate=0.1, schedule=schedule)
-  log = async_log.exchange_log(algo, KEY, 6)
-  assert log.dtype == async_log.EXCHANGE_RECORD
+  schedule = exchange_schedule(2, worker_speeds=(1, 2), staleness=1)
+  algo = downpour(loss_fn, num_workers=2, tau=2, learning_rate=0.1, schedule=schedule)
+  log = exchange_log(algo, KEY, 6)
+  assert log.dtype == EXCHANGE_RECORD
   assert [(r["slot"], r["worker"], r["local_step"], r["time"]) for r in log] == [
       (0, 1, 0, 0.5),
       (1, 0, 0, 1.0),
@@ -148,13 +150,13 @@ def test_exchange_log_fields_and_errors():
   assert log["version"].tolist() == [0, 1, 2, 3, 4]
   assert log["read_version"].tolist() == [0, 1, 2, 3, 4]  # fetch after own push, 1 late
   assert log["tick"].tolist() == [0, 0, 1, 2, 2]
-  assert len(async_log.exchange_log(algo, KEY, 0)) == 0
-  easgd = asynchronous.async_easgd(
+  assert len(exchange_log(algo, KEY, 0)) == 0
+  easgd = simulation.async_easgd(
       loss_fn, num_workers=2, tau=2, alpha=0.1, learning_rate=0.1, schedule=schedule
   )
   # at the step's start, clocks 0, 2, ...: worker 0 starts at ticks 0, 1, 2
   # (slots 0, 2, 4), worker 1 at 0, 0.5, 1, ... (slots 0..5); ties in tick order
-  log = async_log.exchange_log(easgd, KEY, 6)
+  log = exchange_log(easgd, KEY, 6)
   assert [(r["slot"], r["worker"], r["local_step"]) for r in log] == [
       (0, 0, 0),
       (0, 1, 0),
@@ -164,8 +166,8 @@ def test_exchange_log_fields_and_errors():
   ]
   assert log["read_version"].tolist() == [0, 0, 1, 2, 3]  # before its update, 1 late
   with pytest.raises(ValueError, match="no simulated exchange schedule"):
-    async_log.exchange_log(
+    exchange_log(
         algorithms.easgd(loss_fn, num_workers=2, tau=2, alpha=0.1, learning_rate=0.1), KEY, 6
     )
   with pytest.raises(ValueError, match="num_steps"):
-    async_log.exchange_log(algo, KEY, -1)
+    exchange_log(algo, KEY, -1)

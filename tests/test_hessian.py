@@ -14,7 +14,7 @@ from jax.flatten_util import ravel_pytree
 
 from easgd.analysis import hessian
 from easgd.tasks import models
-from easgd.sweeps import network as sweep_network
+from easgd.sweeps import network
 
 
 def test_saddle_xy_gives_plus_one_for_every_key():
@@ -128,10 +128,10 @@ def test_small_mlp_agrees_with_dense_float64_hessian():
 def test_sweep_curvature_matches_dense_and_refuses_uncertified_estimates():
   loss, params, (model, x, y) = _tiny_mlp_loss(2)
   exact = np.linalg.eigvalsh(_dense_hessian_f64(model, params, x, y))[-1]
-  est = sweep_network.hessian_curvature(model, params, x, y, jax.random.key(0))
+  est = network.hessian_curvature(model, params, x, y, jax.random.key(0))
   assert est["converged"] and est["method"] == "lanczos"
   np.testing.assert_allclose(hessian.certified_curvature(est), exact, rtol=1e-7)
-  bad = sweep_network.hessian_curvature(model, params, x, y, jax.random.key(0), num_iterations=5)
+  bad = network.hessian_curvature(model, params, x, y, jax.random.key(0), num_iterations=5)
   assert not bad["converged"] and bad["h"] is None and bad["products"] == 5
   assert hessian.certified_curvature(bad) is None
   with pytest.warns(hessian.CurvatureWarning, match="did not converge within 5 "):

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from easgd import cli
-from easgd.protocol import runs as protocol
+from easgd.protocol import runs
 from easgd.run import runlock, trainer
-from easgd.sweeps import command as sweep
+from easgd.sweeps import command
 from easgd.settings.config import TrainConfig
 from easgd.protocol.config import Arm, ProtocolConfig
 from easgd.run.runlock import HOLDER_FILE, LOCK_FILE, LOCK_FILES, WorkdirInUseError
@@ -64,7 +64,7 @@ PROTOCOL = ProtocolConfig(
     (Arm("easgd", "easgd", {}, (0.1,)),),
     eval_every_steps=5,
 )
-SWEEP = sweep.SweepConfig(
+SWEEP = command.SweepConfig(
     problem="quadratic", tau=(1, 4), alpha=(0.2,), num_workers=(2,), num_steps=7
 )
 NO_PID = 2**22 + 1  # above Linux's largest pid_max: no process has it
@@ -116,12 +116,12 @@ def test_a_held_workdir_stops_compare_protocol_and_sweep_before_they_start(tmp_p
     raise AssertionError("started in a held workdir")
 
   monkeypatch.setattr(compare, "train_and_evaluate", never)
-  monkeypatch.setattr(protocol, "SeedData", never)
-  monkeypatch.setattr(sweep, "_run_parts", never)
+  monkeypatch.setattr(runs, "SeedData", never)
+  monkeypatch.setattr(command, "_run_parts", never)
   calls = {
       "compare": lambda: compare.compare(TINY, tmp_path, ["easgd", "pmean_sgd"], overwrite=True),
-      "protocol": lambda: protocol.run_protocol(PROTOCOL, tmp_path),
-      "sweep": lambda: sweep.run_sweep(SWEEP, tmp_path, overwrite=True, plots=False),
+      "protocol": lambda: runs.run_protocol(PROTOCOL, tmp_path),
+      "sweep": lambda: command.run_sweep(SWEEP, tmp_path, overwrite=True, plots=False),
   }
   with runlock.hold_workdir(tmp_path, "sweep"):
     for name, call in calls.items():
@@ -224,12 +224,12 @@ def finish(first, tmp_path):
   return out
 
 
-def assert_refused(code, err, workdir, pid, command):
+def assert_refused(code, err, workdir, pid, verb):
   assert code == 2 and err.count("\n") == 1, err
   assert err.startswith(
       f"easgd: error: workdir '{workdir}' is in use by pid {pid} on " f"host "
   ), err
-  assert f"(easgd {command}: " in err, err
+  assert f"(easgd {verb}: " in err, err
 
 
 @pytest.mark.slow
@@ -311,16 +311,16 @@ def test_protocol_and_sweep_refuse_a_held_workdir_and_take_over_a_killed_holder(
   try:
     assert holder.stdout.readline() == "held\n"
     with pytest.raises(WorkdirInUseError, match=rf"in use by pid {holder.pid} on host "):
-      protocol.run_protocol(PROTOCOL, work)
+      runs.run_protocol(PROTOCOL, work)
     with pytest.raises(WorkdirInUseError, match=rf"in use by pid {holder.pid} on host "):
-      sweep.run_sweep(SWEEP, work, plots=False)
+      command.run_sweep(SWEEP, work, plots=False)
     holder.send_signal(signal.SIGKILL)  # the OS drops its flock; its holder file stays
     holder.wait(timeout=STARTUP_S)
   finally:
     holder.kill()
   assert sorted(p.name for p in work.iterdir()) == sorted(LOCK_FILES)
   with pytest.warns(runlock.WorkdirLockWarning) as caught:
-    sweep.run_sweep(SWEEP, work, plots=False)
+    command.run_sweep(SWEEP, work, plots=False)
   notices = [str(w.message) for w in caught if w.category is runlock.WorkdirLockWarning]
   assert len(notices) == 1
   assert notices[0].startswith(

@@ -19,10 +19,11 @@ import numpy as np
 import optax
 import pytest
 
-from easgd.core import algorithms
+from easgd.core import algorithms, elastic
 from easgd.methods import baselines
 from easgd.parallel import mapping, names, placement, worker_layout
 from testutil import STEP_KINDS, all_reduce_bytes, max_abs_diff, mlp_setup, random_batches
+from easgd.core.base import every_tau_steps
 
 TAU = 3
 
@@ -186,10 +187,10 @@ def test_bad_exchange_flags_schedules_and_arguments_are_refused():
   for name in ("easgd", "local_sgd"):
     with pytest.raises(TypeError, match="exchange must be None or a Python bool"):
       make(name, loss_fn).step(worker, shared, None, jax.random.key(0), exchange=1)
-  with pytest.raises(algorithms.elastic.HyperparameterError, match="tau"):
-    algorithms.every_tau_steps(0)
-  with pytest.raises(algorithms.elastic.HyperparameterError, match="tau"):
-    algorithms.every_tau_steps(2.5)
+  with pytest.raises(elastic.HyperparameterError, match="tau"):
+    every_tau_steps(0)
+  with pytest.raises(elastic.HyperparameterError, match="tau"):
+    every_tau_steps(2.5)
   layout = worker_layout.make_layout(4, 2)
   with pytest.raises(TypeError, match="algorithm must be an easgd.core.algorithms.Algorithm"):
     mapping.map_step("easgd", layout)

@@ -8,6 +8,7 @@ import pytest
 from easgd.core import algorithms
 from easgd.parallel import mapping, placement, worker_layout
 from testutil import STEP_KINDS, mlp_setup, random_batches
+from easgd.core.base import worker_key
 
 
 def run(algo, params, layout, xs, ys):
@@ -80,7 +81,7 @@ def test_workers_and_center_start_bitwise_equal_and_keys_differ():
   assert placement.shared_copies_equal(center)
 
   def draw(dummy, key):
-    return (jax.random.normal(algorithms.worker_key(key, 5), ()), mapping.worker_index())
+    return (jax.random.normal(worker_key(key, 5), ()), mapping.worker_index())
 
   f = mapping.map_workers(draw, layout, ("worker", "broadcast"), ("worker", "worker"))
   noise, index = f(placement.split_workers(np.zeros(8), layout), jax.random.key(0))

@@ -32,9 +32,10 @@ from easgd.parallel import accounting, data_parallel, mapping, placement, worker
 from easgd.settings.config import ConfigError, TrainConfig
 from easgd.runtimes.spmd import SpmdExecutor
 from easgd.runtimes.training_run import Run
-from easgd.core import algorithms, elastic
+from easgd.core import elastic
 from easgd.tasks import models
 from testutil import all_reduce_ops, collective_dtypes, max_abs_diff, mlp_setup, random_batches
+from easgd.core.base import select_program
 
 SYNCHRONOUS = ("easgd", "eamsgd", "local_sgd", "diloco", "pmean_sgd")
 STEPS, B = 6, 8  # steps; per-worker batch (examples), split B / D per device
@@ -126,7 +127,7 @@ def test_the_compiled_programs_communicate_by_level_what_the_accounting_counts(a
   table = algo.programs()
   measured = {level: [0, 0] for level in accounting.LEVELS}
   for t in range(STEPS):
-    for level, (count, nbytes) in per_call[algorithms.select_program(table, t)].items():
+    for level, (count, nbytes) in per_call[select_program(table, t)].items():
       measured[level][0] += count
       measured[level][1] += nbytes
   param_bytes = models.param_bytes(params)
@@ -234,7 +235,7 @@ def test_sharded_programs_communicate_what_the_accounting_counts(algorithm, p, D
   levels = accounting.communication_by_level(algo, STEPS, P, D, shard_params=True)
   across, within = [0, 0], [0, 0, 0]  # across: count, bytes; within: loss, gathered, scattered
   for t in range(STEPS):
-    ops = per_call[algorithms.select_program(algo.programs(), t)]
+    ops = per_call[select_program(algo.programs(), t)]
     for groups, nbytes in ops["all-reduce"]:
       if groups == rows:
         within[0] += nbytes
@@ -297,7 +298,7 @@ def test_a_bfloat16_worker_of_2_devices_reduces_in_float32(shard):
   levels = accounting.communication_by_level(algo, STEPS, P, 2, shard_params=shard)
   moved = {"across": 0, "within": 0}  # result bytes of the compiled collectives, 6 steps
   for t in range(STEPS):
-    ops = per_call[algorithms.select_program(algo.programs(), t)]
+    ops = per_call[select_program(algo.programs(), t)]
     for op in kinds:
       for groups, nbytes in ops[op]:
         moved["within" if groups == ((0, 1), (2, 3)) else "across"] += nbytes

@@ -14,10 +14,11 @@ import pytest
 
 from easgd.core import algorithms
 from easgd.methods import baselines
-from easgd.asynchrony import simulation as asynchronous
+from easgd.asynchrony import simulation
 from easgd.parallel import mapping, placement, worker_layout
 from easgd.sweeps.engine import CompileCounter
 from testutil import max_abs_diff
+from easgd.methods.downpour_family import downpour
 
 
 class TinyBN(nn.Module):
@@ -93,8 +94,8 @@ def test_easgd_carries_each_workers_own_batch_statistics():
             loss_fn, optax.sgd(0.05), num_workers=4, tau=2, beta=0.9, momentum=0.9
         ),
         lambda: baselines.local_sgd(loss_fn, optax.sgd(0.1), num_workers=4, tau=2),
-        lambda: asynchronous.async_easgd(loss_fn, optax.sgd(0.1), num_workers=4, tau=2, beta=0.9),
-        lambda: baselines.downpour(loss_fn, optax.sgd(0.1), num_workers=4, tau=2),
+        lambda: simulation.async_easgd(loss_fn, optax.sgd(0.1), num_workers=4, tau=2, beta=0.9),
+        lambda: downpour(loss_fn, optax.sgd(0.1), num_workers=4, tau=2),
     ],
     ids=["eamsgd", "local_sgd", "async_easgd", "downpour"],
 )

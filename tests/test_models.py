@@ -7,6 +7,7 @@ import optax
 import pytest
 
 from easgd.tasks import models
+from easgd.tasks.names import MODELS
 
 SHAPES = [(28, 28, 1), (8, 8, 1), (40, 1)]
 
@@ -18,7 +19,7 @@ def abstract_init(model, input_shape):
 
 @pytest.mark.parametrize("input_shape", SHAPES, ids=["fashion", "digits", "mnist1d"])
 # The generic models; CifarNet needs images >= 24x24 (tested in tests/test_cifar.py).
-@pytest.mark.parametrize("name", [m for m in models.MODELS if m != "cifar"])
+@pytest.mark.parametrize("name", [m for m in MODELS if m != "cifar"])
 def test_output_shapes(name, input_shape):
   model = models.make_model(name, num_classes=10)
   params = models.init_params(model, input_shape, jax.random.key(0))

@@ -19,6 +19,7 @@ import pytest
 from easgd.core import algorithms
 from easgd.parallel import mapping, placement, worker_layout
 from testutil import STEP_KINDS, max_abs_diff, mlp_setup, random_batches
+from easgd.core.base import Program
 
 TAU = 3
 
@@ -28,10 +29,8 @@ def with_start_phase(algo):
   own step, on its own schedule, after."""
   return algo._replace(
       phases={
-          "start": algorithms.Program(
-              functools.partial(algo.step, exchange=True), lambda t: t == 0
-          ),
-          None: algorithms.Program(algo.step, lambda t: t >= 1, algo.exchange_at),
+          "start": Program(functools.partial(algo.step, exchange=True), lambda t: t == 0),
+          None: Program(algo.step, lambda t: t >= 1, algo.exchange_at),
       }
   )
 
@@ -65,7 +64,7 @@ def test_declared_phases_are_what_the_mapping_compiles_and_runs():
 def test_a_table_that_does_not_name_one_program_per_clock_is_refused():
   _, loss_fn = mlp_setup()
   plain = algorithms.easgd(loss_fn, optax.sgd(0.2), num_workers=4, tau=TAU, beta=0.9)
-  gap = plain._replace(phases={"start": algorithms.Program(plain.step, lambda t: t == 0)})
+  gap = plain._replace(phases={"start": Program(plain.step, lambda t: t == 0)})
   with pytest.raises(ValueError, match=r"exactly one program for clock 1, got \[\]"):
     gap.program_at(1)
   step_fn = mapping.map_step(gap, worker_layout.make_layout(4, 2))

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from easgd import TrainConfig
-from easgd.protocol import report as protocol_report, runs as protocol
+from easgd.protocol import report, runs
 from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError
 from easgd.tasks.task import Task
 
@@ -54,7 +54,7 @@ def run(rates, limit):
       eval_every_steps=4,
       max_grid_extensions=limit,
   )
-  return protocol.run_protocol(config, log=lambda line: None, task=quadratic_task())["arms"]["gd"]
+  return runs.run_protocol(config, log=lambda line: None, task=quadratic_task())["arms"]["gd"]
 
 
 def test_a_best_rate_beyond_the_grid_is_found_by_extending_it():
@@ -68,7 +68,7 @@ def test_a_best_rate_beyond_the_grid_is_found_by_extending_it():
   w = 1 - (1 - 0.4 * H) ** 8
   want = 1 - np.exp(-((w - 1) ** 2))  # 2.8e-4, as float32 computes 1 - exp(-x): rel 1e-3
   assert arm["tuning"][2]["val_error_final"][0] == pytest.approx(want, rel=1e-3)
-  assert protocol_report.grid_flag(arm) is None
+  assert report.grid_flag(arm) is None
 
 
 def test_the_extension_stops_at_its_limit_and_says_so():
@@ -92,7 +92,7 @@ def test_an_interior_choice_extends_nothing_and_the_limit_is_checked():
 
 
 def test_results_md_says_which_grids_were_extended_and_why_they_stopped():
-  results = protocol.run_protocol(
+  results = runs.run_protocol(
       ProtocolConfig(
           "grid",
           "",
@@ -106,7 +106,7 @@ def test_results_md_says_which_grids_were_extended_and_why_they_stopped():
       log=lambda line: None,
       task=quadratic_task(),
   )
-  text = protocol_report.results_markdown(results)
+  text = report.results_markdown(results)
   assert "0.8 (high edge); 0.1..0.8 (4), 1 added: stopped: limit" in text
   assert "0.4 (high edge); 0.1..0.4 (3), 1 added: stopped: limit" in text
 
@@ -122,7 +122,7 @@ def test_the_arms_of_one_program_extend_together_each_as_it_would_alone():
       eval_every_steps=4,
       max_grid_extensions=2,
   )
-  results = protocol.run_protocol(config, log=lambda line: None, task=quadratic_task())
+  results = runs.run_protocol(config, log=lambda line: None, task=quadratic_task())
   # one tuning program for the first grids, then one per round for both arms' new rates
   tune = [p for p in results["programs"] if p["kind"] == "tune"]
   assert [(p["arms"], p["configs"]) for p in tune] == [(["gd", "gd1"], 18)] + [

@@ -5,14 +5,14 @@ import math
 import numpy as np
 import pytest
 
-from easgd.protocol import stats as protocol_stats
+from easgd.protocol import stats
 
 
 def test_the_resolvable_difference_is_welchs_half_width_in_closed_form():
   # two arms of n = 5 seeds with the same spread: Welch's df is 2n - 2 = 8
   a = np.array([1.0, 2.0, 3.0, 4.0, 5.0])  # sd (ddof 1) = sqrt(2.5)
   b = a + 10.0
-  d = protocol_stats.difference_interval(a, b)
+  d = stats.difference_interval(a, b)
   t_8 = 2.306004135  # Student t, 8 degrees of freedom, 0.975 (tables)
   expected = t_8 * math.sqrt(2.5) * math.sqrt(2 / 5)
   assert d["resolvable"] == pytest.approx(expected, rel=1e-9)
@@ -24,15 +24,15 @@ def test_a_paired_comparison_resolves_what_the_seeds_share():
   seed_effect = np.array([0.0, 3.0, -2.0, 5.0, 1.0])  # large, shared by both arms
   a = 10.0 + seed_effect + np.array([0.1, -0.1, 0.0, 0.2, -0.2])
   b = 9.0 + seed_effect
-  paired = protocol_stats.difference_interval(a, b, paired=True)
-  welch = protocol_stats.difference_interval(a, b)
+  paired = stats.difference_interval(a, b, paired=True)
+  welch = stats.difference_interval(a, b)
   # a - b: 1.1, 0.9, 1.0, 1.2, 0.8 (mean 1, sd sqrt(0.025))
   t_4 = 2.776445105
   assert paired["difference"] == pytest.approx(1.0)
   assert paired["resolvable"] == pytest.approx(t_4 * math.sqrt(0.025) / math.sqrt(5), rel=1e-9)
   assert paired["low"] > 0 > welch["low"]  # paired: resolved; Welch: not
   with pytest.raises(ValueError, match="one value per seed"):
-    protocol_stats.difference_interval(a, b[:4], paired=True)
+    stats.difference_interval(a, b[:4], paired=True)
 
 
 @pytest.mark.parametrize(
@@ -44,14 +44,14 @@ def test_a_paired_comparison_resolves_what_the_seeds_share():
     ],
 )
 def test_seeds_to_resolve_a_difference(spread, difference, paired, n):
-  assert protocol_stats.seeds_to_resolve(spread, difference, paired=paired) == n
+  assert stats.seeds_to_resolve(spread, difference, paired=paired) == n
 
 
 def test_seeds_to_resolve_refuses_what_no_budget_resolves():
   with pytest.raises(ValueError, match="more than 10\\*\\*6 seeds"):
-    protocol_stats.seeds_to_resolve(1.0, 1e-4)
+    stats.seeds_to_resolve(1.0, 1e-4)
   with pytest.raises(ValueError):
-    protocol_stats.seeds_to_resolve(0.0, 1.0)
+    stats.seeds_to_resolve(0.0, 1.0)
 
 
 def test_the_command_line_sets_the_number_of_seeds(tmp_path, capsys):

@@ -19,7 +19,7 @@ import jax
 import pytest
 
 from easgd import cli
-from easgd.runtimes import ray_actors as async_ray, shared as async_shared
+from easgd.runtimes import ray_actors, shared
 from easgd.run import checkpoint, trainer
 from easgd.runtimes import async_runs, training_run
 from test_real_async import P, TINY, assert_bitwise, replays_its_checkpoint, restore
@@ -59,8 +59,8 @@ def test_an_unreachable_cluster_is_one_line_and_exit_status_3(tmp_path, capsys):
   err = capsys.readouterr().err
   assert status == 3 and err.count("\n") == 1
   assert err.startswith("easgd: error: cannot reach the Ray cluster at '127.0.0.1:1'")
-  with pytest.raises(async_ray.distributed.StartupError):
-    async_ray.connect("ray://127.0.0.1:1")
+  with pytest.raises(ray_actors.distributed.StartupError):
+    ray_actors.connect("ray://127.0.0.1:1")
 
 
 def test_a_killed_worker_is_restarted_from_the_center_and_the_run_replays(tmp_path, local_ray):
@@ -71,7 +71,7 @@ def test_a_killed_worker_is_restarted_from_the_center_and_the_run_replays(tmp_pa
   (fault,) = s["faults"]
   assert fault["worker"] == 2 and "process died" in fault["error"]
   assert fault["restarted_at"] == fault["local_step"] >= 7  # after its last exchange
-  log = async_shared.read_log(tmp_path / "exchanges.jsonl")
+  log = shared.read_log(tmp_path / "exchanges.jsonl")
   events = [(r["event"], r["worker"], r["local_step"]) for r in log if r["event"] != "exchange"]
   assert events == [("fault", 2, fault["local_step"]), ("restart", 2, fault["local_step"])]
   run = training_run.Run(cfg)
@@ -83,8 +83,8 @@ def test_a_killed_worker_is_restarted_from_the_center_and_the_run_replays(tmp_pa
         range(0, n, 2)
     )
   # four worker processes and the center's, replayed here: the same bits
-  out = async_shared.replay_run(async_runs.make_setup(run), log, clocks)
-  assert_bitwise(jax.device_get(out.workers), async_shared.unstack_workers(final["worker"], P))
+  out = shared.replay_run(async_runs.make_setup(run), log, clocks)
+  assert_bitwise(jax.device_get(out.workers), shared.unstack_workers(final["worker"], P))
   assert_bitwise(out.shared.center, final["shared"].center)
   assert s["final"]["test_accuracy"] > 0.8
 

@@ -28,14 +28,17 @@ import numpy as np
 import pytest
 
 from easgd import cli
-from easgd.runtimes import driver as async_driver, shared as async_shared, threads as async_threads
-from easgd.asynchrony import log as async_log, simulation as asynchronous
+from easgd.runtimes import threads
+from easgd.runtimes.driver import Driver, WorkerFaultWarning, WorkersLostError
+from easgd.runtimes.shared import AsyncSetup, UserFault, read_log, replay_run, unstack_workers
+from easgd.asynchrony import simulation
+from easgd.asynchrony.log import async_rules
 from easgd.run import checkpoint, trainer
 from easgd.runtimes import async_runs, training_run
 from easgd.tasks import batches
-from easgd.methods import baselines
 from easgd.settings.config import ConfigError, TrainConfig
 from testutil import interrupt_once, mlp_setup, random_batches
+from easgd.methods.downpour_family import downpour
 
 KEY = jax.random.key(11)
 P, TAU = 4, 3
@@ -63,22 +66,20 @@ def mlp_problem():
 def make(name, loss, lr, push_timing="authors"):
   kw = dict(num_workers=P, tau=TAU, learning_rate=lr)
   if name == "async_easgd":
-    return asynchronous.async_easgd(loss, beta=0.9, **kw)
+    return simulation.async_easgd(loss, beta=0.9, **kw)
   if name == "async_eamsgd":
-    return asynchronous.async_eamsgd(
-        loss, beta=0.9, momentum=0.9, **dict(kw, learning_rate=lr / 10)
-    )
-  return baselines.downpour(loss, push_timing=push_timing, **kw)
+    return simulation.async_eamsgd(loss, beta=0.9, momentum=0.9, **dict(kw, learning_rate=lr / 10))
+  return downpour(loss, push_timing=push_timing, **kw)
 
 
 def run_threads(setup, total, faults=()):
-  devices = async_threads.worker_devices(P, jax.devices()[:2])
-  backend = async_threads.ThreadBackend(setup, P, devices=devices, delays_s=DELAYS, record=True)
+  devices = threads.worker_devices(P, jax.devices()[:2])
+  backend = threads.ThreadBackend(setup, P, devices=devices, delays_s=DELAYS, record=True)
   for worker, clock in faults:
     backend.arm_fault(worker, clock)
   try:
     backend.warm_up()
-    driver = async_driver.Driver(backend, [0] * P, chunk_steps=4)
+    driver = Driver(backend, [0] * P, chunk_steps=4)
     driver.run_to(total)
     states, shared, log = backend.state()
     sums = [loop.sums for loop in backend.loops]
@@ -108,7 +109,7 @@ def max_diff(a, b):
 def test_a_real_run_replays_bit_for_bit_and_loses_no_exchange(name, problem):
   loss, params, batch_fn, lr = (quadratic_problem if problem == "quadratic" else mlp_problem)()
   algo = make(name, loss, lr)
-  setup = async_shared.AsyncSetup(algo, params, batch_fn, KEY)
+  setup = AsyncSetup(algo, params, batch_fn, KEY)
   driver, states, shared, log, sums = run_threads(setup, 40 * P)
   clocks = [int(s.clock) for s in states]
   assert sum(clocks) == 40 * P and not driver.faults
@@ -117,12 +118,12 @@ def test_a_real_run_replays_bit_for_bit_and_loses_no_exchange(name, problem):
   assert workers_in_order != sorted(workers_in_order)  # exchanges interleave
 
   # the log through the replay: the same compiled programs give the same bits
-  same = async_shared.replay_run(setup, log, clocks)
+  same = replay_run(setup, log, clocks)
   assert_bitwise(jax.device_get(same.workers), states)
   assert_bitwise(jax.device_get(same.shared), shared)
   # op by op (uncompiled): float32 rounding. Measured over 18 runs: <= 1.8e-7
   # (parameters up to 0.9)
-  eager = async_shared.replay_run(setup, log, clocks, compiled=False)
+  eager = replay_run(setup, log, clocks, compiled=False)
   assert max_diff(jax.device_get(eager.workers), states) < 1e-6
   assert max_diff(jax.device_get(eager.shared), shared) < 1e-6
 
@@ -144,23 +145,23 @@ def test_a_real_run_replays_bit_for_bit_and_loses_no_exchange(name, problem):
 
 def test_downpour_pushing_full_periods_exchanges_floor_n_over_tau_times():
   loss, params, batch_fn, lr = quadratic_problem()
-  setup = async_shared.AsyncSetup(make("downpour", loss, lr, "full_period"), params, batch_fn, KEY)
+  setup = AsyncSetup(make("downpour", loss, lr, "full_period"), params, batch_fn, KEY)
   _, states, shared, log, _ = run_threads(setup, 25 * P)
   for i, state in enumerate(states):
     n = int(state.clock)
     steps = [r["local_step"] for r in log if r["worker"] == i]
     assert steps == list(range(TAU - 1, n, TAU)) and len(steps) == n // TAU
   assert_bitwise(
-      jax.device_get(async_shared.replay_run(setup, log, [int(s.clock) for s in states]).shared),
+      jax.device_get(replay_run(setup, log, [int(s.clock) for s in states]).shared),
       shared,
   )
 
 
 def test_a_worker_that_raises_stops_and_the_others_finish():
   loss, params, batch_fn, lr = quadratic_problem()
-  setup = async_shared.AsyncSetup(make("async_easgd", loss, lr), params, batch_fn, KEY)
+  setup = AsyncSetup(make("async_easgd", loss, lr), params, batch_fn, KEY)
   # before its local step 2: inside its first chunk (4 steps), whatever the timing
-  with pytest.warns(async_driver.WorkerFaultWarning) as said:
+  with pytest.warns(WorkerFaultWarning) as said:
     driver, states, shared, log, _ = run_threads(setup, 30 * P, faults=[(1, 2)])
   assert [str(w.message) for w in said] == [
       "worker 1 failed at local step 2 (InjectedFault: fault injected into worker 1 before its "
@@ -175,19 +176,19 @@ def test_a_worker_that_raises_stops_and_the_others_finish():
   assert [r for r in log if r["event"] == "fault"] == [
       dict(r, event="fault", worker=1, local_step=2) for r in log if r["event"] == "fault"
   ]
-  same = async_shared.replay_run(setup, log, clocks)
+  same = replay_run(setup, log, clocks)
   assert_bitwise(jax.device_get(same.workers), states)
   assert_bitwise(jax.device_get(same.shared), shared)
 
 
 def test_every_worker_failing_is_one_error():
   loss, params, batch_fn, lr = quadratic_problem()
-  setup = async_shared.AsyncSetup(make("async_easgd", loss, lr), params, batch_fn, KEY)
+  setup = AsyncSetup(make("async_easgd", loss, lr), params, batch_fn, KEY)
   with pytest.raises(
-      async_driver.WorkersLostError,
+      WorkersLostError,
       match=r"every worker stopped with \d+ of the run.s local steps left; faults: worker \d at local step 2: InjectedFault",
   ):
-    with pytest.warns(async_driver.WorkerFaultWarning, match="failed at local step 2"):
+    with pytest.warns(WorkerFaultWarning, match="failed at local step 2"):
       run_threads(setup, 30 * P, faults=[(i, 2) for i in range(P)])
 
 
@@ -200,12 +201,12 @@ def test_an_error_of_the_users_data_stops_the_run_and_is_no_fault():
     return batch_fn(i, t)
 
   algo = make("async_easgd", loss, lr)
-  setup = async_shared.AsyncSetup(algo, params, bad_batch, KEY, user_errors=(ValueError,))
-  backend = async_threads.ThreadBackend(setup, P, devices=[None] * P)
+  setup = AsyncSetup(algo, params, bad_batch, KEY, user_errors=(ValueError,))
+  backend = threads.ThreadBackend(setup, P, devices=[None] * P)
   try:
     backend.warm_up()
-    driver = async_driver.Driver(backend, [0] * P, chunk_steps=4)
-    with pytest.raises(async_shared.UserFault, match=r"^item 77 cannot be read$"):
+    driver = Driver(backend, [0] * P, chunk_steps=4)
+    with pytest.raises(UserFault, match=r"^item 77 cannot be read$"):
       driver.run_to(30 * P)
     assert not driver.faults and driver.alive == [True] * P and driver.clocks[2] == 5
     assert not [r for r in backend.state()[2] if r["event"] != "exchange"]  # none logged
@@ -237,7 +238,7 @@ TINY = TrainConfig(
 def restore(workdir, run):
   ckpt = checkpoint.Checkpointer(workdir)
   try:
-    rules = async_log.async_rules(run.algorithm)
+    rules = async_rules(run.algorithm)
     return ckpt.restore(target=async_runs._checkpoint_target(run, rules))
   finally:
     ckpt.close()
@@ -246,7 +247,7 @@ def restore(workdir, run):
 def test_an_interrupted_run_resumes_and_continues_its_log(tmp_path):
   first = trainer.train_and_evaluate(TINY, tmp_path, stop_after_steps=7)
   assert first["status"] == "stopped" and first["steps_done"] == 7
-  log7 = async_shared.read_log(tmp_path / "exchanges.jsonl")
+  log7 = read_log(tmp_path / "exchanges.jsonl")
   state7 = restore(tmp_path, training_run.Run(TINY))
   assert int(state7["log_length"]) == len(log7)
   assert int(state7["worker"].clock.sum()) == 7 * P  # a step is p local steps
@@ -254,7 +255,7 @@ def test_an_interrupted_run_resumes_and_continues_its_log(tmp_path):
   done = trainer.train_and_evaluate(TINY, tmp_path, resume=True)
   assert done["status"] == "complete" and done["steps_done"] == 44
   assert [r["step"] for r in done["history"]] == [0, 22, 44]
-  log = async_shared.read_log(tmp_path / "exchanges.jsonl")
+  log = read_log(tmp_path / "exchanges.jsonl")
   assert log[: len(log7)] == log7  # the log goes on
   assert [r["version"] for r in log] == list(range(len(log)))
   run = training_run.Run(TINY)
@@ -263,8 +264,8 @@ def test_an_interrupted_run_resumes_and_continues_its_log(tmp_path):
   assert sum(clocks) == 44 * P
   assert done["exchanges_per_worker"] == [-(-n // 2) for n in clocks]
   # the whole log, from the start, replays the final checkpoint bit for bit
-  out = async_shared.replay_run(async_runs.make_setup(run), log, clocks)
-  assert_bitwise(jax.device_get(out.workers), async_shared.unstack_workers(final["worker"], P))
+  out = replay_run(async_runs.make_setup(run), log, clocks)
+  assert_bitwise(jax.device_get(out.workers), unstack_workers(final["worker"], P))
   assert_bitwise(out.shared.center, final["shared"].center)
   metrics = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
   assert metrics[-1]["exchanges"] == len(log) and metrics[-1]["faults"] == 0
@@ -273,7 +274,7 @@ def test_an_interrupted_run_resumes_and_continues_its_log(tmp_path):
 
 
 def test_a_worker_fault_is_reported_not_raised(tmp_path):
-  with pytest.warns(async_driver.WorkerFaultWarning, match="worker 3 failed at local step 5"):
+  with pytest.warns(WorkerFaultWarning, match="worker 3 failed at local step 5"):
     s = trainer.train_and_evaluate_async(TINY.replace(num_epochs=1), tmp_path, faults={3: 5})
   assert s["status"] == "complete" and s["steps_done"] == 22
   (fault,) = s["faults"]
@@ -333,10 +334,10 @@ def replays_its_checkpoint(workdir, cfg=TINY):
   run = training_run.Run(cfg)
   final = restore(workdir, run)
   clocks = final["worker"].clock.tolist()
-  log = async_shared.read_log(workdir / "exchanges.jsonl")
+  log = read_log(workdir / "exchanges.jsonl")
   assert int(final["log_length"]) == len(log)
-  out = async_shared.replay_run(async_runs.make_setup(run), log, clocks)
-  assert_bitwise(jax.device_get(out.workers), async_shared.unstack_workers(final["worker"], P))
+  out = replay_run(async_runs.make_setup(run), log, clocks)
+  assert_bitwise(jax.device_get(out.workers), unstack_workers(final["worker"], P))
   assert_bitwise(out.shared.center, final["shared"].center)
   return clocks
 
@@ -362,14 +363,14 @@ def test_an_interrupt_at_any_point_of_a_boundary_resumes(tmp_path, monkeypatch, 
   metrics = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
   assert metrics == done["history"] and [r["step"] for r in metrics] == [0, 22, 44]
   clocks = replays_its_checkpoint(tmp_path)  # the log and the checkpoint agree
-  log = async_shared.read_log(tmp_path / "exchanges.jsonl")
+  log = read_log(tmp_path / "exchanges.jsonl")
   assert metrics[-1]["exchanges"] == len(log) == done["exchanges"]
   assert metrics[-1]["worker_local_steps"] == clocks == done["worker_local_steps"]
 
 
 def test_summaries_report_the_clocks_and_faults_of_their_checkpoint(tmp_path):
   # worker 3 raises before its local step 2: inside its first chunk (>= 3 steps)
-  with pytest.warns(async_driver.WorkerFaultWarning, match="worker 3 failed at local step 2"):
+  with pytest.warns(WorkerFaultWarning, match="worker 3 failed at local step 2"):
     first = trainer.train_and_evaluate_async(TINY, tmp_path, stop_after_steps=8, faults={3: 2})
   clocks = restore(tmp_path, training_run.Run(TINY))["worker"].clock.tolist()
   assert first["status"] == "stopped" and first["steps_done"] == 8
@@ -381,7 +382,7 @@ def test_summaries_report_the_clocks_and_faults_of_their_checkpoint(tmp_path):
   assert (fault["worker"], fault["local_step"], fault["restarted_at"]) == (3, 2, None)
   assert first["stopped_workers"] == [3]
   # resumed: the fault is the checkpoint's, worker 3 stays stopped (threads), and says so
-  with pytest.warns(async_driver.WorkerFaultWarning) as said:
+  with pytest.warns(WorkerFaultWarning) as said:
     done = trainer.train_and_evaluate(TINY, tmp_path, resume=True)
   assert [str(w.message) for w in said] == [
       f"worker 3 stays stopped (its fault at local step 2: {fault['error']}); the other "

@@ -13,11 +13,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from easgd.asynchrony import log as async_log, schedule as async_schedule, simulation as asynchronous
-from easgd.methods import baselines
+from easgd.asynchrony import simulation
+from easgd.asynchrony.log import async_rules, exchange_log, replay
+from easgd.asynchrony.schedule import exchange_schedule, slot_table
 from easgd.parallel import placement
 import linear_problem
 from linear_problem import flat, loss_fn, params0
+from easgd.methods.downpour_family import downpour, mdownpour, mvadownpour
 
 KEY = jax.random.key(5)
 ALPHA, ETA = 0.2, 0.1
@@ -26,14 +28,14 @@ ALPHA, ETA = 0.2, 0.1
 def make(name, schedule, tau, p=4):
   kw = dict(num_workers=p, tau=tau, learning_rate=ETA, schedule=schedule)
   if name == "async_easgd":
-    return asynchronous.async_easgd(loss_fn, alpha=ALPHA, **kw)
+    return simulation.async_easgd(loss_fn, alpha=ALPHA, **kw)
   if name == "async_eamsgd":
-    return asynchronous.async_eamsgd(loss_fn, alpha=ALPHA, momentum=0.9, **kw)
+    return simulation.async_eamsgd(loss_fn, alpha=ALPHA, momentum=0.9, **kw)
   if name == "downpour":
-    return baselines.downpour(loss_fn, **kw)
+    return downpour(loss_fn, **kw)
   if name == "mdownpour":
-    return baselines.mdownpour(loss_fn, momentum=0.5, **kw)
-  return baselines.mvadownpour(loss_fn, average_rate=0.1, **kw)
+    return mdownpour(loss_fn, momentum=0.5, **kw)
+  return mvadownpour(loss_fn, average_rate=0.1, **kw)
 
 
 @pytest.mark.parametrize(
@@ -42,18 +44,16 @@ def make(name, schedule, tau, p=4):
 @pytest.mark.parametrize("staleness", [0, 2])
 def test_replaying_the_simulations_own_log_reproduces_the_simulation(name, staleness):
   p = 4
-  schedule = async_schedule.exchange_schedule(p, "random", (1, 3, 2, 2), staleness=staleness)
+  schedule = exchange_schedule(p, "random", (1, 3, 2, 2), staleness=staleness)
   num_steps = 6 * schedule.slots_per_tick
   xs, ys = linear_problem.make_data(num_steps, p, seed=3)
   algo = make(name, schedule, tau=2)
   wt, ct, worker, shared = linear_problem.trajectory(algo, xs, ys, 2, KEY)
-  log = async_log.exchange_log(algo, KEY, num_steps)
+  log = exchange_log(algo, KEY, num_steps)
   # worker i's local step at clock t is computed in the slot of its m-th step of
   # tick n, t = n k_i + m; the replay reads that slot's batch (the loss ignores
   # the key, which the simulation derives from the slot)
-  active = async_schedule.slot_table(
-      schedule.worker_speeds, algo.hyperparameters["exchange_at"]
-  ).active
+  active = slot_table(schedule.worker_speeds, algo.hyperparameters["exchange_at"]).active
   big_k = schedule.slots_per_tick
 
   def batch_fn(i, t):
@@ -62,7 +62,7 @@ def test_replaying_the_simulations_own_log_reproduces_the_simulation(name, stale
     return xs[slot, i], ys[slot, i]
 
   final_clocks = placement.merge_workers(worker.clock).tolist()
-  out = async_log.replay(algo, log, params0(), batch_fn, KEY, final_clocks, keep_centers=True)
+  out = replay(algo, log, params0(), batch_fn, KEY, final_clocks, keep_centers=True)
   # the replay runs the rules op by op, the simulation vmapped in one program:
   # equal up to float32 rounding (measured: <= 1.07e-6, MDOWNPOUR, values up to 7)
   np.testing.assert_allclose(
@@ -90,7 +90,7 @@ def test_a_hand_computed_order_of_events():
   #   w1 t=1: d = 0.25 (0.5 - 1) = -0.125; x1 = 0.5 + 0.125 - 0.25 = 0.375; c = 0.875
   #   w0 t=0: d = 0.25 (1 - 0.875) = 0.03125; x0 = 1 - 0.03125 - 0.5 = 0.46875;
   #           c = 0.90625
-  algo = asynchronous.async_easgd(
+  algo = simulation.async_easgd(
       lambda x, b, k: 0.5 * x**2, num_workers=2, tau=1, alpha=0.25, learning_rate=0.5
   )
   log = [
@@ -98,9 +98,7 @@ def test_a_hand_computed_order_of_events():
       dict(worker=1, local_step=1, version=1, read_version=1),
       dict(worker=0, local_step=0, version=2, read_version=2),
   ]
-  out = async_log.replay(
-      algo, log, jnp.float32(1.0), lambda i, t: None, KEY, (1, 2), keep_centers=True
-  )
+  out = replay(algo, log, jnp.float32(1.0), lambda i, t: None, KEY, (1, 2), keep_centers=True)
   assert [float(w.params) for w in out.workers] == [0.46875, 0.375]
   assert [float(c) for c in out.centers] == [1.0, 1.0, 0.875, 0.90625]
   # the same events served in another order give another run:
@@ -109,19 +107,19 @@ def test_a_hand_computed_order_of_events():
       dict(worker=1, local_step=0, version=1, read_version=1),
       dict(worker=1, local_step=1, version=2, read_version=2),
   ]
-  out2 = async_log.replay(algo, other, jnp.float32(1.0), lambda i, t: None, KEY, (1, 2))
+  out2 = replay(algo, other, jnp.float32(1.0), lambda i, t: None, KEY, (1, 2))
   assert float(out2.shared.center) != 0.90625
   # a restart puts the worker at the center it reads, its clock going on
   restart = log + [dict(event="restart", worker=0, local_step=1, version=3, read_version=3)]
-  out3 = async_log.replay(algo, restart, jnp.float32(1.0), lambda i, t: None, KEY, (1, 2))
+  out3 = replay(algo, restart, jnp.float32(1.0), lambda i, t: None, KEY, (1, 2))
   assert float(out3.workers[0].params) == 0.90625 and int(out3.workers[0].clock) == 1
 
 
 def test_a_log_that_contradicts_the_schedule_is_refused():
-  algo = asynchronous.async_easgd(
+  algo = simulation.async_easgd(
       lambda x, b, k: 0.5 * x**2, num_workers=2, tau=2, alpha=0.25, learning_rate=0.5
   )
-  run = lambda log, clocks=(0, 0): async_log.replay(
+  run = lambda log, clocks=(0, 0): replay(
       algo, log, jnp.float32(1.0), lambda i, t: None, KEY, clocks
   )
   e = dict(worker=0, local_step=0, version=0, read_version=0)
@@ -136,7 +134,7 @@ def test_a_log_that_contradicts_the_schedule_is_refused():
   with pytest.raises(ValueError, match="unknown log event"):
     run([dict(e, event="push")])
   with pytest.raises(ValueError, match="no asynchronous rules"):
-    async_log.async_rules(linear_problem_sync())
+    async_rules(linear_problem_sync())
   assert algo.async_rules.due(2) and not algo.async_rules.due(3)
 
 

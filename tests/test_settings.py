@@ -213,13 +213,13 @@ def test_at_the_edge_the_simulated_schedule_holds_an_exchange_at_local_step_tau(
   # schedule's log) are all at local step 0: at the edge tau = 21 of a 22-step run
   # the fastest worker takes a step in every slot, so its exchange at local step
   # 21 is served; tau = 22 has none
-  from easgd.asynchrony import log as async_log
+  from easgd.asynchrony.log import exchange_log
   import optax
 
   cfg = DIGITS.replace(algorithm="async_easgd", worker_speeds=speeds).validate()
   for tau in (20, 21, 22):
     algo = registry.make_algorithm(cfg.replace(tau=tau), loss_fn, optax.sgd(0.1), 22)
-    log = async_log.exchange_log(algo, jax.random.key(0), 22)
+    log = exchange_log(algo, jax.random.key(0), 22)
     moves = bool((log["local_step"] >= 1).any())
     assert moves == (tau < 22), (tau, log["local_step"])
     try:

@@ -18,7 +18,7 @@ import pytest
 
 from easgd import cli
 from easgd._util import files
-from easgd.protocol import runs as protocol_runs
+from easgd.protocol import runs
 from easgd.run import rundir
 
 SMALL = ["--dataset", "digits", "--model", "mlp", "--global-batch-size", "256", "--no-progress"]
@@ -78,7 +78,7 @@ def python_signals():
 CASES = [
     ("train", (rundir, "write_metrics", 2), signal.SIGTERM, 143),  # after epoch 1's record
     ("compare", (rundir, "write_metrics", 3), signal.SIGINT, 130),  # after easgd's last record
-    ("protocol", (protocol_runs, "run_program", 1), signal.SIGTERM, 143),  # between programs
+    ("protocol", (runs, "run_program", 1), signal.SIGTERM, 143),  # between programs
 ]
 
 

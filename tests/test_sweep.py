@@ -18,14 +18,15 @@ from jax.flatten_util import ravel_pytree
 
 from easgd import cli
 from easgd.core import algorithms
-from easgd.asynchrony import simulation as asynchronous
+from easgd.asynchrony import simulation
 from easgd.methods import baselines
 from easgd._util import flags
 from easgd.analysis import hessian, stability
 from easgd.tasks import models
-from easgd.sweeps import quadratic, command as sweep, engine as sweep_engine, network as sweep_network, report as sweep_report
+from easgd.sweeps import quadratic, command, engine, network, report
 from easgd.sweeps.engine import CompileCounter
 from easgd.sweeps.grid import SweepGrid
+from easgd.methods.downpour_family import mdownpour
 
 
 def numpy_easgd_quadratic(lr, tau, alpha, h, w0, c0, noise):
@@ -158,13 +159,13 @@ def test_center_divergence_is_flagged_when_the_workers_stay_bounded(tmp_path):
   assert fine["diverged_step"] == -1 and fine["center_loss"] < 1e-2
   # the theory agrees with the combined flag on both (radius 2.2 and 0.6)
   assert [r["theory_stable"] for r in res.records] == [True, False]
-  text = sweep_report.summarize(res)
+  text = report.summarize(res)
   assert (
       "2 configurations, 1 diverged (0 by the workers' loss, 1 by the center's, "
       "1 of them by the center's alone)"
   ) in text
   assert "divergence agrees with radius >= 1 on 2/2 configurations" in text  # old: 1/2
-  sweep_report.write_result(res, tmp_path, plots=False)
+  report.write_result(res, tmp_path, plots=False)
   header, *rows = (tmp_path / "sweep.csv").read_text().splitlines()
   cols = header.split(",")
   assert ["diverged", "workers_diverged", "center_diverged", "diverged_step"] == cols[
@@ -208,9 +209,9 @@ def _tiny_network(p, steps, batch=4, seed=0):
 def test_network_sweep_matches_easgd_algorithm_runs_and_does_not_recompile():
   p, steps = 2, 7
   model, params0, batches, test = _tiny_network(p, steps)
-  loss_fn, eval_fn = sweep_network.network_fns(model)
+  loss_fn, eval_fn = network.network_fns(model)
   build = functools.partial(algorithms.easgd, loss_fn, num_workers=p)
-  run = sweep_engine.make_sweep_fn(build, p, steps, eval_fn)
+  run = engine.make_sweep_fn(build, p, steps, eval_fn)
   grid = SweepGrid(tau=(1, 3), alpha=(0.1, 0.4), learning_rate=(0.5,), num_workers=(p,)).validate()
   lr, tau, alpha = grid.flat()
   workers0 = jax.tree.map(lambda a: jnp.stack([a] * p), params0)
@@ -226,7 +227,7 @@ def test_network_sweep_matches_easgd_algorithm_runs_and_does_not_recompile():
     algo = algorithms.easgd(
         loss_fn, optax.sgd(float(lr[i])), num_workers=p, tau=int(tau[i]), alpha=float(alpha[i])
     )
-    ref = sweep_engine.run_with_algorithm(
+    ref = engine.run_with_algorithm(
         algo, params0, batches, key, num_workers=p, eval_fn=eval_fn, eval_data=test
     )
     got = jax.tree.map(lambda a: a[i], out["center"])
@@ -256,14 +257,14 @@ def test_network_sweep_uses_only_certified_curvature():
   grid = SweepGrid(tau=(1, 4), alpha=(0.1, 0.9), learning_rate=(0.1,), num_workers=(2,))
   kw = dict(dataset="digits", hessian_examples=200)
   with pytest.warns(hessian.CurvatureWarning, match="did not converge within 3 Hessian"):
-    res = sweep_network.sweep_network(grid, 20, hessian_iterations=3, **kw)
+    res = network.sweep_network(grid, 20, hessian_iterations=3, **kw)
   assert res.curvature is None and not res.info["hessian_init"]["converged"]
   assert all(
       r["eta_h"] is None and r["theory_radius"] is None and r["theory_radius_trained"] is None
       for r in res.records
   )
-  assert "h at the start: NOT converged in 3 Hessian-vector products" in sweep_report.summarize(res)
-  res = sweep_network.sweep_network(grid, 20, **kw)
+  assert "h at the start: NOT converged in 3 Hessian-vector products" in report.summarize(res)
+  res = network.sweep_network(grid, 20, **kw)
   est = res.info["hessian_init"]
   assert est["converged"] and est["residual"] <= est["tol"] * est["h"]
   assert res.curvature == est["h"] and res.records[0]["eta_h"] == pytest.approx(0.1 * est["h"])
@@ -389,8 +390,8 @@ SWEPT = [  # (factory, fixed Python arguments, swept values of two configuration
     ),
     (baselines.msgd, {}, dict(learning_rate=(0.05, 0.1), momentum=(0.5, 0.9))),
     (baselines.mvasgd, {}, dict(learning_rate=(0.1, 0.2), average_rate=(0.1, 0.5))),
-    (baselines.mdownpour, dict(tau=2), dict(learning_rate=(0.05, 0.1), momentum=(0.5, 0.9))),
-    (asynchronous.async_easgd, dict(tau=2), dict(learning_rate=(0.1, 0.2), alpha=(0.1, 0.3))),
+    (mdownpour, dict(tau=2), dict(learning_rate=(0.05, 0.1), momentum=(0.5, 0.9))),
+    (simulation.async_easgd, dict(tau=2), dict(learning_rate=(0.1, 0.2), alpha=(0.1, 0.3))),
 ]
 
 
@@ -403,7 +404,7 @@ def test_the_engine_sweeps_every_algorithm_with_array_hyperparameters(factory, f
   params0 = dict(w=0.1 * jax.random.normal(k1, (3,)), b=jnp.zeros(()))
   batches = (jax.random.normal(k2, (steps, p, 4, 3)), jax.random.normal(k3, (steps, p, 4)))
   build = functools.partial(factory, _linear_loss, num_workers=p, **fixed)
-  run = sweep_engine.make_sweep_fn(build, p, steps)
+  run = engine.make_sweep_fn(build, p, steps)
   hyper = {k: np.asarray(v, np.int32 if k == "tau" else np.float32) for k, v in swept.items()}
   workers0 = jax.tree.map(lambda a: jnp.stack([a] * p), params0)
   key = jax.random.key(4)
@@ -411,7 +412,7 @@ def test_the_engine_sweeps_every_algorithm_with_array_hyperparameters(factory, f
   assert not np.any(out["diverged"])
   for i in range(2):
     python = {k: (int if k == "tau" else float)(v[i]) for k, v in swept.items()}
-    ref = sweep_engine.run_with_algorithm(build(**python), params0, batches, key, num_workers=p)
+    ref = engine.run_with_algorithm(build(**python), params0, batches, key, num_workers=p)
     got = jax.tree.map(lambda a: a[i], out["center"])
     np.testing.assert_allclose(
         ravel_pytree(got)[0], ravel_pytree(ref["center"])[0], rtol=1e-5, atol=1e-6
@@ -428,18 +429,18 @@ def test_each_configuration_may_have_its_own_key_and_start():
   batches = (jax.random.normal(k2, (steps, p, 4, 3)), jax.random.normal(k3, (steps, p, 4)))
   keys = jax.random.split(jax.random.key(2), 2)
   build = functools.partial(algorithms.easgd, _linear_loss, num_workers=p, tau=2, alpha=0.2)
-  run = sweep_engine.make_sweep_fn(build, p, steps, per_config=("worker_params", "center", "key"))
+  run = engine.make_sweep_fn(build, p, steps, per_config=("worker_params", "center", "key"))
   workers0 = jax.tree.map(lambda a: jnp.stack([a] * p, axis=1), params0)
   out = run(dict(learning_rate=np.float32([0.1, 0.1])), workers0, params0, batches, None, keys, 1e3)
   for i in range(2):
     start = jax.tree.map(lambda a: a[i], params0)
-    ref = sweep_engine.run_with_algorithm(
+    ref = engine.run_with_algorithm(
         build(learning_rate=0.1), start, batches, keys[i], num_workers=p
     )
     np.testing.assert_allclose(out["center"]["w"][i], ref["center"]["w"], rtol=1e-6)
   assert not np.allclose(out["center"]["w"][0], out["center"]["w"][1])
-  with pytest.raises(sweep_engine.SweepError, match="per_config names unknown"):
-    sweep_engine.make_sweep_fn(build, p, steps, per_config=("seed",))
+  with pytest.raises(engine.SweepError, match="per_config names unknown"):
+    engine.make_sweep_fn(build, p, steps, per_config=("seed",))
 
 
 def test_the_sweep_and_the_simulator_run_the_algorithms_own_step(monkeypatch):
@@ -482,13 +483,13 @@ def test_sweep_flags_are_generated_from_the_config_fields(capsys):
           "0.5",
       ]
   )
-  assert flags.overrides(args, sweep.SweepConfig) == dict(
+  assert flags.overrides(args, command.SweepConfig) == dict(
       hessian_at_trained=False, data_dir=None, tau=(1, 2), alpha=(0.5,)
   )
   with pytest.raises(SystemExit):
     cli.build_parser().parse_args(["sweep", "--help"])
   text = capsys.readouterr().out
   singular = {"task_args": "--task-arg"}  # repeated, one key=value each (as easgd train)
-  for f in dataclasses.fields(sweep.SweepConfig):
+  for f in dataclasses.fields(command.SweepConfig):
     flag = singular.get(f.name, "--" + f.name.replace("_", "-"))
     assert f.metadata["help"] and flag in text

@@ -15,9 +15,10 @@ import pytest
 
 from easgd import cli
 from easgd.tasks import datasets, models
-from easgd.sweeps import command as sweep, grid as sweep_grid, network as sweep_network
+from easgd.sweeps import command
 from easgd.sweeps.engine import SweepError
-from easgd.sweeps.grid import SweepGrid
+from easgd.sweeps.grid import SweepGrid, check_memory
+from easgd.sweeps.network import check_network, sweep_network
 
 TINY = [
     "--no-plots",
@@ -63,9 +64,9 @@ def no_part_runs(monkeypatch):
   def fail(*args, **kwargs):
     raise AssertionError("a part of the sweep started before every check passed")
 
-  monkeypatch.setattr(sweep, "_run_parts", fail)
-  monkeypatch.setattr(sweep_network, "hessian_curvature", fail)
-  monkeypatch.setattr(sweep_network, "run_grid", fail)
+  monkeypatch.setattr(command, "_run_parts", fail)
+  monkeypatch.setattr("easgd.sweeps.network.hessian_curvature", fail)
+  monkeypatch.setattr("easgd.sweeps.network.run_grid", fail)
 
 
 @pytest.fixture(scope="module")
@@ -122,8 +123,8 @@ def test_a_failure_mid_sweep_leaves_the_earlier_sweep_whole(earlier_sweep, tmp_p
   def broken(*args, **kwargs):
     raise RuntimeError("the network part broke")
 
-  monkeypatch.setattr(sweep_network, "sweep_network", broken)
-  config = sweep.SweepConfig(
+  monkeypatch.setattr("easgd.sweeps.network.sweep_network", broken)
+  config = command.SweepConfig(
       problem="both",
       tau=(1, 4),
       alpha=(0.2,),
@@ -134,16 +135,16 @@ def test_a_failure_mid_sweep_leaves_the_earlier_sweep_whole(earlier_sweep, tmp_p
       hessian_iterations=0,
   )
   with pytest.raises(RuntimeError, match="the network part broke"):
-    sweep.run_sweep(config, workdir, overwrite=True, plots=False)  # quadratic ran
+    command.run_sweep(config, workdir, overwrite=True, plots=False)  # quadratic ran
   assert snapshot(workdir) == before  # no new quadratic/, no .sweep-new, no aside
 
 
 def test_overwrite_replaces_the_whole_earlier_sweep(earlier_sweep, tmp_path):
   workdir = copy_of(earlier_sweep, tmp_path)
-  config = sweep.SweepConfig(
+  config = command.SweepConfig(
       problem="quadratic", tau=(1, 4), alpha=(0.2,), num_workers=(2,), num_steps=7
   )
-  sweep.run_sweep(config, workdir, overwrite=True, plots=False)
+  command.run_sweep(config, workdir, overwrite=True, plots=False)
   assert sorted(os.listdir(workdir)) == ["sweep.csv", "sweep.json", "sweep_config.json"]
   assert json.loads((workdir / "sweep_config.json").read_text())["tau"] == [1, 4]
   assert "quadratic,2,0.1,4,0.2" in (workdir / "sweep.csv").read_text()
@@ -154,7 +155,7 @@ def test_a_killed_swap_is_undone_by_the_next_sweep(earlier_sweep, tmp_path, caps
   # the state a process killed while moving files in leaves behind
   workdir = copy_of(earlier_sweep, tmp_path)
   before = snapshot(workdir)
-  aside = workdir / sweep.PREVIOUS_DIR
+  aside = workdir / command.PREVIOUS_DIR
   aside.mkdir()
   os.replace(workdir / "sweep_config.json", aside / "sweep_config.json")
   os.replace(workdir / "quadratic", aside / "quadratic")
@@ -247,22 +248,22 @@ def test_a_sweep_above_the_memory_limit_is_refused(tmp_path, capsys, no_part_run
 def test_the_memory_estimate_counts_steps_workers_and_configurations(monkeypatch):
   grid = SweepGrid(tau=(1, 2), alpha=(0.1, 0.2, 0.3), num_workers=(2, 3)).validate()
   # largest program p = 3: 10 x (3 x 8 + 4) + 6 configurations x 4 copies x 4 bytes
-  assert sweep_grid.check_memory("quadratic", grid, 10, 8, 4, "x") == 280 + 96
-  monkeypatch.setattr(sweep_grid, "MAX_SWEEP_BYTES", 375)
+  assert check_memory("quadratic", grid, 10, 8, 4, "x") == 280 + 96
+  monkeypatch.setattr("easgd.sweeps.grid.MAX_SWEEP_BYTES", 375)
   with pytest.raises(
       SweepError,
       match=r"needs about .* \(376 bytes: num_steps=10 x "
       r"\(3 workers x 8 bytes of x \+ a 4-byte step index\) \+ 6 "
       r"configurations x 4 parameter copies x 4 bytes\)",
   ):
-    sweep_grid.check_memory("quadratic", grid, 10, 8, 4, "x")
+    check_memory("quadratic", grid, 10, 8, 4, "x")
 
 
 def test_the_network_memory_is_checked_before_the_hessian(monkeypatch, no_part_runs):
-  monkeypatch.setattr(sweep_grid, "MAX_SWEEP_BYTES", 10**6)
+  monkeypatch.setattr("easgd.sweeps.grid.MAX_SWEEP_BYTES", 10**6)
   grid = SweepGrid(tau=(1,), alpha=(0.1,), num_workers=(2,))
   with pytest.raises(SweepError, match="the network sweep needs about .* allowed: at most"):
-    sweep_network.sweep_network(grid, 1000, dataset="digits", per_worker_batch_size=4)
+    sweep_network(grid, 1000, dataset="digits", per_worker_batch_size=4)
 
 
 # -- 4. sizes and models that the data set cannot run: before compiling ---------------
@@ -289,7 +290,7 @@ def test_a_batch_larger_than_the_data_set_is_refused_before_compiling(
   assert not (tmp_path / "s").exists()
   grid = SweepGrid(tau=(1,), alpha=(0.1,), num_workers=(2,))
   with pytest.raises(SweepError, match="must be an integer in \\[1, 719\\], got 1000"):
-    sweep_network.sweep_network(grid, 5, dataset="digits", per_worker_batch_size=1000)
+    sweep_network(grid, 5, dataset="digits", per_worker_batch_size=1000)
 
 
 @pytest.mark.parametrize(
@@ -319,7 +320,7 @@ def test_a_flax_error_of_a_model_is_one_line():
 
   grid = SweepGrid(tau=(1,), alpha=(0.1,), num_workers=(2,))
   with pytest.raises(models.ModelError) as info:
-    sweep_network.check_network(grid, 5, dataset="digits", model=Needs3d(), per_worker_batch_size=4)
+    check_network(grid, 5, dataset="digits", model=Needs3d(), per_worker_batch_size=4)
   assert str(info.value).startswith(
       "model 'Needs3d' cannot take the inputs of dataset 'digits' (shape (8, 8, 1)): "
   )
@@ -370,12 +371,12 @@ def test_a_setting_the_problem_does_not_read_is_refused(
 
 def test_the_config_api_refuses_unread_settings_too():
   with pytest.raises(SweepError, match="model='cnn' is not read by problem 'quadratic'"):
-    sweep.SweepConfig(problem="quadratic", model="cnn").validate()
+    command.SweepConfig(problem="quadratic", model="cnn").validate()
   with pytest.raises(SweepError, match="curvature=2.0 is not read by problem 'network'"):
-    sweep.SweepConfig(problem="network", curvature=2.0).validate()
-  config = sweep.SweepConfig(problem="both", model="cnn", curvature=2.0)
+    command.SweepConfig(problem="network", curvature=2.0).validate()
+  config = command.SweepConfig(problem="both", model="cnn", curvature=2.0)
   assert config.unread_fields() == {} and config.validate().model == "cnn"
-  assert sweep.SweepConfig(problem="quadratic").validate().unread_fields() == {}
+  assert command.SweepConfig(problem="quadratic").validate().unread_fields() == {}
 
 
 # -- 6. a tau longer than the run ------------------------------------------------------
@@ -399,7 +400,7 @@ def test_a_tau_longer_than_the_run_is_refused(tmp_path, capsys, no_part_runs):
   ) in err
   assert not (tmp_path / "s").exists()
   with pytest.raises(SweepError, match="at most the run's num_steps=5"):
-    sweep.SweepConfig(problem="quadratic", tau=(8,), num_steps=5).validate()
+    command.SweepConfig(problem="quadratic", tau=(8,), num_steps=5).validate()
   with pytest.raises(SweepError, match="got 8"):
     from easgd.sweeps import quadratic
 
@@ -431,9 +432,9 @@ def test_more_hessian_examples_than_the_data_set_has_are_refused(tmp_path, capsy
   assert not (tmp_path / "s").exists()
   # none (the default): 2000, or the whole training set if it is smaller
   grid = SweepGrid(tau=(1,), alpha=(0.1,), num_workers=(2,))
-  setup = sweep_network.check_network(grid, 5, dataset="digits", per_worker_batch_size=4)
+  setup = check_network(grid, 5, dataset="digits", per_worker_batch_size=4)
   assert setup.hessian_examples == 1438 == datasets.load_dataset("digits").num_train
-  assert sweep.SweepConfig(dataset="digits").validate().hessian_examples is None
+  assert command.SweepConfig(dataset="digits").validate().hessian_examples is None
 
 
 # -- 8. SweepConfig's field types --------------------------------------------------------
@@ -468,12 +469,12 @@ def test_more_hessian_examples_than_the_data_set_has_are_refused(tmp_path, capsy
 )
 def test_every_config_field_is_checked_by_type(field, value, message):
   with pytest.raises(ValueError) as info:  # SweepError, DataError, ...
-    sweep.SweepConfig(**{field: value}).validate()
+    command.SweepConfig(**{field: value}).validate()
   assert message in str(info.value)
 
 
 def test_numpy_values_are_accepted_and_made_python(tmp_path):
-  config = sweep.SweepConfig(
+  config = command.SweepConfig(
       problem="quadratic",
       tau=np.array([1, 2]),
       alpha=(np.float32(0.25),),
@@ -486,5 +487,5 @@ def test_numpy_values_are_accepted_and_made_python(tmp_path):
   assert config.tau == (1, 2) and type(config.num_steps) is int
   assert type(config.curvature) is float and type(config.seed) is int
   json.dumps(dataclasses.asdict(config))  # sweep_config.json can be written
-  network = sweep.SweepConfig(hessian_at_trained=np.bool_(False), data_dir=None).validate()
+  network = command.SweepConfig(hessian_at_trained=np.bool_(False), data_dir=None).validate()
   assert network.hessian_at_trained is False

@@ -22,7 +22,8 @@ from easgd.run import trainer
 from easgd.settings import builtin_tasks
 from easgd.tasks import datasets, models
 from easgd.settings.config import TrainConfig
-from easgd.tasks.task import ArraySource, ItemSource, Task, TaskError, load_task, take
+from easgd.tasks.sources import ArraySource, ItemSource, TaskError, take
+from easgd.tasks.task import Task, load_task
 
 MAIN = TrainConfig(num_epochs=1, progress=False)
 """The main job's config (``easgd compare``'s defaults: MNIST-1D, the CNN), one epoch."""

@@ -21,7 +21,7 @@ from tensorboard.backend.event_processing import event_multiplexer
 from tensorboard.compat.proto import event_pb2
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from easgd.protocol import runs as protocol
+from easgd.protocol import runs
 from easgd.protocol.config import Arm, ProtocolConfig
 from easgd.run import checkpoint, tensorboard, trainer
 from easgd.run.compare import compare
@@ -290,7 +290,7 @@ def test_the_protocols_curves_per_arm_and_seed(tmp_path):
       ),
       eval_every_steps=2,
   )
-  protocol.run_protocol(config, tmp_path, log=lambda line: None, task=task)
+  runs.run_protocol(config, tmp_path, log=lambda line: None, task=task)
   results = json.loads((tmp_path / "results.json").read_text())  # null: not finite or no step
   mux = event_multiplexer.EventMultiplexer().AddRunsFromDirectory(str(tmp_path))
   mux.Reload()

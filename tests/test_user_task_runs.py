@@ -40,16 +40,18 @@ import pytest
 
 from easgd import cli
 from easgd.parallel import placement
-from easgd.runtimes import shared as async_shared
-from easgd.sweeps import command as sweep, network as sweep_network
+from easgd.runtimes import shared
+from easgd.sweeps import command, network
 from easgd.sweeps.grid import SweepGrid
 from easgd.run import compare, trainer
 from easgd.runtimes import training_run
 from easgd.settings import builtin_tasks
 from easgd.tasks import datasets, models
 from easgd.settings.config import ConfigError, TrainConfig
-from easgd.tasks.task import TaskError, load_task, take
+from easgd.tasks.sources import TaskError
+from easgd.tasks.task import load_task
 from testutil import regression_task
+from easgd.tasks.sources import take
 
 TASK_MODULE = textwrap.dedent('''
     """A user's task: 8 features, 3 classes, a tiny Flax Dense model."""
@@ -271,10 +273,10 @@ def test_a_resume_and_an_export_refuse_a_changed_task_in_one_line(tmp_path, monk
       (dict(width=32), "parameter ['layers_0']['bias']: (64,) float32 -> (32,) float32"),
   ]:
     edit(**change)
-    for command in (argv + ["--resume"], ["export", "--workdir", str(work), "--out", str(out)]):
-      assert cli.main(command) == 2
+    for args in (argv + ["--resume"], ["export", "--workdir", str(work), "--out", str(out)]):
+      assert cli.main(args) == 2
       err = capsys.readouterr().err
-      action = "resume" if command[0] == "train" else "export"
+      action = "resume" if args[0] == "train" else "export"
       assert err.startswith(f"easgd: error: cannot {action}: the task differs from the one the ")
       assert err.count("\n") == 1 and says in err, err
       assert {p: p.read_bytes() for p in work.rglob("*") if p.is_file()} == files
@@ -351,12 +353,12 @@ def test_sweep_of_a_user_task_records_it(in_task_dir):
 
 
 def test_a_sweep_records_the_metrics_a_loss_only_task_evaluates(tmp_path):
-  from easgd.sweeps import report as sweep_report
+  from easgd.sweeps import report
 
   task = regression_task()
   grid = SweepGrid(tau=(1, 2), alpha=(0.1, 0.4), num_workers=(2,))
   kw = dict(per_worker_batch_size=4, hessian_iterations=0)
-  res = sweep_network.sweep_network(grid, 4, task=task, **kw)
+  res = network.sweep_network(grid, 4, task=task, **kw)
   test = take(task.test, np.arange(len(task.test)))
   for i, r in enumerate(res.records):  # the final center's mean test metrics
     center = jax.tree.map(lambda a: a[i], res.centers[2])
@@ -364,22 +366,22 @@ def test_a_sweep_records_the_metrics_a_loss_only_task_evaluates(tmp_path):
     np.testing.assert_allclose(r["center_loss"], np.mean(m["loss"]), rtol=1e-6)
     np.testing.assert_allclose(r["test_abs_error"], np.mean(m["abs_error"]), rtol=1e-6)
     assert "test_accuracy" not in r
-  sweep_report.write_result(res, tmp_path, plots=False)  # plots: the sweep's CLI test above
+  report.write_result(res, tmp_path, plots=False)  # plots: the sweep's CLI test above
   header = (tmp_path / "sweep.csv").read_text().splitlines()[0].split(",")
   assert header[header.index("center_loss") + 1] == "test_abs_error"
   assert "test_accuracy" not in header and res.columns() == header
-  assert "test accuracy" not in sweep_report.summarize(res)
+  assert "test accuracy" not in report.summarize(res)
 
 
 def test_a_classifier_given_as_a_task_sweeps_exactly_as_the_builtin_problem():
   grid = SweepGrid(tau=(1, 3), alpha=(0.1, 0.4), learning_rate=(0.1,), num_workers=(2, 3))
   kw = dict(per_worker_batch_size=4, seed=5, hessian_iterations=30, hessian_tol=1e-3)
-  builtin = sweep_network.sweep_network(grid, 6, dataset="digits", model="mlp", **kw)
+  builtin = network.sweep_network(grid, 6, dataset="digits", model="mlp", **kw)
   ds = datasets.load_dataset("digits", seed=5)
   task = builtin_tasks.classifier_task(
       models.make_model("mlp", ds.num_classes), (ds.train_x, ds.train_y), (ds.test_x, ds.test_y)
   )
-  mine = sweep_network.sweep_network(grid, 6, task=task, **kw)
+  mine = network.sweep_network(grid, 6, task=task, **kw)
   assert mine.records == builtin.records  # every metric, the theory columns included
   for at in ("hessian_init", "hessian_trained"):  # certified estimates, equal
     assert builtin.info[at]["converged"] and mine.info[at]["h"] == builtin.info[at]["h"]
@@ -410,7 +412,7 @@ def test_a_bad_task_of_the_sweep_is_one_line_before_anything_runs(
   def fail(*args, **kwargs):
     raise AssertionError("a part of the sweep started before every check passed")
 
-  monkeypatch.setattr(sweep, "_run_parts", fail)
+  monkeypatch.setattr(command, "_run_parts", fail)
   work = in_task_dir / "bad"
   assert cli.main(["sweep", "--workdir", str(work), *SWEEP, *extra]) == 2
   err = capsys.readouterr().err
@@ -425,7 +427,7 @@ def test_a_task_with_batch_norm_is_refused_by_the_sweep():
   )
   grid = SweepGrid(tau=(1,), alpha=(0.1,), num_workers=(2,))
   with pytest.raises(TaskError, match="has a center_state \\(BatchNorm\\), which the sweep"):
-    sweep_network.check_network(grid, 4, per_worker_batch_size=4, task=task)
+    network.check_network(grid, 4, per_worker_batch_size=4, task=task)
 
 
 # -- the real asynchronous runtimes -----------------------------------------------------
@@ -458,14 +460,14 @@ def stopped_resumed_and_replayed(workdir, cfg, stops=(5, 11)):
 
   first = trainer.train_and_evaluate(cfg, workdir, stop_after_steps=stops[0])
   assert first["status"] == "stopped" and first["steps_done"] == stops[0]
-  log5 = async_shared.read_log(workdir / "exchanges.jsonl")
+  log5 = shared.read_log(workdir / "exchanges.jsonl")
   for stop in stops[1:]:
     trainer.train_and_evaluate(cfg, workdir, resume=True, stop_after_steps=stop)
   done = trainer.train_and_evaluate(cfg, workdir, resume=True)
   assert done["status"] == "complete" and done["steps_done"] == 16
   assert [r["step"] for r in done["history"]] == [0, 8, 16]
   assert done["task"]["factory"] == cfg.task
-  log = async_shared.read_log(workdir / "exchanges.jsonl")
+  log = shared.read_log(workdir / "exchanges.jsonl")
   assert log[: len(log5)] == log5  # the log goes on
   assert [r["version"] for r in log] == list(range(len(log)))
   clocks = replays_its_checkpoint(workdir, cfg)

@@ -1,30 +1,11 @@
-"""One vocabulary for checking input values: integers, reals, choices, flags, arrays.
+"""One vocabulary for checking input values (integers, reals, choices, flags, arrays), one message form.
 
-Every module checks the values a user gives (config fields, flags, factory
-arguments) with these functions, at the boundary, before anything is loaded or
-compiled. Each takes the value's name as the user writes it, the value, what is
-allowed, and the error class to raise (the calling layer's ``ValueError``
-subclass: ``ConfigError``, ``HyperparameterError``, ``DataError``, ...), and
-every message has one of two forms:
-
-    {name} must be {what is allowed}, got {value!r}
-    unknown {name} {value!r}; allowed: {a}, {b}, ...
-
-e.g. ``tau (communication period) must be an integer in [1, 1073741824], got 0``
-or ``unknown dataset 'cifar100'; allowed: mnist1d, fashion_mnist, digits, cifar10``.
-Bools are never integers or reals here (``True`` is not a step count); NumPy
-scalars are accepted and returned as Python numbers. Arrays being traced by JAX
-are not checked by these functions: callers that accept traced
-hyperparameters check only Python values (see :func:`is_python_number`).
-
-A dataclass field declares its allowed values once, next to its help text,
-with the declared forms of these checks (:class:`Integer`, :class:`Real`,
-:class:`OneOf`, :class:`Flag`, :class:`Satisfies`, :class:`Entries`), and
-:func:`check_fields` checks an instance against them:
-
-    tau: int = option(4, "communication period, in local steps (>= 1).",
-                      allowed=Integer(1, MAX_STEPS, what="communication period"))
-    check_fields(config, ConfigError)   # tau=0: "tau (communication period) must be ..."
+Every check takes the value's name as the user writes it, the value, what is allowed and
+the error class to raise, and says ``{name} must be {allowed}, got {value!r}`` or
+``unknown {name} {value!r}; allowed: {a}, {b}, ...`` (docs/guides/bad_input.md). Bools are
+never numbers here; traced JAX arrays are not checked (:func:`is_python_number`). A
+dataclass field declares its allowed values once (:class:`Integer`, :class:`Real`,
+:class:`OneOf`, ...), and :func:`check_fields` checks an instance against them.
 """
 
 from __future__ import annotations

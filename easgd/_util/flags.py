@@ -1,33 +1,9 @@
-"""Command-line flags from a frozen dataclass: one ``--field-name`` per field.
+"""Command-line flags from a frozen dataclass: one ``--field-name`` per field (argparse only).
 
-A leaf utility (argparse and dataclasses only; imports nothing from easgd),
-so a config of any layer can declare its fields with :func:`option` and the
-command line (``easgd.cli``) turn them into flags with :func:`add_flags`:
-
-    @dataclasses.dataclass(frozen=True)
-    class SweepConfig:
-      tau: tuple[int, ...] = option((1, 2, 4), "communication periods (steps)")
-      problem: str = option("network", "what to sweep", choices=("quadratic", "network"))
-
-    add_flags(parser, SweepConfig)            # --tau 1,2,4  --problem quadratic
-    config = SweepConfig(**overrides(parser.parse_args(), SweepConfig))
-
-Flag types come from the field annotations:
-
-  int, float, str      ``--x 3`` (argparse's ``int``/``float``/``str``)
-  bool                 ``--x`` / ``--no-x`` (``argparse.BooleanOptionalAction``)
-  X | None             as X, and ``none`` (any case) for None
-  tuple[X, ...]        comma-separated, ``--x 1,2,4`` (``""``: the empty tuple);
-                       the parse function is named ``int_list``, ``float_list``,
-                       ``str_list`` (argparse names it in its error message)
-
-The help text is the field's ``metadata["help"]`` followed by its default;
-``metadata["choices"]`` restricts the values; ``metadata["allowed"]`` (the
-field's declared range or choices, ``option(..., allowed=...)``) is for the
-config's own validation (``easgd._util.checks.check_fields``), not argparse. Every flag has
-``default=argparse.SUPPRESS``, so the namespace holds only the flags given and
-:func:`overrides` returns just those: defaults stay the dataclass's (or a
-config file's) own.
+Fields declared with :func:`option` become flags with :func:`add_flags`, typed by their
+annotations (int/float/str; bool as ``--x``/``--no-x``; ``X | None`` with ``none``;
+tuples comma-separated); every flag defaults to ``argparse.SUPPRESS``, so
+:func:`overrides` returns only the flags given.
 """
 
 from __future__ import annotations
@@ -194,9 +170,15 @@ def add_flags(
   """Adds one flag per field of the dataclass ``cls`` to ``parser``.
 
   ``--field-name`` (underscores become dashes), ``dest`` the field name,
-  ``metavar`` the name in capitals, type from the annotation (module
-  docstring), help ``metadata["help"]`` plus the default, choices
-  ``metadata["choices"]``, ``default=argparse.SUPPRESS``.
+  ``metavar`` the name in capitals, help ``metadata["help"]`` plus the default,
+  choices ``metadata["choices"]``, ``default=argparse.SUPPRESS``; the type from
+  the annotation:
+
+    int, float, str      ``--x 3`` (argparse's ``int``/``float``/``str``)
+    bool                 ``--x`` / ``--no-x`` (``argparse.BooleanOptionalAction``)
+    X | None             as X, and ``none`` (any case) for None
+    tuple[X, ...]        comma-separated, ``--x 1,2,4`` (``""``: the empty tuple),
+                         parsed by ``int_list``/``float_list``/``str_list``
 
   Args:
     parser: the parser (or sub-command parser) to add to.

@@ -1,57 +1,12 @@
-r"""The largest Hessian eigenvalue of a loss: Lanczos (ARPACK) on Hessian-vector products.
+"""The largest Hessian eigenvalue of a loss: Lanczos (ARPACK) on Hessian-vector products.
 
-The stability analysis of :mod:`easgd.analysis.stability` is for the quadratic
-F(x) = h x^2 / 2, where a gradient step of size eta multiplies x by (1 - eta h).
-For a neural network the curvature that matters for divergence is the largest
-eigenvalue h = lambda_max of the Hessian of the training loss; this module
-estimates it without forming the Hessian:
-
-.. math::
-
-   H v = \frac{d}{d\epsilon} \nabla L(x + \epsilon v) \Big|_{\epsilon = 0}
-
-(``jax.jvp`` of ``jax.grad``)
-
-so one product costs about two gradient evaluations and memory linear in the
-number of parameters n. The products feed SciPy's ARPACK
-(``scipy.sparse.linalg.eigsh`` on a ``LinearOperator``, implicitly restarted
-Lanczos, ``which="LA"``: the largest ALGEBRAIC eigenvalue), which, unlike power
-iteration, is not misled when the two ends of the spectrum have (nearly) equal
-magnitude (f(x, y) = x y: eigenvalues +1 and -1) or a negative eigenvalue
-dominates. For n <= :data:`DENSE_MAX_PARAMETERS` the Hessian is formed from n
-products and diagonalised by ``numpy.linalg.eigh`` instead (ARPACK needs
-1 < ncv <= n, and a Lanczos cycle would span the whole space anyway).
-
-Every estimate is certified by its residual. For a symmetric H and a unit
-vector v there is an eigenvalue of H within r = ||H v - lambda v||_2 of
-lambda (Parlett, Theorem 4.5.1), so
-
-    converged  <=>  r <= tol * |lambda|,   r measured with one more product H v
-
-which bounds the distance to an eigenvalue of H by tol * |lambda|. (Lanczos
-from a random start finds the largest eigenvalue with probability one; the
-residual cannot tell which eigenvalue lambda is close to.)
-
-Functions:
-  :func:`hvp`                    one Hessian-vector product of a pytree loss
-                                 (pure; no ``jit`` inside).
-  :func:`top_hessian_eigenvalue` host-side estimate of lambda_max with its
-                                 residual (jitted products, SciPy ARPACK).
-  :func:`curvature_estimate`     the same as a JSON-ready record (what the
-                                 sweeps store), :func:`certified_curvature`
-                                 its h only when certified, and
-                                 :func:`warn_unconverged` (a
-                                 :class:`CurvatureWarning` when not).
+The curvature h that the stability analysis (Section 4) reads as eta * h; the method and
+its certificate (the residual bound): docs/guides/stability.md ("The curvature h").
 
 References:
-  B. Pearlmutter. Fast exact multiplication by the Hessian. Neural Computation
-  6(1), 1994 (the Hessian-vector product).
-  R. Lehoucq, D. Sorensen, C. Yang. ARPACK Users' Guide. SIAM 1998 (implicitly
-  restarted Lanczos; the stopping rule ||r|| <= tol |lambda|).
-  B. Parlett. The Symmetric Eigenvalue Problem. SIAM 1998, Theorem 4.5.1 (the
-  residual bound).
-  S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging SGD.
-  NeurIPS 2015 (arXiv:1412.6651), Section 4 (read eta as eta * h).
+  B. Pearlmutter. Fast exact multiplication by the Hessian. Neural Computation 6(1), 1994.
+  R. Lehoucq, D. Sorensen, C. Yang. ARPACK Users' Guide. SIAM 1998.
+  B. Parlett. The Symmetric Eigenvalue Problem. SIAM 1998, Theorem 4.5.1.
 """
 
 from __future__ import annotations
@@ -65,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
-from scipy.sparse.linalg import (ArpackError, ArpackNoConvergence, LinearOperator, eigsh)
+from scipy.sparse.linalg import ArpackError, ArpackNoConvergence, LinearOperator, eigsh
 
 from easgd._util import checks
 

@@ -11,10 +11,10 @@ __all__, __getattr__, __dir__ = lazy_exports(
     __name__,
     modules=("schedule", "simulation", "log"),
     names={
-        "easgd.asynchrony.schedule": (
-            "ExchangeSchedule exchange_schedule EXCHANGE_ORDERS PUSH_TIMINGS " "draw_worker_speeds"
-        ),
-        "easgd.asynchrony.simulation": ("AsyncRules simulate async_easgd async_eamsgd async_push"),
+        "easgd.asynchrony.names": "EXCHANGE_ORDERS PUSH_TIMINGS",
+        "easgd.asynchrony.schedule": "ExchangeSchedule exchange_schedule draw_worker_speeds",
+        "easgd.asynchrony.simulator": "AsyncRules simulate",
+        "easgd.asynchrony.simulation": "async_easgd async_eamsgd async_push",
         "easgd.asynchrony.log": "exchange_log write_exchange_log Replayed replay",
     },
 )

@@ -24,8 +24,6 @@ import numpy as np
 from optax.tree_utils import tree_zeros_like
 
 from easgd._util import checks
-from easgd.core import elastic
-from easgd.core.algorithms import Algorithm, every_tau_steps
 from easgd.asynchrony.schedule import (
     ExchangeSchedule,
     exchange_order,
@@ -35,6 +33,8 @@ from easgd.asynchrony.schedule import (
     slot_table,
 )
 from easgd.asynchrony.simulator import AsyncRules, AsyncShared, AsyncWorker
+from easgd.core import elastic
+from easgd.core.base import Algorithm, every_tau_steps
 
 Params = Any
 
@@ -124,7 +124,7 @@ def exchange_log(algorithm: Algorithm, key: jax.Array, num_steps: int) -> np.nda
   staleness), tau, the push timing, the run's key and the number of trainer
   steps; it is computed on the host from the same tables and helpers as the
   device program (:func:`slot_table`, :func:`exchange_order`,
-  :func:`served_order`, ``easgd.core.algorithms.every_tau_steps``), without
+  :func:`served_order`, ``easgd.core.base.every_tau_steps``), without
   running the model. The device's ``shared.master_clock`` after
   ``num_steps`` steps equals ``len(exchange_log(...))``.
 
@@ -235,7 +235,7 @@ def local_key(key: jax.Array, worker, clock) -> jax.Array:
   """The key of worker ``worker``'s local step at clock ``clock``.
 
   ``fold_in(fold_in(key, clock), worker)``: the same construction as
-  ``easgd.core.algorithms.worker_key`` with the worker's own clock in place of the
+  ``easgd.core.base.worker_key`` with the worker's own clock in place of the
   common step count, so it is a function of (key, worker, local step) only.
 
   Args:

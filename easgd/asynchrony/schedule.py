@@ -1,17 +1,9 @@
 """The time model of the simulated asynchronous methods: ticks, slots, speeds, orders.
 
-Simulated time is counted in ticks. Worker i takes k_i local steps per tick
-(its speed); with K = max_i k_i, a tick is K slots and one trainer step (one
-call of ``Algorithm.step``) is one slot. Worker i's m-th local step of a tick
-runs from time m / k_i to (m + 1) / k_i; an exchange happens at the step's
-start (EASGD, EAMSGD: Algorithm 1) or at its end (the DOWNPOUR push, the
-authors' code), in the slot holding that time, and the exchanges of a slot are
-served in time order, ties in the tick's order ("round_robin" or a fresh
-permutation per tick, "random"). This module builds and checks the schedules
-(:class:`ExchangeSchedule`, :func:`exchange_schedule`, the worker speeds), the
-slot tables, the orders, the DOWNPOUR push timings and the exchange counts;
-``easgd.asynchrony.simulation`` (whose docstring states what is and is not modelled)
-runs the methods on them.
+Builds and checks the schedules (:class:`ExchangeSchedule`, :func:`exchange_schedule`,
+the worker speeds), the slot tables, the exchange orders, the DOWNPOUR push timings and
+the exchange counts; the model itself (what is and is not modelled) is in
+docs/guides/algorithms.md ("Simulated asynchrony").
 
 References:
   S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging SGD.
@@ -30,8 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from easgd._util import checks
-from easgd.core import elastic
 from easgd.asynchrony.names import EXCHANGE_ORDERS, PUSH_TIMINGS  # re-exported
+from easgd.core import elastic
 
 Params = Any
 
@@ -316,7 +308,7 @@ def mean_exchanges(
   """Exchanges per worker over ``num_steps`` trainer steps, mean over workers.
 
   A worker's local step with clock t exchanges when tau divides t + offset
-  (``easgd.core.algorithms.every_tau_steps``): offset 0 gives t = 0, tau, 2 tau,
+  (``easgd.core.base.every_tau_steps``): offset 0 gives t = 0, tau, 2 tau,
   ... (Algorithm 1; the authors' DOWNPOUR), offset 1 gives t = tau - 1,
   2 tau - 1, ... Of n computed steps (:func:`local_steps_done`) that is
   floor((n + offset - 1) / tau) - floor((offset - 1) / tau).

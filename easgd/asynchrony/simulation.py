@@ -1,101 +1,13 @@
-"""Asynchronous EASGD and EAMSGD, simulated deterministically inside SPMD code.
+"""Asynchronous EASGD/EAMSGD (Algorithms 1-2) and the DOWNPOUR engine, simulated in SPMD code.
 
-The paper's experiments run Algorithms 1 and 2 asynchronously: each worker has
-its own clock t^i and, whenever tau divides t^i, exchanges with the center held
-by a master, one worker at a time. This module reproduces that sequence of
-events deterministically inside the same per-worker SPMD program as the
-synchronous algorithms (``easgd.parallel.mapping``: pmap over devices of vmap over
-workers), so a run is reproducible per seed and identical for every layout.
-
-What is modelled
-  * Simulated time is counted in ticks. Worker i takes k_i local steps per
-    tick (its speed, an integer >= 1); its m-th local step of a tick
-    (m = 0 .. k_i - 1) runs from time m / k_i to (m + 1) / k_i of the tick.
-    With K = max_i k_i, one tick is K slots and one call of ``Algorithm.step``
-    (one trainer step, one mini-batch per worker) is one slot: slot j of a
-    tick covers times j / K to (j + 1) / K. With all speeds 1, a step is a
-    tick and every worker takes one local step in it.
-  * Each exchange happens at the time the paper's loop reaches it (source:
-    the paper's Algorithms 1-2 and the authors' DOWNPOUR loop, below):
-      - EASGD / EAMSGD (``exchange_at="step_start"``): at the START of the
-        local step whose clock tau divides (Algorithm 1: the exchange comes
-        before the gradient). The step is computed in the slot holding its
-        start, slot floor(m K / k_i), with that slot's mini-batch.
-      - DOWNPOUR family (``exchange_at="step_end"``): at the END of the local
-        step, after its gradient (the authors' ``optim-downpour.lua`` sends
-        the accumulated update after ``opfunc``). The step is computed in the
-        slot holding its end, slot ceil((m + 1) K / k_i) - 1, with that slot's
-        mini-batch, so the worker's next step (which starts at that end, from
-        the center it fetched) is computed in a later slot.
-    In the other slots the worker is idle (its mini-batch of that slot is
-    not used, its state and clock do not change).
-  * In a slot, every active worker computes its local step at its own
-    snapshot (a local gradient depends only on the worker's own state). Then
-    the exchanges that are due are served by the master one at a time in the
-    order of their times; exchanges at the same time are served in the
-    tick's exchange order. Each reads the center as left by the exchanges
-    before it (minus ``staleness``, below), and the master applies its update
-    before serving the next worker. The served sequence is computed
-    identically on every device with a ``lax.scan`` over
-    :func:`served_order`, from the workers' messages gathered by one
-    all-reduce. With equal speeds every exchange of a slot has the same time,
-    so the tick's order alone decides.
-  * Exchange order of a tick, for exchanges at the same time:
-    ``"round_robin"`` (worker 0, 1, ..., p-1: with speeds 1 and tau = 1 one
-    tick is p consecutive steps of the round-robin scheme of eq. (12)-(13)),
-    or ``"random"`` (a fresh uniform permutation every tick, drawn from the
-    run's key, so the same seed gives the same order).
-  * Staleness s >= 0, counted in master updates: a worker reads the center as
-    it was s master updates before the current one (clamped at the initial
-    center). The master still adds the resulting difference to its CURRENT
-    center, so the force stays symmetric. s = 0 reads the current center.
-  * Worker speeds are fixed for the run: given as a list, or drawn once from
-    a uniform distribution on {1, ..., max_speed} with the run's seed
-    (:func:`draw_worker_speeds`).
-  * The realised exchange sequence (slot, worker, its local clock, the
-    center version it read) is a deterministic function of the schedule,
-    tau, the run's key and the number of trainer steps: :func:`exchange_log`
-    returns it from the same tables and helpers the device program uses, and
-    :func:`write_exchange_log` writes it next to a run (JSON lines), so any
-    run can be replayed by an independent reference.
-
-What is not modelled
-  * No real concurrency: nothing runs at the same time as anything else, and
-    there are no network delays other than ``staleness``, no message loss,
-    no variation of a worker's speed over time. An exchange takes no time.
-    Wall-clock time of the simulation says nothing about an asynchronous
-    cluster; use simulated time (:func:`simulated_time`, in ticks).
-  * In the authors' code the EASGD worker's difference reaches the master
-    while the worker computes its gradient, and a DOWNPOUR fetch may race
-    with its own push ("expect inconsistent read", ``pserver.lua``). Here
-    (as in the paper's Algorithm 1) the exchange is atomic: the master's
-    update is applied when the exchange is served, and a DOWNPOUR fetch
-    reads the center after the worker's own push.
-  * Idle slots still compute the worker's gradient (it is discarded): the
-    simulation costs K gradient evaluations per worker per tick. The loss
-    ``step`` returns for an idle worker is its loss on the unused batch at its
-    unchanged parameters. Gathering the snapshots for the master costs one
-    all-reduce of p parameter copies per slot (simulation overhead, not the
-    communication of the modelled method, which ``communication`` counts).
-  * Gradients of one slot are evaluated in parallel on their snapshots; this
-    equals the sequential order of events because a local gradient only
-    depends on the worker's own state.
-
-The same engine serves the DOWNPOUR family (``easgd.methods.baselines``), whose
-workers push an accumulated update and fetch the center after their push
-(:func:`async_push`).
-
-Array hyperparameters (``easgd.core.algorithms``): learning_rate, alpha/beta and
-the momentum delta may be JAX arrays, taken unchecked (they may be traced);
-tau and the schedule stay Python values, from which the exchange table, the
-exchange log and the communication count are built on the host.
+The per-event rules of each method on the simulated engine (``easgd.asynchrony.simulator``):
+ticks, speeds, exchange order, staleness and what is not modelled are in
+docs/guides/algorithms.md ("Simulated asynchrony").
 
 References:
   S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging SGD.
   NeurIPS 2015 (arXiv:1412.6651), Algorithms 1 and 2, eq. (12)-(13).
-  The authors' code: github.com/sixin-zh/mpiT (commit c359666),
-  ``asyncsgd/optim-eamsgd.lua``, ``asyncsgd/optim-downpour.lua``,
-  ``asyncsgd/pserver.lua``.
+  The authors' code: github.com/sixin-zh/mpiT (commit c359666), ``asyncsgd/``.
 """
 
 from __future__ import annotations
@@ -103,33 +15,27 @@ from __future__ import annotations
 from typing import Callable
 
 import optax
-from optax.tree_utils import tree_where, tree_zeros_like
+from optax.tree_utils import tree_add, tree_sub, tree_where, tree_zeros_like
 
-from easgd.core import elastic, momentum as momentum_lib
-from easgd.core.algorithms import (
-    Algorithm,
-    Communication,
-    LossFn,
-    local_optimizer,
-    every_tau_steps,
-    reset_optimizer_state,
-)
 from easgd.asynchrony.schedule import (
     ExchangeSchedule,
     exchange_schedule,
     mean_exchanges,
     push_offset,
 )
-
-# The engine (its state, rules and builder), re-exported: ``simulation.AsyncWorker`` etc.
-from easgd.asynchrony.simulator import (
-    AsyncRules as AsyncRules,
-    AsyncShared as AsyncShared,
-    AsyncWorker as AsyncWorker,
-    MasterRule,
-    simulate,
+from easgd.asynchrony.simulator import MasterRule, simulate
+from easgd.core import elastic
+from easgd.core.algorithms import elastic_hyperparameters
+from easgd.core.base import (
+    Algorithm,
+    Communication,
+    LossFn,
+    every_tau_steps,
+    local_optimizer,
+    reset_optimizer_state,
 )
 from easgd.core.elastic import WORKER_AXES
+from easgd.core.momentum import check_momentum, loss_and_grad, nesterov_velocity
 
 
 def _resolve_schedule(schedule, num_workers):
@@ -174,7 +80,7 @@ def _async_elastic(
     opt_state = worker.opt_state
     if reset_opt_state:
       opt_state = reset_optimizer_state(optimizer, opt_state, worker.params, due)
-    loss, step, opt_state, model_state = momentum_lib.nesterov_velocity(
+    loss, step, opt_state, model_state = nesterov_velocity(
         loss_fn,
         optimizer,
         momentum,
@@ -190,13 +96,13 @@ def _async_elastic(
   def master_rule(center, master, x, read, clock):
     del clock
     diff = elastic.elastic_difference(x, read, alpha)  # alpha (x - x~_read)
-    return elastic.tree_add(center, diff), master, diff
+    return tree_add(center, diff), master, diff
 
   def finish(worker, proposal, diff, exchanged):
     del exchanged  # diff is zero when the worker did not exchange
     step, opt_state, model_state = proposal
     params = elastic.cast_like(  # diff in float32 for bfloat16 parameters
-        elastic.tree_add(elastic.tree_sub(worker.params, diff), step), worker.params
+        tree_add(tree_sub(worker.params, diff), step), worker.params
     )
     return worker._replace(
         params=params,
@@ -209,15 +115,7 @@ def _async_elastic(
     n = mean_exchanges(schedule, num_steps, tau, "step_start", offset=0)
     return Communication(n, n * int(param_bytes))
 
-  hyper = dict(
-      num_workers=int(num_workers),
-      tau=tau,
-      alpha=alpha,
-      beta=alpha * num_workers,
-      reset_opt_state=bool(reset_opt_state),
-  )
-  if momentum is not None:
-    hyper["momentum"] = momentum
+  hyper = elastic_hyperparameters(num_workers, tau, alpha, momentum, reset_opt_state)
   return simulate(
       name,
       schedule=schedule,
@@ -296,7 +194,7 @@ def async_easgd(
     axis_name: mapped axis enumerating all workers.
 
   Returns:
-    An :class:`~easgd.core.algorithms.Algorithm` named ``"async_easgd"``. Its
+    An :class:`~easgd.core.base.Algorithm` named ``"async_easgd"``. Its
     ``communication`` counts the worker's exchanges (each sends one
     parameter-sized message and receives one), mean over workers.
 
@@ -360,7 +258,7 @@ def async_eamsgd(
     momentum: delta in [0, 1) (paper: 0.99).
 
   Returns:
-    An :class:`~easgd.core.algorithms.Algorithm` named ``"async_eamsgd"``.
+    An :class:`~easgd.core.base.Algorithm` named ``"async_eamsgd"``.
 
   Raises:
     HyperparameterError: as :func:`async_easgd`, or momentum outside [0, 1).
@@ -380,7 +278,7 @@ def async_eamsgd(
       beta=beta,
       learning_rate=learning_rate,
       schedule=schedule,
-      momentum=momentum_lib.check_momentum(momentum),
+      momentum=check_momentum(momentum),
       reset_opt_state=reset_opt_state,
       axis_name=axis_name,
   )
@@ -450,7 +348,7 @@ def async_push(
     axis_name: mapped axis enumerating all workers.
 
   Returns:
-    An :class:`~easgd.core.algorithms.Algorithm`; ``communication`` counts pushes
+    An :class:`~easgd.core.base.Algorithm`; ``communication`` counts pushes
     (each sends one parameter-sized update and receives the center). Its
     hyperparameters hold ``tau`` and ``push_timing``.
 
@@ -467,12 +365,10 @@ def async_push(
   push_due = every_tau_steps(tau, offset)
 
   def local_step(worker, batch, key):
-    loss, grads, model_state = momentum_lib.loss_and_grad(
-        loss_fn, worker.params, batch, key, worker.model_state
-    )
+    loss, grads, model_state = loss_and_grad(loss_fn, worker.params, batch, key, worker.model_state)
     step, opt_state = optimizer.update(grads, worker.opt_state, worker.params)
     params = optax.apply_updates(worker.params, step)
-    acc = elastic.tree_add(worker.buffer, step)
+    acc = tree_add(worker.buffer, step)
     return loss, (params, acc, opt_state, model_state), acc, push_due(worker.clock)
 
   def finish(worker, proposal, fetched, exchanged):

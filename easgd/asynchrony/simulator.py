@@ -1,11 +1,9 @@
 """The engine of the simulated asynchronous methods: their state and :func:`simulate`.
 
-:func:`simulate` builds an ``easgd.core.algorithms.Algorithm`` from a method's
-pure rules (:class:`AsyncRules`): one call of its ``step`` is one slot of the
-time model that ``easgd.asynchrony.simulation`` describes (what is and is not
-modelled); the methods built on it (asynchronous EASGD, EAMSGD and the
-DOWNPOUR push engine) live there, and the same rules run one event at a time in
-``easgd.asynchrony.log.replay`` and on real workers (``easgd.runtimes``).
+:func:`simulate` builds an ``easgd.core.base.Algorithm`` from a method's pure rules
+(:class:`AsyncRules`); one call of its ``step`` is one slot of the time model
+(docs/guides/algorithms.md, "Simulated asynchrony"). The same rules run one event at a
+time in ``easgd.asynchrony.log.replay`` and on real workers (``easgd.runtimes``).
 
 References:
   S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging SGD.
@@ -18,12 +16,12 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
-from optax.tree_utils import tree_where, tree_zeros_like
 from jax import lax
+from optax.tree_utils import tree_where, tree_zeros_like
 
+from easgd.asynchrony.schedule import ExchangeSchedule, exchange_order, served_order, slot_table
 from easgd.core import elastic
-from easgd.core.algorithms import Algorithm, worker_key
-from easgd.asynchrony.schedule import (ExchangeSchedule, exchange_order, served_order, slot_table)
+from easgd.core.base import Algorithm, worker_key
 from easgd.core.elastic import WORKER_AXES
 
 Params = Any
@@ -117,7 +115,7 @@ class AsyncRules(NamedTuple):
     center: ``center(shared) -> params``, the evaluated model.
     exchange_at: "step_start" (EASGD, EAMSGD) or "step_end" (DOWNPOUR push).
     due: the host-side schedule ``due(t) -> bool``: whether the local step at
-      clock t exchanges (``easgd.core.algorithms.every_tau_steps``); also accepts
+      clock t exchanges (``easgd.core.base.every_tau_steps``); also accepts
       the traced int32 clock.
     hyperparameters: the method's own hyperparameters (without the simulated
       schedule's fields).
@@ -295,7 +293,7 @@ def simulate(
       :func:`replay` and the real runtimes. None: not exposed.
 
   Returns:
-    An :class:`~easgd.core.algorithms.Algorithm`; its hyperparameters gain
+    An :class:`~easgd.core.base.Algorithm`; its hyperparameters gain
     ``exchange_order``, ``worker_speeds``, ``staleness``, ``slots_per_tick`` and
     ``exchange_at``.
 

@@ -11,10 +11,8 @@ __all__, __getattr__, __dir__ = lazy_exports(
     __name__,
     modules=("base", "algorithms", "elastic", "momentum", "warmup"),
     names={
-        "easgd.core.algorithms": (
-            "Algorithm Communication WorkerState SharedState easgd eamsgd pmean_sgd "
-            "shared_model_algorithm"
-        ),
+        "easgd.core.base": "Algorithm Communication WorkerState SharedState",
+        "easgd.core.algorithms": "easgd eamsgd pmean_sgd shared_model_algorithm",
         "easgd.core.elastic": (
             "WORKER_AXES DEVICE_AXIS LOCAL_AXIS HyperparameterError MappingError "
             "easgd_update elastic_difference elastic_exchange resolve_alpha worker_mean "

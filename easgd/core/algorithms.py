@@ -1,44 +1,10 @@
-"""Distributed training algorithms as per-worker (init, step) pairs.
+"""Synchronous EASGD and EAMSGD (eq. 5-7, one rule) and pmean SGD as per-worker (init, step) pairs.
 
-Each factory checks the hyperparameters it is given as Python numbers and
-returns an :class:`Algorithm`: pure functions written for ONE worker, which use
-collectives over ``axis_name`` (default :data:`easgd.core.elastic.WORKER_AXES`) to
-talk to the others. ``easgd.parallel.mapping.map_workers`` runs them over all workers;
-nothing here compiles or places anything.
-
-Array hyperparameters: as optax's transformations take ``ArrayLike`` rates,
-the factories take learning_rate, alpha/beta, the momentum delta and (for the
-synchronous algorithms, whose exchange the step can decide on the device)
-tau as JAX arrays too, unchecked (``easgd.core.elastic.is_array_hyperparameter``):
-built inside a ``jax.vmap`` over configurations they are traced, and one
-compiled program runs every configuration (``easgd.sweeps.engine``). Their
-ranges are checked where they enter (a config, the command line, a sweep's
-grid). What needs a Python value on the host follows the rule of each
-factory's docstring: with an array tau, ``exchange_at`` is None (so
-``easgd.parallel.mapping.map_step`` runs the one program that decides the exchange on
-the device) and ``communication`` raises (it counts from a Python tau);
-``hyperparameters`` holds the values as given (arrays for logs to convert).
-
-The interface (:class:`Algorithm`, its state split, its declared programs
-:class:`Program`) and the building blocks of the steps live in
-``easgd.core.base``; their names are re-exported here.
-
-Algorithms here:
-  :func:`easgd`      synchronous EASGD, eq. (5)-(6), communication period tau.
-  :func:`eamsgd`     synchronous EAMSGD, eq. (7): the same rule with Nesterov
-                     momentum delta (the local step of ``easgd.core.momentum``).
-  :func:`pmean_sgd`  data-parallel synchronous SGD, gradients averaged with
-                     ``lax.pmean`` every step (the baseline), on the one core
-                     of the single-model methods (:func:`shared_model_algorithm`).
-Elsewhere, on the same interface:
-``easgd.asynchrony.simulation`` (asynchronous EASGD/EAMSGD with exchange schedules) and
-``easgd.methods.baselines`` (DOWNPOUR family, sequential methods, local SGD, DiLoCo);
-``easgd.methods.registry`` (the algorithm table) builds them from a config.
-
-Precision: every sum across workers and every center is kept in
-``easgd.core.elastic.reduction_dtype`` of the parameters' dtype (float32 for
-bfloat16 parameters); a worker's own parameters and optimizer state keep their
-dtype. With a single worker there is nothing to reduce and no collective runs.
+Each factory checks its Python hyperparameters and returns an
+``easgd.core.base.Algorithm`` of pure functions written for ONE worker, which talk to
+the others by collectives over ``axis_name`` (``easgd.parallel.mapping.map_workers``
+maps them); nothing here compiles or places anything. Array hyperparameters and
+precision: docs/guides/algorithms.md ("Array hyperparameters", "Precision").
 """
 
 from __future__ import annotations
@@ -50,36 +16,24 @@ import jax.numpy as jnp
 import optax
 
 from easgd._util import checks
-from easgd.core import elastic, momentum as momentum_lib
-from easgd.core.elastic import WORKER_AXES
-
-from easgd.core.base import (  # noqa: F401 (the interface, re-exported)
-    Params,
-    WorkerState,
-    SharedState,
-    LossFn,
-    InitFn,
-    StepFn,
-    ScheduledStepFn,
-    CenterFn,
-    WorkerParamsFn,
-    CommunicationFn,
-    ExchangeSchedule,
-    Communication,
-    Program,
-    WARMUP,
-    _every_clock,
-    select_program,
+from easgd.core import elastic
+from easgd.core.base import (
     Algorithm,
-    _fixed_flag,
-    worker_key,
-    local_optimizer,
-    reset_optimizer_state,
+    Communication,
+    LossFn,
+    Params,
     elastic_step_setup,
     every_tau_steps,
+    local_optimizer,
     periodic_communication,
-    check_exchange_flag,
+    worker_key,
 )
+from easgd.core.elastic import WORKER_AXES
+from easgd.core.momentum import check_momentum, has_model_state, nesterov_velocity
+
+# Pending: easgd/sweeps/curves.py still imports these two from here (its split moves it
+# to easgd.core.base); tests/test_layout.py lists it.
+from easgd.core.base import WARMUP, select_program  # noqa: F401
 
 
 class ElasticWorker(NamedTuple):
@@ -103,6 +57,32 @@ class EASGDShared(NamedTuple):
 
   center: Params
   step: jax.Array  # int32 scalar, the number of steps taken
+
+
+def elastic_hyperparameters(num_workers, tau, alpha, momentum, reset_opt_state) -> dict:
+  """The ``hyperparameters`` record of EASGD/EAMSGD, synchronous or asynchronous.
+
+  Args:
+    num_workers: p (int).
+    tau: the communication period (int, or an int32 JAX array).
+    alpha: the resolved moving rate (float or JAX array).
+    momentum: EAMSGD's delta, or None for EASGD (then no ``momentum`` entry).
+    reset_opt_state: whether an exchange resets the local optimizer's state.
+
+  Returns:
+    ``{num_workers, tau, alpha, beta = alpha * p, reset_opt_state[, momentum]}``,
+    values as given (arrays for logs to convert).
+  """
+  hyper = dict(
+      num_workers=int(num_workers),
+      tau=tau,
+      alpha=alpha,
+      beta=alpha * num_workers,
+      reset_opt_state=bool(reset_opt_state),
+  )
+  if momentum is not None:
+    hyper["momentum"] = momentum
+  return hyper
 
 
 def _synchronous_elastic(
@@ -146,7 +126,7 @@ def _synchronous_elastic(
         axis_name,
         exchange,
     )
-    loss, update, opt_state, model_state = momentum_lib.nesterov_velocity(
+    loss, update, opt_state, model_state = nesterov_velocity(
         loss_fn,
         optimizer,
         momentum,
@@ -168,15 +148,7 @@ def _synchronous_elastic(
         loss,
     )
 
-  hyper = dict(
-      num_workers=int(num_workers),
-      tau=tau,
-      alpha=alpha,
-      beta=alpha * num_workers,
-      reset_opt_state=bool(reset_opt_state),
-  )
-  if momentum is not None:
-    hyper["momentum"] = momentum
+  hyper = elastic_hyperparameters(num_workers, tau, alpha, momentum, reset_opt_state)
   return Algorithm(
       name=name,
       init=init,
@@ -353,7 +325,7 @@ def eamsgd(
       beta=beta,
       learning_rate=learning_rate,
       reset_opt_state=reset_opt_state,
-      momentum=momentum_lib.check_momentum(momentum),
+      momentum=check_momentum(momentum),
       axis_name=axis_name,
   )
 
@@ -501,7 +473,7 @@ def shared_model_algorithm(
   def step(worker, shared, batch, key):
     key = worker_key(key, shared.step, axis_name)
     velocity = shared.velocity
-    loss, update, opt_state, model_state = momentum_lib.nesterov_velocity(
+    loss, update, opt_state, model_state = nesterov_velocity(
         loss_fn,
         optimizer,
         momentum,
@@ -515,7 +487,7 @@ def shared_model_algorithm(
     )
     if momentum is not None:
       velocity = update
-    if momentum_lib.has_model_state(model_state):  # each worker's own statistics,
+    if has_model_state(model_state):  # each worker's own statistics,
       model_state = mean(model_state)  # averaged: one shared state
     z = shared.average
     if average is not None:

@@ -1,31 +1,12 @@
-"""The interface every algorithm implements, and the building blocks of their steps.
+"""The interface every algorithm implements (:class:`Algorithm`), and the building blocks of the steps.
 
-An algorithm is an :class:`Algorithm` record of pure functions written for ONE
-worker (``init``, ``step``, ``center``, ``worker_params``, ``communication``),
-which use collectives over ``axis_name`` (default
-:data:`easgd.core.elastic.WORKER_AXES`) to talk to the others; the factories
-are in ``easgd.core.algorithms`` (EASGD, EAMSGD, pmean SGD),
-``easgd.asynchrony.simulation`` and ``easgd.methods.baselines``.
-
-State is split in two:
-  worker state  one value per worker (EASGD: the worker's parameters x^i and its
-                local optimizer state);
-  shared state  one value for all workers, kept identical on every device
-                because it is only ever updated from all-reduced quantities
-                (EASGD: the center x~ and the step counter).
-
-Programs: an algorithm declares which step program runs at clock t
-(``Algorithm.programs`` and ``Algorithm.program_at``; :class:`Program`): one
-program, or with a host-side exchange schedule two (with and without the
-exchange), and, for an algorithm with phases (``Algorithm.phases``: the
-synchronous warm-up of ``easgd.core.warmup``), one per phase. Drivers compile
-each named program once and run the one the host's clock names; nothing
-inspects the step's type.
-
-The building blocks: the per-worker key of a step (:func:`worker_key`), the
-local optimizer and its reset, the host-side exchange schedule
-(:func:`every_tau_steps`) and the communication count of a periodic exchange
-(:func:`periodic_communication`).
+An algorithm is a record of pure functions written for ONE worker, which talk to the
+others by collectives over ``axis_name``; its state is split into worker state (one value
+per worker) and shared state (identical on every device, updated only from all-reduced
+quantities); it declares which step program runs at clock t (:class:`Program`,
+``Algorithm.program_at``; docs/guides/architecture.md). The building blocks: the step's key
+(:func:`worker_key`), the local optimizer and its reset, the host-side exchange schedule
+(:func:`every_tau_steps`) and its communication count (:func:`periodic_communication`).
 """
 
 from __future__ import annotations
@@ -228,7 +209,7 @@ class Algorithm(NamedTuple):
       the shared state's int32 counter ``shared.step`` (so such algorithms
       keep one) to check the host's clock on the device.
     async_rules: ``None``, or for the asynchronous methods (async EASGD and
-      EAMSGD, the DOWNPOUR family) their ``easgd.asynchrony.simulation.AsyncRules``: the
+      EAMSGD, the DOWNPOUR family) their ``easgd.asynchrony.simulator.AsyncRules``: the
       pure worker-local computation, master rule and finishing rule that
       ``step`` simulates in SPMD code, exposed so that the explicit-order
       replay (``easgd.asynchrony.log.replay``) and the real runtimes (threads,

@@ -173,14 +173,9 @@ def reduce_axis(num_workers: int, axis_name: AxisName) -> AxisName | None:
 def is_array_hyperparameter(value) -> bool:
   """True for a hyperparameter given as a JAX array (a concrete array or a tracer).
 
-  The factories of this package check hyperparameters given as Python
-  numbers (raising :class:`HyperparameterError` with the allowed range) and
-  take JAX arrays unchecked, as optax's transformations take ``ArrayLike``
-  rates: an array may be traced (``jit``, ``vmap`` over configurations,
-  ``optax.inject_hyperparams``), so its range is checked where it enters
-  (a config, the command line, a sweep's grid). Whatever needs a Python
-  value on the host (an exchange schedule picked per step, communication
-  counts) is documented by each factory for array values.
+  The factories check Python numbers (:class:`HyperparameterError`) and take JAX
+  arrays unchecked (they may be traced): docs/guides/algorithms.md ("Array
+  hyperparameters").
   """
   return isinstance(value, jax.Array)
 

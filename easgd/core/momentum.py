@@ -1,36 +1,9 @@
-r"""The Nesterov momentum step of eq. (7): the local rule of EAMSGD and MSGD.
+r"""The local step of every algorithm: Nesterov momentum of eq. (7), the one loss-and-gradient.
 
-The momentum variant of EASGD (eq. 7, Algorithm 2 of the paper) keeps on each
-worker a velocity v^i that never leaves the worker: it is not communicated,
-not pulled towards the center and not reset at an exchange. The gradient is
-taken at the Nesterov look-ahead point of the PRE-exchange snapshot x = x^i.
-Algorithm 2, for worker i with clock t: take the snapshot :math:`x = x^i`;
-if tau divides t, exchange
-
-.. math::
-
-   x^i \leftarrow x^i - \alpha (x - \tilde x), \qquad
-   \tilde x \leftarrow \tilde x + \alpha (x - \tilde x);
-
-then take the momentum step (eq. 7)
-
-.. math::
-
-   v^i \leftarrow \delta v^i - \eta\, g^i(x + \delta v^i), \qquad
-   x^i \leftarrow x^i + v^i.
-
-This module holds that local rule (:func:`nesterov_velocity`) and nothing
-that knows about workers: the synchronous EAMSGD is
-:func:`easgd.core.algorithms.eamsgd` (written once with EASGD: delta = 0 is EASGD),
-the asynchronous one ``easgd.asynchrony.simulation.async_eamsgd``, the sequential MSGD
-and MDOWNPOUR are in ``easgd.methods.baselines``.
-
-"-eta g" is generalised to the local optimizer's update: the optimizer receives
-the look-ahead gradient and the look-ahead point as its params (so an L2 term
-added by ``optax.add_decayed_weights`` is the gradient of the regularised loss
-at the look-ahead point) and returns the step that is added to delta v. With
-``optax.sgd(eta)`` this is exactly eq. (7). The optimizer's state stays with
-the worker.
+EAMSGD's velocity v^i never leaves the worker (not communicated, pulled or reset); the
+gradient is taken at the look-ahead point of the pre-exchange snapshot. "-eta g" is
+generalised to the local optimizer's update (``optax.sgd(eta)`` gives eq. (7) exactly).
+Nothing here knows about workers.
 
 References:
   S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging SGD.
@@ -148,7 +121,9 @@ def nesterov_velocity(
      y = x + \delta v, \qquad v \leftarrow \delta v + u
 
   with ``u, opt_state = optimizer.update(g(y), opt_state, y)`` (SGD:
-  :math:`u = -\eta\, g(y)`).
+  :math:`u = -\eta\, g(y)`, eq. (7) exactly). The optimizer receives the look-ahead
+  point as its params, so an L2 term of ``optax.add_decayed_weights`` is the gradient of
+  the regularised loss there; its state stays with the worker.
 
   Args:
     loss_fn: ``loss_fn(params, batch, key) -> scalar``.

@@ -1,51 +1,11 @@
-"""Synchronous warm-up: pmean SGD for the first K steps, then the algorithm.
+"""Synchronous warm-up: pmean SGD for the first K steps, then the algorithm (post-local SGD).
 
-Post-local SGD (Lin et al., 2020) starts a local or elastic method from a model
-trained for a while by mini-batch SGD with the gradients averaged over all
-workers every step. :func:`sync_warmup` wraps an algorithm of the synchronous
-elastic or averaging families so that, with one global clock t,
-
-    t < K:   x_{t+1} = x_t + u_t,   u_t = the local optimizer's step of
-             g_t = (1/p) sum_i g^i_t(x_t)     (pmean SGD, one model, one
-                                               gradient all-reduce per step)
-    t = K:   the algorithm starts from x_K: ``algorithm.init(x_K)`` (every
-             worker and the center at x_K, EAMSGD's velocity 0, DiLoCo's outer
-             state fresh), with each worker's local optimizer state set to the
-             warm-up optimizer's state (the schedule keeps its position,
-             momentum traces carry over), then takes its own step
-    t >= K:  the algorithm's step, its clock t - K: it exchanges where its own
-             schedule names t - K (EASGD at t - K = 0, tau, 2 tau, ...: global
-             steps K, K + tau, ...; local SGD and DiLoCo after t - K = tau - 1,
-             2 tau - 1, ...), so its schedule is counted from K.
-
-Worked example (tau = 4, K = 3, EASGD): steps 0, 1, 2 are pmean steps (one
-gradient all-reduce each); step 3 starts EASGD at x_3 and exchanges (clock 0);
-the next exchanges are at steps 7, 11, ... With K = 0 the wrapper is not used
-(the registry builds the plain algorithm).
-
-The wrapper declares its two phases (``Algorithm.phases``): the program
-``easgd.core.algorithms.WARMUP`` for t < K and the algorithm's (with the
-handover) for t >= K, so that drivers that know the clock
-(``easgd.parallel.mapping.map_step``, ``easgd.sweeps.curves``) compile each
-and pick one per step on the host (``Algorithm.program_at``), with no
-gradient inside a branch.
-
-The handover needs no communication: every worker already holds x_K (it is the
-shared model). The wrapped algorithm's worker state must be a NamedTuple with
-an ``opt_state`` field (the local optimizer's state: ``ElasticWorker`` of
-EASGD/EAMSGD, ``LocalWorker`` of local SGD/DiLoCo); its state carries both the
-warm-up model (``SharedModel`` of ``easgd.core.algorithms.pmean_sgd``) and the
-algorithm's own state, the warm-up model unused after K.
-
-Step keys: the warm-up step t uses ``worker_key(key, t)`` as pmean SGD does;
-the algorithm's steps use ``fold_in(key, 1)`` as their base key, so its
-clock restarting at 0 does not repeat the warm-up's dropout keys.
+The rule, the handover at t = K and the step keys: docs/guides/algorithms.md
+("Synchronous warm-up").
 
 References:
   T. Lin, S. U. Stich, K. K. Patel, M. Jaggi. Don't use large mini-batches,
   use local SGD. ICLR 2020 (post-local SGD).
-  S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging
-  SGD. NeurIPS 2015, eq. (5)-(7).
 """
 
 from __future__ import annotations
@@ -54,14 +14,14 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 import optax
-
-from easgd.core import algorithms, elastic
-from easgd._util import checks
-from easgd.core.algorithms import Algorithm, Communication
-from easgd.core.elastic import WORKER_AXES
+from jax import lax
 from optax.tree_utils import tree_where
+
+from easgd._util import checks
+from easgd.core import algorithms, elastic
+from easgd.core.base import WARMUP, Algorithm, Communication, Program, check_exchange_flag
+from easgd.core.elastic import WORKER_AXES
 
 MAIN_KEY_STREAM = 1
 """``fold_in(key, MAIN_KEY_STREAM)`` is the wrapped algorithm's base key."""
@@ -117,12 +77,12 @@ def sync_warmup(
     axis_name: the mapped axis enumerating all workers.
 
   Returns:
-    An :class:`~easgd.core.algorithms.Algorithm` named like ``algorithm``:
+    An :class:`~easgd.core.base.Algorithm` named like ``algorithm``:
     ``exchange_at(t) = t < K or algorithm.exchange_at(t - K)`` (every warm-up
     step communicates), None when ``algorithm.exchange_at`` is None (an array
     tau). Its ``phases`` declare the two programs a driver that knows the
     clock runs instead of ``step`` (:func:`warmup_phases`):
-    ``easgd.core.algorithms.WARMUP`` (pmean SGD) for t < K, and ``None``
+    ``easgd.core.base.WARMUP`` (pmean SGD) for t < K, and ``None``
     (the handover at K, a select on the clock, then the algorithm's step,
     which takes ``exchange`` as the algorithm's does) for t >= K. ``step``
     itself runs every clock: with ``exchange=False`` the algorithm's local
@@ -151,7 +111,7 @@ def sync_warmup(
   k = check_warmup_steps(warmup_steps)
   warm = algorithms.pmean_sgd(loss_fn, optimizer, num_workers=num_workers, axis_name=axis_name)
   phases = warmup_phases(algorithm, warm, k)
-  warm_step, main_step = phases[algorithms.WARMUP].step, phases[None].step
+  warm_step, main_step = phases[WARMUP].step, phases[None].step
 
   def init(params, model_state=()):
     worker, inner = algorithm.init(params, model_state)
@@ -163,7 +123,7 @@ def sync_warmup(
     return worker, WarmupShared(warm.init(params, model_state)[1], inner, jnp.zeros((), jnp.int32))
 
   def step(worker, shared, batch, key, exchange=None):
-    algorithms.check_exchange_flag(exchange)
+    check_exchange_flag(exchange)
     if exchange is False:  # the host's local program: t >= K, no communication
       return main_step(worker, shared, batch, key, False)
     return lax.cond(
@@ -250,8 +210,8 @@ def warmup_phases(algorithm: Algorithm, warm: Algorithm, k: int) -> dict:
 
   inner_at = algorithm.exchange_at
   return {
-      algorithms.WARMUP: algorithms.Program(warm_step, lambda t: t < k),
-      None: algorithms.Program(
+      WARMUP: Program(warm_step, lambda t: t < k),
+      None: Program(
           main_step, lambda t: t >= k, None if inner_at is None else (lambda t: inner_at(t - k))
       ),
   }

@@ -1,39 +1,17 @@
-"""The paper's comparators and close relatives, on the same Algorithm interface.
+"""The paper's one-model comparators and periodic averaging, on the same Algorithm interface.
 
-DOWNPOUR family (``easgd.methods.downpour_family``, re-exported here;
-asynchronous, on the simulated engine of
-``easgd.asynchrony.simulation``: same schedules, speeds and staleness as async EASGD;
-pushes after local steps 0, tau, 2 tau, ... at the step's end, as in the
-authors' code, or ``push_timing="full_period"``):
-  :func:`downpour`     push the accumulated update every tau steps, fetch x~.
-  :func:`mdownpour`    Nesterov momentum on the master (paper: tau = 1).
-  :func:`adownpour`    plus a running average z, rate 1/(t+1) (z is evaluated).
-  :func:`mvadownpour`  plus a moving average z, constant rate (paper: 0.001).
-Sequential methods (one model; with p > 1 workers the gradient is averaged
-over workers every step, which equals one worker with batch p * B):
-  :func:`sgd`, :func:`msgd` (Nesterov), :func:`asgd` (averaging 1/(t+1)),
-  :func:`mvasgd` (constant moving rate).
-Synchronous periodic averaging:
-  :func:`local_sgd`    every tau steps all workers are replaced by their mean.
-  :func:`diloco`       every tau steps the mean pseudo-gradient goes to an outer
-                       optimizer (SGD + Nesterov) that moves the center.
-
-For the averaged methods ``Algorithm.center`` returns the average (what the
-trainer evaluates) and ``worker_params`` the iterate.
-
-Array hyperparameters (``easgd.core.algorithms``): learning_rate, the momentum
-delta, average_rate, DiLoCo's outer_learning_rate and outer_momentum, and the
-tau of local SGD and DiLoCo (whose step decides the average on the device) may
-be JAX arrays, taken unchecked (they may be traced, e.g. vmapped over
-configurations). The DOWNPOUR family's tau stays a Python int: its exchange
-table and communication count are built on the host.
+Sequential SGD, MSGD (Nesterov), ASGD and MVASGD (one model; with p > 1 workers the
+gradient is averaged over workers every step, which equals one worker with batch p * B),
+local SGD and DiLoCo. The DOWNPOUR family is ``easgd.methods.downpour_family``; the
+table of all algorithms and the settings each reads: docs/guides/algorithms.md. For the
+averaged methods ``Algorithm.center`` returns the average (what the trainer evaluates)
+and ``worker_params`` the iterate. Array hyperparameters (traced, unchecked) as
+docs/guides/algorithms.md ("Array hyperparameters"): learning_rate, the momentum delta,
+average_rate, DiLoCo's outer rate and momentum, and local SGD's and DiLoCo's tau.
 
 References:
   S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging SGD.
   NeurIPS 2015 (arXiv:1412.6651), Section 5 (comparators).
-  J. Dean et al. Large scale distributed deep networks. NeurIPS 2012 (DOWNPOUR).
-  The authors' code: github.com/sixin-zh/mpiT (commit c359666),
-  ``asyncsgd/optim-downpour.lua``.
   B. T. Polyak, A. B. Juditsky. Acceleration of stochastic approximation by
   averaging. SIAM J. Control Optim. 1992 (ASGD).
   T. Lin et al. Don't use large mini-batches, use local SGD. ICLR 2020.
@@ -48,22 +26,22 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import optax
+from optax.tree_utils import tree_sub
 
-from easgd.core import algorithms, elastic, momentum as momentum_lib
 from easgd._util import checks
-from easgd.core.algorithms import (
+from easgd.core import algorithms, elastic
+from easgd.core.base import (
     Algorithm,
     LossFn,
-    local_optimizer,
     check_exchange_flag,
     every_tau_steps,
+    local_optimizer,
     periodic_communication,
     worker_key,
 )
 from easgd.core.elastic import WORKER_AXES
-
-from easgd.methods.averages import _average, _polyak_rate, check_average_rate  # noqa: F401
-from easgd.methods.downpour_family import adownpour, downpour, mdownpour, mvadownpour  # noqa: F401
+from easgd.core.momentum import check_momentum, loss_and_grad
+from easgd.methods.averages import _average, _polyak_rate, check_average_rate
 
 Params = Any
 
@@ -123,7 +101,7 @@ def sgd(
     axis_name: mapped axis enumerating all workers.
 
   Returns:
-    An :class:`~easgd.core.algorithms.Algorithm` named ``"sgd"``.
+    An :class:`~easgd.core.base.Algorithm` named ``"sgd"``.
 
   References:
     Zhang, Choromanska, LeCun (2015), Section 5 (SGD).
@@ -161,7 +139,7 @@ def msgd(
       :func:`sgd` (the optimizer maps the look-ahead gradient to -eta g).
 
   Returns:
-    An :class:`~easgd.core.algorithms.Algorithm` named ``"msgd"``.
+    An :class:`~easgd.core.base.Algorithm` named ``"msgd"``.
 
   Raises:
     HyperparameterError: momentum outside [0, 1), learning_rate <= 0.
@@ -175,7 +153,7 @@ def msgd(
       optimizer,
       num_workers=num_workers,
       learning_rate=learning_rate,
-      momentum=momentum_lib.check_momentum(momentum),
+      momentum=check_momentum(momentum),
       rate=None,
       averaged=False,
       axis_name=axis_name,
@@ -203,7 +181,7 @@ def asgd(
   Args: as :func:`sgd`.
 
   Returns:
-    An :class:`~easgd.core.algorithms.Algorithm` named ``"asgd"``; ``center`` is z.
+    An :class:`~easgd.core.base.Algorithm` named ``"asgd"``; ``center`` is z.
 
   References:
     Zhang, Choromanska, LeCun (2015), Section 5 (ASGD); Polyak & Juditsky (1992).
@@ -242,7 +220,7 @@ def mvasgd(
     average_rate: a in (0, 1]; the other arguments as :func:`sgd`.
 
   Returns:
-    An :class:`~easgd.core.algorithms.Algorithm` named ``"mvasgd"``; ``center`` is z.
+    An :class:`~easgd.core.base.Algorithm` named ``"mvasgd"``; ``center`` is z.
 
   Raises:
     HyperparameterError: average_rate outside (0, 1].
@@ -335,9 +313,7 @@ def _periodic(
   def step(worker, shared, batch, key, exchange=None):
     check_exchange_flag(exchange)
     key = worker_key(key, shared.step, axis_name)
-    loss, grads, model_state = momentum_lib.loss_and_grad(
-        loss_fn, worker.params, batch, key, worker.model_state
-    )
+    loss, grads, model_state = loss_and_grad(loss_fn, worker.params, batch, key, worker.model_state)
     update, opt_state = optimizer.update(grads, worker.opt_state, worker.params)
     params = optax.apply_updates(worker.params, update)
 
@@ -345,7 +321,7 @@ def _periodic(
       mean = elastic.worker_mean(params, reduce_over)  # in the center's dtype
       if outer is None:
         return elastic.cast_like(mean, params), mean, shared.outer_state
-      pseudo_grad = elastic.tree_sub(shared.center, mean)
+      pseudo_grad = tree_sub(shared.center, mean)
       outer_update, outer_state = outer.update(pseudo_grad, shared.outer_state, shared.center)
       center = optax.apply_updates(shared.center, outer_update)
       return elastic.cast_like(center, params), center, outer_state
@@ -417,7 +393,7 @@ def local_sgd(
     axis_name: mapped axis enumerating all workers.
 
   Returns:
-    An :class:`~easgd.core.algorithms.Algorithm` named ``"local_sgd"``; one
+    An :class:`~easgd.core.base.Algorithm` named ``"local_sgd"``; one
     parameter all-reduce every tau steps (and at the last step).
 
   Raises:
@@ -482,7 +458,7 @@ def diloco(
     axis_name: mapped axis enumerating all workers.
 
   Returns:
-    An :class:`~easgd.core.algorithms.Algorithm` named ``"diloco"``; ``center`` is
+    An :class:`~easgd.core.base.Algorithm` named ``"diloco"``; ``center`` is
     x~ (kept in float32 for bfloat16 parameters); one parameter all-reduce
     every tau steps (and at the last step).
 
@@ -502,7 +478,7 @@ def diloco(
           open_low=True,
           error=elastic.HyperparameterError,
       )
-    outer_momentum = momentum_lib.check_momentum(outer_momentum)
+    outer_momentum = check_momentum(outer_momentum)
     trace = (
         outer_momentum
         if elastic.is_array_hyperparameter(outer_momentum)

@@ -1,13 +1,8 @@
 """The DOWNPOUR family (Dean et al. 2012), as the paper's authors ran it.
 
-Asynchronous, on the simulated engine of ``easgd.asynchrony.simulation``: the
-same schedules, speeds and staleness as async EASGD; pushes after local steps
-0, tau, 2 tau, ... at the step's end, as in the authors' code, or
-``push_timing="full_period"``:
-  :func:`downpour`     push the accumulated update every tau steps, fetch x~.
-  :func:`mdownpour`    Nesterov momentum on the master (paper: tau = 1).
-  :func:`adownpour`    plus a running average z, rate 1/(t+1) (z is evaluated).
-  :func:`mvadownpour`  plus a moving average z, constant rate (paper: 0.001).
+Asynchronous, on the simulated engine (docs/guides/algorithms.md, "Simulated
+asynchrony"); a worker pushes after local steps 0, tau, 2 tau, ... at the step's end, as
+in the authors' code, or with ``push_timing="full_period"`` after tau - 1, 2 tau - 1, ...
 
 References:
   J. Dean et al. Large scale distributed deep networks. NeurIPS 2012 (DOWNPOUR).
@@ -21,17 +16,17 @@ from typing import Any
 
 import jax
 import optax
-from optax.tree_utils import tree_zeros_like
+from optax.tree_utils import tree_add, tree_zeros_like
 
-from easgd.core import elastic, momentum as momentum_lib
-from easgd.asynchrony import schedule as async_schedule, simulation as asynchronous
-from easgd.core.algorithms import (
+from easgd.asynchrony.schedule import ExchangeSchedule
+from easgd.asynchrony.simulation import async_push
+from easgd.core.base import (
     Algorithm,
     LossFn,
     local_optimizer,
 )
 from easgd.core.elastic import WORKER_AXES
-
+from easgd.core.momentum import check_momentum, velocity_update
 from easgd.methods.averages import _average, _polyak_rate, check_average_rate
 
 Params = Any
@@ -49,7 +44,7 @@ def downpour(
     num_workers: int,
     tau: int = 1,
     learning_rate: float | None = None,
-    schedule: async_schedule.ExchangeSchedule | None = None,
+    schedule: ExchangeSchedule | None = None,
     push_timing: str = "authors",
     axis_name=WORKER_AXES,
 ) -> Algorithm:
@@ -90,7 +85,7 @@ def downpour(
     axis_name: mapped axis enumerating all workers.
 
   Returns:
-    An :class:`~easgd.core.algorithms.Algorithm` named ``"downpour"``.
+    An :class:`~easgd.core.base.Algorithm` named ``"downpour"``.
 
   Raises:
     HyperparameterError: tau < 1, learning_rate <= 0, unknown push_timing,
@@ -104,9 +99,9 @@ def downpour(
 
   def master_rule(center, master, update, read, clock):
     del read, clock
-    return elastic.tree_add(center, update), master, None
+    return tree_add(center, update), master, None
 
-  return asynchronous.async_push(
+  return async_push(
       "downpour",
       loss_fn,
       optimizer,
@@ -130,7 +125,7 @@ def mdownpour(
     momentum: float,
     tau: int = 1,
     learning_rate: float | None = None,
-    schedule: async_schedule.ExchangeSchedule | None = None,
+    schedule: ExchangeSchedule | None = None,
     push_timing: str = "authors",
     axis_name=WORKER_AXES,
 ) -> Algorithm:
@@ -161,7 +156,7 @@ def mdownpour(
     axis_name: mapped axis enumerating all workers.
 
   Returns:
-    An :class:`~easgd.core.algorithms.Algorithm` named ``"mdownpour"``; the center
+    An :class:`~easgd.core.base.Algorithm` named ``"mdownpour"``; the center
     x~ is evaluated.
 
   Raises:
@@ -171,18 +166,18 @@ def mdownpour(
   References:
     Zhang, Choromanska, LeCun (2015), Section 5; Sutskever et al. (2013).
   """
-  momentum = momentum_lib.check_momentum(momentum)
+  momentum = check_momentum(momentum)
   optimizer = local_optimizer(optimizer, learning_rate)
 
   def master_rule(center, velocity, update, read, clock):
     del read, clock
-    velocity = momentum_lib.velocity_update(velocity, update, momentum)
+    velocity = velocity_update(velocity, update, momentum)
     center = jax.tree.map(
         lambda c, u, v: (c + (u + momentum * v)).astype(c.dtype), center, update, velocity
     )
     return center, velocity, None
 
-  return asynchronous.async_push(
+  return async_push(
       "mdownpour",
       loss_fn,
       optimizer,
@@ -217,9 +212,9 @@ def _averaged_downpour(
     del read
     a = _polyak_rate(clock) if rate is None else rate
     average = _average(average, center, a)  # z_{t+1} from the pre-update x~_t
-    return elastic.tree_add(center, update), average, None
+    return tree_add(center, update), average, None
 
-  return asynchronous.async_push(
+  return async_push(
       name,
       loss_fn,
       optimizer,
@@ -242,7 +237,7 @@ def adownpour(
     num_workers: int,
     tau: int = 1,
     learning_rate: float | None = None,
-    schedule: async_schedule.ExchangeSchedule | None = None,
+    schedule: ExchangeSchedule | None = None,
     push_timing: str = "authors",
     axis_name=WORKER_AXES,
 ) -> Algorithm:
@@ -266,7 +261,7 @@ def adownpour(
     As :func:`downpour`.
 
   Returns:
-    An :class:`~easgd.core.algorithms.Algorithm` named ``"adownpour"``; ``center``
+    An :class:`~easgd.core.base.Algorithm` named ``"adownpour"``; ``center``
     is z.
 
   Raises:
@@ -297,7 +292,7 @@ def mvadownpour(
     tau: int = 1,
     average_rate: float = 0.001,
     learning_rate: float | None = None,
-    schedule: async_schedule.ExchangeSchedule | None = None,
+    schedule: ExchangeSchedule | None = None,
     push_timing: str = "authors",
     axis_name=WORKER_AXES,
 ) -> Algorithm:
@@ -318,7 +313,7 @@ def mvadownpour(
     average_rate: a in (0, 1].
 
   Returns:
-    An :class:`~easgd.core.algorithms.Algorithm` named ``"mvadownpour"``; ``center``
+    An :class:`~easgd.core.base.Algorithm` named ``"mvadownpour"``; ``center``
     is z.
 
   Raises:

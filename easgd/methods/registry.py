@@ -44,8 +44,8 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 if TYPE_CHECKING:  # annotations only: the table is read without JAX (the config)
   import optax
 
-  from easgd.asynchrony import schedule as async_schedule
-  from easgd.core.algorithms import Algorithm
+  from easgd.asynchrony.schedule import ExchangeSchedule
+  from easgd.core.base import Algorithm
 
 
 # The factories' modules, imported when a run builds its algorithm: the table
@@ -66,6 +66,12 @@ def _baselines():
   from easgd.methods import baselines
 
   return baselines
+
+
+def _downpour_family():
+  from easgd.methods import downpour_family
+
+  return downpour_family
 
 
 def _schedule():
@@ -139,7 +145,7 @@ class AlgorithmSpec:
   array_fields: tuple[str, ...] = ()
 
 
-def exchange_schedule(config) -> async_schedule.ExchangeSchedule:
+def exchange_schedule(config) -> ExchangeSchedule:
   """The exchange schedule of ``config`` (order, speeds, staleness).
 
   Args:
@@ -265,7 +271,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             "downpour",
             "push",
             _PUSH,
-            lambda c, loss, opt, n: _baselines().downpour(loss, opt, **_push_kw(c)),
+            lambda c, loss, opt, n: _downpour_family().downpour(loss, opt, **_push_kw(c)),
             asynchronous_=True,
             summary="DOWNPOUR (push every tau steps)",
         ),
@@ -273,7 +279,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             "mdownpour",
             "push",
             _PUSH + ("delta",),
-            lambda c, loss, opt, n: _baselines().mdownpour(
+            lambda c, loss, opt, n: _downpour_family().mdownpour(
                 loss, opt, momentum=c.delta, **_push_kw(c)
             ),
             asynchronous_=True,
@@ -285,7 +291,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             "adownpour",
             "push",
             _PUSH,
-            lambda c, loss, opt, n: _baselines().adownpour(loss, opt, **_push_kw(c)),
+            lambda c, loss, opt, n: _downpour_family().adownpour(loss, opt, **_push_kw(c)),
             asynchronous_=True,
             summary="DOWNPOUR with a running average 1/(t+1)",
         ),
@@ -293,7 +299,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             "mvadownpour",
             "push",
             _PUSH + ("average_rate",),
-            lambda c, loss, opt, n: _baselines().mvadownpour(
+            lambda c, loss, opt, n: _downpour_family().mvadownpour(
                 loss, opt, average_rate=c.average_rate, **_push_kw(c)
             ),
             asynchronous_=True,
@@ -520,7 +526,7 @@ def make_algorithm(
       at the last one); None for a run of unknown length.
 
   Returns:
-    An :class:`~easgd.core.algorithms.Algorithm`.
+    An :class:`~easgd.core.base.Algorithm`.
 
   Raises:
     KeyError: a name that is not in :data:`TABLE` (``TrainConfig.validate``

@@ -20,9 +20,16 @@ from typing import Any, Callable, Mapping
 import jax
 import numpy as np
 
-from easgd.runtimes import driver as async_driver, shared as async_shared, threads as async_threads
-from easgd.runtimes import link_emulation
-from easgd.asynchrony import log as async_log
+from easgd.runtimes import link_emulation, threads
+from easgd.runtimes.driver import Driver, logged_faults, stopped_workers
+from easgd.runtimes.shared import (
+    AsyncSetup,
+    UserFault,
+    read_log,
+    stack_workers,
+    unstack_workers,
+)
+from easgd.asynchrony.log import async_rules, init_shared, init_worker
 from easgd.tasks import batches
 from easgd.parallel import placement
 from easgd.settings import runtime_table
@@ -34,7 +41,8 @@ from easgd.runtimes.executor import (
     communication_fields,
 )
 from easgd.runtimes.training_run import Run, global_batch
-from easgd.tasks.task import TaskError, module_root, take
+from easgd.tasks.sources import TaskError, take
+from easgd.tasks.task import module_root
 
 
 def make_batch_fn(run: Run):
@@ -68,12 +76,10 @@ def make_batch_fn(run: Run):
   return batch_fn
 
 
-def make_setup(run: Run) -> async_shared.AsyncSetup:
+def make_setup(run: Run) -> AsyncSetup:
   """The ``AsyncSetup`` of a run: its algorithm, initial params, batches, key;
   a ``TaskError`` (the user's data or task) is the user's error, never a fault."""
-  return async_shared.AsyncSetup(
-      run.algorithm, run.init_params, make_batch_fn(run), run.step_key, (TaskError,)
-  )
+  return AsyncSetup(run.algorithm, run.init_params, make_batch_fn(run), run.step_key, (TaskError,))
 
 
 @contextlib.contextmanager
@@ -81,13 +87,11 @@ def _user_errors_raised():
   """A worker's ``UserFault`` raised again as the ``TaskError`` it was (one line)."""
   try:
     yield
-  except async_shared.UserFault as e:
+  except UserFault as e:
     raise TaskError(str(e)) from None
 
 
-def ray_setup(
-    fields: Mapping[str, Any], import_dirs: tuple[str, ...] = ()
-) -> async_shared.AsyncSetup:
+def ray_setup(fields: Mapping[str, Any], import_dirs: tuple[str, ...] = ()) -> AsyncSetup:
   """:func:`make_setup` from config fields, in a Ray actor's process (one device).
 
   Args:
@@ -110,8 +114,8 @@ def _checkpoint_target(run: Run, rules) -> dict:
   p = run.config.num_workers
   return checkpoint_target(
       run.algorithm,
-      async_log.init_worker(rules, run.init_params),
-      async_log.init_shared(rules, run.init_params),
+      init_worker(rules, run.init_params),
+      init_shared(rules, run.init_params),
       p,
       loss_sum=(p,),
       loss_count=(p,),
@@ -122,7 +126,7 @@ def _checkpoint_target(run: Run, rules) -> dict:
 
 def _resumed_log(path, length: int) -> list[dict]:
   try:
-    log = async_shared.read_log(path)
+    log = read_log(path)
   except (OSError, ValueError) as e:
     raise ConfigError(
         f"cannot resume: '{path}' (the exchange log) cannot be read: "
@@ -167,7 +171,7 @@ def _make_backend(config, run, setup, worker_states, shared, log, elapsed_s):
     # (a task built in code, which no other process can build, is refused by the trainer)
     dirs = tuple(d for d in [module_root(run.task.factory)] if d)
     return backend(functools.partial(ray_setup, config.to_dict_fields(), dirs), p, **kw)
-  devices = async_threads.worker_devices(p, list(run.layout.devices))
+  devices = threads.worker_devices(p, list(run.layout.devices))
   return backend(setup, p, devices=devices, **kw)
 
 
@@ -223,7 +227,7 @@ class AsyncExecutor:
   def __init__(self, run: Run, log_path, faults: Mapping[int, int] | None = None):
     p = run.config.num_workers
     self.run, self.log_path, self.faults = run, log_path, dict(faults or {})
-    self.rules = async_log.async_rules(run.algorithm)
+    self.rules = async_rules(run.algorithm)
     self.setup = make_setup(run)
     self.backend = self.driver = None
     self.worker_states = self.shared = None
@@ -239,9 +243,9 @@ class AsyncExecutor:
   def initial_state(self) -> Snapshot:
     """Every worker at the initial parameters and clock 0 (host state)."""
     p = self.run.config.num_workers
-    worker = async_log.init_worker(self.rules, self.run.init_params)
-    shared = async_log.init_shared(self.rules, self.run.init_params)
-    state = dict(worker=async_shared.stack_workers([worker] * p), shared=jax.device_get(shared))
+    worker = init_worker(self.rules, self.run.init_params)
+    shared = init_shared(self.rules, self.run.init_params)
+    state = dict(worker=stack_workers([worker] * p), shared=jax.device_get(shared))
     return Snapshot(0, state, self._no_losses(), self._record([], [0] * p, 0.0, None), log=[])
 
   def restore(self, restored: dict) -> Snapshot:
@@ -253,7 +257,7 @@ class AsyncExecutor:
     """
     p = self.run.config.num_workers
     self.log = _resumed_log(self.log_path, int(restored["log_length"]))
-    self.worker_states = async_shared.unstack_workers(restored["worker"], p)
+    self.worker_states = unstack_workers(restored["worker"], p)
     self.shared = restored["shared"]
     self.loss_sum, self.loss_count = restored["loss_sum"], restored["loss_count"]
     self.train_seconds = float(restored["train_seconds"])
@@ -275,12 +279,12 @@ class AsyncExecutor:
       self.backend.arm_fault(int(worker), int(clock))
     with _user_errors_raised():
       self.backend.warm_up()  # compile every program before the clock starts
-    self.driver = async_driver.Driver(
+    self.driver = Driver(
         self.backend,
         [0] * p if self.worker_states is None else [int(w.clock) for w in self.worker_states],
         chunk_steps=runtime_table.TABLE[config.runtime].chunk_steps,
         on_progress=lambda total: on_progress(total // p),
-        faults=async_driver.logged_faults(self.log),
+        faults=logged_faults(self.log),
     )  # resumed: a stopped worker stays so
     self.driver.loss_sum[:], self.driver.loss_count[:] = self.loss_sum, self.loss_count
     self.train_start = time.perf_counter() - self.train_seconds
@@ -301,7 +305,7 @@ class AsyncExecutor:
     driver, step = self.driver, self.step
     seconds = time.perf_counter() - self.train_start
     workers_now, shared_now, log_now = self.backend.state()
-    stacked = async_shared.stack_workers(workers_now)
+    stacked = stack_workers(workers_now)
     shared_now = shared_now._replace(step=np.asarray(step, np.int32))
     train_loss = None
     if evaluated:
@@ -358,7 +362,7 @@ class AsyncExecutor:
     run, step = self.run, self.step
     clocks, log = self.latest  # the clocks, exchanges and faults of the latest checkpoint
     per_worker = _exchanges_per_worker(log, run.config.num_workers)
-    faults = async_driver.logged_faults(log)
+    faults = logged_faults(log)
     mean = int(round(float(np.mean(per_worker))))
     return dict(
         algorithm=dict(name=run.algorithm.name, **self.rules.hyperparameters),
@@ -370,7 +374,7 @@ class AsyncExecutor:
         exchanges_per_worker=per_worker.tolist(),
         worker_local_steps=clocks,
         faults=[f._asdict() for f in faults],
-        stopped_workers=async_driver.stopped_workers(faults),
+        stopped_workers=stopped_workers(faults),
     )
 
   def close(self) -> None:

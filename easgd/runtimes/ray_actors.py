@@ -42,7 +42,7 @@ from typing import Callable, Sequence
 
 import jax
 
-from easgd.asynchrony import log as async_log
+from easgd.asynchrony.log import async_rules, init_shared, init_worker, restart_worker
 from easgd.parallel import distributed
 from easgd._util import files
 from easgd.runtimes import link_emulation
@@ -171,9 +171,9 @@ class CenterActor:
 
   def __init__(self, factory: Callable[[], AsyncSetup], shared, log, elapsed_s):
     setup = factory()
-    rules = async_log.async_rules(setup.algorithm)
+    rules = async_rules(setup.algorithm)
     if shared is None:
-      shared = async_log.init_shared(rules, setup.params)
+      shared = init_shared(rules, setup.params)
     self.store = CenterStore(rules, WorkerPrograms(rules), shared, None, log, elapsed_s)
 
   def exchange(self, worker, clock, message):
@@ -219,8 +219,8 @@ class WorkerActor:
 
     center = ray.get_actor(center_name)  # by name: a restart finds it again
     self.setup = factory()
-    self.rules = async_log.async_rules(self.setup.algorithm)
-    state = async_log.init_worker(self.rules, self.setup.params)
+    self.rules = async_rules(self.setup.algorithm)
+    state = init_worker(self.rules, self.setup.params)
 
     def exchange(worker, clock, message):
       return ray.get(center.exchange.remote(worker, clock, jax.device_get(message)))
@@ -246,7 +246,7 @@ class WorkerActor:
     self.loop.arm_fault(clock, lambda t: os._exit(1))  # the process dies
 
   def restart_from(self, center, clock):
-    self.loop.set_state(async_log.restart_worker(self.rules, center, self.setup.params, clock))
+    self.loop.set_state(restart_worker(self.rules, center, self.setup.params, clock))
 
   def set_state(self, state):
     self.loop.set_state(state)

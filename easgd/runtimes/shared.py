@@ -56,8 +56,9 @@ from typing import Any, Callable, NamedTuple, Sequence
 import jax
 import numpy as np
 
-from easgd.asynchrony import log as async_log, simulation as asynchronous
-from easgd.core.algorithms import Algorithm
+from easgd.asynchrony import simulator
+from easgd.asynchrony.log import Replayed, RulePrograms, async_rules, replay
+from easgd.core.base import Algorithm
 from easgd._util.files import json_text, write_text_atomic
 
 Params = Any
@@ -102,8 +103,8 @@ class WorkerPrograms:
     rules: the method's ``easgd.asynchrony.simulation.AsyncRules``.
   """
 
-  def __init__(self, rules: asynchronous.AsyncRules):
-    base = async_log.RulePrograms(rules)
+  def __init__(self, rules: simulator.AsyncRules):
+    base = RulePrograms(rules)
     self.rules = rules
     self.local = jax.jit(base.local)
     self.propose = jax.jit(base.propose)
@@ -131,9 +132,9 @@ class CenterStore:
 
   def __init__(
       self,
-      rules: asynchronous.AsyncRules,
+      rules: simulator.AsyncRules,
       programs: WorkerPrograms,
-      shared: asynchronous.AsyncShared,
+      shared: simulator.AsyncShared,
       device=None,
       log: Sequence[dict] = (),
       elapsed_s: float = 0.0,
@@ -216,7 +217,7 @@ class CenterStore:
     zeros = jax.tree.map(lambda c: c * 0, self.shared.center)
     jax.block_until_ready(self.programs.serve(self.shared, zeros, self.shared.center))
 
-  def state(self) -> tuple[asynchronous.AsyncShared, list[dict]]:
+  def state(self) -> tuple[simulator.AsyncShared, list[dict]]:
     """A consistent ``(master state, log records)``, the state as host arrays."""
     with self._lock:
       shared, log = self.shared, list(self.log)
@@ -291,7 +292,7 @@ class WorkerLoop:
       index: int,
       programs: WorkerPrograms,
       setup: AsyncSetup,
-      state: asynchronous.AsyncWorker,
+      state: simulator.AsyncWorker,
       exchange: Callable,
       device=None,
       delay_s: float = 0.0,
@@ -315,12 +316,12 @@ class WorkerLoop:
     self._stop = threading.Event()
     self.set_state(state)
 
-  def set_state(self, state: asynchronous.AsyncWorker) -> None:
+  def set_state(self, state: simulator.AsyncWorker) -> None:
     """Places ``state`` on the worker's device; its clock becomes the worker's."""
     self.state = jax.device_put(state, self.device)
     self.clock = int(np.asarray(state.clock))
 
-  def host_state(self) -> asynchronous.AsyncWorker:
+  def host_state(self) -> simulator.AsyncWorker:
     """The worker's state as host arrays (waits for its last step)."""
     return jax.device_get(self.state)
 
@@ -449,7 +450,7 @@ def replay_run(
     compiled: bool = True,
     device=None,
     keep_centers: bool = False,
-) -> async_log.Replayed:
+) -> Replayed:
   """Replays a real run from its exchange log (``easgd.asynchrony.log.replay``).
 
   Args:
@@ -466,10 +467,10 @@ def replay_run(
   Returns:
     The ``easgd.asynchrony.log.Replayed`` final states.
   """
-  rules = async_log.async_rules(setup.algorithm)
+  rules = async_rules(setup.algorithm)
   programs = WorkerPrograms(rules) if compiled else None
   params = jax.device_put(setup.params, device)
-  return async_log.replay(
+  return replay(
       setup.algorithm,
       log,
       params,
@@ -511,7 +512,7 @@ def read_log(path) -> list[dict]:
   return records
 
 
-def stack_workers(states: Sequence[asynchronous.AsyncWorker]):
+def stack_workers(states: Sequence[simulator.AsyncWorker]):
   """Host ``AsyncWorker`` states stacked along a new leading worker axis."""
   return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *states)
 

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 
 from easgd._util.files import check_interrupt
-from easgd.core import algorithms
+from easgd.core.base import Algorithm
 from easgd.tasks import batches
 from easgd.parallel import accounting, placement
 from easgd.methods import registry
@@ -66,7 +66,7 @@ def checkpoint_target(run: Run) -> dict:
   )
 
 
-def center_lag_steps(algorithm: algorithms.Algorithm, name: str, steps_done: int) -> int | None:
+def center_lag_steps(algorithm: Algorithm, name: str, steps_done: int) -> int | None:
   """How many local steps the evaluated model lags the workers after ``steps_done``.
 
   Synchronous EASGD/EAMSGD: the center last moved at the exchange of clock

@@ -32,8 +32,9 @@ from typing import Sequence
 
 import jax
 
-from easgd.asynchrony import log as async_log, simulation as asynchronous
 from easgd.runtimes import link_emulation
+from easgd.asynchrony import simulator
+from easgd.asynchrony.log import async_rules, init_shared, init_worker
 from easgd.runtimes.shared import (AsyncSetup, CenterStore, ChunkResult, WorkerLoop, WorkerPrograms)
 
 
@@ -69,25 +70,25 @@ class ThreadBackend:
       center_device=None,
       delays_s: Sequence[float] = (),
       workers: Sequence | None = None,
-      shared: asynchronous.AsyncShared | None = None,
+      shared: simulator.AsyncShared | None = None,
       log: Sequence[dict] = (),
       elapsed_s: float = 0.0,
       record: bool = False,
       links: Sequence | None = None,
   ):
-    rules = async_log.async_rules(setup.algorithm)
+    rules = async_rules(setup.algorithm)
     self.num_workers = p = int(num_workers)
     self.devices = list(devices) if devices is not None else [None] * p
     if center_device is None:
       center_device = self.devices[0]
     self.programs = WorkerPrograms(rules)
     if shared is None:
-      shared = async_log.init_shared(rules, setup.params)
+      shared = init_shared(rules, setup.params)
     self.center = CenterStore(rules, self.programs, shared, center_device, log, elapsed_s)
     self._elapsed_s = float(elapsed_s)
     delays = list(delays_s) or [0.0] * p
     if workers is None:
-      workers = [async_log.init_worker(rules, setup.params)] * p
+      workers = [init_worker(rules, setup.params)] * p
     self.loops = [
         WorkerLoop(
             i,

@@ -19,7 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from easgd.core import algorithms, elastic
+from easgd.core import elastic
+from easgd.core.base import Algorithm
 from easgd.settings import builtin_tasks
 from easgd.tasks import batches, data, models
 from easgd.parallel import data_parallel, mapping, placement, worker_layout
@@ -27,11 +28,12 @@ from easgd.methods import registry
 from easgd.settings.config import ConfigError, TrainConfig
 from easgd.runtimes.divergence import DivergenceError, divergence_message
 from easgd.runtimes.optimizers import make_optimizer, make_schedule
-from easgd.tasks.task import Subset, Task, check_task, take, user_call
+from easgd.tasks.sources import Subset, take
+from easgd.tasks.task import Task, check_task, user_call
 from easgd.core.elastic import WORKER_AXES
 
 
-def make_eval_fn(task: Task, algo: algorithms.Algorithm, metrics: tuple[str, ...]):
+def make_eval_fn(task: Task, algo: Algorithm, metrics: tuple[str, ...]):
   """Per-worker evaluation of the center on this worker's shard of a split.
 
   Returns ``eval_fn(worker, shared, batch, mask) -> (sums, count, distance)``

@@ -24,7 +24,8 @@ import numpy as np
 from easgd.tasks import batches, datasets, models
 from easgd.settings.config import ConfigError, TrainConfig
 from easgd.tasks.sources import as_source
-from easgd.tasks.task import Task, TaskError, load_task, parse_task_args
+from easgd.tasks.sources import TaskError
+from easgd.tasks.task import Task, load_task, parse_task_args
 
 _BN_DEFAULT = TrainConfig.__dataclass_fields__["bn_stats_examples"].default
 

@@ -19,7 +19,7 @@ from easgd._util.flags import option
 from easgd.asynchrony.names import EXCHANGE_ORDERS, PUSH_TIMINGS
 from easgd.methods import registry
 from easgd.parallel import link as link_lib
-from easgd.parallel.names import BACKENDS as MAPPING_BACKENDS
+from easgd.parallel.names import BACKENDS
 from easgd.settings import runtime_table
 from easgd.tasks import datasets
 from easgd.tasks.names import DTYPES, MODELS
@@ -374,7 +374,7 @@ class TrainFields:
       "multi-process runs and for devices_per_worker > 1). Same results and "
       "array layouts. None = chosen from the layout: 'shard_map' when "
       "devices_per_worker > 1, else 'pmap' (resolved_mapping_backend).",
-      allowed=OneOf(MAPPING_BACKENDS),
+      allowed=OneOf(BACKENDS),
   )
   param_dtype: str = option(
       "float32",

@@ -11,12 +11,13 @@ __all__, __getattr__, __dir__ = lazy_exports(
     __name__,
     modules=("names", "task", "sources", "data", "loaders", "datasets", "batches", "models"),
     names={
-        "easgd.tasks.task": "Task TaskError load_task",
+        "easgd.tasks.names": "MODELS",
+        "easgd.tasks.sources": "TaskError",
+        "easgd.tasks.task": "Task load_task",
         "easgd.tasks.data": "DataError Dataset",
         "easgd.tasks.datasets": "DATASETS load_dataset",
         "easgd.tasks.models": (
-            "MODELS ModelError make_model init_params count_params param_bytes "
-            "cross_entropy_loss"
+            "ModelError make_model init_params count_params param_bytes " "cross_entropy_loss"
         ),
     },
 )

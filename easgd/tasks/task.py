@@ -51,17 +51,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from easgd.tasks.sources import (  # noqa: F401 (a task's data: easgd.tasks.sources)
-    ArraySource,
-    Batch,
-    ItemSource,
-    Subset,
-    TaskError,
-    _first_line,
-    _tree,
-    as_source,
-    take,
-)
+from easgd.tasks.sources import Batch, TaskError, _first_line, _tree, as_source, take
 
 Params = Any
 
