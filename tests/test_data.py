@@ -384,14 +384,14 @@ def test_each_row_of_the_data_set_table_states_its_shapes_and_the_models_that_fi
   and its models are exactly those that take its inputs (built abstractly)."""
   import jax
 
-  from easgd.tasks import models
+  from easgd.tasks import models, names
 
   for name in ("mnist1d", "digits"):
     ds, spec = datasets.load_dataset(name), datasets.TABLE[name]
     assert (ds.input_shape, ds.num_classes) == (spec.input_shape, spec.num_classes)
   for spec in datasets.TABLE.values():
     fits = []
-    for name in models.MODELS:
+    for name in names.MODELS:
       net = models.make_model(name, spec.num_classes)
       try:
         jax.eval_shape(lambda k: models.init_params(net, spec.input_shape, k), jax.random.key(0))

@@ -222,19 +222,7 @@ def easgd_name_uses(path: Path):
 
 # Uses in easgd/protocol and easgd/sweeps left for their split (issue 32) to point at the
 # defining module; nothing may be added here, and an entry goes once its use is fixed.
-PENDING = {
-    "easgd/protocol/programs.py easgd.tasks.task.TaskError",
-    "easgd/protocol/runs.py easgd.tasks.task.TaskError",
-    "easgd/sweeps/config.py easgd.tasks.task.TaskError",
-    "easgd/sweeps/curves.py easgd.core.algorithms.WARMUP",
-    "easgd/sweeps/curves.py easgd.core.algorithms.Algorithm",
-    "easgd/sweeps/curves.py easgd.core.algorithms.select_program",
-    "easgd/sweeps/engine.py easgd.core.algorithms.Algorithm",
-    "easgd/sweeps/network.py easgd.tasks.task.TaskError",
-    "easgd/sweeps/network.py easgd.tasks.task.take",
-    "easgd/sweeps/network.py easgd.tasks.models.MODELS",
-    "easgd/sweeps/network.py easgd.tasks.models.BATCH_NORM_MODELS",
-}
+PENDING: set[str] = set()
 
 
 def test_names_are_used_from_the_module_that_defines_them():

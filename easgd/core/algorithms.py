@@ -33,7 +33,6 @@ from easgd.core.momentum import check_momentum, has_model_state, nesterov_veloci
 
 # Pending: easgd/sweeps/curves.py still imports these two from here (its split moves it
 # to easgd.core.base); tests/test_layout.py lists it.
-from easgd.core.base import WARMUP, select_program  # noqa: F401
 
 
 class ElasticWorker(NamedTuple):

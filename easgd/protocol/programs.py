@@ -41,8 +41,8 @@ from easgd.settings.config import ConfigError, TrainConfig
 from easgd.sweeps.curves import make_curve_fn
 from easgd.sweeps.engine import CompileCounter
 from easgd.tasks import batches, data
-from easgd.tasks.sources import ArraySource, take
-from easgd.tasks.task import Task, TaskError, check_task, user_call
+from easgd.tasks.sources import ArraySource, TaskError, take
+from easgd.tasks.task import Task, check_task, user_call
 
 TRACED_ALWAYS = ("learning_rate", "seed", "lr_scaling", "lr_reference_batch")
 """Fields every program takes per configuration: the rate (resolved with the

@@ -53,8 +53,8 @@ from easgd.run import runlock
 from easgd.settings import builtin_tasks
 from easgd.settings.config import ConfigError
 from easgd.tasks import models
-from easgd.tasks.sources import take
-from easgd.tasks.task import Task, TaskError
+from easgd.tasks.sources import TaskError, take
+from easgd.tasks.task import Task
 
 # ----------------------------------------------------------------------------
 # The protocol

@@ -198,7 +198,7 @@ def builtin_task(
 
   Args:
     dataset: one of ``easgd.tasks.datasets.DATASETS``.
-    model: one of ``easgd.tasks.models.MODELS``.
+    model: one of ``easgd.tasks.names.MODELS``.
     data_dir: the data set's directory (``DatasetSpec.data_dir``), if it reads one.
     crop_size: random training crops and centre evaluation crops (images).
     param_dtype, compute_dtype: the model's dtypes.

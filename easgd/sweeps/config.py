@@ -17,7 +17,8 @@ from easgd._util import checks, flags
 from easgd._util.flags import option
 from easgd.settings import reads
 from easgd.tasks import data, datasets
-from easgd.tasks.task import TaskError, parse_task_args
+from easgd.tasks.sources import TaskError
+from easgd.tasks.task import parse_task_args
 
 if TYPE_CHECKING:
   from easgd.sweeps.grid import SweepGrid

@@ -53,7 +53,7 @@ import numpy as np
 
 from easgd._util import checks
 from easgd._util.files import check_interrupt
-from easgd.core.algorithms import WARMUP, Algorithm, select_program
+from easgd.core.base import WARMUP, Algorithm, select_program
 from easgd.parallel import mapping
 from easgd.sweeps.engine import SweepError, simulated_params, start_state
 

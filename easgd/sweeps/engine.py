@@ -24,7 +24,7 @@ from optax.tree_utils import tree_where
 
 from easgd._util import checks
 from easgd.core import elastic
-from easgd.core.algorithms import Algorithm
+from easgd.core.base import Algorithm
 from easgd.parallel import mapping
 
 Params = Any

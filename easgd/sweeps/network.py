@@ -39,15 +39,9 @@ from easgd.sweeps.grid import (
     sweep_result,
 )
 from easgd.tasks import batches, datasets, models
-from easgd.tasks.task import (
-    Task,
-    TaskError,
-    check_task,
-    load_task,
-    parse_task_args,
-    take,
-    user_call,
-)
+from easgd.tasks.names import BATCH_NORM_MODELS, MODELS
+from easgd.tasks.sources import TaskError, take
+from easgd.tasks.task import Task, check_task, load_task, parse_task_args, user_call
 
 HESSIAN_EXAMPLES = 2000
 """Training examples of the Hessian's loss when none are given (fewer if the
@@ -239,8 +233,8 @@ def _best_center(outputs: dict[int, dict]) -> tuple[int, int] | None:
   return None if best is None else best[1:]
 
 
-SWEEP_MODELS = tuple(m for m in models.MODELS if m not in models.BATCH_NORM_MODELS)
-"""The ``easgd.tasks.models.MODELS`` the sweep runs (it keeps no BatchNorm statistics)."""
+SWEEP_MODELS = tuple(m for m in MODELS if m not in BATCH_NORM_MODELS)
+"""The ``easgd.tasks.names.MODELS`` the sweep runs (it keeps no BatchNorm statistics)."""
 _BATCH_NORM = (
     "model {!r} has BatchNorm, which the sweep does not support (it keeps "
     "no BatchNorm statistics; train it with easgd.run.trainer); allowed: " + ", ".join(SWEEP_MODELS)
@@ -253,8 +247,8 @@ def check_model_name(name) -> str:
   Raises:
     easgd.tasks.models.ModelError: an unknown model, or one with BatchNorm.
   """
-  checks.choice("model", name, models.MODELS, error=models.ModelError)
-  if name in models.BATCH_NORM_MODELS:
+  checks.choice("model", name, MODELS, error=models.ModelError)
+  if name in BATCH_NORM_MODELS:
     raise models.ModelError(_BATCH_NORM.format(name))
   return name
 

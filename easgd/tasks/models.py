@@ -32,7 +32,6 @@ from easgd.tasks.names import DTYPES, MODELS
 
 # Pending: easgd/sweeps/network.py still reads it here (its split moves it to
 # easgd.tasks.names); tests/test_layout.py lists it.
-from easgd.tasks.names import BATCH_NORM_MODELS  # noqa: F401
 
 Params = Any  # A pytree of float32 arrays (Flax's ``variables['params']``).
 
