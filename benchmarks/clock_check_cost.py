@@ -34,10 +34,10 @@ def main():
   args = ap.parse_args()
   force_cpu_devices(2)
 
+  import common
   import jax
   import optax
 
-  import common
   from easgd.core import algorithms
   from easgd.parallel import mapping, placement, worker_layout
 

@@ -117,6 +117,7 @@ def spread(all_s) -> str:
 def mlp_setup(hidden=(256, 256), input_shape=(28, 28, 1), num_classes=10, seed=0):
   """(model, params, loss_fn) of the trainer's MLP on Fashion-MNIST-shaped input."""
   import jax
+
   from easgd.settings import builtin_tasks
   from easgd.tasks import models
 
@@ -201,7 +202,7 @@ def parse_hlo(text: str):
     rest = m.group(1)
     if rest.startswith("("):  # tuple type: up to the matching parenthesis
       depth = 0
-      for i, ch in enumerate(rest):
+      for i, ch in enumerate(rest):  # noqa: B007 (i is read after the loop)
         depth += ch == "("
         depth -= ch == ")"
         if depth == 0:

@@ -47,14 +47,14 @@ def main():
   args = ap.parse_args()
   force_cpu_devices(args.devices)
 
+  import common
   import jax
 
-  import common
-  from easgd.runtimes import optimizers
-  from easgd.tasks import models
   from easgd.methods import registry
   from easgd.parallel import mapping, placement, worker_layout
+  from easgd.runtimes import optimizers
   from easgd.settings.config import TrainConfig
+  from easgd.tasks import models
 
   p, d, tau = args.workers, args.devices, args.tau
   _, params, loss_fn = common.mlp_setup(common.int_list(args.hidden))

@@ -38,13 +38,12 @@ def main():
   args = ap.parse_args()
   force_cpu_devices(args.devices)
 
+  import common
   import jax
   import jax.numpy as jnp
   import numpy as np
   import optax
   from jax import lax
-
-  import common
   from optax.tree_utils import tree_add
 
   from easgd.core import elastic

@@ -55,15 +55,15 @@ def main():
     args.workers, args.batch, args.steps, args.repeats = "2", 8, 3, 3
 
   start = time.perf_counter()
+  import common
   import jax
   import numpy as np
   import optax
 
-  import common
   from easgd.core import algorithms
+  from easgd.parallel import mapping, placement, worker_layout
   from easgd.settings import builtin_tasks
   from easgd.tasks import models
-  from easgd.parallel import mapping, placement, worker_layout
 
   lr, B, shape = 0.01, args.batch, (28, 28, 3)
   model = models.make_model("cifar", 10)

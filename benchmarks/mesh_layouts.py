@@ -101,10 +101,11 @@ def main(argv=None):
     force_cpu_devices(NUM_DEVICES)
 
   import common
-  from easgd.settings.config import TrainConfig
+
+  from easgd.parallel import accounting
   from easgd.runtimes.spmd import SpmdExecutor
   from easgd.runtimes.training_run import Run
-  from easgd.parallel import accounting
+  from easgd.settings.config import TrainConfig
 
   layouts = [tuple(int(v) for v in s.split("x")) for s in args.layouts.split(",")]
   algorithms = [a.strip() for a in args.algorithms.split(",")]

@@ -49,9 +49,10 @@ import common  # noqa: F401  (puts the repository on sys.path)
 import numpy as np
 
 from easgd import train_and_evaluate
-from easgd.protocol import programs, runs as protocol
-from easgd.runtimes.divergence import DivergenceError
+from easgd.protocol import programs
+from easgd.protocol import runs as protocol
 from easgd.protocol.config import load_protocol_file
+from easgd.runtimes.divergence import DivergenceError
 
 
 def main(argv=None) -> int:

@@ -118,9 +118,10 @@ def _center_error(run):
 def _sync_run(args, algorithm, delay):
   """(times, errors) of an SPMD run, evaluating every eval_every steps."""
   import jax
+
+  from easgd.parallel import placement
   from easgd.runtimes import training_run
   from easgd.tasks import batches
-  from easgd.parallel import placement
 
   run = training_run.Run(_config(args, algorithm))
   error = _center_error(run)
@@ -174,10 +175,10 @@ def common_one_step_late(previous, current):
 def _async_run(args, delays, measure=False):
   """(times, errors, exchanges, worker step seconds) of a threads-runtime run."""
   import jax
-  from easgd.runtimes import threads
+
+  from easgd.runtimes import async_runs, threads, training_run
   from easgd.runtimes.driver import Driver
   from easgd.settings import runtime_table
-  from easgd.runtimes import async_runs, training_run
 
   run = training_run.Run(_config(args, "async_easgd", "threads"))
   error = _center_error(run)
@@ -236,7 +237,7 @@ def part_a(args):
       f"after each local step ({args.slowdown:g}x); a synchronous step sleeps as much"
   )
   rows, reached = {}, {}
-  for repeat in range(args.repeats):
+  for _ in range(args.repeats):
     for straggler in (False, True):
       d = delay if straggler else 0.0
       runs = [("async EASGD (threads)", lambda: _async_run(args, (0.0, 0.0, 0.0, d)))]
@@ -295,14 +296,15 @@ def part_a(args):
 
 
 def part_b(args):
+  import common
   import jax
   import optax
-  import common
+
   from easgd.asynchrony import simulation
   from easgd.asynchrony.log import async_rules, init_shared, init_worker
-  from easgd.runtimes.shared import AsyncSetup, CenterStore, WorkerLoop, WorkerPrograms
   from easgd.runtimes import async_runs, training_run
   from easgd.runtimes.optimizers import make_optimizer
+  from easgd.runtimes.shared import AsyncSetup, CenterStore, WorkerLoop, WorkerPrograms
 
   print(
       f"# B. local step, one worker on one device: the threads runtime's "

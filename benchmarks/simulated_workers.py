@@ -58,13 +58,13 @@ def main():
   args = ap.parse_args()
   force_cpu_devices(1)
 
+  import common
   import jax
   import optax
 
-  import common
   from easgd.core import algorithms
-  from easgd.tasks import models
   from easgd.parallel import mapping, placement, worker_layout
+  from easgd.tasks import models
 
   lr, B = 0.01, args.batch
   _, params, loss_fn = common.mlp_setup(common.int_list(args.hidden))

@@ -57,12 +57,12 @@ def main():
   args = ap.parse_args()
   force_cpu_devices(args.devices)
 
+  import common
   import jax
   import numpy as np
   import optax
   from jax import lax
 
-  import common
   from easgd.core import algorithms
   from easgd.parallel import mapping, placement, worker_layout
 

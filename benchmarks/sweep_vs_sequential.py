@@ -46,13 +46,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from easgd.core import algorithms
-from easgd.tasks import datasets, models
 from easgd._util import flags
-from easgd.sweeps import engine, network
 from easgd._util.flags import option
+from easgd.core import algorithms
+from easgd.sweeps import engine, network
 from easgd.sweeps.engine import CompileCounter
 from easgd.sweeps.grid import SweepGrid
+from easgd.tasks import datasets, models
 
 TAU = (1, 2, 4, 8, 16, 32, 64, 128)
 ALPHA = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8)

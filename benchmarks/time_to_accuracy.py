@@ -66,13 +66,13 @@ def main():
   args = ap.parse_args()
   force_cpu_devices(args.devices)
 
+  import common
   import jax
 
-  import common
-  from easgd.tasks import batches
   from easgd.parallel import placement
-  from easgd.settings.config import TrainConfig
   from easgd.runtimes.training_run import Run
+  from easgd.settings.config import TrainConfig
+  from easgd.tasks import batches
 
   networks = [parse_network(n) for n in (args.network or DEFAULT_NETWORKS)]
   base = TrainConfig(

@@ -309,13 +309,13 @@ def _add_process_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _user_errors():
-  from easgd.settings.config import ConfigError
-  from easgd.tasks.data import DataError
-  from easgd.parallel.distributed import DistributedError
   from easgd.core.elastic import HyperparameterError
-  from easgd.tasks.models import ModelError
+  from easgd.parallel.distributed import DistributedError
   from easgd.parallel.worker_layout import LayoutError
   from easgd.run.checkpoint import CheckpointError
+  from easgd.settings.config import ConfigError
+  from easgd.tasks.data import DataError
+  from easgd.tasks.models import ModelError
   from easgd.tasks.sources import TaskError
 
   return (
@@ -331,8 +331,8 @@ def _user_errors():
 
 
 def _run_errors():
-  from easgd.runtimes.driver import WorkersLostError
   from easgd.runtimes.divergence import DivergenceError
+  from easgd.runtimes.driver import WorkersLostError
 
   return (DivergenceError, WorkersLostError)
 
@@ -463,8 +463,8 @@ def _main(args, distributed) -> int:
 
 
 def _run(args) -> int:
-  from easgd.settings.config import ConfigError, TrainConfig
   from easgd.run.rundir import workdir_path
+  from easgd.settings.config import ConfigError, TrainConfig
 
   workdir_path(args.workdir, "--workdir")  # every command, before anything else
   if args.command == "sweep":
@@ -547,10 +547,10 @@ def _run(args) -> int:
 
 
 def _run_protocol(args) -> int:
-  from easgd.settings.config import ConfigError
   from easgd.protocol import report
-  from easgd.run import rundir, runlock
   from easgd.protocol.config import RESULTS_JSON, load_protocol_file
+  from easgd.run import rundir, runlock
+  from easgd.settings.config import ConfigError
 
   workdir = rundir.workdir_path(args.workdir, "--workdir")
   results = workdir / RESULTS_JSON
@@ -620,10 +620,10 @@ def _with_task(config, args):
 def _check_protocol_workdir(workdir: Path, overwrite: bool) -> None:
   """Refuses a workdir with a protocol's results (unless ``overwrite``) or with a
   directory where a result file goes; the lock has created ``workdir``."""
-  from easgd.settings.config import ConfigError
   from easgd.protocol import report
   from easgd.protocol.config import RESULTS_JSON
   from easgd.run.tensorboard import PROTOCOL_RUNS
+  from easgd.settings.config import ConfigError
 
   if (workdir / RESULTS_JSON).exists() and not overwrite:
     raise ConfigError(

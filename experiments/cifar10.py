@@ -33,8 +33,8 @@ The whole grid from Python:
 
 import os
 
-from easgd.settings.config import TrainConfig
 from easgd.methods.registry import ALGORITHMS
+from easgd.settings.config import TrainConfig
 
 PER_WORKER_BATCH = 128  # examples per worker per step (paper)
 PAPER_NUM_WORKERS = (4, 8, 16)  # p (paper: CIFAR p in {4, 8, 16})

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from easgd import train_and_evaluate
-from easgd.settings.config import TrainConfig
 from easgd.runtimes.divergence import DivergenceError
+from easgd.settings.config import TrainConfig
 
 TAUS = (1, 4, 16)
 ALGORITHMS = ("easgd", "eamsgd", "downpour", "local_sgd", "diloco")

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from easgd.sweeps import quadratic
 from easgd.analysis import round_robin, stability
+from easgd.sweeps import quadratic
 
 ETA_MAX, RHO_MAX = 1e-2, 10.0
 DIVERGENCE = dict(eta=0.001, rho=2.5, num_workers=3, x0=1000.0)

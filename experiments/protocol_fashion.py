@@ -30,9 +30,9 @@ files; 60000 training images, of which 5000 are held out for validation;
   paired comparisons of arms that share the seeds resolve less).
 """
 
-from easgd.settings.config import TrainConfig
 from easgd.protocol.config import Arm, ProtocolConfig, log_grid
 from easgd.protocol.networks import GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET
+from easgd.settings.config import TrainConfig
 
 TAUS = (4, 16)
 SGD_RATES = log_grid(0.03, 0.3, 3)

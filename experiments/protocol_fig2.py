@@ -41,9 +41,9 @@ seeds_to_resolve(0.91, 1.0)`` is 8; paired comparisons of arms that share
 the seeds resolve less).
 """
 
-from easgd.settings.config import TrainConfig
 from easgd.protocol.config import Arm, ProtocolConfig, log_grid
 from easgd.protocol.networks import GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET
+from easgd.settings.config import TrainConfig
 
 TAUS = (1, 4, 16, 64)  # communication periods, local steps (paper)
 SGD_RATES = log_grid(0.01, 1.0, 5)  # plain SGD steps

@@ -33,9 +33,9 @@ one p share the seeds, so their paired differences resolve less).
 beta = 0.9, so alpha = 0.9 / p.
 """
 
-from easgd.settings.config import TrainConfig
 from easgd.protocol.config import Arm, ProtocolConfig, log_grid
 from easgd.protocol.networks import GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET
+from easgd.settings.config import TrainConfig
 
 WORKERS = (4, 8)  # p (the paper: 4, 8, 16 on CIFAR-10; 16 cut for time)
 EPOCHS = {4: 8, 8: 16, 16: 33}  # the same ~432 local steps per worker

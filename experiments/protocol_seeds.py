@@ -26,9 +26,9 @@ at 95% (``easgd.protocol.stats.seeds_to_resolve(1.76, 1.2)`` is 18); arms share
 the seeds, so their paired differences resolve less.
 """
 
-from easgd.settings.config import TrainConfig
 from easgd.protocol.config import Arm, ProtocolConfig, log_grid
 from easgd.protocol.networks import GIGABIT_ETHERNET, HUNDRED_GIGABIT_ETHERNET
+from easgd.settings.config import TrainConfig
 
 BATCH = 32  # examples per worker per step
 RATES = log_grid(0.01, 1.0, 5)

@@ -21,8 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from easgd.protocol import claims as protocol_claims, report as protocol_report  # noqa: E402
 from easgd._util.files import write_text_atomic  # noqa: E402
+from easgd.protocol import claims as protocol_claims  # noqa: E402
+from easgd.protocol import report as protocol_report  # noqa: E402
 
 FIGURES = ROOT / "paper_notes" / "figures"
 EXPERIMENTS = dict(fig2="tau", fig3="num_workers", fashion="tau", seeds="num_workers")

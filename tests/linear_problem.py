@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from easgd.parallel import mapping, placement, worker_layout
+
 from testutil import STEP_KINDS
 
 THETA0 = np.array([0.5, -0.25, 1.0, 0.125])  # w (3) and b, flattened

@@ -5,9 +5,8 @@ published rule written here, event by event: worker by worker, message by
 message, on a tiny linear least-squares model whose workers see different data.
 """
 
-import json
-
 import functools
+import json
 
 import jax
 import jax.numpy as jnp
@@ -15,7 +14,6 @@ import numpy as np
 import optax
 import pytest
 
-from easgd.core import algorithms
 from easgd.asynchrony import simulation
 from easgd.asynchrony.log import exchange_log
 from easgd.asynchrony.schedule import (
@@ -28,14 +26,16 @@ from easgd.asynchrony.schedule import (
     simulated_time,
     slot_table,
 )
-from easgd.run import trainer
-from easgd.parallel import mapping, placement, worker_layout
-from easgd.settings.config import ConfigError, TrainConfig
-from easgd.core.elastic import HyperparameterError
-import linear_problem
-from testutil import STEP_KINDS
-from linear_problem import (THETA0, local_steps_in_time_order, loss_fn, np_grad)
+from easgd.core import algorithms
 from easgd.core.base import reset_optimizer_state
+from easgd.core.elastic import HyperparameterError
+from easgd.parallel import mapping, placement, worker_layout
+from easgd.run import trainer
+from easgd.settings.config import ConfigError, TrainConfig
+
+import linear_problem
+from linear_problem import THETA0, local_steps_in_time_order, loss_fn, np_grad
+from testutil import STEP_KINDS
 
 make_data = functools.partial(linear_problem.make_data, seed=1)
 

@@ -15,11 +15,12 @@ import optax
 import pytest
 
 from easgd.core import algorithms, elastic
-from easgd.run import checkpoint, rundir, trainer
-from easgd.parallel import mapping, names, placement, worker_layout
-from easgd.settings.config import ConfigError, TrainConfig
-from testutil import STEP_KINDS, mlp_setup, random_batches
 from easgd.core.base import worker_key
+from easgd.parallel import mapping, names, placement, worker_layout
+from easgd.run import checkpoint, rundir, trainer
+from easgd.settings.config import ConfigError, TrainConfig
+
+from testutil import STEP_KINDS, mlp_setup, random_batches
 
 
 def run_steps(algo, params, layout, xs, ys, donate=True):
@@ -82,7 +83,7 @@ def test_shard_map_step_donates_and_compiles_once():
   worker, shared = placement.place_state(algo, params, layout)
   step = mapping.map_workers(algo.step, layout, *STEP_KINDS, donate_argnums=(0, 1))
   key = jax.random.key(0)
-  for i, (x, y) in enumerate(zip(xs, ys)):
+  for x, y in zip(xs, ys):
     old = jax.tree.leaves((worker, shared))
     worker, shared, _ = step(worker, shared, placement.split_workers((x, y), layout), key)
     assert all(leaf.is_deleted() for leaf in old)  # buffers donated

@@ -9,18 +9,18 @@ and interruptions in the middle of a write.
 
 import dataclasses
 import json
-import re
 import os
+import re
 import signal
 
 import numpy as np
 import pytest
 
 from easgd import cli
-from easgd.run import checkpoint, trainer
-from easgd.runtimes import training_run
 from easgd._util import files, flags
+from easgd.run import checkpoint, trainer
 from easgd.run.compare import RESULTS_JSON, RESULTS_MD, compare
+from easgd.runtimes import training_run
 from easgd.settings.config import ConfigError, TrainConfig
 from easgd.settings.fields import MAX_REAL
 from easgd.tasks.data import DataError

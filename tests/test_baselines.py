@@ -17,16 +17,17 @@ import pytest
 
 from easgd.asynchrony.log import exchange_log
 from easgd.asynchrony.schedule import exchange_order, exchange_schedule
+from easgd.core.base import Communication
+from easgd.core.elastic import HyperparameterError
 from easgd.methods import baselines, downpour_family, registry
+from easgd.methods.downpour_family import adownpour, downpour, mdownpour
 from easgd.parallel import mapping, placement, worker_layout
 from easgd.run.compare import compare
 from easgd.settings.config import TrainConfig
-from easgd.core.elastic import HyperparameterError
+
 import linear_problem
+from linear_problem import THETA0, flat, local_steps_in_time_order, loss_fn, np_grad, params0
 from testutil import STEP_KINDS
-from linear_problem import (THETA0, flat, local_steps_in_time_order, loss_fn, np_grad, params0)
-from easgd.core.base import Communication
-from easgd.methods.downpour_family import adownpour, downpour, mdownpour
 
 make_data = functools.partial(linear_problem.make_data, seed=2)
 

@@ -13,13 +13,13 @@ import pytest
 from flax import serialization
 from numpy.lib.stride_tricks import sliding_window_view
 
+from easgd.parallel import placement
 from easgd.run import checkpoint, trainer
+from easgd.run.export import export_center
 from easgd.runtimes import training_run
 from easgd.settings import builtin_tasks
-from easgd.tasks import batches, datasets, models
-from easgd.parallel import placement
 from easgd.settings.config import ConfigError, TrainConfig
-from easgd.run.export import export_center
+from easgd.tasks import batches, datasets, models
 
 # digits (1438 training images, 8x8x1): 64 per step = 22 steps per epoch;
 # the statistics over 512 training images, 128 per worker.

@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 
 from easgd import cli
-from easgd.run import checkpoint, trainer
-from easgd.runtimes import spmd, training_run
-from easgd.sweeps.engine import CompileCounter
 from easgd.methods.registry import ALGORITHMS
-from easgd.settings.config import ConfigError, TrainConfig
+from easgd.run import checkpoint, trainer
 from easgd.run.export import export_center
+from easgd.runtimes import spmd, training_run
+from easgd.settings.config import ConfigError, TrainConfig
+from easgd.sweeps.engine import CompileCounter
+
 from testutil import interrupt_once
 
 # digits, tiny MLP: 1438 training images / 64 = 22 steps per epoch, 2 epochs

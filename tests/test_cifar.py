@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from easgd.run import trainer
-from easgd.tasks import batches, data, datasets, loaders, models
 from easgd.settings.config import ConfigError, TrainConfig
+from easgd.tasks import batches, data, datasets, loaders, models
 
 TRAIN_PER_BATCH, NUM_TEST = 4, 3
 

@@ -25,9 +25,9 @@ import jax
 import numpy as np
 import pytest
 
+from easgd.parallel import distributed
 from easgd.run import checkpoint, trainer
 from easgd.runtimes import training_run
-from easgd.parallel import distributed
 from easgd.settings.config import TrainConfig
 
 pytestmark = pytest.mark.slow  # every test here starts processes

@@ -7,8 +7,8 @@ import optax
 import pytest
 
 from easgd.core import algorithms, elastic
-from easgd.parallel import mapping, placement, worker_layout
 from easgd.core.base import Communication
+from easgd.parallel import mapping, placement, worker_layout
 
 
 def quadratic_loss(params, target, key):

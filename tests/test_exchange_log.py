@@ -16,14 +16,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from easgd.core import algorithms
 from easgd.asynchrony import simulation
 from easgd.asynchrony.log import EXCHANGE_RECORD, exchange_log, write_exchange_log
 from easgd.asynchrony.schedule import exchange_schedule
+from easgd.core import algorithms
+from easgd.methods.downpour_family import downpour, mdownpour
 from easgd.parallel import placement
+
 import linear_problem
 from linear_problem import THETA0, loss_fn, np_grad
-from easgd.methods.downpour_family import downpour, mdownpour
 
 make_data = functools.partial(linear_problem.make_data, seed=3)
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from easgd.methods.registry import ALGORITHMS
 from easgd.cli import load_config_file
+from easgd.methods.registry import ALGORITHMS
 from easgd.settings.config import TrainConfig
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"

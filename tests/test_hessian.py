@@ -6,15 +6,15 @@ float32, so estimates agree to a few float32 ulps; tolerances are set at the
 measured error (noted at each assertion).
 """
 
-import numpy as np
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 
 from easgd.analysis import hessian
-from easgd.tasks import models
 from easgd.sweeps import network
+from easgd.tasks import models
 
 
 def test_saddle_xy_gives_plus_one_for_every_key():

@@ -14,15 +14,18 @@ import re
 
 import jax
 import pytest
+from test_real_async import TINY, replays_its_checkpoint
 
 from easgd import cli
 from easgd.asynchrony import simulation as asynchronous
 from easgd.core import elastic
 from easgd.run import trainer
-from easgd.runtimes import async_runs, driver as async_driver, link_emulation
-from easgd.runtimes import shared as async_shared, threads as async_threads
+from easgd.runtimes import async_runs, link_emulation
+from easgd.runtimes import driver as async_driver
+from easgd.runtimes import shared as async_shared
+from easgd.runtimes import threads as async_threads
 from easgd.settings.config import ConfigError, TrainConfig
-from test_real_async import TINY, replays_its_checkpoint
+
 from testutil import mlp_setup, random_batches
 
 P = 4

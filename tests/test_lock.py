@@ -23,11 +23,11 @@ import pytest
 
 from easgd import cli
 from easgd.protocol import runs
-from easgd.run import runlock, trainer
-from easgd.sweeps import command
-from easgd.settings.config import TrainConfig
 from easgd.protocol.config import Arm, ProtocolConfig
+from easgd.run import runlock, trainer
 from easgd.run.runlock import HOLDER_FILE, LOCK_FILE, LOCK_FILES, WorkdirInUseError
+from easgd.settings.config import TrainConfig
+from easgd.sweeps import command
 
 compare = importlib.import_module(
     "easgd.run.compare"

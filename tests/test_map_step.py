@@ -20,10 +20,11 @@ import optax
 import pytest
 
 from easgd.core import algorithms, elastic
+from easgd.core.base import every_tau_steps
 from easgd.methods import baselines
 from easgd.parallel import mapping, names, placement, worker_layout
+
 from testutil import STEP_KINDS, all_reduce_bytes, max_abs_diff, mlp_setup, random_batches
-from easgd.core.base import every_tau_steps
 
 TAU = 3
 
@@ -138,10 +139,10 @@ def test_the_programs_the_trainer_runs_communicate_what_the_accounting_counts(
   the table at every p (per device = per worker: the vmapped workers' sum is
   formed before the cross-device all-reduce). A single worker has nothing to
   reduce: no all-reduce in its programs, none counted."""
-  from easgd.runtimes import optimizers
-  from easgd.tasks import models
   from easgd.methods import registry
+  from easgd.runtimes import optimizers
   from easgd.settings.config import TrainConfig
+  from easgd.tasks import models
 
   params, loss_fn = mlp_setup()
   cfg, _ = TrainConfig(num_workers=num_workers, tau=TAU).for_algorithm(name)

@@ -6,9 +6,10 @@ import optax
 import pytest
 
 from easgd.core import algorithms
-from easgd.parallel import mapping, placement, worker_layout
-from testutil import STEP_KINDS, mlp_setup, random_batches
 from easgd.core.base import worker_key
+from easgd.parallel import mapping, placement, worker_layout
+
+from testutil import STEP_KINDS, mlp_setup, random_batches
 
 
 def run(algo, params, layout, xs, ys):

@@ -27,15 +27,16 @@ import numpy as np
 import optax
 import pytest
 
+from easgd.core import elastic
+from easgd.core.base import select_program
 from easgd.methods import registry
 from easgd.parallel import accounting, data_parallel, mapping, placement, worker_layout
-from easgd.settings.config import ConfigError, TrainConfig
 from easgd.runtimes.spmd import SpmdExecutor
 from easgd.runtimes.training_run import Run
-from easgd.core import elastic
+from easgd.settings.config import ConfigError, TrainConfig
 from easgd.tasks import models
+
 from testutil import all_reduce_ops, collective_dtypes, max_abs_diff, mlp_setup, random_batches
-from easgd.core.base import select_program
 
 SYNCHRONOUS = ("easgd", "eamsgd", "local_sgd", "diloco", "pmean_sgd")
 STEPS, B = 6, 8  # steps; per-worker batch (examples), split B / D per device

@@ -32,8 +32,9 @@ import numpy as np
 import pytest
 
 from easgd.run import checkpoint, trainer
-from easgd.settings.config import ConfigError, TrainConfig
 from easgd.runtimes.training_run import Run
+from easgd.settings.config import ConfigError, TrainConfig
+
 from testutil import max_abs_diff
 
 # 1438 digits training images / 64 = 22 steps per epoch

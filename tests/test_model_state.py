@@ -12,13 +12,14 @@ import numpy as np
 import optax
 import pytest
 
+from easgd.asynchrony import simulation
 from easgd.core import algorithms
 from easgd.methods import baselines
-from easgd.asynchrony import simulation
+from easgd.methods.downpour_family import downpour
 from easgd.parallel import mapping, placement, worker_layout
 from easgd.sweeps.engine import CompileCounter
+
 from testutil import max_abs_diff
-from easgd.methods.downpour_family import downpour
 
 
 class TinyBN(nn.Module):

@@ -14,13 +14,13 @@ import numpy as np
 import optax
 import pytest
 
-
 from easgd.core import algorithms, elastic
-from easgd.run import trainer
-from easgd.tasks import models
 from easgd.methods import registry
 from easgd.parallel import mapping, placement, worker_layout
+from easgd.run import trainer
 from easgd.settings.config import ConfigError, TrainConfig
+from easgd.tasks import models
+
 from linear_problem import loss_fn, make_data, params0
 
 

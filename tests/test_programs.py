@@ -17,9 +17,10 @@ import optax
 import pytest
 
 from easgd.core import algorithms
-from easgd.parallel import mapping, placement, worker_layout
-from testutil import STEP_KINDS, max_abs_diff, mlp_setup, random_batches
 from easgd.core.base import Program
+from easgd.parallel import mapping, placement, worker_layout
+
+from testutil import STEP_KINDS, max_abs_diff, mlp_setup, random_batches
 
 TAU = 3
 

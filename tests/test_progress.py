@@ -3,8 +3,8 @@
 import io
 
 from easgd._util import progress
-from easgd.settings.config import TrainConfig
 from easgd.run.trainer import train_and_evaluate
+from easgd.settings.config import TrainConfig
 
 TINY = TrainConfig(
     dataset="digits",

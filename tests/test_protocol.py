@@ -12,11 +12,14 @@ import pytest
 from scipy import stats
 
 from easgd import TrainConfig, cli, train_and_evaluate
-from easgd.tasks import data, datasets
 from easgd.protocol import claims as protocol_claims
-from easgd.protocol import programs, runs as protocol, report as protocol_report, stats as protocol_stats
-from easgd.settings.config import ConfigError
+from easgd.protocol import programs
+from easgd.protocol import report as protocol_report
+from easgd.protocol import runs as protocol
+from easgd.protocol import stats as protocol_stats
 from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError, log_grid, lr_grid_edges
+from easgd.settings.config import ConfigError
+from easgd.tasks import data, datasets
 
 BASE = TrainConfig(
     dataset="mnist1d",

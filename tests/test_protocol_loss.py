@@ -15,10 +15,13 @@ from tensorboard.backend.event_processing import event_file_loader
 from tensorboard.compat.proto import event_pb2
 
 from easgd import TrainConfig, cli
-from easgd.protocol import claims, report, runs as protocol, stats as protocol_stats
+from easgd.protocol import claims, report
+from easgd.protocol import runs as protocol
+from easgd.protocol import stats as protocol_stats
 from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError, load_protocol_file
 from easgd.protocol.networks import Network
 from easgd.tasks.task import Task
+
 from testutil import regression_task
 
 PROTOCOL_FILE = """

@@ -121,7 +121,8 @@ def test_the_protocol_reports_modelled_times_on_a_two_level_network(tmp_path):
   each arm's layout (4 x 1 devices: across workers at the slow link; 4 workers
   of 2 devices, modelled on the same simulated runs: within at the fast link
   every step, across at the slow one), and results.md names the links."""
-  from easgd.protocol import report as protocol_report, runs
+  from easgd.protocol import report as protocol_report
+  from easgd.protocol import runs
   from easgd.protocol.config import Arm, ProtocolConfig
   from easgd.settings.config import TrainConfig
 

@@ -12,8 +12,10 @@ import sys
 import pytest
 
 from easgd import TrainConfig, train_and_evaluate
-from easgd.protocol import programs, runs as protocol
+from easgd.protocol import programs
+from easgd.protocol import runs as protocol
 from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError
+
 from testutil import CLASSES, FEATURES, Items, linear_data, linear_task
 
 TIMINGS = {"wall_s", "compile_s", "wall_time_s", "compute_per_step_s", "modelled_s"}

@@ -17,12 +17,12 @@ import sys
 
 import jax
 import pytest
+from test_real_async import TINY, P, assert_bitwise, replays_its_checkpoint, restore
 
 from easgd import cli
-from easgd.runtimes import ray_actors, shared
 from easgd.run import checkpoint, trainer
-from easgd.runtimes import async_runs, training_run
-from test_real_async import P, TINY, assert_bitwise, replays_its_checkpoint, restore
+from easgd.runtimes import async_runs, ray_actors, shared, training_run
+
 from testutil import interrupt_once
 
 ray = pytest.importorskip("ray")

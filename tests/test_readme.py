@@ -98,6 +98,7 @@ def test_the_protocol_fields_table_is_their_declarations():
   ).stdout.strip()
   assert out in guide("protocol")
   import dataclasses
+
   from easgd.protocol.config import Arm, ProtocolConfig
   from easgd.protocol.networks import Network, TwoLevelNetwork
 

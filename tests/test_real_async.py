@@ -28,17 +28,17 @@ import numpy as np
 import pytest
 
 from easgd import cli
-from easgd.runtimes import threads
-from easgd.runtimes.driver import Driver, WorkerFaultWarning, WorkersLostError
-from easgd.runtimes.shared import AsyncSetup, UserFault, read_log, replay_run, unstack_workers
 from easgd.asynchrony import simulation
 from easgd.asynchrony.log import async_rules
-from easgd.run import checkpoint, trainer
-from easgd.runtimes import async_runs, training_run
-from easgd.tasks import batches
-from easgd.settings.config import ConfigError, TrainConfig
-from testutil import interrupt_once, mlp_setup, random_batches
 from easgd.methods.downpour_family import downpour
+from easgd.run import checkpoint, trainer
+from easgd.runtimes import async_runs, threads, training_run
+from easgd.runtimes.driver import Driver, WorkerFaultWarning, WorkersLostError
+from easgd.runtimes.shared import AsyncSetup, UserFault, read_log, replay_run, unstack_workers
+from easgd.settings.config import ConfigError, TrainConfig
+from easgd.tasks import batches
+
+from testutil import interrupt_once, mlp_setup, random_batches
 
 KEY = jax.random.key(11)
 P, TAU = 4, 3

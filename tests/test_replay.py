@@ -16,10 +16,11 @@ import pytest
 from easgd.asynchrony import simulation
 from easgd.asynchrony.log import async_rules, exchange_log, replay
 from easgd.asynchrony.schedule import exchange_schedule, slot_table
+from easgd.methods.downpour_family import downpour, mdownpour, mvadownpour
 from easgd.parallel import placement
+
 import linear_problem
 from linear_problem import flat, loss_fn, params0
-from easgd.methods.downpour_family import downpour, mdownpour, mvadownpour
 
 KEY = jax.random.key(5)
 ALPHA, ETA = 0.2, 0.1

@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 from easgd.core import algorithms, elastic
-from easgd.run import checkpoint, trainer
-from easgd.runtimes import spmd, training_run
 from easgd.methods import registry
+from easgd.run import checkpoint, trainer
 from easgd.run.compare import compare
+from easgd.runtimes import spmd, training_run
 from easgd.settings.config import ConfigError, TrainConfig
+
 from linear_problem import loss_fn, params0
 
 # digits: 1438 training images; global batch 64 -> 22 steps per epoch
@@ -213,8 +214,9 @@ def test_at_the_edge_the_simulated_schedule_holds_an_exchange_at_local_step_tau(
   # schedule's log) are all at local step 0: at the edge tau = 21 of a 22-step run
   # the fastest worker takes a step in every slot, so its exchange at local step
   # 21 is served; tau = 22 has none
-  from easgd.asynchrony.log import exchange_log
   import optax
+
+  from easgd.asynchrony.log import exchange_log
 
   cfg = DIGITS.replace(algorithm="async_easgd", worker_speeds=speeds).validate()
   for tau in (20, 21, 22):

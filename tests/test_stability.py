@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from easgd.sweeps import quadratic
 from easgd.analysis import round_robin, stability
+from easgd.sweeps import quadratic
 
 RNG_SEED = 20150
 

@@ -12,21 +12,21 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 import optax
+import pytest
 from jax.flatten_util import ravel_pytree
 
 from easgd import cli
-from easgd.core import algorithms
-from easgd.asynchrony import simulation
-from easgd.methods import baselines
 from easgd._util import flags
 from easgd.analysis import hessian, stability
-from easgd.tasks import models
-from easgd.sweeps import quadratic, command, engine, network, report
+from easgd.asynchrony import simulation
+from easgd.core import algorithms
+from easgd.methods import baselines
+from easgd.methods.downpour_family import mdownpour
+from easgd.sweeps import command, engine, network, quadratic, report
 from easgd.sweeps.engine import CompileCounter
 from easgd.sweeps.grid import SweepGrid
-from easgd.methods.downpour_family import mdownpour
+from easgd.tasks import models
 
 
 def numpy_easgd_quadratic(lr, tau, alpha, h, w0, c0, noise):

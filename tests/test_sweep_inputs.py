@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from easgd import cli
-from easgd.tasks import datasets, models
 from easgd.sweeps import command
 from easgd.sweeps.engine import SweepError
 from easgd.sweeps.grid import SweepGrid, check_memory
 from easgd.sweeps.network import check_network, sweep_network
+from easgd.tasks import datasets, models
 
 TINY = [
     "--no-plots",

@@ -20,8 +20,8 @@ import pytest
 from easgd import cli
 from easgd.run import trainer
 from easgd.settings import builtin_tasks
-from easgd.tasks import datasets, models
 from easgd.settings.config import TrainConfig
+from easgd.tasks import datasets, models
 from easgd.tasks.sources import ArraySource, ItemSource, TaskError, take
 from easgd.tasks.task import Task, load_task
 

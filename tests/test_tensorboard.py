@@ -16,8 +16,11 @@ import math
 
 import numpy as np
 import pytest
-from tensorboard.backend.event_processing import event_accumulator, event_file_loader
-from tensorboard.backend.event_processing import event_multiplexer
+from tensorboard.backend.event_processing import (
+    event_accumulator,
+    event_file_loader,
+    event_multiplexer,
+)
 from tensorboard.compat.proto import event_pb2
 from tensorboard.plugins.hparams import plugin_data_pb2
 
@@ -26,6 +29,7 @@ from easgd.protocol.config import Arm, ProtocolConfig
 from easgd.run import checkpoint, tensorboard, trainer
 from easgd.run.compare import compare
 from easgd.settings.config import TrainConfig
+
 from testutil import interrupt_once, linear_data, linear_task
 
 # digits, tiny MLP: 1438 training images / 64 = 22 steps per epoch

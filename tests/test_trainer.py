@@ -6,15 +6,14 @@ import jax
 import numpy as np
 import pytest
 
-from easgd.run import checkpoint, rundir
-from easgd.runtimes import optimizers
-from easgd.settings import builtin_tasks
-from easgd.tasks import batches, datasets, models
-from easgd.run import tensorboard, trainer
 from easgd.methods import registry
 from easgd.parallel import mapping, placement, worker_layout
+from easgd.run import checkpoint, rundir, tensorboard, trainer
 from easgd.run.compare import compare
+from easgd.runtimes import optimizers
+from easgd.settings import builtin_tasks
 from easgd.settings.config import ConfigError, TrainConfig
+from easgd.tasks import batches, datasets, models
 
 TINY = TrainConfig(
     dataset="digits",

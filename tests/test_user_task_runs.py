@@ -40,18 +40,17 @@ import pytest
 
 from easgd import cli
 from easgd.parallel import placement
-from easgd.runtimes import shared
+from easgd.run import compare, trainer
+from easgd.runtimes import shared, training_run
+from easgd.settings import builtin_tasks
+from easgd.settings.config import ConfigError, TrainConfig
 from easgd.sweeps import command, network
 from easgd.sweeps.grid import SweepGrid
-from easgd.run import compare, trainer
-from easgd.runtimes import training_run
-from easgd.settings import builtin_tasks
 from easgd.tasks import datasets, models
-from easgd.settings.config import ConfigError, TrainConfig
-from easgd.tasks.sources import TaskError
+from easgd.tasks.sources import TaskError, take
 from easgd.tasks.task import load_task
+
 from testutil import regression_task
-from easgd.tasks.sources import take
 
 TASK_MODULE = textwrap.dedent('''
     """A user's task: 8 features, 3 classes, a tiny Flax Dense model."""

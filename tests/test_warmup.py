@@ -27,6 +27,7 @@ from easgd.methods import registry
 from easgd.parallel import mapping, placement, worker_layout
 from easgd.settings.config import ConfigError
 from easgd.sweeps.engine import simulated_step, start_state
+
 from linear_problem import loss_fn, make_data, params0
 
 TAU, P, STEPS = 4, 4, 14
@@ -37,7 +38,10 @@ def build(algorithm, k, tau=TAU, num_steps=STEPS, lr=0.05):
   return registry.TABLE[algorithm].build(config, loss_fn, optax.sgd(lr), num_steps)
 
 
-def centers_along(algo, xs, ys, key=jax.random.key(3), spread=0.0):
+CENTERS_KEY = jax.random.key(3)
+
+
+def centers_along(algo, xs, ys, key=CENTERS_KEY, spread=0.0):
   """The center after every step on P simulated workers: [STEPS + 1, 4] (flat);
   worker i starts at x0 + i * spread."""
   step = jax.jit(simulated_step(algo, P))

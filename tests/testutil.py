@@ -21,8 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from easgd.tasks import models
 from easgd.parallel import mapping
+from easgd.tasks import models
 from easgd.tasks.task import Task
 
 STEP_KINDS = (mapping.STEP_IN_KINDS, mapping.STEP_OUT_KINDS)

@@ -344,7 +344,9 @@ def _teardown(made: _Made, tag: str) -> None:
       NETNS_DIR.rmdir()
   left = leftovers(tag)
   if left:
-    warnings.warn(f"the link's teardown left {', '.join(left)}; remove with 'ip netns del'")
+    warnings.warn(
+        f"the link's teardown left {', '.join(left)}; remove with 'ip netns del'", stacklevel=2
+    )
 
 
 @contextlib.contextmanager

@@ -29,16 +29,15 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from easgd.settings import builtin_tasks
 from easgd._util import checks
-from easgd.methods import registry
-from easgd.settings import reads
-from easgd.settings.config import ConfigError, TrainConfig, as_train_config
 from easgd._util.files import json_text, write_text_atomic
+from easgd.methods import registry
 from easgd.run.rundir import check_workdir, drop_previous_run, move_aside, workdir_path
 from easgd.run.runlock import LOCK_FILES, hold_workdir
-from easgd.tasks.task import Task
 from easgd.run.trainer import run_task, train_and_evaluate
+from easgd.settings import builtin_tasks, reads
+from easgd.settings.config import ConfigError, TrainConfig, as_train_config
+from easgd.tasks.task import Task
 
 RESULTS_MD = "results.md"
 RESULTS_JSON = "results.json"

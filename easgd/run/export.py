@@ -7,12 +7,12 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from easgd.run import checkpoint
-from easgd.settings import builtin_tasks
-from easgd.settings.config import ConfigError
 from easgd._util.files import check_interrupt, json_text, write_bytes_atomic, write_text_atomic
+from easgd.run import checkpoint
 from easgd.run.rundir import check_task_record, ensure_writable_dir, saved_config
 from easgd.runtimes.training_run import Run, with_validation
+from easgd.settings import builtin_tasks
+from easgd.settings.config import ConfigError
 from easgd.tasks.task import Task, fingerprint
 
 

@@ -62,11 +62,11 @@ from pathlib import Path
 from typing import Any
 
 from easgd._util import checks
-from easgd.run import checkpoint, tensorboard
+from easgd._util.files import json_text, write_text_atomic
 from easgd.parallel import distributed
+from easgd.run import checkpoint, tensorboard
 from easgd.settings.config import ConfigError, TrainConfig
 from easgd.tasks.task import fingerprint_differences
-from easgd._util.files import json_text, write_text_atomic
 
 METRICS_FILE = "metrics.jsonl"
 EXCHANGES_FILE = "exchanges.jsonl"  # asynchronous algorithms: the realised exchanges

@@ -41,9 +41,9 @@ try:
 except ImportError:  # not POSIX: no flock
   fcntl = None
 
+from easgd._util.files import write_text_atomic
 from easgd.run import rundir
 from easgd.settings.config import ConfigError
-from easgd._util.files import write_text_atomic
 
 LOCK_FILE = ".easgd.lock"  # the file flock holds (empty)
 HOLDER_FILE = ".easgd.lock.json"  # who holds it: pid, host, command, argv, started

@@ -26,9 +26,6 @@ from easgd.methods import registry
 from easgd.parallel import distributed
 from easgd.run import rundir, runlock, tensorboard
 from easgd.runtimes import async_runs
-from easgd.settings import builtin_tasks, runtime_table
-from easgd.tasks import models
-from easgd.settings.config import ConfigError, TrainConfig, as_train_config
 from easgd.runtimes.divergence import (
     DivergenceError,
     StabilityWarning,
@@ -38,6 +35,9 @@ from easgd.runtimes.divergence import (
 from easgd.runtimes.executor import Executor, Snapshot
 from easgd.runtimes.shared import write_log
 from easgd.runtimes.training_run import Run, checked_task
+from easgd.settings import builtin_tasks, runtime_table
+from easgd.settings.config import ConfigError, TrainConfig, as_train_config
+from easgd.tasks import models
 from easgd.tasks.task import Task, fingerprint
 
 SUMMARY_KEYS = (

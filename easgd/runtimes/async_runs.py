@@ -20,8 +20,16 @@ from typing import Any, Callable, Mapping
 import jax
 import numpy as np
 
+from easgd.asynchrony.log import async_rules, init_shared, init_worker
+from easgd.parallel import placement
 from easgd.runtimes import link_emulation, threads
 from easgd.runtimes.driver import Driver, logged_faults, stopped_workers
+from easgd.runtimes.executor import (
+    Snapshot,
+    checkpoint_target,
+    checkpoint_tree,
+    communication_fields,
+)
 from easgd.runtimes.shared import (
     AsyncSetup,
     UserFault,
@@ -29,18 +37,10 @@ from easgd.runtimes.shared import (
     stack_workers,
     unstack_workers,
 )
-from easgd.asynchrony.log import async_rules, init_shared, init_worker
-from easgd.tasks import batches
-from easgd.parallel import placement
+from easgd.runtimes.training_run import Run, global_batch
 from easgd.settings import runtime_table
 from easgd.settings.config import ConfigError, TrainConfig
-from easgd.runtimes.executor import (
-    Snapshot,
-    checkpoint_target,
-    checkpoint_tree,
-    communication_fields,
-)
-from easgd.runtimes.training_run import Run, global_batch
+from easgd.tasks import batches
 from easgd.tasks.sources import TaskError, take
 from easgd.tasks.task import module_root
 

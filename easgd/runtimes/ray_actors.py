@@ -42,9 +42,9 @@ from typing import Callable, Sequence
 
 import jax
 
+from easgd._util import files
 from easgd.asynchrony.log import async_rules, init_shared, init_worker, restart_worker
 from easgd.parallel import distributed
-from easgd._util import files
 from easgd.runtimes import link_emulation
 from easgd.runtimes.driver import WorkerLost, WorkersLostError
 from easgd.runtimes.shared import (

@@ -56,10 +56,10 @@ from typing import Any, Callable, NamedTuple, Sequence
 import jax
 import numpy as np
 
+from easgd._util.files import json_text, write_text_atomic
 from easgd.asynchrony import simulator
 from easgd.asynchrony.log import Replayed, RulePrograms, async_rules, replay
 from easgd.core.base import Algorithm
-from easgd._util.files import json_text, write_text_atomic
 
 Params = Any
 

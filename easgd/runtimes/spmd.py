@@ -15,11 +15,11 @@ import numpy as np
 
 from easgd._util.files import check_interrupt
 from easgd.core.base import Algorithm
-from easgd.tasks import batches
-from easgd.parallel import accounting, placement
 from easgd.methods import registry
+from easgd.parallel import accounting, placement
 from easgd.runtimes import executor
 from easgd.runtimes.training_run import Run, global_batch, host_losses
+from easgd.tasks import batches
 
 
 def to_checkpoint(run: Run, worker, shared, step: int, epoch_losses) -> dict:

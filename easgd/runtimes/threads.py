@@ -32,10 +32,10 @@ from typing import Sequence
 
 import jax
 
-from easgd.runtimes import link_emulation
 from easgd.asynchrony import simulator
 from easgd.asynchrony.log import async_rules, init_shared, init_worker
-from easgd.runtimes.shared import (AsyncSetup, CenterStore, ChunkResult, WorkerLoop, WorkerPrograms)
+from easgd.runtimes import link_emulation
+from easgd.runtimes.shared import AsyncSetup, CenterStore, ChunkResult, WorkerLoop, WorkerPrograms
 
 
 class ThreadBackend:

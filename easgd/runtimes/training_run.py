@@ -21,16 +21,16 @@ from jax import lax
 
 from easgd.core import elastic
 from easgd.core.base import Algorithm
-from easgd.settings import builtin_tasks
-from easgd.tasks import batches, data, models
-from easgd.parallel import data_parallel, mapping, placement, worker_layout
+from easgd.core.elastic import WORKER_AXES
 from easgd.methods import registry
-from easgd.settings.config import ConfigError, TrainConfig
+from easgd.parallel import data_parallel, mapping, placement, worker_layout
 from easgd.runtimes.divergence import DivergenceError, divergence_message
 from easgd.runtimes.optimizers import make_optimizer, make_schedule
+from easgd.settings import builtin_tasks
+from easgd.settings.config import ConfigError, TrainConfig
+from easgd.tasks import batches, data, models
 from easgd.tasks.sources import Subset, take
 from easgd.tasks.task import Task, check_task, user_call
-from easgd.core.elastic import WORKER_AXES
 
 
 def make_eval_fn(task: Task, algo: Algorithm, metrics: tuple[str, ...]):

@@ -21,10 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from easgd.tasks import batches, datasets, models
 from easgd.settings.config import ConfigError, TrainConfig
-from easgd.tasks.sources import as_source
-from easgd.tasks.sources import TaskError
+from easgd.tasks import batches, datasets, models
+from easgd.tasks.sources import TaskError, as_source
 from easgd.tasks.task import Task, load_task, parse_task_args
 
 _BN_DEFAULT = TrainConfig.__dataclass_fields__["bn_stats_examples"].default

@@ -33,10 +33,12 @@ from pathlib import Path
 import jax
 
 from easgd._util import flags
-from easgd.run import rundir, runlock
-from easgd.sweeps import quadratic, network as sweep_network, report as sweep_report
 from easgd._util.files import json_text, write_text_atomic
+from easgd.run import rundir, runlock
 from easgd.settings.config import ConfigError
+from easgd.sweeps import network as sweep_network
+from easgd.sweeps import quadratic
+from easgd.sweeps import report as sweep_report
 from easgd.sweeps.config import SweepConfig
 from easgd.sweeps.grid import SweepResult
 

@@ -188,7 +188,8 @@ class SweepConfig:
         easgd.tasks.task.TaskError: malformed task_args, or task_args
         without a task (the task itself is built by ``check_network``).
     """
-    from easgd.sweeps import network as sweep_network, quadratic
+    from easgd.sweeps import network as sweep_network
+    from easgd.sweeps import quadratic
     from easgd.sweeps.engine import SweepError, check_factor, check_int, check_real
     from easgd.sweeps.grid import check_num_steps
 
