@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from easgd.methods import registry
-from easgd.protocol import stats as protocol_stats
+from easgd.protocol import stats
 from easgd.protocol.networks import network_from_dict
 from easgd.protocol.report import require_error, selected_error
 from easgd.protocol.stats import format_interval
@@ -201,9 +201,7 @@ def claims(fig2: dict | None, fig3: dict | None) -> list[dict[str, Any]]:
 
 def _finish(res, claim, measurement, parts):
   """A claim's record; its verdict combines its parts' (``combine_verdicts``)."""
-  verdict = (
-      protocol_stats.combine_verdicts([p["verdict"] for p in parts]) if parts else "inconclusive"
-  )
+  verdict = stats.combine_verdicts([p["verdict"] for p in parts]) if parts else "inconclusive"
   n = len(res["protocol"]["report_seeds"])
   return dict(
       claim=claim,
@@ -217,9 +215,7 @@ def _finish(res, claim, measurement, parts):
 
 def _part(what: str, d: dict, holds_if: str) -> dict:
   """One difference of a claim: its interval, text and verdict."""
-  return dict(
-      what=what, interval=d, text=_fmt_diff(d), verdict=protocol_stats.verdict(d, holds_if=holds_if)
-  )
+  return dict(what=what, interval=d, text=_fmt_diff(d), verdict=stats.verdict(d, holds_if=holds_if))
 
 
 def _claim_fastest(res):
@@ -240,13 +236,13 @@ def _claim_fastest(res):
     }
     others.update(refs)
     for other, b in others.items():
-      d = protocol_stats.difference_interval(
+      d = stats.difference_interval(
           mine, _censored_times(b, target, net), paired=_paired(res, a, b)
       )
       # a time to target is known to one evaluation interval: widen by it
       resolution = max(_resolution(a, net), _resolution(b, net))
       d = dict(d, low=d["low"] - resolution, high=d["high"] + resolution, resolution=resolution)
-      verdict = protocol_stats.verdict(d, holds_if="negative")
+      verdict = stats.verdict(d, holds_if="negative")
       text = _fmt_diff(d, 1.0, " s")
       if missed:
         # EAMSGD's censored times are lower bounds of its times: they can show
@@ -280,7 +276,7 @@ def _claim_tau(res):
         for mn, m_arm in mine.items():
           if d_arm["config"]["num_workers"] != m_arm["config"]["num_workers"]:
             continue
-          d = protocol_stats.difference_interval(
+          d = stats.difference_interval(
               d_arm["final_test_errors"],
               m_arm["final_test_errors"],
               paired=_paired(res, d_arm, m_arm),
@@ -291,7 +287,7 @@ def _claim_tau(res):
     lo, hi = _arms(res, algo, tau=1), _arms(res, algo, tau=64)
     if lo and hi:
       a_hi, a_lo = next(iter(hi.values())), next(iter(lo.values()))
-      d = protocol_stats.difference_interval(
+      d = stats.difference_interval(
           a_hi["final_test_errors"], a_lo["final_test_errors"], paired=_paired(res, a_hi, a_lo)
       )
       context.append(f"{algo} tau=64 - tau=1: {_fmt_diff(d)}")
@@ -318,7 +314,7 @@ def _claim_workers(res):
       if p == 4:
         continue
       name, a = arms[p]
-      d = protocol_stats.difference_interval(base[key], a[key], paired=_paired(res, base, a))
+      d = stats.difference_interval(base[key], a[key], paired=_paired(res, base, a))
       parts.append(_part(f"{base_name} - {name} ({short})", d, "positive"))
   return _finish(
       res,
@@ -334,7 +330,7 @@ def _claim_center(res):
   for algo in _paper_methods(res):
     for name, a in _arms(res, algo).items():
       diffs = np.asarray(a["final_test_errors"]) - np.asarray(a["final_worker_test_errors"])
-      m = protocol_stats.mean_interval(diffs)
+      m = stats.mean_interval(diffs)
       d = dict(difference=m["mean"], low=m["low"], high=m["high"])
       parts.append(_part(f"{name}: center - mean worker (final test error, paired)", d, "negative"))
   return _finish(
@@ -364,7 +360,7 @@ def claims_markdown(items: Sequence[dict], detail: bool = True, max_parts: int =
     shown = parts
     prefix = ""
     if not detail and len(parts) > max_parts:
-      counts = {v: sum(p["verdict"] == v for p in parts) for v in protocol_stats.VERDICTS}
+      counts = {v: sum(p["verdict"] == v for p in parts) for v in stats.VERDICTS}
       prefix = (
           f"{counts['holds']} of {len(parts)} hold, {counts['does not hold']} do "
           f"not, {counts['inconclusive']} inconclusive; not holding:<br>"
@@ -385,7 +381,7 @@ def differences(
   the report seeds (``easgd.protocol.stats.difference_interval``)."""
   ref = results["arms"][reference][metric]
   return {
-      name: protocol_stats.difference_interval(a[metric], ref)
+      name: stats.difference_interval(a[metric], ref)
       for name, a in results["arms"].items()
       if name != reference
   }
@@ -410,7 +406,7 @@ def differences_markdown(results: dict[str, Any], reference: str) -> str:
   ]
   for name, d in diffs.items():
     a = results["arms"][name]
-    v = protocol_stats.verdict(d, holds_if="positive")
+    v = stats.verdict(d, holds_if="positive")
     word = {
         "holds": "worse",
         "does not hold": "better",

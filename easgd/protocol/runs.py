@@ -30,8 +30,7 @@ from easgd._util.files import check_interrupt, json_text
 from easgd.core import elastic
 from easgd.methods import registry
 from easgd.parallel import accounting
-from easgd.protocol import report as protocol_report
-from easgd.protocol import stats as protocol_stats
+from easgd.protocol import stats
 from easgd.protocol.config import (
     UNTUNABLE,
     ProtocolConfig,
@@ -49,6 +48,7 @@ from easgd.protocol.programs import (
     run_program,
     why_separate,
 )
+from easgd.protocol.report import GROUP_BY, write_report
 from easgd.run import runlock
 from easgd.settings import builtin_tasks
 from easgd.settings.config import ConfigError
@@ -182,7 +182,7 @@ def run_protocol(
     easgd.tasks.data.DataError: missing data files.
   """
   config = config.validate()
-  checks.choice("group_by", group_by, protocol_report.GROUP_BY, error=ProtocolError)
+  checks.choice("group_by", group_by, GROUP_BY, error=ProtocolError)
   if workdir is None and group_by != "tau":
     raise ProtocolError(
         f"group_by {group_by!r} without a workdir: it sets the panels of curves.png, which "
@@ -471,7 +471,7 @@ def _interval(values) -> dict | None:
   """``mean_interval`` of per-seed values; None when one is not finite (a
   diverged seed's loss)."""
   values = np.asarray(values, np.float64)
-  return protocol_stats.mean_interval(values) if np.all(np.isfinite(values)) else None
+  return stats.mean_interval(values) if np.all(np.isfinite(values)) else None
 
 
 def summarize_arm(
@@ -516,7 +516,7 @@ def summarize_arm(
     config = config.for_task(("loss", "correct") if "test_error_curve" in rep else ("loss",))
   sign = 1.0 if config.select_better == "lower" else -1.0
   at_val = [
-      protocol_stats.best_val_index([None if v is None else sign * v for v in curve])
+      stats.best_val_index([None if v is None else sign * v for v in curve])
       for curve in rep[f"val_{config.select_metric}_curve"]
   ]
   intervals, by_seed = {}, {}
@@ -536,17 +536,17 @@ def summarize_arm(
   ttt = {}
   for target in config.targets:  # a classifier's (none without "correct")
     curves = np.asarray(rep["test_error_curve"], np.float64)
-    hits = [protocol_stats.first_reach(curve, steps, target) for curve in curves]
+    hits = [stats.first_reach(curve, steps, target) for curve in curves]
     entry = dict(steps=hits, reached=sum(h is not None for h in hits), n=len(hits))
     if all(h is not None for h in hits):
       comms = [comm(h) for h in hits]
       entry["summary"] = dict(
-          steps=protocol_stats.mean_interval(hits),
-          samples=protocol_stats.mean_interval([h * c.global_batch_size for h in hits]),
-          all_reduces=protocol_stats.mean_interval([a for (a, _), _ in comms]),
-          bytes=protocol_stats.mean_interval([b for (_, b), _ in comms]),
+          steps=stats.mean_interval(hits),
+          samples=stats.mean_interval([h * c.global_batch_size for h in hits]),
+          all_reduces=stats.mean_interval([a for (a, _), _ in comms]),
+          bytes=stats.mean_interval([b for (_, b), _ in comms]),
           modelled_s={
-              n.name: protocol_stats.mean_interval(
+              n.name: stats.mean_interval(
                   [
                       n.modelled_seconds(
                           h, step_s, across, within, c.num_workers, c.devices_per_worker
@@ -629,7 +629,7 @@ def _finish(
       wall_time_s=round(seconds, 1),
   )
   if workdir is not None:  # every file of the protocol, by its one writer
-    protocol_report.write_report(workdir, group_by, results)
+    write_report(workdir, group_by, results)
   return results
 
 

@@ -19,7 +19,7 @@ from typing import Callable
 import jax
 
 from easgd.core import elastic
-from easgd.parallel import link as link_lib
+from easgd.parallel import link
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,15 +134,15 @@ def worker_links(config) -> list[LinkSpec] | None:
     return None
   latency = 0.0
   if config.link_latency is not None:  # whole microseconds, bit/s and bytes, as tc's
-    latency = round(link_lib.seconds(config.link_latency) * 1e6) / 1e6
+    latency = round(link.seconds(config.link_latency) * 1e6) / 1e6
   specs = []
   for rate in rates:
     if rate is None:
       specs.append(LinkSpec(math.inf, math.inf, latency))
       continue
-    bit_s = round(link_lib.rate_bit_s(rate))
-    burst = link_lib.Link.default_burst(bit_s)
+    bit_s = round(link.rate_bit_s(rate))
+    burst = link.Link.default_burst(bit_s)
     if config.link_burst is not None:
-      burst = link_lib.size_bytes(config.link_burst)
+      burst = link.size_bytes(config.link_burst)
     specs.append(LinkSpec(bit_s / 8, round(burst), latency))
   return specs

@@ -18,7 +18,7 @@ from easgd._util.checks import Entries, Flag, Integer, OneOf, Real, Satisfies
 from easgd._util.flags import option
 from easgd.asynchrony.names import EXCHANGE_ORDERS, PUSH_TIMINGS
 from easgd.methods import registry
-from easgd.parallel import link as link_lib
+from easgd.parallel import link
 from easgd.parallel.names import BACKENDS
 from easgd.settings import runtime_table
 from easgd.tasks import datasets
@@ -83,7 +83,7 @@ class _LinkQuantity:
   def check(self, name: str, value, values: dict, error: type[Exception]) -> None:
     try:
       self.parse(value, name)
-    except link_lib.LinkError as e:
+    except link.LinkError as e:
       raise error(str(e)) from None
 
 
@@ -422,7 +422,7 @@ class TrainFields:
       "are bytes/s): a token bucket charges every push and pull of an exchange "
       "its bytes, and the worker sleeps for the delay (easgd.runtimes.link_emulation; "
       "it changes time, never results); None = no bandwidth limit.",
-      allowed=_LinkQuantity(link_lib.rate_bit_s),
+      allowed=_LinkQuantity(link.rate_bit_s),
   )
   link_rates: tuple[str, ...] = option(
       (),
@@ -430,7 +430,7 @@ class TrainFields:
       "texts, replacing link_rate; e.g. 1gbit,1gbit,1gbit,10mbit puts worker 3 "
       "behind a slow link); () = link_rate for every worker.",
       allowed=Entries(
-          _LinkQuantity(link_lib.rate_bit_s),
+          _LinkQuantity(link.rate_bit_s),
           "a tuple of rates (one per worker)",
           label="{name}[{i}]",
           per_worker="num_workers",
@@ -440,14 +440,14 @@ class TrainFields:
       None,
       "real runtimes only: the emulated link's fixed latency of every push and "
       "pull, in tc's spelling (e.g. '5ms'; s, ms, us); None = 0 s.",
-      allowed=_LinkQuantity(link_lib.seconds),
+      allowed=_LinkQuantity(link.seconds),
   )
   link_burst: str | None = option(
       None,
       "real runtimes only: the emulated link's bucket size, bytes in tc's spelling "
       "(e.g. '64kb'; b, k, kb, m, mb, g, gb of 1024); None = 1 ms of traffic at the "
       "rate, at least 16 KiB. Needs link_rate or link_rates.",
-      allowed=_LinkQuantity(link_lib.size_bytes),
+      allowed=_LinkQuantity(link.size_bytes),
   )
   sync_warmup_steps: int = option(
       0,

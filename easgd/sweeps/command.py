@@ -36,11 +36,10 @@ from easgd._util import flags
 from easgd._util.files import json_text, write_text_atomic
 from easgd.run import rundir, runlock
 from easgd.settings.config import ConfigError
-from easgd.sweeps import network as sweep_network
-from easgd.sweeps import quadratic
-from easgd.sweeps import report as sweep_report
+from easgd.sweeps import network, quadratic
 from easgd.sweeps.config import SweepConfig
 from easgd.sweeps.grid import SweepResult
+from easgd.sweeps.report import HEATMAP_METRICS, summarize, write_result
 
 CONFIG_FILE = "sweep_config.json"
 RESULT_FILES = ("sweep.csv", "sweep.json")
@@ -92,7 +91,7 @@ def run_sweep(
   config = config.validate()
   setup = None
   if "network" in config.problems:
-    setup = sweep_network.check_network(
+    setup = network.check_network(
         **_network_args(config),
         model=config.model,
         hessian_examples=config.hessian_examples,
@@ -150,7 +149,7 @@ def _run_parts(config: SweepConfig, setup, out: Path, plots: bool) -> dict[str, 
           divergence_factor=config.divergence_factor,
       )
     else:
-      res = sweep_network.sweep_network(
+      res = network.sweep_network(
           **_network_args(config),
           model="mlp" if setup.user_task else setup.model,  # a task: the default
           divergence_factor=config.divergence_factor,
@@ -164,14 +163,12 @@ def _run_parts(config: SweepConfig, setup, out: Path, plots: bool) -> dict[str, 
     res.info["total_wall_s"] = round(time.perf_counter() - start, 3)
     res.info["platform"] = jax.devices()[0].platform
     res.info["jax_version"] = jax.__version__
-    sweep_report.write_result(res, out / problem if len(config.problems) > 1 else out, plots)
+    write_result(res, out / problem if len(config.problems) > 1 else out, plots)
     results[problem] = res
   return results
 
 
-_HEATMAP = re.compile(
-    r"(%s)(_p\d+)?(_lr[^/]*)?\.png" % "|".join(map(re.escape, sweep_report.HEATMAP_METRICS))
-)
+_HEATMAP = re.compile(r"(%s)(_p\d+)?(_lr[^/]*)?\.png" % "|".join(map(re.escape, HEATMAP_METRICS)))
 
 
 def _sweep_entries(directory: Path) -> list[Path]:
@@ -244,6 +241,6 @@ def main_sweep(args: argparse.Namespace) -> int:
   config = SweepConfig(**overrides)
   results = run_sweep(config, args.workdir, overwrite=args.overwrite, plots=not args.no_plots)
   for res in results.values():
-    print(sweep_report.summarize(res))
+    print(summarize(res))
   print(f"results: {args.workdir}")
   return 0

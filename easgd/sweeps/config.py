@@ -188,10 +188,10 @@ class SweepConfig:
         easgd.tasks.task.TaskError: malformed task_args, or task_args
         without a task (the task itself is built by ``check_network``).
     """
-    from easgd.sweeps import network as sweep_network
     from easgd.sweeps import quadratic
     from easgd.sweeps.engine import SweepError, check_factor, check_int, check_real
     from easgd.sweeps.grid import check_num_steps
+    from easgd.sweeps.network import check_model_name, refuse_builtin_args
 
     checks.choice("problem", self.problem, PROBLEMS, error=SweepError)
     g = self.grid.validate()
@@ -222,7 +222,7 @@ class SweepConfig:
             "hessian_at_trained", self.hessian_at_trained, error=SweepError
         ),
         dataset=checks.choice("dataset", self.dataset, datasets.DATASETS, error=data.DataError),
-        model=sweep_network.check_model_name(self.model),
+        model=check_model_name(self.model),
         seed=check_int("seed", self.seed, 0, 2**32 - 1),
         data_dir=data_dir,
         task=self.task,
@@ -231,7 +231,7 @@ class SweepConfig:
     config = dataclasses.replace(self, **plain)
     reads.refuse_unread(config, RULES, SweepError, _FIELD_ORDER)
     if config.task is not None:
-      sweep_network.refuse_builtin_args(
+      refuse_builtin_args(
           config.task, dataset=config.dataset, model=config.model, data_dir=config.data_dir
       )
     if "quadratic" in config.problems:

@@ -27,8 +27,7 @@ from easgd._util import checks
 from easgd.analysis import hessian
 from easgd.core import algorithms
 from easgd.settings import builtin_tasks
-from easgd.sweeps import engine as sweep_engine
-from easgd.sweeps.engine import SweepError, check_factor, check_int, check_real
+from easgd.sweeps.engine import SweepError, check_factor, check_int, check_real, make_sweep_fn
 from easgd.sweeps.grid import (
     SweepGrid,
     SweepResult,
@@ -100,7 +99,7 @@ def network_fns(model):
 def _network_program(loss_fn, evaluate, num_workers: int, num_steps: int):
   loss_fn, eval_fn = _sweep_fns(loss_fn, evaluate)
   build = functools.partial(algorithms.easgd, loss_fn, num_workers=num_workers)
-  return sweep_engine.make_sweep_fn(build, num_workers, num_steps, eval_fn)
+  return make_sweep_fn(build, num_workers, num_steps, eval_fn)
 
 
 def _step_indices(n: int, num_workers: int, per_worker_batch_size: int, num_steps: int, seed: int):

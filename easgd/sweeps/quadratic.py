@@ -39,8 +39,16 @@ from jax import lax
 
 from easgd._util import checks
 from easgd.core import algorithms
-from easgd.sweeps import engine as sweep_engine
-from easgd.sweeps.engine import SweepError, check_factor, check_int, check_real
+from easgd.sweeps.engine import (
+    SweepError,
+    check_factor,
+    check_int,
+    check_real,
+    make_sweep_fn,
+    simulated_params,
+    simulated_step,
+    start_state,
+)
 from easgd.sweeps.grid import (
     SweepGrid,
     SweepResult,
@@ -84,8 +92,8 @@ def _run_one(
   """
   p = num_workers
   algorithm = _sync_easgd(alpha, tau, p)
-  step = sweep_engine.simulated_step(algorithm, p)
-  params_of = sweep_engine.simulated_params(algorithm, p)
+  step = simulated_step(algorithm, p)
+  params_of = simulated_params(algorithm, p)
   step_key = jax.random.key(0)  # the loss draws nothing; the noise comes as batch
   curvature = jnp.broadcast_to(eta_h, (p,))
 
@@ -104,7 +112,7 @@ def _run_one(
       log_norm = log_norm + jnp.log(norm)
     return (worker, shared, log_norm), (algorithm.center(shared), log_norm)
 
-  worker, shared = sweep_engine.start_state(algorithm, state0[:p], state0[p])
+  worker, shared = start_state(algorithm, state0[:p], state0[p])
   (worker, shared, _), (centers, log_norms) = lax.scan(
       body, (worker, shared, jnp.zeros((), state0.dtype)), jnp.arange(num_steps, dtype=jnp.int32)
   )
@@ -346,7 +354,7 @@ def _quadratic_program(num_workers: int, num_steps: int):
     return dict(center_loss=0.5 * h * center * center)
 
   build = functools.partial(algorithms.easgd, quadratic_loss, num_workers=num_workers)
-  return sweep_engine.make_sweep_fn(build, num_workers, num_steps, eval_fn)
+  return make_sweep_fn(build, num_workers, num_steps, eval_fn)
 
 
 def quadratic_start(
