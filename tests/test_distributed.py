@@ -30,6 +30,8 @@ from easgd.run import checkpoint, trainer
 from easgd.runtimes import training_run
 from easgd.settings.config import TrainConfig
 
+from testutil import wait_all
+
 pytestmark = pytest.mark.slow  # every test here starts processes
 
 STEPS = 20
@@ -125,16 +127,6 @@ def launch(workdir: Path, extra, peer_timeout=30, heartbeat_timeout=60, devices=
 
 def log_text(workdir: Path, i: int) -> str:
   return (workdir.parent / f"{workdir.name}.p{i}.log").read_text()
-
-
-def wait_all(procs, timeout):
-  try:
-    return [p.wait(timeout=timeout) for p in procs]
-  finally:
-    for p in procs:
-      if p.poll() is None:
-        p.kill()
-        p.wait()
 
 
 def assert_same_checkpoints(multi: Path, single: Path, config: TrainConfig):

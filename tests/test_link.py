@@ -23,6 +23,8 @@ import pytest
 from easgd import cli
 from easgd.parallel import link
 
+from testutil import wait_all
+
 ROOT = Path(__file__).resolve().parents[1]
 needs_namespaces = pytest.mark.skipif(
     link.unavailable() is not None, reason=f"no network namespaces: {link.unavailable()}"
@@ -253,16 +255,6 @@ def start_loopback(workdir: Path, extra, port: int) -> list[subprocess.Popen]:
   ]
 
 
-def wait_bounded(procs, timeout):
-  try:
-    return [p.wait(timeout=timeout) for p in procs]
-  finally:
-    for p in procs:
-      if p.poll() is None:
-        p.kill()
-        p.wait()
-
-
 @pytest.mark.slow
 @needs_namespaces
 def test_a_shaped_link_changes_time_never_results(tmp_path):
@@ -276,7 +268,7 @@ def test_a_shaped_link_changes_time_never_results(tmp_path):
   extra = ["--algorithm", "easgd", "--stop-after-steps", str(STEPS)]
   loopback = start_loopback(tmp_path / "loopback", extra, port)
   shaped = start_link(tmp_path / "shaped", "20mbit", extra)
-  codes = wait_bounded([shaped, *loopback], timeout=400)
+  codes = wait_all([shaped, *loopback], timeout=400)
   logs = {p.name: p.read_text()[-3000:] for p in tmp_path.glob("*.log")}
   assert codes == [0, 0, 0], logs
   nothing_left(shaped.pid)
@@ -311,7 +303,7 @@ def test_sigterm_mid_run_stops_the_processes_and_removes_the_link(tmp_path):
     proc.send_signal(signal.SIGTERM)
     code = proc.wait(timeout=120)
   finally:
-    wait_bounded([proc], timeout=1)
+    wait_all([proc], timeout=1)
   text = Path(f"{work}.log").read_text()
   assert code == 143 and text.rstrip().endswith("easgd: terminated (SIGTERM)"), text[-3000:]
   nothing_left(proc.pid)

@@ -244,3 +244,15 @@ def all_reduce_bytes(hlo_text):
   """(count, result bytes) of the all-reduce ops of a compiled program."""
   ops = all_reduce_ops(hlo_text)
   return len(ops), sum(b for _, b in ops)
+
+
+def wait_all(procs, timeout):
+  """The exit statuses of the subprocesses ``procs``, each waited for at most ``timeout``
+  seconds; any still running after that is killed (and reaped) before this returns."""
+  try:
+    return [p.wait(timeout=timeout) for p in procs]
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+        p.wait()
