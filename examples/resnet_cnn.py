@@ -231,16 +231,7 @@ def make_task(
     loss_b, correct_b = models.per_example_stats(logits, y)
     return {"loss": loss_b, "correct": correct_b}
 
-  augment = eval_transform = None
-  if crop_size is not None:
-
-    def augment(batch, rng):
-      x, y = batch
-      return batches.random_crop(x, crop_size, rng), y
-
-    def eval_transform(batch):
-      x, y = batch
-      return batches.center_crop(x, crop_size), y
+  augment, eval_transform = batches.crop_transforms(crop_size)
 
   return Task(
       name="resnet_cnn",

@@ -149,16 +149,7 @@ def classifier_task(
   def init(key):
     return models.init_params(model, shape, key)
 
-  augment = eval_transform = None
-  if crop_size is not None:
-
-    def augment(batch, rng):
-      x, y = batch
-      return batches.random_crop(x, crop_size, rng), y
-
-    def eval_transform(batch):
-      x, y = batch
-      return batches.center_crop(x, crop_size), y
+  augment, eval_transform = batches.crop_transforms(crop_size)
 
   center_state = None
   if models.has_batch_norm(model):

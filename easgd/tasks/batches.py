@@ -161,6 +161,32 @@ def center_crop(x: np.ndarray, size: int | None) -> np.ndarray:
 # --------------------------------------------------------------------------
 
 
+def crop_transforms(size: int | None):
+  """A task's ``augment`` and ``eval_transform`` (``easgd.tasks.task.Task``) of image crops.
+
+  Args:
+    size: the square crop's side in pixels, or None (no transform).
+
+  Returns:
+    ``(augment, eval_transform)``: ``augment((x, y), rng)`` takes a :func:`random_crop`
+    of every image of ``x`` [batch, H, W, C] and ``eval_transform((x, y))`` the
+    :func:`center_crop`, both giving [batch, size, size, C] and ``y`` unchanged;
+    ``(None, None)`` when ``size`` is None.
+  """
+  if size is None:
+    return None, None
+
+  def augment(batch, rng):
+    x, y = batch
+    return random_crop(x, size, rng), y
+
+  def eval_transform(batch):
+    x, y = batch
+    return center_crop(x, size), y
+
+  return augment, eval_transform
+
+
 def epoch_permutation(num_examples: int, seed: int, epoch: int) -> np.ndarray:
   """The order of the training examples in one epoch, fixed by (seed, epoch).
 
