@@ -186,10 +186,10 @@ RUNTIME_RULES = (
         lambda c: registry.SCHEDULE_FIELDS
         if runtime_table.TABLE[c.runtime].simulated_schedule
         else (),
-        runtime_table.refusal,
+        runtime_table.schedule_refusal,
     ),
     *(
-        Reads((name,), functools.partial(_read_by_runtime, name), runtime_table.refusal)
+        Reads((name,), functools.partial(_read_by_runtime, name), runtime_table.setting_refusal)
         for name in runtime_table.SETTINGS
     ),
 )

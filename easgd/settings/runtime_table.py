@@ -206,21 +206,23 @@ def devices_per_worker_error(config) -> str | None:
   )
 
 
-def refusal(config, name: str, value) -> str | None:
-  """The one-line refusal of ``name``, a runtime setting ``config``'s runtime does not read
-  (``easgd.settings.reads.RUNTIME_RULES``), else None."""
-  if name in SETTINGS:
-    readers = [n for n, s in TABLE.items() if name in s.reads]
-    note, otherwise = SETTINGS[name]
-    return (
-        f"{name}={value!r} is not read by runtime {config.runtime!r}{note}; use runtime "
-        f"{either(readers)}{otherwise}"
-    )
-  if name in registry.SCHEDULE_FIELDS and name in registry.TABLE[config.algorithm].reads:
-    simulated = either(n for n, s in TABLE.items() if s.simulated_schedule)
-    return (
-        f"{name}={value!r} sets the simulated exchange schedule (runtime {simulated}); "
-        f"runtime {config.runtime!r} runs the workers for real, their order and "
-        "staleness come from timing; for a straggler use worker_delays"
-    )
-  return None
+def setting_refusal(config, name: str, value) -> str:
+  """The one-line refusal of ``name`` (a :data:`SETTINGS` field) set to ``value`` on
+  ``config``'s runtime, which does not read it (``easgd.settings.reads.RUNTIME_RULES``)."""
+  readers = [n for n, s in TABLE.items() if name in s.reads]
+  note, otherwise = SETTINGS[name]
+  return (
+      f"{name}={value!r} is not read by runtime {config.runtime!r}{note}; use runtime "
+      f"{either(readers)}{otherwise}"
+  )
+
+
+def schedule_refusal(config, name: str, value) -> str:
+  """The one-line refusal of ``name`` (a field of the simulated exchange schedule,
+  ``easgd.methods.registry.SCHEDULE_FIELDS``) set to ``value`` on a runtime without one."""
+  simulated = either(n for n, s in TABLE.items() if s.simulated_schedule)
+  return (
+      f"{name}={value!r} sets the simulated exchange schedule (runtime {simulated}); "
+      f"runtime {config.runtime!r} runs the workers for real, their order and "
+      "staleness come from timing; for a straggler use worker_delays"
+  )
