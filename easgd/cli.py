@@ -256,6 +256,7 @@ def _add_run_arguments(p: argparse.ArgumentParser, name: str) -> None:
         f"{', '.join(registry.ALGORITHMS)} (default: "
         f"{','.join(registry.DEFAULT_COMPARISON)})",
     )
+    p.add_argument("--target-error", type=float, metavar="E", help="time to test error E, 0<E<1")
   _add_config_flags(p)
 
 
@@ -540,7 +541,8 @@ def _run(args) -> int:
     return 0
   from easgd.run.compare import RESULTS_MD, compare
 
-  compare(config, args.workdir, list(args.algorithms), overwrite=args.overwrite)
+  target = dict(target_error=args.target_error)  # --target-error: time to it in the table
+  compare(config, args.workdir, list(args.algorithms), overwrite=args.overwrite, **target)
   print((Path(args.workdir) / RESULTS_MD).read_text(), end="")
   print(f"plot: {Path(args.workdir) / 'comparison.png'}")
   return 0

@@ -404,5 +404,6 @@ def test_the_checkpoint_tree_is_declared_once():
       "epoch_losses",
       "shared",
       "step",
+      "train_seconds",
       "worker",
   ]

@@ -175,6 +175,7 @@ def test_two_processes_equal_one_process_with_four_devices(tmp_path, algorithm):
       "metrics.jsonl",
       "summary.json",
       "task.json",
+      "times.jsonl",
   ]
   assert_same_checkpoints(multi, tmp_path / "single", CONFIG)
 

@@ -267,6 +267,7 @@ def test_a_second_train_on_a_running_workdir_exits_2_and_the_first_completes(tmp
       "metrics.jsonl",
       "summary.json",
       "task.json",
+      "times.jsonl",
   ]  # lock released
 
 

@@ -21,6 +21,11 @@ the reduced buffers, what a ring all-reduce puts on the wire is 2 (p - 1) / p
 times this), and against simulated time in ticks (``easgd.methods.registry.
 simulated_ticks``: the asynchronous methods' clock with unequal worker speeds;
 with equal speeds one tick is one step for every method).
+
+With a target error (``--target-error E``, tasks with test accuracy) each row
+also gives the measured time to it: the first evaluation whose center test
+error is <= E, its training clock (``times.jsonl``) and step
+(``easgd.run.timing.time_to_target``; ``eval_every_steps`` narrows it).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from typing import Any, Sequence
 from easgd._util import checks
 from easgd._util.files import json_text, write_text_atomic
 from easgd.methods import registry
+from easgd.run import timing
 from easgd.run.rundir import check_workdir, drop_previous_run, move_aside, workdir_path
 from easgd.run.runlock import LOCK_FILES, hold_workdir
 from easgd.run.trainer import run_task, train_and_evaluate
@@ -78,12 +84,17 @@ def _settings(config: TrainConfig) -> dict[str, Any]:
   return {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items()}
 
 
-def _row(summary: dict[str, Any], config: TrainConfig) -> dict[str, Any]:
+def _row(
+    summary: dict[str, Any], config: TrainConfig, reached: dict[str, Any] | None = None
+) -> dict[str, Any]:
   """A table row of a run's summary (``summary["history"]``: its records).
 
   ``test_accuracy`` and ``best_test_accuracy`` are absent for a task whose
   ``evaluate`` has no ``"correct"``; ``best_test_loss`` is the lowest center
-  test loss of the evaluated epochs.
+  test loss of the evaluated epochs. ``reached``: the run's
+  ``easgd.run.timing.time_to_target`` with its ``target_error``, given as
+  ``target_error``, ``time_to_target_s``, ``time_to_target_step`` and
+  ``time_to_target_bracket_s`` (None: not reached); None: absent.
   """
   final, comm = summary["final"], summary["communication"]
   accuracy = (
@@ -104,6 +115,16 @@ def _row(summary: dict[str, Any], config: TrainConfig) -> dict[str, Any]:
       all_reduces_per_worker=comm["all_reduces"],
       mb_per_worker=comm["bytes"] / 1e6,
       wall_time_s=summary["wall_time_s"],
+      **(
+          {}
+          if reached is None
+          else dict(
+              target_error=reached["target_error"],
+              time_to_target_s=reached["time_s"],
+              time_to_target_step=reached["step"],
+              time_to_target_bracket_s=reached["bracket_s"],
+          )
+      ),
   )
 
 
@@ -148,7 +169,8 @@ def results_table(rows: Sequence[dict[str, Any]], notes: Sequence[str] = ()) -> 
       (algorithm, num_workers, settings, epochs, test_accuracy (fraction,
       absent for a task without a ``"correct"`` metric), best_test_accuracy,
       test_loss, best_test_loss, all_reduces_per_worker, mb_per_worker,
-      wall_time_s).
+      wall_time_s; with a target error: target_error, time_to_target_s,
+      time_to_target_step).
     notes: lines printed under the table (e.g. settings an algorithm did not
       read).
 
@@ -157,9 +179,11 @@ def results_table(rows: Sequence[dict[str, Any]], notes: Sequence[str] = ()) -> 
     test accuracy in percent, or, when a row has no accuracy (a task whose
     ``evaluate`` gives only losses), its final and lowest test loss (nats per
     example, as the task's ``"loss"``); one column per setting that differs
-    between the rows ("-": not read).
+    between the rows ("-": not read); with a target error, the measured time
+    to it (s) and its step ("-": not reached).
   """
   diff = differing_settings(rows)
+  target = next((r["target_error"] for r in rows if "target_error" in r), None)
   accuracy = all(r.get("test_accuracy") is not None for r in rows)
   fmt = (
       lambda v: "-"
@@ -183,6 +207,7 @@ def results_table(rows: Sequence[dict[str, Any]], notes: Sequence[str] = ()) -> 
           "MB / worker",
           "wall time (s)",
       ]
+      + ([] if target is None else [f"time to {target:g} error (s)", "at step"])
   )
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for r in rows:
@@ -200,6 +225,11 @@ def results_table(rows: Sequence[dict[str, Any]], notes: Sequence[str] = ()) -> 
             f"{r['mb_per_worker']:.1f}",
             f"{r['wall_time_s']:.0f}",
         ]
+        + (
+            []
+            if target is None
+            else [fmt(r.get("time_to_target_s")), fmt(r.get("time_to_target_step"))]
+        )
     )
     lines.append("| " + " | ".join(cells) + " |")
   text = "\n".join(lines) + "\n"
@@ -277,6 +307,7 @@ def compare(
     *,
     overwrite: bool = False,
     task: Task | None = None,
+    target_error: float | None = None,
 ) -> list[dict[str, Any]]:
   """Runs ``algorithms`` on ``config``'s data budget; writes plot and table.
 
@@ -293,6 +324,10 @@ def compare(
       names (``config.task``, an import path, or the built-in ``dataset`` and
       ``model``). A task without a ``"correct"`` metric is compared by its
       center test loss (table and plot).
+    target_error: a center test error in (0, 1): each row adds the measured
+      time to reach it (``easgd.run.timing.time_to_target`` of the run's
+      ``metrics.jsonl`` and ``times.jsonl``); a task with test accuracy only.
+      None: not measured.
 
   Returns:
     One table row (dict) per algorithm, also in ``results.json`` (with the
@@ -303,8 +338,9 @@ def compare(
       names, unknown or repeated algorithm names, bad config values, a
       shared setting none of them reads, or a workdir that already holds runs
       (without ``overwrite``), or a value derived from the data's size that
-      one run refuses (:func:`resolve_runs`); checked for every algorithm
-      before the first one starts.
+      one run refuses (:func:`resolve_runs`), a ``target_error`` not in
+      (0, 1) or with a task without test accuracy; checked for every
+      algorithm before the first one starts.
     easgd.tasks.task.TaskError: a task that does not build or fit the runs
       (:func:`resolve_runs`), before the first one starts.
     easgd.run.runlock.WorkdirInUseError: another command holds ``workdir`` or one
@@ -325,13 +361,33 @@ def compare(
   if len(set(algorithms)) != len(algorithms):
     raise ConfigError(f"algorithms has repeats: {algorithms}")
   workdir = workdir_path(workdir)
+  if target_error is not None:
+    target_error = checks.real(
+        "target_error", target_error, 0, 1, open_low=True, open_high=True, error=ConfigError
+    )
   configs, notes = plan(config, algorithms)
   task = resolve_runs(configs, task)
+  if target_error is not None:
+    _check_accuracy(configs[0], task, target_error)
   with hold_workdir(workdir, "compare"):  # its own directory; each run locks its own
-    return _compare(config, workdir, algorithms, configs, notes, overwrite, task)
+    return _compare(config, workdir, algorithms, configs, notes, overwrite, task, target_error)
 
 
-def _compare(config, workdir, algorithms, configs, notes, overwrite, task) -> list[dict[str, Any]]:
+def _check_accuracy(config: TrainConfig, task: Task, target_error: float) -> None:
+  """Refuses a target error for a task whose evaluation gives no test accuracy."""
+  from easgd.runtimes.training_run import checked_task
+
+  metrics = checked_task(config, task)[1]
+  if "correct" not in metrics:
+    raise ConfigError(
+        f"target_error={target_error:g} needs a task with test accuracy (a 'correct' metric); "
+        f"task {task.name!r} evaluates {', '.join(metrics)}; allowed: no target error"
+    )
+
+
+def _compare(
+    config, workdir, algorithms, configs, notes, overwrite, task, target_error=None
+) -> list[dict[str, Any]]:
   """:func:`compare` in ``workdir``, whose lock the caller holds."""
   for a in algorithms:
     check_workdir(workdir / a, overwrite, resumable=False)  # compare cannot resume
@@ -342,7 +398,18 @@ def _compare(config, workdir, algorithms, configs, notes, overwrite, task) -> li
     )
   _set_aside_comparison(workdir)
   summaries = [train_and_evaluate(c, workdir / c.algorithm, task=task) for c in configs]
-  rows = [_row(s, c) for s, c in zip(summaries, configs)]
+  reached = [None] * len(configs)
+  if target_error is not None:  # each run's measured time to the target
+    reached = [
+        dict(
+            timing.time_to_target(
+                s["history"], timing.read_times(workdir / c.algorithm), target_error
+            ),
+            target_error=target_error,
+        )
+        for s, c in zip(summaries, configs)
+    ]
+  rows = [_row(s, c, r) for s, c, r in zip(summaries, configs, reached)]
   from easgd.run.plotting import plot_comparison
   # simulated time: with the shared worker speeds, a synchronous method waits
   # for the slowest worker at every step (registry.simulated_ticks)

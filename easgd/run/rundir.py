@@ -14,6 +14,10 @@ A run directory (``workdir``) holds, each file replaced atomically
                       interrupt between the two leaves one record past the
                       latest checkpoint, which a resumed run drops and
                       redoes (:func:`resumed_history`);
+  ``times.jsonl``     the run's training clock at each record of
+                      ``metrics.jsonl``, ``{"step", "time_s"}``, same steps,
+                      written with it (timings stay out of the bit-for-bit
+                      metrics; ``easgd.run.timing``);
   ``summary.json``    resolved config, layout, communication totals, the
                       last metrics record (``final``) and its step
                       (``final_step``: the last evaluation, which for a
@@ -69,11 +73,12 @@ from easgd.settings.config import ConfigError, TrainConfig
 from easgd.tasks.task import fingerprint_differences
 
 METRICS_FILE = "metrics.jsonl"
+TIMES_FILE = "times.jsonl"  # the training clock of each evaluation (easgd.run.timing)
 EXCHANGES_FILE = "exchanges.jsonl"  # asynchronous algorithms: the realised exchanges
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "config.json"
 TASK_FILE = "task.json"  # the task's fingerprint (easgd.tasks.task.fingerprint)
-RUN_FILES = (METRICS_FILE, SUMMARY_FILE, CONFIG_FILE, EXCHANGES_FILE, TASK_FILE)
+RUN_FILES = (METRICS_FILE, TIMES_FILE, SUMMARY_FILE, CONFIG_FILE, EXCHANGES_FILE, TASK_FILE)
 PREVIOUS_RUN_DIR = "previous_run"
 
 # Fields that may differ between a run and its resumption: where it runs and how
@@ -482,23 +487,60 @@ def read_history(workdir: Path, up_to_step: int | None = None) -> list[dict[str,
   return [r for r, t in zip(records, steps) if up_to_step is None or t <= up_to_step]
 
 
+def evaluated(config: TrainConfig, steps_per_epoch: int, step: int) -> bool:
+  """Whether a run evaluates (and records) the center after global step ``step`` >= 1.
+
+  Args:
+    config: the run's config (``eval_every_epochs``, ``eval_every_steps``,
+      ``num_epochs``).
+    steps_per_epoch: global steps per epoch.
+    step: global steps done.
+
+  Returns:
+    True at the end of every ``eval_every_epochs``-th epoch and of the last
+    one, and (``eval_every_steps`` > 0) at every multiple of
+    ``eval_every_steps``.
+  """
+  every = config.eval_every_steps
+  if every and step % every == 0:
+    return True
+  epoch, within = divmod(step, steps_per_epoch)
+  return within == 0 and (epoch % config.eval_every_epochs == 0 or epoch == config.num_epochs)
+
+
+def record_epoch(step: int, steps_per_epoch: int) -> int | float:
+  """A record's ``epoch``: completed epochs after global step ``step``.
+
+  An int at an epoch's end (the records of ``eval_every_steps`` 0 are as
+  before it existed); inside an epoch ``step / steps_per_epoch`` rounded to
+  6 digits (e.g. 33 of 22 steps per epoch: 1.5).
+  """
+  epoch, within = divmod(step, steps_per_epoch)
+  return epoch if within == 0 else round(step / steps_per_epoch, 6)
+
+
 def evaluation_steps(config: TrainConfig, steps_per_epoch: int, up_to_step: int) -> list[int]:
   """The steps of the evaluations a run has recorded by ``up_to_step``.
 
   Args:
-    config: the run's config (``eval_every_epochs``, ``num_epochs``).
+    config: the run's config (``eval_every_epochs``, ``eval_every_steps``,
+      ``num_epochs``).
     steps_per_epoch: global steps per epoch.
     up_to_step: global steps done.
 
   Returns:
-    Step 0 and the ends of the evaluated epochs (every ``eval_every_epochs``,
-    and the last epoch) up to ``up_to_step``, ascending.
+    Step 0 and the steps :func:`evaluated` up to ``up_to_step``, ascending:
+    the ends of the evaluated epochs (every ``eval_every_epochs``, and the
+    last epoch) and the multiples of ``eval_every_steps`` (if > 0), once each.
   """
-  return [0] + [
+  epochs = {
       e * steps_per_epoch
       for e in range(1, up_to_step // steps_per_epoch + 1)
       if e % config.eval_every_epochs == 0 or e == config.num_epochs
-  ]
+  }
+  every = config.eval_every_steps
+  dense = set(range(every, up_to_step + 1, every)) if every else set()
+  return [0, *sorted(epochs | dense)]
 
 
 def resumed_history(

@@ -4,7 +4,8 @@ The one owner of what a run writes and checks: the workdir lock
 (``easgd.run.runlock``), its checks and resume (``easgd.run.rundir``), the
 checkpoint at every boundary (its tree: ``easgd.runtimes.executor.checkpoint_tree``),
 the evaluation (``easgd.runtimes.training_run.Run.evaluate``), ``metrics.jsonl``
-and its TensorBoard events, the exchange log, ``summary.json`` and the
+and its TensorBoard events, the training clock of each record (``times.jsonl``,
+``easgd.run.timing``), the exchange log, ``summary.json`` and the
 divergence checks. A runtime's ``easgd.runtimes.executor.Executor`` gives its
 state and executes the steps. The order of a boundary's files, and why:
 docs/guides/architecture.md, docs/guides/checkpoints.md.
@@ -24,7 +25,7 @@ from easgd._util.files import check_interrupt
 from easgd._util.progress import progress_bar
 from easgd.methods import registry
 from easgd.parallel import distributed
-from easgd.run import rundir, runlock, tensorboard
+from easgd.run import checkpoint, rundir, runlock, tensorboard, timing
 from easgd.runtimes import async_runs
 from easgd.runtimes.divergence import (
     DivergenceError,
@@ -256,7 +257,7 @@ def _train(config, workdir, resume, stop_after_steps, faults, task, task_record)
   spe = run.steps_per_epoch
   events = None  # the primary's TensorBoard events, appended at each record
   try:
-    step, history, events = _begin(run, executor, ckpt, workdir, resume, primary)
+    step, history, times, events = _begin(run, executor, ckpt, workdir, resume, primary)
     last = run.total_steps if stop_after_steps is None else min(run.total_steps, stop_after_steps)
     runtime = "" if config.runtime == runtime_table.DEFAULT else f" [{config.runtime}]"
     progress = progress_bar(
@@ -267,26 +268,26 @@ def _train(config, workdir, resume, stop_after_steps, faults, task, task_record)
         disable=not (config.progress and step < last and primary),
     )
     files = functools.partial(
-        _write_boundary, run, executor, ckpt, workdir, history, progress, primary, events
+        _write_boundary, run, executor, ckpt, workdir, history, times, progress, primary, events
     )
     try:
       executor.start(lambda steps: progress.update(steps - progress.n))
       pending = None  # the last boundary's files, written in the next run_to
       while step < last:
         check_interrupt()  # a signal whose exception was swallowed stops here
-        epoch = step // spe + 1  # the next boundary: epoch end, checkpoint, or stop
+        epoch = step // spe + 1  # the next boundary: epoch end, checkpoint, evaluation, stop
         boundary = min(epoch * spe, last)
-        if config.checkpoint_every_steps:
-          every = config.checkpoint_every_steps
-          boundary = min(boundary, (step // every + 1) * every)
+        for every in (config.checkpoint_every_steps, config.eval_every_steps):
+          if every:  # a checkpoint, an evaluation inside the epoch
+            boundary = min(boundary, (step // every + 1) * every)
         step = boundary
         executor.run_to(step, while_running=pending)
-        evaluated = step == epoch * spe and (
-            epoch % config.eval_every_epochs == 0 or epoch == config.num_epochs
-        )
+        evaluated = rundir.evaluated(config, spe, step)
         snapshot = executor.state_for_checkpoint(evaluated)
+        seconds = executor.train_seconds()  # the clock of the snapshot
         _check_finite(run, snapshot)
-        pending = functools.partial(files, snapshot, epoch if evaluated else None)
+        epoch = rundir.record_epoch(step, spe) if evaluated else None
+        pending = functools.partial(files, snapshot, epoch, seconds)
       if pending is not None:
         pending()
     finally:
@@ -309,10 +310,11 @@ def _train(config, workdir, resume, stop_after_steps, faults, task, task_record)
 
 def _begin(
     run: Run, executor: Executor, ckpt, workdir, resume: bool, primary: bool
-) -> tuple[int, list[dict], tensorboard.RunEvents | None]:
-  """(step, history, events) at the start: a restored checkpoint, or step 0 evaluated.
+) -> tuple[int, list[dict], list[dict], tensorboard.RunEvents | None]:
+  """(step, history, times, events) at the start: a restored checkpoint, or step 0 evaluated.
 
-  A resumed run rewrites ``metrics.jsonl`` and the exchange log to its
+  A resumed run rewrites ``metrics.jsonl``, ``times.jsonl``
+  (``easgd.run.timing.resumed_times``) and the exchange log to its
   checkpoint's step: what an interrupt left past the checkpoint is redone
   (and TensorBoard drops its events: ``easgd.run.tensorboard.RunEvents``).
   ``events`` is None on a process that writes no files.
@@ -323,22 +325,42 @@ def _begin(
   """
   config_fields = run.config.to_dict()
   if resume and ckpt.latest_step() is not None:
-    restored = ckpt.restore(target=executor.checkpoint_target())
+    restored = _restore(ckpt, executor.checkpoint_target())
     step = int(restored["step"])
     history = rundir.resumed_history(run.config, workdir, run.steps_per_epoch, step)
+    times = timing.resumed_times(workdir, history)
     snapshot = executor.restore(restored)
     events = None
     if primary:
       rundir.write_metrics(workdir, history)
+      timing.write_times(workdir, times)
       events = tensorboard.RunEvents(workdir, config_fields, history, resumed_step=step)
       _write_exchange_log(run, workdir, snapshot)
-    return step, history, events
+    return step, history, times, events
   history = [_evaluate(run, executor, executor.initial_state(), 0)]
   measured = time.time()  # the evaluation's wall clock (its TensorBoard events)
+  times = [timing.clock_record(0, 0.0)]
   if not primary:
-    return 0, history, None
+    return 0, history, times, None
   rundir.write_metrics(workdir, history)
-  return 0, history, tensorboard.RunEvents(workdir, config_fields, history, wall_time=measured)
+  timing.write_times(workdir, times)
+  events = tensorboard.RunEvents(workdir, config_fields, history, wall_time=measured)
+  return 0, history, times, events
+
+
+def _restore(ckpt: checkpoint.Checkpointer, target: dict) -> dict:
+  """The latest checkpoint; one saved before runtime "spmd" kept its clock (no
+  ``train_seconds``) is restored without it (the clock restarts at 0 there)."""
+  try:
+    return ckpt.restore(target=target)
+  except checkpoint.CheckpointError as e:
+    if "train_seconds" not in target:
+      raise
+    error = e
+  try:
+    return ckpt.restore(target={k: v for k, v in target.items() if k != "train_seconds"})
+  except checkpoint.CheckpointError:
+    raise error from None
 
 
 def _check_finite(run: Run, snapshot: Snapshot) -> None:
@@ -348,8 +370,9 @@ def _check_finite(run: Run, snapshot: Snapshot) -> None:
   run.check_finite(snapshot.losses, snapshot.step - len(snapshot.losses), snapshot.state)
 
 
-def _evaluate(run: Run, executor: Executor, snapshot: Snapshot, epoch: int) -> dict:
-  """The metrics record of ``snapshot`` after ``epoch`` epochs (checked finite)."""
+def _evaluate(run: Run, executor: Executor, snapshot: Snapshot, epoch: int | float) -> dict:
+  """The metrics record of ``snapshot`` after ``epoch`` epochs (checked finite; inside
+  an epoch ``train_loss`` is the mean of the snapshot's losses: spmd, the epoch's so far)."""
   record = run.evaluate(*executor.evaluate_inputs(snapshot), epoch, snapshot.step, snapshot.losses)
   record.update(snapshot.record)
   return record
@@ -361,17 +384,21 @@ def _write_boundary(
     ckpt,
     workdir,
     history,
+    times,
     progress,
     primary,
     events,
     snapshot: Snapshot,
-    epoch: int | None,
+    epoch: int | float | None,
+    seconds: float,
 ) -> None:
-  """A boundary's files: (evaluated epochs) the record, then the log, then the checkpoint.
+  """A boundary's files: (evaluated) the record, then the log, then the checkpoint.
 
-  The record goes to ``metrics.jsonl``, then is appended to the TensorBoard
-  events (``events``, flushed, with the evaluation's wall clock). Both files
-  come before the checkpoint: an interrupt between them leaves a record and
+  The record (``epoch``: its epochs done, ``easgd.run.rundir.record_epoch``)
+  goes to ``metrics.jsonl``, its clock ``seconds`` (``Executor.train_seconds``
+  at the snapshot) to ``times.jsonl``, then the record is appended to the
+  TensorBoard events (``events``, flushed, with the evaluation's wall clock).
+  These files come before the checkpoint: an interrupt between them leaves a record and
   log entries past the latest checkpoint, which a resumed run drops and
   redoes; a non-finite evaluation (DivergenceError) writes nothing. Only the
   primary process writes files; every process saves its checkpoint.
@@ -380,8 +407,10 @@ def _write_boundary(
     record = _evaluate(run, executor, snapshot, epoch)
     measured = time.time()
     history.append(record)
+    times.append(timing.clock_record(snapshot.step, seconds))
     if primary:
       rundir.write_metrics(workdir, history)
+      timing.write_times(workdir, times)
       events.record(record, measured)
     if "test_accuracy" in record:
       progress.set_postfix(test_acc=f"{record['test_accuracy']:.4f}", refresh=False)

@@ -233,7 +233,7 @@ class AsyncExecutor:
     self.worker_states = self.shared = None
     self.log: list[dict] = []
     self.loss_sum, self.loss_count = np.zeros(p), np.zeros(p, np.int64)
-    self.train_seconds, self.train_start, self.step = 0.0, 0.0, 0
+    self.seconds, self.train_start, self.step = 0.0, 0.0, 0
     self.latest = ([0] * p, self.log)  # (clocks, log) of the latest checkpoint
 
   def checkpoint_target(self) -> dict:
@@ -260,7 +260,7 @@ class AsyncExecutor:
     self.worker_states = unstack_workers(restored["worker"], p)
     self.shared = restored["shared"]
     self.loss_sum, self.loss_count = restored["loss_sum"], restored["loss_count"]
-    self.train_seconds = float(restored["train_seconds"])
+    self.seconds = float(restored["train_seconds"])
     self.step = int(restored["step"])
     self.latest = (_clocks(restored["worker"]), self.log)
     return Snapshot(self.step, restored, self._no_losses(), {}, log=self.log)
@@ -273,7 +273,7 @@ class AsyncExecutor:
     """
     config, p = self.run.config, self.run.config.num_workers
     self.backend = _make_backend(
-        config, self.run, self.setup, self.worker_states, self.shared, self.log, self.train_seconds
+        config, self.run, self.setup, self.worker_states, self.shared, self.log, self.seconds
     )
     for worker, clock in self.faults.items():
       self.backend.arm_fault(int(worker), int(clock))
@@ -287,7 +287,7 @@ class AsyncExecutor:
         faults=logged_faults(self.log),
     )  # resumed: a stopped worker stays so
     self.driver.loss_sum[:], self.driver.loss_count[:] = self.loss_sum, self.loss_count
-    self.train_start = time.perf_counter() - self.train_seconds
+    self.train_start = time.perf_counter() - self.seconds
 
   def run_to(self, step: int, while_running: Callable[[], None] | None = None) -> None:
     """Runs the workers until their clocks sum to ``step * num_workers``.
@@ -304,6 +304,7 @@ class AsyncExecutor:
     """The idle workers' state, the master's, the log and (``evaluated``) the losses."""
     driver, step = self.driver, self.step
     seconds = time.perf_counter() - self.train_start
+    self.seconds = seconds  # the clock of this boundary (train_seconds)
     workers_now, shared_now, log_now = self.backend.state()
     stacked = stack_workers(workers_now)
     shared_now = shared_now._replace(step=np.asarray(step, np.int32))
@@ -330,6 +331,11 @@ class AsyncExecutor:
         nonfinite=driver.nonfinite,
         log=log_now,
     )
+
+  def train_seconds(self) -> float:
+    """Seconds of training since the run began, compilation excluded, at the
+    latest boundary: its record's ``wall_time_s`` (unrounded)."""
+    return self.seconds
 
   def _no_losses(self) -> np.ndarray:
     return np.zeros((0, self.run.config.num_workers), np.float32)

@@ -33,7 +33,7 @@ RUNTIME_ENTRIES = {
     "loss_count": np.int64,
     # threads, ray: the exchange log's records at the checkpoint, [] (a resume cuts it there)
     "log_length": np.int64,
-    # threads, ray: seconds of training so far (compilation excluded), []
+    # every runtime: the training clock so far, seconds (Executor.train_seconds), []
     "train_seconds": np.float64,
 }
 """A runtime's own entries of a checkpoint, by name: their dtype (:func:`checkpoint_tree`)."""
@@ -146,6 +146,7 @@ class Executor(Protocol):
       an evaluation follows, so the training losses are taken).
     evaluate_inputs(snapshot): (worker, shared) on the run's devices for
       ``Run.evaluate`` (called before the next ``run_to``).
+    train_seconds(): the run's training clock at the latest boundary (seconds).
     summary_fields(): the runtime's entries of ``summary.json``.
     close(): stop workers (always called).
   """
@@ -169,6 +170,17 @@ class Executor(Protocol):
     ...
 
   def evaluate_inputs(self, snapshot: Snapshot) -> tuple[Any, Any]:
+    ...
+
+  def train_seconds(self) -> float:
+    """Seconds of training on the run's clock at the latest boundary.
+
+    Time spent running steps, summed over the run's invocations (restored from
+    the checkpoint's ``train_seconds``); not evaluations, files or checkpoints,
+    nor compilation (SPMD: the first step an invocation runs and the
+    compilations JAX reports later; threads/Ray: their warm-up). 0.0 at the
+    start. Written to ``times.jsonl`` (``easgd.run.timing``).
+    """
     ...
 
   def summary_fields(self) -> dict[str, Any]:

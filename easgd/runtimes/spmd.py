@@ -8,6 +8,7 @@ The executor of runtime "spmd" of the one training loop
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 import jax
@@ -22,7 +23,9 @@ from easgd.runtimes.training_run import Run, global_batch, host_losses
 from easgd.tasks import batches
 
 
-def to_checkpoint(run: Run, worker, shared, step: int, epoch_losses) -> dict:
+def to_checkpoint(
+    run: Run, worker, shared, step: int, epoch_losses, train_seconds: float = 0.0
+) -> dict:
   """The checkpoint's tree (``easgd.runtimes.executor.checkpoint_tree``) of a state.
 
   Args:
@@ -31,13 +34,19 @@ def to_checkpoint(run: Run, worker, shared, step: int, epoch_losses) -> dict:
     step: global steps done.
     epoch_losses: this epoch's per-step worker losses so far (:func:`host_losses`'
       input or output), saved as ``epoch_losses`` float32 [steps_per_epoch, p].
+    train_seconds: the training clock (``SpmdExecutor.train_seconds``), seconds.
   """
   losses = np.zeros((run.steps_per_epoch, run.config.num_workers), np.float32)
   done = host_losses(epoch_losses, run.config.num_workers)
   losses[: len(done)] = done
   shared_host = placement.first_copy(shared)
   return executor.checkpoint_tree(
-      run.algorithm, placement.merge_workers(worker), shared_host, step, epoch_losses=losses
+      run.algorithm,
+      placement.merge_workers(worker),
+      shared_host,
+      step,
+      epoch_losses=losses,
+      train_seconds=train_seconds,
   )
 
 
@@ -63,6 +72,7 @@ def checkpoint_target(run: Run) -> dict:
       shared,
       run.config.num_workers,
       epoch_losses=(run.steps_per_epoch, run.config.num_workers),
+      train_seconds=(),
   )
 
 
@@ -99,6 +109,11 @@ def center_lag_steps(algorithm: Algorithm, name: str, steps_done: int) -> int | 
   return steps_done - t - (0 if spec.family == "elastic" else 1)
 
 
+COMPILE_EVENTS = "/jax/core/compile/"
+"""The prefix of the ``jax.monitoring`` duration events of a compilation (tracing,
+lowering, backend compile, a persistent-cache hit's retrieval included)."""
+
+
 class SpmdExecutor:
   """Runtime "spmd" of the training loop (``easgd.runtimes.executor.Executor``).
 
@@ -106,7 +121,11 @@ class SpmdExecutor:
   step's batch (``batches.worker_batch_indices`` of its epoch, random crops
   fixed by (seed, epoch, step)); each process feeds only its own workers.
   The state stays on the devices; a :class:`~easgd.runtimes.executor.Snapshot`
-  reads it to the host.
+  reads it to the host. The training clock (:meth:`train_seconds`) runs while
+  ``run_to`` runs steps, up to the end of the segment's last step (waited
+  for), from the end of the first step this executor runs (it compiles), less
+  the compilations JAX reports meanwhile (:data:`COMPILE_EVENTS`: the second
+  step may compile again, for its inputs' placement).
 
   Args:
     run: the run's :class:`Run`.
@@ -119,6 +138,10 @@ class SpmdExecutor:
     self.epoch_losses = []  # this epoch's losses: device arrays [d, w] (or host rows)
     self.on_progress = lambda steps: None
     self._order = (None, None)  # (epoch, its batch indices)
+    self.seconds = 0.0  # the training clock (train_seconds)
+    self.compiled = False  # the first step (which compiles) has run
+    self.compiling = 0.0  # seconds of compilation reported while started
+    self.listening = False
 
   def checkpoint_target(self) -> dict:
     """Host zeros of the checkpoint's tree (:func:`checkpoint_target`)."""
@@ -127,23 +150,34 @@ class SpmdExecutor:
   def initial_state(self) -> executor.Snapshot:
     """Every worker at the initial parameters, on the devices; step 0."""
     self.worker, self.shared = self.run.initial_state()
-    self.step, self.epoch_losses = 0, []
+    self.step, self.epoch_losses, self.seconds = 0, [], 0.0
     return executor.Snapshot(0, None, host_losses([], self.run.config.num_workers), {})
 
   def restore(self, restored: dict) -> executor.Snapshot:
     """The restored checkpoint placed on this run's devices (any device count)."""
     self.worker, self.shared, self.step, self.epoch_losses = from_checkpoint(self.run, restored)
+    # a checkpoint saved before the clock was: it restarts at 0 (easgd.run.timing)
+    self.seconds = float(restored.get("train_seconds", 0.0))
     return executor.Snapshot(self.step, restored, host_losses([], self.run.config.num_workers), {})
 
   def start(self, on_progress: Callable[[int], None]) -> None:
-    """Nothing to start (compiled on the first step); keeps ``on_progress``."""
+    """Listens for compilations (compiled on the first step); keeps ``on_progress``."""
     self.on_progress = on_progress
+    if not self.listening:
+      jax.monitoring.register_event_duration_secs_listener(self._compiled_for)
+      self.listening = True
+
+  def _compiled_for(self, event: str, duration_secs: float, **kwargs) -> None:
+    if event.startswith(COMPILE_EVENTS):
+      self.compiling += float(duration_secs)
 
   def run_to(self, step: int, while_running: Callable[[], None] | None = None) -> None:
-    """``while_running()``, then the steps up to global step ``step``."""
+    """``while_running()``, then the steps up to global step ``step``, timed."""
     if while_running is not None:  # before the next step: the state is the boundary's
       while_running()
     run = self.run
+    began = time.perf_counter() if self.compiled else None
+    compiling, loss = self.compiling, None
     while self.step < step:
       check_interrupt()  # a signal whose exception was swallowed stops here
       batch = self._batch(self.step)
@@ -157,8 +191,19 @@ class SpmdExecutor:
         # (fake) CPU devices.
         jax.block_until_ready(self.epoch_losses[-1])
       self.epoch_losses.append(loss)  # device arrays, read at boundaries
+      if not self.compiled:  # the clock starts once the first step (compiled) is done
+        jax.block_until_ready(loss)
+        self.compiled, began, compiling = True, time.perf_counter(), self.compiling
       self.step += 1
       self.on_progress(self.step)
+    if began is not None and loss is not None:
+      jax.block_until_ready(loss)  # the segment's last step is done
+      elapsed = time.perf_counter() - began - (self.compiling - compiling)
+      self.seconds += max(elapsed, 0.0)
+
+  def train_seconds(self) -> float:
+    """The training clock in seconds (``easgd.runtimes.executor.Executor``)."""
+    return self.seconds
 
   def _batch(self, step: int):
     """This process's workers' batch of global step ``step``, split per device."""
@@ -186,7 +231,7 @@ class SpmdExecutor:
     """The state and this epoch's losses, read from the devices once."""
     del evaluated  # the losses since the epoch's start are always in the snapshot
     losses = host_losses(self.epoch_losses, self.run.config.num_workers)
-    state = to_checkpoint(self.run, self.worker, self.shared, self.step, losses)
+    state = to_checkpoint(self.run, self.worker, self.shared, self.step, losses, self.seconds)
     if self.step % self.run.steps_per_epoch == 0:  # an epoch end: its losses are read
       self.epoch_losses = []
     return executor.Snapshot(self.step, state, losses, {})
@@ -231,5 +276,7 @@ class SpmdExecutor:
     )
 
   def close(self) -> None:
-    """Nothing to stop."""
-    pass
+    """Stops listening for compilations."""
+    if self.listening:
+      jax.monitoring.unregister_event_duration_listener(self._compiled_for)
+      self.listening = False

@@ -335,6 +335,13 @@ class TrainFields:
   eval_every_epochs: int = option(
       1, "evaluate the center every this many epochs (and last).", allowed=Integer(1)
   )
+  eval_every_steps: int = option(
+      0,
+      "also evaluate the center every this many global steps, inside epochs too "
+      "(0: only at the epochs of eval_every_epochs); a mid-epoch record's epoch is "
+      "step / steps per epoch, its train_loss the epoch's mean so far (spmd).",
+      allowed=Integer(0, MAX_STEPS, what="global steps"),
+  )
   eval_batch_size: int = option(
       500, "test examples per worker per evaluation batch.", allowed=Integer(1)
   )
