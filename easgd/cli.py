@@ -1,4 +1,4 @@
-"""Command line: ``easgd train``, ``compare``, ``export``, ``sweep`` and ``protocol``.
+"""The ``easgd`` command: train, compare, export, protocol, link, predict and sweep.
 
 Every :class:`~easgd.settings.config.TrainConfig` field is a flag (``--num-workers 4``,
 ``--tau 16``, ``--beta 0.9``, ``--lr-decay-epochs 10,15``; ``none`` for an
@@ -6,25 +6,18 @@ optional value). ``--config FILE.py`` starts from that file's ``get_config()``
 (see ``experiments/``); flags override it. Bad input prints one line
 ``easgd: error: ...`` on stderr and exits with status 2, never a traceback.
 
-``--cpu-devices N`` fakes N CPU devices (``jax_num_cpu_devices``) so that
-workers can be spread over "devices" on a machine without accelerators.
-
-Multi-process training (``easgd.parallel.distributed``): start the same ``easgd train``
-command once per process with ``--coordinator-address HOST:PORT
---num-processes N --process-id I`` (or ``$JAX_COORDINATOR_ADDRESS``,
-``$JAX_NUM_PROCESSES``, ``$JAX_PROCESS_ID``) and ``--mapping-backend
-shard_map``; process 0 writes the files. Each process waits at most
-``--startup-timeout`` seconds (default 30) for all processes to connect; if one
-never does, it stops with one line ``easgd: error: ...`` naming the missing
-process(es) (or the coordinator it could not reach) and exit status 3. If a
-process is lost later, the others stop within ``--peer-timeout`` seconds with
-``easgd: error: process I ...`` and exit status 3.
+``--cpu-devices N`` fakes N CPU devices (``jax_num_cpu_devices``). Multi-process training:
+the same ``easgd train`` once per process with ``--coordinator-address HOST:PORT
+--num-processes N --process-id I`` (docs/guides/multi_device.md; exit status 3 when a
+process does not join within ``--startup-timeout`` or is lost).
 """
 
 from __future__ import annotations
 
 import argparse
 import atexit
+import functools
+import importlib
 import os
 import sys
 import warnings
@@ -183,36 +176,34 @@ def build_parser() -> argparse.ArgumentParser:
       choices=("tau", "num_workers", ""),
       help="the panels of curves.png (default: %(default)s)",
   )
-  sub.add_parser(
-      "link",
-      help="run N train processes joined by a real slow link (network namespaces, tc tbf)",
-      description="easgd link --rate 10mbit --num-processes 2 -- train --workdir W ...: "
-      "N network namespaces joined by veth links whose egress the kernel's token-bucket "
-      "filter shapes; process i runs the train command in namespace i; everything is "
-      "removed on any exit (needs root, ip and tc; docs/guides/slow_link.md)",
-      fill=_add_link_arguments,
-  )
-  sub.add_parser(
-      "sweep",
-      help="tau x alpha grid as one compiled program; CSV, JSON, heatmaps",
-      description="tau x alpha (x learning rate x num_workers) sweep of EASGD on "
-      "the quadratic and/or a network, one compiled program per "
-      "num_workers; the theory's stability boundary on the heatmaps",
-      fill=_add_sweep_arguments,
-  )
+  for name, adder, help_text, description in _ELSEWHERE:
+    sub.add_parser(
+        name,
+        help=help_text,
+        description=description or help_text,
+        fill=functools.partial(_fill, adder),
+    )
   return parser
 
 
-def _add_sweep_arguments(p: argparse.ArgumentParser) -> None:
-  from easgd.sweeps.config import add_sweep_arguments  # no JAX: see easgd.sweeps.config
+_ELSEWHERE = (  # (command, module:function adding its flags (lazily), help, description)
+    ("link", "easgd.parallel.link:add_link_arguments", "run N train processes joined by a real "
+     "slow link (network namespaces, tc tbf)", "easgd link --rate 10mbit --num-processes 2 -- "
+     "train --workdir W ...: N network namespaces joined by veth links whose egress the kernel's "
+     "token-bucket filter shapes; process i runs the train command in namespace i; everything "
+     "is removed on any exit (needs root, ip and tc; docs/guides/slow_link.md)"),
+    ("predict", "easgd.run.predict:add_predict_arguments", "a run's training clock on a link, "
+     "predicted from the run measured without it (docs/guides/slow_link.md)", None),
+    ("sweep", "easgd.sweeps.config:add_sweep_arguments", "tau x alpha grid as one compiled "
+     "program; CSV, JSON, heatmaps", "tau x alpha (x learning rate x num_workers) sweep of "
+     "EASGD on the quadratic and/or a network, one compiled program per num_workers; the "
+     "theory's stability boundary on the heatmaps"),
+)  # fmt: skip
 
-  add_sweep_arguments(p)
 
-
-def _add_link_arguments(p: argparse.ArgumentParser) -> None:
-  from easgd.parallel.link import add_link_arguments  # no JAX
-
-  add_link_arguments(p)
+def _fill(adder: str, p: argparse.ArgumentParser) -> None:
+  module, function = adder.split(":")
+  getattr(importlib.import_module(module), function)(p)
 
 
 def _add_run_arguments(p: argparse.ArgumentParser, name: str) -> None:
@@ -363,6 +354,10 @@ def main(argv=None) -> int:
         from easgd.parallel.link import main_link
 
         status = main_link(args)
+      elif args.command == "predict":
+        from easgd.run.predict import main_predict
+
+        status = main_predict(args)
       else:
         from easgd.parallel import distributed
 

@@ -52,6 +52,8 @@ SUMMARY_KEYS = (
     "platform",
     "num_params",
     "param_bytes",
+    "exchange_bytes",
+    "num_processes",
     "task",
     "train_examples",
     "test_examples",
@@ -445,6 +447,8 @@ def _summary(
       platform=run.layout.devices[0].platform,
       num_params=models.count_params(run.init_params),
       param_bytes=run.param_bytes,
+      exchange_bytes=run.exchange_bytes,  # one exchange or gradient average, per device
+      num_processes=run.layout.num_processes,
       task=run.task.describe(),
       train_examples=run.train_examples,
       test_examples=len(run.task.test),
