@@ -16,25 +16,13 @@ from easgd.methods.registry import ALGORITHMS
 from easgd.run import checkpoint, trainer
 from easgd.run.export import export_center
 from easgd.runtimes import spmd, training_run
-from easgd.settings.config import ConfigError, TrainConfig
+from easgd.settings.config import ConfigError
 from easgd.sweeps.engine import CompileCounter
 
-from testutil import interrupt_once
+from testutil import TINY_DIGITS, interrupt_once
 
 # digits, tiny MLP: 1438 training images / 64 = 22 steps per epoch, 2 epochs
-TINY = TrainConfig(
-    dataset="digits",
-    model="mlp",
-    num_workers=4,
-    num_devices=2,
-    global_batch_size=64,
-    num_epochs=2,
-    learning_rate=0.1,
-    tau=4,
-    beta=0.9,
-    eval_batch_size=64,
-    progress=False,
-)
+TINY = TINY_DIGITS
 
 RESUMABLE = [a for a in ALGORITHMS if a in ("easgd", "pmean_sgd", "eamsgd", "async_easgd")]
 

@@ -4,21 +4,10 @@ import io
 
 from easgd._util import progress
 from easgd.run.trainer import train_and_evaluate
-from easgd.settings.config import TrainConfig
 
-TINY = TrainConfig(
-    dataset="digits",
-    model="mlp",
-    num_workers=4,
-    num_devices=2,
-    global_batch_size=64,
-    num_epochs=2,
-    learning_rate=0.1,
-    tau=3,
-    beta=0.9,
-    eval_batch_size=32,
-    progress=True,
-)
+from testutil import TINY_DIGITS
+
+TINY = TINY_DIGITS.replace(tau=3, eval_batch_size=32, progress=True)
 
 
 class Terminal(io.StringIO):

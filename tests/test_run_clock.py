@@ -10,21 +10,10 @@ from easgd import cli
 from easgd.run import checkpoint, compare, rundir, timing, trainer
 from easgd.settings.config import ConfigError, TrainConfig
 
-from testutil import regression_task
+from testutil import TINY_DIGITS, regression_task
 
 # digits, tiny MLP: 1438 training images / 64 = 22 steps per epoch, 2 epochs (44 steps)
-TINY = TrainConfig(
-    dataset="digits",
-    model="mlp",
-    num_workers=4,
-    num_devices=2,
-    global_batch_size=64,
-    num_epochs=2,
-    learning_rate=0.1,
-    tau=4,
-    eval_batch_size=64,
-    progress=False,
-)
+TINY = TINY_DIGITS
 DENSE = TINY.replace(eval_every_steps=10)
 # every 10 steps and at the epoch ends (22, 44); none repeated
 DENSE_STEPS = [0, 10, 20, 22, 30, 40, 44]

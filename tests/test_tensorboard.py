@@ -30,22 +30,10 @@ from easgd.run import checkpoint, tensorboard, trainer
 from easgd.run.compare import compare
 from easgd.settings.config import TrainConfig
 
-from testutil import interrupt_once, linear_data, linear_task
+from testutil import TINY_DIGITS, interrupt_once, linear_data, linear_task
 
 # digits, tiny MLP: 1438 training images / 64 = 22 steps per epoch
-TINY = TrainConfig(
-    dataset="digits",
-    model="mlp",
-    num_workers=4,
-    num_devices=2,
-    global_batch_size=64,
-    num_epochs=2,
-    learning_rate=0.1,
-    tau=4,
-    beta=0.9,
-    eval_batch_size=64,
-    progress=False,
-)
+TINY = TINY_DIGITS
 
 
 def records(workdir):

@@ -15,19 +15,9 @@ from easgd.settings import builtin_tasks
 from easgd.settings.config import ConfigError, TrainConfig
 from easgd.tasks import batches, datasets, models
 
-TINY = TrainConfig(
-    dataset="digits",
-    model="mlp",
-    num_workers=4,
-    num_devices=2,
-    global_batch_size=64,
-    num_epochs=2,
-    learning_rate=0.1,
-    tau=3,
-    beta=0.9,
-    eval_batch_size=32,
-    progress=False,
-)
+from testutil import TINY_DIGITS
+
+TINY = TINY_DIGITS.replace(tau=3, eval_batch_size=32)
 
 
 def test_train_writes_metrics_and_exact_center_evaluation(tmp_path):

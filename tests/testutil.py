@@ -22,8 +22,25 @@ import numpy as np
 import optax
 
 from easgd.parallel import mapping
+from easgd.settings.config import TrainConfig
 from easgd.tasks import models
 from easgd.tasks.task import Task
+
+TINY_DIGITS = TrainConfig(
+    dataset="digits",
+    model="mlp",
+    num_workers=4,
+    num_devices=2,
+    global_batch_size=64,
+    num_epochs=2,
+    learning_rate=0.1,
+    tau=4,
+    beta=0.9,
+    eval_batch_size=64,
+    progress=False,
+)
+"""The tests' tiny run: scikit-learn's digits and the MLP, 1438 training images / 64 = 22
+steps per epoch, 2 epochs (44 steps), 4 workers on 2 devices."""
 
 STEP_KINDS = (mapping.STEP_IN_KINDS, mapping.STEP_OUT_KINDS)
 
