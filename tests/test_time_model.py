@@ -3,6 +3,7 @@ its predictions equal hand computations for a small case of each algorithm."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -120,3 +121,17 @@ def test_predict_bad_input_is_one_line_exit_2(tmp_path, capsys, flags, message):
   status = cli.main(["predict", "--run", str(tmp_path / "none"), *flags])
   err = capsys.readouterr().err.strip()
   assert status == 2 and "\n" not in err and message in err, err
+
+
+def test_predict_refuses_a_run_measured_behind_an_emulated_link(tmp_path, capsys):
+  from easgd import cli
+
+  config = TrainConfig(
+      algorithm="async_easgd", runtime="threads", num_workers=2, link_rate="20mbit"
+  ).validate()
+  (tmp_path / "config.json").write_text(json.dumps(config.to_dict()))
+  assert cli.main(["predict", "--run", str(tmp_path), "--rate", "20mbit"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert "was measured behind an emulated link (link_rate '20mbit'" in err and "\n" not in err
+  assert cli.main(["predict", "--run", str(tmp_path), "--worker-delays", "a,b"]) == 2
+  assert "--worker-delays 'a,b' must be seconds per worker" in capsys.readouterr().err

@@ -106,9 +106,11 @@ def seconds_per_step(workdir) -> float:
   workdir = Path(workdir)
   times = {r["step"]: r["time_s"] for r in timing.read_times(workdir)}
   history = rundir.read_history(workdir)
-  if "worker_local_steps" in history[-1]:
-    return times[history[-1]["step"]] / statistics.mean(history[-1]["worker_local_steps"])
   steps = [r["step"] for r in history if r["step"] > 0]
+  if "worker_local_steps" in history[-1]:
+    if not steps:
+      raise ValueError(f"run '{workdir}' has no evaluation after step 0: no step time")
+    return times[history[-1]["step"]] / statistics.mean(history[-1]["worker_local_steps"])
   if len(steps) < 2:
     raise ValueError(f"run '{workdir}' has fewer than 2 evaluations after step 0: no step time")
   return (times[steps[-1]] - times[steps[0]]) / (steps[-1] - steps[0])
@@ -148,8 +150,16 @@ def predict_run(
     easgd.parallel.link.LinkError: a bad rate, latency or burst.
   """
   model, burst_b = link_model(rate, latency, burst)  # checked before anything is read
+  if burst is not None and rate is None:
+    raise ValueError(f"--burst {burst!r} is the bucket of a rate: give --rate too")
   workdir = Path(workdir)
-  config = rundir.saved_config(workdir)
+  config = rundir.saved_config(workdir).validate()
+  if config.link_rate or config.link_rates or config.link_latency:
+    raise ValueError(
+        f"run '{workdir}' was measured behind an emulated link (link_rate "
+        f"{config.link_rate!r}, link_rates {list(config.link_rates)}, link_latency "
+        f"{config.link_latency!r}): predict from the same run without one"
+    )
   summary = json.loads((workdir / rundir.SUMMARY_FILE).read_text())
   times = {r["step"]: r["time_s"] for r in timing.read_times(workdir)}
   history = rundir.read_history(workdir)
@@ -157,7 +167,25 @@ def predict_run(
   measured = [times.get(s) for s in steps]
   spec = runtime_table.TABLE[config.runtime]
   if spec.backend is None:
+    unread = dict(solo=solo, burst=burst, worker_delays=list(worker_delays) or None)
+    for flag, value in unread.items():
+      if value is not None:
+        raise ValueError(
+            f"--{flag.replace('_', '-')} applies to real asynchronous runs (threads, ray); "
+            f"run '{workdir}' is an spmd run"
+        )
     P = summary["num_processes"] if num_processes is None else num_processes
+    if P > config.num_workers:
+      raise ValueError(
+          f"--num-processes {P} exceeds the run's {config.num_workers} workers (one process "
+          "holds at least one worker)"
+      )
+    if P == 1 and (rate is not None or latency is not None):
+      raise ValueError(
+          f"run '{workdir}' ran in one process: a link between processes crosses none of its "
+          "all-reduces; predict from the run measured in the processes the link joins "
+          "(easgd link at a fast rate) or give --num-processes"
+      )
     # the clock counts steps 2..s (the first step compiles): its seconds per step from the
     # first evaluation after step 0 to the last
     step_s = seconds_per_step(clock_from or workdir)
@@ -172,6 +200,16 @@ def predict_run(
         predicted_s=predicted,
         step_s=[step_s] * config.num_workers,
     )
+  if num_processes is not None:
+    raise ValueError(
+        f"--num-processes applies to spmd runs; run '{workdir}' is a {config.runtime} run "
+        "(its workers are threads or actors behind emulated links)"
+    )
+  if (
+      solo is not None
+      and len(rundir.read_history(Path(solo))[-1].get("worker_local_steps", ())) != 1
+  ):
+    raise ValueError(f"--solo '{solo}' must be a real asynchronous run of one worker")
   if worker_delays and len(worker_delays) != config.num_workers:
     raise ValueError(
         f"worker delays {list(worker_delays)} must give one per worker "
@@ -251,7 +289,13 @@ def main_predict(args) -> int:
       raise ValueError(f"--target-error {args.target_error} must lie in (0, 1)")
     if args.num_processes is not None and args.num_processes < 1:
       raise ValueError(f"--num-processes {args.num_processes} must be an integer >= 1")
-    delays = [float(d) for d in args.worker_delays.split(",") if d.strip()]
+    try:
+      delays = [float(d) for d in args.worker_delays.split(",")] if args.worker_delays else []
+    except ValueError:
+      raise ValueError(
+          f"--worker-delays {args.worker_delays!r} must be seconds per worker, "
+          "comma-separated (e.g. 0,0.01)"
+      ) from None
     out = predict_run(
         args.run,
         args.rate,
@@ -267,6 +311,9 @@ def main_predict(args) -> int:
       out["time_to_target"] = timing.time_to_target(history, times, args.target_error)
   except (link.LinkError, ConfigError, OSError, ValueError, KeyError) as e:
     print(f"easgd: error: {_one_line(e)}", file=sys.stderr)
+    return 2
+  except (TypeError, ZeroDivisionError) as e:  # a run file edited by hand
+    print(f"easgd: error: cannot predict from run '{args.run}': {_one_line(e)}", file=sys.stderr)
     return 2
   print("step  measured_s  predicted_s")
   for s, m, p in zip(out["steps"], out["measured_s"], out["predicted_s"]):
