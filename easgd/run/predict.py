@@ -18,14 +18,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import optax
-
-from easgd.methods import registry
-from easgd.parallel import accounting, link, time_model
-from easgd.run import rundir, timing
-from easgd.runtimes.shared import read_log
+from easgd.parallel import link, time_model
 from easgd.settings import runtime_table
 from easgd.settings.config import ConfigError
+
+# The run's files and the algorithms need JAX: imported where a prediction is made, so that
+# `easgd predict --help` (add_predict_arguments) stays light.
 
 
 def link_model(rate=None, latency=None, burst=None) -> tuple:
@@ -73,6 +71,11 @@ def spmd_clock(
   Returns:
     float, seconds (0 for step <= 1).
   """
+  import optax
+
+  from easgd.methods import registry
+  from easgd.parallel import accounting
+
   if step <= 1:
     return 0.0
   algorithm = registry.make_algorithm(config, lambda p, b, k: 0.0, optax.sgd(0.0), total_steps)
@@ -103,6 +106,8 @@ def seconds_per_step(workdir) -> float:
   Raises:
     ConfigError: the run's files cannot be read; ValueError: no evaluation after step 0.
   """
+  from easgd.run import rundir, timing
+
   workdir = Path(workdir)
   times = {r["step"]: r["time_s"] for r in timing.read_times(workdir)}
   history = rundir.read_history(workdir)
@@ -149,6 +154,9 @@ def predict_run(
     FileNotFoundError: a file of the run is missing.
     easgd.parallel.link.LinkError: a bad rate, latency or burst.
   """
+  from easgd.run import rundir, timing
+  from easgd.runtimes.shared import read_log
+
   model, burst_b = link_model(rate, latency, burst)  # checked before anything is read
   if burst is not None and rate is None:
     raise ValueError(f"--burst {burst!r} is the bucket of a rate: give --rate too")
@@ -284,6 +292,8 @@ def main_predict(args) -> int:
   """``easgd predict``: prints one line per evaluation (step, measured, predicted seconds)
   and, with ``--target-error``, the time to target; returns 0, or 2 after one line
   ``easgd: error: ...`` on bad input (a rate, a missing run file, a target out of range)."""
+  from easgd.run import rundir, timing
+
   try:
     if args.target_error is not None and not 0 < args.target_error < 1:
       raise ValueError(f"--target-error {args.target_error} must lie in (0, 1)")
