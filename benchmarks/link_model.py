@@ -115,8 +115,7 @@ def probe(root, rate, args, log) -> float:
   train(shaped, algorithm, flags, rate, args.epochs, args.eval_every_steps, log)
   pred = predict.predict_run(cal, rate=rate, num_processes=2)
   meas = predict.predict_run(shaped, rate=rate, num_processes=2)["measured_s"][-1]
-  bound = predict.predict_run(cal, rate=rate, latency="1s", num_processes=2)["predicted_s"][-1]
-  exchanges = bound - pred["predicted_s"][-1]  # the model's exchanges (1 s each)
+  exchanges = pred["all_reduces"][-1]  # those on the clock, to the last evaluation
   return max(0.0, (meas - pred["predicted_s"][-1]) / exchanges)
 
 

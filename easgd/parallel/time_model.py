@@ -73,7 +73,11 @@ def wire_bytes(sent: float, received: float = 0.0, mtu: int = 1500) -> float:
 
 def ring_payload(nbytes: float, group: int) -> float:
   """Payload bytes one member of a ring all-reduce of ``nbytes`` over ``group``
-  members sends (and receives): 2 (g - 1) / g times the buffer; 0 for g = 1."""
+  members sends (and receives): 2 (g - 1) / g times the buffer; 0 for g = 1.
+
+  Raises:
+    ValueError: a group that is not an integer >= 1, a negative or non-finite size.
+  """
   g = checks.integer("group", group, 1)
   return 2.0 * (g - 1) / g * checks.real("nbytes", nbytes, 0)
 
@@ -126,6 +130,9 @@ def spmd_seconds(
 
   Returns:
     float, seconds.
+
+  Raises:
+    ValueError: a negative or non-integer count, a negative step time or size.
   """
   n = checks.integer("num_steps", num_steps, 0)
   t = checks.real("step_s", step_s, 0)

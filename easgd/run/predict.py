@@ -35,13 +35,54 @@ def link_model(rate=None, latency=None, burst=None) -> tuple:
     easgd.parallel.link.LinkError: a rate, latency or burst that is not a positive
       number with a unit (one line).
   """
-  rate_b = math.inf if rate is None else link.rate_bit_s(rate) / 8
-  latency_s = 0.0 if latency is None else link.seconds(latency)
-  if burst is not None:
-    burst_b = link.size_bytes(burst)
-  else:
-    burst_b = math.inf if rate is None else link.Link.default_burst(rate_b * 8)
+  # rate and burst rounded as tc and the emulated link round them (Link.parse); the latency
+  # is the model's delay per transfer (whole microseconds), not tbf's queue bound
+  latency_s = 0.0 if latency is None else round(link.seconds(latency) * 1e6) / 1e6
+  if rate is None:
+    if burst is not None:
+      link.size_bytes(burst)  # checked: a bad burst is refused whatever comes with it
+    return time_model.LinkModel(math.inf, latency_s), math.inf
+  shaped = link.Link.parse(rate, burst=burst)
+  rate_b, burst_b = shaped.rate_bit_s / 8, shaped.burst_bytes
   return time_model.LinkModel(rate_b, latency_s), burst_b
+
+
+def clock_communication(config, exchange_bytes: int, total_steps: int, steps) -> list:
+  """The all-reduces across workers on a synchronous run's clock at each of ``steps``:
+  those of steps 2..s (``times.jsonl`` does not count the first step, which compiles),
+  from the run's algorithm (``Algorithm.communication``, built once;
+  ``easgd.parallel.accounting.communication_by_level``).
+
+  Args:
+    config: the run's validated TrainConfig.
+    exchange_bytes: bytes of one exchange or gradient average (the summary's).
+    total_steps: the run's total steps (local SGD and DiLoCo exchange at the last).
+    steps: global steps, ints >= 0.
+
+  Returns:
+    list of ``easgd.core.base.Communication`` (all-reduces, payload bytes per device),
+    zero for a step <= 1.
+  """
+  import optax
+
+  from easgd.core.base import Communication
+  from easgd.methods import registry
+  from easgd.parallel import accounting
+
+  algorithm = registry.make_algorithm(config, lambda p, b, k: 0.0, optax.sgd(0.0), total_steps)
+
+  def across(n):
+    return accounting.communication_by_level(
+        algorithm, n, exchange_bytes, config.devices_per_worker, config.shard_params
+    ).across_workers
+
+  first = across(1)
+  return [
+      Communication(0, 0)
+      if s <= 1
+      else Communication(across(s).all_reduces - first.all_reduces, across(s).bytes - first.bytes)
+      for s in steps
+  ]
 
 
 def spmd_clock(
@@ -53,11 +94,10 @@ def spmd_clock(
     num_processes: int,
     model: time_model.LinkModel,
 ) -> float:
-  """The clock of a synchronous run at global step ``step`` on a link: steps 2..step
-  (``times.jsonl`` does not count the first, which compiles) of ``step_s`` seconds each,
-  plus the all-reduces across workers among them (``Algorithm.communication`` of the
-  run's algorithm, ``easgd.parallel.accounting.communication_by_level``) crossing the
-  link between ``num_processes`` processes (``time_model.spmd_seconds``).
+  """The clock of a synchronous run at global step ``step`` on a link: steps 2..step of
+  ``step_s`` seconds each plus their all-reduces across workers
+  (:func:`clock_communication`) crossing the link between ``num_processes`` processes
+  (``time_model.spmd_seconds``).
 
   Args:
     config: the run's validated TrainConfig.
@@ -71,28 +111,11 @@ def spmd_clock(
   Returns:
     float, seconds (0 for step <= 1).
   """
-  import optax
-
-  from easgd.methods import registry
-  from easgd.parallel import accounting
-
+  (comm,) = clock_communication(config, exchange_bytes, total_steps, [step])
   if step <= 1:
     return 0.0
-  algorithm = registry.make_algorithm(config, lambda p, b, k: 0.0, optax.sgd(0.0), total_steps)
-
-  def across(n):
-    return accounting.communication_by_level(
-        algorithm, n, exchange_bytes, config.devices_per_worker, config.shard_params
-    ).across_workers
-
-  first, upto = across(1), across(step)
   return time_model.spmd_seconds(
-      step - 1,
-      step_s,
-      upto.all_reduces - first.all_reduces,
-      upto.bytes - first.bytes,
-      num_processes,
-      model,
+      step - 1, step_s, comm.all_reduces, comm.bytes, num_processes, model
   )
 
 
@@ -147,7 +170,8 @@ def predict_run(
 
   Returns:
     dict: ``steps`` (the evaluations' steps), ``measured_s`` (the run's clock at each),
-    ``predicted_s`` (the clock on the link at each), ``step_s`` (the measured seconds per
+    ``predicted_s`` (the clock on the link at each), ``all_reduces`` (spmd runs: those on
+    the clock at each, :func:`clock_communication`), ``step_s`` (the measured seconds per
     step of each worker, a list), ``runtime``.
 
   Raises:
@@ -198,8 +222,10 @@ def predict_run(
     # first evaluation after step 0 to the last
     step_s = seconds_per_step(clock_from or workdir)
     nbytes = summary["exchange_bytes"]
+    comms = clock_communication(config, nbytes, summary["total_steps"], steps)
     predicted = [
-        spmd_clock(config, nbytes, summary["total_steps"], s, step_s, P, model) for s in steps
+        0.0 if s <= 1 else time_model.spmd_seconds(s - 1, step_s, *c, P, model)
+        for s, c in zip(steps, comms)
     ]
     return dict(
         runtime=config.runtime,
@@ -207,6 +233,7 @@ def predict_run(
         measured_s=measured,
         predicted_s=predicted,
         step_s=[step_s] * config.num_workers,
+        all_reduces=[c.all_reduces for c in comms],
     )
   if num_processes is not None:
     raise ValueError(
