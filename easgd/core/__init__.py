@@ -2,14 +2,15 @@
 
 Public: the factories (``easgd``, ``eamsgd``, ``pmean_sgd``), their state and
 communication types, the elastic update (eq. 5-6) and the worker axis names;
-the modules ``base`` (the interface), ``algorithms``, ``elastic``, ``momentum``, ``warmup`` for the rest.
+the modules ``base`` (the interface), ``algorithms``, ``elastic``, ``momentum``, ``streaming``
+(fragmented, delayed and compressed elastic exchanges), ``warmup`` for the rest.
 """
 
 from easgd._util import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(
     __name__,
-    modules=("base", "algorithms", "elastic", "momentum", "warmup"),
+    modules=("base", "algorithms", "elastic", "momentum", "streaming", "warmup"),
     names={
         "easgd.core.base": "Algorithm Communication WorkerState SharedState",
         "easgd.core.algorithms": "easgd eamsgd pmean_sgd shared_model_algorithm",

@@ -1,0 +1,491 @@
+"""The streaming elastic exchange (easgd.core.streaming) against an independent
+float64 NumPy reference written from its equations, event by event; the base
+case against easgd_update bit for bit; hand-worked compressors and schedules."""
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from easgd.core import elastic, streaming
+from easgd.core.elastic import HyperparameterError
+from easgd.core.streaming import Compression
+
+TAU, ALPHA, ETA, STEPS = 4, 0.3, 0.1, 3 * 4 + 3
+"""Period, moving rate, learning rate, and steps run: three periods and the
+applications still in flight (delay up to tau - 1)."""
+
+# NumPy reference, written from the module docstring's equations (no module code).
+
+
+def ref_compress(g, kind, block_size, fraction):
+  """C(g) of one flattened float64 leaf: the decoded values."""
+  if kind in ("int8", "int4"):
+    q_max = 127 if kind == "int8" else 7
+    out = np.zeros_like(g)
+    for start in range(0, g.size, block_size):
+      block = g[start : start + block_size]
+      amax = np.max(np.abs(block))
+      if amax == 0:
+        continue
+      q = np.clip(np.round(block * q_max / amax), -q_max, q_max)  # np.round: half to even
+      out[start : start + block_size] = q * float(np.float32(amax / q_max))
+    return out
+  k = max(1, math.ceil(fraction * g.size))
+  keep = np.argsort(-np.abs(g), kind="stable")[:k]  # ties: lower index first
+  out = np.zeros_like(g)
+  out[keep] = np.float32(g[keep])  # values travel as float32
+  return out
+
+
+def ref_run(x0, c0, grad, fragments, num_fragments, delay, compression, steps):
+  """Event-by-event trajectory: lists (per step) of (x, c, e), x and e per worker.
+
+  x0: per worker a list of leaves; c0: list of leaves; grad(i, leaves) -> leaves.
+  """
+  p, n = len(x0), len(c0)
+  x = [[np.array(v, np.float64) for v in w] for w in x0]
+  c = [np.array(v, np.float64) for v in c0]
+  e = [[np.zeros_like(v) for v in c] for _ in range(p)]
+  offsets = [j * TAU // num_fragments for j in range(num_fragments)]
+  in_flight = {}  # fragment -> (m per worker, M), leaves by index
+  out = []
+  for t in range(steps):
+    u = [[-ETA * gv for gv in grad(i, x[i])] for i in range(p)]
+    for j, o in enumerate(offsets):
+      if t >= o and (t - o) % TAU == 0:  # send
+        members = [k for k in range(n) if fragments[k] == j]
+        m = [{} for _ in range(p)]
+        for i in range(p):
+          for k in members:
+            g = ALPHA * (x[i][k] - c[k])
+            if compression is None:
+              m[i][k] = g
+            else:
+              g = g + e[i][k]
+              m[i][k] = ref_compress(g.ravel(), *compression).reshape(g.shape)
+              e[i][k] = g - m[i][k]
+        big_m = {k: functools.reduce(np.add, [m[i][k] for i in range(p)]) for k in members}
+        in_flight[j] = (m, big_m)
+    applied = {}
+    for j, o in enumerate(offsets):
+      if t >= o + delay and (t - o - delay) % TAU == 0:  # apply
+        applied = in_flight.pop(j)
+    m, big_m = applied or ([{}] * p, {})
+    for i in range(p):
+      x[i] = [(x[i][k] - m[i][k]) + u[i][k] if k in big_m else x[i][k] + u[i][k] for k in range(n)]
+    c = [c[k] + big_m[k] if k in big_m else c[k] for k in range(n)]
+    out.append(([list(w) for w in x], list(c), [list(w) for w in e]))
+  return out
+
+
+# The two problems: per-worker params (leading axis p), center, gradient in JAX and NumPy.
+
+P_WORKERS = 3
+
+
+def quadratic():
+  """f_i(x) = 1/2 sum h (x - target_i)^2 over three leaves (sizes 3, 4, 1)."""
+  rng = np.random.default_rng(0)
+  shapes = {"a": (3,), "b": (2, 2), "c": ()}
+  h = {k: rng.uniform(0.5, 2.0, s) for k, s in shapes.items()}
+  target = {k: rng.normal(size=(P_WORKERS,) + s) for k, s in shapes.items()}
+  x0 = {k: rng.normal(size=(P_WORKERS,) + s) for k, s in shapes.items()}
+  c0 = {k: rng.normal(size=s) for k, s in shapes.items()}
+
+  def jax_grad(i_params, i_target):
+    return jax.tree.map(lambda hh, x, t: hh * (x - t), h, i_params, i_target)
+
+  keys = sorted(shapes)
+
+  def np_grad(i, leaves):
+    return [h[k] * (v - target[k][i]) for k, v in zip(keys, leaves)]
+
+  return x0, c0, target, jax_grad, np_grad
+
+
+def mlp():
+  """A 3-4-2 tanh network, loss 1/2 mean_b ||out - y||^2, a batch of 5 per worker."""
+  rng = np.random.default_rng(1)
+  shapes = {"b1": (4,), "b2": (2,), "w1": (3, 4), "w2": (4, 2)}
+  data = {"x": rng.normal(size=(P_WORKERS, 5, 3)), "y": rng.normal(size=(P_WORKERS, 5, 2))}
+  x0 = {k: 0.5 * rng.normal(size=(P_WORKERS,) + s) for k, s in shapes.items()}
+  c0 = {k: 0.5 * rng.normal(size=s) for k, s in shapes.items()}
+
+  def loss(w, batch):
+    hidden = jnp.tanh(batch["x"] @ w["w1"] + w["b1"])
+    return 0.5 * jnp.mean(jnp.sum((hidden @ w["w2"] + w["b2"] - batch["y"]) ** 2, axis=-1))
+
+  def np_grad(i, leaves):
+    b1, b2, w1, w2 = leaves
+    x, y = data["x"][i], data["y"][i]
+    hidden = np.tanh(x @ w1 + b1)
+    r = (hidden @ w2 + b2 - y) / x.shape[0]
+    dz = (r @ w2.T) * (1 - hidden**2)
+    return [dz.sum(0), r.sum(0), x.T @ dz, hidden.T @ r]
+
+  return x0, c0, data, jax.grad(loss), np_grad
+
+
+def jax_run(problem, fragments, num_fragments, delay, compression, steps):
+  """The module's trajectory, p workers under jax.vmap(axis_name="w"), float64."""
+  x0, c0, extra, jax_grad, _ = problem
+  x = jax.tree.map(jnp.asarray, x0)
+  c = jax.tree.map(lambda v: jnp.broadcast_to(jnp.asarray(v), (P_WORKERS,) + np.shape(v)), c0)
+  state = jax.vmap(lambda w: streaming.init_stream_state(w, delay, compression))(x)
+
+  @functools.partial(jax.jit, static_argnums=4)
+  def step(x, c, state, extra, event):
+    def one(x, c, state, extra):
+      u = jax.tree.map(lambda g: -ETA * g, jax_grad(x, extra))
+      return streaming.streaming_elastic_update(
+          x, u, c, state, ALPHA, event, fragments, compression, "w"
+      )
+
+    return jax.vmap(one, axis_name="w")(x, c, state, extra)
+
+  out = []
+  for t in range(steps):
+    x, c, state = step(x, c, state, extra, streaming.events(t, TAU, num_fragments, delay))
+    out.append((x, c, state))
+  return out
+
+
+def assert_matches_reference(problem, fragments, num_fragments, delay, compression):
+  x0, c0, _, _, np_grad = problem
+  keys = sorted(c0)
+  ref = ref_run(
+      [[x0[k][i] for k in keys] for i in range(P_WORKERS)],
+      [c0[k] for k in keys],
+      np_grad,
+      fragments,
+      num_fragments,
+      delay,
+      None
+      if compression is None
+      else (compression.kind, compression.block_size, compression.fraction),
+      STEPS,
+  )
+  got = jax_run(problem, fragments, num_fragments, delay, compression, STEPS)
+  close = functools.partial(np.testing.assert_allclose, rtol=1e-12, atol=1e-14)
+  for t, ((rx, rc, re), (x, c, state)) in enumerate(zip(ref, got)):
+    for n, k in enumerate(keys):
+      for i in range(P_WORKERS):
+        close(x[k][i], rx[i][n], err_msg=f"x^{i} leaf {k} after step {t}")
+        close(c[k][i], rc[n], err_msg=f"center leaf {k} after step {t} (worker {i})")
+        if compression is not None:
+          close(state.error[k][i], re[i][n], err_msg=f"e^{i} leaf {k} after step {t}")
+  return got
+
+
+INT8 = Compression("int8", block_size=2)
+INT4 = Compression("int4", block_size=3)
+TOPK = Compression("topk", fraction=0.4)
+
+QUADRATIC_FRAGMENTS = {1: (0, 0, 0), 2: (0, 0, 1), 3: (0, 1, 2)}
+"""fragment_leaves of the quadratic (sizes 3, 4, 1), contiguous, per P."""
+
+
+@pytest.fixture(scope="module")
+def quadratic_problem():
+  return quadratic()  # NumPy float64 arrays; the runs enable x64 themselves
+
+
+@pytest.mark.parametrize(
+    "num_fragments, delay, compression",
+    [
+        (1, 0, None),
+        (2, 0, None),
+        (3, 0, None),
+        (1, 1, None),
+        (2, 1, None),
+        (3, TAU - 1, None),
+        (2, TAU - 1, None),
+        (1, 0, INT8),
+        (2, 1, INT8),
+        (3, TAU - 1, INT4),
+        (2, 0, INT4),
+        (2, TAU - 1, TOPK),
+        (3, 1, TOPK),
+    ],
+    ids=lambda v: getattr(v, "kind", str(v)),
+)
+def test_quadratic_matches_the_reference(quadratic_problem, num_fragments, delay, compression):
+  with jax.enable_x64(True):
+    x0 = quadratic_problem[0]
+    fragments = QUADRATIC_FRAGMENTS[num_fragments]
+    assert streaming.fragment_leaves(jax.tree.map(lambda v: v[0], x0), num_fragments) == fragments
+    got = assert_matches_reference(quadratic_problem, fragments, num_fragments, delay, compression)
+    if delay:  # pending holds the fragments sent in the last `delay` steps, zeros elsewhere
+      in_flight = {
+          streaming.events(t, TAU, num_fragments, delay)[0] for t in range(STEPS - delay, STEPS)
+      }
+      pending = jax.tree.leaves(got[-1][2].pending_sent) + jax.tree.leaves(got[-1][2].pending_sum)
+      for leaf, j in zip(pending, 2 * fragments):
+        assert np.any(leaf) == (j in in_flight), (j, in_flight)
+
+
+@pytest.mark.parametrize(
+    "num_fragments, delay, compression, layout, fragments",
+    [
+        (2, 1, None, "contiguous", (0, 0, 0, 1)),
+        (3, TAU - 1, INT8, "strided", (0, 1, 2, 0)),
+        (3, 0, TOPK, "contiguous", (0, 0, 1, 2)),
+        (2, TAU - 1, INT4, "strided", (0, 1, 0, 1)),
+    ],
+    ids=lambda v: getattr(v, "kind", str(v)),
+)
+def test_mlp_matches_the_reference(num_fragments, delay, compression, layout, fragments):
+  with jax.enable_x64(True):
+    problem = mlp()
+    one = jax.tree.map(lambda v: v[0], problem[0])
+    assert streaming.fragment_leaves(one, num_fragments, layout) == fragments
+    assert_matches_reference(problem, fragments, num_fragments, delay, compression)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["float32", "bfloat16"])
+def test_one_fragment_no_delay_no_compression_is_easgd_update_bit_for_bit(dtype):
+  rng = np.random.default_rng(2)
+  shapes = {"a": (3,), "b": (2, 2)}
+  x = {k: jnp.asarray(rng.normal(size=(P_WORKERS,) + s), dtype) for k, s in shapes.items()}
+  c = {k: jnp.asarray(rng.normal(size=(P_WORKERS,) + s), jnp.float32) for k, s in shapes.items()}
+  c = jax.tree.map(lambda v: jnp.broadcast_to(v[:1], v.shape), c)
+  us = [
+      jax.tree.map(lambda v: jnp.asarray(0.1 * rng.normal(size=v.shape), dtype), x)
+      for _ in range(2 * TAU)
+  ]
+  state = streaming.init_stream_state(x, 0, None)
+  want_x, want_c = x, c
+  for t, u in enumerate(us):
+    event = streaming.events(t, TAU, 1, 0)
+    want_x, want_c = jax.vmap(
+        lambda x, u, c: elastic.easgd_update(x, u, c, 0.3, event[0] is not None, "w"),
+        axis_name="w",
+    )(want_x, u, want_c)
+    x, c, state = jax.vmap(
+        lambda x, u, c: streaming.streaming_elastic_update(
+            x, u, c, state, 0.3, event, (0, 0), None, "w"
+        ),
+        axis_name="w",
+    )(x, u, c)
+    for got, want in zip(jax.tree.leaves((x, c)), jax.tree.leaves((want_x, want_c))):
+      assert got.dtype == want.dtype
+      np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+
+
+def test_a_send_leaves_the_compression_error_in_the_accumulator():
+  """One worker (axis_name None), int8, an accumulator holding e: after the send
+  e' = g - C(g) with g = alpha (x - c) + e, exactly; x' = (x - C(g)) + u and
+  c' = c + C(g)."""
+  rng = np.random.default_rng(3)
+  x = {"a": jnp.asarray(rng.normal(size=7), jnp.float32)}
+  c = {"a": jnp.asarray(rng.normal(size=7), jnp.float32)}
+  u = {"a": jnp.asarray(rng.normal(size=7), jnp.float32)}
+  compression = Compression("int8", block_size=3)
+  state = streaming.init_stream_state(x, 0, compression)
+  state = state._replace(error={"a": jnp.asarray(rng.normal(size=7) * 1e-2, jnp.float32)})
+  new_x, new_c, new_state = streaming.streaming_elastic_update(
+      x, u, c, state, ALPHA, (0, 0), (0,), compression, None
+  )
+  g = ALPHA * (x["a"] - c["a"]) + state.error["a"]
+  m = streaming.compress({"a": g}, compression)["a"]
+  assert np.any(np.asarray(g - m))
+  np.testing.assert_array_equal(new_state.error["a"], g - m)
+  np.testing.assert_array_equal(new_x["a"], (x["a"] - m) + u["a"])
+  np.testing.assert_array_equal(new_c["a"], c["a"] + m)
+
+
+def test_nested_worker_axes_gather_in_worker_index_order():
+  """2 x 2 workers over ("a", "b") give what 4 workers over one axis give."""
+  rng = np.random.default_rng(4)
+  x = {"w": jnp.asarray(rng.normal(size=(4, 5)), jnp.float32)}
+  c = {"w": jnp.zeros((4, 5), jnp.float32)}
+  u = jax.tree.map(jnp.zeros_like, x)
+  compression = Compression("topk", fraction=0.4)
+  state = jax.vmap(lambda w: streaming.init_stream_state(w, 0, compression))(x)
+
+  def step(axis):
+    return lambda x, u, c, s: streaming.streaming_elastic_update(
+        x, u, c, s, ALPHA, (0, 0), (0,), compression, axis
+    )
+
+  flat = jax.vmap(step("w"), axis_name="w")(x, u, c, state)
+  nested = jax.vmap(jax.vmap(step(("a", "b")), axis_name="b"), axis_name="a")(
+      *jax.tree.map(lambda v: v.reshape((2, 2) + v.shape[1:]), (x, u, c, state))
+  )
+  for got, want in zip(jax.tree.leaves(nested), jax.tree.leaves(flat)):
+    np.testing.assert_array_equal(np.asarray(got).reshape(want.shape), want)
+
+
+# Hand-worked compressors.
+
+
+def test_quantize_int8_by_hand():
+  # scale = 1 / 127; 0.5 * 127 = 63.5 -> 64 (half to even), 0.25 * 127 = 31.75 -> 32.
+  q, scales = streaming.quantize(jnp.array([0.5, -1.0, 0.25, 0.0]), 8, 4)
+  np.testing.assert_array_equal(q, np.array([64, -127, 32, 0], np.int8))
+  assert q.dtype == jnp.int8 and scales.dtype == jnp.float32
+  np.testing.assert_array_equal(scales, [np.float32(1 / 127)])
+  np.testing.assert_array_equal(
+      streaming.dequantize(q, scales, (4,), jnp.float32, 4),
+      np.float32([64, -127, 32, 0]) * scales[0],
+  )
+
+
+def test_quantize_int4_zero_block_and_short_last_block():
+  # Blocks [0.5, -1.0, 0.25] (scale 1/7: 3.5 -> 4, -7, 1.75 -> 2), [0, 0, 0] (scale 0),
+  # [2.5] (the short last block, scale 2.5 / 7: 7).
+  x = jnp.array([0.5, -1.0, 0.25, 0.0, 0.0, 0.0, 2.5])
+  q, scales = streaming.quantize(x, 4, 3)
+  np.testing.assert_array_equal(q, [4, -7, 2, 0, 0, 0, 7])
+  np.testing.assert_array_equal(scales, np.float32([1 / 7, 0, 2.5 / 7]))
+  back = streaming.dequantize(q, scales, (7,), jnp.float32, 3)
+  np.testing.assert_array_equal(back[3:6], [0, 0, 0])
+  np.testing.assert_allclose(back, [4 / 7, -1, 2 / 7, 0, 0, 0, 2.5], rtol=1e-6)
+
+
+def test_top_k_ties_take_the_lower_index_first():
+  x = jnp.array([[1.0, -3.0, 3.0], [2.0, -2.0, 0.5]])
+  values, indices = streaming.top_k(x, 0.4)  # k = ceil(2.4) = 3
+  np.testing.assert_array_equal(indices, [1, 2, 3])
+  np.testing.assert_array_equal(values, [-3.0, 3.0, 2.0])
+  np.testing.assert_array_equal(
+      streaming.densify(values, indices, (2, 3), jnp.float32), [[0, -3, 3], [2, 0, 0]]
+  )
+  _, one = streaming.top_k(x, 0.01)  # k = max(1, ceil(0.06)) = 1
+  np.testing.assert_array_equal(one, [1])
+
+
+def test_payload_bytes():
+  assert Compression("int8", block_size=256).payload_bytes(1000) == 1000 + 4 * 4
+  assert Compression("int4", block_size=256).payload_bytes(1001) == 501 + 4 * 4
+  assert Compression("topk", fraction=0.01).payload_bytes(1000) == 8 * 10
+  assert Compression("topk", fraction=0.01).payload_bytes(50) == 8 * 1
+  params = {
+      "a": jnp.zeros(10, jnp.float32),
+      "b": jnp.zeros((2, 3), jnp.bfloat16),
+      "c": jnp.zeros(4, jnp.float32),
+  }
+  assert streaming.fragment_bytes(params, (0, 1, 1), None) == (40, 6 * 4 + 16)
+  assert streaming.fragment_bytes(params, (0, 1, 1), Compression("int8", block_size=4)) == (
+      10 + 4 * 3,
+      6 + 4 * 2 + 4 + 4,
+  )
+
+
+# Fragments and the schedule.
+
+
+def test_fragment_leaves_by_hand():
+  params = {"a": np.zeros(10), "b": np.zeros(1), "c": np.zeros(1), "d": np.zeros(10)}
+  assert streaming.fragment_leaves(params, 1) == (0, 0, 0, 0)
+  assert streaming.fragment_leaves(params, 2) == (0, 0, 1, 1)  # 11 of 22 closes fragment 0
+  assert streaming.fragment_leaves(params, 3) == (0, 1, 1, 2)  # the last leaf kept for 2
+  assert streaming.fragment_leaves(params, 4) == (0, 1, 2, 3)
+  assert streaming.fragment_leaves(params, 3, "strided") == (0, 1, 2, 0)
+  big_first = {"a": np.zeros(100), "b": np.zeros(1), "c": np.zeros(1)}
+  assert streaming.fragment_leaves(big_first, 3) == (0, 1, 2)
+
+
+def test_fragment_offsets_and_events_by_hand():
+  assert streaming.fragment_offsets(3, 4) == (0, 1, 2)
+  assert streaming.fragment_offsets(2, 5) == (0, 2)
+  assert streaming.fragment_offsets(4, 4) == (0, 1, 2, 3)
+  assert streaming.fragment_offsets(1, 7) == (0,)
+  # tau 4, P 2 (offsets 0, 2), delay 1: each fragment applied one step after its send.
+  assert [streaming.events(t, 4, 2, 1) for t in range(6)] == [
+      (0, None),
+      (None, 0),
+      (1, None),
+      (None, 1),
+      (0, None),
+      (None, 0),
+  ]
+  # delay 3: fragment 1 is sent (t = 2) while fragment 0 is still in flight.
+  assert [streaming.events(t, 4, 2, 3) for t in range(8)] == [
+      (0, None),
+      (None, None),
+      (1, None),
+      (None, 0),
+      (0, None),
+      (None, 1),
+      (1, None),
+      (None, 0),
+  ]
+  assert [streaming.events(t, 3, 1, 0) for t in range(4)] == [
+      (0, 0),
+      (None, None),
+      (None, None),
+      (0, 0),
+  ]
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: streaming.fragment_leaves({"a": 1.0, "b": 2.0}, 3), "got 3"),
+        (lambda: streaming.fragment_leaves({"a": 1.0}, 0), "got 0"),
+        (lambda: streaming.fragment_leaves({"a": 1.0}, 1.5), "got 1.5"),
+        (lambda: streaming.fragment_leaves({"a": 1.0}, 1, "random"), "unknown layout 'random'"),
+        (lambda: streaming.fragment_offsets(5, 4), "tau >= P.*got 5"),
+        (lambda: streaming.check_delay(4, 4), r"\[0, 3\], got 4"),
+        (lambda: streaming.check_delay(-1, 4), "got -1"),
+        (lambda: streaming.quantize(jnp.zeros(4), 3, 4), "unknown bits 3"),
+        (lambda: streaming.quantize(jnp.zeros(4), 8, 0), "block_size.*got 0"),
+        (lambda: streaming.top_k(jnp.zeros(4), 0), r"fraction.*\(0, 1\], got 0"),
+        (lambda: Compression("topk", fraction=0), r"fraction.*\(0, 1\], got 0"),
+        (lambda: Compression("topk", fraction=1.5), "got 1.5"),
+        (lambda: Compression("int8", block_size=0), "block_size.*got 0"),
+        (lambda: Compression("int2"), "unknown kind 'int2'"),
+        (
+            lambda: streaming.streaming_elastic_update(
+                {"a": jnp.zeros(2)},
+                {"a": jnp.zeros(2)},
+                {"a": jnp.zeros(2)},
+                streaming.init_stream_state({"a": jnp.zeros(2)}, 0, None),
+                0.1,
+                (0, 0),
+                (0, 0),
+                None,
+                None,
+            ),
+            "fragments must give.*1 leaves",
+        ),
+        (
+            lambda: streaming.streaming_elastic_update(
+                {"a": jnp.zeros(2)},
+                {"a": jnp.zeros(2)},
+                {"a": jnp.zeros(2)},
+                streaming.init_stream_state({"a": jnp.zeros(2)}, 0, None),
+                0.1,
+                (0, None),
+                (0,),
+                None,
+                None,
+            ),
+            r"event \(0, None\) must send and apply the same fragment",
+        ),
+        (
+            lambda: streaming.streaming_elastic_update(
+                {"a": jnp.zeros(2)},
+                {"a": jnp.zeros(2)},
+                {"a": jnp.zeros(2)},
+                streaming.init_stream_state({"a": jnp.zeros(2)}, 1, None),
+                0.1,
+                (0, None),
+                (0,),
+                INT8,
+                None,
+            ),
+            "compression Compression.*does not match",
+        ),
+        (lambda: streaming.init_stream_state({"a": jnp.zeros(2)}, -1, None), "delay.*got -1"),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_value(call, match):
+  with pytest.raises(HyperparameterError, match=match) as caught:
+    call()
+  assert "\n" not in str(caught.value)
