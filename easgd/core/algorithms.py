@@ -9,6 +9,7 @@ precision: docs/guides/algorithms.md ("Array hyperparameters", "Precision").
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -16,12 +17,13 @@ import jax.numpy as jnp
 import optax
 
 from easgd._util import checks
-from easgd.core import elastic
+from easgd.core import elastic, streaming
 from easgd.core.base import (
     Algorithm,
     Communication,
     LossFn,
     Params,
+    Program,
     elastic_step_setup,
     every_tau_steps,
     local_optimizer,
@@ -49,6 +51,9 @@ class ElasticWorker(NamedTuple):
   velocity: Any
   opt_state: Any
   model_state: Any = ()
+  stream: Any = ()
+  """The streaming exchange's state (``easgd.core.streaming.StreamState``: error
+  accumulator, exchanges in flight); ``()`` without fragments, delay or compression."""
 
 
 class EASGDShared(NamedTuple):
@@ -56,6 +61,9 @@ class EASGDShared(NamedTuple):
 
   center: Params
   step: jax.Array  # int32 scalar, the number of steps taken
+  pending: Any = ()
+  """M = sum_i m^i of the fragments in flight (``easgd.core.streaming``, delay >= 1):
+  shared, the same on every worker; ``()`` otherwise."""
 
 
 def elastic_hyperparameters(num_workers, tau, alpha, momentum, reset_opt_state) -> dict:
@@ -97,12 +105,19 @@ def _synchronous_elastic(
     reset_opt_state,
     momentum,
     axis_name,
+    exchange=None,
 ):
-  """The one body of :func:`easgd` (momentum None) and :func:`eamsgd`."""
+  """The one body of :func:`easgd` (momentum None) and :func:`eamsgd`; ``exchange``:
+  None or an :class:`ExchangeTechniques` (fragments, delay, compression)."""
   tau = elastic.check_tau(tau, allow_array=True)
   alpha = elastic.resolve_alpha(num_workers, alpha, beta)
   optimizer = local_optimizer(optimizer, learning_rate)
   reduce_over = elastic.reduce_axis(num_workers, axis_name)  # None: one worker
+  if exchange is not None and not exchange.is_plain():
+    return _streaming_elastic(
+        name, loss_fn, optimizer, num_workers, tau, alpha, reset_opt_state, momentum,
+        axis_name, reduce_over, exchange,
+    )  # fmt: skip
   # Algorithm 1: tau divides t (t = 0 included); the host's copy only for a Python tau
   exchange_at = None if elastic.is_array_hyperparameter(tau) else every_tau_steps(tau)
 
@@ -171,6 +186,7 @@ def easgd(
     learning_rate: float | None = None,
     reset_opt_state: bool = False,
     axis_name=WORKER_AXES,
+    exchange: streaming.ExchangeTechniques | None = None,
 ) -> Algorithm:
   r"""Synchronous Elastic Averaging SGD with communication period tau.
 
@@ -209,6 +225,9 @@ def easgd(
       before that step's update (see :func:`reset_optimizer_state`; schedules
       keep their position). Default False: the state persists across exchanges.
     axis_name: mapped axis enumerating all workers.
+    exchange: fragments, delay and compression of the elastic exchange
+      (``easgd.core.streaming.ExchangeTechniques``; equations there and in
+      docs/guides/streaming.md); None or a plain one: eq. (5)-(6) as they are.
 
   Returns:
     An :class:`Algorithm` named ``"easgd"``, with the host-side schedule
@@ -241,6 +260,7 @@ def easgd(
       reset_opt_state=reset_opt_state,
       momentum=None,
       axis_name=axis_name,
+      exchange=exchange,
   )
 
 
@@ -256,6 +276,7 @@ def eamsgd(
     learning_rate: float | None = None,
     reset_opt_state: bool = False,
     axis_name=WORKER_AXES,
+    exchange: streaming.ExchangeTechniques | None = None,
 ) -> Algorithm:
   r"""Synchronous Elastic Averaging Momentum SGD (Nesterov momentum per worker).
 
@@ -293,6 +314,9 @@ def eamsgd(
       (before that step's update; the velocity is NOT reset, and learning-rate
       schedules keep their position). Default False: the state persists.
     axis_name: mapped axis enumerating all workers.
+    exchange: fragments, delay and compression of the elastic exchange
+      (``easgd.core.streaming.ExchangeTechniques``; equations there and in
+      docs/guides/streaming.md); None or a plain one: eq. (5)-(6) as they are.
 
   Returns:
     An :class:`Algorithm` named ``"eamsgd"``; one all-reduce of the parameters
@@ -326,6 +350,7 @@ def eamsgd(
       reset_opt_state=reset_opt_state,
       momentum=check_momentum(momentum),
       axis_name=axis_name,
+      exchange=exchange,
   )
 
 
@@ -510,4 +535,156 @@ def shared_model_algorithm(
       communication=communication,
       hyperparameters=dict(hyperparameters or {}),
       shared_model=True,
+  )
+
+
+def _stream_events(tau: int, offsets, delay: int) -> list:
+  """The distinct ``(send, apply)`` events of a run's clocks (:func:`streaming.events`),
+  in the order of their first clock (the pattern repeats from clock o_{P-1} + V < 2 tau)."""
+  seen = []
+  for t in range(2 * tau + delay):
+    event = streaming.events(t, tau, len(offsets), delay)
+    if event not in seen:
+      seen.append(event)
+  return seen
+
+
+def _event_at(t, tau: int, offsets, delay: int, event):
+  """Whether clock ``t`` (host int or traced int32) has ``event``: the ``runs_at`` of
+  its program."""
+  if isinstance(t, int):
+    return streaming.events(t, tau, len(offsets), delay) == tuple(event)
+  send, apply = event
+  r, late = t % tau, (t - delay) % tau
+  sends = [r == o for o in offsets]
+  applies = [(late == o) & (t >= o + delay) for o in offsets]
+  holds = jnp.bool_(True)
+  for j in range(len(offsets)):
+    holds &= sends[j] if j == send else ~sends[j]
+    holds &= applies[j] if j == apply else ~applies[j]
+  return holds
+
+
+def _streaming_elastic(
+    name, loss_fn, optimizer, num_workers, tau, alpha, reset_opt_state, momentum,
+    axis_name, reduce_over, techniques,
+):  # fmt: skip
+  """EASGD/EAMSGD with fragments, delay and compression (``easgd.core.streaming``):
+  one program per ``(send, apply)`` event of the host's clock."""
+  if elastic.is_array_hyperparameter(tau):
+    raise elastic.HyperparameterError(
+        "fragments, delay and compression need a Python tau (the host schedules the "
+        "fragments); got an array tau"
+    )
+  if reset_opt_state:
+    raise elastic.HyperparameterError(
+        "reset_opt_state=True is not defined with fragments, delay or compression (an "
+        "exchange moves one fragment); leave it False"
+    )
+  shapes = techniques.param_shapes
+  if shapes is None:
+    raise elastic.HyperparameterError(
+        "fragments, delay and compression need the parameters' shapes: give "
+        "ExchangeTechniques(param_shapes=...) (e.g. jax.eval_shape of the model's init)"
+    )
+  fragments = streaming.fragment_leaves(shapes, techniques.fragments, techniques.fragment_layout)
+  offsets = streaming.fragment_offsets(techniques.fragments, tau)
+  delay = streaming.check_delay(techniques.delay, tau)
+  compression = techniques.compression
+  sizes = streaming.fragment_bytes(shapes, fragments, compression)
+  events = _stream_events(tau, offsets, delay)
+
+  def init(params, model_state=()):
+    velocity = () if momentum is None else jax.tree.map(jnp.zeros_like, params)
+    stream = streaming.init_stream_state(params, delay, compression)
+    # the sum in flight is the same on every worker: shared state
+    worker = ElasticWorker(
+        params, velocity, optimizer.init(params), model_state, stream._replace(pending_sum=())
+    )
+    shared = EASGDShared(
+        elastic.to_reduction_dtype(params), jnp.zeros((), jnp.int32), stream.pending_sum
+    )
+    return worker, shared
+
+  def event_step(worker, shared, batch, key, event):
+    key = worker_key(key, shared.step, axis_name)
+    loss, update, opt_state, model_state = nesterov_velocity(
+        loss_fn,
+        optimizer,
+        momentum,
+        worker.params,
+        worker.velocity,
+        worker.opt_state,
+        batch,
+        key,
+        model_state=worker.model_state,
+    )
+    params, center, stream = streaming.streaming_elastic_update(
+        worker.params,
+        update,
+        shared.center,
+        worker.stream._replace(pending_sum=shared.pending),
+        alpha,
+        event,
+        fragments,
+        compression,
+        reduce_over,
+    )
+    velocity = () if momentum is None else update
+    return (
+        ElasticWorker(params, velocity, opt_state, model_state, stream._replace(pending_sum=())),
+        EASGDShared(center, shared.step + 1, stream.pending_sum),
+        loss,
+    )
+
+  def runs_at(event):
+    return lambda t: _event_at(t, tau, offsets, delay, event)
+
+  phases = {
+      event: Program(functools.partial(event_step, event=event), runs_at(event)) for event in events
+  }
+
+  def step(worker, shared, batch, key):
+    """The event decided on the device (``lax.switch`` over the events' programs)."""
+    index = sum(
+        jnp.where(_event_at(shared.step, tau, offsets, delay, e), k, 0)
+        for k, e in enumerate(events)
+    )
+    branches = [functools.partial(event_step, event=e) for e in events]
+    return jax.lax.switch(index, branches, worker, shared, batch, key)
+
+  def communication(num_steps, param_bytes):
+    """Per worker: one collective per send, of its fragment's bytes (all-reduce;
+    all-gather of the compressed payload with compression); ``param_bytes`` is not
+    read (the fragments' bytes come from the parameters' shapes)."""
+    del param_bytes
+    n = int(num_steps)
+    if num_workers == 1 or n <= 0:
+      return Communication(0, 0)
+    count, nbytes = 0, 0
+    for j, o in enumerate(offsets):
+      sends = (n - 1 - o) // tau + 1 if n > o else 0
+      count, nbytes = count + sends, nbytes + sends * sizes[j]
+    if compression is None:
+      return Communication(count, nbytes)
+    return Communication(0, 0, count, nbytes)
+
+  hyper = elastic_hyperparameters(num_workers, tau, alpha, momentum, reset_opt_state)
+  hyper.update(
+      fragments=techniques.fragments,
+      fragment_layout=techniques.fragment_layout,
+      delay=delay,
+      compression="none" if compression is None else compression.kind,
+  )
+  if compression is not None:
+    hyper.update(compression_block=compression.block_size, topk_fraction=compression.fraction)
+  return Algorithm(
+      name=name,
+      init=init,
+      step=step,
+      center=lambda shared: shared.center,
+      worker_params=lambda worker, shared: worker.params,
+      communication=communication,
+      hyperparameters=hyper,
+      phases=phases,
   )

@@ -115,10 +115,17 @@ class Communication(NamedTuple):
     bytes: payload bytes the worker contributed to them (the size of the
       reduced buffers; what a ring all-reduce puts on the wire is
       2 (p - 1) / p times this).
+    all_gathers: number of all-gathers the worker took part in (compressed
+      exchanges, ``easgd.core.streaming``: XLA has no all-reduce of the
+      compressed form).
+    gathered_bytes: payload bytes the worker contributed to them (a ring
+      all-gather puts (p - 1) times this on the wire per worker).
   """
 
   all_reduces: int
   bytes: int
+  all_gathers: int = 0
+  gathered_bytes: int = 0
 
 
 class Program(NamedTuple):

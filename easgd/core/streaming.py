@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -54,6 +54,7 @@ from jax import lax
 
 from easgd._util import checks
 from easgd._util.flags import ALLOWED
+from easgd.core import names
 from easgd.core.elastic import (
     AxisName,
     HyperparameterError,
@@ -67,13 +68,13 @@ from easgd.core.elastic import (
     worker_sum,
 )
 
-LAYOUTS = ("contiguous", "strided")
+LAYOUTS = names.FRAGMENT_LAYOUTS
 """How :func:`fragment_leaves` groups leaves into fragments."""
 
-COMPRESSIONS = ("int8", "int4", "topk")
-"""The compressor kinds of :class:`Compression`."""
+COMPRESSIONS = tuple(c for c in names.COMPRESSIONS if c != "none")
+"""The compressor kinds of :class:`Compression` (``"none"`` is no :class:`Compression`)."""
 
-_BITS = {"int8": 8, "int4": 4}
+_BITS = names.QUANTIZED_BITS
 _WIRE_FLOAT = jnp.float32  # scales and top-k values travel as float32
 _WIRE_INDEX = jnp.int32  # top-k indices travel as int32
 
@@ -106,12 +107,12 @@ def fragment_leaves(params: Params, num_fragments, layout: str = "contiguous") -
   """
   sizes = _sizes(params)
   num = checks.integer(
-      "num_fragments",
+      "fragments",
       num_fragments,
       1,
       len(sizes),
       error=HyperparameterError,
-      what="P, at most the number of leaves",
+      what=f"P, at most the {len(sizes)} parameter leaves",
   )
   checks.choice("layout", layout, LAYOUTS, error=HyperparameterError)
   if layout == "strided":
@@ -142,10 +143,10 @@ def fragment_offsets(num_fragments, tau) -> tuple[int, ...]:
     HyperparameterError: tau not an integer >= 1, or P not an integer in [1, tau].
   """
   tau = check_tau(tau)
-  num = checks.integer("num_fragments", num_fragments, 1, error=HyperparameterError, what="P")
+  num = checks.integer("fragments", num_fragments, 1, error=HyperparameterError, what="P")
   if num > tau:
     raise HyperparameterError(
-        f"num_fragments must be <= tau={tau} (P fragments need tau >= P so each has its own "
+        f"fragments must be <= tau={tau} (P fragments need tau >= P so each has its own "
         f"step), got {num}"
     )
   return tuple(j * tau // num for j in range(num))
@@ -262,6 +263,21 @@ def dequantize(q, scales, shape, dtype, block_size: int) -> jax.Array:
   return values.reshape(-1)[:size].reshape(shape)
 
 
+def pack_int4(q) -> jax.Array:
+  """Two 4-bit integers per byte: q of int8 in [-7, 7], shape (n,) -> uint8 of shape
+  (ceil(n / 2),), byte k = (q[2k] + 8) + 16 (q[2k+1] + 8) (a missing last q as 0)."""
+  q = jnp.asarray(q).astype(jnp.int32) + 8
+  q = jnp.pad(q, (0, q.shape[0] % 2), constant_values=8)
+  return (q[0::2] + 16 * q[1::2]).astype(jnp.uint8)
+
+
+def unpack_int4(packed, size: int) -> jax.Array:
+  """The inverse of :func:`pack_int4`: int8 of shape (size,)."""
+  b = jnp.asarray(packed).astype(jnp.int32)
+  q = jnp.stack([b % 16, b // 16], axis=1).reshape(-1)[:size] - 8
+  return q.astype(jnp.int8)
+
+
 def top_k(x, fraction: float) -> tuple[jax.Array, jax.Array]:
   """The k = max(1, ceil(fraction * n)) entries of largest |x| of the flattened ``x``.
 
@@ -333,13 +349,52 @@ class Compression:
     if self.kind == "topk":
       values, indices = top_k(x, self.fraction)
       return values.astype(_WIRE_FLOAT), indices
-    return quantize(x, _BITS[self.kind], self.block_size)
+    q, scales = quantize(x, _BITS[self.kind], self.block_size)
+    return (pack_int4(q) if self.kind == "int4" else q), scales
 
   def decode(self, payload, shape, dtype) -> jax.Array:
     """The leaf of ``shape`` and ``dtype`` a receiver reconstructs from ``payload``."""
     if self.kind == "topk":
       return densify(*payload, shape, dtype)
-    return dequantize(*payload, shape, dtype, self.block_size)
+    q, scales = payload
+    if self.kind == "int4":
+      q = unpack_int4(q, math.prod(shape))
+    return dequantize(q, scales, shape, dtype, self.block_size)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExchangeTechniques:
+  """The techniques of an elastic exchange (module docstring's equations).
+
+  Attributes:
+    fragments: P, fragments of the parameter leaves (1: the whole tree at once).
+    fragment_layout: "contiguous" or "strided" (:func:`fragment_leaves`).
+    delay: V, local steps from a fragment's send to its application (0 <= V < tau).
+    compression: None (the elastic difference itself) or a :class:`Compression`.
+    param_shapes: the parameters (a pytree of arrays or ``jax.ShapeDtypeStruct``;
+      only shapes and dtypes are read): the fragments and their bytes are fixed
+      from it when the algorithm is built. Needed unless :meth:`is_plain`.
+  """
+
+  fragments: int = 1
+  fragment_layout: str = "contiguous"
+  delay: int = 0
+  compression: Compression | None = None
+  param_shapes: Any = dataclasses.field(default=None, compare=False, repr=False)
+
+  def is_plain(self) -> bool:
+    """P = 1, V = 0 and no compression: eq. (5)-(6) as they are."""
+    return self.fragments == 1 and self.delay == 0 and self.compression is None
+
+
+def compression_of(kind: str, block_size: int = 256, fraction: float = 0.01) -> Compression | None:
+  """The :class:`Compression` of a config's ``compression`` ("none": None).
+
+  Raises:
+    HyperparameterError: an unknown kind, a block size or fraction out of range.
+  """
+  checks.choice("compression", kind, names.COMPRESSIONS, error=HyperparameterError)
+  return None if kind == "none" else Compression(kind, block_size, fraction)
 
 
 def compress(tree: Params, compression: Compression) -> Params:

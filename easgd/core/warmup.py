@@ -238,7 +238,7 @@ def _warmup_communication(warm: Algorithm, algorithm: Algorithm, k: int):
     n = int(num_steps)
     first = warm.communication(min(n, k), param_bytes)
     rest = algorithm.communication(max(n - k, 0), param_bytes)
-    return Communication(first.all_reduces + rest.all_reduces, first.bytes + rest.bytes)
+    return Communication(*(a + b for a, b in zip(first, rest)))
 
   return communication
 

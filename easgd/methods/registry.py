@@ -101,10 +101,16 @@ ALGORITHM_FIELDS = (
     "average_rate",
     "curvature",
     "sync_warmup_steps",
+    "fragments",
+    "delay",
+    "compression",
 )
 """The ``TrainConfig`` fields that only some algorithms read."""
 
 _ELASTIC = ("tau", "alpha", "beta", "reset_opt_state")
+STREAMING = ("fragments", "delay", "compression")
+"""The exchange techniques (``easgd.core.streaming``): read by the synchronous elastic
+algorithms."""
 _ASYNC = ("exchange_order", "worker_speeds", "max_worker_speed", "staleness")
 SCHEDULE_FIELDS = _ASYNC
 """The fields of the simulated exchange schedule: read only on the runtimes that
@@ -124,7 +130,9 @@ class AlgorithmSpec:
       its rules (``Algorithm.async_rules``) also run on the real runtimes
       (``easgd.settings.runtime_table``).
     reads: the fields of :data:`ALGORITHM_FIELDS` the algorithm reads.
-    build: ``build(config, loss_fn, optimizer, num_steps) -> Algorithm``;
+    build: ``build(config, loss_fn, optimizer, num_steps, param_shapes) -> Algorithm``
+      (``param_shapes``: the parameters' shapes or None, read by the algorithms that
+      read :data:`STREAMING`);
       ``num_steps`` is the run's total number of steps (local SGD and DiLoCo
       end on an average).
     without_momentum: the algorithm this one becomes at delta = 0, or None.
@@ -167,6 +175,20 @@ def exchange_schedule(config) -> ExchangeSchedule:
 
 def _elastic_kw(c):
   return dict(num_workers=c.num_workers, **{name: getattr(c, name) for name in _ELASTIC})
+
+
+def _exchange(c, shapes):
+  """The ``exchange`` (``easgd.core.streaming.ExchangeTechniques``) of a config's
+  :data:`STREAMING` settings."""
+  from easgd.core import streaming
+
+  return streaming.ExchangeTechniques(
+      c.fragments,
+      c.fragment_layout,
+      c.delay,
+      streaming.compression_of(c.compression, c.compression_block, c.topk_fraction),
+      param_shapes=shapes,
+  )
 
 
 def _push_kw(c):
@@ -217,9 +239,15 @@ TABLE: dict[str, AlgorithmSpec] = {
         _spec(
             "easgd",
             "elastic",
-            _ELASTIC + ("curvature", "sync_warmup_steps"),
-            lambda c, loss, opt, n: _warmed(
-                c, loss, opt, n, lambda m: _algorithms().easgd(loss, opt, **_elastic_kw(c))
+            _ELASTIC + ("curvature", "sync_warmup_steps") + STREAMING,
+            lambda c, loss, opt, n, shapes: _warmed(
+                c,
+                loss,
+                opt,
+                n,
+                lambda m: _algorithms().easgd(
+                    loss, opt, exchange=_exchange(c, shapes), **_elastic_kw(c)
+                ),
             ),
             summary="synchronous EASGD, eq. (5)-(6)",
             array_fields=("tau", "alpha", "beta"),
@@ -228,19 +256,23 @@ TABLE: dict[str, AlgorithmSpec] = {
             "pmean_sgd",
             "averaging",
             (),
-            lambda c, loss, opt, n: _algorithms().pmean_sgd(loss, opt, num_workers=c.num_workers),
+            lambda c, loss, opt, n, shapes: _algorithms().pmean_sgd(
+                loss, opt, num_workers=c.num_workers
+            ),
             summary="data-parallel SGD, gradients averaged every step",
         ),
         _spec(
             "eamsgd",
             "elastic",
-            _ELASTIC + ("delta", "sync_warmup_steps"),
-            lambda c, loss, opt, n: _warmed(
+            _ELASTIC + ("delta", "sync_warmup_steps") + STREAMING,
+            lambda c, loss, opt, n, shapes: _warmed(
                 c,
                 loss,
                 opt,
                 n,
-                lambda m: _algorithms().eamsgd(loss, opt, momentum=c.delta, **_elastic_kw(c)),
+                lambda m: _algorithms().eamsgd(
+                    loss, opt, momentum=c.delta, exchange=_exchange(c, shapes), **_elastic_kw(c)
+                ),
             ),
             without_momentum="easgd",
             summary="synchronous EAMSGD, eq. (7)",
@@ -250,7 +282,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             "async_easgd",
             "elastic",
             _ELASTIC + _ASYNC,
-            lambda c, loss, opt, n: _simulation().async_easgd(
+            lambda c, loss, opt, n, shapes: _simulation().async_easgd(
                 loss, opt, schedule=exchange_schedule(c), **_elastic_kw(c)
             ),
             asynchronous_=True,
@@ -260,7 +292,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             "async_eamsgd",
             "elastic",
             _ELASTIC + _ASYNC + ("delta",),
-            lambda c, loss, opt, n: _simulation().async_eamsgd(
+            lambda c, loss, opt, n, shapes: _simulation().async_eamsgd(
                 loss, opt, schedule=exchange_schedule(c), momentum=c.delta, **_elastic_kw(c)
             ),
             asynchronous_=True,
@@ -271,7 +303,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             "downpour",
             "push",
             _PUSH,
-            lambda c, loss, opt, n: _downpour_family().downpour(loss, opt, **_push_kw(c)),
+            lambda c, loss, opt, n, shapes: _downpour_family().downpour(loss, opt, **_push_kw(c)),
             asynchronous_=True,
             summary="DOWNPOUR (push every tau steps)",
         ),
@@ -279,7 +311,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             "mdownpour",
             "push",
             _PUSH + ("delta",),
-            lambda c, loss, opt, n: _downpour_family().mdownpour(
+            lambda c, loss, opt, n, shapes: _downpour_family().mdownpour(
                 loss, opt, momentum=c.delta, **_push_kw(c)
             ),
             asynchronous_=True,
@@ -291,7 +323,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             "adownpour",
             "push",
             _PUSH,
-            lambda c, loss, opt, n: _downpour_family().adownpour(loss, opt, **_push_kw(c)),
+            lambda c, loss, opt, n, shapes: _downpour_family().adownpour(loss, opt, **_push_kw(c)),
             asynchronous_=True,
             summary="DOWNPOUR with a running average 1/(t+1)",
         ),
@@ -299,7 +331,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             "mvadownpour",
             "push",
             _PUSH + ("average_rate",),
-            lambda c, loss, opt, n: _downpour_family().mvadownpour(
+            lambda c, loss, opt, n, shapes: _downpour_family().mvadownpour(
                 loss, opt, average_rate=c.average_rate, **_push_kw(c)
             ),
             asynchronous_=True,
@@ -310,14 +342,14 @@ TABLE: dict[str, AlgorithmSpec] = {
             "sgd",
             "sequential",
             (),
-            lambda c, loss, opt, n: _baselines().sgd(loss, opt, num_workers=c.num_workers),
+            lambda c, loss, opt, n, shapes: _baselines().sgd(loss, opt, num_workers=c.num_workers),
             summary="sequential SGD",
         ),
         _spec(
             "msgd",
             "sequential",
             ("delta",),
-            lambda c, loss, opt, n: _baselines().msgd(
+            lambda c, loss, opt, n, shapes: _baselines().msgd(
                 loss, opt, num_workers=c.num_workers, momentum=c.delta
             ),
             without_momentum="sgd",
@@ -328,14 +360,14 @@ TABLE: dict[str, AlgorithmSpec] = {
             "asgd",
             "sequential",
             (),
-            lambda c, loss, opt, n: _baselines().asgd(loss, opt, num_workers=c.num_workers),
+            lambda c, loss, opt, n, shapes: _baselines().asgd(loss, opt, num_workers=c.num_workers),
             summary="averaged SGD, rate 1/(t+1)",
         ),
         _spec(
             "mvasgd",
             "sequential",
             ("average_rate",),
-            lambda c, loss, opt, n: _baselines().mvasgd(
+            lambda c, loss, opt, n, shapes: _baselines().mvasgd(
                 loss, opt, num_workers=c.num_workers, average_rate=c.average_rate
             ),
             summary="SGD with a constant-rate moving average",
@@ -345,7 +377,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             "local_sgd",
             "averaging",
             ("tau", "sync_warmup_steps"),
-            lambda c, loss, opt, n: _warmed(
+            lambda c, loss, opt, n, shapes: _warmed(
                 c,
                 loss,
                 opt,
@@ -361,7 +393,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             "diloco",
             "averaging",
             ("tau", "outer_learning_rate", "outer_momentum", "sync_warmup_steps"),
-            lambda c, loss, opt, n: _warmed(
+            lambda c, loss, opt, n, shapes: _warmed(
                 c,
                 loss,
                 opt,
@@ -514,7 +546,11 @@ __doc__ = __doc__.replace("{reads_table}", reads_table())
 
 
 def make_algorithm(
-    config, loss_fn, optimizer: optax.GradientTransformation, num_steps: int | None = None
+    config,
+    loss_fn,
+    optimizer: optax.GradientTransformation,
+    num_steps: int | None = None,
+    param_shapes=None,
 ) -> Algorithm:
   """The algorithm ``config.algorithm`` with the local optimizer ``optimizer``.
 
@@ -524,6 +560,9 @@ def make_algorithm(
     optimizer: the local optimizer (``easgd.runtimes.optimizers.make_optimizer``).
     num_steps: the run's total number of steps (local SGD and DiLoCo average
       at the last one); None for a run of unknown length.
+    param_shapes: the parameters (arrays or ``jax.ShapeDtypeStruct``): read where the
+      config sets fragments, delay or compression (:data:`STREAMING`), whose
+      fragments and bytes it fixes; None otherwise.
 
   Returns:
     An :class:`~easgd.core.base.Algorithm`.
@@ -532,7 +571,7 @@ def make_algorithm(
     KeyError: a name that is not in :data:`TABLE` (``TrainConfig.validate``
       refuses it first, with the allowed names).
   """
-  return TABLE[config.algorithm].build(config, loss_fn, optimizer, num_steps)
+  return TABLE[config.algorithm].build(config, loss_fn, optimizer, num_steps, param_shapes)
 
 
 def simulated_ticks(num_steps: int, config) -> float:

@@ -81,9 +81,9 @@ def communication_by_level(
     >>> algo = algorithms.easgd(lambda p, b, k: 0.0, optax.sgd(0.1), num_workers=4, tau=4, beta=0.9)
     >>> levels = communication_by_level(algo, 8, 100, devices_per_worker=2)
     >>> levels.across_workers   # exchanges at t = 0 and 4
-    Communication(all_reduces=2, bytes=200)
+    Communication(all_reduces=2, bytes=200, all_gathers=0, gathered_bytes=0)
     >>> levels.within_workers   # every step: 100 gradient bytes + the 4-byte loss
-    Communication(all_reduces=8, bytes=832)
+    Communication(all_reduces=8, bytes=832, all_gathers=0, gathered_bytes=0)
   """
   n = checks.integer("num_steps", num_steps, 0)
   param_bytes = checks.integer("param_bytes", param_bytes, 0)

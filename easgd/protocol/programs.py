@@ -554,7 +554,7 @@ def run_program(
   def build(learning_rate, **fields):
     cfg = dataclasses.replace(static, **fields)  # traced values, not validated
     opt = make_optimizer(static, first.steps_per_epoch, learning_rate=learning_rate)
-    return spec.build(cfg, loss_fn, opt, first.num_steps)
+    return spec.build(cfg, loss_fn, opt, first.num_steps, None)
 
   hyper = {
       "learning_rate": np.asarray(

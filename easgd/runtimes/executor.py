@@ -87,23 +87,32 @@ def checkpoint_target(algorithm, worker, shared, num_workers: int, **shapes) -> 
   return jax.tree.map(np.asarray, checkpoint_tree(algorithm, worker, shared, 0, **zeros))
 
 
-def communication_fields(all_reduces: int, nbytes: int, steps: int) -> dict[str, Any]:
+def communication_fields(
+    all_reduces: int, nbytes: int, steps: int, all_gathers: int = 0, gathered_bytes: int = 0
+) -> dict[str, Any]:
   """A summary's communication counts: totals and means per global step.
 
   Args:
     all_reduces: exchanges (all-reduces) per worker over ``steps`` global steps.
     nbytes: the bytes they reduce, per worker.
     steps: global steps done (0 counts as 1).
+    all_gathers, gathered_bytes: the compressed exchanges' all-gathers and the
+      bytes a worker contributes to them (``easgd.core.base.Communication``);
+      reported only where there are any.
 
   Returns:
-    ``{all_reduces, bytes, all_reduces_per_step, bytes_per_step}``.
+    ``{all_reduces, bytes, all_reduces_per_step, bytes_per_step}`` (and
+    ``all_gathers``, ``gathered_bytes`` where ``all_gathers`` > 0).
   """
-  return dict(
+  out = dict(
       all_reduces=all_reduces,
       bytes=nbytes,
       all_reduces_per_step=all_reduces / max(steps, 1),
       bytes_per_step=nbytes / max(steps, 1),
   )
+  if all_gathers:
+    out.update(all_gathers=all_gathers, gathered_bytes=gathered_bytes)
+  return out
 
 
 class Snapshot(NamedTuple):

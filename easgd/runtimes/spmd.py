@@ -259,7 +259,9 @@ class SpmdExecutor:
     group_size = dict(across_workers=layout.num_groups, within_workers=layout.devices_per_worker)
 
     def fields(comm):
-      return executor.communication_fields(comm.all_reduces, comm.bytes, step)
+      return executor.communication_fields(
+          comm.all_reduces, comm.bytes, step, comm.all_gathers, comm.gathered_bytes
+      )
 
     by_axis = {
         level: dict(

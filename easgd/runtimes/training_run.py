@@ -327,6 +327,7 @@ class Run:
         data_parallel.data_parallel_loss(task.loss, self.layout),
         make_optimizer(config, self.steps_per_epoch),
         self.total_steps,
+        self.init_params,
     )
     # (..., clock) -> ...; a loss that is not a mean of per-example terms
     # (BatchNorm normalises each worker's own mini-batch) keeps a device's
@@ -429,6 +430,12 @@ class Run:
         worker_center_distances=[float(d) for d in np.reshape(dist, -1)],  # [p], per worker
         all_reduces=comm.all_reduces,
         bytes_communicated=comm.bytes,
+        # compressed exchanges (all-gathers): only where a run has them
+        **(
+            dict(all_gathers=comm.all_gathers, gathered_bytes=comm.gathered_bytes)
+            if comm.all_gathers
+            else {}
+        ),
         # the local step size of the next step (lr_scaling resolved) and how
         # many of the steps so far were synchronous warm-up
         learning_rate=float(self.schedule(step)),

@@ -228,6 +228,7 @@ class TrainConfig(TrainFields):
           f"link_burst={self.link_burst!r} is the size of a rate's token bucket; give "
           "link_rate or link_rates, or leave link_burst None"
       )
+    self._check_exchange_techniques()
     message = runtime_table.relation_error(self)  # the algorithm, an optional package
     if message is not None:
       raise ConfigError(message)
@@ -237,6 +238,33 @@ class TrainConfig(TrainFields):
           "reference batch; give lr_reference_batch (the global batch "
           "at which learning_rate is stated)"
       )
+
+  def _check_exchange_techniques(self) -> None:
+    """The rules of fragments, delay and compression (``easgd.core.streaming``);
+    the fragments against the model's leaves are checked where the parameters
+    exist (``easgd.runtimes.training_run.Run``), before anything compiles."""
+    if not any(reads.differs(self, name) for name in registry.STREAMING):
+      return
+    if self.fragments > self.tau:
+      raise ConfigError(
+          f"fragments={self.fragments} needs tau >= fragments (each fragment its own step "
+          f"in the period); tau={self.tau}; allowed: fragments in [1, {self.tau}]"
+      )
+    if self.delay >= self.tau:
+      raise ConfigError(
+          f"delay={self.delay} must be below tau={self.tau} (one exchange of a fragment in "
+          f"flight); allowed: delay in [0, {self.tau - 1}]"
+      )
+    for name, value, other in (
+        ("reset_opt_state", self.reset_opt_state, False),
+        ("sync_warmup_steps", self.sync_warmup_steps, 0),
+        ("shard_params", self.shard_params, False),
+    ):
+      if value != other:
+        raise ConfigError(
+            f"{name}={value!r} is not defined with fragments, delay or compression; "
+            f"allowed: {name} {other!r}, or fragments 1, delay 0, compression 'none'"
+        )
 
   def _check_devices_per_worker(self) -> None:
     """The rules of a worker of D = devices_per_worker > 1 devices."""

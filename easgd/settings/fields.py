@@ -17,6 +17,7 @@ import numpy as np
 from easgd._util.checks import Entries, Flag, Integer, OneOf, Real, Satisfies
 from easgd._util.flags import option
 from easgd.asynchrony.names import EXCHANGE_ORDERS, PUSH_TIMINGS
+from easgd.core.names import COMPRESSIONS, FRAGMENT_LAYOUTS
 from easgd.methods import registry
 from easgd.parallel import link
 from easgd.parallel.names import BACKENDS
@@ -276,6 +277,44 @@ class TrainFields:
       "EASGD/EAMSGD (sync and async): re-initialise the local optimizer state "
       "at every exchange (schedules keep their position).",
       allowed=Flag(),
+  )
+  fragments: int = option(
+      1,
+      "elastic exchange in P fragments of the parameter leaves: fragment j at "
+      "clocks o_j + k tau (o_j = floor(j tau / P)), so every parameter is exchanged "
+      "once per tau and one exchange moves about 1/P of the bytes; 1 <= P <= tau "
+      "and at most the number of leaves (docs/guides/streaming.md).",
+      allowed=Integer(1, MAX_STEPS, what="fragments"),
+  )
+  fragment_layout: str = option(
+      "contiguous",
+      "which leaves form a fragment (fragments > 1): 'contiguous' (consecutive "
+      "leaves of about equal size) or 'strided' (leaf k in fragment k mod P).",
+      allowed=OneOf(FRAGMENT_LAYOUTS),
+  )
+  delay: int = option(
+      0,
+      "overlap: an exchange sent at local step s is applied V steps later, at "
+      "s + V (the elastic difference taken at s); 0 <= V < tau.",
+      allowed=Integer(0, MAX_STEPS, what="local steps"),
+  )
+  compression: str = option(
+      "none",
+      "what an elastic exchange sends, with error feedback: 'none', 'int8' or "
+      "'int4' (integers with a float32 scale per block), 'topk' (the largest "
+      "entries of each leaf).",
+      allowed=OneOf(COMPRESSIONS),
+  )
+  compression_block: int = option(
+      256,
+      "compression 'int8'/'int4': entries per block that share one scale (>= 1).",
+      allowed=Integer(1, MAX_STEPS, what="entries"),
+  )
+  topk_fraction: float = option(
+      0.01,
+      "compression 'topk': the fraction of each leaf's entries sent, in (0, 1] "
+      "(at least one entry per leaf).",
+      allowed=Real(0, 1, open_low=True),
   )
   exchange_order: str = option(
       "round_robin",

@@ -155,6 +155,28 @@ DATA_DIR = Reads(
 
 _OTHER_TRAIN_RULES = (
     Reads(
+        ("fragment_layout",),
+        lambda c: ("fragment_layout",) if c.fragments > 1 else (),
+        lambda c, name, value: (
+            f"fragment_layout={value!r} has no effect with fragments {c.fragments}; "
+            "use fragments > 1"
+        ),
+    ),
+    Reads(
+        ("compression_block", "topk_fraction"),
+        lambda c: {"int8": ("compression_block",), "int4": ("compression_block",)}.get(
+            c.compression, ("topk_fraction",) if c.compression == "topk" else ()
+        ),
+        lambda c, name, value: (
+            f"{name}={value!r} has no effect with compression {c.compression!r}; use "
+            + (
+                "compression 'int8' or 'int4'"
+                if name == "compression_block"
+                else "compression 'topk'"
+            )
+        ),
+    ),
+    Reads(
         ("lr_decay_factor",),
         lambda c: ("lr_decay_factor",) if c.lr_schedule == "step" else (),
         lambda c, name, value: (
