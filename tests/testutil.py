@@ -190,7 +190,10 @@ def regression_task(train_examples=256, test_examples=64, hidden=16):
   return Task("regression", init, loss, evaluate, train, test, mean_of_examples=True)
 
 
-_DTYPE_BYTES = {"f32": 4, "s32": 4, "u32": 4, "f16": 2, "bf16": 2, "f64": 8, "s64": 8, "pred": 1}
+_DTYPE_BYTES = {
+    **{"f32": 4, "s32": 4, "u32": 4, "f16": 2, "bf16": 2, "f64": 8, "s64": 8, "pred": 1},
+    **{"s8": 1, "u8": 1, "s16": 2, "u16": 2, "u64": 8},  # compressed payloads (int8, int4)
+}
 _ALL_REDUCE = re.compile(r"\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(.*?)\s+all-reduce(?:-start)?\(")
 _GROUPS = re.compile(
     r"replica_groups=(\{(?:\{[\d,]*\},?)*\}|\[[\d,]+\]<=\[[\d,]+\](?:T\([\d,]+\))?)"
