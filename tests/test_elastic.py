@@ -171,7 +171,7 @@ def test_what_needs_a_python_value_is_defined_for_array_hyperparameters():
       quadratic_loss, learning_rate=jnp.float32(0.1), num_workers=4, tau=4, beta=jnp.float32(0.9)
   )
   # a Python tau keeps the host schedule and the communication count
-  assert algo.exchange_at(4) and algo.communication(10, 100) == (3, 300)
+  assert algo.exchange_at(4) and algo.communication(10, 100) == Communication(3, 300)
   assert float(algo.hyperparameters["alpha"]) == pytest.approx(0.225)
   algo = algorithms.easgd(
       quadratic_loss, learning_rate=0.1, num_workers=4, tau=jnp.int32(4), beta=0.9

@@ -28,7 +28,7 @@ import optax
 import pytest
 
 from easgd.core import elastic
-from easgd.core.base import select_program
+from easgd.core.base import Communication, select_program
 from easgd.methods import registry
 from easgd.parallel import accounting, data_parallel, mapping, placement, worker_layout
 from easgd.runtimes.spmd import SpmdExecutor
@@ -133,8 +133,10 @@ def test_the_compiled_programs_communicate_by_level_what_the_accounting_counts(a
       measured[level][1] += nbytes
   param_bytes = models.param_bytes(params)
   levels = accounting.communication_by_level(algo, STEPS, param_bytes, D)
-  assert {k: tuple(v) for k, v in measured.items()} == levels._asdict()
-  assert levels.within_workers == ((STEPS, STEPS * (param_bytes + 4)) if D > 1 else (0, 0))
+  assert {k: Communication(*v) for k, v in measured.items()} == levels._asdict()
+  assert levels.within_workers == (
+      Communication(STEPS, STEPS * (param_bytes + 4)) if D > 1 else Communication(0, 0)
+  )
   assert (levels.across_workers.all_reduces > 0) == (p > 1)
 
 
@@ -246,9 +248,10 @@ def test_sharded_programs_communicate_what_the_accounting_counts(algorithm, p, D
     assert {g for g, _ in ops["all-gather"] + ops["reduce-scatter"]} == {rows}
     within[1] += sum(b for _, b in ops["all-gather"])
     within[2] += sum(b for _, b in ops["reduce-scatter"])
-  assert tuple(across) == levels.across_workers and levels.across_workers.bytes % (P // D) == 0
+  assert Communication(*across) == levels.across_workers
+  assert levels.across_workers.bytes % (P // D) == 0
   assert within == [4 * STEPS, P * STEPS, P // D * STEPS]
-  assert levels.within_workers == (STEPS, STEPS * (P + 4))
+  assert levels.within_workers == Communication(STEPS, STEPS * (P + 4))
 
 
 @pytest.mark.parametrize("shard", [False, True])

@@ -23,6 +23,7 @@ import pytest
 
 from easgd import TrainConfig, train_and_evaluate
 from easgd.core import algorithms, warmup
+from easgd.core.base import Communication
 from easgd.methods import registry
 from easgd.parallel import mapping, placement, worker_layout
 from easgd.settings.config import ConfigError
@@ -69,7 +70,7 @@ def test_easgd_exchange_indices_are_counted_from_k(k):
   # at EASGD's exchanges; the exchange at K > 0 follows the handover, which
   # puts every worker and the center at x_K, so it moves nothing
   assert moved == list(range(k)) + (expected[1:] if k else expected)
-  assert algo.communication(STEPS, 10) == (k + len(expected), 10 * (k + len(expected)))
+  assert algo.communication(STEPS, 10) == Communication(k + len(expected), 10 * (k + len(expected)))
 
 
 @pytest.mark.parametrize("k", [0, 1, TAU - 1, TAU])

@@ -21,5 +21,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
         ),
         "easgd.core.momentum": "nesterov_velocity loss_and_grad",
         "easgd.core.warmup": "sync_warmup",
+        "easgd.core.names": "FRAGMENT_LAYOUTS COMPRESSIONS",
+        "easgd.core.streaming": "ExchangeTechniques Compression",
     },
 )
