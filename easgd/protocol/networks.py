@@ -102,10 +102,13 @@ class Network:
 
     links = self.links(num_workers, devices_per_worker)
     total = steps * compute_per_step_s
-    for level, (count, nbytes), group in (
+    for level, comm, group in (
         ("across_workers", across, num_workers),
         ("within_workers", within, devices_per_worker),
     ):
+      if any(comm[2:]):  # a Communication with all-gathers (compressed exchanges)
+        raise ValueError(f"{level}: all-gathers are not in the network model, got {comm!r}")
+      count, nbytes = comm[:2]
       link = links[level]
       total += stats.allreduce_seconds(
           count, nbytes, group, link.bandwidth_bytes_per_s, link.latency_s

@@ -109,8 +109,9 @@ def _communication(run: ArmRun, task: Task, param_bytes: int) -> Callable:
   ``devices_per_worker`` D > 1 devices its every-step gradient average)."""
   algo = registry.make_algorithm(run.config, task.loss, optax.sgd(0.1), run.num_steps)
   D = run.config.devices_per_worker
+  # (all_reduces, bytes): the protocol refuses compressed exchanges (no all-gathers)
   return lambda t: tuple(
-      tuple(level)
+      tuple(level[:2])
       for level in accounting.communication_by_level(
           algo, int(t), param_bytes, D, run.config.shard_params
       )
