@@ -13,6 +13,7 @@ from scipy import stats
 
 from easgd import TrainConfig, cli, train_and_evaluate
 from easgd.protocol import claims as protocol_claims
+from easgd.protocol import networks as protocol_networks
 from easgd.protocol import programs
 from easgd.protocol import report as protocol_report
 from easgd.protocol import runs as protocol
@@ -537,6 +538,38 @@ def test_time_to_target_and_the_network_model():
   assert protocol_stats.modelled_seconds(
       100, 0.01, 10, 1_000_000, 4, 125e6, 50e-6
   ) == pytest.approx(1.0 + s)
+  # compressed exchanges: 10 all-gathers of 1 MB per worker in all, p - 1 = 3 payloads each
+  g = protocol_stats.allgather_seconds(10, 1_000_000, 4, 125e6, 50e-6)
+  assert g == pytest.approx(10 * 50e-6 + 3 * 1e6 / 125e6)
+  assert protocol_stats.allgather_seconds(10, 1_000_000, 1, 125e6, 50e-6) == 0.0
+  net = protocol_networks.Network("test", 125e6, 50e-6)
+  assert net.modelled_seconds(
+      100, 0.01, (10, 1_000_000, 10, 1_000_000), num_workers=4
+  ) == pytest.approx(1.0 + s + g)
+
+
+def test_a_streaming_arm_runs_and_reports_what_its_compressed_exchanges_send(tmp_path):
+  """An arm with fragments and int8 compression goes through the protocol; its results
+  report the all-gathers and their bytes per worker, counted by hand from the MLP's
+  leaves (the 40-256-256-10 MLP's 78,858 entries split where half is passed: leaves
+  0-3 and 4-5; their int8 payloads and one float32 scale per 256 entries), one send of
+  a fragment every tau = 4 steps from its offset (0 and 2), over 18 steps."""
+  arm = Arm("easgd int8", "easgd", dict(tau=4, fragments=2, compression="int8"), (0.1,))
+  config = ProtocolConfig(
+      "stream", "", BASE.replace(num_epochs=1), (arm,), eval_every_steps=6, configs_per_batch=4
+  )
+  results = protocol.run_protocol(config, tmp_path, log=lambda line: None)
+  out = results["arms"]["easgd int8"]
+  sizes = [256, 40 * 256, 256, 256 * 256, 10, 256 * 10]  # b1, w1, b2, w2, b3, w3 in leaf order
+
+  def payload(n):
+    return n + 4 * -(-n // 256)
+
+  fragments = [sum(payload(n) for n in sizes[:4]), sum(payload(n) for n in sizes[4:])]
+  sends = [len(range(o, 18, 4)) for o in (0, 2)]  # 5 and 4
+  assert out["all_gathers"] == sum(sends) and out["all_reduces"] == 0
+  assert out["gathered_bytes_per_worker"] == sum(n * b for n, b in zip(sends, fragments))
+  assert out["communication_curve"]["gathered_bytes"][-1] == out["gathered_bytes_per_worker"]
 
 
 # ----------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import numpy as np
 from easgd._util import checks
 from easgd._util.flags import REQUIRED, call_config_file, option
 from easgd.methods import registry
-from easgd.settings import reads, runtime_table
+from easgd.settings import runtime_table
 from easgd.settings.config import ConfigError, TrainConfig
 from easgd.settings.fields import FLOAT32_TINY, MAX_REAL
 
@@ -438,13 +438,6 @@ class ProtocolConfig:
               f"beta ({gives[a.algorithm]['beta']!r}); their grids share one program: "
               "give the same one of the two in every arm"
           )
-      streaming = [n for n in registry.STREAMING if reads.differs(arm_config, n)]
-      if streaming:
-        raise ProtocolError(
-            f"arm {a.name!r} sets {streaming[0]}={getattr(arm_config, streaming[0])!r}: the "
-            "protocol's programs do not run fragments, delay or compression yet; allowed: "
-            "fragments 1, delay 0, compression 'none' (easgd train runs them)"
-        )
       if arm_config.max_worker_speed is not None:
         raise ProtocolError(
             f"arm {a.name!r}: max_worker_speed draws the speeds from the "

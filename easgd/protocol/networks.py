@@ -88,8 +88,9 @@ class Network:
     Args:
       steps: local steps.
       compute_per_step_s: measured seconds of one worker's local step.
-      across: (all-reduces, bytes per device) across workers, in groups of
-        ``num_workers`` devices (``Algorithm.communication``).
+      across: (all-reduces, bytes per device[, all-gathers, gathered bytes per
+        device]) across workers, in groups of ``num_workers`` devices
+        (``Algorithm.communication``).
       within: (all-reduces, bytes per device) within each worker, in groups
         of ``devices_per_worker`` devices.
       num_workers, devices_per_worker: the modelled layout, p x D devices.
@@ -106,12 +107,13 @@ class Network:
         ("across_workers", across, num_workers),
         ("within_workers", within, devices_per_worker),
     ):
-      if any(comm[2:]):  # a Communication with all-gathers (compressed exchanges)
-        raise ValueError(f"{level}: all-gathers are not in the network model, got {comm!r}")
       count, nbytes = comm[:2]
+      gathers, gathered = tuple(comm[2:4]) or (0, 0)  # compressed exchanges
       link = links[level]
       total += stats.allreduce_seconds(
           count, nbytes, group, link.bandwidth_bytes_per_s, link.latency_s
+      ) + stats.allgather_seconds(
+          gathers, gathered, group, link.bandwidth_bytes_per_s, link.latency_s
       )
     return total
 

@@ -550,11 +550,12 @@ def run_program(
   varying = [f for f in spec.array_fields if len({getattr(r.config, f) for r in group}) > 1]
   task = seed_data.task
   loss_fn = task.loss
+  shapes = jax.eval_shape(task.init, jax.random.key(0))  # fragments' sizes (streaming)
 
   def build(learning_rate, **fields):
     cfg = dataclasses.replace(static, **fields)  # traced values, not validated
     opt = make_optimizer(static, first.steps_per_epoch, learning_rate=learning_rate)
-    return spec.build(cfg, loss_fn, opt, first.num_steps, None)
+    return spec.build(cfg, loss_fn, opt, first.num_steps, shapes)
 
   hyper = {
       "learning_rate": np.asarray(

@@ -103,15 +103,17 @@ def measure_step_seconds(task: Task, batch_size: int, repeats: int = 30) -> floa
 
 
 def _communication(run: ArmRun, task: Task, param_bytes: int) -> Callable:
-  """``comm(steps) -> (across, within)``, each (all_reduces, bytes) per device
+  """``comm(steps) -> (across, within)``, each (all_reduces, bytes, all_gathers,
+  gathered_bytes) per device
   of the arm's layout (``easgd.parallel.accounting.communication_by_level``:
   across workers the algorithm's count from a Python tau; within a worker of
   ``devices_per_worker`` D > 1 devices its every-step gradient average)."""
-  algo = registry.make_algorithm(run.config, task.loss, optax.sgd(0.1), run.num_steps)
+  shapes = jax.eval_shape(task.init, jax.random.key(0))  # fragments' sizes (streaming)
+  algo = registry.make_algorithm(run.config, task.loss, optax.sgd(0.1), run.num_steps, shapes)
   D = run.config.devices_per_worker
-  # (all_reduces, bytes): the protocol refuses compressed exchanges (no all-gathers)
+  # (all_reduces, bytes, all_gathers, gathered_bytes) per level
   return lambda t: tuple(
-      tuple(level[:2])
+      tuple(level)
       for level in accounting.communication_by_level(
           algo, int(t), param_bytes, D, run.config.shard_params
       )
@@ -544,8 +546,13 @@ def summarize_arm(
       entry["summary"] = dict(
           steps=stats.mean_interval(hits),
           samples=stats.mean_interval([h * c.global_batch_size for h in hits]),
-          all_reduces=stats.mean_interval([a for (a, _), _ in comms]),
-          bytes=stats.mean_interval([b for (_, b), _ in comms]),
+          all_reduces=stats.mean_interval([a[0] for a, _ in comms]),
+          bytes=stats.mean_interval([a[1] for a, _ in comms]),
+          **(
+              dict(gathered_bytes=stats.mean_interval([a[3] for a, _ in comms]))
+              if any(a[2] for a, _ in comms)
+              else {}
+          ),
           modelled_s={
               n.name: stats.mean_interval(
                   [
@@ -593,15 +600,25 @@ def summarize_arm(
       time_to_target=ttt,
       compute_per_step_s=step_s,
       communication_curve=dict(
-          all_reduces=[a for (a, _), _ in at_evals],
-          bytes=[b for (_, b), _ in at_evals],
-          within_all_reduces=[a for _, (a, _) in at_evals],
-          within_bytes=[b for _, (_, b) in at_evals],
+          all_reduces=[a[0] for a, _ in at_evals],
+          bytes=[a[1] for a, _ in at_evals],
+          within_all_reduces=[w[0] for _, w in at_evals],
+          within_bytes=[w[1] for _, w in at_evals],
+          # compressed exchanges (all-gathers of their payloads): only where there are any
+          **(
+              dict(
+                  all_gathers=[a[2] for a, _ in at_evals],
+                  gathered_bytes=[a[3] for a, _ in at_evals],
+              )
+              if total[2]
+              else {}
+          ),
       ),
       all_reduces=total[0],
       bytes_per_worker=total[1],
       within_worker_all_reduces=total_within[0],
       within_worker_bytes=total_within[1],
+      **(dict(all_gathers=total[2], gathered_bytes_per_worker=total[3]) if total[2] else {}),
       samples=run.num_steps * c.global_batch_size,
   )
 

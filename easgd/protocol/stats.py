@@ -312,6 +312,29 @@ def allreduce_seconds(
   )
 
 
+def allgather_seconds(
+    all_gathers: int,
+    bytes_per_worker: int,
+    num_workers: int,
+    bandwidth_bytes_per_s: float,
+    latency_s: float,
+) -> float:
+  r"""Seconds one worker spends in ``all_gathers`` ring all-gathers of the payloads it
+  contributes, ``bytes_per_worker`` in all (compressed exchanges,
+  ``easgd.core.streaming``):
+
+  .. math::
+
+     N \ell + (p - 1)\, \frac{M}{b}
+
+  (N = ``all_gathers``, M = ``bytes_per_worker``; a ring all-gather sends and receives
+  p - 1 payloads per worker); 0 for p = 1.
+  """
+  if num_workers <= 1:
+    return 0.0
+  return all_gathers * latency_s + (num_workers - 1) * bytes_per_worker / bandwidth_bytes_per_s
+
+
 def modelled_seconds(steps: int, compute_per_step_s: float, *all_reduce) -> float:
   """Modelled wall-clock seconds of ``steps`` local steps: the measured compute per
   step times steps, plus ``allreduce_seconds(*all_reduce)`` (its arguments
