@@ -545,6 +545,17 @@ def reads_table() -> str:
 __doc__ = __doc__.replace("{reads_table}", reads_table())
 
 
+def array_fields_of(config) -> tuple[str, ...]:
+  """The fields ``config``'s build may take as JAX arrays (``AlgorithmSpec.array_fields``),
+  without ``tau`` where the config sets fragments, delay or compression (:data:`STREAMING`:
+  the host schedules the fragments from a Python tau)."""
+  fields = TABLE[config.algorithm].array_fields
+  defaults = {f.name: f.default for f in dataclasses.fields(config)}
+  if any(getattr(config, n) != defaults[n] for n in STREAMING if n in defaults):
+    return tuple(f for f in fields if f != "tau")
+  return fields
+
+
 def make_algorithm(
     config,
     loss_fn,

@@ -129,7 +129,7 @@ def prepare(config: ProtocolConfig, num_train: int) -> dict[str, ArmRun]:
 def program_key(run: ArmRun) -> tuple:
   """Arms with equal keys run in one program: everything but the rate, the
   seed and the algorithm's array fields is equal."""
-  traced = set(TRACED_ALWAYS) | set(registry.TABLE[run.config.algorithm].array_fields)
+  traced = set(TRACED_ALWAYS) | set(registry.array_fields_of(run.config))
   fields = run.config.to_dict_fields()
   return tuple(sorted((k, v) for k, v in fields.items() if k not in traced))
 
@@ -547,7 +547,9 @@ def run_program(
   static = first.config
   spec = registry.TABLE[static.algorithm]
   by_name = {r.arm.name: r for r in group}
-  varying = [f for f in spec.array_fields if len({getattr(r.config, f) for r in group}) > 1]
+  varying = [
+      f for f in registry.array_fields_of(static) if len({getattr(r.config, f) for r in group}) > 1
+  ]
   task = seed_data.task
   loss_fn = task.loss
   shapes = jax.eval_shape(task.init, jax.random.key(0))  # fragments' sizes (streaming)
