@@ -138,6 +138,58 @@ def test_the_compiled_programs_communicate_by_level_what_the_accounting_counts(a
       Communication(STEPS, STEPS * (param_bytes + 4)) if D > 1 else Communication(0, 0)
   )
   assert (levels.across_workers.all_reduces > 0) == (p > 1)
+  # a synchronous program sends what the method counts
+  assert algo.program_communication is None
+  assert accounting.communication_by_level(algo, STEPS, param_bytes, D, program=True) == levels
+
+
+ASYNC_CASES = [
+    (name, p, d, dtype)
+    for name in registry.ASYNC_ALGORITHMS
+    for p, d, dtype in [(4, 4, "float32"), (4, 2, "float32")]
+] + [  # bfloat16 parameters, messages gathered in float32; one worker: no collective
+    ("async_easgd", 4, 2, "bfloat16"),
+    ("downpour", 4, 2, "bfloat16"),
+    ("async_easgd", 1, 1, "float32"),
+]
+
+
+@pytest.mark.parametrize("algorithm, p, num_devices, dtype", ASYNC_CASES)
+def test_a_simulated_asynchronous_program_sends_every_message_every_slot(
+    algorithm, p, num_devices, dtype
+):
+  """The one program of a simulated asynchronous method (one per slot, p
+  workers on ``num_devices`` devices, tau = 2), read from its compiled HLO:
+  two all-reduces per slot, the messages gathered into a zero-padded
+  [p, ...] buffer (XLA's one variadic op over the leaves, p x 588 = 2352
+  bytes in float32, for bfloat16 parameters too) and the [p] int32 due flags
+  (p x 4 = 16 bytes), whether or not any worker is due; with vmapped workers
+  the same bytes per device. Over 6 slots that is
+  ``Algorithm.wire_communication``: (12, 6 x 4 x 592 = 14208), not the
+  method's count of exchanges (``communication``: one per tau local steps
+  per worker, which compares methods); p = 1 has no collective."""
+  params, loss_fn = mlp_setup()
+  params = jax.tree.map(lambda x: x.astype(dtype), params)
+  layout = worker_layout.make_layout(p, num_devices, backend="shard_map")
+  algo = registry.make_algorithm(config_of(algorithm, p, 1), loss_fn, optax.sgd(0.3), STEPS)
+  worker, shared = placement.place_state(algo, params, layout)
+  xs, ys = random_batches(1, p, B)
+  batch = placement.split_workers((xs[0], ys[0]), layout, kind="batch")
+  (program,) = mapping.map_step(algo, layout, donate_state=False).programs.values()
+  hlo = program.lower(worker, shared, batch, jax.random.key(0)).compile().as_text()
+  ops = all_reduce_ops(hlo)
+  devices = tuple(d.id for d in layout.devices)
+  assert all(groups in ((), (devices,)) for groups, _ in ops), ops
+  P = elastic.reduced_bytes(params)
+  assert P == 588
+  want = sorted([p * P, p * 4]) if p > 1 else []
+  assert sorted(nbytes for _, nbytes in ops) == want
+  measured = Communication(STEPS * len(ops), STEPS * sum(nbytes for _, nbytes in ops))
+  assert algo.wire_communication(STEPS, P) == measured
+  assert measured == (Communication(12, 6 * 4 * 592) if p > 1 else Communication(0, 0))
+  if p > 1:  # the method's count: fewer exchanges, one message each
+    comm = algo.communication(STEPS, P)
+    assert comm.all_reduces < measured.all_reduces and comm.bytes == comm.all_reduces * P
 
 
 def wide_setup():
@@ -446,10 +498,41 @@ def test_the_trainer_runs_workers_of_2_devices_on_the_same_examples():
     assert within["bytes"] == (5 * (pb + 4) if D == 2 else 0) and within["group_size"] == D
     assert (across["mesh_axis"], within["mesh_axis"]) == ("devices", "data")
     assert within["bytes_per_step"] == within["bytes"] / 5
+    assert "program" not in levels  # a synchronous program sends what the method counts
   assert "2 devices each" in Run(config.replace(devices_per_worker=2)).layout.describe()
   for two in ((2, False), (2, True)):
     assert max_abs_diff(out[two][0], out[1, False][0]) == 0  # the same examples
     assert max_abs_diff(out[two][1:3], out[1, False][1:3]) < TOL
+
+
+def test_the_summary_of_a_simulated_asynchronous_run_adds_what_its_program_sends():
+  """An spmd run of async EASGD (digits, MLP, 4 workers, tau = 2, 3 slots):
+  ``communication`` keeps the method's count (the exchanges, as a real
+  asynchronous run sends them) and ``program`` counts the compiled program's
+  two all-reduces per slot of 4 x (P + 4) bytes (every worker's message and
+  due flag)."""
+  config = TrainConfig(
+      dataset="digits",
+      model="mlp",
+      algorithm="async_easgd",
+      num_workers=4,
+      global_batch_size=64,
+      num_epochs=1,
+      tau=2,
+      progress=False,
+  )
+  run = Run(config)
+  executor = SpmdExecutor(run)
+  executor.initial_state()
+  executor.run_to(3)
+  comm = executor.summary_fields()["communication"]
+  P = run.exchange_bytes
+  method = run.algorithm.communication(3, P)
+  assert (comm["all_reduces"], comm["bytes"]) == (method.all_reduces, method.bytes)
+  program = comm["program"]
+  assert (program["all_reduces"], program["bytes"]) == (6, 3 * 4 * (P + 4))
+  assert program["all_reduces_per_step"] == 2 and program["bytes_per_step"] == 4 * (P + 4)
+  assert method.all_reduces < 6
 
 
 def test_one_device_per_worker_is_the_unchanged_program():

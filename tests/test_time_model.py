@@ -55,6 +55,20 @@ def test_spmd_clock_is_steps_plus_the_exchanges_on_the_link(algorithm, tau, exch
   assert predict.spmd_clock(config, 100, 9, 1, 0.01, 2, LINK) == 0.0
 
 
+@pytest.mark.parametrize("algorithm", ["async_easgd", "downpour"])
+def test_a_simulated_asynchronous_spmd_run_sends_every_message_every_slot(algorithm):
+  config = TrainConfig(algorithm=algorithm, num_workers=2, tau=4).for_algorithm(algorithm)[0]
+  config = config.validate()
+  # the program of each slot gathers both workers' messages (2 x 100 bytes) and due flags
+  # (2 x 4 bytes): 2 all-reduces of 208 bytes in all, whatever tau; steps 2..9 are 8 slots:
+  # 16 all-reduces, 8 x 208 = 1664 bytes, over 2 processes 2 (2 - 1) / 2 x 1664 = 1664 sent
+  (comm,) = predict.clock_communication(config, 100, 9, [9])
+  assert (comm.all_reduces, comm.bytes) == (16, 1664)
+  got = predict.spmd_clock(config, 100, 9, 9, 0.01, 2, LINK)
+  assert got == pytest.approx(8 * 0.01 + 16 * 0.01 + 1664 / 1000)
+  assert predict.spmd_clock(config, 100, 9, 9, 0.01, 1, LINK) == pytest.approx(0.08)
+
+
 def test_async_worker_waits_its_token_buckets():
   # 32 steps of 0.01 s, exchanges before clocks 0 and 16 of 1000 bytes each way through
   # buckets of 100 bytes/s, 500 bytes, 0.5 s latency. At 0: push 0.5 + (1000 - 500) / 100

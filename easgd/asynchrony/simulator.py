@@ -21,7 +21,7 @@ from optax.tree_utils import tree_where, tree_zeros_like
 
 from easgd.asynchrony.schedule import ExchangeSchedule, exchange_order, served_order, slot_table
 from easgd.core import elastic
-from easgd.core.base import Algorithm, worker_key
+from easgd.core.base import Algorithm, Communication, worker_key
 from easgd.core.elastic import WORKER_AXES
 
 Params = Any
@@ -74,17 +74,51 @@ def _tree_index(tree, i):
 def _gather(tree, index, num_workers, axis_name):
   """Every worker's value, [p, ...] in worker order, identical on all workers.
 
-  One all-reduce of a zero-padded buffer (exact: all other entries add zeros),
-  in ``easgd.core.elastic.reduction_dtype`` (float32 for bfloat16 values); none
-  for a single worker.
+  One all-reduce (one ``psum`` of all the leaves: one variadic op) of a
+  zero-padded buffer (exact: all other entries add zeros), in
+  ``easgd.core.elastic.reduction_dtype`` (float32 for bfloat16 values): p
+  times the tree's bytes in that dtype; none for a single worker.
   """
   reduce_over = elastic.reduce_axis(num_workers, axis_name)
 
-  def gather(x):
-    buf = jnp.zeros((num_workers,) + x.shape, x.dtype).at[index].set(x)
-    return elastic.worker_sum(buf, reduce_over)
+  def pad(x):
+    return jnp.zeros((num_workers,) + x.shape, x.dtype).at[index].set(x)
 
-  return jax.tree.map(gather, tree)
+  return elastic.worker_sum(jax.tree.map(pad, tree), reduce_over)
+
+
+DUE_FLAG_BYTES = 4
+"""Bytes of one worker's ``due`` flag in the slot's gather (int32)."""
+SLOT_ALL_REDUCES = 2
+"""All-reduces of one slot's program (:func:`_slot_step_fn`, p > 1): the
+messages' gather and the due flags' gather (XLA keeps the two: they differ in
+type; ``tests/test_mesh.py`` reads the compiled programs)."""
+
+
+def _slot_communication(num_workers: int) -> Callable:
+  r"""``program_communication(num_steps, param_bytes)`` of :func:`simulate`.
+
+  Every slot (one call of the step, one global step) gathers every worker's
+  message and its due flag, whether or not it is due (:func:`_gather`):
+
+  .. math::
+
+     N = 2\,n, \qquad B = n\,p\,(P + 4)
+
+  (n slots, p workers, P = ``param_bytes``: the message has the parameters'
+  shapes and is reduced in ``easgd.core.elastic.reduction_dtype``, checked
+  when the step is traced); zero for p = 1 (no collective).
+  """
+
+  def communication(num_steps, param_bytes):
+    n = int(num_steps)
+    if num_workers == 1:
+      return Communication(0, 0)
+    return Communication(
+        SLOT_ALL_REDUCES * n, n * num_workers * (int(param_bytes) + DUE_FLAG_BYTES)
+    )
+
+  return communication
 
 
 MasterRule = Callable[..., tuple]
@@ -214,8 +248,10 @@ def _slot_step_fn(
 ) -> Callable:
   """``step(worker, shared, batch, key) -> (worker, shared, loss)``: one slot.
 
-  The slot's active workers take ``local_step``; the due messages are gathered
-  from every worker (one all-reduce) and served (``serve``, :func:`_serve_fn`)
+  The slot's active workers take ``local_step``; every worker's message and
+  due flag are gathered (two all-reduces, :func:`_slot_communication`; the
+  message must have the parameters' bytes in the reduction dtype, else
+  ValueError when traced) and the due ones served (``serve``, :func:`_serve_fn`)
   in :func:`served_order`; each worker finishes with its own reply.
   """
   p, big_k = schedule.num_workers, schedule.slots_per_tick
@@ -227,6 +263,12 @@ def _slot_step_fn(
     loss, proposal, message, due = local_step(
         worker, batch, worker_key(key, shared.step, axis_name)
     )
+    if elastic.reduced_bytes(message) != elastic.reduced_bytes(worker.params):
+      raise ValueError(
+          f"the message of {elastic.reduced_bytes(message)} bytes must have the "
+          f"parameters' {elastic.reduced_bytes(worker.params)} bytes (in the reduction "
+          "dtype): simulate's program_communication counts p copies of the parameters"
+      )
     due = jnp.logical_and(due, active)
     messages = _gather(message, index, p, axis_name)
     all_due = _gather(due.astype(jnp.int32), index, p, axis_name) > 0
@@ -280,7 +322,10 @@ def simulate(
       initial center (in ``easgd.core.elastic.reduction_dtype``: float32 for
       bfloat16 parameters, like the center, its history and the messages).
     center: ``center(shared) -> params``, the evaluated model.
-    communication: ``communication(num_steps, param_bytes)``.
+    communication: ``communication(num_steps, param_bytes)``: what a real
+      asynchronous run sends (the exchanges). The program's own traffic,
+      every worker's message every slot, is set as the algorithm's
+      ``program_communication`` (:func:`_slot_communication`).
     hyperparameters: for logs; the schedule's fields are added. Must hold
       ``tau`` (and ``push_timing`` for "step_end") for :func:`exchange_log`.
     exchange_at: "step_start" (Algorithms 1-2) or "step_end" (DOWNPOUR push):
@@ -338,4 +383,5 @@ def simulate(
           exchange_at=exchange_at,
       ),
       async_rules=rules,
+      program_communication=_slot_communication(schedule.num_workers),
   )

@@ -197,7 +197,10 @@ class Algorithm(NamedTuple):
     center: ``center(shared_state) -> params``, the model the method evaluates.
     worker_params: ``worker_params(worker_state, shared_state) -> params``.
     communication: ``communication(num_steps, param_bytes) -> Communication``,
-      the per-worker count over the first ``num_steps`` steps.
+      the per-worker count over the first ``num_steps`` steps: what the
+      method sends (for a simulated asynchronous method, what a real
+      asynchronous run sends: one exchange per tau local steps per worker),
+      the count that compares methods.
     hyperparameters: resolved hyperparameters, for logs.
     shared_model: True when the worker state is empty and every worker
       computes on the one model of the shared state (pmean SGD, the
@@ -228,6 +231,12 @@ class Algorithm(NamedTuple):
       clocks (exactly one phase per clock). ``step`` still runs every clock
       (deciding the phase on the device); a driver that knows the clock runs
       :meth:`programs` instead, so no gradient sits inside a branch.
+    program_communication: ``None`` (the compiled programs send what
+      ``communication`` counts), or what the compiled programs send where it
+      differs from ``communication``: a simulation of asynchrony in one
+      program (``easgd.asynchrony.simulator.simulate``) gathers every
+      worker's message every slot. Same signature and units as
+      ``communication``; read through :meth:`wire_communication`.
 
   Programs: :meth:`programs` is the table drivers compile, one program per
   name, and :meth:`program_at` names the one to run at clock t. A program's
@@ -251,6 +260,20 @@ class Algorithm(NamedTuple):
   shared_model: bool = False
   async_rules: Any = None
   phases: Mapping[Hashable, Program] | None = None
+  program_communication: CommunicationFn | None = None
+
+  def wire_communication(self, num_steps: int, param_bytes: int) -> Communication:
+    """What the compiled programs send per worker over the first ``num_steps`` steps.
+
+    ``program_communication`` where the algorithm declares one (a simulated
+    asynchronous method), else ``communication``; same arguments and units
+    (``param_bytes``: one copy of the parameters in
+    ``easgd.core.elastic.reduction_dtype``, ``elastic.reduced_bytes``). The
+    time model of a run across processes counts this
+    (``easgd.run.predict.clock_communication``).
+    """
+    count = self.program_communication or self.communication
+    return count(num_steps, param_bytes)
 
   def programs(self, exchange_on_host: bool = True) -> dict[Hashable, Program]:
     """The algorithm's programs by name: what a driver that knows the clock compiles.

@@ -42,11 +42,14 @@ def communication_by_level(
     param_bytes: int,
     devices_per_worker: int = 1,
     shard_params: bool = False,
+    program: bool = False,
 ) -> LevelCommunication:
   r"""The all-reduces and bytes of ``num_steps`` steps, by level, per device.
 
   Across workers: the algorithm's own count (``algorithm.communication``),
-  with P / D bytes in place of P under ``shard_params``. Within a worker of
+  with P / D bytes in place of P under ``shard_params``; with ``program``,
+  what its compiled programs send (``algorithm.wire_communication``: a
+  simulated asynchronous method gathers every worker's message every slot). Within a worker of
   D > 1 devices, every step one all-reduce of the gradient and the loss over
   "data" (XLA combines the two means into one, ``tests/test_mesh.py`` reads
   the compiled programs; a backend that does not runs 2 of the same bytes;
@@ -66,6 +69,8 @@ def communication_by_level(
     param_bytes: bytes of one copy of the parameters (the gradient's size).
     devices_per_worker: D, an int >= 1.
     shard_params: the parameter-shaped state is split over the D devices.
+    program: count the compiled programs' traffic across workers
+      (``Algorithm.wire_communication``) instead of the method's.
 
   Returns:
     :class:`LevelCommunication` of ``easgd.core.base.Communication`` records.
@@ -88,6 +93,7 @@ def communication_by_level(
   n = checks.integer("num_steps", num_steps, 0)
   param_bytes = checks.integer("param_bytes", param_bytes, 0)
   D = checks.integer("devices_per_worker", devices_per_worker, 1)
-  across = algorithm.communication(n, param_bytes // D if shard_params else param_bytes)
+  count = algorithm.wire_communication if program else algorithm.communication
+  across = count(n, param_bytes // D if shard_params else param_bytes)
   within = Communication(n, n * (param_bytes + LOSS_BYTES)) if D > 1 else Communication(0, 0)
   return LevelCommunication(Communication(*map(int, across)), within)

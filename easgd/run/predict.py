@@ -48,10 +48,12 @@ def link_model(rate=None, latency=None, burst=None) -> tuple:
 
 
 def clock_communication(config, exchange_bytes: int, total_steps: int, steps) -> list:
-  """The all-reduces across workers on a synchronous run's clock at each of ``steps``:
+  """The all-reduces across workers on an spmd run's clock at each of ``steps``:
   those of steps 2..s (``times.jsonl`` does not count the first step, which compiles),
-  from the run's algorithm (``Algorithm.communication``, built once;
-  ``easgd.parallel.accounting.communication_by_level``).
+  what the compiled programs send (``Algorithm.wire_communication`` of the run's
+  algorithm, built once; ``easgd.parallel.accounting.communication_by_level``): the
+  method's exchanges for a synchronous algorithm, every worker's message every slot for a
+  simulated asynchronous one.
 
   Args:
     config: the run's validated TrainConfig.
@@ -73,7 +75,7 @@ def clock_communication(config, exchange_bytes: int, total_steps: int, steps) ->
 
   def across(n):
     return accounting.communication_by_level(
-        algorithm, n, exchange_bytes, config.devices_per_worker, config.shard_params
+        algorithm, n, exchange_bytes, config.devices_per_worker, config.shard_params, program=True
     ).across_workers
 
   first = across(1)
@@ -94,7 +96,7 @@ def spmd_clock(
     num_processes: int,
     model: time_model.LinkModel,
 ) -> float:
-  """The clock of a synchronous run at global step ``step`` on a link: steps 2..step of
+  """The clock of an spmd run at global step ``step`` on a link: steps 2..step of
   ``step_s`` seconds each plus their all-reduces across workers
   (:func:`clock_communication`) crossing the link between ``num_processes`` processes
   (``time_model.spmd_seconds``).

@@ -250,6 +250,10 @@ class SpmdExecutor:
     ``within_workers``, a worker's data-parallel average over its D devices,
     zero for D = 1), each with the mesh axis it reduces over and the size of
     its groups of devices (``easgd.parallel.accounting.communication_by_level``).
+    A simulated asynchronous method (``Algorithm.program_communication``)
+    counts there what a real asynchronous run sends; ``program`` then adds the
+    same four fields for what its compiled programs send across workers
+    (every worker's message every slot, ``Algorithm.wire_communication``).
     """
     run, step = self.run, self.step
     layout = run.layout
@@ -269,11 +273,23 @@ class SpmdExecutor:
         )
         for level, comm in levels._asdict().items()
     }
+    communication = dict(**fields(levels.across_workers), by_axis=by_axis)
+    if run.algorithm.program_communication is not None:
+      communication["program"] = fields(
+          accounting.communication_by_level(
+              run.algorithm,
+              step,
+              run.exchange_bytes,
+              layout.devices_per_worker,
+              layout.shard_params,
+              program=True,
+          ).across_workers
+      )
     return dict(
         algorithm=dict(name=run.algorithm.name, **run.algorithm.hyperparameters),
         layout=layout.describe(),
         center_lag_steps=center_lag_steps(run.algorithm, run.config.algorithm, step),
-        communication=dict(**fields(levels.across_workers), by_axis=by_axis),
+        communication=communication,
         shared_copies_equal=placement.shared_copies_equal(self.shared),
     )
 
