@@ -492,7 +492,7 @@ def test_every_algorithm_runs_through_make_algorithm(name):
   assert np.max(np.abs(flat(center) - THETA0)) > 1e-3  # the evaluated model moved
   # communication over the 8 steps, counted here from each family's rule:
   # synchronous elastic (exchange at t = 0, 2, 4, 6) 4; one-model methods, every
-  # step, 8; local SGD and DiLoCo (after steps 1, 3, 5, 7) 4; asynchronous: 8 slots
+  # step, 8; local SGD and (Streaming) DiLoCo (after steps 1, 3, 5, 7) 4; asynchronous: 8 slots
   # of speeds (1, 2, 1, 1) with K = 2 are 4 ticks, local steps (4, 8, 4, 4), an
   # exchange every 2 local steps from the first: (2, 4, 2, 2) per worker, mean 2.5,
   # rounded half to even: 2
@@ -501,7 +501,7 @@ def test_every_algorithm_runs_through_make_algorithm(name):
       int(round(np.mean([2, 4, 2, 2])))
       if spec.asynchronous
       else 4
-      if spec.family in ("elastic",) or name in ("local_sgd", "diloco")
+      if spec.family in ("elastic",) or name in ("local_sgd", "diloco", "streaming_diloco")
       else 8
   )
   comm = algo.communication(8, 100)

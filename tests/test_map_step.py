@@ -160,7 +160,7 @@ def test_the_programs_the_trainer_runs_communicate_what_the_accounting_counts(
   assert not any(" conditional(" in t for t in texts.values())
   per_call = {flag: all_reduce_bytes(t) for flag, t in texts.items()}
   n = 8 * TAU
-  flags = [None if algo.exchange_at is None else algo.exchange_at(t) for t in range(n)]
+  flags = [algo.program_at(t) for t in range(n)]  # the program the host runs at t
   count = sum(per_call[f][0] for f in flags)
   nbytes = sum(per_call[f][1] for f in flags)
   comm = algo.communication(n, models.param_bytes(params))

@@ -469,6 +469,42 @@ def diloco(
   References:
     Douillard et al. (2023), Algorithm 1.
   """
+  outer_optimizer, hyper = outer_sgd(outer_learning_rate, outer_momentum, outer_optimizer)
+  return _periodic(
+      "diloco",
+      loss_fn,
+      optimizer,
+      num_workers=num_workers,
+      tau=tau,
+      learning_rate=learning_rate,
+      outer=outer_optimizer,
+      hyperparameters=hyper,
+      num_steps=num_steps,
+      axis_name=axis_name,
+  )
+
+
+def outer_sgd(outer_learning_rate, outer_momentum, outer_optimizer=None):
+  """DiLoCo's outer optimizer and its hyperparameters record.
+
+      m  <- mu m + Delta;   x~ <- x~ - eta_out (Delta + mu m)
+
+  ``optax.sgd(eta_out, momentum=mu, nesterov=True)`` (no momentum trace for a
+  Python mu = 0), or ``outer_optimizer`` as given.
+
+  Args:
+    outer_learning_rate: eta_out > 0, or a JAX array (unchecked).
+    outer_momentum: mu in [0, 1), or a JAX array (unchecked; the trace is kept).
+    outer_optimizer: None, or any ``optax.GradientTransformation`` (then the
+      two values above are ignored).
+
+  Returns:
+    ``(optimizer, hyperparameters)``.
+
+  Raises:
+    HyperparameterError: outer_learning_rate <= 0, outer_momentum outside [0, 1).
+    TypeError: outer_optimizer is not an ``optax.GradientTransformation``.
+  """
   if outer_optimizer is None:
     if not elastic.is_array_hyperparameter(outer_learning_rate):  # arrays: unchecked
       outer_learning_rate = checks.real(
@@ -493,15 +529,4 @@ def diloco(
     )
   else:
     hyper = dict(outer_optimizer="custom")
-  return _periodic(
-      "diloco",
-      loss_fn,
-      optimizer,
-      num_workers=num_workers,
-      tau=tau,
-      learning_rate=learning_rate,
-      outer=outer_optimizer,
-      hyperparameters=hyper,
-      num_steps=num_steps,
-      axis_name=axis_name,
-  )
+  return outer_optimizer, hyper

@@ -68,6 +68,12 @@ def _baselines():
   return baselines
 
 
+def _streaming_diloco():
+  from easgd.methods import streaming_diloco
+
+  return streaming_diloco
+
+
 def _downpour_family():
   from easgd.methods import downpour_family
 
@@ -110,7 +116,7 @@ ALGORITHM_FIELDS = (
 _ELASTIC = ("tau", "alpha", "beta", "reset_opt_state")
 STREAMING = ("fragments", "delay", "compression")
 """The exchange techniques (``easgd.core.streaming``): read by the synchronous elastic
-algorithms."""
+algorithms and Streaming DiLoCo."""
 _ASYNC = ("exchange_order", "worker_speeds", "max_worker_speed", "staleness")
 SCHEDULE_FIELDS = _ASYNC
 """The fields of the simulated exchange schedule: read only on the runtimes that
@@ -410,6 +416,24 @@ TABLE: dict[str, AlgorithmSpec] = {
             ),
             summary="DiLoCo: outer Nesterov step every tau steps and at the end",
             array_fields=("tau", "outer_learning_rate", "outer_momentum"),
+        ),
+        _spec(
+            "streaming_diloco",
+            "averaging",
+            ("tau", "alpha", "outer_learning_rate", "outer_momentum") + STREAMING,
+            lambda c, loss, opt, n, shapes: _streaming_diloco().streaming_diloco(
+                loss,
+                opt,
+                num_workers=c.num_workers,
+                tau=c.tau,
+                num_steps=n,
+                outer_learning_rate=c.outer_learning_rate,
+                outer_momentum=c.outer_momentum,
+                alpha=c.resolved_alpha,
+                exchange=_exchange(c, shapes),
+            ),
+            summary="Streaming DiLoCo: fragments synced in turn, merged V steps later",
+            array_fields=("outer_learning_rate", "outer_momentum"),
         ),
     )
 }

@@ -115,7 +115,11 @@ class TrainConfig(TrainFields):
 
   @property
   def resolved_alpha(self) -> float:
-    """alpha, or beta / num_workers when beta is given."""
+    """alpha, or beta / num_workers when beta is given; for an algorithm that reads
+    alpha but not beta (streaming_diloco's merge rate): alpha, 1 when None."""
+    spec = registry.TABLE.get(self.algorithm) if isinstance(self.algorithm, str) else None
+    if spec is not None and "alpha" in spec.reads and "beta" not in spec.reads:
+      return 1.0 if self.alpha is None else self.alpha
     return self.alpha if self.alpha is not None else self.beta / self.num_workers
 
   def validate(self) -> "TrainConfig":
@@ -331,6 +335,9 @@ class TrainConfig(TrainFields):
     )
     spec = registry.TABLE[self.algorithm]
     if "alpha" not in spec.reads:
+      return
+    if "beta" not in spec.reads:  # a merge rate (streaming_diloco), not an elastic one
+      _real("alpha", self.resolved_alpha, 0, 1, open_low=True, what="the merge's moving rate")
       return
     given = "alpha" if self.alpha is not None else "beta"
     if registry.center_update(self).local_step is None:

@@ -263,7 +263,8 @@ class TrainFields:
   alpha: float | None = option(
       None,
       "EASGD moving rate, the elastic coefficient of each worker; giving "
-      "alpha replaces the default beta (alpha = beta / num_workers).",
+      "alpha replaces the default beta (alpha = beta / num_workers). "
+      "streaming_diloco: the merge's moving rate in (0, 1] (None: 1, replace).",
       allowed=Real(0, MAX_REAL),
   )
   beta: float | None = option(

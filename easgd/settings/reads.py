@@ -103,7 +103,7 @@ def is_read(config, name: str, rules: Sequence[Reads]) -> bool:
 
 # -- the rules of TrainConfig, in the order they are refused ----------------
 def _not_read_by_algorithm(c, name, value) -> str:
-  readers = registry.readers("alpha" if name == "beta" else name)
+  readers = registry.readers(name)
   return (
       f"{name}={value!r} is not read by algorithm {c.algorithm!r}; leave it at "
       f"its default {defaults(type(c))[name]!r}, or use an algorithm that reads it: "
@@ -111,9 +111,16 @@ def _not_read_by_algorithm(c, name, value) -> str:
   )
 
 
+def _read_by_algorithm(c) -> tuple[str, ...]:
+  read = registry.TABLE[c.algorithm].reads
+  # an algorithm that reads alpha but not beta (streaming_diloco): alpha given
+  # cleared beta to None (TrainConfig.replace), which is alpha's setting, not beta's
+  return read + ("beta",) if "alpha" in read and c.beta is None else read
+
+
 ALGORITHM = Reads(
     registry.ALGORITHM_FIELDS,
-    lambda c: registry.TABLE[c.algorithm].reads,
+    _read_by_algorithm,
     _not_read_by_algorithm,
     one_setting={"beta": "alpha"},  # alpha given: beta was cleared with it
 )
