@@ -8,7 +8,8 @@ The question: how few bytes per training sample can synchronous EASGD send (frag
 an exchange applied one local step after it was sent, 8- or 4-bit or top-k compression
 with error feedback: docs/guides/streaming.md) and still reach the test error of
 full-precision EASGD within the difference the seeds resolve; and how that compares with
-pmean SGD's bytes per sample. Figure 2's setting (docs/guides/results.md): MNIST-1D, the
+pmean SGD's bytes per sample; Streaming DiLoCo (its outer Nesterov step, the merge at
+alpha = 1) beside it at equal bytes. Figure 2's setting (docs/guides/results.md): MNIST-1D, the
 small 1-D CNN, p = 4 workers of 32 examples per step, 432 local steps per worker, every
 arm's rate tuned on the validation split (5 log-spaced rates x 3 seeds) and reported on
 16 fresh seeds at its chosen rate (the arms share the seeds, so the comparisons are
@@ -68,6 +69,20 @@ def get_protocol() -> ProtocolConfig:
           "easgd tau=64 top1%",
           "easgd",
           dict(tau=64, compression="topk", topk_fraction=0.01, **STREAMING),
+          SGD_RATES,
+      ),
+      # Streaming DiLoCo beside the elastic arms at the same fragments, delay, compression
+      # and period (its bytes per sample within a few percent: it also syncs at the end)
+      Arm(
+          "streaming_diloco tau=16 top1%",
+          "streaming_diloco",
+          dict(tau=16, compression="topk", topk_fraction=0.01, **STREAMING),
+          SGD_RATES,
+      ),
+      Arm(
+          "streaming_diloco tau=64 int4",
+          "streaming_diloco",
+          dict(tau=64, compression="int4", **STREAMING),
           SGD_RATES,
       ),
   ]
