@@ -134,11 +134,18 @@ def test_map_step_runs_the_warmup_program_and_the_same_values():
 
 
 def test_only_the_synchronous_elastic_and_averaging_methods_read_the_warmup():
+  # not pmean SGD (it is the warm-up), nor Streaming DiLoCo, whose programs are its
+  # fragments' events (a warm-up is refused beside fragments, delay or compression)
+  streaming = {name for name, s in registry.TABLE.items() if "fragments" in s.reads}
   assert set(registry.readers("sync_warmup_steps")) == {
       name
       for name, s in registry.TABLE.items()
-      if not s.asynchronous and s.family in ("elastic", "averaging") and name != "pmean_sgd"
+      if not s.asynchronous
+      and s.family in ("elastic", "averaging")
+      and name != "pmean_sgd"
+      and (name not in streaming or "sync_warmup_steps" in s.reads)
   }
+  assert "streaming_diloco" in streaming - set(registry.readers("sync_warmup_steps"))
   with pytest.raises(
       ConfigError, match="sync_warmup_steps=5 is not read by algorithm " "'pmean_sgd'"
   ):

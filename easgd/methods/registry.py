@@ -246,7 +246,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             "easgd",
             "elastic",
             _ELASTIC + ("curvature", "sync_warmup_steps") + STREAMING,
-            lambda c, loss, opt, n, shapes: _warmed(
+            lambda c, loss, opt, n, shapes=None: _warmed(
                 c,
                 loss,
                 opt,
@@ -262,7 +262,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             "pmean_sgd",
             "averaging",
             (),
-            lambda c, loss, opt, n, shapes: _algorithms().pmean_sgd(
+            lambda c, loss, opt, n, shapes=None: _algorithms().pmean_sgd(
                 loss, opt, num_workers=c.num_workers
             ),
             summary="data-parallel SGD, gradients averaged every step",
@@ -271,7 +271,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             "eamsgd",
             "elastic",
             _ELASTIC + ("delta", "sync_warmup_steps") + STREAMING,
-            lambda c, loss, opt, n, shapes: _warmed(
+            lambda c, loss, opt, n, shapes=None: _warmed(
                 c,
                 loss,
                 opt,
@@ -288,7 +288,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             "async_easgd",
             "elastic",
             _ELASTIC + _ASYNC,
-            lambda c, loss, opt, n, shapes: _simulation().async_easgd(
+            lambda c, loss, opt, n, shapes=None: _simulation().async_easgd(
                 loss, opt, schedule=exchange_schedule(c), **_elastic_kw(c)
             ),
             asynchronous_=True,
@@ -298,7 +298,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             "async_eamsgd",
             "elastic",
             _ELASTIC + _ASYNC + ("delta",),
-            lambda c, loss, opt, n, shapes: _simulation().async_eamsgd(
+            lambda c, loss, opt, n, shapes=None: _simulation().async_eamsgd(
                 loss, opt, schedule=exchange_schedule(c), momentum=c.delta, **_elastic_kw(c)
             ),
             asynchronous_=True,
@@ -309,7 +309,9 @@ TABLE: dict[str, AlgorithmSpec] = {
             "downpour",
             "push",
             _PUSH,
-            lambda c, loss, opt, n, shapes: _downpour_family().downpour(loss, opt, **_push_kw(c)),
+            lambda c, loss, opt, n, shapes=None: _downpour_family().downpour(
+                loss, opt, **_push_kw(c)
+            ),
             asynchronous_=True,
             summary="DOWNPOUR (push every tau steps)",
         ),
@@ -317,7 +319,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             "mdownpour",
             "push",
             _PUSH + ("delta",),
-            lambda c, loss, opt, n, shapes: _downpour_family().mdownpour(
+            lambda c, loss, opt, n, shapes=None: _downpour_family().mdownpour(
                 loss, opt, momentum=c.delta, **_push_kw(c)
             ),
             asynchronous_=True,
@@ -329,7 +331,9 @@ TABLE: dict[str, AlgorithmSpec] = {
             "adownpour",
             "push",
             _PUSH,
-            lambda c, loss, opt, n, shapes: _downpour_family().adownpour(loss, opt, **_push_kw(c)),
+            lambda c, loss, opt, n, shapes=None: _downpour_family().adownpour(
+                loss, opt, **_push_kw(c)
+            ),
             asynchronous_=True,
             summary="DOWNPOUR with a running average 1/(t+1)",
         ),
@@ -337,7 +341,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             "mvadownpour",
             "push",
             _PUSH + ("average_rate",),
-            lambda c, loss, opt, n, shapes: _downpour_family().mvadownpour(
+            lambda c, loss, opt, n, shapes=None: _downpour_family().mvadownpour(
                 loss, opt, average_rate=c.average_rate, **_push_kw(c)
             ),
             asynchronous_=True,
@@ -348,14 +352,16 @@ TABLE: dict[str, AlgorithmSpec] = {
             "sgd",
             "sequential",
             (),
-            lambda c, loss, opt, n, shapes: _baselines().sgd(loss, opt, num_workers=c.num_workers),
+            lambda c, loss, opt, n, shapes=None: _baselines().sgd(
+                loss, opt, num_workers=c.num_workers
+            ),
             summary="sequential SGD",
         ),
         _spec(
             "msgd",
             "sequential",
             ("delta",),
-            lambda c, loss, opt, n, shapes: _baselines().msgd(
+            lambda c, loss, opt, n, shapes=None: _baselines().msgd(
                 loss, opt, num_workers=c.num_workers, momentum=c.delta
             ),
             without_momentum="sgd",
@@ -366,14 +372,16 @@ TABLE: dict[str, AlgorithmSpec] = {
             "asgd",
             "sequential",
             (),
-            lambda c, loss, opt, n, shapes: _baselines().asgd(loss, opt, num_workers=c.num_workers),
+            lambda c, loss, opt, n, shapes=None: _baselines().asgd(
+                loss, opt, num_workers=c.num_workers
+            ),
             summary="averaged SGD, rate 1/(t+1)",
         ),
         _spec(
             "mvasgd",
             "sequential",
             ("average_rate",),
-            lambda c, loss, opt, n, shapes: _baselines().mvasgd(
+            lambda c, loss, opt, n, shapes=None: _baselines().mvasgd(
                 loss, opt, num_workers=c.num_workers, average_rate=c.average_rate
             ),
             summary="SGD with a constant-rate moving average",
@@ -383,7 +391,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             "local_sgd",
             "averaging",
             ("tau", "sync_warmup_steps"),
-            lambda c, loss, opt, n, shapes: _warmed(
+            lambda c, loss, opt, n, shapes=None: _warmed(
                 c,
                 loss,
                 opt,
@@ -399,7 +407,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             "diloco",
             "averaging",
             ("tau", "outer_learning_rate", "outer_momentum", "sync_warmup_steps"),
-            lambda c, loss, opt, n, shapes: _warmed(
+            lambda c, loss, opt, n, shapes=None: _warmed(
                 c,
                 loss,
                 opt,
@@ -421,7 +429,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             "streaming_diloco",
             "averaging",
             ("tau", "alpha", "outer_learning_rate", "outer_momentum") + STREAMING,
-            lambda c, loss, opt, n, shapes: _streaming_diloco().streaming_diloco(
+            lambda c, loss, opt, n, shapes=None: _streaming_diloco().streaming_diloco(
                 loss,
                 opt,
                 num_workers=c.num_workers,

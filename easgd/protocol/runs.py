@@ -503,8 +503,10 @@ def summarize_arm(
   (``time_to_target``) is a classifier's only: empty for a task without
   ``"correct"`` (no targets).
 
-  ``comm(steps) -> ((all_reduces, bytes) across workers, (all_reduces,
-  bytes) within a worker)`` per device (:func:`_communication`): the
+  ``comm(steps) -> ((all_reduces, bytes[, all_gathers, gathered_bytes]) across
+  workers, (the same) within a worker)`` per device (:func:`_communication`;
+  missing all-gather counts are 0; where there are any, ``all_gathers`` and
+  ``gathered_bytes_per_worker`` are reported beside the all-reduces): the
   across-workers counts are ``all_reduces`` and ``bytes_per_worker`` (and
   ``communication_curve``'s ``all_reduces`` and ``bytes`` at the
   evaluations), the within-worker ones ``within_worker_all_reduces``,
@@ -513,6 +515,8 @@ def summarize_arm(
   ``TwoLevelNetwork.modelled_seconds`` on the arm's layout of
   ``num_workers`` x ``devices_per_worker`` devices).
   """
+  given = comm
+  comm = lambda t: tuple(tuple(level) + (0,) * (4 - len(level)) for level in given(t))
   rep = res["report"]
   c = run.config
   if config.select_metric is None:  # not resolved for its task: as the report's curves say
