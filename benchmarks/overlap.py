@@ -31,7 +31,7 @@ import json
 import statistics
 import time
 
-from common import force_cpu_devices, machine
+from common import force_cpu_devices, machine, mlp_setup, random_batch
 
 
 def main():
@@ -47,9 +47,7 @@ def main():
   force_cpu_devices(1)
 
   import jax
-  import numpy as np
 
-  from common import mlp_setup, random_batch
   from easgd.asynchrony import simulation
   from easgd.core import elastic
   from easgd.runtimes import threads
