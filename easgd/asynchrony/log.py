@@ -231,6 +231,22 @@ def async_rules(algorithm: Algorithm) -> AsyncRules:
   return rules
 
 
+def overlap_of(rules: AsyncRules) -> int:
+  """The overlap V of an asynchronous method's exchanges (``delay``; 0: none).
+
+  With V >= 1 (async EASGD/EAMSGD, ``easgd.asynchrony.simulation.async_easgd``)
+  the step at an exchange clock s finishes with a zero reply, and the step at
+  s + V with the reply the master gave at s.
+
+  Args:
+    rules: the method's rules (their ``hyperparameters["delay"]``, absent: 0).
+
+  Returns:
+    V, an int >= 0.
+  """
+  return int(rules.hyperparameters.get("delay", 0))
+
+
 def local_key(key: jax.Array, worker, clock) -> jax.Array:
   """The key of worker ``worker``'s local step at clock ``clock``.
 
@@ -368,11 +384,14 @@ class Replayed(NamedTuple):
     shared: the master's final :class:`AsyncShared` (``history`` ``()``).
     centers: with ``keep_centers``, the center after each master update
       (entry v holds it after v updates, entry 0 the initial one); else None.
+    in_flight: per worker, None or ``(s + V, reply)``: the reply of its last
+      exchange, not applied by its final clock (overlap V >= 1); () without.
   """
 
   workers: list
   shared: AsyncShared
   centers: list | None
+  in_flight: list | tuple = ()
 
 
 def _log_record(record) -> dict:
@@ -436,6 +455,8 @@ class _Replay:
     self.rules, self.programs, self.params = rules, programs, params
     self.batch_fn, self.key, self.p = batch_fn, key, p
     self.step_end = rules.exchange_at == "step_end"
+    self.overlap = overlap_of(rules)
+    self.in_flight = [None] * p  # (clock s + V, reply) of each worker's exchange in flight
     self.shared = init_shared(rules, params)
     self.workers = [init_worker(rules, params) for _ in range(p)]
     self.clocks = [0] * p
@@ -445,16 +466,22 @@ class _Replay:
     self.version = 0
 
   def advance(self, i: int, until: int) -> None:
-    """Worker i's local steps up to clock ``until`` (raises at a due exchange)."""
+    """Worker i's local steps up to clock ``until`` (raises at a due exchange); the
+    step at s + V applies the reply in flight (overlap)."""
     while self.clocks[i] < until:
-      if bool(self.rules.due(self.clocks[i])):
+      t = self.clocks[i]
+      if bool(self.rules.due(t)):
         raise ValueError(
             f"the log lacks worker {i}'s exchange at its local step "
-            f"{self.clocks[i]} (due by the method's schedule)"
+            f"{t} (due by the method's schedule)"
         )
-      self.workers[i], _ = self.programs.local(
-          self.workers[i], self.batch_fn(i, self.clocks[i]), self.key, self.index[i]
-      )
+      batch = self.batch_fn(i, t)
+      if self.in_flight[i] is not None and self.in_flight[i][0] == t:
+        _, proposal, _ = self.programs.propose(self.workers[i], batch, self.key, self.index[i])
+        self.workers[i] = self.programs.finish(self.workers[i], proposal, self.in_flight[i][1])
+        self.in_flight[i] = None
+      else:
+        self.workers[i], _ = self.programs.local(self.workers[i], batch, self.key, self.index[i])
       self.clocks[i] += 1
 
   def restart(self, k: int, r: dict) -> None:
@@ -467,6 +494,7 @@ class _Replay:
       )
     self.workers[i] = restart_worker(self.rules, self.centers[self.version], self.params, t)
     self.clocks[i] = t
+    self.in_flight[i] = None  # a restart drops the reply not yet applied
 
   def exchange(self, k: int, r: dict) -> None:
     """Log record k, an exchange: local steps up to it, then propose, serve, finish."""
@@ -500,6 +528,9 @@ class _Replay:
       self.history.append(self.shared.center)
     if step_end and r["read_version"] != self.version:
       reply = self.centers[r["read_version"]]  # a stale fetch (simulated staleness)
+    if self.overlap:  # x^i_{s+1} = x^i_s + u_s; the reply is applied at s + V
+      self.in_flight[i] = (t + self.overlap, reply)
+      reply = tree_zeros_like(message)
     self.workers[i] = self.programs.finish(self.workers[i], proposal, reply)
     self.clocks[i] += 1
 
@@ -531,7 +562,12 @@ def replay(
   step (``propose``, ``serve`` reading the center after ``read_version``
   master updates, ``finish``). A restart resets the worker to the center
   (:func:`restart_worker`). At the end every worker takes its remaining
-  local steps up to ``final_clocks``. The log may come from a real run
+  local steps up to ``final_clocks``. With overlap V >= 1 (the algorithm's
+  ``hyperparameters["delay"]``, :func:`overlap_of`) the exchange step at s
+  finishes with a zero reply and worker i's step at s + V (taken when it
+  advances past it) with the reply: x^i_{s+V+1} = (x^i_{s+V} - d) + u_{s+V}. A
+  reply whose step s + V is at or past the worker's final clock is not applied
+  (returned in ``in_flight``). The log may come from a real run
   (``easgd.runtimes.shared``, read versions of an atomic exchange) or from
   :func:`exchange_log` (any staleness).
 
@@ -580,4 +616,4 @@ def replay(
     run.forget_centers_before(oldest_needed[k + 1])
   for i in range(run.p):
     run.advance(i, int(final_clocks[i]))
-  return Replayed(run.workers, run.shared, run.history)
+  return Replayed(run.workers, run.shared, run.history, run.in_flight if run.overlap else ())

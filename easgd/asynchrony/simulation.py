@@ -17,6 +17,7 @@ from typing import Callable
 import optax
 from optax.tree_utils import tree_add, tree_sub, tree_where, tree_zeros_like
 
+from easgd._util import checks
 from easgd.asynchrony.schedule import (
     ExchangeSchedule,
     exchange_schedule,
@@ -67,8 +68,10 @@ def _async_elastic(
     momentum,
     reset_opt_state,
     axis_name,
+    delay=0,
 ):
   tau = elastic.check_tau(tau)
+  delay = check_delay(delay, tau)
   alpha = elastic.resolve_alpha(num_workers, alpha, beta)
   optimizer = local_optimizer(optimizer, learning_rate)
   schedule = _resolve_schedule(schedule, num_workers)
@@ -116,7 +119,9 @@ def _async_elastic(
     return Communication(n, n * int(param_bytes))
 
   hyper = elastic_hyperparameters(num_workers, tau, alpha, momentum, reset_opt_state)
-  return simulate(
+  if delay:  # absent at 0: the records of runs without overlap stay as they were
+    hyper["delay"] = delay
+  algorithm = simulate(
       name,
       schedule=schedule,
       local_step=local_step,
@@ -134,6 +139,37 @@ def _async_elastic(
       axis_name=axis_name,
       due=exchange_due,
   )
+  if not delay:
+    return algorithm
+
+  def no_simulated_overlap(*args, **kwargs):
+    raise elastic.HyperparameterError(
+        f"{name} with delay={delay} runs on the real asynchronous runtimes and in "
+        "easgd.asynchrony.log.replay only; the simulated engine (Algorithm.step) has no "
+        "overlap: use delay 0 there"
+    )
+
+  return algorithm._replace(step=no_simulated_overlap)
+
+
+def check_delay(delay, tau: int) -> int:
+  """Checks the overlap V of an asynchronous elastic exchange; returns it as an int.
+
+  Args:
+    delay: V, local steps between an exchange's send (clock s) and the step that
+      applies its reply (clock s + V); an integer in [0, tau - 1].
+    tau: the communication period (a checked int).
+
+  Returns:
+    ``int(delay)``.
+
+  Raises:
+    HyperparameterError: V is not an integer in [0, tau - 1] (one exchange per
+      worker in flight).
+  """
+  return checks.integer(
+      "delay", delay, 0, tau - 1, error=elastic.HyperparameterError, what="local steps, < tau"
+  )
 
 
 def async_easgd(
@@ -147,6 +183,7 @@ def async_easgd(
     learning_rate: float | None = None,
     schedule: ExchangeSchedule | None = None,
     reset_opt_state: bool = False,
+    delay: int = 0,
     axis_name=WORKER_AXES,
 ) -> Algorithm:
   """Asynchronous EASGD (Algorithm 1), simulated with an exchange schedule.
@@ -163,6 +200,14 @@ def async_easgd(
 
   With the round-robin order, speeds 1 and tau = 1 one tick is p steps of
   the round-robin scheme of eq. (12)-(13).
+
+  Overlap (``delay`` V >= 1; the real runtimes and :func:`~easgd.asynchrony.log.replay`
+  only, docs/guides/streaming.md "Overlap in the asynchronous runtimes"): at an
+  exchange clock s (tau | s) the worker sends x = x^i_s and takes its step
+  without the elastic term, x^i_{s+1} = x^i_s + u_s; the master serves the
+  message when it arrives (d = alpha (x^i_s - x~_read), x~ <- x~ + d); the
+  worker applies the reply at its clock s + V:
+  x^i_{s+V+1} = (x^i_{s+V} - d) + u_{s+V}. V = 0 is the rule above.
 
   Conventions and their sources:
     * Exchange at local clocks t = 0, tau, 2 tau, ... at the START of the
@@ -191,6 +236,10 @@ def async_easgd(
       staleness 0.
     reset_opt_state: re-initialise the optimizer state at each of the worker's
       exchanges (schedules keep their position).
+    delay: V, local steps from an exchange's send to the step that applies its
+      reply (above), an integer in [0, tau - 1]; V >= 1 is run by the real
+      runtimes and ``replay`` only (its ``step`` raises HyperparameterError),
+      and is in ``hyperparameters["delay"]`` (absent at 0).
     axis_name: mapped axis enumerating all workers.
 
   Returns:
@@ -199,7 +248,7 @@ def async_easgd(
     parameter-sized message and receives one), mean over workers.
 
   Raises:
-    HyperparameterError: tau, alpha/beta, learning_rate or the schedule invalid.
+    HyperparameterError: tau, alpha/beta, learning_rate, delay or the schedule invalid.
     TypeError: optimizer or schedule of the wrong type.
 
   References:
@@ -219,6 +268,7 @@ def async_easgd(
       momentum=None,
       reset_opt_state=reset_opt_state,
       axis_name=axis_name,
+      delay=delay,
   )
 
 
@@ -234,6 +284,7 @@ def async_eamsgd(
     learning_rate: float | None = None,
     schedule: ExchangeSchedule | None = None,
     reset_opt_state: bool = False,
+    delay: int = 0,
     axis_name=WORKER_AXES,
 ) -> Algorithm:
   """Asynchronous EAMSGD (Algorithm 2), simulated with an exchange schedule.
@@ -246,13 +297,15 @@ def async_eamsgd(
       x^i <- x^i + v^i;   t^i <- t^i + 1
 
   The velocity is local (never communicated, pulled or reset); momentum = 0
-  gives :func:`async_easgd`. Exchange times, serving order and the atomic
-  exchange follow the conventions (and sources) of :func:`async_easgd`; the
+  gives :func:`async_easgd`. Exchange times, serving order, the atomic
+  exchange and the overlap (``delay`` V: the reply d applied at s + V,
+  x^i <- x^i - d + v^i there) follow :func:`async_easgd`; the
   look-ahead gradient at the pre-exchange snapshot is the paper's Algorithm 2
   (and the authors' ``optim-eamsgd.lua``, ``localupdate``).
 
   Args:
-    loss_fn, optimizer, num_workers, tau, alpha, beta, learning_rate, schedule, reset_opt_state, axis_name: as
+    loss_fn, optimizer, num_workers, tau, alpha, beta, learning_rate, schedule, reset_opt_state,
+      delay, axis_name: as
       :func:`async_easgd` (the optimizer receives the look-ahead point as params, see
       ``easgd.core.momentum``).
     momentum: delta in [0, 1) (paper: 0.99).
@@ -281,6 +334,7 @@ def async_eamsgd(
       momentum=check_momentum(momentum),
       reset_opt_state=reset_opt_state,
       axis_name=axis_name,
+      delay=delay,
   )
 
 

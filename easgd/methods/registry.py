@@ -116,7 +116,12 @@ ALGORITHM_FIELDS = (
 _ELASTIC = ("tau", "alpha", "beta", "reset_opt_state")
 STREAMING = ("fragments", "delay", "compression")
 """The exchange techniques (``easgd.core.streaming``): read by the synchronous elastic
-algorithms and Streaming DiLoCo."""
+algorithms and Streaming DiLoCo; ``delay`` (:data:`OVERLAP`) also by the asynchronous
+elastic ones."""
+OVERLAP = ("delay",)
+"""The exchange techniques the asynchronous elastic algorithms read: the overlap V of
+an exchange with the worker's next local steps (``easgd.asynchrony.simulation.async_easgd``),
+run by the real runtimes only (``easgd.settings.runtime_table``, ``async_reads``)."""
 _ASYNC = ("exchange_order", "worker_speeds", "max_worker_speed", "staleness")
 SCHEDULE_FIELDS = _ASYNC
 """The fields of the simulated exchange schedule: read only on the runtimes that
@@ -287,9 +292,9 @@ TABLE: dict[str, AlgorithmSpec] = {
         _spec(
             "async_easgd",
             "elastic",
-            _ELASTIC + _ASYNC,
+            _ELASTIC + _ASYNC + OVERLAP,
             lambda c, loss, opt, n, shapes=None: _simulation().async_easgd(
-                loss, opt, schedule=exchange_schedule(c), **_elastic_kw(c)
+                loss, opt, schedule=exchange_schedule(c), delay=c.delay, **_elastic_kw(c)
             ),
             asynchronous_=True,
             summary="asynchronous EASGD, Algorithm 1",
@@ -297,9 +302,14 @@ TABLE: dict[str, AlgorithmSpec] = {
         _spec(
             "async_eamsgd",
             "elastic",
-            _ELASTIC + _ASYNC + ("delta",),
+            _ELASTIC + _ASYNC + ("delta",) + OVERLAP,
             lambda c, loss, opt, n, shapes=None: _simulation().async_eamsgd(
-                loss, opt, schedule=exchange_schedule(c), momentum=c.delta, **_elastic_kw(c)
+                loss,
+                opt,
+                schedule=exchange_schedule(c),
+                momentum=c.delta,
+                delay=c.delay,
+                **_elastic_kw(c),
             ),
             asynchronous_=True,
             without_momentum="async_easgd",

@@ -20,7 +20,8 @@ from typing import Any, Callable, Mapping
 import jax
 import numpy as np
 
-from easgd.asynchrony.log import async_rules, init_shared, init_worker
+from easgd.asynchrony.log import async_rules, init_shared, init_worker, overlap_of
+from easgd.core import elastic
 from easgd.parallel import placement
 from easgd.runtimes import link_emulation, threads
 from easgd.runtimes.driver import Driver, logged_faults, stopped_workers
@@ -109,9 +110,20 @@ def ray_setup(fields: Mapping[str, Any], import_dirs: tuple[str, ...] = ()) -> A
   return make_setup(Run(config))
 
 
-def _checkpoint_target(run: Run, rules) -> dict:
-  """Host zeros of the checkpoint's tree (workers, master, losses, log length)."""
+def _no_replies(run: Run) -> Any:
+  """Host zeros of every worker's reply, leaves ``[p, ...]`` (the center's dtypes)."""
   p = run.config.num_workers
+  center = jax.device_get(elastic.to_reduction_dtype(run.init_params))
+  return jax.tree.map(lambda c: np.zeros((p, *np.shape(c)), np.asarray(c).dtype), center)
+
+
+def _checkpoint_target(run: Run, rules) -> dict:
+  """Host zeros of the checkpoint's tree (workers, master, losses, log length; with
+  overlap the replies in flight and their clocks)."""
+  p = run.config.num_workers
+  overlap = {}
+  if overlap_of(rules):
+    overlap = dict(reply_clock=(p,), reply_in_flight=_no_replies(run))
   return checkpoint_target(
       run.algorithm,
       init_worker(rules, run.init_params),
@@ -121,7 +133,18 @@ def _checkpoint_target(run: Run, rules) -> dict:
       loss_count=(p,),
       log_length=(),
       train_seconds=(),
+      **overlap,
   )
+
+
+def _in_flight_entries(run: Run, in_flight) -> dict:
+  """The checkpoint's ``reply_clock`` and ``reply_in_flight`` of the backend's
+  ``in_flight()`` (a worker without one: clock -1, zeros)."""
+  replies = jax.tree.map(np.copy, _no_replies(run))
+  for i, (_, reply) in enumerate(in_flight):
+    if reply is not None:
+      jax.tree.map(lambda out, r, i=i: out.__setitem__(i, r), replies, reply)
+  return dict(reply_clock=[int(a) for a, _ in in_flight], reply_in_flight=replies)
 
 
 def _resumed_log(path, length: int) -> list[dict]:
@@ -153,7 +176,7 @@ def _exchanges_per_worker(log, p: int) -> np.ndarray:
   return counts
 
 
-def _make_backend(config, run, setup, worker_states, shared, log, elapsed_s):
+def _make_backend(config, run, setup, worker_states, shared, log, elapsed_s, in_flight=None):
   """The runtime's backend (its row of ``easgd.settings.runtime_table``), started."""
   spec, p = runtime_table.TABLE[config.runtime], config.num_workers
   backend = runtime_table.load(spec.backend)
@@ -167,6 +190,8 @@ def _make_backend(config, run, setup, worker_states, shared, log, elapsed_s):
   links = link_emulation.worker_links(config)
   if links is not None:  # an emulated link in every worker's exchanges
     kw["links"] = links
+  if in_flight is not None:  # a resumed run with overlap: the replies in flight
+    kw["in_flight"] = in_flight
   if spec.processes:  # each worker's process builds the run again from the config
     # (a task built in code, which no other process can build, is refused by the trainer)
     dirs = tuple(d for d in [module_root(run.task.factory)] if d)
@@ -228,6 +253,8 @@ class AsyncExecutor:
     p = run.config.num_workers
     self.run, self.log_path, self.faults = run, log_path, dict(faults or {})
     self.rules = async_rules(run.algorithm)
+    self.overlap = overlap_of(self.rules)
+    self.in_flight = None  # a restored checkpoint's [(apply_at, reply)] (overlap)
     self.setup = make_setup(run)
     self.backend = self.driver = None
     self.worker_states = self.shared = None
@@ -262,6 +289,9 @@ class AsyncExecutor:
     self.loss_sum, self.loss_count = restored["loss_sum"], restored["loss_count"]
     self.seconds = float(restored["train_seconds"])
     self.step = int(restored["step"])
+    if self.overlap:
+      replies = unstack_workers(restored["reply_in_flight"], p)
+      self.in_flight = list(zip(np.asarray(restored["reply_clock"]).tolist(), replies))
     self.latest = (_clocks(restored["worker"]), self.log)
     return Snapshot(self.step, restored, self._no_losses(), {}, log=self.log)
 
@@ -273,7 +303,14 @@ class AsyncExecutor:
     """
     config, p = self.run.config, self.run.config.num_workers
     self.backend = _make_backend(
-        config, self.run, self.setup, self.worker_states, self.shared, self.log, self.seconds
+        config,
+        self.run,
+        self.setup,
+        self.worker_states,
+        self.shared,
+        self.log,
+        self.seconds,
+        self.in_flight,
     )
     for worker, clock in self.faults.items():
       self.backend.arm_fault(int(worker), int(clock))
@@ -321,6 +358,7 @@ class AsyncExecutor:
         loss_count=driver.loss_count.copy(),
         log_length=len(log_now),
         train_seconds=seconds,
+        **(_in_flight_entries(self.run, self.backend.in_flight()) if self.overlap else {}),
     )
     self.latest = (_clocks(stacked), log_now)
     return Snapshot(

@@ -35,8 +35,15 @@ RUNTIME_ENTRIES = {
     "log_length": np.int64,
     # every runtime: the training clock so far, seconds (Executor.train_seconds), []
     "train_seconds": np.float64,
+    # threads, with overlap (delay V >= 1): the local clock s + V whose step applies each
+    # worker's exchange in flight, -1 for none, [num_workers]
+    "reply_clock": np.int64,
+    # threads, with overlap: each worker's reply in flight (zeros for none), a tree of the
+    # reply's leaves [num_workers, ...] in their own dtypes (None: a tree, kept as given)
+    "reply_in_flight": None,
 }
-"""A runtime's own entries of a checkpoint, by name: their dtype (:func:`checkpoint_tree`)."""
+"""A runtime's own entries of a checkpoint, by name: their dtype (:func:`checkpoint_tree`;
+None: a tree of arrays, each kept in its dtype)."""
 
 
 def checkpoint_tree(algorithm, worker, shared, step: int, **entries) -> dict:
@@ -63,7 +70,8 @@ def checkpoint_tree(algorithm, worker, shared, step: int, **entries) -> dict:
   tree = dict(worker=worker, shared=shared, center=algorithm.center(shared))
   tree["step"] = np.asarray(step, np.int64)
   for name, value in entries.items():
-    tree[name] = np.asarray(value, RUNTIME_ENTRIES[name])
+    dtype = RUNTIME_ENTRIES[name]
+    tree[name] = jax.tree.map(np.asarray, value) if dtype is None else np.asarray(value, dtype)
   return tree
 
 
@@ -75,7 +83,8 @@ def checkpoint_target(algorithm, worker, shared, num_workers: int, **shapes) -> 
     worker: ONE worker's initial state (given to every worker).
     shared: the initial shared state.
     num_workers: p.
-    **shapes: each of the runtime's entries (:data:`RUNTIME_ENTRIES`): its shape.
+    **shapes: each of the runtime's entries (:data:`RUNTIME_ENTRIES`): its shape; for an
+      entry of dtype None, a tree of arrays of its leaves' shapes and dtypes.
 
   Returns:
     The tree, every leaf a host array of the saved shape and dtype.
@@ -83,7 +92,12 @@ def checkpoint_target(algorithm, worker, shared, num_workers: int, **shapes) -> 
   worker = jax.tree.map(
       lambda x: np.broadcast_to(np.asarray(x), (num_workers, *np.shape(x))), worker
   )
-  zeros = {name: np.zeros(shape, RUNTIME_ENTRIES[name]) for name, shape in shapes.items()}
+  zeros = {
+      name: jax.tree.map(lambda x: np.zeros(np.shape(x), np.asarray(x).dtype), shape)
+      if RUNTIME_ENTRIES[name] is None
+      else np.zeros(shape, RUNTIME_ENTRIES[name])
+      for name, shape in shapes.items()
+  }
   return jax.tree.map(np.asarray, checkpoint_tree(algorithm, worker, shared, 0, **zeros))
 
 

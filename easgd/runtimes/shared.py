@@ -41,6 +41,14 @@ the worker read: ``version`` for EASGD/EAMSGD (the center before its update),
 exchange is atomic, so there is no other staleness. ``time_s`` is seconds
 since the run started (informational).
 
+Overlap (async EASGD/EAMSGD with ``delay`` V >= 1, docs/guides/streaming.md
+"Overlap in the asynchronous runtimes"): at an exchange clock s the worker
+finishes its step with a zero reply and hands the exchange (push, ``serve``,
+pull, with the emulated link's sleeps) to a thread of its own; it takes its
+next V local steps meanwhile and applies the reply in its step s + V, waiting
+for it there only if it has not arrived. The log records the exchange when the
+center serves it, as without overlap; ``replay`` reads V from the algorithm.
+
 References:
   S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging SGD.
   NeurIPS 2015 (arXiv:1412.6651), Algorithms 1 and 2.
@@ -48,6 +56,7 @@ References:
 
 from __future__ import annotations
 
+import concurrent.futures as futures
 import json
 import threading
 import time
@@ -55,10 +64,11 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import numpy as np
+from optax.tree_utils import tree_zeros_like
 
 from easgd._util.files import json_text, write_text_atomic
 from easgd.asynchrony import simulator
-from easgd.asynchrony.log import Replayed, RulePrograms, async_rules, replay
+from easgd.asynchrony.log import Replayed, RulePrograms, async_rules, overlap_of, replay
 from easgd.core.base import Algorithm
 
 Params = Any
@@ -239,6 +249,8 @@ class ChunkResult(NamedTuple):
     seconds: wall time of the chunk.
     error: None, or one line naming the exception that stopped the worker
       before its local step ``clock`` (a machine fault).
+    waited_s: seconds the worker waited for replies in flight (overlap V >= 1:
+      the communication not hidden behind its local steps; 0 without overlap).
     user_error: None, or the one-line message of the user's error
       (``AsyncSetup.user_errors``) that stopped the worker before its local
       step ``clock``; the run stops (:class:`UserFault`).
@@ -250,6 +262,20 @@ class ChunkResult(NamedTuple):
   seconds: float
   error: str | None = None
   user_error: str | None = None
+  waited_s: float = 0.0
+
+
+class InFlight(NamedTuple):
+  """A worker's exchange in flight (overlap V >= 1, module docstring).
+
+  Attributes:
+    apply_at: the local clock s + V whose step applies the reply.
+    reply: a ``concurrent.futures.Future`` of the reply (on the worker's
+      device); done at a chunk's end.
+  """
+
+  apply_at: int
+  reply: futures.Future
 
 
 class InjectedFault(RuntimeError):
@@ -285,6 +311,10 @@ class WorkerLoop:
     link: an ``easgd.runtimes.link_emulation.WorkerLink``: the worker sleeps
       for the delay it charges before each exchange (the push) and after it
       (the pull); None: no link.
+
+  With overlap (``delay`` V >= 1 in the algorithm's hyperparameters) the push,
+  exchange and pull run on a thread of the worker's own (module docstring);
+  :attr:`in_flight` is the exchange not yet applied.
   """
 
   def __init__(
@@ -311,19 +341,53 @@ class WorkerLoop:
     self.record = record
     self.link = link
     self.sums = None  # (messages, replies), float64 host trees, with record
+    self.overlap = overlap_of(programs.rules)
+    self.in_flight: InFlight | None = None
+    self._sender = None  # the thread of the exchanges in flight (overlap)
+    self._zeros = None  # the zero reply of a step that sends (overlap)
     self._index_arg = np.int32(self.index)
     self._fault = None
     self._stop = threading.Event()
     self.set_state(state)
 
   def set_state(self, state: simulator.AsyncWorker) -> None:
-    """Places ``state`` on the worker's device; its clock becomes the worker's."""
+    """Places ``state`` on the worker's device; its clock becomes the worker's;
+    an exchange in flight is dropped (a restart from the center)."""
     self.state = jax.device_put(state, self.device)
     self.clock = int(np.asarray(state.clock))
+    self.in_flight = None
 
   def host_state(self) -> simulator.AsyncWorker:
     """The worker's state as host arrays (waits for its last step)."""
     return jax.device_get(self.state)
+
+  def host_in_flight(self) -> tuple[int, Params | None]:
+    """``(apply_at, reply)`` of the exchange in flight as host arrays, ``(-1, None)``
+    if none; call between chunks (the reply has arrived)."""
+    if self.in_flight is None:
+      return -1, None
+    return self.in_flight.apply_at, jax.device_get(self.in_flight.reply.result())
+
+  def set_in_flight(self, apply_at: int, reply: Params | None) -> None:
+    """Sets the exchange in flight (a resumed run's): its reply, applied in the
+    step at clock ``apply_at``; ``apply_at`` < 0: none.
+
+    Raises:
+      ValueError: ``apply_at`` is not in (clock - 1, clock + V - 1], or the
+        algorithm has no overlap.
+    """
+    if apply_at < 0:
+      self.in_flight = None
+      return
+    if not self.clock <= apply_at < self.clock + self.overlap:
+      raise ValueError(
+          f"worker {self.index}: a reply in flight applied at local step {apply_at} with "
+          f"its clock {self.clock} and delay {self.overlap}; allowed: local steps "
+          f"[{self.clock}, {self.clock + self.overlap - 1}]"
+      )
+    done = futures.Future()
+    done.set_result(jax.device_put(reply, self.device))
+    self.in_flight = InFlight(int(apply_at), done)
 
   def arm_fault(self, clock: int, action: Callable[[int], None] | None = None) -> None:
     """Calls ``action(clock)`` once, before the local step ``clock`` (a test hook).
@@ -339,8 +403,11 @@ class WorkerLoop:
     self._fault = (int(clock), action or raise_fault)
 
   def stop(self) -> None:
-    """Makes a running :meth:`run` return after its current step."""
+    """Makes a running :meth:`run` return after its current step (and its exchange
+    in flight); ends the thread of the exchanges in flight."""
     self._stop.set()
+    if self._sender is not None:
+      self._sender.shutdown(wait=True)
 
   def warm_up(self) -> None:
     """Compiles the worker's programs: runs each once on its state, discards it.
@@ -358,6 +425,37 @@ class WorkerLoop:
     reply = jax.tree.map(lambda m: m * 0, message)  # the reply's structure
     jax.block_until_ready((out, self.programs.finish(self.state, proposal, reply)))
 
+  def _send(self, clock: int, message) -> Params:
+    """One exchange: the push over the link, the center's serve, the pull; returns
+    the reply on the worker's device (on the sender's thread with overlap)."""
+    if self.link is not None:  # the push crosses the link, then the center serves
+      self._stop.wait(self.link.push(message))
+    reply = jax.device_put(self.exchange(self.index, clock, message), self.device)
+    if self.link is not None:
+      self._stop.wait(self.link.pull(reply))
+    if self.record:
+      self._accumulate(message, reply)
+    return reply
+
+  def _send_later(self, clock: int, message) -> InFlight:
+    """Starts :meth:`_send` on the sender's thread; the reply is due at clock + V."""
+    if self._sender is None:
+      self._sender = futures.ThreadPoolExecutor(
+          1, thread_name_prefix=f"easgd-exchange-{self.index}"
+      )
+    return InFlight(clock + self.overlap, self._sender.submit(self._send, clock, message))
+
+  def _wait_in_flight(self) -> float:
+    """Waits for the reply in flight, if any (it stays to be applied); returns
+    the seconds waited. Raises what the exchange raised."""
+    if self.in_flight is None or self.in_flight.reply.done():
+      if self.in_flight is not None:
+        self.in_flight.reply.result()  # its error, if any
+      return 0.0
+    start = time.perf_counter()
+    self.in_flight.reply.result()
+    return time.perf_counter() - start
+
   def _accumulate(self, message, reply):
     host = [jax.tree.map(lambda x: np.asarray(x, np.float64), t) for t in (message, reply)]
     self.sums = (
@@ -369,7 +467,10 @@ class WorkerLoop:
 
     Each step at clock t reads ``batch_fn(i, t)``; when ``due(t)`` it exchanges
     with the center (``propose``, ``exchange``, ``finish``), otherwise it runs
-    ``local``. The host waits for each step's loss one step late (at most two
+    ``local``. With overlap V >= 1 the step at an exchange clock s finishes with
+    a zero reply while the exchange runs on the sender's thread, and the step at
+    s + V finishes with its reply (``propose``, ``finish``); at the chunk's end
+    the worker waits for a reply in flight, which stays to be applied. The host waits for each step's loss one step late (at most two
     steps in flight), and after each step for ``delay_s``. An exception stops
     the chunk; it is returned as ``user_error`` if it is one of
     ``AsyncSetup.user_errors`` (the user's data or task), else as ``error``
@@ -383,7 +484,7 @@ class WorkerLoop:
       A :class:`ChunkResult`.
     """
     start = time.perf_counter()
-    losses, error, user_error = [], None, None
+    losses, error, user_error, waited = [], None, None, 0.0
     try:
       for _ in range(int(num_steps)):
         if self._stop.is_set():
@@ -398,14 +499,19 @@ class WorkerLoop:
           loss, proposal, message = self.programs.propose(
               self.state, batch, self.key, self._index_arg
           )
-          if self.link is not None:  # the push crosses the link, then the center serves
-            self._stop.wait(self.link.push(message))
-          reply = jax.device_put(self.exchange(self.index, t, message), self.device)
-          if self.link is not None:
-            self._stop.wait(self.link.pull(reply))
-          if self.record:
-            self._accumulate(message, reply)
+          if self.overlap:  # x^i_{s+1} = x^i_s + u_s; the exchange goes on meanwhile
+            if self._zeros is None:
+              self._zeros = tree_zeros_like(message)
+            self.in_flight = self._send_later(t, message)
+            self.state = self.programs.finish(self.state, proposal, self._zeros)
+          else:
+            self.state = self.programs.finish(self.state, proposal, self._send(t, message))
+        elif self.in_flight is not None and self.in_flight.apply_at == t:
+          waited += self._wait_in_flight()  # the communication not hidden
+          loss, proposal, _ = self.programs.propose(self.state, batch, self.key, self._index_arg)
+          reply = self.in_flight.reply.result()
           self.state = self.programs.finish(self.state, proposal, reply)
+          self.in_flight = None
         else:
           self.state, loss = self.programs.local(self.state, batch, self.key, self._index_arg)
         self.clock = t + 1
@@ -415,6 +521,7 @@ class WorkerLoop:
         if self.delay_s:
           loss.block_until_ready()
           time.sleep(self.delay_s)
+      waited += self._wait_in_flight()  # a boundary: the center has served it
       host = np.asarray(jax.device_get(losses), np.float32).reshape(-1)
     except self.user_errors as e:  # the user's data or task: the run stops on it
       user_error = _user_line(e)
@@ -422,7 +529,13 @@ class WorkerLoop:
     except Exception as e:  # a machine fault, reported: the other workers go on
       error = _one_line(e)
       host = _finished_losses(losses)
-    return ChunkResult(self.index, self.clock, host, time.perf_counter() - start, error, user_error)
+    if self.in_flight is not None:  # after an error too: the exchange is served
+      futures.wait([self.in_flight.reply])
+      if self.in_flight.reply.exception() is not None:  # not served: nothing to apply
+        self.in_flight = None
+    return ChunkResult(
+        self.index, self.clock, host, time.perf_counter() - start, error, user_error, waited
+    )
 
 
 def _user_line(error: BaseException) -> str:

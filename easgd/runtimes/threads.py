@@ -57,6 +57,9 @@ class ThreadBackend:
       (``WorkerLoop.sums``).
     links: each worker's ``easgd.runtimes.link_emulation.LinkSpec`` (its
       emulated link), or None: no link.
+    in_flight: each worker's exchange in flight to start with (a resumed run with
+      overlap): ``(apply_at, reply)``, apply_at -1 for none
+      (``WorkerLoop.set_in_flight``); None: none.
   """
 
   restartable = False
@@ -75,6 +78,7 @@ class ThreadBackend:
       elapsed_s: float = 0.0,
       record: bool = False,
       links: Sequence | None = None,
+      in_flight: Sequence | None = None,
   ):
     rules = async_rules(setup.algorithm)
     self.num_workers = p = int(num_workers)
@@ -103,6 +107,8 @@ class ThreadBackend:
         )
         for i in range(p)
     ]
+    for loop, (apply_at, reply) in zip(self.loops, in_flight or ()):
+      loop.set_in_flight(int(apply_at), reply)
     self._pools = [
         futures.ThreadPoolExecutor(1, thread_name_prefix=f"easgd-worker-{i}") for i in range(p)
     ]
@@ -138,6 +144,11 @@ class ThreadBackend:
     """``(worker states, master state, log)`` as host values; call when idle."""
     shared, log = self.center.state()
     return [loop.host_state() for loop in self.loops], shared, log
+
+  def in_flight(self) -> list[tuple[int, object]]:
+    """Each worker's exchange in flight, ``(apply_at, reply)`` as host values
+    (``WorkerLoop.host_in_flight``: ``(-1, None)`` for none); call when idle."""
+    return [loop.host_in_flight() for loop in self.loops]
 
   def close(self) -> None:
     """Stops the workers after their current step and ends their threads."""

@@ -209,6 +209,14 @@ def _read_by_runtime(name: str, c) -> tuple[str, ...]:
   return (name,) if name in runtime_table.TABLE[c.runtime].reads else ()
 
 
+def _async_read_by_runtime(name: str, c) -> tuple[str, ...]:
+  """``(name,)`` unless an asynchronous algorithm runs on a runtime without it."""
+  spec = runtime_table.TABLE[c.runtime]
+  if registry.TABLE[c.algorithm].asynchronous and name not in spec.async_reads:
+    return ()
+  return (name,)
+
+
 RUNTIME_RULES = (
     Reads(
         registry.SCHEDULE_FIELDS,
@@ -220,6 +228,14 @@ RUNTIME_RULES = (
     *(
         Reads((name,), functools.partial(_read_by_runtime, name), runtime_table.setting_refusal)
         for name in runtime_table.SETTINGS
+    ),
+    *(
+        Reads(
+            (name,),
+            functools.partial(_async_read_by_runtime, name),
+            runtime_table.async_setting_refusal,
+        )
+        for name in runtime_table.ASYNC_SETTINGS
     ),
 )
 """The runtimes' settings: read as the runtime table's rows say (``easgd.settings.runtime_table``)."""

@@ -48,6 +48,16 @@ SETTINGS = {
 """The ``TrainConfig`` fields read by some runtimes only (a row's ``reads``), in
 the order their refusal is looked for."""
 
+ASYNC_SETTINGS = {
+    "delay": Setting(
+        note=" (the overlap of an exchange with a real worker's next local steps)",
+        otherwise=", or delay 0",
+    ),
+}
+"""The settings of the asynchronous algorithms (``easgd.methods.registry.OVERLAP``) that
+only some runtimes run (a row's ``async_reads``); the synchronous algorithms that read
+them run them on every runtime that runs them."""
+
 
 @dataclasses.dataclass(frozen=True)
 class RuntimeSpec:
@@ -64,6 +74,8 @@ class RuntimeSpec:
       workers of its own. A runtime with a backend is "real": its workers run
       for real, each at its own pace (:data:`REAL`).
     reads: the settings of :data:`SETTINGS` it reads.
+    async_reads: the settings of :data:`ASYNC_SETTINGS` it runs for the asynchronous
+      algorithms that read them.
     asynchronous_only: runs the asynchronous algorithms only (their
       ``Algorithm.async_rules``); False: every algorithm.
     simulated_schedule: reads the simulated exchange schedule
@@ -85,6 +97,7 @@ class RuntimeSpec:
   executor: str
   backend: str | None = None
   reads: tuple[str, ...] = ()
+  async_reads: tuple[str, ...] = ()
   asynchronous_only: bool = False
   simulated_schedule: bool = False
   devices_per_worker: bool = False
@@ -113,6 +126,7 @@ TABLE: dict[str, RuntimeSpec] = {
             "easgd.runtimes.async_runs:AsyncExecutor",
             "easgd.runtimes.threads:ThreadBackend",
             reads=("worker_delays", *LINK_FIELDS),
+            async_reads=("delay",),
             asynchronous_only=True,
             chunk_steps=8,
         ),
@@ -214,6 +228,17 @@ def setting_refusal(config, name: str, value) -> str:
   return (
       f"{name}={value!r} is not read by runtime {config.runtime!r}{note}; use runtime "
       f"{either(readers)}{otherwise}"
+  )
+
+
+def async_setting_refusal(config, name: str, value) -> str:
+  """The one-line refusal of ``name`` (an :data:`ASYNC_SETTINGS` field) set to ``value``
+  for an asynchronous algorithm on ``config``'s runtime, which does not run it."""
+  readers = [n for n, s in TABLE.items() if name in s.async_reads]
+  note, otherwise = ASYNC_SETTINGS[name]
+  return (
+      f"{name}={value!r} of algorithm {config.algorithm!r} is not read by runtime "
+      f"{config.runtime!r}{note}; use runtime {either(readers)}{otherwise}"
   )
 
 
