@@ -304,8 +304,7 @@ def async_eamsgd(
   (and the authors' ``optim-eamsgd.lua``, ``localupdate``).
 
   Args:
-    loss_fn, optimizer, num_workers, tau, alpha, beta, learning_rate, schedule, reset_opt_state,
-      delay, axis_name: as
+    loss_fn, optimizer, num_workers, tau, alpha, beta, learning_rate, schedule, reset_opt_state, delay, axis_name: as
       :func:`async_easgd` (the optimizer receives the look-ahead point as params, see
       ``easgd.core.momentum``).
     momentum: delta in [0, 1) (paper: 0.99).

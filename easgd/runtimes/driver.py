@@ -120,6 +120,11 @@ class Backend(Protocol):
   def state(self) -> tuple[list, Any, list[dict]]:
     """``(worker states, master state, exchange log)`` as host values; call when idle."""
 
+  def in_flight(self) -> list[tuple[int, Any]]:
+    """Each worker's exchange in flight (overlap, ``delay`` V >= 1), ``(apply_at,
+    reply)`` as host values, ``(-1, None)`` for none; call when idle. A backend
+    whose runtime does not read ``delay`` has none."""
+
   def close(self) -> None:
     """Stops the workers and frees what the backend holds."""
 

@@ -38,7 +38,7 @@ import socket
 import sys
 import uuid
 import warnings
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 
@@ -384,6 +384,11 @@ class RayBackend:
     ]
     shared, log = self._center(self.center.state.remote())
     return workers, shared, log
+
+  def in_flight(self) -> list[tuple[int, Any]]:
+    """No exchange is in flight between chunks: the Ray runtime does not read ``delay``
+    (``easgd.settings.runtime_table``), so every worker applies its reply at once."""
+    return [(-1, None)] * self.num_workers
 
   def close(self) -> None:
     """Ends the actors."""
