@@ -114,24 +114,74 @@ def wire_bytes_per_sample(arm: dict, num_workers: int) -> float:
   return wire / arm["samples"]
 
 
+REFERENCE = "easgd tau=4"
+"""Full-precision synchronous EASGD: the test error the compressed arms are held to."""
+EQUIVALENCE_PP = 1.0
+"""The difference the report seeds are sized to resolve (percentage points): an arm is
+"equivalent" to the reference where its paired 95% interval lies inside +/- this."""
+
+
+def _errors(arm: dict) -> list[float]:
+  """The final test error of each report seed (a diverged seed counts as 1)."""
+  return [1.0 if e is None else float(e) for e in arm["final_test_errors"]]
+
+
+def verdict(low: float, high: float) -> str:
+  """The reading of a paired interval of arm minus reference (pp)."""
+  if low > 0:
+    return "worse"
+  if high < 0:
+    return "better"
+  if -EQUIVALENCE_PP < low and high < EQUIVALENCE_PP:
+    return f"equivalent within {EQUIVALENCE_PP:g} pp"
+  return "not resolved"
+
+
 def table(results: dict) -> str:
-  """The markdown table of a ``results.json``: each arm's final test error (mean over the
-  report seeds, with its 95% interval) and bytes per sample, and pmean SGD's bytes per
-  sample over the arm's."""
+  """The markdown table of a ``results.json`` and the sentence it supports: each arm's
+  final test error (mean over the report seeds, 95% interval), its difference from
+  :data:`REFERENCE` per seed (paired: the arms share the report seeds) with its reading,
+  bytes per sample, and pmean SGD's bytes per sample over the arm's."""
+  from easgd.protocol import stats
+
   arms = results["arms"]
   pmean = wire_bytes_per_sample(arms["pmean_sgd"], arms["pmean_sgd"]["config"]["num_workers"])
+  ref = _errors(arms[REFERENCE])
   lines = [
-      "| arm | final test error (%) | bytes per sample per worker | pmean SGD's / this |",
-      "| --- | --- | --- | --- |",
+      f"| arm | final test error (%) | minus {REFERENCE}, paired (pp) | reading | "
+      "bytes per sample per worker | pmean SGD's / this |",
+      "| --- | --- | --- | --- | --- | --- |",
   ]
+  held = []
   for name, arm in arms.items():
     err = arm["final_test_error"]
     per = wire_bytes_per_sample(arm, arm["config"]["num_workers"])
+    if name == REFERENCE:
+      diff, reading = "-", "reference"
+    else:
+      d = stats.mean_interval([100 * (a - b) for a, b in zip(_errors(arm), ref)])
+      diff = f"{d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}]"
+      reading = verdict(d["low"], d["high"])
+      if reading.startswith("equivalent") or reading == "better":
+        held.append((per, name, diff, reading))
     lines.append(
-        f"| {name} | {100 * err['mean']:.2f} +/- {100 * err['half_width']:.2f} | "
-        f"{per:.3g} | {pmean / per:.1f}x |"
+        f"| {name} | {100 * err['mean']:.2f} +/- {100 * err['half_width']:.2f} | {diff} | "
+        f"{reading} | {per:.3g} | {pmean / per:.1f}x |"
     )
-  return "\n".join(lines)
+  ours = [h for h in held if arms[h[1]]["algorithm"] == "easgd"]
+  if ours:
+    per, name, diff, reading = min(ours)
+    sentence = (
+        f"Fewest bytes at full-precision EASGD's test error: {name}, {per:.3g} bytes per "
+        f"sample per worker, {pmean / per:.0f}x fewer than pmean SGD ({reading}: {diff} pp); "
+        f"the target of 400x is {'met' if pmean / per >= 400 else 'not met'}."
+    )
+  else:
+    sentence = (
+        f"No fragmented, delayed or compressed EASGD arm is shown equivalent to "
+        f"{REFERENCE} within {EQUIVALENCE_PP:g} pp (or better) at these seeds."
+    )
+  return "\n".join(lines) + "\n\n" + sentence
 
 
 if __name__ == "__main__":

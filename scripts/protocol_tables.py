@@ -3,7 +3,7 @@
     python scripts/protocol_tables.py                  # Markdown on stdout
     python scripts/protocol_tables.py --claims-out paper_notes/figures/protocol_claims.md
 
-Reads ``paper_notes/figures/protocol_{fig2,fig3,fashion,seeds}/results.json``
+Reads ``paper_notes/figures/protocol_{fig2,fig3,fashion,seeds,streaming}/results.json``
 (written by ``easgd protocol``), rewrites each experiment's results.md and
 curves.png (``--rewrite``), and prints: the claims table of the paper's
 Section 5 (``easgd.protocol.claims.claims``), the comparison table of each
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import runpy
 import sys
 from pathlib import Path
 
@@ -26,7 +27,9 @@ from easgd.protocol import claims as protocol_claims  # noqa: E402
 from easgd.protocol import report as protocol_report  # noqa: E402
 
 FIGURES = ROOT / "paper_notes" / "figures"
-EXPERIMENTS = dict(fig2="tau", fig3="num_workers", fashion="tau", seeds="num_workers")
+EXPERIMENTS = dict(
+    fig2="tau", fig3="num_workers", fashion="tau", seeds="num_workers", streaming="tau"
+)
 
 
 def load(name):
@@ -74,6 +77,7 @@ def main(argv=None) -> int:
       fig3="Figure 3 setting: MNIST-1D, CNN, p in {4, 8, 16}, tau = 10",
       fashion="Fashion-MNIST, MLP, p = 4, tau in {4, 16}",
       seeds="1 vs 2 vs 4 workers, equal epochs (MNIST-1D, CNN)",
+      streaming="Fragments, delay and compression: bytes per sample (MNIST-1D, CNN, p = 4)",
   )
   for name in EXPERIMENTS:
     r = results[name]
@@ -89,6 +93,9 @@ def main(argv=None) -> int:
     ]
     if name == "seeds":
       out.append(protocol_claims.differences_markdown(r, "1 worker"))
+    elif name == "streaming":  # the experiment's own table and the sentence it supports
+      experiment = runpy.run_path(str(ROOT / "experiments" / "protocol_streaming.py"))
+      out.append(experiment["table"](r))
     else:
       out.append(protocol_report.compact_markdown(r))
     out.append("")

@@ -665,19 +665,14 @@ def _streaming_elastic(
     for j, o in enumerate(offsets):
       sends = (n - 1 - o) // tau + 1 if n > o else 0
       count, nbytes = count + sends, nbytes + sends * sizes[j]
-    if compression is None:
-      return Communication(count, nbytes)
-    return Communication(0, 0, count, nbytes)
+    return streaming.sends_communication(count, nbytes, compression)
 
   hyper = elastic_hyperparameters(num_workers, tau, alpha, momentum, reset_opt_state)
   hyper.update(
-      fragments=techniques.fragments,
-      fragment_layout=techniques.fragment_layout,
-      delay=delay,
-      compression="none" if compression is None else compression.kind,
+      streaming.technique_hyperparameters(
+          techniques.fragments, techniques.fragment_layout, delay, compression
+      )
   )
-  if compression is not None:
-    hyper.update(compression_block=compression.block_size, topk_fraction=compression.fraction)
   return Algorithm(
       name=name,
       init=init,

@@ -397,6 +397,31 @@ def compression_of(kind: str, block_size: int = 256, fraction: float = 0.01) -> 
   return None if kind == "none" else Compression(kind, block_size, fraction)
 
 
+def technique_hyperparameters(
+    fragments: int, fragment_layout: str, delay: int, compression: Compression | None
+) -> dict:
+  """The ``hyperparameters`` entries of the exchange techniques (for logs and summaries):
+  ``fragments``, ``fragment_layout``, ``delay``, ``compression`` (``"none"`` for None),
+  and with compression ``compression_block`` and ``topk_fraction``."""
+  hyper = dict(
+      fragments=fragments,
+      fragment_layout=fragment_layout,
+      delay=delay,
+      compression="none" if compression is None else compression.kind,
+  )
+  if compression is not None:
+    hyper.update(compression_block=compression.block_size, topk_fraction=compression.fraction)
+  return hyper
+
+
+def sends_communication(count: int, nbytes: int, compression: Compression | None):
+  """``easgd.core.base.Communication`` of ``count`` sends of ``nbytes`` payload bytes in
+  all: all-reduces, or all-gathers of the compressed payloads."""
+  from easgd.core.base import Communication
+
+  return Communication(count, nbytes) if compression is None else Communication(0, 0, count, nbytes)
+
+
 def compress(tree: Params, compression: Compression) -> Params:
   """C(tree): each leaf encoded and decoded as the receiver reconstructs it, in
   :func:`easgd.core.elastic.reduction_dtype` of the leaf's dtype."""

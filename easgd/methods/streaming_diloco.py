@@ -356,22 +356,17 @@ def streaming_diloco(
       count, nbytes = count + syncs, nbytes + syncs * size
     if last_step is not None and n > last_step:
       count, nbytes = count + 1, nbytes + sum(per_fragment)
-    if compression is None:
-      return Communication(count, nbytes)
-    return Communication(0, 0, count, nbytes)
+    return streaming.sends_communication(count, nbytes, compression)
 
   hyper = dict(
       outer_hyper,
       num_workers=num_workers,
       tau=tau,
       alpha=alpha,
-      fragments=num_fragments,
-      fragment_layout=techniques.fragment_layout,
-      delay=delay,
-      compression="none" if compression is None else compression.kind,
+      **streaming.technique_hyperparameters(
+          num_fragments, techniques.fragment_layout, delay, compression
+      ),
   )
-  if compression is not None:
-    hyper.update(compression_block=compression.block_size, topk_fraction=compression.fraction)
   if num_steps is not None:
     hyper["num_steps"] = int(num_steps)
   return Algorithm(
