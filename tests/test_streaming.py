@@ -51,32 +51,33 @@ def ref_run(x0, c0, grad, fragments, num_fragments, delay, compression, steps):
   c = [np.array(v, np.float64) for v in c0]
   e = [[np.zeros_like(v) for v in c] for _ in range(p)]
   offsets = [j * TAU // num_fragments for j in range(num_fragments)]
-  in_flight = {}  # fragment -> (m per worker, M), leaves by index
+  in_flight = {}  # fragment -> (d per worker, M), leaves by index
   out = []
   for t in range(steps):
     u = [[-ETA * gv for gv in grad(i, x[i])] for i in range(p)]
     for j, o in enumerate(offsets):
       if t >= o and (t - o) % TAU == 0:  # send
         members = [k for k in range(n) if fragments[k] == j]
-        m = [{} for _ in range(p)]
+        d = [{} for _ in range(p)]  # the exact elastic difference: the worker moves by it
+        m = [{} for _ in range(p)]  # what is sent: the center moves by its sum
         for i in range(p):
           for k in members:
-            g = ALPHA * (x[i][k] - c[k])
+            d[i][k] = ALPHA * (x[i][k] - c[k])
             if compression is None:
-              m[i][k] = g
+              m[i][k] = d[i][k]
             else:
-              g = g + e[i][k]
+              g = d[i][k] + e[i][k]
               m[i][k] = ref_compress(g.ravel(), *compression).reshape(g.shape)
               e[i][k] = g - m[i][k]
         big_m = {k: functools.reduce(np.add, [m[i][k] for i in range(p)]) for k in members}
-        in_flight[j] = (m, big_m)
+        in_flight[j] = (d, big_m)
     applied = {}
     for j, o in enumerate(offsets):
       if t >= o + delay and (t - o - delay) % TAU == 0:  # apply
         applied = in_flight.pop(j)
-    m, big_m = applied or ([{}] * p, {})
+    d, big_m = applied or ([{}] * p, {})
     for i in range(p):
-      x[i] = [(x[i][k] - m[i][k]) + u[i][k] if k in big_m else x[i][k] + u[i][k] for k in range(n)]
+      x[i] = [(x[i][k] - d[i][k]) + u[i][k] if k in big_m else x[i][k] + u[i][k] for k in range(n)]
     c = [c[k] + big_m[k] if k in big_m else c[k] for k in range(n)]
     out.append(([list(w) for w in x], list(c), [list(w) for w in e]))
   return out
@@ -278,8 +279,8 @@ def test_one_fragment_no_delay_no_compression_is_easgd_update_bit_for_bit(dtype)
 
 def test_a_send_leaves_the_compression_error_in_the_accumulator():
   """One worker (axis_name None), int8, an accumulator holding e: after the send
-  e' = g - C(g) with g = alpha (x - c) + e, exactly; x' = (x - C(g)) + u and
-  c' = c + C(g)."""
+  e' = g - C(g) with d = alpha (x - c) and g = d + e, exactly; the worker moves by
+  its exact difference, x' = (x - d) + u, the center by what was sent, c' = c + C(g)."""
   rng = np.random.default_rng(3)
   x = {"a": jnp.asarray(rng.normal(size=7), jnp.float32)}
   c = {"a": jnp.asarray(rng.normal(size=7), jnp.float32)}
@@ -290,12 +291,90 @@ def test_a_send_leaves_the_compression_error_in_the_accumulator():
   new_x, new_c, new_state = streaming.streaming_elastic_update(
       x, u, c, state, ALPHA, (0, 0), (0,), compression, None
   )
-  g = ALPHA * (x["a"] - c["a"]) + state.error["a"]
+  d = elastic.elastic_difference([x["a"]], [c["a"]], ALPHA)[0]
+  g = d + state.error["a"]
   m = streaming.compress({"a": g}, compression)["a"]
   assert np.any(np.asarray(g - m))
   np.testing.assert_array_equal(new_state.error["a"], g - m)
-  np.testing.assert_array_equal(new_x["a"], (x["a"] - m) + u["a"])
+  np.testing.assert_array_equal(new_x["a"], (x["a"] - d) + u["a"])
   np.testing.assert_array_equal(new_c["a"], c["a"] + m)
+
+
+@pytest.mark.parametrize("delay", [0, 1])
+@pytest.mark.parametrize("compression", [INT8, TOPK], ids=lambda v: v.kind)
+def test_an_exchange_conserves_center_plus_workers_plus_accumulators(compression, delay):
+  """x~ + sum_i x^i + sum_i e^i is unchanged by an exchange (send and application,
+  u = 0), float64, 3 workers holding nonzero accumulators: the worker moves by
+  -d^i, the center by sum_i C(d^i + e^i), e^i by C(d^i + e^i)'s remainder minus e^i."""
+  rng = np.random.default_rng(5)
+  with jax.enable_x64(True):
+    x = {
+        "a": jnp.asarray(rng.normal(size=(P_WORKERS, 6))),
+        "b": jnp.asarray(rng.normal(size=(P_WORKERS, 3))),
+    }
+    c = jax.tree.map(
+        lambda v: jnp.broadcast_to(jnp.asarray(rng.normal(size=v.shape[1:])), v.shape), x
+    )
+    u = jax.tree.map(jnp.zeros_like, x)
+    state = jax.vmap(lambda w: streaming.init_stream_state(w, delay, compression))(x)
+    state = state._replace(error=jax.tree.map(lambda v: 0.1 * rng.normal(size=v.shape), x))
+
+    def total(x, c, state):  # the center is identical on all workers: worker 0's copy
+      return [c[k][0] + x[k].sum(0) + state.error[k].sum(0) for k in sorted(x)]
+
+    before = total(x, c, state)
+    for event in [(0, 0)] if delay == 0 else [(0, None), (None, 0)]:
+      x, c, state = jax.vmap(
+          lambda x, u, c, s, event=event: streaming.streaming_elastic_update(
+              x, u, c, s, ALPHA, event, (0, 0), compression, "w"
+          ),
+          axis_name="w",
+      )(x, u, c, state)
+    assert np.any(np.asarray(state.error["a"]))
+    for got, want in zip(total(x, c, state), before):
+      np.testing.assert_allclose(got, want, rtol=0, atol=1e-13)
+
+
+def test_top_k_does_not_overshoot_the_elastic_pull():
+  """2 workers x^1 = v, x^2 = -v around x~ = 0, one leaf of 8 entries of distinct
+  magnitudes, top-k 0.25 (2 entries a send), alpha 0.3, u = 0, eight exchanges.
+  The two messages cancel (C(-g) = -C(g)), so x~ stays 0 and each worker moves by
+  its exact difference: x^i - x~ = 0.7^s (x^i_0 - x~_0) after s exchanges, every
+  entry shrinking monotonically. The rule that moved the worker by C(g) instead
+  (what C dropped counted twice: still in x - x~ and in e) sends an entry late as
+  a pulse of several alpha (x - x~) and flips its sign (hand-computed below)."""
+  v = np.array([1.0, -0.9, 0.8, -0.7, 0.6, -0.5, 0.4, -0.3])
+  compression = Compression("topk", fraction=0.25)
+  with jax.enable_x64(True):
+    x = {"a": jnp.asarray(np.stack([v, -v]))}
+    c = {"a": jnp.zeros((2, 8), jnp.float64)}
+    u = jax.tree.map(jnp.zeros_like, x)
+    state = jax.vmap(lambda w: streaming.init_stream_state(w, 0, compression))(x)
+    step = jax.jit(
+        jax.vmap(
+            lambda x, u, c, s: streaming.streaming_elastic_update(
+                x, u, c, s, ALPHA, (0, 0), (0,), compression, "w"
+            ),
+            axis_name="w",
+        )
+    )
+    for s in range(1, 9):
+      x, c, state = step(x, u, c, state)
+      np.testing.assert_array_equal(c["a"], 0)
+      np.testing.assert_allclose(x["a"], (1 - ALPHA) ** s * np.stack([v, -v]), rtol=1e-12)
+  # The old rule on worker 1, by hand (x~ stays 0 there too): after the 1st to 4th
+  # sends (entries 0-1, 2-3, 4-5, 0-1 by |g|) x = (0.07, -0.063, 0.32, -0.28, 0.06,
+  # -0.05, 0.4, -0.3), e_6 = 4 * 0.3 * 0.4 = 0.48, e_7 = -0.36: the 5th send takes
+  # entries 6-7 (g_6 = 0.12 + 0.48, g_7 = -0.09 - 0.36) and moves x_6 by a pulse of
+  # 5 alpha x_6 = -0.6 to -0.2, past x~ = 0 (and x_7 from -0.3 to 0.15).
+  old_x, old_e = v.copy(), np.zeros(8)
+  for _ in range(5):
+    g = ALPHA * old_x + old_e
+    keep = np.argsort(-np.abs(g), kind="stable")[:2]
+    m = np.zeros(8)
+    m[keep] = g[keep]
+    old_x, old_e = old_x - m, g - m
+  np.testing.assert_allclose(old_x[6:], [-0.2, 0.15], rtol=1e-12)
 
 
 def test_nested_worker_axes_gather_in_worker_index_order():

@@ -16,21 +16,33 @@ Fragment j is sent at the clocks s with (s - o_j) mod tau = 0, o_j = floor(j tau
 
 .. math::
 
-   g^i_s &= \alpha (x^i_s - \tilde x_s)|_{F_j} + e^i|_{F_j}, \qquad
+   d^i_s &= \alpha (x^i_s - \tilde x_s)|_{F_j}, \qquad
+   g^i_s = d^i_s + e^i|_{F_j}, \qquad
    m^i_s = C(g^i_s), \qquad e^i|_{F_j} \leftarrow g^i_s - m^i_s, \qquad
    M_s = \sum_{i=1}^{p} m^i_s
 
-(without compression :math:`m^i_s = \alpha (x^i_s - \tilde x_s)|_{F_j}` exactly and
-there is no accumulator), and applied at clock t = s + V (0 <= V < tau):
+(without compression :math:`m^i_s = d^i_s` exactly and there is no accumulator),
+and applied at clock t = s + V (0 <= V < tau):
 
 .. math::
 
-   x^i_{t+1}|_{F_j} &= x^i_t|_{F_j} - m^i_s + u^i_t|_{F_j} \\
+   x^i_{t+1}|_{F_j} &= x^i_t|_{F_j} - d^i_s + u^i_t|_{F_j} \\
    \tilde x_{t+1}|_{F_j} &= \tilde x_t|_{F_j} + M_s
 
 Every other leaf and step: :math:`x^i_{t+1} = x^i_t + u^i_t`, the center unchanged.
 With P = 1, V = 0 and no compression this is :func:`easgd.core.elastic.easgd_update`
 bit for bit.
+
+The worker moves by its exact elastic difference d^i (it knows it locally), the
+center by what was sent, so the error feedback is on the center's side: an
+exchange conserves :math:`\tilde x + \sum_i x^i + \sum_i e^i` (with V >= 1:
+once it is applied; in flight, e^i has moved and x^i, x~ not yet), as eq. (5)-(6)
+conserve :math:`\tilde x + \sum_i x^i`. The elastic difference is a force of
+the current state, not an increment: what C dropped is still in
+:math:`x^i - \tilde x` at the next send, so it must not move the worker and be
+kept in e^i as well (that counts it twice and, with top-k, e^i grows by about
+:math:`\alpha (x^i - \tilde x)` a send until it goes out as one overshooting
+pulse).
 
 References:
   S. Zhang, A. Choromanska, Y. LeCun. Deep learning with Elastic Averaging SGD.
@@ -483,7 +495,8 @@ class StreamState(NamedTuple):
   error: Params
   """e^i, the error accumulator, shaped like the parameters (with compression only)."""
   pending_sent: Params
-  """m^i of the fragments in flight, zeros elsewhere (delay >= 1 only)."""
+  """d^i, the exact elastic difference the worker moves by, of the fragments in flight,
+  zeros elsewhere (delay >= 1 only)."""
   pending_sum: Params
   """M = sum_i m^i of the fragments in flight, zeros elsewhere (delay >= 1 only)."""
 
@@ -549,17 +562,22 @@ def streaming_elastic_update(
 ) -> tuple[Params, Params, StreamState]:
   r"""One step of the streaming elastic exchange (module docstring's equations).
 
-  On a send of fragment j each worker forms :math:`g^i = \alpha (x^i_t - \tilde x_t)
-  |_{F_j} (+ e^i|_{F_j})`, its message :math:`m^i = C(g^i)` (or g^i) and the sum
-  M over workers: without compression one all-reduce
-  (:func:`easgd.core.elastic.worker_sum`) of the fragment's leaves only; with
-  compression one all-gather of the compressed payloads, decoded and summed
-  locally in worker-index order. With delay 0 (``state.pending_sent == ()``)
-  the message is applied in the same step (send and apply name the same
-  fragment); otherwise it is stored in the pending fields and applied when
-  ``event`` names it: :math:`x \leftarrow (x - m) + u` then cast back, the
-  center :math:`\tilde x \leftarrow \tilde x + M`, as the exchange branch of
-  :func:`easgd.core.elastic.easgd_update`. Other leaves: :math:`x \leftarrow x + u`.
+  On a send of fragment j each worker forms its elastic difference
+  :math:`d^i = \alpha (x^i_t - \tilde x_t)|_{F_j}`, its message
+  :math:`m^i = C(d^i + e^i|_{F_j})` (with the accumulator
+  :math:`e^i|_{F_j} \leftarrow d^i + e^i|_{F_j} - m^i`; without compression
+  :math:`m^i = d^i`) and the sum M of the messages over workers: without
+  compression one all-reduce (:func:`easgd.core.elastic.worker_sum`) of the
+  fragment's leaves only; with compression one all-gather of the compressed
+  payloads, decoded and summed locally in worker-index order. With delay 0
+  (``state.pending_sent == ()``) the exchange is applied in the same step (send
+  and apply name the same fragment); otherwise d^i and M are stored in the
+  pending fields and applied when ``event`` names it: :math:`x \leftarrow (x - d) + u`
+  then cast back, the center :math:`\tilde x \leftarrow \tilde x + M`, as the
+  exchange branch of :func:`easgd.core.elastic.easgd_update`. Other leaves:
+  :math:`x \leftarrow x + u`. The worker moves by d^i, the center by the
+  messages, so an exchange conserves :math:`\tilde x + \sum_i x^i + \sum_i e^i`
+  (the error feedback is the center's; module docstring).
 
   Args:
     params: worker parameters x^i_t (pytree of float arrays).
@@ -612,34 +630,33 @@ def streaming_elastic_update(
   error = treedef.flatten_up_to(state.error) if compression is not None else None
   sent = treedef.flatten_up_to(state.pending_sent) if delayed else None
   summed = treedef.flatten_up_to(state.pending_sum) if delayed else None
-  message, total = {}, {}  # leaf index -> m^i, M of this step's application
+  moved, total = {}, {}  # leaf index -> d^i, M of this step's application
 
   if apply is not None and delayed:
     for k in (k for k, j in enumerate(fragments) if j == apply):
-      message[k], total[k] = sent[k], summed[k]
+      moved[k], total[k] = sent[k], summed[k]
       sent[k], summed[k] = jnp.zeros_like(sent[k]), jnp.zeros_like(summed[k])
 
   if send is not None:
     members = [k for k, j in enumerate(fragments) if j == send]
     diff = elastic_difference([x[k] for k in members], [c[k] for k in members], alpha)
     if compression is None:
-      m, big_m = diff, worker_sum(diff, axis_name)
+      big_m = worker_sum(diff, axis_name)
     else:
       g = [d + error[k] for d, k in zip(diff, members)]
       payloads = [compression.encode(v) for v in g]
-      m = [compression.decode(p, v.shape, v.dtype) for p, v in zip(payloads, g)]
-      for k, v, mk in zip(members, g, m):
-        error[k] = v - mk
+      for k, v, p in zip(members, g, payloads):
+        error[k] = v - compression.decode(p, v.shape, v.dtype)
       big_m = _gathered_sum(
           payloads, [v.shape for v in g], [v.dtype for v in g], compression, axis_name
       )
-    for k, mk, bk in zip(members, m, big_m):
+    for k, dk, bk in zip(members, diff, big_m):  # the worker moves by d^i, the center by M
       if delayed:
-        sent[k], summed[k] = mk, bk
+        sent[k], summed[k] = dk, bk
       else:
-        message[k], total[k] = mk, bk
+        moved[k], total[k] = dk, bk
 
-  new_x = [(x[k] - message[k]) + u[k] if k in message else x[k] + u[k] for k in range(len(x))]
+  new_x = [(x[k] - moved[k]) + u[k] if k in moved else x[k] + u[k] for k in range(len(x))]
   new_c = [c[k] + total[k] if k in total else c[k] for k in range(len(x))]
   new_state = StreamState(
       error=treedef.unflatten(error) if error is not None else (),
