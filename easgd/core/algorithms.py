@@ -9,7 +9,6 @@ precision: docs/guides/algorithms.md ("Array hyperparameters", "Precision").
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -23,8 +22,9 @@ from easgd.core.base import (
     Communication,
     LossFn,
     Params,
-    Program,
+    distinct_events,
     elastic_step_setup,
+    event_programs,
     every_tau_steps,
     local_optimizer,
     periodic_communication,
@@ -538,17 +538,6 @@ def shared_model_algorithm(
   )
 
 
-def _stream_events(tau: int, offsets, delay: int) -> list:
-  """The distinct ``(send, apply)`` events of a run's clocks (:func:`streaming.events`),
-  in the order of their first clock (the pattern repeats from clock o_{P-1} + V < 2 tau)."""
-  seen = []
-  for t in range(2 * tau + delay):
-    event = streaming.events(t, tau, len(offsets), delay)
-    if event not in seen:
-      seen.append(event)
-  return seen
-
-
 def _event_at(t, tau: int, offsets, delay: int, event):
   """Whether clock ``t`` (host int or traced int32) has ``event``: the ``runs_at`` of
   its program."""
@@ -592,7 +581,9 @@ def _streaming_elastic(
   delay = streaming.check_delay(techniques.delay, tau)
   compression = techniques.compression
   sizes = streaming.fragment_bytes(shapes, fragments, compression)
-  events = _stream_events(tau, offsets, delay)
+  events = distinct_events(
+      lambda t: streaming.events(t, tau, len(offsets), delay), 2 * tau + delay
+  )  # the pattern repeats from clock o_{P-1} + V < 2 tau
 
   def init(params, model_state=()):
     velocity = () if momentum is None else jax.tree.map(jnp.zeros_like, params)
@@ -637,21 +628,9 @@ def _streaming_elastic(
         loss,
     )
 
-  def runs_at(event):
-    return lambda t: _event_at(t, tau, offsets, delay, event)
-
-  phases = {
-      event: Program(functools.partial(event_step, event=event), runs_at(event)) for event in events
-  }
-
-  def step(worker, shared, batch, key):
-    """The event decided on the device (``lax.switch`` over the events' programs)."""
-    index = sum(
-        jnp.where(_event_at(shared.step, tau, offsets, delay, e), k, 0)
-        for k, e in enumerate(events)
-    )
-    branches = [functools.partial(event_step, event=e) for e in events]
-    return jax.lax.switch(index, branches, worker, shared, batch, key)
+  phases, step = event_programs(
+      events, event_step, lambda t, event: _event_at(t, tau, offsets, delay, event)
+  )
 
   def communication(num_steps, param_bytes):
     """Per worker: one collective per send, of its fragment's bytes (all-reduce;

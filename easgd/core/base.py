@@ -159,6 +159,43 @@ def _every_clock(t) -> bool:
   return True
 
 
+def distinct_events(event_of: Callable[[int], Hashable], num_clocks: int) -> list:
+  """The distinct values of ``event_of(t)`` for t = 0 .. num_clocks - 1, in the order of
+  their first clock (an algorithm whose step depends on a periodic event of the clock)."""
+  events: list = []
+  for t in range(num_clocks):
+    event = event_of(t)
+    if event not in events:
+      events.append(event)
+  return events
+
+
+def event_programs(events, event_step: Callable, holds: Callable):
+  """``(phases, step)`` of an algorithm whose step is one of a few events of the clock
+  (the fragments of ``easgd.core.streaming``, Streaming DiLoCo).
+
+  Args:
+    events: the events, hashable (each a program's name).
+    event_step: ``event_step(worker, shared, batch, key, event)``.
+    holds: ``holds(t, event) -> bool``: whether clock t (a host int or the traced int32
+      ``shared.step``) has ``event``; exactly one event holds at each clock.
+
+  Returns:
+    ``phases``: ``{event: Program(step of the event, runs_at)}`` (``Algorithm.phases``:
+    a driver that knows the clock compiles one program per event, no conditional);
+    ``step``: the event decided on the device, ``lax.switch`` over the same steps.
+  """
+  events = list(events)
+  steps = [functools.partial(event_step, event=e) for e in events]
+  phases = {e: Program(s, functools.partial(holds, event=e)) for e, s in zip(events, steps)}
+
+  def step(worker, shared, batch, key):
+    index = sum(jnp.where(holds(shared.step, event=e), k, 0) for k, e in enumerate(events))
+    return jax.lax.switch(index, steps, worker, shared, batch, key)
+
+  return phases, step
+
+
 def select_program(programs: Mapping[Hashable, Program], t: int) -> Hashable:
   """The name of the one program of ``programs`` that runs at host clock ``t``.
 

@@ -49,7 +49,6 @@ References:
 
 from __future__ import annotations
 
-import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -62,7 +61,8 @@ from easgd.core.base import (
     Algorithm,
     Communication,
     LossFn,
-    Program,
+    distinct_events,
+    event_programs,
     local_optimizer,
     worker_key,
 )
@@ -315,30 +315,14 @@ def streaming_diloco(
     )
 
   clocks = 2 * tau + delay if last_step is None else min(2 * tau + delay, last_step)
-  events = []
-  for t in range(clocks):
-    if _event(t, tau, offsets, delay, None) not in events:
-      events.append(_event(t, tau, offsets, delay, None))
+  events = distinct_events(lambda t: _event(t, tau, offsets, delay, None), clocks)
   if last_step is not None:
     events.append((ALL, ALL))
-  phases = {
-      e: Program(
-          functools.partial(event_step, event=e),
-          functools.partial(
-              _event_at, tau=tau, offsets=offsets, delay=delay, last_step=last_step, event=e
-          ),
-      )
-      for e in events
-  }
-
-  def step(worker, shared, batch, key):
-    """The event decided on the device (``lax.switch`` over the events' programs)."""
-    index = sum(
-        jnp.where(_event_at(shared.step, tau, offsets, delay, last_step, e), k, 0)
-        for k, e in enumerate(events)
-    )
-    branches = [functools.partial(event_step, event=e) for e in events]
-    return jax.lax.switch(index, branches, worker, shared, batch, key)
+  phases, step = event_programs(
+      events,
+      event_step,
+      lambda t, event: _event_at(t, tau, offsets, delay, last_step, event),
+  )
 
   def communication(num_steps, param_bytes):
     """Per worker: one collective per fragment sync of its bytes; the last step's
