@@ -89,6 +89,11 @@ CASES = [
         "a step decay after the last epoch",
         ["--num-epochs", "3", "--lr-schedule", "step", "--lr-decay-epochs", "10"],
     ),
+    (
+        "a schedule in reference steps without the reference batch",
+        ["--lr-schedule", "cosine", "--lr-schedule-unit", "reference_steps"],
+    ),
+    ("random flips of 1-D signals", ["--random-flip"]),
     ("a run longer than the int32 step clock", ["--num-epochs", "100000000000"]),
     ("an empty entry in a list", ["--algorithm", "async_easgd", "--worker-speeds", "1,,1,1"]),
     ("unknown parameter dtype", ["--param-dtype", "float8"]),

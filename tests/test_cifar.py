@@ -15,7 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from easgd.run import trainer
+from easgd import cli
+from easgd.run import checkpoint, trainer
 from easgd.settings.config import ConfigError, TrainConfig
 from easgd.tasks import batches, data, datasets, loaders, models
 
@@ -202,6 +203,73 @@ def test_center_crop_and_bad_sizes():
     batches.cropped_shape((40, 1), 28)
 
 
+def test_a_flip_is_drawn_after_the_crop_from_the_same_generator():
+  # 2 workers x 3 images of 8x8x2, crops of 6: the draws of crop_rng(0, 1, 5), by hand
+  #   rows    rng.integers(0, 3, 6) = [0 1 0 1 2 0]
+  #   columns rng.integers(0, 3, 6) = [0 1 2 2 1 0]
+  #   flips   rng.integers(0, 2, 6) = [0 1 1 0 1 1]  (image b flipped where 1)
+  x = np.arange(2 * 3 * 8 * 8 * 2, dtype=np.float32).reshape(2, 3, 8, 8, 2)
+  y = np.arange(6).reshape(2, 3)
+  augment, eval_transform = batches.crop_transforms(6, flip=True)
+  out, labels = augment((x, y), batches.crop_rng(seed=0, epoch=1, step=5))
+  rows, cols, flips = [0, 1, 0, 1, 2, 0], [0, 1, 2, 2, 1, 0], [0, 1, 1, 0, 1, 1]
+  flat = x.reshape(6, 8, 8, 2)
+  expected = np.stack(
+      [
+          flat[b, r : r + 6, c : c + 6][:, ::-1] if f else flat[b, r : r + 6, c : c + 6]
+          for b, (r, c, f) in enumerate(zip(rows, cols, flips))
+      ]
+  ).reshape(2, 3, 6, 6, 2)
+  np.testing.assert_array_equal(out, expected)
+  np.testing.assert_array_equal(labels, y)
+  # the crops are those of crops alone (the flips come after them)
+  crop_only, _ = batches.crop_transforms(6)
+  cropped = crop_only((x, y), batches.crop_rng(seed=0, epoch=1, step=5))[0]
+  for b, (r, c, f) in enumerate(zip(rows, cols, flips)):
+    w, i = divmod(b, 3)
+    np.testing.assert_array_equal(cropped[w, i], flat[b, r : r + 6, c : c + 6])
+    np.testing.assert_array_equal(out[w, i], cropped[w, i][:, ::-1] if f else cropped[w, i])
+  # evaluation: the centre crop, unflipped
+  np.testing.assert_array_equal(eval_transform((x, y))[0], x[..., 1:7, 1:7, :])
+  # flips without a crop: whole images, no evaluation transform
+  flip_only, none = batches.crop_transforms(None, flip=True)
+  assert none is None and batches.crop_transforms(None) == (None, None)
+  whole = flip_only((x, y), batches.crop_rng(seed=0, epoch=1, step=5))[0]
+  draws = batches.crop_rng(seed=0, epoch=1, step=5).integers(0, 2, size=6)  # [0 0 0 1 1 0]
+  np.testing.assert_array_equal(
+      whole.reshape(6, 8, 8, 2), np.where(draws[:, None, None, None] == 1, flat[:, :, ::-1], flat)
+  )
+  with pytest.raises(data.DataError, match="random_flip needs images"):
+    batches.random_flip(np.zeros((4, 40)), batches.crop_rng(0, 0, 0))
+
+
+def flip_run(tmp_path, name, *flags):
+  """``easgd train`` of 2 steps on digits (8x8 images); its workers' parameters."""
+  work = tmp_path / name
+  argv = ["train", "--workdir", str(work), "--dataset", "digits", "--model", "mlp"]
+  argv += ["--num-workers", "2", "--global-batch-size", "64", "--num-epochs", "1"]
+  argv += ["--stop-after-steps", "2", "--no-progress", *flags]
+  assert cli.main(argv) == 0
+  ckpt = checkpoint.Checkpointer(work)
+  try:
+    state = ckpt.restore(ckpt.latest_step())
+  finally:
+    ckpt.close()
+  assert int(np.asarray(state["step"])) == 2
+  return jax.tree.leaves(state["worker"]["params"])
+
+
+def test_easgd_train_with_flips_is_reproducible_and_differs_from_no_flips(tmp_path):
+  flipped = flip_run(tmp_path, "a", "--random-flip")
+  again = flip_run(tmp_path, "b", "--random-flip")
+  plain = flip_run(tmp_path, "c")
+  for a, b in zip(flipped, again):
+    np.testing.assert_array_equal(a, b)
+  assert any(not np.array_equal(a, c) for a, c in zip(flipped, plain))
+  saved = json.loads((tmp_path / "a" / "config.json").read_text())
+  assert saved["random_flip"] is True
+
+
 def test_config_crop_and_data_dir_checks():
   with pytest.raises(ConfigError, match="cifar10' needs data_dir"):
     TrainConfig(dataset="cifar10", model="cifar").validate()
@@ -209,6 +277,13 @@ def test_config_crop_and_data_dir_checks():
     TrainConfig(dataset="digits", crop_size=0).validate()
   with pytest.raises(ConfigError, match="mnist1d"):
     TrainConfig(crop_size=28).validate()
+  with pytest.raises(
+      ConfigError,
+      match="^random_flip flips images; dataset 'mnist1d' holds 1-D signals; allowed: "
+      "random_flip False$",
+  ):
+    TrainConfig(random_flip=True).validate()
+  TrainConfig(dataset="digits", random_flip=True).validate()
   # validate() does not touch the disk
   TrainConfig(dataset="cifar10", data_dir="/no/such/dir", model="cifar", crop_size=28).validate()
 

@@ -172,7 +172,8 @@ def checked_task(config: TrainConfig, task: Task | None = None) -> tuple[Task, t
     )
   # the quantities derived from the data's size first (pure arithmetic)
   config.resolve(
-      batches.steps_per_epoch(len(task.train), config.num_workers, config.per_worker_batch_size)
+      batches.steps_per_epoch(len(task.train), config.num_workers, config.per_worker_batch_size),
+      len(task.train),
   )
   eval_batch = min(config.eval_batch_size, -(-len(task.test) // config.num_workers))
   metrics = check_task(
@@ -305,14 +306,14 @@ class Run:
     # every quantity derived from the data's size (tau and K against the run,
     # the center's first exchange, the schedule in steps), checked before
     # anything compiles; summary.json and the metrics record it
-    self.resolved = config.resolve(self.steps_per_epoch)
+    self.resolved = config.resolve(self.steps_per_epoch, len(task.train))
     self.total_steps = self.resolved["total_steps"]
     self.resolved.update(
         validation_examples=config.validation_examples, train_examples=len(task.train)
     )
     # at most the examples a worker evaluates: a huge eval_batch_size pads nothing
     eval_batch = min(config.eval_batch_size, -(-len(task.test) // config.num_workers))
-    self.schedule = make_schedule(config, self.steps_per_epoch)
+    self.schedule = make_schedule(config, self.steps_per_epoch, num_examples=len(task.train))
     init_key, self.step_key = jax.random.split(jax.random.key(config.seed))
     if config.shard_params:  # parameter-shaped state split over each worker's devices
       self.layout = data_parallel.shard_params(self.layout, jax.eval_shape(task.init, init_key))
@@ -325,7 +326,7 @@ class Run:
         # D > 1: the loss and gradient of each worker's whole batch, averaged
         # over its devices (the identity for D = 1)
         data_parallel.data_parallel_loss(task.loss, self.layout),
-        make_optimizer(config, self.steps_per_epoch),
+        make_optimizer(config, self.steps_per_epoch, num_examples=len(task.train)),
         self.total_steps,
         self.init_params,
     )

@@ -23,6 +23,7 @@ import numpy as np
 
 from easgd.settings.config import ConfigError, TrainConfig
 from easgd.tasks import batches, datasets, models
+from easgd.tasks.data import DataError
 from easgd.tasks.sources import TaskError, as_source
 from easgd.tasks.task import Task, load_task, parse_task_args
 
@@ -113,6 +114,7 @@ def classifier_task(
     input_shape: tuple[int, ...] | None = None,
     validation=None,
     crop_size: int | None = None,
+    random_flip: bool = False,
     info: dict[str, Any] | None = None,
     split_from_seed: bool = False,
 ) -> Task:
@@ -131,6 +133,9 @@ def classifier_task(
     crop_size: random crops of this side for training (fixed by seed, epoch
       and step, ``easgd.tasks.batches.random_crop``), centre crops for
       evaluation; None: whole inputs.
+    random_flip: each training image mirrored left-right with probability 1/2
+      (``easgd.tasks.batches.random_flip``, drawn after the crop from the same
+      generator); evaluation unflipped. Images ``[H, W, C]`` only.
     info: recorded in ``summary.json``.
     split_from_seed: as :class:`~easgd.tasks.task.Task`.
 
@@ -139,6 +144,7 @@ def classifier_task(
 
   Raises:
     TaskError: as :class:`~easgd.tasks.task.Task`.
+    easgd.tasks.data.DataError: crops or flips of inputs that are not images.
   """
   train = as_source(train, f"task {name!r}: train")
   shape = tuple(input_shape) if input_shape is not None else None
@@ -149,7 +155,12 @@ def classifier_task(
   def init(key):
     return models.init_params(model, shape, key)
 
-  augment, eval_transform = batches.crop_transforms(crop_size)
+  if random_flip and len(shape) != 3:
+    raise DataError(
+        f"random_flip flips images [H, W, C]; task {name!r} has inputs of shape {shape}; "
+        "allowed: random_flip False"
+    )
+  augment, eval_transform = batches.crop_transforms(crop_size, random_flip)
 
   center_state = None
   if models.has_batch_norm(model):
@@ -180,6 +191,7 @@ def builtin_task(
     *,
     data_dir=None,
     crop_size: int | None = None,
+    random_flip: bool = False,
     param_dtype: str = "float32",
     compute_dtype: str = "float32",
     seed: int = 0,
@@ -191,6 +203,7 @@ def builtin_task(
     model: one of ``easgd.tasks.names.MODELS``.
     data_dir: the data set's directory (``DatasetSpec.data_dir``), if it reads one.
     crop_size: random training crops and centre evaluation crops (images).
+    random_flip: random horizontal training flips (images).
     param_dtype, compute_dtype: the model's dtypes.
     seed: MNIST-1D's generator seed and digits' split seed (the others ignore it).
 
@@ -211,6 +224,7 @@ def builtin_task(
       name=f"{dataset}/{model}",
       input_shape=batches.cropped_shape(ds.input_shape, crop_size),
       crop_size=crop_size,
+      random_flip=random_flip,
       info=dict(
           model=model,
           dataset=dataset,
@@ -220,7 +234,8 @@ def builtin_task(
       split_from_seed=datasets.TABLE[dataset].seeded_split,
   )
   args = dict(dataset=dataset, model=model, data_dir=None if data_dir is None else str(data_dir))
-  args.update(crop_size=crop_size, param_dtype=param_dtype, compute_dtype=compute_dtype)
+  args.update(crop_size=crop_size, random_flip=random_flip)
+  args.update(param_dtype=param_dtype, compute_dtype=compute_dtype)
   return dataclasses.replace(task, factory=BUILTIN_FACTORY, factory_args=args)
 
 
@@ -231,6 +246,7 @@ def _builtin_args(config) -> dict[str, Any]:
       model=config.model,
       data_dir=None if config.data_dir is None else str(config.data_dir),
       crop_size=config.crop_size,
+      random_flip=config.random_flip,
       param_dtype=config.param_dtype,
       compute_dtype=config.compute_dtype,
   )
@@ -253,7 +269,7 @@ def task_of(config, task: Task | None = None, *, seed: int | None = None) -> Tas
   Args:
     config: a validated ``TrainConfig``: ``config.task`` (an import path,
       ``config.task_args`` its arguments) or the built-in ``dataset`` and
-      ``model`` (with ``data_dir``, ``crop_size``, the dtypes).
+      ``model`` (with ``data_dir``, ``crop_size``, ``random_flip``, the dtypes).
     task: a task built in code (then ``config.task`` must be None or its
       import path, and the built-in fields at their defaults).
     seed: the seed the data are drawn with (default ``config.seed``).

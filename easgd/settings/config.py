@@ -29,7 +29,15 @@ from easgd.settings.fields import FLOAT32_TINY, MAX_REAL, MAX_TOTAL_STEPS, Train
 from easgd.tasks import datasets
 from easgd.tasks.names import BATCH_NORM_MODELS
 
-BUILTIN_TASK_FIELDS = ("dataset", "model", "data_dir", "crop_size", "param_dtype", "compute_dtype")
+BUILTIN_TASK_FIELDS = (
+    "dataset",
+    "model",
+    "data_dir",
+    "crop_size",
+    "random_flip",
+    "param_dtype",
+    "compute_dtype",
+)
 """Fields read by the built-in tasks only (``easgd.settings.builtin_tasks``)."""
 
 
@@ -197,6 +205,11 @@ class TrainConfig(TrainFields):
           f"crop_size crops images; dataset {self.dataset!r} holds {data.kind}; allowed: "
           "crop_size None"
       )
+    if self.random_flip and data.kind != "images":
+      raise ConfigError(
+          f"random_flip flips images; dataset {self.dataset!r} holds {data.kind}; allowed: "
+          "random_flip False"
+      )
     if self.shard_params and not shard_params_fits(self.devices_per_worker):
       raise ConfigError(
           "shard_params splits a worker's state over its devices; devices_per_worker=1 "
@@ -241,6 +254,12 @@ class TrainConfig(TrainFields):
           f"lr_scaling {self.lr_scaling!r} scales learning_rate from a "
           "reference batch; give lr_reference_batch (the global batch "
           "at which learning_rate is stated)"
+      )
+    if self.lr_reference_batch is None and reads.reads_reference_batch(self):
+      raise ConfigError(
+          "lr_schedule_unit 'reference_steps' counts the schedule in steps of a "
+          "reference batch; give lr_reference_batch (the global batch the schedule "
+          "was written for)"
       )
 
   def _check_exchange_techniques(self) -> None:
@@ -357,7 +376,7 @@ class TrainConfig(TrainFields):
         else f"beta / num_workers = {self.beta!r} / {self.num_workers}",
     )
 
-  def resolve(self, steps_per_epoch: int) -> dict[str, Any]:
+  def resolve(self, steps_per_epoch: int, num_examples: int | None = None) -> dict[str, Any]:
     """The quantities a run derives from this config and its data's size, each
     checked after it is derived (before anything is compiled).
 
@@ -365,22 +384,27 @@ class TrainConfig(TrainFields):
     clocks); tau against it (at most the run; and
     ``easgd.methods.registry.center_update``: an exchange that moves the center within
     the steps the run gives a worker, total_steps - sync_warmup_steps);
-    sync_warmup_steps below it; the learning-rate warm-up in steps,
-    round(warmup_epochs * steps_per_epoch) (at least 1 when warmup_epochs > 0,
-    below total_steps); the 'step' decay points in steps (distinct, after the
-    warm-up, before the end); the cosine's length. The rates were checked by
-    :meth:`validate`.
+    sync_warmup_steps below it; the learning-rate schedule in steps
+    (:meth:`_schedule_steps`: warm-up, 'step' decay points, the cosine's
+    length, converted with the steps per epoch of ``lr_schedule_unit``). The
+    rates were checked by :meth:`validate`.
 
     Args:
       steps_per_epoch: global steps per epoch (``easgd.tasks.batches.steps_per_epoch``
         of the training set, the global batch and the workers), >= 1.
+      num_examples: N, the training examples the run draws its batches from
+        (after ``validation_examples``); needed by ``lr_schedule_unit``
+        'reference_steps' only (its steps per epoch are N // lr_reference_batch).
 
     Returns:
       dict(learning_rate (the config's), lr_scaling, lr_reference_batch,
       lr_scale, resolved_learning_rate (the peak eta the run uses),
-      steps_per_epoch, total_steps, lr_warmup_steps (the linear warm-up from
-      0), lr_decay_steps (the 'step' schedule's decay points, [] otherwise),
-      cosine_decay_steps (the cosine's length, None otherwise),
+      steps_per_epoch, total_steps, lr_schedule_unit,
+      schedule_steps_per_epoch (S, the steps per epoch that convert the
+      schedule), schedule_steps (num_epochs * S, the schedule's length as
+      written: total_steps in unit 'epochs'), lr_warmup_steps (the linear
+      warm-up from 0), lr_decay_steps (the 'step' schedule's decay points, []
+      otherwise), cosine_decay_steps (the cosine's length, None otherwise),
       sync_warmup_steps (the synchronous warm-up's K)): what summary.json
       records under "resolved".
 
@@ -409,24 +433,6 @@ class TrainConfig(TrainFields):
           f"of the run ({length}); allowed: sync_warmup_steps < {total}"
       )
     self._check_center_trained(total - k, length + (f", less sync_warmup_steps={k}" if k else ""))
-    warmup = int(round(self.warmup_epochs * spe))
-    if self.warmup_epochs > 0 and not 0 < warmup < total:
-      raise ConfigError(
-          f"warmup_epochs={self.warmup_epochs!r} gives a learning-rate warm-up of "
-          f"{warmup} steps (round(warmup_epochs * {spe} steps per epoch), {total} "
-          f"steps in all); allowed: warmup_epochs 0, or one that gives 1 to "
-          f"{total - 1} steps"
-      )
-    decay = []
-    if self.lr_schedule == "step":
-      decay = [int(round(e * spe)) for e in self.lr_decay_epochs]
-      after = [t - warmup for t in decay]
-      if len(set(after)) != len(after) or any(not 0 < t < total - warmup for t in after):
-        raise ConfigError(
-            f"lr_decay_epochs={tuple(self.lr_decay_epochs)} fall on steps {decay} "
-            f"({spe} steps per epoch, warm-up {warmup} steps, {total} steps in all); "
-            f"allowed: distinct steps after the warm-up and before the end of the run"
-        )
     return dict(
         learning_rate=self.learning_rate,
         lr_scaling=self.lr_scaling,
@@ -435,10 +441,113 @@ class TrainConfig(TrainFields):
         resolved_learning_rate=self.resolved_learning_rate,
         steps_per_epoch=spe,
         total_steps=total,
+        **self._schedule_steps(spe, num_examples),
+        sync_warmup_steps=k,
+    )
+
+  def _schedule_steps_per_epoch(self, steps_per_epoch: int, num_examples: int | None) -> int:
+    """S, the steps per epoch that convert the learning-rate schedule to steps.
+
+    'epochs': S = steps_per_epoch, the run's own (N // G, G =
+    ``global_batch_size``). 'reference_steps': S = S_ref = N // B_ref with
+    B_ref = ``lr_reference_batch``, the floor the run's own count takes
+    (``easgd.tasks.batches.steps_per_epoch``). With G = p B_ref and N a
+    multiple of G, S_ref = p S: the schedule of the reference run, step for
+    step, at p times its epochs.
+
+    Args:
+      steps_per_epoch: the run's global steps per epoch, >= 1.
+      num_examples: N, the training examples; needed by 'reference_steps'.
+
+    Raises:
+      ConfigError: 'reference_steps' without N, an N below B_ref (no step
+        per epoch) or a schedule beyond the int32 step clocks.
+    """
+    if self.lr_schedule_unit == "epochs":
+      return steps_per_epoch
+    b = self.lr_reference_batch
+    if num_examples is None:
+      raise ConfigError(
+          "lr_schedule_unit 'reference_steps' converts the schedule with N // "
+          f"lr_reference_batch steps per epoch (N // {b}); give num_examples N, the "
+          "run's training examples"
+      )
+    n = _int("num_examples", num_examples, 1)
+    if n < b:
+      raise ConfigError(
+          f"lr_reference_batch={b} is more than the {n} training examples: the "
+          f"reference batch takes no step per epoch ({n} // {b} = 0); allowed: "
+          f"lr_reference_batch <= {n}"
+      )
+    s_ref = n // b
+    if s_ref * self.num_epochs > MAX_TOTAL_STEPS:
+      raise ConfigError(
+          f"lr_schedule_unit 'reference_steps' gives a schedule of {s_ref * self.num_epochs} "
+          f"steps (num_epochs={self.num_epochs} x {s_ref} steps per epoch of "
+          f"lr_reference_batch={b}); the step clocks are int32: allowed "
+          f"lr_reference_batch >= {n // (MAX_TOTAL_STEPS // self.num_epochs + 1) + 1}"
+      )
+    return s_ref
+
+  def _schedule_steps(self, steps_per_epoch: int, num_examples: int | None) -> dict[str, Any]:
+    r"""The learning-rate schedule in steps, checked against its own length.
+
+    With S = :meth:`_schedule_steps_per_epoch` (the run's steps per epoch in
+    ``lr_schedule_unit`` 'epochs', N // lr_reference_batch in
+    'reference_steps'), the schedule written in epochs is, in steps
+    (Python's ``round``, halves to even):
+
+    * warm-up W = round(warmup_epochs * S);
+    * decay epoch e of the 'step' schedule decays at step round(e * S);
+    * the cosine decays from W to L = num_epochs * S, over L - W steps.
+
+    Each is checked against the schedule's length L, the run it was written
+    for: W in [1, L - 1] when warmup_epochs > 0, decay points distinct, after
+    W and before L. In 'epochs' L is the run's total_steps. In
+    'reference_steps' a point between the run's end and L is the schedule the
+    user wrote and is kept: it never comes (a cosine is cut before 0).
+
+    Returns:
+      dict(lr_schedule_unit, schedule_steps_per_epoch (S), schedule_steps (L),
+      lr_warmup_steps (W), lr_decay_steps, cosine_decay_steps (None unless
+      'cosine')).
+
+    Raises:
+      ConfigError: from :meth:`_schedule_steps_per_epoch`; a warm-up or decay
+        point rounded outside the schedule or onto another one.
+    """
+    s = self._schedule_steps_per_epoch(steps_per_epoch, num_examples)
+    steps = s * self.num_epochs
+    if self.lr_schedule_unit == "epochs":
+      per, span, end = f"{s} steps per epoch", "in all", "the run"
+    else:
+      per = f"{s} steps per epoch of lr_reference_batch={self.lr_reference_batch}"
+      span, end = "in the schedule", "the schedule"
+    warmup = int(round(self.warmup_epochs * s))
+    if self.warmup_epochs > 0 and not 0 < warmup < steps:
+      raise ConfigError(
+          f"warmup_epochs={self.warmup_epochs!r} gives a learning-rate warm-up of "
+          f"{warmup} steps (round(warmup_epochs * {per}), {steps} "
+          f"steps {span}); allowed: warmup_epochs 0, or one that gives 1 to "
+          f"{steps - 1} steps"
+      )
+    decay = []
+    if self.lr_schedule == "step":
+      decay = [int(round(e * s)) for e in self.lr_decay_epochs]
+      after = [t - warmup for t in decay]
+      if len(set(after)) != len(after) or any(not 0 < t < steps - warmup for t in after):
+        raise ConfigError(
+            f"lr_decay_epochs={tuple(self.lr_decay_epochs)} fall on steps {decay} "
+            f"({per}, warm-up {warmup} steps, {steps} steps {span}); "
+            f"allowed: distinct steps after the warm-up and before the end of {end}"
+        )
+    return dict(
+        lr_schedule_unit=self.lr_schedule_unit,
+        schedule_steps_per_epoch=s,
+        schedule_steps=steps,
         lr_warmup_steps=warmup,
         lr_decay_steps=decay,
-        cosine_decay_steps=(max(total - warmup, 1) if self.lr_schedule == "cosine" else None),
-        sync_warmup_steps=k,
+        cosine_decay_steps=(max(steps - warmup, 1) if self.lr_schedule == "cosine" else None),
     )
 
   def _check_center_trained(self, steps: int, length: str) -> None:
@@ -465,8 +574,8 @@ class TrainConfig(TrainFields):
   def unread_fields(self) -> dict[str, Any]:
     """The fields set away from their default that this config's run never reads
     (``easgd.settings.reads.TRAIN_RULES``: the algorithm's ``reads``, the
-    optimizer's momentum, the schedule's decay, BatchNorm, the data set's
-    files, the runtime's settings, the learning rate's reference batch; alpha
+    optimizer's momentum, the schedule's decay and unit, BatchNorm, the data set's
+    files, the runtime's settings, the reference batch of the rate and the schedule; alpha
     and beta count as one setting).
 
     Returns:

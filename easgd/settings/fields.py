@@ -29,6 +29,8 @@ OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw")
 LR_SCHEDULES = ("constant", "cosine", "step")
 LR_SCALINGS = ("none", "linear", "sqrt")
 """``lr_scaling``: the peak learning rate's dependence on the global batch."""
+LR_SCHEDULE_UNITS = ("epochs", "reference_steps")
+"""``lr_schedule_unit``: the steps per epoch that convert the schedule's epochs to steps."""
 
 
 # Upper bounds that keep values inside int32 clocks and memory that exists.
@@ -159,6 +161,13 @@ class TrainFields:
       "(paper, CIFAR-10: 28 of 32); None = whole images. Images only.",
       allowed=Integer(1, what="pixels"),
   )
+  random_flip: bool = option(
+      False,
+      "random horizontal flips for training: each image mirrored left-right "
+      "with probability 1/2, drawn from the generator of the crops (fixed by "
+      "seed, epoch and step, after the crop); evaluation unflipped. Images only.",
+      allowed=Flag(),
+  )
   model: str = option(
       "cnn",
       "'cnn', 'cnn_bn' (the CNN with BatchNorm), 'mlp' or 'cifar' "
@@ -231,6 +240,19 @@ class TrainFields:
       0.1,
       "multiplier of the 'step' schedule, in (0, 1] (read by lr_schedule " "'step' only).",
       allowed=Real(0, 1, open_low=True),
+  )
+  lr_schedule_unit: str = option(
+      "epochs",
+      "what converts warmup_epochs, lr_decay_epochs and the cosine's length "
+      "(num_epochs) to steps: 'epochs' (the run's own steps per epoch, N // "
+      "global_batch_size for N training examples) or 'reference_steps' (the "
+      "steps per epoch of lr_reference_batch, N // lr_reference_batch: a "
+      "schedule written for that batch and reused at a p times larger one "
+      "decays at the same step, at p times the epochs, the bug of counting a "
+      "schedule in steps; a decay or warm-up past the run's end never comes, a "
+      "cosine is cut). Read when there is a schedule (lr_schedule 'step' or "
+      "'cosine', or warmup_epochs > 0).",
+      allowed=OneOf(LR_SCHEDULE_UNITS),
   )
   optimizer: str = option(
       "sgd",
@@ -519,8 +541,9 @@ class TrainFields:
   lr_reference_batch: int | None = option(
       None,
       "the global batch (examples per step, all workers) at which "
-      "learning_rate is stated; needed by lr_scaling 'linear' and 'sqrt', read "
-      "by nothing else.",
+      "learning_rate and the schedule are stated; needed by lr_scaling 'linear' "
+      "and 'sqrt' and by lr_schedule_unit 'reference_steps', read by nothing "
+      "else.",
       allowed=Integer(1, what="global batch at which learning_rate is stated"),
   )
   validation_examples: int = option(

@@ -205,6 +205,18 @@ _OTHER_TRAIN_RULES = (
 )
 
 
+def has_schedule(c) -> bool:
+  """Whether the learning rate changes over the run (a decay or a warm-up): what
+  ``lr_schedule_unit`` counts."""
+  return c.lr_schedule != "constant" or c.warmup_epochs > 0
+
+
+def reads_reference_batch(c) -> bool:
+  """Whether ``lr_reference_batch`` is read: by ``lr_scaling`` 'linear' or 'sqrt'
+  and by a schedule counted in ``lr_schedule_unit`` 'reference_steps'."""
+  return c.lr_scaling != "none" or (c.lr_schedule_unit == "reference_steps" and has_schedule(c))
+
+
 def _read_by_runtime(name: str, c) -> tuple[str, ...]:
   return (name,) if name in runtime_table.TABLE[c.runtime].reads else ()
 
@@ -245,11 +257,21 @@ TRAIN_RULES = (
     *_OTHER_TRAIN_RULES,
     *RUNTIME_RULES,
     Reads(
-        ("lr_reference_batch",),
-        lambda c: () if c.lr_scaling == "none" else ("lr_reference_batch",),
+        ("lr_schedule_unit",),
+        lambda c: ("lr_schedule_unit",) if has_schedule(c) else (),
         lambda c, name, value: (
-            f"lr_reference_batch={value!r} has no effect with lr_scaling 'none'; use "
-            "lr_scaling 'linear' or 'sqrt', or leave it None"
+            f"lr_schedule_unit={value!r} has no effect with lr_schedule 'constant' and "
+            "warmup_epochs 0 (no schedule to count); use lr_schedule 'step' or 'cosine', "
+            "or warmup_epochs > 0"
+        ),
+    ),
+    Reads(
+        ("lr_reference_batch",),
+        lambda c: ("lr_reference_batch",) if reads_reference_batch(c) else (),
+        lambda c, name, value: (
+            f"lr_reference_batch={value!r} has no effect with lr_scaling 'none' and "
+            f"lr_schedule_unit {c.lr_schedule_unit!r}; use lr_scaling 'linear' or 'sqrt' "
+            "or lr_schedule_unit 'reference_steps', or leave it None"
         ),
     ),
 )

@@ -11,7 +11,8 @@ The index layouts that the trainer gathers batches with:
   padded to a rectangular ``[num_workers, num_batches, eval_batch]`` block with
   a mask, so that masked sums are exact.
 * :func:`random_crop` / :func:`center_crop`: the paper's 28x28 crops of
-  CIFAR-10 (training crops fixed by (seed, epoch, step), :func:`crop_rng`).
+  CIFAR-10 (training crops fixed by (seed, epoch, step), :func:`crop_rng`),
+  and :func:`random_flip`, horizontal flips drawn from the same generator.
 
 This module imports no JAX: it runs on the host and hands NumPy index arrays to
 the caller, who decides how to place them on devices.
@@ -132,6 +133,38 @@ def random_crop(x: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarra
   return out.reshape(*lead, size, size, channels)
 
 
+def random_flip(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+  """Each image of a batch mirrored left-right with probability 1/2.
+
+  One draw per image, ``flip = rng.integers(0, 2, size=n) == 1`` in C order of
+  the leading axes (after any crop drawn from the same ``rng``):
+  ``out[b] = x[b, :, ::-1, :]`` where ``flip[b]``, else ``x[b]``.
+
+  Args:
+    x: images ``[..., H, W, C]`` (any leading axes, e.g. ``[workers, batch]``).
+    rng: a NumPy generator, e.g. :func:`crop_rng` ``(seed, epoch, step)``.
+
+  Returns:
+    A new C-contiguous array of ``x``'s shape and dtype.
+
+  Raises:
+    DataError: if ``x`` is not images ``[..., H, W, C]``.
+
+  Example:
+    >>> x = np.arange(4.0).reshape(1, 1, 4, 1)  # one 1x4 image: 0 1 2 3
+    >>> out = random_flip(x, crop_rng(seed=0, epoch=1, step=0))
+    >>> out.ravel().tolist() in ([0.0, 1.0, 2.0, 3.0], [3.0, 2.0, 1.0, 0.0])
+    True
+  """
+  x = np.asarray(x)
+  if x.ndim < 3:
+    raise DataError(f"random_flip needs images [..., H, W, C]; got inputs of shape {x.shape}")
+  flat = x.reshape(-1, *x.shape[-3:])
+  flip = rng.integers(0, 2, size=flat.shape[0]) == 1
+  out = np.where(flip[:, None, None, None], flat[:, :, ::-1, :], flat)
+  return out.reshape(x.shape)
+
+
 def center_crop(x: np.ndarray, size: int | None) -> np.ndarray:
   """The central ``size x size`` window of every image (the evaluation crop).
 
@@ -161,24 +194,36 @@ def center_crop(x: np.ndarray, size: int | None) -> np.ndarray:
 # --------------------------------------------------------------------------
 
 
-def crop_transforms(size: int | None):
-  """A task's ``augment`` and ``eval_transform`` (``easgd.tasks.task.Task``) of image crops.
+def crop_transforms(size: int | None, flip: bool = False):
+  """A task's ``augment`` and ``eval_transform`` (``easgd.tasks.task.Task``) of images:
+  crops and horizontal flips.
 
   Args:
-    size: the square crop's side in pixels, or None (no transform).
+    size: the square crop's side in pixels, or None (no crop).
+    flip: also flip each training image left-right with probability 1/2
+      (:func:`random_flip`, drawn from the same generator after the crop).
 
   Returns:
     ``(augment, eval_transform)``: ``augment((x, y), rng)`` takes a :func:`random_crop`
-    of every image of ``x`` [batch, H, W, C] and ``eval_transform((x, y))`` the
-    :func:`center_crop`, both giving [batch, size, size, C] and ``y`` unchanged;
-    ``(None, None)`` when ``size`` is None.
+    of every image of ``x`` [batch, H, W, C] (with ``size``) and then a
+    :func:`random_flip` (with ``flip``), ``y`` unchanged;
+    ``eval_transform((x, y))`` the :func:`center_crop` (unflipped), both giving
+    [batch, size, size, C]; ``eval_transform`` is None without a crop, and
+    both are None without either.
   """
-  if size is None:
+  if size is None and not flip:
     return None, None
 
   def augment(batch, rng):
     x, y = batch
-    return random_crop(x, size, rng), y
+    if size is not None:
+      x = random_crop(x, size, rng)
+    if flip:
+      x = random_flip(x, rng)
+    return x, y
+
+  if size is None:
+    return augment, None
 
   def eval_transform(batch):
     x, y = batch
