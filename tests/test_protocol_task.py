@@ -1,6 +1,7 @@
 """The comparison protocol on a user's task (easgd.tasks.task.Task): data from
 NumPy arrays or a __getitem__ object give the same results, pytree batches, the
-tasks the protocol cannot run refused before anything compiles, and
+tasks the protocol cannot run refused before anything compiles (an augmenting
+one accepted), and
 ``easgd protocol --task`` from the command line."""
 
 import dataclasses
@@ -80,16 +81,6 @@ def test_tasks_the_protocol_cannot_run_are_refused_before_anything_compiles(monk
           r"targets \(0.5,\): the times to a target test error need a per-example 'correct'",
       ),
       (
-          linear_task(train, test, augment=lambda batch, rng: batch),
-          r"task 'linear' augments its training batches \(augment",
-      ),
-      (
-          linear_task(
-              train, test, center_state=lambda p, b, axis: None, eval_transform=lambda b: b
-          ),
-          r"task 'linear' has a center_state \(BatchNorm\) over transformed examples",
-      ),
-      (
           linear_task(train, test, validation=linear_data(50, 3)),
           "task 'linear' has validation data of its own",
       ),
@@ -101,6 +92,13 @@ def test_tasks_the_protocol_cannot_run_are_refused_before_anything_compiles(monk
     with pytest.raises(ProtocolError, match=message) as e:
       protocol.run_protocol(small_protocol(), log=lambda line: None, task=task)
     assert "\n" not in str(e.value)
+  # augmenting tasks and a center_state over transformed examples run as easgd
+  # train runs them (tests/test_protocol_augment.py): not refused
+  for task in (
+      linear_task(train, test, augment=lambda batch, rng: batch),
+      linear_task(train, test, center_state=lambda p, b, axis: None, eval_transform=lambda b: b),
+  ):
+    assert programs.check_task_kind(task, BASE) is None
   # the built-in digits draw their split from the seed (Task.split_from_seed)
   digits = BASE.replace(dataset="digits", model="mlp", validation_examples=200)
   with pytest.raises(ProtocolError, match="task 'digits/mlp' draws its train/test split"):

@@ -243,11 +243,6 @@ class ProtocolConfig:
         1,
         what="the rates are chosen on a held-out split",
     )
-    if base.crop_size is not None:
-      raise ProtocolError(
-          "crop_size: the protocol gathers whole examples inside the "
-          "program; allowed: crop_size None"
-      )
     if base.runtime != runtime_table.DEFAULT:
       raise ProtocolError(
           f"runtime {base.runtime!r}: the protocol simulates the "

@@ -14,6 +14,12 @@ procedure and what "one program" computes: docs/guides/protocol.md):
   :class:`SeedData`, :func:`batch_indices`
                                           the seeds' tasks and their data (held
                                           in memory), a run's batch indices.
+  :func:`augmented_batches`, :func:`center_state_examples`
+                                          a run's augmented global batches and
+                                          the center's BatchNorm examples, made
+                                          on the host as ``easgd train`` makes
+                                          them (a task with ``augment``, one
+                                          with ``center_state``).
   :func:`run_program`                     one group's configurations as one
                                           program (``easgd.sweeps.curves``).
 
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -62,6 +69,12 @@ MAX_INDEX_BYTES = 2 * 2**30
 examples of every configuration are gathered on the host before its program
 runs); a larger budget is refused before anything is compiled."""
 
+MAX_AUGMENTED_BYTES = 2 * 2**30
+"""The most bytes (2 GiB) of augmented training batches one program of an arm
+may hold (a task with ``augment``: every step's augmented global batch of every
+seed, :func:`augmented_batches`, made on the host and held on the device); a
+larger budget is refused before anything is compiled."""
+
 
 # ----------------------------------------------------------------------------
 # Arms resolved to runs
@@ -93,15 +106,26 @@ def eval_steps_of(num_steps: int, every: int) -> np.ndarray:
   return np.asarray(sorted(set(steps)), np.int64)
 
 
-def prepare(config: ProtocolConfig, num_train: int) -> dict[str, ArmRun]:
+def prepare(
+    config: ProtocolConfig, num_train: int, augmented_bytes: Callable | None = None
+) -> dict[str, ArmRun]:
   """Each arm's run length and evaluation steps; checks what the arm derives
   from the run's length as the trainer does (``TrainConfig.resolve``: tau, K,
   the center's first exchange, the schedule in steps).
 
+  Args:
+    config: the validated protocol.
+    num_train: N, the training examples (the validation split held out).
+    augmented_bytes: for a task with ``augment``, ``augmented_bytes(p, B) ->
+      int``, the bytes of one augmented global batch of p workers x B examples
+      (:meth:`SeedData.augmented_batch_bytes`); None: the task does not
+      augment (nothing materialised).
+
   Raises:
     ProtocolError: a quantity ``TrainConfig.resolve`` refuses (naming the
-      arm), or an arm's batch indices (int32, every step of every configuration of its
-      grid) beyond :data:`MAX_INDEX_BYTES`.
+      arm), an arm's batch indices (int32, every step of every configuration of its
+      grid) beyond :data:`MAX_INDEX_BYTES`, or its augmented batches (every
+      step of every seed of a program) beyond :data:`MAX_AUGMENTED_BYTES`.
   """
   runs = {}
   for arm in config.arms:
@@ -122,6 +146,17 @@ def prepare(config: ProtocolConfig, num_train: int) -> dict[str, ArmRun]:
           f"{index_bytes / 2**30:.1f} GiB; allowed: at most {MAX_INDEX_BYTES / 2**30:g} "
           f"GiB (fewer epochs, rates or seeds)"
       )
+    if augmented_bytes is not None:  # every step of every seed, made on the host
+      seeds = max(len(config.tune_seeds), len(config.report_seeds))
+      batch_bytes = int(augmented_bytes(cfg.num_workers, cfg.per_worker_batch_size))
+      aug_bytes = seeds * total * batch_bytes
+      if aug_bytes > MAX_AUGMENTED_BYTES:
+        raise ProtocolError(
+            f"arm {arm.name!r}: {seeds} seeds x {total} steps x {batch_bytes} bytes of an "
+            f"augmented global batch need {aug_bytes} bytes ({aug_bytes / 2**30:.1f} GiB); "
+            f"allowed: at most {MAX_AUGMENTED_BYTES} bytes ({MAX_AUGMENTED_BYTES / 2**30:g} "
+            "GiB; fewer epochs or seeds, or smaller examples)"
+        )
     runs[arm.name] = ArmRun(arm, cfg, spe, total, eval_steps_of(total, config.eval_every_steps))
   return runs
 
@@ -172,14 +207,15 @@ def why_separate(groups: list[list[ArmRun]]) -> list[str]:
 def check_task_kind(task: Task, base: TrainConfig) -> None:
   """Refuses a task the protocol cannot run, before any data are read.
 
-  The protocol gathers whole training examples inside one compiled program,
-  evaluates the center with the task's own functions (with a
-  ``center_state``, from statistics recomputed from the evaluated parameters
-  over the trainer's fixed training examples), and tunes on
-  ``base.validation_examples`` held out of the training set; so a task may not
-  augment its training batches (nor transform the examples of a
-  ``center_state``), bring its own validation data, or draw its train/test
-  split from the seed.
+  The protocol tunes on ``base.validation_examples`` held out of the training
+  set and reports on a test set shared by the seeds, so a task may not bring
+  its own validation data or draw its train/test split from the seed. Any
+  other task runs as ``easgd train`` runs it: one with ``augment`` trains on
+  the global batches ``easgd train`` augments (made on the host,
+  :func:`augmented_batches`), one with ``eval_transform`` is evaluated on
+  transformed examples, and one with a ``center_state`` (BatchNorm) is
+  evaluated with statistics over the trainer's transformed training examples
+  (:func:`center_state_examples`).
 
   Args:
     task: the task (one seed's).
@@ -194,17 +230,6 @@ def check_task_kind(task: Task, base: TrainConfig) -> None:
         f"task {name!r} draws its train/test split from the seed: a tuning seed's "
         "validation examples would be test examples of a report seed; allowed: a task "
         "whose test set is the same for every seed"
-    )
-  if task.augment is not None:
-    raise ProtocolError(
-        f"task {name!r} augments its training batches (augment, e.g. random crops): the "
-        "protocol gathers whole examples inside its program; allowed: a task without augment"
-    )
-  if task.center_state is not None and task.eval_transform is not None:
-    raise ProtocolError(
-        f"task {name!r} has a center_state (BatchNorm) over transformed examples "
-        "(eval_transform): the protocol gathers its training examples inside its program; "
-        "allowed: a center_state without eval_transform"
     )
   if task.validation is not None:
     raise ProtocolError(
@@ -290,9 +315,13 @@ class SeedData:
   :func:`easgd.tasks.data.validation_split`'s of the training set (the
   same for every seed: they depend on its size only), so the validation
   split is held out of the training data and never the test set. The
-  validation and test examples have the task's ``eval_transform`` applied.
-  The programs use the first seed's task's ``init``, ``loss`` and
-  ``evaluate`` for every seed (:attr:`task`): the seeds differ in data only.
+  validation and test examples have the task's ``eval_transform`` applied;
+  the training examples are held as read (a run's augmented batches and the
+  center's BatchNorm examples are made from them, per run:
+  :func:`augmented_batches`, :func:`center_state_examples`). The programs
+  use the first seed's task's ``init``, ``loss``, ``evaluate``, ``augment``,
+  ``eval_transform`` and ``center_state`` for every seed (:attr:`task`): the
+  seeds differ in data only.
 
   Args:
     base: the protocol's base config (validated).
@@ -341,11 +370,16 @@ class SeedData:
     self.num_train = len(self.train_idx)
     self._train = [train for train, _ in sets]
     self._eval = dict(
-        val=[self._evaluated(jax.tree.map(lambda a: a[self.val_idx], tr)) for tr, _ in sets],
-        test=[self._evaluated(te) for _, te in sets],
+        val=[self.evaluated(jax.tree.map(lambda a: a[self.val_idx], tr)) for tr, _ in sets],
+        test=[self.evaluated(te) for _, te in sets],
     )
 
-  def _evaluated(self, batch):
+  def evaluated(self, batch):
+    """``batch`` with the task's ``eval_transform`` applied (as is without one).
+
+    Raises:
+      easgd.tasks.task.TaskError: ``eval_transform`` fails (one line).
+    """
     if self.task.eval_transform is None:
       return batch
     return user_call(self.task, "eval_transform", self.task.eval_transform, batch)
@@ -354,6 +388,37 @@ class SeedData:
     """Every training example of each slot, each leaf ``[S, N, ...]`` (the
     held-out ones too: the runs gather only their training indices)."""
     return jax.tree.map(lambda *a: np.stack(a), *self._train)
+
+  def train_examples(self, seed: int, indices: np.ndarray):
+    """The training examples of ``seed``'s data at ``indices`` (any shape,
+    into the full training set), as read: leaves ``[*indices.shape, ...]``."""
+    return jax.tree.map(lambda a: a[indices], self._train[self.slot[seed]])
+
+  def augment(self, batch, seed: int, epoch: int, step: int):
+    """``task.augment`` of a global batch as ``easgd train`` calls it
+    (``easgd.runtimes.training_run.global_batch``): its generator
+    ``easgd.tasks.batches.crop_rng(seed, epoch, step)``, ``epoch`` 1-based,
+    ``step`` the global step (0-based).
+
+    Raises:
+      easgd.tasks.task.TaskError: ``augment`` fails (one line).
+    """
+    task = self.task
+    return user_call(task, "augment", task.augment, batch, batches.crop_rng(seed, epoch, step))
+
+  def augmented_batch_bytes(self, num_workers: int, per_worker_batch: int) -> int:
+    """Bytes of one augmented global batch of ``num_workers`` x
+    ``per_worker_batch`` examples (the first training examples, augmented as
+    at seed 0, epoch 1, step 0): what each step of a run adds to
+    :func:`augmented_batches`.
+
+    Raises:
+      easgd.tasks.task.TaskError: ``augment`` fails (one line).
+    """
+    g = num_workers * per_worker_batch
+    idx = self.train_idx[np.arange(g) % self.num_train].reshape(num_workers, per_worker_batch)
+    batch = self.augment(self.train_examples(next(iter(self.slot)), idx), 0, 1, 0)
+    return int(sum(np.asarray(a).nbytes for a in jax.tree.leaves(batch)))
 
   def num_examples(self, split: str) -> int:
     """How many validation ("val") or test ("test") examples each seed has."""
@@ -408,6 +473,95 @@ def batch_indices(seed_data: SeedData, run: ArmRun, seed: int) -> np.ndarray:
   return seed_data.train_idx[idx].astype(np.int32)
 
 
+def augmented_batches(seed_data: SeedData, run: ArmRun, seed: int):
+  """The run's augmented global batches, every step: what ``easgd train``
+  feeds its step (``easgd.runtimes.training_run.global_batch``).
+
+  Step t (0-based) is ``task.augment(batch, crop_rng(seed, epoch, t))`` of
+  the examples at ``batch_indices(seed_data, run, seed)[t]`` (leaves
+  ``[p, B, ...]``), with ``epoch = t // steps_per_epoch + 1``, as the trainer
+  numbers them (``easgd.runtimes.spmd``; the asynchronous runtimes read
+  worker i's row of the same batch).
+
+  Args:
+    seed_data: the seeds' data and task (its ``augment``).
+    run: the arm's run (layout, steps per epoch, steps).
+    seed: the run's seed.
+
+  Returns:
+    The batches, each leaf ``[T, p, B, ...]`` (the augmented leaf's dtype).
+
+  Raises:
+    easgd.tasks.task.TaskError: ``augment`` fails, or returns batches of
+      different structure, shapes or dtypes at two steps (one line).
+  """
+  idx = batch_indices(seed_data, run, seed)
+  spe, out, first = run.steps_per_epoch, None, None
+  for t in range(run.num_steps):
+    batch = seed_data.augment(seed_data.train_examples(seed, idx[t]), seed, t // spe + 1, t)
+    leaves, treedef = jax.tree.flatten(batch)
+    leaves = [np.asarray(a) for a in leaves]
+    if out is None:
+      first = (treedef, _shapes(leaves))
+      out = [np.empty((run.num_steps, *a.shape), a.dtype) for a in leaves]
+    elif (treedef, _shapes(leaves)) != first:
+      raise TaskError(
+          f"task {seed_data.task.name!r}: augment returns {_shapes(leaves)} at step {t}, "
+          f"{first[1]} at step 0; every augmented batch must have the same structure, "
+          "shapes and dtypes"
+      )
+    for o, a in zip(out, leaves):
+      o[t] = a
+  return first[0].unflatten(out)
+
+
+def center_state_examples(seed_data: SeedData, config: TrainConfig, seed: int):
+  """The examples of the center's statistics (a task with ``center_state``),
+  as ``easgd train`` makes them: the training examples of
+  ``easgd.runtimes.training_run.bn_stats_indices`` (of ``seed``, p workers,
+  ``bn_stats_examples``), all workers' shards in order, with the task's
+  ``eval_transform`` applied (``evaluated_examples``: centre crops, never
+  augmented).
+
+  Returns:
+    The examples, each leaf ``[p * n, ...]`` (the pooled statistics of the
+    trainer's p equal shards of n are those of all p * n at once).
+
+  Raises:
+    easgd.tasks.task.TaskError: ``eval_transform`` fails (one line).
+  """
+  idx = bn_stats_indices(seed_data.num_train, config.num_workers, config.bn_stats_examples, seed)
+  return seed_data.evaluated(seed_data.train_examples(seed, seed_data.train_idx[idx.reshape(-1)]))
+
+
+def _per_seed(configs: list[dict], make: Callable, name: str):
+  """``(stacked, slots)``: ``make(seed)`` of each distinct seed of ``configs``
+  (in order of first use), each leaf stacked ``[K, ...]`` (written in place: no
+  second copy), and int32 [n] each configuration's index into them
+  (configurations of one seed share one).
+
+  Raises:
+    easgd.tasks.task.TaskError: two seeds' ``make`` differ in structure,
+      shapes or dtypes (``name`` says what they are).
+  """
+  seeds = list(dict.fromkeys(c["seed"] for c in configs))
+  out = first = None
+  for k, s in enumerate(seeds):
+    leaves, treedef = jax.tree.flatten(make(s))
+    leaves = [np.asarray(a) for a in leaves]
+    if out is None:
+      first = (treedef, _shapes(leaves))
+      out = [np.empty((len(seeds), *a.shape), a.dtype) for a in leaves]
+    elif (treedef, _shapes(leaves)) != first:
+      raise TaskError(
+          f"{name} of seed {s} have shapes {_shapes(leaves)}, of seed {seeds[0]} "
+          f"{first[1]}; every seed's must have the same structure, shapes and dtypes"
+      )
+    for o, a in zip(out, leaves):
+      o[k] = a
+  return first[0].unflatten(out), np.asarray([seeds.index(c["seed"]) for c in configs], np.int32)
+
+
 # ----------------------------------------------------------------------------
 # One program
 # ----------------------------------------------------------------------------
@@ -435,8 +589,8 @@ def make_eval(task: Task, splits):
     classifier's), ``{split}_<metric>_sum`` of any other metric and
     ``{split}_count`` (float32 scalars) for each split. A task with a
     ``center_state`` (BatchNorm) is evaluated with the state of ``params``
-    over the configuration's ``bn_idx`` training examples (the trainer's,
-    ``easgd.runtimes.training_run.bn_stats_indices``, all at once: the pooled
+    over the configuration's examples ``data["bn_stats"][config["bn_slot"]]``
+    (the trainer's, :func:`center_state_examples`, all at once: the pooled
     statistics of the workers' equal shards), recomputed at every chunk.
   """
   splits = (splits,) if isinstance(splits, str) else tuple(splits)
@@ -445,7 +599,7 @@ def make_eval(task: Task, splits):
     out = {}
     state = ()
     if task.center_state is not None:  # statistics of the evaluated parameters themselves
-      stats_batch = jax.tree.map(lambda a: a[cfg["slot"], cfg["bn_idx"]], shared["train"])
+      stats_batch = jax.tree.map(lambda a: a[cfg["bn_slot"]], shared["bn_stats"])
       state = (task.center_state(params, stats_batch, None),)
     for split in splits:
       examples, mask = shared[split]
@@ -483,8 +637,18 @@ def make_final(task: Task):
 
 
 def batch_fn(shared, cfg, t):
-  """The configuration's worker batches of step t (each leaf ``[p, B, ...]``),
-  one gather per leaf from its data set's slot (no copy of the data set)."""
+  """The configuration's worker batches of step t (each leaf ``[p, B, ...]``).
+
+  Without augmentation, one gather per leaf from its data set's slot
+  ``shared["train"][cfg["slot"]]`` (leaves ``[S, N, ...]``) at the step's
+  indices ``cfg["idx"][t]`` (:func:`batch_indices`; no copy of the data set).
+  A task with ``augment`` instead reads step t of its seed's augmented
+  batches, ``shared["train_aug"][cfg["aug_slot"], t]`` (leaves ``[K, T, p, B,
+  ...]``, :func:`augmented_batches`: made on the host as ``easgd train``
+  makes them; configurations of one seed share a slot).
+  """
+  if "train_aug" in shared:  # the program's data say which (a static structure)
+    return jax.tree.map(lambda a: a[cfg["aug_slot"], t], shared["train_aug"])
   idx = cfg["idx"][t]  # [p, B] indices into the full training set
   return jax.tree.map(lambda a: a[cfg["slot"], idx], shared["train"])
 
@@ -573,22 +737,22 @@ def run_program(
     keys.append(step_key)
     params.append(task.init(init_key))
   params0 = jax.tree.map(lambda *a: jnp.stack(a), *params)
-  cfg_data = dict(
-      slot=np.asarray([seed_data.slot[c["seed"]] for c in configs], np.int32),
-      idx=np.stack([batch_indices(seed_data, by_name[c["arm"]], c["seed"]) for c in configs]),
-  )
-  if task.center_state is not None:  # the trainer's examples of the center's statistics
-    cfg_data["bn_idx"] = np.stack(
-        [
-            seed_data.train_idx[
-                bn_stats_indices(
-                    seed_data.num_train, static.num_workers, static.bn_stats_examples, c["seed"]
-                ).reshape(-1)
-            ].astype(np.int32)
-            for c in configs
-        ]
+  cfg_data = dict(slot=np.asarray([seed_data.slot[c["seed"]] for c in configs], np.int32))
+  shared = {}
+  if task.augment is None:  # the examples gathered inside the program
+    cfg_data["idx"] = np.stack(
+        [batch_indices(seed_data, by_name[c["arm"]], c["seed"]) for c in configs]
     )
-  shared = dict(train=seed_data.train())
+    shared["train"] = seed_data.train()
+  else:  # every step's augmented batch made on the host, once per seed (the arms'
+    # layouts are equal: p, B and the epochs are static)
+    shared["train_aug"], cfg_data["aug_slot"] = _per_seed(
+        configs, lambda s: augmented_batches(seed_data, first, s), "the augmented batches"
+    )
+  if task.center_state is not None:  # the trainer's examples of the center's statistics
+    shared["bn_stats"], cfg_data["bn_slot"] = _per_seed(
+        configs, lambda s: center_state_examples(seed_data, static, s), "the center's examples"
+    )
   splits = ("val",) if kind == "tune" else ("val", "test")
   num_chunks = max(seed_data.num_chunks(s, protocol.eval_chunk) for s in splits)
   for s in splits:

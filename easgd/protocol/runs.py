@@ -52,9 +52,9 @@ from easgd.protocol.report import GROUP_BY, write_report
 from easgd.run import runlock
 from easgd.settings import builtin_tasks
 from easgd.settings.config import ConfigError
-from easgd.tasks import models
+from easgd.tasks import batches, models
 from easgd.tasks.sources import TaskError, take
-from easgd.tasks.task import Task
+from easgd.tasks.task import Task, user_call
 
 # ----------------------------------------------------------------------------
 # The protocol
@@ -72,7 +72,8 @@ def measure_step_seconds(task: Task, batch_size: int, repeats: int = 30) -> floa
 
   Args:
     task: the task (its ``init`` and ``loss``; the step reads its first
-      ``batch_size`` training examples).
+      ``batch_size`` training examples, augmented as one worker's global batch
+      at seed 0, epoch 1, step 0 when the task has ``augment``).
     batch_size: examples per step (one worker's mini-batch).
     repeats: timed calls; the median is returned.
 
@@ -90,7 +91,10 @@ def measure_step_seconds(task: Task, batch_size: int, repeats: int = 30) -> floa
     updates, state = opt.update(grads, state, params)
     return optax.apply_updates(params, updates), state
 
-  batch = jax.tree.map(jnp.asarray, take(task.train, np.arange(batch_size) % len(task.train)))
+  batch = take(task.train, (np.arange(batch_size) % len(task.train))[None])  # [1, B, ...]
+  if task.augment is not None:  # the shapes the model trains on (e.g. crops)
+    batch = user_call(task, "augment", task.augment, batch, batches.crop_rng(0, 1, 0))
+  batch = jax.tree.map(lambda a: jnp.asarray(a[0]), batch)
   state, key = opt.init(params), jax.random.key(1)
   for _ in range(2):
     params, state = jax.block_until_ready(step(params, state, batch, key))
@@ -137,8 +141,11 @@ def run_protocol(
   model; a factory that takes ``seed`` draws per-seed data). The data of the
   seeds are read whole and held in memory (:class:`SeedData`); the rates are
   tuned on ``validation_examples`` held out of the training data, never on
-  the test set. Every task is checked before anything compiles
-  (:func:`easgd.protocol.programs.check_task_kind`, :func:`check_task_for`).
+  the test set. A task with ``augment`` trains on the global batches ``easgd
+  train`` augments (the same seed, epoch and step; made on the host,
+  ``easgd.protocol.programs.augmented_batches``). Every task is checked
+  before anything compiles (:func:`easgd.protocol.programs.check_task_kind`,
+  :func:`check_task_for`).
 
   The rates are chosen on ``config.select_metric`` of the validation split
   (``ProtocolConfig.for_task``: by default the error of a task with a
@@ -171,11 +178,11 @@ def run_protocol(
     from others), ``compute_per_step_s``, ``wall_time_s``.
 
   Raises:
-    ProtocolError, ConfigError: a bad setting (before anything runs), or a
-      task the protocol cannot run: one that augments its batches, has a
-      ``center_state`` (BatchNorm) over transformed examples, its own
-      validation data, a split drawn from the seed, or a setting it cannot
-      use (``ProtocolConfig.for_task``: a ``select_metric`` it does not
+    ProtocolError, ConfigError: a bad setting (before anything runs), an
+      arm whose batch indices or augmented batches exceed their limits
+      (:func:`easgd.protocol.programs.prepare`), or a task the protocol
+      cannot run: one with its own validation data, a split drawn from the
+      seed, or a setting it cannot use (``ProtocolConfig.for_task``: a ``select_metric`` it does not
       give; ``targets`` or ``networks`` without a per-example ``"correct"``);
       before anything compiles, and a workdir the protocol created is removed.
     easgd.tasks.task.TaskError: ``task`` not a Task, a factory or data
@@ -208,7 +215,9 @@ def _run_protocol(config: ProtocolConfig, workdir, log: Callable, task, group_by
   start = time.perf_counter()
   # the data and tasks of every seed, checked before anything compiles
   tune = SeedData(config.base, config.tune_seeds, task)
-  runs = prepare(config, tune.num_train)
+  # a task with augment: its batches made on the host, their bytes checked
+  augmented = tune.augmented_batch_bytes if tune.task.augment is not None else None
+  runs = prepare(config, tune.num_train, augmented)
   report = SeedData(config.base, config.report_seeds, task)
   unresolved = config
   for t in {id(tune.task): tune.task, id(report.task): report.task}.values():
