@@ -48,6 +48,7 @@ FIXED_BY_BASE = (
     "param_dtype",
     "compute_dtype",
     "crop_size",
+    "random_flip",
     "task",
     "task_args",
     "runtime",

@@ -133,7 +133,7 @@ def prepare(
     spe = batches.steps_per_epoch(num_train, cfg.num_workers, cfg.per_worker_batch_size)
     total = spe * cfg.num_epochs
     try:  # tau, K and the center's first exchange against the run: the trainer's checks
-      cfg.resolve(spe)
+      cfg.resolve(spe, num_train)
     except ConfigError as e:
       raise ProtocolError(f"arm {arm.name!r}: {e}") from None
     # every configuration of a program holds its batch indices of every step
@@ -165,6 +165,8 @@ def program_key(run: ArmRun) -> tuple:
   """Arms with equal keys run in one program: everything but the rate, the
   seed and the algorithm's array fields is equal."""
   traced = set(TRACED_ALWAYS) | set(registry.array_fields_of(run.config))
+  if run.config.lr_schedule_unit == "reference_steps":  # it sets the schedule's steps
+    traced.discard("lr_reference_batch")
   fields = run.config.to_dict_fields()
   return tuple(sorted((k, v) for k, v in fields.items() if k not in traced))
 
@@ -720,7 +722,12 @@ def run_program(
 
   def build(learning_rate, **fields):
     cfg = dataclasses.replace(static, **fields)  # traced values, not validated
-    opt = make_optimizer(static, first.steps_per_epoch, learning_rate=learning_rate)
+    opt = make_optimizer(
+        static,
+        first.steps_per_epoch,
+        learning_rate=learning_rate,
+        num_examples=seed_data.num_train,
+    )
     return spec.build(cfg, loss_fn, opt, first.num_steps, shapes)
 
   hyper = {
