@@ -1,6 +1,7 @@
 """Collapse: a run that finishes but learns nothing, flagged beside divergence in the
 protocol, ``compare`` and the sweeps from one definition (easgd.run.compare.collapsed)."""
 
+import json
 import math
 
 import jax.numpy as jnp
@@ -125,6 +126,9 @@ def test_the_protocol_counts_collapsed_runs_as_failed(tmp_path):
   assert results["collapse"] == dict(
       num_classes=2, chance_error=0.5, margin=0.1, error_at_least=pytest.approx(0.45)
   )
+  written = json.loads((tmp_path / "results.json").read_text())
+  assert written["protocol"]["max_grid_extensions"] == 2
+  assert written["collapse"] == results["collapse"]
   gd, slow = results["arms"]["gd"], results["arms"]["slow"]
   # the grid extended to 2, which collapsed on every tuning seed: bracketed
   assert gd["learning_rates"] == [0.25, 0.5, 1.0, 2.0] and gd["grid_extension"] == "collapsed"

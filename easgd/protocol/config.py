@@ -510,8 +510,10 @@ def load_protocol_file(path) -> ProtocolConfig:
 
 
 def to_dict(config: ProtocolConfig) -> dict[str, Any]:
-  """The protocol as JSON-ready data (the base config resolved, each arm's
-  config resolved)."""
+  """The protocol as JSON-ready data: every field of :class:`ProtocolConfig` under
+  its name (the base config resolved, each arm's config resolved, the networks
+  as dicts, tuples as lists), so that results.json records every setting the
+  results depend on."""
   base = config.base
   return dict(
       name=config.name,
@@ -535,6 +537,7 @@ def to_dict(config: ProtocolConfig) -> dict[str, Any]:
       networks=[dataclasses.asdict(n) for n in config.networks or ()],
       select_metric=config.select_metric,
       select_better=config.select_better,
+      max_grid_extensions=config.max_grid_extensions,
       divergence_factor=config.divergence_factor,
       configs_per_batch=config.configs_per_batch,
       eval_chunk=config.eval_chunk,
