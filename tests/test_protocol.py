@@ -18,7 +18,14 @@ from easgd.protocol import programs
 from easgd.protocol import report as protocol_report
 from easgd.protocol import runs as protocol
 from easgd.protocol import stats as protocol_stats
-from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError, log_grid, lr_grid_edges
+from easgd.protocol.config import (
+    Arm,
+    ProtocolConfig,
+    ProtocolError,
+    log_grid,
+    lr_grid_edges,
+    to_dict,
+)
 from easgd.settings.config import ConfigError
 from easgd.tasks import data, datasets
 
@@ -404,6 +411,36 @@ def test_protocol_settings_are_checked_before_anything_runs():
     dataclasses.replace(
         good, arms=(Arm("a", "pmean_sgd", dict(sync_warmup_steps=3), (0.1,)),)
     ).validate()
+
+
+def test_results_json_records_every_setting_of_the_protocol():
+  # every field at a value other than its default, so a field left out or read from
+  # the wrong attribute shows
+  config = tiny_protocol(
+      tune_seeds=(7, 8, 9),
+      report_seeds=(50, 51, 52, 53),
+      eval_every_steps=9,
+      targets=(0.4, 0.2),
+      networks=(protocol_networks.GIGABIT_ETHERNET,),
+      select_metric="loss",
+      select_better="lower",
+      max_grid_extensions=5,
+      divergence_factor=7.5,
+      configs_per_batch=3,
+      eval_chunk=123,
+  ).validate()
+  recorded = to_dict(config)
+  fields = [f.name for f in dataclasses.fields(ProtocolConfig)]
+  assert list(recorded) == fields  # every field, in the declaration's order, nothing else
+  assert recorded["base"] == BASE.to_dict()
+  assert [a["name"] for a in recorded["arms"]] == [a.name for a in config.arms]
+  assert recorded["networks"] == [dataclasses.asdict(protocol_networks.GIGABIT_ETHERNET)]
+  for name in fields:
+    value = getattr(config, name)
+    if name not in ("base", "arms", "networks"):
+      assert recorded[name] == (list(value) if isinstance(value, tuple) else value), name
+  assert recorded["max_grid_extensions"] == 5
+  json.dumps(recorded, allow_nan=False)  # JSON-ready: raises otherwise
 
 
 def test_cli_protocol_writes_results_and_refuses_bad_files(tmp_path, capsys):

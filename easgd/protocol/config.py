@@ -194,15 +194,18 @@ class ProtocolConfig:
       2,
       "rates an arm's grid may be extended by: while the chosen rate is the grid's "
       "lowest or highest, one more rate one log step beyond it is tuned on the same "
-      "seeds, until the choice is interior, the new rate diverges, or this many were "
-      "added (results.json: grid_extended, grid_extension); 0 = never",
+      "seeds, until the choice is interior, the new rate diverges or collapses on every "
+      "tuning seed, or this many were added (results.json: grid_extended, "
+      "grid_extension); 0 = never",
   )
   divergence_factor: float = option(
       10.0,
       "a run whose center validation loss is non-finite or exceeds this "
-      "factor times its initial value at its last evaluation counts as diverged "
-      "(its score when rates are compared is the worst: an error of 1, else an infinite "
-      "select_metric, lower or higher as select_better); > 1",
+      "factor times its initial value at its last evaluation counts as diverged; one "
+      "that ends finite with its loss at or above its start, or a classifier's error "
+      "within 10% of chance (COLLAPSE_MARGIN), as collapsed (easgd.run.compare.collapsed); "
+      "either's score when rates are compared is the worst: an error of 1, else an infinite "
+      "select_metric, lower or higher as select_better; > 1",
   )
   configs_per_batch: int | None = option(
       None,
@@ -503,8 +506,10 @@ def load_protocol_file(path) -> ProtocolConfig:
 
 
 def to_dict(config: ProtocolConfig) -> dict[str, Any]:
-  """The protocol as JSON-ready data (the base config resolved, each arm's
-  config resolved)."""
+  """The protocol as JSON-ready data: every field of :class:`ProtocolConfig` under
+  its name (the base config resolved, each arm's config resolved, the networks
+  as dicts, tuples as lists), so that results.json records every setting the
+  results depend on."""
   base = config.base
   return dict(
       name=config.name,
@@ -528,6 +533,7 @@ def to_dict(config: ProtocolConfig) -> dict[str, Any]:
       networks=[dataclasses.asdict(n) for n in config.networks or ()],
       select_metric=config.select_metric,
       select_better=config.select_better,
+      max_grid_extensions=config.max_grid_extensions,
       divergence_factor=config.divergence_factor,
       configs_per_batch=config.configs_per_batch,
       eval_chunk=config.eval_chunk,
@@ -568,7 +574,8 @@ def lr_grid_edges(
     learning_rates: the arm's grid.
     chosen: the rate chosen from it.
     tuning: the tuning results per rate (``run_protocol``'s ``tuning``: each
-      with ``diverged`` and ``val_<metric>_final`` per tuning seed, a
+      with ``diverged``, ``collapsed`` (absent in results written before it
+      existed: none) and ``val_<metric>_final`` per tuning seed, a
       non-finite value written as ``None``); None: not known.
     metric: the protocol's ``select_metric`` (the tuning results' key).
 
@@ -576,18 +583,24 @@ def lr_grid_edges(
     "untunable: a single rate" (a grid of one rate chose nothing),
     "untunable: every rate diverged" (every tuning run of every rate
     diverged or ended non-finite, so the choice is the first rate, not the
-    best), "low" or "high" when ``chosen`` is the grid's smallest or largest
+    best), "untunable: every rate diverged or collapsed" (the same, some
+    collapsed: ``easgd.run.compare.collapsed``), "low" or "high" when
+    ``chosen`` is the grid's smallest or largest
     rate (the best may lie beyond it), else None. An untunable grid is never
     called an edge: it points to neither side.
   """
   if len(learning_rates) < 2:
     return f"{UNTUNABLE}: a single rate"
-  if tuning and all(
-      d or e is None or not math.isfinite(e)
-      for r in tuning
-      for d, e in zip(r["diverged"], r[f"val_{metric}_final"])
-  ):
-    return f"{UNTUNABLE}: every rate diverged"
+  runs = [
+      (d, c, e)
+      for r in tuning or ()
+      for d, c, e in zip(
+          r["diverged"], r.get("collapsed", [False] * len(r["diverged"])), r[f"val_{metric}_final"]
+      )
+  ]
+  if runs and all(d or c or e is None or not math.isfinite(e) for d, c, e in runs):
+    some = any(c for _, c, _ in runs)
+    return f"{UNTUNABLE}: every rate diverged" + (" or collapsed" if some else "")
   if math.isclose(chosen, min(learning_rates)):
     return "low"
   if math.isclose(chosen, max(learning_rates)):

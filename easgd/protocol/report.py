@@ -190,8 +190,9 @@ def _ttt(
 def results_markdown(results: dict[str, Any]) -> str:
   """The Markdown report of one protocol experiment (results.md): per arm the
   reported test metrics (:func:`selection`) with their intervals, the chosen
-  rates and their grids; a classifier's times to each target test error; the
-  tuning scores and the programs."""
+  rates and their grids, the report seeds that diverged or collapsed
+  (``easgd.run.compare.collapsed``); a classifier's times to each target test
+  error; the tuning scores and the programs."""
   proto = results["protocol"]
   metric, better, reported = selection(results)
   best_word = "lowest" if better == "lower" else "highest"
@@ -250,7 +251,11 @@ def results_markdown(results: dict[str, Any]) -> str:
       )
       added = a.get("grid_extended") or []
       if added:  # extended while its choice sat at an edge (easgd.protocol.runs)
-        stop = {"interior": "interior", "diverged": "bracketed by a diverging rate"}
+        stop = {
+            "interior": "interior",
+            "diverged": "bracketed by a diverging rate",
+            "collapsed": "bracketed by a collapsing rate",
+        }
         grid += f", {len(added)} added: " + (
             stop.get(a["grid_extension"], f"stopped: {a['grid_extension']}")
         )
@@ -262,9 +267,10 @@ def results_markdown(results: dict[str, Any]) -> str:
     row += [_cell(worker, a[f"final_worker_test_{worker}"])]
     row += [_ttt(a, t) for t in targets]
     row += [f"{a['all_reduces']} / {a['bytes_per_worker'] / 1e6:.1f}"]
-    if any(a["diverged"]):
-      row[4] += f" ({sum(a['diverged'])} diverged)"
+    row[4] += _failed(a, "diverged", "collapsed")
     lines.append("| " + " | ".join(row) + " |")
+  if any(any(a.get("collapsed") or ()) for a in results["arms"].values()):
+    lines += ["", _collapse_note(results)]
   if targets:
     lines += _modelled_markdown(results)
   lines += _tuning_markdown(results)
@@ -312,14 +318,40 @@ def _modelled_markdown(results: dict[str, Any]) -> list[str]:
   return lines
 
 
+def _failed(runs: dict, diverged: str, collapsed: str) -> str:
+  """ " (2 diverged, 1 collapsed)" of an arm's (or a rate's) runs, each word given;
+  "" when none failed (results written before collapse was counted: none
+  collapsed)."""
+  counts = [(sum(runs["diverged"]), diverged), (sum(runs.get("collapsed") or ()), collapsed)]
+  parts = [f"{n} {word}" for n, word in counts if n]
+  return f" ({', '.join(parts)})" if parts else ""
+
+
+def _collapse_note(results: dict[str, Any]) -> str:
+  """The line under results.md's table that says what "collapsed" means there."""
+  c = results.get("collapse") or {}
+  line = (
+      f", or its final test error at least {100 * c['error_at_least']:.1f}% "
+      f"({100 * (1 - c['margin']):g}% of chance, {100 * c['chance_error']:.1f}% for "
+      f"{c['num_classes']} classes)"
+      if c.get("error_at_least") is not None
+      else ""
+  )
+  return (
+      "Collapsed: a report run that finished, but whose center's test loss ended at or "
+      f"above its start{line} (easgd.run.compare.collapsed); not counted as diverged."
+  )
+
+
 def _tuning_markdown(results: dict[str, Any]) -> list[str]:
   """results.md's lines of the tuning scores per rate."""
   metric, better, _ = selection(results)
+  collapse = "collapse" in results  # results written since collapse was counted
   if metric == "error":
     lines = [
         "",
         "Tuning (mean final validation error % over the tuning seeds per rate; "
-        "a diverged run counts as 100%):",
+        f"a diverged{' or collapsed' if collapse else ''} run counts as 100%):",
         "",
     ]
     score = lambda v: f"{100 * v:.1f}"
@@ -327,15 +359,15 @@ def _tuning_markdown(results: dict[str, Any]) -> list[str]:
     lines = [
         "",
         f"Tuning (mean final validation {metric} over the tuning seeds per rate, {better} is "
-        "better; a diverged run counts as the worst value, shown as 'worst'):",
+        f"better; a diverged{' or collapsed' if collapse else ''} run counts as the worst "
+        "value, shown as 'worst'):",
         "",
     ]
     score = lambda v: "worst" if v is None or not math.isfinite(v) else f"{v:.4g}"
   for name, a in results["arms"].items():
     if a["tuning"]:
       cells = ", ".join(
-          f"{r['learning_rate']:g}: {score(r['score'])}"
-          + (f" ({sum(r['diverged'])} div.)" if any(r["diverged"]) else "")
+          f"{r['learning_rate']:g}: {score(r['score'])}" + _failed(r, "div.", "coll.")
           for r in a["tuning"]
       )
       lines.append(f"- {name}: {cells}; chosen {a['chosen_learning_rate']:g}")

@@ -50,6 +50,7 @@ from easgd.protocol.programs import (
 )
 from easgd.protocol.report import GROUP_BY, write_report
 from easgd.run import runlock
+from easgd.run.compare import COLLAPSE_MARGIN, chance_error, collapsed, task_classes
 from easgd.settings import builtin_tasks
 from easgd.settings.config import ConfigError
 from easgd.tasks import batches, models
@@ -64,6 +65,27 @@ from easgd.tasks.task import Task, user_call
 def _diverged(loss_curve: np.ndarray, factor: float) -> bool:
   last, first = loss_curve[-1], loss_curve[0]
   return bool(not np.isfinite(last) or last > factor * abs(first))
+
+
+def _curve(values) -> np.ndarray:
+  """A curve (a list with None where a value was not finite, or an array) as float64."""
+  return np.asarray([np.nan if v is None else v for v in values], np.float64)
+
+
+def _failures(loss_curves, error_curves, factor: float, num_classes: int | None):
+  """(diverged, collapsed) per run: :func:`_diverged` of each loss curve (the
+  center's, at the evaluations, step 0 first), and, of the others,
+  ``easgd.run.compare.collapsed`` of its loss at the start and the end and its
+  final error (``error_curves`` None: not a classifier). A run is at most one
+  of the two."""
+  div, col = [], []
+  for i, loss in enumerate(loss_curves):
+    loss = _curve(loss)
+    d = _diverged(loss, factor)
+    error = None if error_curves is None else _curve(error_curves[i])[-1]
+    div.append(d)
+    col.append(not d and collapsed(loss[0], loss[-1], error, num_classes))
+  return div, col
 
 
 def measure_step_seconds(task: Task, batch_size: int, repeats: int = 30) -> float:
@@ -171,8 +193,12 @@ def run_protocol(
 
   Returns:
     JSON-ready dict: ``protocol`` (the resolved config), ``machine``,
-    ``arms`` (per arm: config, grid, tuning results per rate, chosen rate,
-    report per seed, summaries with intervals, time to target), ``programs``
+    ``collapse`` (the task's classes, chance error and the final error at
+    which a run counts as collapsed: ``easgd.run.compare.collapsed``),
+    ``arms`` (per arm: config, grid, tuning results per rate with ``diverged``
+    and ``collapsed`` per seed, chosen rate, report per seed, summaries with
+    intervals, ``diverged`` and ``collapsed`` per report seed, time to
+    target), ``programs``
     (each compiled program: kind, arms, configurations, wall and compile
     seconds, the fields traced per configuration and why its arms run apart
     from others), ``compute_per_step_s``, ``wall_time_s``.
@@ -224,6 +250,7 @@ def _run_protocol(config: ProtocolConfig, workdir, log: Callable, task, group_by
     metrics = check_task_for(unresolved, t)
     config = unresolved.for_task(metrics)  # the chosen metric, targets, networks
   reported = reported_metrics(config.select_metric, "correct" in metrics)
+  num_classes = task_classes(tune.task.info)  # chance, for collapse (None: not recorded)
   params = tune.task.init(jax.random.key(0))
   param_bytes = models.param_bytes(params)
   programs: list[dict] = []
@@ -244,7 +271,8 @@ def _run_protocol(config: ProtocolConfig, workdir, log: Callable, task, group_by
     for r in group:
       rows = [i for i, c in enumerate(configs) if c["arm"] == r.arm.name]
       per_rate[r.arm.name] = [
-          _tuning_entry(r, lr, configs, rows, out, config) for lr in r.arm.learning_rates
+          _tuning_entry(r, lr, configs, rows, out, config, num_classes)
+          for lr in r.arm.learning_rates
       ]
     results.update(_extend_grids(group, per_rate, config, tune, programs, log))
 
@@ -304,6 +332,7 @@ def _run_protocol(config: ProtocolConfig, workdir, log: Callable, task, group_by
         step_s[key],
         _communication(r, tune.task, elastic.reduced_bytes(params)),
         reported,
+        num_classes,
     )
   return _finish(
       config,
@@ -327,24 +356,37 @@ def _worst(config: ProtocolConfig) -> float:
   return np.inf if config.select_better == "lower" else -np.inf
 
 
-def _tuning_entry(r: ArmRun, lr: float, configs, rows, out, config) -> dict:
+def _tuning_entry(
+    r: ArmRun, lr: float, configs, rows, out, config, num_classes: int | None = None
+) -> dict:
   """The tuning result of rate ``lr`` of arm ``r``: every tuning seed's final and
   best validation ``select_metric`` (``val_<metric>_final``, ``_best``, ``_curve``),
-  divergence, and the score rates are compared by (the mean final value, a
-  diverged or non-finite run counting :func:`_worst`)."""
+  divergence and collapse (:func:`_failures` of the validation loss and error;
+  ``num_classes``: the task's, for chance), and the score rates are compared by
+  (the mean final value, a diverged, collapsed or non-finite run counting
+  :func:`_worst`)."""
   metric, lower = config.select_metric, config.select_better == "lower"
   curves = out["curves"][f"val_{metric}"]
   idx = [i for i in rows if configs[i]["learning_rate"] == lr]
   final = [float(curves[i, -1]) for i in idx]
   best = [float(np.nanmin(curves[i]) if lower else np.nanmax(curves[i])) for i in idx]
-  div = [_diverged(out["curves"]["val_loss"][i], config.divergence_factor) for i in idx]
-  scored = [_worst(config) if d or not np.isfinite(e) else e for e, d in zip(final, div)]
+  errors = out["curves"].get("val_error")
+  div, col = _failures(
+      [out["curves"]["val_loss"][i] for i in idx],
+      None if errors is None else [errors[i] for i in idx],
+      config.divergence_factor,
+      num_classes,
+  )
+  scored = [
+      _worst(config) if d or c or not np.isfinite(e) else e for e, d, c in zip(final, div, col)
+  ]
   entry = {
       "learning_rate": lr,
       "resolved_learning_rate": lr * r.config.lr_scale,
       f"val_{metric}_final": final,
       f"val_{metric}_best": best,
       "diverged": div,
+      "collapsed": col,
       "score": float(np.mean(scored)),
       f"val_{metric}_curve": [curves[i].tolist() for i in idx],
   }
@@ -360,8 +402,8 @@ def _extend_grids(group: list[ArmRun], per_rate: dict, config, tune, programs, l
   While an arm's best rate is its grid's lowest or highest, one more rate one
   log step beyond it (the grid's own ratio) is tuned on the same seeds, its
   runs added to those the arm has, until the chosen rate is interior, the new
-  rate diverges on every tuning seed (the best then lies next to a diverging
-  rate: bracketed), its resolved rate leaves float32's range, or
+  rate diverges or collapses on every tuning seed (the best then lies next to
+  a failing rate: bracketed), its resolved rate leaves float32's range, or
   ``config.max_grid_extensions`` rates were added. The arms of one program
   that extend in the same round share that round's program (one compilation,
   one run over all their new configurations).
@@ -375,9 +417,12 @@ def _extend_grids(group: list[ArmRun], per_rate: dict, config, tune, programs, l
     Arm name -> its tuning entry: ``tuning`` (per rate, sorted),
     ``learning_rates`` (the grid as tuned), ``chosen_learning_rate``,
     ``grid_edge`` (of the extended grid), ``grid_extended`` (the rates added,
-    in order) and ``grid_extension`` (why it stopped: "interior", "diverged",
-    "range", "limit", or None when the first grid's choice was not at an edge).
+    in order) and ``grid_extension`` (why it stopped: "interior", "diverged"
+    (every tuning run of the new rate diverged), "collapsed" (each diverged
+    or collapsed, some collapsed), "range", "limit", or None when the first
+    grid's choice was not at an edge).
   """
+  num_classes = task_classes(tune.task.info)
 
   sign = 1.0 if config.select_better == "lower" else -1.0
 
@@ -430,13 +475,14 @@ def _extend_grids(group: list[ArmRun], per_rate: dict, config, tune, programs, l
       name = one.arm.name
       st = state[name]
       rows = [i for i, c in enumerate(configs) if c["arm"] == name]
-      entry = _tuning_entry(one, new, configs, rows, out, config)
+      entry = _tuning_entry(one, new, configs, rows, out, config, num_classes)
       per_rate[name].append(entry)
       st["rates"].append(new)
       st["added"].append(new)
       st["chosen"], st["edge"] = choose(name, st["rates"])
-      if all(entry["diverged"]):
-        st["stop"] = "diverged"  # the best lies next to a diverging rate: bracketed
+      if all(d or c for d, c in zip(entry["diverged"], entry["collapsed"])):
+        # the best lies next to a failing rate: bracketed
+        st["stop"] = "diverged" if all(entry["diverged"]) else "collapsed"
   results = {}
   for r in group:
     st = state[r.arm.name]
@@ -493,6 +539,7 @@ def summarize_arm(
     step_s: float,
     comm: Callable,
     reported: Sequence[str] = ("error",),
+    num_classes: int | None = None,
 ) -> dict:
   """The arm's reported numbers with 95% intervals over the report seeds.
 
@@ -508,7 +555,12 @@ def summarize_arm(
   seed counts as error 1, and makes another metric's interval None (its
   value null). The workers' final test error (a classifier's) or loss:
   ``final_worker_test_error`` or ``final_worker_test_loss``. No number is a
-  minimum over the test evaluations. The time to each target test error
+  minimum over the test evaluations. Per seed, ``diverged`` (the test loss
+  non-finite or above ``divergence_factor`` times its start) and, of the
+  others, ``collapsed`` (``easgd.run.compare.collapsed`` of the center's test
+  loss at the start and the end and its final test error, chance from
+  ``num_classes``, the task's number of classes; None: the loss criterion
+  alone). The time to each target test error
   (``time_to_target``) is a classifier's only: empty for a task without
   ``"correct"`` (no targets).
 
@@ -548,6 +600,12 @@ def summarize_arm(
       by_seed[per_seed_key(key)] = [v if np.isfinite(v) else None for v in values.tolist()]
   worker = "error" if "worker_test_error" in rep else "loss"
   workers_final = np.asarray(rep[f"worker_test_{worker}"], np.float64).mean(axis=1)
+  diverged, collapsed_seeds = _failures(
+      rep["test_loss_curve"],
+      rep.get("test_error_curve"),
+      config.divergence_factor,
+      num_classes,
+  )
   steps = run.eval_steps
   ttt = {}
   for target in config.targets:  # a classifier's (none without "correct")
@@ -606,10 +664,8 @@ def summarize_arm(
               v if np.isfinite(v) else None for v in workers_final.tolist()
           ]
       },
-      diverged=[
-          _diverged(np.asarray(loss, np.float64), config.divergence_factor)
-          for loss in rep["test_loss_curve"]
-      ],
+      diverged=diverged,
+      collapsed=collapsed_seeds,
       time_to_target=ttt,
       compute_per_step_s=step_s,
       communication_curve=dict(
@@ -651,6 +707,13 @@ def _finish(
   )
   if task.factory != builtin_tasks.BUILTIN_FACTORY:  # the base's dataset and model do not say it
     results["task"] = task.describe()
+  k = task_classes(task.info)  # the line a run's final error collapses at (None: loss alone)
+  results["collapse"] = dict(
+      num_classes=k,
+      chance_error=None if k is None else chance_error(k),
+      margin=COLLAPSE_MARGIN,
+      error_at_least=None if k is None else (1 - COLLAPSE_MARGIN) * chance_error(k),
+  )
   results.update(
       num_params=num_params,
       param_bytes=param_bytes,

@@ -26,13 +26,20 @@ With a target error (``--target-error E``, tasks with test accuracy) each row
 also gives the measured time to it: the first evaluation whose center test
 error is <= E, its training clock (``times.jsonl``) and step
 (``easgd.run.timing.time_to_target``; ``eval_every_steps`` narrows it).
+
+A run that finishes but learns nothing is flagged ``collapsed`` (:func:`collapsed`:
+its center's test loss ends at or above its start, or its error within
+:data:`COLLAPSE_MARGIN` of chance): one definition, which the protocol and the
+sweeps report beside divergence too. A diverged run stops ``compare`` with its
+``DivergenceError``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from easgd._util import checks
 from easgd._util.files import json_text, write_text_atomic
@@ -50,6 +57,106 @@ RESULTS_JSON = "results.json"
 PLOT_FILE = "comparison.png"
 DEFAULT_ALGORITHMS = registry.DEFAULT_COMPARISON
 """What ``compare`` runs when no names are given (the CLI's default too)."""
+
+
+COLLAPSE_MARGIN = 0.1
+"""How near chance a classifier's final error may end before its run counts as
+collapsed (:func:`collapsed`), as a fraction of the chance error: collapsed at
+``error >= (1 - COLLAPSE_MARGIN) * chance``, a run that closed less than 10% of
+the way from chance to no error (10 classes: error >= 0.81; 2 classes: >= 0.45).
+Relative, so that the line means the same at any number of classes (an absolute
+``chance - 0.1`` would call a 60%-accurate binary classifier collapsed). 10%:
+far above the test-set noise of a run at chance (binomial sd of an error of 0.9
+on 1,000 examples: 0.0095, so such a run lies 9 sd above the line). In the
+committed MNIST-1D results (``paper_notes/figures/protocol_seeds``) the seeds
+at chance end at 0.89 to 0.91 error with their loss at about ln 10 = 2.30; the
+errors between 0.5 and 0.85 form a continuum, so no line separates cleanly, and
+this one counts only runs that kept nine tenths of chance's error."""
+
+
+def chance_error(num_classes: int) -> float:
+  """``1 - 1/num_classes``: the error of a guess that ignores the input, with
+  equally likely classes (every built-in data set; with unequal classes the
+  majority class's guess errs less, and the loss criterion of
+  :func:`collapsed` remains).
+
+  Raises:
+    ValueError: num_classes not an integer >= 2.
+  """
+  return 1.0 - 1.0 / checks.integer("num_classes", num_classes, 2)
+
+
+def task_classes(info: Mapping[str, Any]) -> int | None:
+  """The number of classes a task records: ``num_classes`` of its ``info``
+  (``easgd.tasks.task.Task.info``, or ``Task.describe()`` as in ``summary.json``;
+  every built-in task records it); None when it records none (an integer >= 2)."""
+  k = info.get("num_classes") if isinstance(info, Mapping) else None
+  ok = isinstance(k, int) and not isinstance(k, bool) and k >= 2
+  return k if ok else None
+
+
+COLLAPSED_NOTE = (
+    f"Collapsed: the run finished, but its center's test loss ended at or above its "
+    f"start, or its test error within {100 * COLLAPSE_MARGIN:g}% of chance "
+    f"(1 - 1/classes; easgd.run.compare.collapsed)."
+)
+"""The note under a table with a collapsed row (``compare`` and the protocol's results.md)."""
+
+
+def _finite(value) -> bool:
+  return value is not None and math.isfinite(float(value))
+
+
+def collapsed(
+    loss_start: float | None,
+    loss_final: float | None,
+    final_error: float | None = None,
+    num_classes: int | None = None,
+) -> bool:
+  r"""Whether a run finished (finite) but learned nothing: the one definition of
+  collapse, which the protocol (``easgd.protocol.runs``), ``compare`` and the sweeps
+  (``easgd.sweeps.grid``) report beside divergence.
+
+  .. math::
+
+     \mathrm{collapsed} \iff L_T \text{ finite} \wedge \big(L_T \ge L_0
+     \;\vee\; e_T \ge (1 - m)\,(1 - 1/K)\big)
+
+  with :math:`L_0, L_T` the center's evaluated loss at the start (step 0) and at
+  the end, :math:`e_T` its final error, K the number of classes and m =
+  :data:`COLLAPSE_MARGIN`: the loss ended at or above its start, or a
+  classifier's error ended within 10% of chance (:func:`chance_error`). A run
+  whose loss is not finite is diverged, not collapsed (divergence is the
+  callers' test, against their ``divergence_factor``); a run that diverged by
+  that factor with a finite loss is both, and the callers count it diverged.
+
+  Args:
+    loss_start: the center's loss at step 0 (None or non-finite: the loss
+      criterion is not applied).
+    loss_final: its loss at the last evaluation (None or non-finite: False).
+    final_error: its final error, a fraction (None: not a classifier, or not
+      known; the error criterion is not applied).
+    num_classes: the task's classes (:func:`task_classes`; None: the error
+      criterion is not applied).
+
+  Returns:
+    True if collapsed.
+
+  Example:
+    >>> collapsed(2.30, 2.25, final_error=0.85, num_classes=10)   # 0.85 >= 0.81
+    True
+    >>> collapsed(2.30, 1.10, final_error=0.57, num_classes=10)   # learned something
+    False
+    >>> collapsed(0.5, 0.5)                                       # loss never fell
+    True
+  """
+  if not _finite(loss_final):
+    return False
+  if _finite(loss_start) and float(loss_final) >= float(loss_start):
+    return True
+  if num_classes is None or not _finite(final_error):
+    return False
+  return float(final_error) >= (1.0 - COLLAPSE_MARGIN) * chance_error(num_classes)
 
 
 _HIDDEN = ("alpha", "push_timing", "curvature", "sync_warmup_steps")
@@ -95,8 +202,18 @@ def _row(
   ``easgd.run.timing.time_to_target`` with its ``target_error``, given as
   ``target_error``, ``time_to_target_s``, ``time_to_target_step`` and
   ``time_to_target_bracket_s`` (None: not reached); None: absent.
+  ``collapsed``: :func:`collapsed` of the center's test loss at step 0 and at
+  the end, and of its final test error against the classes the task records
+  (``summary["task"]``).
   """
   final, comm = summary["final"], summary["communication"]
+  first = summary["history"][0]
+  failed = collapsed(
+      first["test_loss"] if first["step"] == 0 else None,
+      final["test_loss"],
+      1.0 - final["test_accuracy"] if "test_accuracy" in final else None,
+      task_classes(summary.get("task", {})),
+  )
   accuracy = (
       dict(test_accuracy=final["test_accuracy"], best_test_accuracy=summary["best_test_accuracy"])
       if "test_accuracy" in final
@@ -111,6 +228,7 @@ def _row(
       **accuracy,
       test_loss=final["test_loss"],
       best_test_loss=min(r["test_loss"] for r in summary["history"]),
+      collapsed=failed,
       center_lag_steps=summary.get("center_lag_steps"),
       all_reduces_per_worker=comm["all_reduces"],
       mb_per_worker=comm["bytes"] / 1e6,
@@ -169,8 +287,8 @@ def results_table(rows: Sequence[dict[str, Any]], notes: Sequence[str] = ()) -> 
       (algorithm, num_workers, settings, epochs, test_accuracy (fraction,
       absent for a task without a ``"correct"`` metric), best_test_accuracy,
       test_loss, best_test_loss, all_reduces_per_worker, mb_per_worker,
-      wall_time_s; with a target error: target_error, time_to_target_s,
-      time_to_target_step).
+      wall_time_s, collapsed; with a target error: target_error,
+      time_to_target_s, time_to_target_step).
     notes: lines printed under the table (e.g. settings an algorithm did not
       read).
 
@@ -180,7 +298,9 @@ def results_table(rows: Sequence[dict[str, Any]], notes: Sequence[str] = ()) -> 
     ``evaluate`` gives only losses), its final and lowest test loss (nats per
     example, as the task's ``"loss"``); one column per setting that differs
     between the rows ("-": not read); with a target error, the measured time
-    to it (s) and its step ("-": not reached).
+    to it (s) and its step ("-": not reached). A collapsed run (:func:`collapsed`;
+    a diverged one stops ``compare`` with its error) has " (collapsed)" after
+    its final value and a note under the table saying what that means.
   """
   diff = differing_settings(rows)
   target = next((r["target_error"] for r in rows if "target_error" in r), None)
@@ -210,6 +330,7 @@ def results_table(rows: Sequence[dict[str, Any]], notes: Sequence[str] = ()) -> 
       + ([] if target is None else [f"time to {target:g} error (s)", "at step"])
   )
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  flag = lambda r: " (collapsed)" if r.get("collapsed") else ""
   for r in rows:
     cells = (
         [r["algorithm"], str(r["num_workers"])]
@@ -217,9 +338,12 @@ def results_table(rows: Sequence[dict[str, Any]], notes: Sequence[str] = ()) -> 
         + [
             str(r["epochs"]),
             *(
-                (f"{100 * r['test_accuracy']:.2f}%", f"{100 * r['best_test_accuracy']:.2f}%")
+                (
+                    f"{100 * r['test_accuracy']:.2f}%" + flag(r),
+                    f"{100 * r['best_test_accuracy']:.2f}%",
+                )
                 if accuracy
-                else (f"{r['test_loss']:.4g}", f"{r['best_test_loss']:.4g}")
+                else (f"{r['test_loss']:.4g}" + flag(r), f"{r['best_test_loss']:.4g}")
             ),
             str(r["all_reduces_per_worker"]),
             f"{r['mb_per_worker']:.1f}",
@@ -233,6 +357,8 @@ def results_table(rows: Sequence[dict[str, Any]], notes: Sequence[str] = ()) -> 
     )
     lines.append("| " + " | ".join(cells) + " |")
   text = "\n".join(lines) + "\n"
+  if any(r.get("collapsed") for r in rows):
+    notes = [*notes, COLLAPSED_NOTE]
   if notes:
     text += "\n" + "\n".join(notes) + "\n"
   return text

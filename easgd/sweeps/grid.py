@@ -35,6 +35,7 @@ import numpy as np
 
 from easgd._util import checks
 from easgd.analysis import stability
+from easgd.run.compare import collapsed
 from easgd.sweeps.engine import MAX_STEPS, SweepError, run_timed
 
 CSV_COLUMNS = (
@@ -48,6 +49,7 @@ CSV_COLUMNS = (
     "workers_diverged",
     "center_diverged",
     "diverged_step",
+    "collapsed",
     "initial_loss",
     "final_loss",
     "initial_center_loss",
@@ -62,7 +64,10 @@ CSV_COLUMNS = (
 )
 """The keys of a record, in the CSV's column order: ``test_accuracy`` only
 where the problem evaluates one (a task's ``"correct"``), and after it the
-mean ``test_m`` of each other metric ``m`` a task evaluates (:func:`records`)."""
+mean ``test_m`` of each other metric ``m`` a task evaluates (:func:`records`).
+``collapsed``: a configuration that did not diverge but learned nothing
+(``easgd.run.compare.collapsed``: its center's loss ended at or above
+``initial_center_loss``, or its test error within 10% of chance)."""
 
 MAX_SWEEP_BYTES = 4 * 2**30
 """The most bytes (4 GiB) a sweep may hold in its inputs and state, as
@@ -315,10 +320,17 @@ def records(
     outputs: dict,
     curvature: float | None,
     curvature_trained: float | None,
+    num_classes: int | None = None,
 ) -> list[dict[str, Any]]:
   """One record per configuration of a program's ``outputs`` (keys
   :data:`CSV_COLUMNS`; Python numbers, None where not applicable or not
   finite), with the theory columns at ``curvature`` and ``curvature_trained``.
+
+  ``collapsed`` is ``easgd.run.compare.collapsed`` of the center's loss at the
+  start and the end and its final test error (``1 - test_accuracy``) against
+  ``num_classes`` (None: the loss criterion alone), False for a diverged
+  configuration (whose state is frozen). A center that never moves (alpha = 0)
+  ends at its start: collapsed.
 
   The test metrics are those of ``outputs``: ``test_accuracy`` where the
   problem evaluates one, then every other ``test_m`` in name order; a metric
@@ -335,6 +347,8 @@ def records(
     u, radius = theory(r_lr, r_alpha, r_tau, p, curvature)
     u2, radius2 = theory(r_lr, r_alpha, r_tau, p, curvature_trained)
     f = lambda k: (None if k not in host or not np.isfinite(host[k][i]) else float(host[k][i]))
+    diverged = bool(host["diverged"][i])
+    accuracy = f("test_accuracy")
     rows.append(
         dict(
             problem=problem,
@@ -343,10 +357,17 @@ def records(
             tau=r_tau,
             alpha=r_alpha,
             beta=p * r_alpha,
-            diverged=bool(host["diverged"][i]),
+            diverged=diverged,
             workers_diverged=bool(host["workers_diverged"][i]),
             center_diverged=bool(host["center_diverged"][i]),
             diverged_step=int(host["diverged_step"][i]),
+            collapsed=not diverged
+            and collapsed(
+                f("initial_center_loss"),
+                f("center_loss"),
+                None if accuracy is None else 1.0 - accuracy,
+                num_classes,
+            ),
             initial_loss=f("initial_loss"),
             final_loss=f("final_loss"),
             initial_center_loss=f("initial_center_loss"),
@@ -447,6 +468,7 @@ def sweep_result(
     curvature_trained: float | None,
     info: dict[str, Any],
     centers: dict[int, Any],
+    num_classes: int | None = None,
 ) -> SweepResult:
   """The :class:`SweepResult` of :func:`run_grid`'s ``outputs``.
 
@@ -456,11 +478,13 @@ def sweep_result(
     outputs: num_workers -> the program's outputs, in :func:`run_grid`'s order.
     curvature, curvature_trained: h of the theory columns (:func:`records`).
     info, centers: as :class:`SweepResult`.
+    num_classes: the task's classes, for ``collapsed`` (:func:`records`); None
+      for a problem without them (the quadratic) or a task that records none.
 
   Returns:
     The result, with every program's :func:`records` in the order of ``outputs``.
   """
   result = SweepResult(problem, grid, [], curvature, info, centers)
   for p, out in outputs.items():
-    result.records += records(problem, grid, p, out, curvature, curvature_trained)
+    result.records += records(problem, grid, p, out, curvature, curvature_trained, num_classes)
   return result

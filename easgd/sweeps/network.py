@@ -26,6 +26,7 @@ import numpy as np
 from easgd._util import checks
 from easgd.analysis import hessian
 from easgd.core import algorithms
+from easgd.run.compare import task_classes
 from easgd.settings import builtin_tasks
 from easgd.sweeps.engine import SweepError, check_factor, check_int, check_real, make_sweep_fn
 from easgd.sweeps.grid import (
@@ -361,6 +362,7 @@ def _builtin_setup(dataset, model, seed, data_dir):
       (ds.test_x, ds.test_y),
       name=f"{dataset}/{model_name}",
       input_shape=ds.input_shape,
+      info=dict(num_classes=ds.num_classes),  # chance, for collapse
   )
   return dataclasses.replace(task, loss=loss, evaluate=evaluate), model, model_name
 
@@ -629,4 +631,6 @@ def sweep_network(
     )
     hessian.warn_unconverged(info["hessian_trained"], "the best final center")
     h2 = hessian.certified_curvature(info["hessian_trained"])
-  return sweep_result("network", grid, outputs, h, h2, info, centers)
+  return sweep_result(
+      "network", grid, outputs, h, h2, info, centers, num_classes=task_classes(task.info)
+  )

@@ -5,8 +5,8 @@
                           boundary (radius = 1) drawn over it.
   :func:`plot_tau_alpha_heatmap`  one (tau, alpha) heatmap with contours.
   :func:`theory_contour`  that boundary's radius on the heatmap's cells.
-  :func:`summarize`       a short text: divergence counts, agreement with the
-                          theory, compile counts, the best configuration.
+  :func:`summarize`       a short text: divergence and collapse counts, agreement
+                          with the theory, compile counts, the best configuration.
 
 The results themselves (``easgd.sweeps.grid.SweepResult``) come from
 ``easgd.sweeps.quadratic.sweep_quadratic`` and ``easgd.sweeps.network.sweep_network``.
@@ -26,6 +26,7 @@ import numpy as np
 from easgd._util.files import json_text, write_text_atomic
 from easgd.analysis import stability
 from easgd.analysis.hessian import certified_curvature
+from easgd.run.compare import COLLAPSE_MARGIN
 from easgd.sweeps.grid import SweepGrid, SweepResult
 
 # Metrics drawn as heatmaps, with (colour-bar label, log colour scale).
@@ -306,9 +307,11 @@ def write_result(result: SweepResult, workdir, plots: bool = True) -> list[Path]
 
 
 def summarize(result: SweepResult) -> str:
-  """A short text summary: divergence counts and agreement with the theory.
+  """A short text summary: divergence and collapse counts and agreement with the theory.
 
   ``diverged`` is the combined flag (workers or center, ``easgd.sweeps.engine``);
+  ``collapsed`` counts the others that learned nothing (``easgd.run.compare.collapsed``,
+  :func:`easgd.sweeps.grid.records`);
   the agreement counts configurations where it equals radius >= 1, for each
   certified curvature (at the start and, for a network, at the trained
   point). Hessian estimates that did not converge are reported as such.
@@ -323,6 +326,11 @@ def summarize(result: SweepResult) -> str:
       f"({workers} by the workers' loss, {center} by the center's, "
       f"{center_only} of them by the center's alone)"
   ]
+  collapsed = [r for r in recs if r.get("collapsed")]
+  lines.append(
+      f"  {len(collapsed)} collapsed (finished, but the center's loss ended at or above its "
+      f"start, or its test error within {100 * COLLAPSE_MARGIN:g}% of chance)"
+  )
   for p, prog in result.info.get("programs", {}).items():
     lines.append(
         f"  p={p}: {prog['configs']} configs in one program, "
@@ -361,7 +369,11 @@ def summarize(result: SweepResult) -> str:
           f"  theory at {where}={h:.4g}: divergence agrees with "
           f"radius >= 1 on {agree}/{len(known)} configurations"
       )
-  ok = [r for r in recs if not r["diverged"] and r["center_loss"] is not None]
+  ok = [
+      r
+      for r in recs
+      if not r["diverged"] and not r.get("collapsed") and r["center_loss"] is not None
+  ]
   if ok:
     best = min(ok, key=lambda r: r["center_loss"])
     extra = (
