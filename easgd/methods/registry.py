@@ -148,6 +148,12 @@ class AlgorithmSpec:
       end on an average).
     without_momentum: the algorithm this one becomes at delta = 0, or None.
     summary: one line for help texts.
+    paper: the paper's method or one of the comparators its Section 5 ran
+      (EASGD and EAMSGD in either form: the paper defines the synchronous
+      rules, eq. (5)-(7), and ran the asynchronous ones; the DOWNPOUR family;
+      SGD, MSGD, ASGD, MVASGD); False for the methods it did not run (pmean
+      SGD, local SGD, DiLoCo, ...). The claims table reports its parts against
+      the paper's comparators apart from the others (``easgd.protocol.claims``).
     array_fields: the fields of ``reads`` that ``build`` passes to the
       factory as they are, so that a JAX array there (traced under a vmap
       over configurations) builds the algorithm; the others must be Python
@@ -162,6 +168,7 @@ class AlgorithmSpec:
   without_momentum: str | None = None
   summary: str = ""
   array_fields: tuple[str, ...] = ()
+  paper: bool = False
 
 
 def exchange_schedule(config) -> ExchangeSchedule:
@@ -217,6 +224,7 @@ def _spec(
     without_momentum=None,
     summary="",
     array_fields=(),
+    paper=False,
 ):
   return AlgorithmSpec(
       name,
@@ -227,6 +235,7 @@ def _spec(
       without_momentum,
       summary,
       tuple(array_fields),
+      paper,
   )
 
 
@@ -262,6 +271,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             ),
             summary="synchronous EASGD, eq. (5)-(6)",
             array_fields=("tau", "alpha", "beta"),
+            paper=True,
         ),
         _spec(
             "pmean_sgd",
@@ -288,6 +298,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             without_momentum="easgd",
             summary="synchronous EAMSGD, eq. (7)",
             array_fields=("tau", "alpha", "beta", "delta"),
+            paper=True,
         ),
         _spec(
             "async_easgd",
@@ -298,6 +309,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             ),
             asynchronous_=True,
             summary="asynchronous EASGD, Algorithm 1",
+            paper=True,
         ),
         _spec(
             "async_eamsgd",
@@ -314,6 +326,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             asynchronous_=True,
             without_momentum="async_easgd",
             summary="asynchronous EAMSGD, Algorithm 2",
+            paper=True,
         ),
         _spec(
             "downpour",
@@ -324,6 +337,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             ),
             asynchronous_=True,
             summary="DOWNPOUR (push every tau steps)",
+            paper=True,
         ),
         _spec(
             "mdownpour",
@@ -336,6 +350,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             without_momentum="downpour",
             summary="DOWNPOUR with Nesterov momentum on the master",
             array_fields=("delta",),
+            paper=True,
         ),
         _spec(
             "adownpour",
@@ -346,6 +361,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             ),
             asynchronous_=True,
             summary="DOWNPOUR with a running average 1/(t+1)",
+            paper=True,
         ),
         _spec(
             "mvadownpour",
@@ -357,6 +373,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             asynchronous_=True,
             summary="DOWNPOUR with a constant-rate moving average",
             array_fields=("average_rate",),
+            paper=True,
         ),
         _spec(
             "sgd",
@@ -366,6 +383,7 @@ TABLE: dict[str, AlgorithmSpec] = {
                 loss, opt, num_workers=c.num_workers
             ),
             summary="sequential SGD",
+            paper=True,
         ),
         _spec(
             "msgd",
@@ -377,6 +395,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             without_momentum="sgd",
             summary="sequential Nesterov momentum SGD",
             array_fields=("delta",),
+            paper=True,
         ),
         _spec(
             "asgd",
@@ -386,6 +405,7 @@ TABLE: dict[str, AlgorithmSpec] = {
                 loss, opt, num_workers=c.num_workers
             ),
             summary="averaged SGD, rate 1/(t+1)",
+            paper=True,
         ),
         _spec(
             "mvasgd",
@@ -396,6 +416,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             ),
             summary="SGD with a constant-rate moving average",
             array_fields=("average_rate",),
+            paper=True,
         ),
         _spec(
             "local_sgd",
