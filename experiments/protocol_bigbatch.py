@@ -24,7 +24,7 @@ they are not:
 
 Each variant is one protocol run (one task per protocol): MNIST-1D (8000
 training signals, 1000 held out for validation; 2000 test), 8 epochs at 128
-examples per step (432 steps): "1 worker, batch 128" with its rate chosen from
+examples per step (432 steps), plain SGD with a cosine decay to 0: "1 worker, batch 128" with its rate chosen from
 5 log-spaced rates over two decades on the validation split (3 tuning seeds,
 a grid extended by one log step, at most 2, at an edge), "pmean p=4" (32 per
 worker) at that same rate, both reported on 20 fresh seeds that they share
@@ -53,6 +53,7 @@ def get_config() -> TrainConfig:
       global_batch_size=BATCH,
       num_epochs=8,  # 8 x 54 = 432 steps
       learning_rate=0.1,  # replaced by the chosen rate
+      lr_schedule="cosine",  # to 0 at the end: the final error is not one noisy step's
       optimizer="sgd",
       validation_examples=1000,
       keep_checkpoints=1,
