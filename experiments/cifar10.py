@@ -29,11 +29,24 @@ The whole grid from Python:
   grid = runpy.run_path("experiments/cifar10.py")["get_grid"]()
   for name, cfg in grid.items():
       easgd.run.trainer.train_and_evaluate(cfg, f"runs/cifar10/{name}")
+
+The schedule question on CIFAR-10 (get_protocol(): the arms of
+experiments/protocol_schedule.py, 1 vs 2 vs 4 workers at equal epochs with a
+step decay counted per epoch or per step of the 1-worker run, crossed with
+the rate rules), with the BatchNorm CNN on random 28x28 crops and flips, 128
+examples per worker, heavy-ball momentum 0.9, weight decay 5e-4, 30 epochs,
+decays x 0.1 at epochs 15 and 22.5:
+  CIFAR10_DIR=/data/cifar-10-batches-py easgd protocol --config experiments/cifar10.py \
+      --workdir runs/cifar10/schedule --group-by num_workers
 """
 
 import os
+import runpy
+from pathlib import Path
 
 from easgd.methods.registry import ALGORITHMS
+from easgd.protocol.config import ProtocolConfig, log_grid
+from easgd.protocol.networks import GIGABIT_ETHERNET
 from easgd.settings.config import TrainConfig
 
 PER_WORKER_BATCH = 128  # examples per worker per step (paper)
@@ -110,3 +123,50 @@ def get_grid(
             learning_rate=LEARNING_RATES.get(algorithm, base.learning_rate),
         ).validate()
   return grid
+
+
+SCHEDULE = runpy.run_path(str(Path(__file__).with_name("protocol_schedule.py")))
+"""experiments/protocol_schedule.py's names (its arms, read by get_protocol)."""
+
+
+def get_protocol() -> ProtocolConfig:
+  """The schedule question (experiments/protocol_schedule.py) on CIFAR-10."""
+  base = TrainConfig(
+      algorithm="pmean_sgd",
+      dataset="cifar10",
+      data_dir=get_config().data_dir,  # CIFAR10_DIR
+      crop_size=28,  # random 28x28 training crops, the centre crop for evaluation
+      random_flip=True,  # and horizontal flips
+      model="cnn_bn",  # BatchNorm: each worker normalises its own mini-batch
+      num_workers=1,
+      global_batch_size=PER_WORKER_BATCH,
+      num_epochs=30,
+      learning_rate=0.1,  # replaced by the chosen rate
+      lr_schedule="step",
+      lr_decay_epochs=(15.0, 22.5),
+      lr_decay_factor=0.1,
+      optimizer="momentum",
+      momentum=0.9,
+      weight_decay=5e-4,
+      validation_examples=5000,  # held out of the 50000 training images
+      keep_checkpoints=1,
+      progress=False,
+  )
+  return ProtocolConfig(
+      name="schedule_workers_cifar10",
+      description=(
+          "1 vs 2 vs 4 workers at 128 examples per worker and 30 epochs on CIFAR-10 "
+          "with random crops and flips and the BatchNorm CNN: a step decay counted "
+          "per epoch or per step of the 1-worker run, crossed with the 1-worker "
+          "rate scaled none / linear (with warm-up) / sqrt."
+      ),
+      base=base,
+      arms=SCHEDULE["schedule_arms"](PER_WORKER_BATCH, log_grid(0.01, 1.0, 5)),
+      tune_seeds=(0, 1, 2),
+      report_seeds=tuple(range(100, 106)),
+      eval_every_steps=195,  # 1 epoch at p = 2 (45000 / 256 steps)
+      targets=(0.2,),
+      networks=(GIGABIT_ETHERNET,),
+      eval_chunk=5000,
+      configs_per_batch=1,
+  )

@@ -87,19 +87,24 @@ def arm_overrides(p: int, unit: str, rule: str) -> dict:
   return out
 
 
-def get_protocol() -> ProtocolConfig:
-  arms = [Arm("1 worker", "pmean_sgd", {}, RATES)]
-  for p in WORKERS:
+def schedule_arms(batch: int = BATCH, rates=RATES, workers=WORKERS) -> tuple[Arm, ...]:
+  """The experiment's arms at ``batch`` examples per worker: "1 worker" with
+  the rate grid ``rates``, then for each p of ``workers``, each unit of
+  :data:`UNITS` and each rule of :data:`RULES` pmean SGD at the 1-worker rate
+  (experiments/cifar10.py runs the same arms on CIFAR-10)."""
+  arms = [Arm("1 worker", "pmean_sgd", {}, rates)]
+  for p in workers:
     for unit, label in UNITS.items():
       for rule in RULES:
-        arms.append(
-            Arm(
-                f"p={p} {label} {rule}",
-                "pmean_sgd",
-                arm_overrides(p, unit, rule),
-                lr_from="1 worker",
-            )
-        )
+        overrides = arm_overrides(p, unit, rule)
+        overrides.update(global_batch_size=batch * p)
+        if "lr_reference_batch" in overrides:
+          overrides["lr_reference_batch"] = batch
+        arms.append(Arm(f"p={p} {label} {rule}", "pmean_sgd", overrides, lr_from="1 worker"))
+  return tuple(arms)
+
+
+def get_protocol() -> ProtocolConfig:
   return ProtocolConfig(
       name="schedule_workers",
       description=(
@@ -110,7 +115,7 @@ def get_protocol() -> ProtocolConfig:
           "scaled none / linear (with warm-up) / sqrt."
       ),
       base=get_config(),
-      arms=tuple(arms),
+      arms=schedule_arms(),
       tune_seeds=(0, 1, 2),
       report_seeds=tuple(range(100, 106)),
       eval_every_steps=125,  # 1 epoch at p = 2

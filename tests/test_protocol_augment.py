@@ -84,7 +84,8 @@ def assert_equals_train(config, configs, seed_data, tmp_path, task=None):
   for i, c in enumerate(configs):
     cfg = run.config.replace(learning_rate=c["learning_rate"], seed=c["seed"])
     history = train_and_evaluate(cfg, tmp_path / f"train{i}", task=task)["history"]
-    assert [rec["step"] for rec in history] == [0, 5, 10]  # the epoch ends
+    epoch_ends = list(range(0, run.num_steps + 1, run.steps_per_epoch))
+    assert [rec["step"] for rec in history] == epoch_ends
     for rec in history:
       k = steps.index(rec["step"])
       for split in ("val", "test"):
@@ -240,3 +241,43 @@ def test_augmented_batches_beyond_the_limit_are_refused_before_anything_compiles
   (run,) = programs.prepare(small, seed_data.num_train, seed_data.augmented_batch_bytes).values()
   assert run.num_steps == 10
   assert seed_data.augmented_batch_bytes(2, 16) == 32 * 9412
+
+
+def test_the_cifar10_schedule_protocol_runs_the_schedule_experiments_arms_as_easgd_train(
+    cifar_dir, tmp_path, monkeypatch
+):
+  """experiments/cifar10.py's get_protocol() on the fixture: the arms of
+  experiments/protocol_schedule.py at 128 examples per worker; one of them
+  (p = 2, a step decay counted in the 1-worker run's steps, random crops and
+  flips, BatchNorm), shrunk to the fixture, through the protocol's program
+  equals ``easgd train``."""
+  import runpy
+  from pathlib import Path
+
+  monkeypatch.setenv("CIFAR10_DIR", cifar_dir)
+  experiments = Path(__file__).resolve().parent.parent / "experiments"
+  config = runpy.run_path(str(experiments / "cifar10.py"))["get_protocol"]().validate()
+  schedule = runpy.run_path(str(experiments / "protocol_schedule.py"))
+  assert [a.name for a in config.arms] == [a.name for a in schedule["schedule_arms"]()]
+  assert config.base.data_dir == cifar_dir and config.base.random_flip
+  arm = next(a for a in config.arms if a.name == "p=2 per step none")
+  assert arm.config(config.base).lr_schedule_unit == "reference_steps"
+  # the fixture: 160 training images, 1 worker of 8 -> 20 steps per epoch; at p = 2,
+  # 10 steps per epoch and the decay at reference epoch 0.5 falls on step 10
+  base = config.base.replace(
+      global_batch_size=8,
+      num_epochs=2,
+      lr_decay_epochs=(0.5, 1.5),
+      validation_examples=40,
+      bn_stats_examples=64,
+  )
+  small = dataclasses.replace(
+      arm,
+      overrides=dict(arm.overrides, global_batch_size=16, lr_reference_batch=8),
+      lr_from=None,
+      learning_rates=(0.05,),
+  )
+  small = ProtocolConfig("cifar", "", base, (small,), eval_every_steps=10).validate()
+  seed_data = programs.SeedData(base, (3,))
+  configs = [dict(arm=small.arms[0].name, learning_rate=0.05, seed=3)]
+  assert_equals_train(small, configs, seed_data, tmp_path)
