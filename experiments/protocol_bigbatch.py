@@ -82,3 +82,72 @@ def get_protocol() -> ProtocolConfig:
       networks=(GIGABIT_ETHERNET,),
       configs_per_batch=5,
   )
+
+
+VARIANTS = ("cnn", "cnn_bn", "dropout")
+"""The task variants run (experiments/tasks.py ``VARIANTS``), one workdir each."""
+EQUIVALENCE_PP = 1.0
+"""The equivalence bound of "no difference" (TOST), percentage points."""
+
+
+def load(root) -> dict:
+  """``{variant: results.json}`` of the variants run under ``root``
+  (``root/<variant>/results.json``)."""
+  import json
+  from pathlib import Path
+
+  out = {}
+  for v in VARIANTS:
+    path = Path(root) / v / "results.json"
+    if path.is_file():
+      out[v] = json.loads(path.read_text())
+  return out
+
+
+def comparison(results: dict) -> dict:
+  """pmean p=4 minus the one worker, final test error (fractions): the paired
+  95% interval (the arms share the report seeds) and the TOST at
+  :data:`EQUIVALENCE_PP`."""
+  from easgd.protocol import stats
+
+  arms = results["arms"]
+  a, b = arms[f"pmean p={P}"]["final_test_errors"], arms["1 worker, batch 128"]["final_test_errors"]
+  d = stats.difference_interval(a, b, paired=True)
+  d["equivalence"] = stats.equivalence(a, b, EQUIVALENCE_PP / 100, paired=True)
+  return d
+
+
+def table(by_variant: dict) -> str:
+  """One row per variant: the two arms' final test errors, their paired
+  difference and what it reads, and a sentence per variant."""
+  import runpy
+  from pathlib import Path
+
+  from easgd.protocol import stats
+
+  what = runpy.run_path(str(Path(__file__).with_name("tasks.py")))["VARIANTS"]
+  lines = [
+      f"| variant | rate | one worker, batch {BATCH}: final test error % | pmean p={P} | "
+      "pmean minus one worker, paired (pp) | reading | seeds |",
+      "|---|---|---|---|---|---|---|",
+  ]
+  for v, r in by_variant.items():
+    arms = r["arms"]
+    one, pm = arms[f"1 worker, batch {BATCH}"], arms[f"pmean p={P}"]
+    d = comparison(r)
+    if d["low"] > 0:
+      reading = "pmean worse"
+    elif d["high"] < 0:
+      reading = "pmean better"
+    elif d["equivalence"]["equivalent"]:
+      reading = f"not resolved; equivalent within {EQUIVALENCE_PP:g} pp"
+    else:
+      reading = f"not resolved; not shown equivalent within {EQUIVALENCE_PP:g} pp"
+    lines.append(
+        f"| `{v}`: {what[v]} | {one['resolved_learning_rate']:.3g} | "
+        f"{stats.format_interval(one['final_test_error'])} | "
+        f"{stats.format_interval(pm['final_test_error'])} | "
+        f"{100 * d['difference']:+.2f} [{100 * d['low']:+.2f}, {100 * d['high']:+.2f}] | "
+        f"{reading} | {len(pm['final_test_errors'])} |"
+    )
+  return "\n".join(lines) + "\n"

@@ -124,3 +124,133 @@ def get_protocol() -> ProtocolConfig:
       eval_chunk=5000,  # one chunk: the BatchNorm statistics computed once per evaluation
       configs_per_batch=1,  # vmapped 2-D convolutions cost ~4x the configurations in turn here
   )
+
+
+# ---------------------------------------------------------------------------
+# The table and the sentences the results guide and notebook 01 print
+# ---------------------------------------------------------------------------
+
+REFERENCE = "1 worker"
+
+
+def final_train_losses(arm: dict) -> list[float]:
+  """Per report seed, the workers' mean training loss over the last evaluation
+  interval (``report.train_loss_curve``' last entry)."""
+  return [float(c[-1]) for c in arm["report"]["train_loss_curve"]]
+
+
+def final_test_losses(arm: dict) -> list[float]:
+  """Per report seed, the center's test loss at the end (``report.test_loss_curve``)."""
+  return [float(c[-1]) for c in arm["report"]["test_loss_curve"]]
+
+
+METRICS = {
+    "test error": (lambda a: list(a["final_test_errors"]), 100.0, 2),
+    "test loss": (final_test_losses, 1.0, 3),
+    "training loss": (final_train_losses, 1.0, 3),
+}
+"""Each reported quantity: per-seed values of an arm, scale (error in %), digits printed."""
+
+
+def difference(results: dict, name: str, other: str, metric: str) -> dict:
+  """``metric`` of arm ``name`` minus arm ``other``: the 95% interval of the
+  per-seed differences (the arms share their report seeds: paired), scaled."""
+  from easgd.protocol import stats
+
+  values, scale, _ = METRICS[metric]
+  arms = results["arms"]
+  d = stats.difference_interval(values(arms[name]), values(arms[other]), paired=True)
+  return {k: scale * d[k] for k in ("difference", "low", "high")}
+
+
+def _text(d: dict, unit: str, digits: int = 2) -> str:
+  return f"{d['difference']:+.{digits}f}{unit} [{d['low']:+.{digits}f}, {d['high']:+.{digits}f}]"
+
+
+def _reading(d: dict, lower: str = "lower", higher: str = "higher") -> str:
+  return lower if d["high"] < 0 else higher if d["low"] > 0 else "not resolved"
+
+
+def table(results: dict) -> str:
+  """Each arm's final test error, test loss and training loss (mean ± 95%
+  half-width over the report seeds) and its paired difference from
+  :data:`REFERENCE`, and the seeds flagged diverged or collapsed."""
+  from easgd.protocol import stats
+
+  arms = results["arms"]
+  lines = [
+      "| arm | rate | final test error % | minus 1 worker (pp) | test loss | minus 1 worker "
+      "| training loss | minus 1 worker | failed seeds |",
+      "|---|---|---|---|---|---|---|---|---|",
+  ]
+  for name, a in arms.items():
+    cells = []
+    for metric, (values, scale, digits) in METRICS.items():
+      m = stats.mean_interval([scale * v for v in values(a)])
+      cells.append(f"{m['mean']:.{digits}f} ± {m['half_width']:.{digits}f}")
+      cells.append(
+          "-"
+          if name == REFERENCE
+          else _text(difference(results, name, REFERENCE, metric), "", digits)
+      )
+    failed = sum(a.get("diverged", [])) + sum(a.get("collapsed", []))
+    lines.append(
+        f"| {name} | {a['resolved_learning_rate']:.3g} | {' | '.join(cells)} | "
+        f"{failed}/{len(a['final_test_errors'])} |"
+    )
+  return "\n".join(lines) + "\n"
+
+
+def sentences(results: dict) -> list[str]:
+  """What the runs say, every number from ``results``: the per-step schedule
+  against the per-epoch one at each p and rule, each arm against one worker,
+  and the arms whose training loss ends lower while their test error ends
+  higher (the seeds' "lower loss, lower accuracy"); a difference is named
+  lower or higher only where its paired 95% interval excludes 0."""
+  arms = results["arms"]
+  n = len(results["protocol"]["report_seeds"])
+  ref = arms[REFERENCE]
+  out = []
+  from easgd.protocol import stats
+
+  m = stats.mean_interval([100 * v for v in ref["final_test_errors"]])
+  out.append(
+      f"One worker ends at {m['mean']:.2f} ± {m['half_width']:.2f}% final test error "
+      f"(rate {ref['resolved_learning_rate']:.3g}, {n} report seeds; every difference below "
+      "is paired by seed, 95% interval)."
+  )
+  for p in WORKERS:
+    bits = []
+    for rule in RULES:
+      step, epoch = f"p={p} per step {rule}", f"p={p} per epoch {rule}"
+      if step in arms and epoch in arms:
+        d = difference(results, step, epoch, "test error")
+        bits.append(f"{rule}: {_text(d, ' pp')} ({_reading(d)})")
+    if bits:
+      out.append(
+          f"At p = {p}, the decay counted per step minus counted per epoch, final test error: "
+          + "; ".join(bits)
+          + "."
+      )
+    bits = []
+    for label in UNITS.values():
+      for rule in RULES:
+        name = f"p={p} {label} {rule}"
+        if name in arms:
+          d = difference(results, name, REFERENCE, "test error")
+          bits.append(f"{label} {rule} {_text(d, ' pp')} ({_reading(d, 'better', 'worse')})")
+    out.append(f"At p = {p} against one worker: " + "; ".join(bits) + ".")
+  puzzle = []
+  for name in arms:
+    if name == REFERENCE:
+      continue
+    train = difference(results, name, REFERENCE, "training loss")
+    err = difference(results, name, REFERENCE, "test error")
+    if train["high"] < 0 and err["low"] > 0:
+      puzzle.append(f"{name} (training loss {_text(train, '', 3)}, test error {_text(err, ' pp')})")
+  out.append(
+      "Lower training loss with higher test error than one worker, both resolved: "
+      + ("; ".join(puzzle) if puzzle else "no arm")
+      + "."
+  )
+  return out
