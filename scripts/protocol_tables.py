@@ -44,8 +44,16 @@ from easgd.protocol import stats as protocol_stats  # noqa: E402
 
 FIGURES = ROOT / "paper_notes" / "figures"
 EXPERIMENTS = dict(
-    fig2="tau", fig3="num_workers", fashion="tau", seeds="num_workers", streaming="tau"
+    fig2="tau",
+    fig3="num_workers",
+    fashion="tau",
+    seeds="num_workers",
+    schedule="num_workers",
+    streaming="tau",
 )
+"""The experiments of one protocol run each (``protocol_<name>``) and their --group-by."""
+BIGBATCH = "bigbatch"
+"""The experiment run once per task variant: ``protocol_bigbatch/<variant>/results.json``."""
 BUDGET_MINUTES = 60
 """The budget of one protocol experiment: 60 minutes on 2 otherwise idle cores."""
 TITLES = dict(
@@ -53,6 +61,7 @@ TITLES = dict(
     fig3="Figure 3 setting",
     fashion="Replication",
     seeds="Equal epochs",
+    schedule="The decay counted per epoch or per step",
     streaming="Fragments, delay and compression (bytes per sample)",
 )
 CLAIMS_FILE = "paper_notes/figures/protocol_claims.md"
@@ -61,6 +70,25 @@ CLAIMS_FILE = "paper_notes/figures/protocol_claims.md"
 def load(name, figures=FIGURES):
   path = Path(figures) / f"protocol_{name}" / "results.json"
   return json.loads(path.read_text()) if path.is_file() else None
+
+
+def experiment(name: str) -> dict:
+  """The names of ``experiments/protocol_<name>.py`` (its table and sentences)."""
+  return runpy.run_path(str(ROOT / "experiments" / f"protocol_{name}.py"))
+
+
+def load_all(figures=FIGURES) -> dict:
+  """Every experiment's results (None where not run); ``BIGBATCH``: ``{variant: results}``."""
+  out = {n: load(n, figures) for n in EXPERIMENTS}
+  out[BIGBATCH] = experiment(BIGBATCH)["load"](Path(figures) / f"protocol_{BIGBATCH}") or None
+  return out
+
+
+def result_paths(figures=FIGURES) -> list[Path]:
+  """The committed results.json files the generated regions read."""
+  paths = [Path(figures) / f"protocol_{n}" / "results.json" for n in EXPERIMENTS]
+  paths += sorted((Path(figures) / f"protocol_{BIGBATCH}").glob("*/results.json"))
+  return [p for p in paths if p.is_file()]
 
 
 def _set(values) -> str:
@@ -74,7 +102,7 @@ def title(name: str, results: dict) -> str:
   elastic = [a for a in arms if registry.TABLE[a["algorithm"]].family == "elastic"] or arms
   label = protocol_claims.experiment_label(results)
   ps = [a["config"]["num_workers"] for a in elastic]
-  if name == "seeds":
+  if name in ("seeds", "schedule"):
     workers = " vs ".join(map(str, sorted({a["config"]["num_workers"] for a in arms})))
     return f"{TITLES[name]}: {workers} workers ({label})"
   taus = [a["config"]["tau"] for a in elastic]
@@ -102,16 +130,20 @@ def wall_time_table(results: dict) -> str:
       f"within {BUDGET_MINUTES} min on 2 idle cores |",
       "|---|---|---|---|---|",
   ]
-  for name, r in results.items():
+  runs = [(f"protocol_{n}.py", r) for n, r in results.items() if n != BIGBATCH]
+  runs += [
+      (f"protocol_{BIGBATCH}.py` `variant={v}", r) for v, r in (results.get(BIGBATCH) or {}).items()
+  ]
+  for name, r in runs:
     if r is None:
       continue
     minutes = r["wall_time_s"] / 60
     lines.append(
-        f"| `experiments/protocol_{name}.py` | {len(r['arms'])} | "
+        f"| `experiments/{name}` | {len(r['arms'])} | "
         f"{len(r['protocol']['report_seeds'])} | {minutes:.1f} min | "
         f"{'met' if minutes <= BUDGET_MINUTES else 'over'} |"
     )
-  notes = {r["machine"].get("note") for r in results.values() if r is not None} - {None}
+  notes = {r["machine"].get("note") for _, r in runs if r is not None} - {None}
   return (
       "\n".join(lines)
       + "\n\nThe wall times are measured on this project's 2-core CPU "
@@ -284,7 +316,38 @@ def statements(results: dict) -> dict[str, list[str]]:
     out["fashion"].append(fashion_bullet(fashion))
   if results["seeds"]:
     out["seeds"].append(seeds_bullet(results["seeds"]))
+  if results["schedule"]:
+    said = experiment("schedule")["sentences"](results["schedule"])
+    out["schedule"].append(
+        f"**Why 1 -> 2 -> 4 workers lose accuracy: the decay counted per step** "
+        f"({protocol_claims.experiment_label(results['schedule'])}, "
+        f"`{results['schedule']['protocol']['name']}`): " + " ".join(said)
+    )
+  if results.get(BIGBATCH):
+    out[BIGBATCH] = [bigbatch_bullet(results[BIGBATCH])]
   return out
+
+
+def bigbatch_bullet(by_variant: dict) -> str:
+  """pmean SGD against one worker with the p-times batch, each variant."""
+  exp = experiment(BIGBATCH)
+  bits = []
+  for v, r in by_variant.items():
+    d = exp["comparison"](r)
+    word = "worse" if d["low"] > 0 else "better" if d["high"] < 0 else "not resolved"
+    if word == "not resolved":
+      eq = d["equivalence"]["equivalent"]
+      word += (
+          f", {'equivalent' if eq else 'not shown equivalent'} within {exp['EQUIVALENCE_PP']:g} pp"
+      )
+    bits.append(f"`{v}` {_diff(d)} ({word})")
+  n = len(next(iter(by_variant.values()))["protocol"]["report_seeds"])
+  return (
+      f"**pmean SGD over p = {exp['P']} workers against one worker with the p-times batch** "
+      f"(final test error, pmean minus one worker, {n} report seeds paired by seed): "
+      + "; ".join(bits)
+      + "."
+  )
 
 
 # ---------------------------------------------------------------------------
@@ -318,11 +381,25 @@ def section(results: dict) -> str:
     ]
     if name == "seeds":
       out.append(protocol_claims.differences_markdown(r, "1 worker"))
+    elif name == "schedule":
+      out.append(experiment("schedule")["table"](r))
     elif name == "streaming":  # the experiment's own table and the sentence it supports
-      experiment = runpy.run_path(str(ROOT / "experiments" / "protocol_streaming.py"))
-      out.append(experiment["table"](r))
+      out.append(experiment("streaming")["table"](r))
     else:
       out.append(protocol_report.compact_markdown(r))
+  if results.get(BIGBATCH):
+    exp = experiment(BIGBATCH)
+    first = next(iter(results[BIGBATCH].values()))
+    out += [
+        f"### One big batch where the model couples the batch: pmean SGD, p = {exp['P']}, "
+        f"against one worker with the p-times batch",
+        "",
+        f"`easgd protocol --config experiments/protocol_{BIGBATCH}.py --task-arg variant=V "
+        f"--workdir paper_notes/figures/protocol_{BIGBATCH}/V` for V in "
+        f"{', '.join(results[BIGBATCH])} ({budget(first)} each).",
+        "",
+        exp["table"](results[BIGBATCH]),
+    ]
   out += [
       f"### Wall times against the budget ({BUDGET_MINUTES} minutes per experiment)",
       "",
@@ -334,8 +411,8 @@ def section(results: dict) -> str:
       "",
   ]
   said = statements(results)
-  for name in ("fig2", "fig3", "fashion", "seeds"):
-    out += [f"- {s}" for s in said[name]]
+  for name in ("fig2", "fig3", "fashion", "seeds", "schedule", BIGBATCH):
+    out += [f"- {s}" for s in said.get(name, [])]
   return "\n".join(out) + "\n"
 
 
@@ -454,7 +531,7 @@ def mismatches(root: Path = ROOT, results: dict | None = None) -> list[str]:
     empty when every region is this script's output.
   """
   root = Path(root)
-  results = results or {n: load(n, root / "paper_notes" / "figures") for n in EXPERIMENTS}
+  results = results or load_all(root / "paper_notes" / "figures")
   out = []
   for region in regions():
     try:
@@ -475,7 +552,7 @@ def mismatches(root: Path = ROOT, results: dict | None = None) -> list[str]:
 
 def write(root: Path = ROOT, results: dict | None = None) -> list[str]:
   """Rewrites every region from the results; returns the paths written."""
-  results = results or {n: load(n, root / "paper_notes" / "figures") for n in EXPERIMENTS}
+  results = results or load_all(root / "paper_notes" / "figures")
   written = []
   for region in regions():
     path = root / region.path
@@ -508,7 +585,7 @@ def main(argv=None) -> int:
       "--rewrite", action="store_true", help="rewrite each experiment's results.md and curves.png"
   )
   args = parser.parse_args(argv)
-  results = {name: load(name) for name in EXPERIMENTS}
+  results = load_all()
   if args.rewrite:
     for name, group_by in EXPERIMENTS.items():
       if results[name] is not None:

@@ -309,9 +309,8 @@ def copy_of_the_repository(tmp_path) -> Path:
     target = tmp_path / region.path
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / region.path, target)
-  for name in tables.EXPERIMENTS:
-    source = FIGURES / f"protocol_{name}" / "results.json"
-    target = tmp_path / "paper_notes" / "figures" / f"protocol_{name}" / "results.json"
+  for source in tables.result_paths():
+    target = tmp_path / source.relative_to(ROOT)
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(source, target)
   return tmp_path
@@ -319,7 +318,7 @@ def copy_of_the_repository(tmp_path) -> Path:
 
 @pytest.fixture(scope="module")
 def committed_results():
-  return {n: tables.load(n) for n in tables.EXPERIMENTS}
+  return tables.load_all()
 
 
 def test_every_generated_region_is_the_results_output(committed_results):

@@ -128,7 +128,15 @@ def experiment_label(results: dict) -> str:
   names = dict(
       mnist1d="MNIST-1D", fashion_mnist="Fashion-MNIST", digits="digits", cifar10="CIFAR-10"
   )
-  data = base.get("task") or names.get(base.get("dataset"), base.get("dataset") or "?")
+  task = results.get("task") or {}
+  if base.get("task"):  # a task factory: the data set and model it records, and its name
+    data, model = task.get("dataset"), task.get("model")
+    if not data:
+      return f"task {task.get('name') or base['task']}"
+    model = str(model or "").upper().replace("_", "-")
+    head = f"{names.get(data, data)}, {model}" if model else names.get(data, data)
+    return f"{head} (task {task.get('name') or base['task']})"
+  data = names.get(base.get("dataset"), base.get("dataset") or "?")
   model = str(base.get("model") or "").upper().replace("_", "-")
   return f"{data}, {model}" if model else data
 
