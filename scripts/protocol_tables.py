@@ -4,7 +4,8 @@
     python scripts/protocol_tables.py --write   # rewrite every generated region (below)
     python scripts/protocol_tables.py --check   # exit 1, naming each line that differs
 
-Reads ``paper_notes/figures/protocol_{fig2,fig3,fashion,seeds,streaming}/results.json``
+Reads ``paper_notes/figures/protocol_{fig2,fig3,fashion,seeds,schedule,streaming}/results.json``
+and ``protocol_bigbatch/<variant>/results.json``
 (written by ``easgd protocol``) and generates, from them alone:
 
 * the protocol section of ``docs/guides/results.md`` (between ``<!-- protocol tables:
@@ -16,7 +17,8 @@ Reads ``paper_notes/figures/protocol_{fig2,fig3,fashion,seeds,streaming}/results
 * ``paper_notes/figures/protocol_claims.md``: every part of every claim;
 * the claims table of ``paper_notes/README.md``;
 * the wall-time table of ``benchmarks/RESULTS.md``;
-* the conclusions of ``notebooks/03_effect_of_tau.ipynb`` and ``04_effect_of_p.ipynb``.
+* the conclusions of ``notebooks/01_multi_gpu_questions.ipynb``, ``03_effect_of_tau.ipynb``
+  and ``04_effect_of_p.ipynb``.
 
 Nothing there is typed by hand: ``--check`` (run by ``tests/test_claims.py``) fails on any
 line of these regions that is not this script's output. ``--rewrite`` also rewrites each
@@ -439,11 +441,19 @@ def paper_notes_table(results: dict) -> str:
   return protocol_claims.claims_markdown(items, detail=False)
 
 
-def conclusion(results: dict, name: str) -> str:
-  src = f"paper_notes/figures/protocol_{name}/results.json"
+def conclusion(results: dict, *names: str) -> str:
+  """A notebook's conclusion: the statements of the experiments ``names``."""
+  said = statements(results)
+  names = [n for n in names if said.get(n)]
+  src = ", ".join(
+      f"`paper_notes/figures/protocol_{n}/{'*/' if n == BIGBATCH else ''}results.json`"
+      for n in names
+  )
   return (
-      f"Printed by `scripts/protocol_tables.py` from `{src}` (rankings only where the 95% "
-      "interval excludes 0):\n\n" + "\n".join(f"- {s}" for s in statements(results)[name]) + "\n"
+      f"Printed by `scripts/protocol_tables.py` from {src or 'no results yet'} (rankings only "
+      "where the 95% interval excludes 0):\n\n"
+      + "\n".join(f"- {s}" for n in names for s in said[n])
+      + "\n"
   )
 
 
@@ -478,6 +488,12 @@ def regions() -> list[Region]:
           f"<!-- protocol wall times: {mark} -->",
           "<!-- end of protocol wall times -->",
           wall_time_table,
+      ),
+      Region(
+          "notebooks/01_multi_gpu_questions.ipynb",
+          f"<!-- conclusion: {mark} -->",
+          "<!-- end of conclusion -->",
+          lambda r: conclusion(r, BIGBATCH, "schedule", "seeds"),
       ),
       Region(
           "notebooks/03_effect_of_tau.ipynb",
