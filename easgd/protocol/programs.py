@@ -566,7 +566,7 @@ def run_program(
   }
   for f in varying:
     values = [getattr(by_name[c["arm"]].config, f) for c in configs]
-    hyper[f] = np.asarray(values, np.int32 if f == "tau" else np.float32)
+    hyper[f] = registry.field_array(f, values)  # exchange_order: its index
   keys, params = [], []
   for c in configs:
     init_key, step_key = jax.random.split(jax.random.key(c["seed"]))
