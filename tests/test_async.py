@@ -16,6 +16,7 @@ import pytest
 
 from easgd.asynchrony import simulation
 from easgd.asynchrony.log import exchange_log
+from easgd.asynchrony.names import EXCHANGE_ORDERS
 from easgd.asynchrony.schedule import (
     active_slots,
     draw_worker_speeds,
@@ -29,12 +30,14 @@ from easgd.asynchrony.schedule import (
 from easgd.core import algorithms
 from easgd.core.base import reset_optimizer_state
 from easgd.core.elastic import HyperparameterError
+from easgd.methods import downpour_family, registry
 from easgd.parallel import mapping, placement, worker_layout
 from easgd.run import trainer
 from easgd.settings.config import ConfigError, TrainConfig
+from easgd.sweeps import engine
 
 import linear_problem
-from linear_problem import THETA0, local_steps_in_time_order, loss_fn, np_grad
+from linear_problem import THETA0, local_steps_in_time_order, loss_fn, np_grad, params0
 from testutil import STEP_KINDS
 
 make_data = functools.partial(linear_problem.make_data, seed=1)
@@ -354,6 +357,85 @@ def test_random_order_depends_on_the_seed_and_is_reproducible():
   assert len({tuple(o) for o in o0}) > 1  # a fresh permutation per tick
   rr = exchange_schedule(8)
   assert orders_for(rr, 2) == [list(range(8))] * 2
+
+
+def test_an_order_given_as_an_array_gives_the_named_orders():
+  """``exchange_order`` of a schedule whose order is an int32 array (its index in
+  EXCHANGE_ORDERS, traced under jit) gives the same integers as the name."""
+  key = jax.random.split(jax.random.key(3))[1]
+  traced = jax.jit(lambda code, t: exchange_order(exchange_schedule(6, code), key, t))
+  for code, name in enumerate(EXCHANGE_ORDERS):
+    named = orders_for(exchange_schedule(6, name), 5, key)
+    got = [np.asarray(traced(jnp.int32(code), jnp.int32(t))).tolist() for t in range(5)]
+    assert got == named, name
+  assert orders_for(exchange_schedule(6, "round_robin"), 1, key) == [list(range(6))]
+
+
+@pytest.mark.parametrize("name", ["async_easgd", "downpour"])
+def test_tau_and_order_traced_per_configuration_step_as_their_python_values(name):
+  """Three configurations (tau, order) = (2, round robin), (2, random), (1, random),
+  their tau and order traced in one vmap over configurations, take the steps each
+  takes built from Python values (to float32 rounding: the two are different
+  programs; bit for bit where the chunk is the same: tests/test_protocol_async.py)."""
+  p, num_steps = 4, 6
+  xs, ys = make_data(num_steps, p)
+  cases = [(2, "round_robin"), (2, "random"), (1, "random")]
+
+  def build(tau, order):
+    schedule = exchange_schedule(p, order)
+    if name == "downpour":
+      return downpour_family.downpour(
+          loss_fn, num_workers=p, tau=tau, learning_rate=0.1, schedule=schedule
+      )
+    return simulation.async_easgd(
+        loss_fn, num_workers=p, tau=tau, beta=0.9, learning_rate=0.1, schedule=schedule
+    )
+
+  def centers(tau, order):
+    algo = build(tau, order)
+    step = engine.simulated_step(algo, p)
+    worker, shared = engine.start_state(
+        algo, jax.tree.map(lambda a: jnp.stack([a] * p), params0()), params0()
+    )
+    out = []
+    for t in range(num_steps):
+      worker, shared, _ = step(worker, shared, (xs[t], ys[t]), KEY)
+      center = algo.center(shared)
+      out.append(jnp.concatenate([center["w"], center["b"][None]]))
+    return jnp.stack(out)
+
+  taus = jnp.asarray([tau for tau, _ in cases], jnp.int32)
+  codes = jnp.asarray([EXCHANGE_ORDERS.index(order) for _, order in cases], jnp.int32)
+  together = jax.jit(jax.vmap(centers))(taus, codes)
+  for i, (tau, order) in enumerate(cases):
+    assert_close(together[i], jax.jit(lambda: centers(tau, order))(), tol=1e-6)
+
+
+def test_an_array_tau_builds_on_the_device_only():
+  """With an array tau the exchange count (a host count) refuses, naming the
+  Python tau it needs, and the overlap must be 0."""
+  algo = simulation.async_easgd(
+      loss_fn, num_workers=2, tau=jnp.int32(2), learning_rate=0.1, beta=0.9
+  )
+  with pytest.raises(HyperparameterError, match="needs a Python tau"):
+    algo.communication(8, 16)
+  push = downpour_family.downpour(loss_fn, num_workers=2, tau=jnp.int32(2), learning_rate=0.1)
+  with pytest.raises(HyperparameterError, match="needs a Python tau"):
+    push.communication(8, 16)
+  assert simulation.check_delay(0, jnp.int32(4)) == 0
+  with pytest.raises(HyperparameterError, match="delay"):
+    simulation.check_delay(1, jnp.int32(4))
+
+
+def test_the_array_values_of_the_traced_fields():
+  assert registry.field_array("exchange_order", ["random", "round_robin"]).tolist() == [1, 0]
+  assert registry.field_array("exchange_order", ["random"]).dtype == np.int32
+  assert registry.field_array("tau", [1, 4]).dtype == np.int32
+  assert registry.field_array("beta", [0.9]).dtype == np.float32
+  with pytest.raises(ValueError, match="unknown exchange_order 'fifo'; allowed: round_robin"):
+    registry.field_array("exchange_order", ["fifo"])
+  for name in ("async_easgd", "async_eamsgd", "downpour", "mdownpour"):
+    assert {"tau", "exchange_order"} <= set(registry.TABLE[name].array_fields), name
 
 
 # -- any Optax optimizer as the local optimizer -----------------------------------

@@ -37,7 +37,9 @@ class ExchangeSchedule(NamedTuple):
   """When and in which order the workers exchange with the center.
 
   Attributes:
-    order: "round_robin" or "random" (module docstring).
+    order: "round_robin" or "random" (module docstring), or an int32 JAX array
+      holding the index of one of them in :data:`EXCHANGE_ORDERS` (traced per
+      configuration: :func:`exchange_order`).
     worker_speeds: local steps per tick of each worker (integers >= 1).
     staleness: master updates by which the center a worker reads is late.
   """
@@ -67,7 +69,10 @@ def exchange_schedule(
   Args:
     num_workers: number of workers p, >= 1.
     order: "round_robin" (workers 0..p-1 every tick) or "random" (a fresh
-      permutation per tick).
+      permutation per tick); or an int32 JAX array (a tracer included) holding
+      the index of one of them in :data:`EXCHANGE_ORDERS`, taken unchecked
+      (``easgd.core.elastic.is_array_hyperparameter``), so that configurations
+      of both orders run in one program.
     worker_speeds: local steps per tick of each worker, p integers >= 1 (an
       integral float such as 2.0 is accepted); None = all 1.
     staleness: master updates by which the center read at an exchange is
@@ -82,7 +87,8 @@ def exchange_schedule(
   """
   error = elastic.HyperparameterError
   checks.integer("num_workers", num_workers, 1, error=error)
-  checks.choice("exchange order", order, EXCHANGE_ORDERS, error=error)
+  if not elastic.is_array_hyperparameter(order):
+    checks.choice("exchange order", order, EXCHANGE_ORDERS, error=error)
   if worker_speeds is None or len(worker_speeds) == 0:
     worker_speeds = (1,) * num_workers
   if len(worker_speeds) != num_workers:
@@ -261,7 +267,9 @@ def exchange_order(schedule: ExchangeSchedule, key: jax.Array, tick) -> jax.Arra
   """int32 [p]: the order in which exchanges of tick ``tick`` are served.
 
   Args:
-    schedule: the schedule.
+    schedule: the schedule; its ``order`` a name, or an array holding its
+      index in :data:`EXCHANGE_ORDERS` (traced: both orders are computed and
+      the one it names selected, the same integers as with the name).
     key: the run's base key (the ``key`` given to ``Algorithm.step``).
     tick: the tick (int or traced int32 scalar).
 
@@ -270,10 +278,14 @@ def exchange_order(schedule: ExchangeSchedule, key: jax.Array, tick) -> jax.Arra
     ``jax.random.permutation(fold_in(fold_in(key, ORDER_STREAM), tick), p)``.
   """
   p = schedule.num_workers
-  if schedule.order == "round_robin":
-    return jnp.arange(p, dtype=jnp.int32)
+  in_turn = jnp.arange(p, dtype=jnp.int32)
+  if isinstance(schedule.order, str) and schedule.order == "round_robin":
+    return in_turn
   order_key = jax.random.fold_in(jax.random.fold_in(key, ORDER_STREAM), tick)
-  return jax.random.permutation(order_key, p).astype(jnp.int32)
+  drawn = jax.random.permutation(order_key, p).astype(jnp.int32)
+  if isinstance(schedule.order, str):
+    return drawn
+  return jnp.where(schedule.order == EXCHANGE_ORDERS.index("random"), drawn, in_turn)
 
 
 def served_order(order: jax.Array, ranks: jax.Array) -> jax.Array:

@@ -70,7 +70,7 @@ def _async_elastic(
     axis_name,
     delay=0,
 ):
-  tau = elastic.check_tau(tau)
+  tau = elastic.check_tau(tau, allow_array=True)
   delay = check_delay(delay, tau)
   alpha = elastic.resolve_alpha(num_workers, alpha, beta)
   optimizer = local_optimizer(optimizer, learning_rate)
@@ -115,7 +115,7 @@ def _async_elastic(
     )
 
   def communication(num_steps, param_bytes):
-    n = mean_exchanges(schedule, num_steps, tau, "step_start", offset=0)
+    n = mean_exchanges(schedule, num_steps, _host_tau(tau), "step_start", offset=0)
     return Communication(n, n * int(param_bytes))
 
   hyper = elastic_hyperparameters(num_workers, tau, alpha, momentum, reset_opt_state)
@@ -152,21 +152,41 @@ def _async_elastic(
   return algorithm._replace(step=no_simulated_overlap)
 
 
-def check_delay(delay, tau: int) -> int:
+def _host_tau(tau) -> int:
+  """``tau`` for a count made on the host (``communication``).
+
+  Raises:
+    HyperparameterError: tau is a JAX array (an algorithm built inside a
+      program, with its tau traced per configuration).
+  """
+  if elastic.is_array_hyperparameter(tau):
+    raise elastic.HyperparameterError(
+        "the exchange count needs a Python tau; got an array tau (build the algorithm "
+        "from the config's int tau to count its exchanges)"
+    )
+  return tau
+
+
+def check_delay(delay, tau) -> int:
   """Checks the overlap V of an asynchronous elastic exchange; returns it as an int.
 
   Args:
     delay: V, local steps between an exchange's send (clock s) and the step that
       applies its reply (clock s + V); an integer in [0, tau - 1].
-    tau: the communication period (a checked int).
+    tau: the communication period (a checked int), or a JAX array (traced per
+      configuration), which admits V = 0 only.
 
   Returns:
     ``int(delay)``.
 
   Raises:
     HyperparameterError: V is not an integer in [0, tau - 1] (one exchange per
-      worker in flight).
+      worker in flight), or not 0 with an array tau.
   """
+  if elastic.is_array_hyperparameter(tau):
+    return checks.integer(
+        "delay", delay, 0, 0, error=elastic.HyperparameterError, what="0 with an array tau"
+    )
   return checks.integer(
       "delay", delay, 0, tau - 1, error=elastic.HyperparameterError, what="local steps, < tau"
   )
@@ -228,7 +248,9 @@ def async_easgd(
     optimizer: the local optimizer (receives the worker's own params, state
       per worker); default ``optax.sgd(learning_rate)``.
     num_workers: p.
-    tau: communication period, in the worker's local steps (>= 1).
+    tau: communication period, in the worker's local steps (>= 1); or an
+      int32 JAX array (traced per configuration: the exchange is decided on the
+      device from the clock; ``communication`` then raises, ``delay`` must be 0).
     alpha: moving rate; or give ``beta`` = num_workers * alpha.
     beta: center moving rate (paper: 0.9).
     learning_rate: eta of the default SGD optimizer.
@@ -391,7 +413,8 @@ def async_push(
     loss_fn: ``loss_fn(params, batch, key) -> scalar``.
     optimizer: the worker's optimizer (state per worker).
     num_workers: p.
-    tau: push period in local steps (>= 1).
+    tau: push period in local steps (>= 1); or an int32 JAX array (traced per
+      configuration; ``communication`` then raises).
     schedule: the exchange schedule; default round-robin, speeds 1.
     master_rule: see :data:`MasterRule`; return reply None for a fetch.
     init_master: ``init_master(params)``, the master's extra state.
@@ -412,7 +435,7 @@ def async_push(
     github.com/sixin-zh/mpiT (commit c359666), ``asyncsgd/optim-downpour.lua``
     and ``asyncsgd/pserver.lua``; Zhang, Choromanska, LeCun (2015), Section 5.
   """
-  tau = elastic.check_tau(tau)
+  tau = elastic.check_tau(tau, allow_array=True)
   offset = push_offset(push_timing)
   schedule = _resolve_schedule(schedule, num_workers)
   push_due = every_tau_steps(tau, offset)
@@ -434,7 +457,7 @@ def async_push(
     )
 
   def communication(num_steps, param_bytes):
-    n = mean_exchanges(schedule, num_steps, tau, "step_end", offset)
+    n = mean_exchanges(schedule, num_steps, _host_tau(tau), "step_end", offset)
     return Communication(n, n * int(param_bytes))
 
   return simulate(

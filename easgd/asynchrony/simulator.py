@@ -71,6 +71,21 @@ def _tree_index(tree, i):
   return jax.tree.map(lambda x: x[i], tree)
 
 
+def _tree_pick(tree, i):
+  """Entry ``i`` (an int32 scalar in [0, n), traced) of every leaf [n, ...] of ``tree``,
+  by n - 1 selects rather than a dynamic index: the same values (nothing is
+  computed), without the gather a dynamic index becomes under a vmap over
+  configurations (slow on XLA:CPU)."""
+
+  def pick(x):
+    out = x[0]
+    for j in range(1, x.shape[0]):
+      out = jnp.where(i == j, x[j], out)
+    return out
+
+  return jax.tree.map(pick, tree)
+
+
 def _gather(tree, index, num_workers, axis_name):
   """Every worker's value, [p, ...] in worker order, identical on all workers.
 
@@ -81,8 +96,9 @@ def _gather(tree, index, num_workers, axis_name):
   """
   reduce_over = elastic.reduce_axis(num_workers, axis_name)
 
-  def pad(x):
-    return jnp.zeros((num_workers,) + x.shape, x.dtype).at[index].set(x)
+  def pad(x):  # a select, not a scatter (slow on XLA:CPU under a vmap); the same values
+    rows = jnp.arange(num_workers).reshape((num_workers,) + (1,) * x.ndim)
+    return jnp.where(rows == index, x[None], jnp.zeros((), x.dtype))
 
   return elastic.worker_sum(jax.tree.map(pad, tree), reduce_over)
 
@@ -216,7 +232,7 @@ def _serve_fn(master_rule: MasterRule, s: int) -> Callable:
       def apply(_):
         before = _read_center(history, clock, s) if s else center
         new_center, new_master, reply = master_rule(
-            center, master, _tree_index(messages, w), before, clock
+            center, master, _tree_pick(messages, w), before, clock
         )
         new_history = history
         if s:

@@ -21,8 +21,12 @@ The synchronous elastic and averaging algorithms read ``sync_warmup_steps``
 its ``array_fields``: the fields its factory takes as JAX arrays, so that
 configurations differing only in them (and in the learning rate, which every
 algorithm takes as an array through its optimizer) run in one compiled
-program vmapped over configurations (``easgd.protocol.runs``); the DOWNPOUR
-family's tau is not one of them (its exchange table is built on the host).
+program vmapped over configurations (``easgd.protocol.runs``). The simulated
+asynchronous algorithms take tau and ``exchange_order`` as arrays too (the
+exchange is decided on the device from the clock, the order selected there:
+:func:`field_array`); their ``worker_speeds``, ``staleness`` and
+``push_timing`` stay Python values (the slot table's and the ring of centers'
+shapes, the push offset of ``easgd.core.base.every_tau_steps``).
 
 Every algorithm reads the common fields (data, model, num_workers, batch,
 epochs, the local optimizer ``optimizer``/``learning_rate``/schedule/
@@ -42,6 +46,7 @@ import textwrap
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 if TYPE_CHECKING:  # annotations only: the table is read without JAX (the config)
+  import numpy as np
   import optax
 
   from easgd.asynchrony.schedule import ExchangeSchedule
@@ -128,6 +133,11 @@ SCHEDULE_FIELDS = _ASYNC
 simulate it (``easgd.settings.runtime_table``; on a real runtime, order and
 staleness come from timing)."""
 _PUSH = ("tau", "push_timing") + _ASYNC
+_PUSH_ARRAYS = ("tau", "exchange_order")
+"""The array fields of every DOWNPOUR-type algorithm (``array_fields``)."""
+CODED_FIELDS = {"exchange_order": "EXCHANGE_ORDERS"}
+"""Array fields whose config values are names: :func:`field_array` passes the
+index of the name in its tuple of ``easgd.asynchrony.names``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -309,6 +319,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             ),
             asynchronous_=True,
             summary="asynchronous EASGD, Algorithm 1",
+            array_fields=("tau", "alpha", "beta", "exchange_order"),
             paper=True,
         ),
         _spec(
@@ -326,6 +337,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             asynchronous_=True,
             without_momentum="async_easgd",
             summary="asynchronous EAMSGD, Algorithm 2",
+            array_fields=("tau", "alpha", "beta", "delta", "exchange_order"),
             paper=True,
         ),
         _spec(
@@ -337,6 +349,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             ),
             asynchronous_=True,
             summary="DOWNPOUR (push every tau steps)",
+            array_fields=_PUSH_ARRAYS,
             paper=True,
         ),
         _spec(
@@ -349,7 +362,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             asynchronous_=True,
             without_momentum="downpour",
             summary="DOWNPOUR with Nesterov momentum on the master",
-            array_fields=("delta",),
+            array_fields=_PUSH_ARRAYS + ("delta",),
             paper=True,
         ),
         _spec(
@@ -361,6 +374,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             ),
             asynchronous_=True,
             summary="DOWNPOUR with a running average 1/(t+1)",
+            array_fields=_PUSH_ARRAYS,
             paper=True,
         ),
         _spec(
@@ -372,7 +386,7 @@ TABLE: dict[str, AlgorithmSpec] = {
             ),
             asynchronous_=True,
             summary="DOWNPOUR with a constant-rate moving average",
-            array_fields=("average_rate",),
+            array_fields=_PUSH_ARRAYS + ("average_rate",),
             paper=True,
         ),
         _spec(
@@ -606,6 +620,35 @@ def reads_table() -> str:
 
 
 __doc__ = __doc__.replace("{reads_table}", reads_table())
+
+
+def field_array(field: str, values) -> np.ndarray:
+  """The values of an array field (``AlgorithmSpec.array_fields``) of n
+  configurations, as the array a program passes to ``build``.
+
+  Args:
+    field: an array field of some algorithm.
+    values: its n config values.
+
+  Returns:
+    A NumPy array [n]: int32 for ``tau``; int32 indices into the names'
+    tuple for a named field (:data:`CODED_FIELDS`: ``exchange_order`` into
+    ``EXCHANGE_ORDERS``); float32 for the others.
+
+  Raises:
+    ValueError: a name its tuple does not hold (one line, naming the field).
+  """
+  import numpy as np
+
+  from easgd.asynchrony import names
+
+  if field in CODED_FIELDS:
+    allowed = getattr(names, CODED_FIELDS[field])
+    unknown = [v for v in values if v not in allowed]
+    if unknown:
+      raise ValueError(f"unknown {field} {unknown[0]!r}; allowed: {', '.join(allowed)}")
+    return np.asarray([allowed.index(v) for v in values], np.int32)
+  return np.asarray(values, np.int32 if field == "tau" else np.float32)
 
 
 def array_fields_of(config) -> tuple[str, ...]:

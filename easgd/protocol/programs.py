@@ -60,7 +60,7 @@ WHY_STATIC = {
     "global_batch_size": "the batch sets the array shapes",
     "num_epochs": "the budget sets the scan's length",
     "sync_warmup_steps": "the warm-up's K sets the program's control flow",
-    "tau": "its tau is a Python int (a host-side exchange table or schedule)",
+    "tau": "its tau is a Python int (the fragments' offsets of a streaming exchange)",
 }
 """Why arms that differ in a field run as separate programs."""
 
@@ -737,7 +737,7 @@ def run_program(
   }
   for f in varying:
     values = [getattr(by_name[c["arm"]].config, f) for c in configs]
-    hyper[f] = np.asarray(values, np.int32 if f == "tau" else np.float32)
+    hyper[f] = registry.field_array(f, values)  # exchange_order: its index
   keys, params = [], []
   for c in configs:
     init_key, step_key = jax.random.split(jax.random.key(c["seed"]))
