@@ -277,13 +277,15 @@ def seeds_bullet(results: dict) -> str:
     if rates:
       sentence += f" The rate tuned at p = {p} on its own: {', '.join(rates)}."
     failing = [
-        f"{k} ({sum(a['diverged'])} flagged diverged; final errors "
-        f"{100 * min(a['final_test_errors']):.1f} to {100 * max(a['final_test_errors']):.1f}%)"
+        f"{k} ({sum(a['diverged'])} diverged"
+        + (f", {sum(a['collapsed'])} collapsed" if "collapsed" in a else "")
+        + f"; final errors {100 * min(a['final_test_errors']):.1f} to "
+        f"{100 * max(a['final_test_errors']):.1f}%)"
         for k, a in here.items()
-        if any(a["diverged"])
+        if any(a["diverged"]) or any(a.get("collapsed", []))
     ]
     if failing:
-      sentence += f" Seeds flagged diverged: {'; '.join(failing)}."
+      sentence += f" Seeds flagged failed: {'; '.join(failing)}."
     out.append(sentence)
   return " ".join(out)
 

@@ -905,12 +905,24 @@ def differences(
   return out
 
 
+def failed_seeds(arm: dict) -> str:
+  """``"d + c/n"``: an arm's report seeds flagged diverged (d) and collapsed (c,
+  ``easgd.run.compare.collapsed``; results written before the protocol recorded
+  collapse have none: ``"d/n"``) of its n report seeds."""
+  n = len(arm["final_test_errors"])
+  d = sum(arm.get("diverged", []))
+  if "collapsed" not in arm:
+    return f"{d}/{n}"
+  return f"{d} + {sum(arm['collapsed'])}/{n}"
+
+
 def differences_markdown(results: dict[str, Any], reference: str) -> str:
   """The seeds question's table: every arm's final test error and its
   difference to ``reference`` (percentage points, 95% interval: paired by seed
   where the arms pair, :func:`paired`, else Welch's, marked), its reading
   ("worse", "better", or no difference resolved, then whether it is
-  equivalent within :data:`ERROR_BOUND` by TOST) and the seeds flagged diverged.
+  equivalent within :data:`ERROR_BOUND` by TOST) and the seeds flagged failed
+  (:func:`failed_seeds`: diverged, and collapsed where the results record it).
 
   Raises:
     ProtocolError: results of a task without a per-example ``"correct"``.
@@ -921,11 +933,11 @@ def differences_markdown(results: dict[str, Any], reference: str) -> str:
   bound = f"{100 * ERROR_BOUND:g} pp"
   lines = [
       f"| arm | rate (resolved) | final test err % | minus '{reference}' (pp, 95% CI) "
-      f"| paired | verdict | diverged seeds |",
+      f"| paired | verdict | failed seeds (diverged + collapsed) |",
       "|---|---|---|---|---|---|---|",
       f"| {reference} | {ref['resolved_learning_rate']:.3g} | "
       f"{format_interval(ref['final_test_error'])} | - | - | - | "
-      f"{sum(ref.get('diverged', []))}/{len(ref['final_test_errors'])} |",
+      f"{failed_seeds(ref)} |",
   ]
   for name, d in diffs.items():
     a = results["arms"][name]
@@ -938,6 +950,6 @@ def differences_markdown(results: dict[str, Any], reference: str) -> str:
         f"| {name} | {a['resolved_learning_rate']:.3g} | "
         f"{format_interval(a['final_test_error'])} | {_fmt_diff(d)} | "
         f"{'yes' if d['paired'] else 'no (Welch)'} | {word} | "
-        f"{sum(a.get('diverged', []))}/{len(a['final_test_errors'])} |"
+        f"{failed_seeds(a)} |"
     )
   return "\n".join(lines) + "\n"
