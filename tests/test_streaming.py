@@ -1,6 +1,8 @@
 """The streaming elastic exchange (easgd.core.streaming) against an independent
-float64 NumPy reference written from its equations, event by event; the base
-case against easgd_update bit for bit; hand-worked compressors and schedules."""
+float64 NumPy reference written from its equations, event by event: the update
+alone (EASGD), and synchronous EAMSGD's programs (Nesterov velocity of eq. (7)
+as the local update); the base case against easgd_update bit for bit;
+hand-worked compressors and schedules."""
 
 import functools
 import math
@@ -8,15 +10,20 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
-from easgd.core import elastic, streaming
+from easgd.core import algorithms, elastic, streaming
 from easgd.core.elastic import HyperparameterError
 from easgd.core.streaming import Compression
+
+from testutil import tanh_mlp
 
 TAU, ALPHA, ETA, STEPS = 4, 0.3, 0.1, 3 * 4 + 3
 """Period, moving rate, learning rate, and steps run: three periods and the
 applications still in flight (delay up to tau - 1)."""
+DELTA = 0.9
+"""EAMSGD's Nesterov momentum delta in the reference runs."""
 
 # NumPy reference, written from the module docstring's equations (no module code).
 
@@ -41,20 +48,30 @@ def ref_compress(g, kind, block_size, fraction):
   return out
 
 
-def ref_run(x0, c0, grad, fragments, num_fragments, delay, compression, steps):
-  """Event-by-event trajectory: lists (per step) of (x, c, e), x and e per worker.
+def ref_run(x0, c0, grad, fragments, num_fragments, delay, compression, steps, momentum=0.0):
+  """Event-by-event trajectory: lists (per step) of (x, c, e, v), x, e and v per worker.
 
   x0: per worker a list of leaves; c0: list of leaves; grad(i, leaves) -> leaves.
+  The local update u^i_t: -eta g(x^i_t) (momentum 0, EASGD), or EAMSGD's velocity
+  of eq. (7) / Algorithm 2: v^i <- delta v^i - eta g(x^i_t + delta v^i), u^i_t = v^i
+  (the look-ahead at the pre-exchange x^i_t; v^i local, never exchanged).
   """
   p, n = len(x0), len(c0)
   x = [[np.array(v, np.float64) for v in w] for w in x0]
   c = [np.array(v, np.float64) for v in c0]
   e = [[np.zeros_like(v) for v in c] for _ in range(p)]
+  vel = [[np.zeros_like(v) for v in c] for _ in range(p)]
   offsets = [j * TAU // num_fragments for j in range(num_fragments)]
   in_flight = {}  # fragment -> (d per worker, M), leaves by index
   out = []
   for t in range(steps):
-    u = [[-ETA * gv for gv in grad(i, x[i])] for i in range(p)]
+    if momentum:
+      for i in range(p):
+        look = [x[i][k] + momentum * vel[i][k] for k in range(n)]
+        vel[i] = [momentum * vk - ETA * gk for vk, gk in zip(vel[i], grad(i, look))]
+      u = [list(w) for w in vel]
+    else:
+      u = [[-ETA * gv for gv in grad(i, x[i])] for i in range(p)]
     for j, o in enumerate(offsets):
       if t >= o and (t - o) % TAU == 0:  # send
         members = [k for k in range(n) if fragments[k] == j]
@@ -79,7 +96,7 @@ def ref_run(x0, c0, grad, fragments, num_fragments, delay, compression, steps):
     for i in range(p):
       x[i] = [(x[i][k] - d[i][k]) + u[i][k] if k in big_m else x[i][k] + u[i][k] for k in range(n)]
     c = [c[k] + big_m[k] if k in big_m else c[k] for k in range(n)]
-    out.append(([list(w) for w in x], list(c), [list(w) for w in e]))
+    out.append(([list(w) for w in x], list(c), [list(w) for w in e], [list(w) for w in vel]))
   return out
 
 
@@ -89,7 +106,9 @@ P_WORKERS = 3
 
 
 def quadratic():
-  """f_i(x) = 1/2 sum h (x - target_i)^2 over three leaves (sizes 3, 4, 1)."""
+  """f_i(x) = 1/2 sum h (x - target_i)^2 over three leaves (sizes 3, 4, 1).
+
+  Returns ``(x0, c0, target, loss, np_grad)`` as :func:`testutil.tanh_mlp`."""
   rng = np.random.default_rng(0)
   shapes = {"a": (3,), "b": (2, 2), "c": ()}
   h = {k: rng.uniform(0.5, 2.0, s) for k, s in shapes.items()}
@@ -97,43 +116,28 @@ def quadratic():
   x0 = {k: rng.normal(size=(P_WORKERS,) + s) for k, s in shapes.items()}
   c0 = {k: rng.normal(size=s) for k, s in shapes.items()}
 
-  def jax_grad(i_params, i_target):
-    return jax.tree.map(lambda hh, x, t: hh * (x - t), h, i_params, i_target)
+  def loss(i_params, i_target, key=None):
+    del key
+    return sum(0.5 * jnp.sum(h[k] * (i_params[k] - i_target[k]) ** 2) for k in shapes)
 
   keys = sorted(shapes)
 
   def np_grad(i, leaves):
     return [h[k] * (v - target[k][i]) for k, v in zip(keys, leaves)]
 
-  return x0, c0, target, jax_grad, np_grad
+  return x0, c0, target, loss, np_grad
 
 
 def mlp():
-  """A 3-4-2 tanh network, loss 1/2 mean_b ||out - y||^2, a batch of 5 per worker."""
-  rng = np.random.default_rng(1)
-  shapes = {"b1": (4,), "b2": (2,), "w1": (3, 4), "w2": (4, 2)}
-  data = {"x": rng.normal(size=(P_WORKERS, 5, 3)), "y": rng.normal(size=(P_WORKERS, 5, 2))}
-  x0 = {k: 0.5 * rng.normal(size=(P_WORKERS,) + s) for k, s in shapes.items()}
-  c0 = {k: 0.5 * rng.normal(size=s) for k, s in shapes.items()}
-
-  def loss(w, batch):
-    hidden = jnp.tanh(batch["x"] @ w["w1"] + w["b1"])
-    return 0.5 * jnp.mean(jnp.sum((hidden @ w["w2"] + w["b2"] - batch["y"]) ** 2, axis=-1))
-
-  def np_grad(i, leaves):
-    b1, b2, w1, w2 = leaves
-    x, y = data["x"][i], data["y"][i]
-    hidden = np.tanh(x @ w1 + b1)
-    r = (hidden @ w2 + b2 - y) / x.shape[0]
-    dz = (r @ w2.T) * (1 - hidden**2)
-    return [dz.sum(0), r.sum(0), x.T @ dz, hidden.T @ r]
-
-  return x0, c0, data, jax.grad(loss), np_grad
+  """A 3-4-2 tanh network, loss 1/2 mean_b ||out - y||^2, a batch of 5 per worker
+  (:func:`testutil.tanh_mlp`)."""
+  return tanh_mlp(P_WORKERS)
 
 
 def jax_run(problem, fragments, num_fragments, delay, compression, steps):
   """The module's trajectory, p workers under jax.vmap(axis_name="w"), float64."""
-  x0, c0, extra, jax_grad, _ = problem
+  x0, c0, extra, loss, _ = problem
+  jax_grad = jax.grad(loss)
   x = jax.tree.map(jnp.asarray, x0)
   c = jax.tree.map(lambda v: jnp.broadcast_to(jnp.asarray(v), (P_WORKERS,) + np.shape(v)), c0)
   state = jax.vmap(lambda w: streaming.init_stream_state(w, delay, compression))(x)
@@ -172,7 +176,7 @@ def assert_matches_reference(problem, fragments, num_fragments, delay, compressi
   )
   got = jax_run(problem, fragments, num_fragments, delay, compression, STEPS)
   close = functools.partial(np.testing.assert_allclose, rtol=1e-12, atol=1e-14)
-  for t, ((rx, rc, re), (x, c, state)) in enumerate(zip(ref, got)):
+  for t, ((rx, rc, re, _), (x, c, state)) in enumerate(zip(ref, got)):
     for n, k in enumerate(keys):
       for i in range(P_WORKERS):
         close(x[k][i], rx[i][n], err_msg=f"x^{i} leaf {k} after step {t}")
@@ -245,6 +249,116 @@ def test_mlp_matches_the_reference(num_fragments, delay, compression, layout, fr
     one = jax.tree.map(lambda v: v[0], problem[0])
     assert streaming.fragment_leaves(one, num_fragments, layout) == fragments
     assert_matches_reference(problem, fragments, num_fragments, delay, compression)
+
+
+# Synchronous EAMSGD with the streaming exchange: the package's programs against the
+# reference with eq. (7)'s velocity. P = 1, V = 0 and no compression is today's eamsgd
+# (the same programs bit for bit: tests/test_streaming_runs.py), here against the
+# reference too.
+
+
+def eamsgd_run(problem, num_fragments, layout, delay, compression, steps):
+  """``eamsgd``'s programs, the host's choice per clock, p workers under
+  ``jax.vmap(axis_name="w")``, float64, each worker from its x0 and the center
+  set to c0 after ``init``; (worker, shared) after each step."""
+  x0, c0, batch, loss, _ = problem
+  x = jax.tree.map(jnp.asarray, x0)
+  exchange = streaming.ExchangeTechniques(
+      num_fragments,
+      layout,
+      delay,
+      compression,
+      param_shapes=jax.tree.map(lambda v: v[0], x),
+  )
+  algo = algorithms.eamsgd(
+      loss,
+      optax.sgd(ETA),
+      num_workers=P_WORKERS,
+      momentum=DELTA,
+      tau=TAU,
+      alpha=ALPHA,
+      exchange=exchange,
+      axis_name="w",
+  )
+  worker, shared = jax.vmap(algo.init)(x)
+  center = jax.tree.map(lambda v: jnp.broadcast_to(jnp.asarray(v), (P_WORKERS,) + v.shape), c0)
+  shared = shared._replace(center=center)
+  programs = {
+      name: jax.jit(jax.vmap(program.step, in_axes=(0, 0, 0, None), axis_name="w"))
+      for name, program in algo.programs().items()
+  }
+  out = []
+  for t in range(steps):
+    worker, shared, _ = programs[algo.program_at(t)](worker, shared, batch, jax.random.key(0))
+    out.append((worker, shared))
+  return out
+
+
+def assert_eamsgd_matches_reference(problem, num_fragments, layout, delay, compression):
+  """x^i, v^i, e^i and the center after every step within float64 round-off."""
+  x0, c0, _, _, np_grad = problem
+  keys = sorted(c0)
+  fragments = streaming.fragment_leaves(c0, num_fragments, layout)
+  ref = ref_run(
+      [[x0[k][i] for k in keys] for i in range(P_WORKERS)],
+      [c0[k] for k in keys],
+      np_grad,
+      fragments,
+      num_fragments,
+      delay,
+      None
+      if compression is None
+      else (compression.kind, compression.block_size, compression.fraction),
+      STEPS,
+      momentum=DELTA,
+  )
+  got = eamsgd_run(problem, num_fragments, layout, delay, compression, STEPS)
+  close = functools.partial(np.testing.assert_allclose, rtol=1e-12, atol=1e-14)
+  for t, ((rx, rc, re, rv), (worker, shared)) in enumerate(zip(ref, got)):
+    for n, k in enumerate(keys):
+      for i in range(P_WORKERS):
+        close(worker.params[k][i], rx[i][n], err_msg=f"x^{i} leaf {k} after step {t}")
+        close(worker.velocity[k][i], rv[i][n], err_msg=f"v^{i} leaf {k} after step {t}")
+        close(shared.center[k][i], rc[n], err_msg=f"center leaf {k} after step {t} (worker {i})")
+        if compression is not None:
+          close(worker.stream.error[k][i], re[i][n], err_msg=f"e^{i} leaf {k} after step {t}")
+
+
+@pytest.mark.parametrize(
+    "num_fragments, delay, compression",
+    [
+        (1, 0, None),
+        (1, 1, None),
+        (2, 0, None),
+        (3, TAU - 1, None),
+        (2, 1, INT8),
+        (3, 0, INT4),
+        (2, TAU - 1, TOPK),
+    ],
+    ids=lambda v: getattr(v, "kind", str(v)),
+)
+def test_eamsgd_on_the_quadratic_matches_the_reference(
+    quadratic_problem, num_fragments, delay, compression
+):
+  with jax.enable_x64(True):
+    assert_eamsgd_matches_reference(
+        quadratic_problem, num_fragments, "contiguous", delay, compression
+    )
+
+
+@pytest.mark.parametrize(
+    "num_fragments, delay, compression, layout",
+    [
+        (1, 0, None, "contiguous"),
+        (2, 1, INT8, "contiguous"),
+        (3, TAU - 1, TOPK, "strided"),
+        (2, 0, INT4, "strided"),
+    ],
+    ids=lambda v: getattr(v, "kind", str(v)),
+)
+def test_eamsgd_on_the_mlp_matches_the_reference(num_fragments, delay, compression, layout):
+  with jax.enable_x64(True):
+    assert_eamsgd_matches_reference(mlp(), num_fragments, layout, delay, compression)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["float32", "bfloat16"])

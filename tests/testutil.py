@@ -3,6 +3,8 @@
 STEP_KINDS           argument and output kinds of an algorithm step for
                      ``mapping.map_workers``;
 mlp_setup, random_batches  a tiny MLP classifier and random batches for it;
+tanh_mlp             a 3-4-2 tanh regression network per worker, its JAX loss and
+                     its float64 NumPy gradient (the float64 references);
 max_abs_diff, assert_trees_close  leafwise comparison of two pytrees;
 linear_data, Items, linear_task  a separable 3-class problem as arrays, as a
                      ``__getitem__`` object, and as a user's Task;
@@ -10,6 +12,8 @@ regression_task      a loss-only user's Task (mean-squared error, no "correct"),
                      also ``--task testutil:regression_task``;
 all_reduce_ops, all_reduce_bytes  the all-reduces of a compiled program's HLO
                      text: their device groups and result bytes;
+program_collectives  the all-reduces and all-gathers of an algorithm's compiled
+                     programs on a layout;
 collective_dtypes    the element types each collective of a compiled program
                      operates on.
 """
@@ -63,6 +67,39 @@ def random_batches(num_steps, num_workers, batch, seed=1):
   x = rng.normal(size=(num_steps, num_workers, batch, 5)).astype(np.float32)
   y = rng.integers(0, 3, size=(num_steps, num_workers, batch)).astype(np.int32)
   return x, y
+
+
+def tanh_mlp(num_workers, seed=1):
+  """A 3-4-2 tanh network, loss 1/2 mean_b ||out - y||^2, a fixed batch of 5 per worker.
+
+  Returns:
+    ``(x0, c0, data, loss, np_grad)``: ``x0`` per-worker parameters (float64 NumPy,
+    leading axis ``num_workers``; leaves b1 (4,), b2 (2,), w1 (3, 4), w2 (4, 2)),
+    ``c0`` a point of the same shapes without the worker axis, ``data`` per worker
+    ``{"x": [p, 5, 3], "y": [p, 5, 2]}``, ``loss(params, batch, key)`` in JAX, and
+    ``np_grad(i, leaves)``: worker i's gradient on its batch in float64 NumPy, the
+    leaves in sorted-key order (b1, b2, w1, w2), written by hand (backpropagation).
+  """
+  rng = np.random.default_rng(seed)
+  shapes = {"b1": (4,), "b2": (2,), "w1": (3, 4), "w2": (4, 2)}
+  data = {"x": rng.normal(size=(num_workers, 5, 3)), "y": rng.normal(size=(num_workers, 5, 2))}
+  x0 = {k: 0.5 * rng.normal(size=(num_workers,) + s) for k, s in shapes.items()}
+  c0 = {k: 0.5 * rng.normal(size=s) for k, s in shapes.items()}
+
+  def loss(w, batch, key=None):
+    del key
+    hidden = jnp.tanh(batch["x"] @ w["w1"] + w["b1"])
+    return 0.5 * jnp.mean(jnp.sum((hidden @ w["w2"] + w["b2"] - batch["y"]) ** 2, axis=-1))
+
+  def np_grad(i, leaves):
+    b1, b2, w1, w2 = leaves
+    x, y = data["x"][i], data["y"][i]
+    hidden = np.tanh(x @ w1 + b1)
+    r = (hidden @ w2 + b2 - y) / x.shape[0]
+    dz = (r @ w2.T) * (1 - hidden**2)
+    return [dz.sum(0), r.sum(0), x.T @ dz, hidden.T @ r]
+
+  return x0, c0, data, loss, np_grad
 
 
 def max_abs_diff(a, b) -> float:
@@ -257,6 +294,17 @@ def collective_dtypes(hlo_text):
         for m in map(pattern.match, hlo_text.splitlines())
         if m
     ]
+  return out
+
+
+def program_collectives(algo, layout, args):
+  """{program name: (all-reduce ops, all-gather ops)} (:func:`all_reduce_ops`) of the
+  compiled programs of ``algo`` mapped on ``layout`` (``mapping.map_step``), each
+  lowered with ``args`` = (worker, shared, batch, key)."""
+  out = {}
+  for name, f in mapping.map_step(algo, layout, donate_state=False).programs.items():
+    hlo = f.lower(*args).compile().as_text()
+    out[name] = (all_reduce_ops(hlo), all_reduce_ops(hlo, "all-gather"))
   return out
 
 
