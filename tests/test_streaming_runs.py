@@ -30,7 +30,7 @@ from easgd.run import checkpoint, trainer
 from easgd.settings.config import TrainConfig
 from easgd.tasks import models
 
-from testutil import TINY_DIGITS, all_reduce_ops, mlp_setup, random_batches
+from testutil import TINY_DIGITS, mlp_setup, program_collectives, random_batches
 
 P_WORKERS, TAU, B = 4, 4, 4
 STEPS = 2 * TAU
@@ -62,15 +62,6 @@ def build(params, loss_fn, num_devices, backend, **settings):
   return algo, layout, (worker, shared, batch, jax.random.key(0))
 
 
-def collectives(algo, layout, args):
-  """{program name: (all-reduce ops, all-gather ops)} of the compiled programs."""
-  out = {}
-  for name, f in mapping.map_step(algo, layout, donate_state=False).programs.items():
-    hlo = f.lower(*args).compile().as_text()
-    out[name] = (all_reduce_ops(hlo), all_reduce_ops(hlo, "all-gather"))
-  return out
-
-
 @pytest.fixture(scope="module")
 def mlp():
   return mlp_setup()
@@ -82,7 +73,7 @@ def test_the_compiled_programs_send_the_bytes_the_accounting_counts(mlp, config_
   params, loss_fn = mlp
   num_devices, backend = LAYOUTS[layout_name]
   algo, layout, args = build(params, loss_fn, num_devices, backend, **CONFIGS[config_name])
-  per_program = collectives(algo, layout, args)
+  per_program = program_collectives(algo, layout, args)
   assert set(per_program) == set(algo.programs())  # one program per (send, apply) event
   measured = dict(all_reduces=0, bytes=0, all_gathers=0, gathered_bytes=0)
   for t in range(STEPS):
@@ -148,7 +139,7 @@ def test_the_peak_exchange_of_p_equal_fragments_is_one_pth_of_the_whole(compress
     )
     peaks[fragments] = max(
         sum(b for _, b in reduces) + sum(b for _, b in gathers) // P_WORKERS
-        for reduces, gathers in collectives(algo, layout, args).values()
+        for reduces, gathers in program_collectives(algo, layout, args).values()
     )
   # none: 2 x 64 bytes at once, 64 a fragment; int8 (one scale a leaf): 2 x 20, 20
   assert peaks == ({1: 128, 2: 64} if compression == "none" else {1: 40, 2: 20})
