@@ -4,7 +4,6 @@ protocol, ``compare`` and the sweeps from one definition (easgd.run.compare.coll
 import json
 import math
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -17,6 +16,8 @@ from easgd.sweeps import network, quadratic
 from easgd.sweeps import report as sweep_report
 from easgd.sweeps.grid import SweepGrid
 from easgd.tasks.task import Task
+
+import testutil
 
 # ----------------------------------------------------------------------------
 # The definition
@@ -76,26 +77,7 @@ def quadratic_task() -> Task:
   """Gradient descent on 0.5 (w - 1)^2 from w = 0 (the batch is not read), so after T
   steps at rate lr, w_T = 1 - (1 - lr)^T; "correct" is exp(-(w - 1)^2) per example,
   recorded as a task of 2 classes (chance error 0.5, collapsed at error >= 0.45)."""
-
-  def loss(params, batch, key):
-    return 0.5 * jnp.sum((params["w"] - 1.0) ** 2)
-
-  def evaluate(params, batch):
-    b = batch.shape[0]
-    d2 = jnp.sum((params["w"] - 1.0) ** 2)
-    return {"loss": jnp.full((b,), 0.5 * d2), "correct": jnp.full((b,), jnp.exp(-d2))}
-
-  rows = np.zeros((80, 1), np.float32)
-  return Task(
-      name="quadratic",
-      init=lambda key: {"w": jnp.zeros(1)},
-      loss=loss,
-      evaluate=evaluate,
-      train=rows,
-      test=rows[:20],
-      mean_of_examples=True,
-      info=dict(num_classes=2),
-  )
+  return testutil.quadratic_task(num_classes=2)
 
 
 BASE = TrainConfig(

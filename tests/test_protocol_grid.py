@@ -1,6 +1,5 @@
 """Grids that bracket the best rate: the protocol extends a grid whose choice is at an edge."""
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -9,6 +8,8 @@ from easgd.protocol import report, runs
 from easgd.protocol.config import Arm, ProtocolConfig, ProtocolError
 from easgd.tasks.task import Task
 
+import testutil
+
 H = 1.0
 """The curvature: plain gradient descent on 0.5 H (w - 1)^2 from w = 0 is at
 w_T = 1 - (1 - lr H)^T, so the best rate is exactly 1 / H = 1."""
@@ -16,25 +17,7 @@ w_T = 1 - (1 - lr H)^T, so the best rate is exactly 1 / H = 1."""
 
 def quadratic_task() -> Task:
   """A deterministic quadratic (the batch is not read): pmean SGD is gradient descent."""
-
-  def loss(params, batch, key):
-    return 0.5 * H * jnp.sum((params["w"] - 1.0) ** 2)
-
-  def evaluate(params, batch):
-    b = batch.shape[0]
-    d2 = jnp.sum((params["w"] - 1.0) ** 2)
-    return {"loss": jnp.full((b,), 0.5 * H * d2), "correct": jnp.full((b,), jnp.exp(-d2))}
-
-  rows = np.zeros((80, 1), np.float32)
-  return Task(
-      name="quadratic",
-      init=lambda key: {"w": jnp.zeros(1)},
-      loss=loss,
-      evaluate=evaluate,
-      train=rows,
-      test=rows[:20],
-      mean_of_examples=True,
-  )
+  return testutil.quadratic_task(H)
 
 
 BASE = TrainConfig(

@@ -159,7 +159,8 @@ def jax_run(problem, fragments, num_fragments, delay, compression, steps):
   return out
 
 
-def assert_matches_reference(problem, fragments, num_fragments, delay, compression):
+def reference_of(problem, fragments, num_fragments, delay, compression, momentum=None):
+  """(keys, :func:`ref_run` of ``problem`` for STEPS steps), the leaves in key order."""
   x0, c0, _, _, np_grad = problem
   keys = sorted(c0)
   ref = ref_run(
@@ -173,7 +174,13 @@ def assert_matches_reference(problem, fragments, num_fragments, delay, compressi
       if compression is None
       else (compression.kind, compression.block_size, compression.fraction),
       STEPS,
+      **({} if momentum is None else dict(momentum=momentum)),
   )
+  return keys, ref
+
+
+def assert_matches_reference(problem, fragments, num_fragments, delay, compression):
+  keys, ref = reference_of(problem, fragments, num_fragments, delay, compression)
   got = jax_run(problem, fragments, num_fragments, delay, compression, STEPS)
   close = functools.partial(np.testing.assert_allclose, rtol=1e-12, atol=1e-14)
   for t, ((rx, rc, re, _), (x, c, state)) in enumerate(zip(ref, got)):
@@ -296,22 +303,8 @@ def eamsgd_run(problem, num_fragments, layout, delay, compression, steps):
 
 def assert_eamsgd_matches_reference(problem, num_fragments, layout, delay, compression):
   """x^i, v^i, e^i and the center after every step within float64 round-off."""
-  x0, c0, _, _, np_grad = problem
-  keys = sorted(c0)
-  fragments = streaming.fragment_leaves(c0, num_fragments, layout)
-  ref = ref_run(
-      [[x0[k][i] for k in keys] for i in range(P_WORKERS)],
-      [c0[k] for k in keys],
-      np_grad,
-      fragments,
-      num_fragments,
-      delay,
-      None
-      if compression is None
-      else (compression.kind, compression.block_size, compression.fraction),
-      STEPS,
-      momentum=DELTA,
-  )
+  fragments = streaming.fragment_leaves(problem[1], num_fragments, layout)
+  keys, ref = reference_of(problem, fragments, num_fragments, delay, compression, DELTA)
   got = eamsgd_run(problem, num_fragments, layout, delay, compression, STEPS)
   close = functools.partial(np.testing.assert_allclose, rtol=1e-12, atol=1e-14)
   for t, ((rx, rc, re, rv), (worker, shared)) in enumerate(zip(ref, got)):

@@ -324,3 +324,30 @@ def wait_all(procs, timeout):
       if p.poll() is None:
         p.kill()
         p.wait()
+
+
+def quadratic_task(curvature: float = 1.0, num_classes: int | None = None):
+  """A deterministic quadratic "classifier" (the batch is not read): loss
+  0.5 H (w - 1)^2 from w = 0, so pmean SGD is gradient descent and after T steps
+  at rate lr, w_T = 1 - (1 - lr H)^T; "correct" is exp(-(w - 1)^2) per example.
+  ``num_classes`` is recorded in ``info`` (chance error 1 - 1/K) when given."""
+
+  def loss(params, batch, key):
+    return 0.5 * curvature * jnp.sum((params["w"] - 1.0) ** 2)
+
+  def evaluate(params, batch):
+    b = batch.shape[0]
+    d2 = jnp.sum((params["w"] - 1.0) ** 2)
+    return {"loss": jnp.full((b,), 0.5 * curvature * d2), "correct": jnp.full((b,), jnp.exp(-d2))}
+
+  rows = np.zeros((80, 1), np.float32)
+  return Task(
+      name="quadratic",
+      init=lambda key: {"w": jnp.zeros(1)},
+      loss=loss,
+      evaluate=evaluate,
+      train=rows,
+      test=rows[:20],
+      mean_of_examples=True,
+      info={} if num_classes is None else dict(num_classes=num_classes),
+  )
