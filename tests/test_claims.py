@@ -31,12 +31,28 @@ _spec.loader.exec_module(tables)
 SEEDS = [100, 101, 102, 103]
 
 
-def arm(algorithm, final, *, tau=4, p=4, model="cnn", seeds=None, workers=None, hits=None):
-  """A results.json arm: 4 seeds, evaluations every 10 of 100 steps."""
+def arm(
+    algorithm,
+    final,
+    *,
+    tau=4,
+    p=4,
+    model="cnn",
+    seeds=None,
+    workers=None,
+    hits=None,
+    num_steps=None,
+    optimizer="sgd",
+):
+  """A results.json arm: 4 seeds, evaluations every 10 of 100 steps; with
+  ``num_steps``, the run's local steps and samples (num_steps x 32 p) recorded."""
   steps = list(range(0, 101, 10))
+  config = dict(tau=tau, num_workers=p, global_batch_size=32 * p, model=model, dataset="mnist1d")
+  if optimizer != "sgd":
+    config.update(optimizer=optimizer, momentum=0.99)
   out = dict(
       algorithm=algorithm,
-      config=dict(tau=tau, num_workers=p, global_batch_size=32 * p, model=model, dataset="mnist1d"),
+      config=config,
       final_test_errors=list(final),
       test_errors_at_best_val=list(final),
       final_worker_test_errors=list(workers if workers is not None else [e + 0.01 for e in final]),
@@ -48,6 +64,8 @@ def arm(algorithm, final, *, tau=4, p=4, model="cnn", seeds=None, workers=None, 
       communication_curve=dict(all_reduces=steps, bytes=[s * 10**6 for s in steps]),
   )
   out["final_test_error"] = protocol_stats.mean_interval(final)
+  if num_steps is not None:
+    out.update(num_steps=num_steps, samples=num_steps * 32 * p)
   return out
 
 
@@ -99,6 +117,115 @@ def test_more_workers_is_judged_per_seed_and_its_interval_is_the_closed_form():
   assert part["verdict"] == "holds"  # Welch's interval of the same values contains 0
   assert protocol_stats.difference_interval(p4, p8)["low"] < 0
   assert "at p = 4 minus at p = 8 (the values run)" in workers["measurement"]
+
+
+def fig3_like(extra=()):
+  """Figure 3's asynchronous EASGD at p = 4 (432 local steps, 55,296 samples) and
+  p = 8 (432 steps, 110,592 samples), and ``extra`` arms; per seed (test error):
+
+    p=4                    0.10 0.14 0.07 0.15
+    p=8                    0.09 0.12 0.06 0.14   (p=4 - p=8: +1, +2, +1, +1 pp)
+    p=4 samples of p=8     0.08 0.13 0.07 0.12   (minus p=8: -1, +1, +1, -2 pp)
+  """
+  arms = {
+      "async_easgd p=4": arm("async_easgd", [0.10, 0.14, 0.07, 0.15], p=4, num_steps=432),
+      "async_easgd p=8": arm("async_easgd", [0.09, 0.12, 0.06, 0.14], p=8, num_steps=432),
+  }
+  arms.update(extra)
+  return results(arms)
+
+
+CONTROL = arm("async_easgd", [0.08, 0.13, 0.07, 0.12], p=4, num_steps=864)
+
+
+def test_more_workers_at_equal_samples_is_a_part_of_its_own_with_its_paired_interval():
+  r = fig3_like({"async_easgd p=4 samples of p=8": CONTROL})
+  (workers,) = protocol_claims.claims(None, r)
+  steps_part, samples_part = workers["parts"]
+  assert steps_part["what"] == "async_easgd p=4 - async_easgd p=8 (test error at best val)"
+  assert samples_part["what"] == (
+      "async_easgd p=4 samples of p=8 - async_easgd p=8 (test error at best val, equal samples)"
+  )
+  # equal local steps: +1, +2, +1, +1 pp; mean 1.25 pp, sd 0.5 pp, half-width t_3 * 0.5 / 2
+  assert steps_part["interval"]["difference"] == pytest.approx(0.0125)
+  assert steps_part["interval"]["high"] == pytest.approx(0.0125 + 3.182446305 * 0.0025, rel=1e-7)
+  assert steps_part["verdict"] == "holds"
+  # equal samples: -1, +1, +1, -2 pp; mean -0.25 pp, sd sqrt(6.75 / 3) = 1.5 pp
+  d = samples_part["interval"]
+  assert d["paired"] and d["difference"] == pytest.approx(-0.0025)
+  assert d["low"] == pytest.approx(-0.0025 - 3.182446305 * 0.0075, rel=1e-7)
+  assert d["high"] == pytest.approx(-0.0025 + 3.182446305 * 0.0075, rel=1e-7)
+  assert samples_part["verdict"] == "inconclusive"
+  assert samples_part["comparator"] == "paper"
+  assert workers["verdict"] == "inconclusive"
+  assert workers["measurement"].startswith(
+      "center test error at the evaluation with the lowest validation error at p = 4 minus at "
+      "p = 8 (the values run), same local steps (more workers and more samples); in the parts "
+      "marked 'equal samples', at p = 4 run for the samples of p = 8 (within 5%) minus at that "
+      "p: more workers at equal samples (as run: asynchronous EASGD, Algorithm 1)"
+  )
+  assert workers["context"] == [
+      "samples per run of the equal-samples parts: async_easgd p=4 samples of p=8 110,592 "
+      "against async_easgd p=8 110,592"
+  ]
+
+
+def test_equal_samples_are_read_from_the_steps_where_not_recorded_and_within_5_percent():
+  # no "samples": num_steps x global batch (1716 x 128 = 219,648 = 429 x 512 at p = 16)
+  control = arm("async_easgd", [0.1] * 4, p=4, num_steps=1716)
+  del control["samples"]
+  p16 = arm("async_easgd", [0.1] * 4, p=16, num_steps=429)
+  r = fig3_like({"async_easgd p=16": p16, "control": control})
+  whats = [p["what"] for p in protocol_claims.claims(None, r)[0]["parts"]]
+  assert whats == [
+      "async_easgd p=4 - async_easgd p=8 (test error at best val)",
+      "async_easgd p=4 - async_easgd p=16 (test error at best val)",
+      "control - async_easgd p=16 (test error at best val, equal samples)",
+  ]
+  # 1.5 x the samples of p = 8 is no control, and p = 4 at 432 steps stays the base
+  r = fig3_like({"longer": arm("async_easgd", [0.1] * 4, p=4, num_steps=648)})
+  whats = [p["what"] for p in protocol_claims.claims(None, r)[0]["parts"]]
+  assert whats == ["async_easgd p=4 - async_easgd p=8 (test error at best val)"]
+
+
+def test_results_without_equal_samples_arms_give_the_committed_parts():
+  fig3 = json.loads((FIGURES / "protocol_fig3" / "results.json").read_text())
+  (workers,) = protocol_claims.claims(None, fig3)
+  assert [(p["what"], p["text"], p["verdict"]) for p in workers["parts"]] == [
+      (
+          "async_easgd p=4 - async_easgd p=8 (test error at best val)",
+          "+1.84 pp [+1.33, +2.34], resolves 0.51 pp",
+          "holds",
+      ),
+      (
+          "async_eamsgd p=4 - async_eamsgd p=8 (test error at best val)",
+          "+0.16 pp [-0.25, +0.57], resolves 0.41 pp",
+          "inconclusive",
+      ),
+  ]
+  assert workers["measurement"] == (
+      "center test error at the evaluation with the lowest validation error at p = 4 minus at "
+      "p = 8 (the values run), same local steps (as run: asynchronous EASGD, Algorithm 1; "
+      "asynchronous EAMSGD, Algorithm 2)"
+  )
+  assert workers["context"] == []
+
+
+def test_momentum_baselines_are_compared_as_methods_the_paper_did_not_run():
+  arms = {
+      "async_eamsgd tau=4": arm("async_eamsgd", [0.1] * 4, hits=[40, 40, 40, 50]),
+      "pmean_sgd nesterov": arm("pmean_sgd", [0.1] * 4, optimizer="nesterov", hits=[50] * 4),
+      "local_sgd": arm("local_sgd", [0.1] * 4, optimizer="nesterov", hits=[60] * 4),
+  }
+  fastest, *_ = protocol_claims.claims(results(arms), None)
+  by = {p["what"]: p for p in fastest["parts"]}
+  # the name carries the optimizer, or the label adds it
+  assert set(by) == {
+      "async_eamsgd tau=4 - pmean_sgd nesterov",
+      "async_eamsgd tau=4 - local_sgd [nesterov 0.99]",
+  }
+  assert {p["comparator"] for p in by.values()} == {"other"}
+  assert fastest["by_comparator"]["paper"] == {"holds": 0, "does not hold": 0, "inconclusive": 0}
 
 
 def test_the_differences_table_pairs_by_seed_and_marks_welch():

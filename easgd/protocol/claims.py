@@ -314,7 +314,9 @@ def claims(fig2: dict | None, fig3: dict | None, *replications: dict) -> list[di
 
   1. EAMSGD is fastest to a given test error (:data:`CLAIMS_TARGET`, modelled
      time on :data:`CLAIMS_NETWORK`): at each tau, EAMSGD's time minus each
-     other arm's at that tau and of the tau-free references (a seed that never
+     other arm's at that tau and of the tau-free references (momentum
+     baselines among them, e.g. pmean SGD with Nesterov momentum, a method the
+     paper did not run, its optimizer in the part's label; a seed that never
      reaches the target counts the run's whole time, a lower bound: such a
      seed of EAMSGD's can make a part "does not hold" or "inconclusive", never
      "holds"); a time is known to one evaluation interval, so each interval is
@@ -326,10 +328,15 @@ def claims(fig2: dict | None, fig3: dict | None, *replications: dict) -> list[di
      test error at each larger tau minus at each smaller one (every pair of
      taus run, arms equal but for tau).
   4. More workers help EASGD (and EAMSGD): at the same local steps, the test
-     error at the smallest p (4 in Figure 3) minus that at each larger p run: the
-     test error at the evaluation with the lowest validation error, or the
-     final one for results without validation curves (:func:`selected_error`),
-     never the lowest test error (chosen on the test set).
+     error at the smallest p (4 in Figure 3) minus that at each larger p run
+     (a larger p then also processes p/4 times the samples); and, where the
+     results hold an arm at the smallest p of the larger p's samples (within
+     :data:`SAMPLES_TOLERANCE`: p = 4 run for p/4 times the epochs), that arm
+     minus the larger p's, labelled "equal samples": more workers at equal
+     samples. The test error at the evaluation with the lowest validation
+     error, or the final one for results without validation curves
+     (:func:`selected_error`), never the lowest test error (chosen on the test
+     set).
   5. The center beats the workers: EASGD's and EAMSGD's final center test
      error minus the mean of their workers', per seed (paired), every tau.
 
@@ -406,6 +413,17 @@ def _finish(res, key, claim, measurement, parts, unit="pp", bound=ERROR_BOUND, c
   )
 
 
+def _label(name: str, arm: dict) -> str:
+  """An arm's name in a part, with its local optimizer where the name does not
+  carry it (``"pmean_sgd [nesterov 0.99]"``), so that a momentum baseline is not
+  read as the plain method."""
+  c = arm["config"]
+  optimizer = c.get("optimizer") or "sgd"
+  if optimizer == "sgd" or optimizer in name:
+    return name
+  return f"{name} [{optimizer} {c.get('momentum')}]"
+
+
 def _claim_fastest(res):
   target, net = CLAIMS_TARGET, CLAIMS_NETWORK
   targets = res["protocol"]["targets"]
@@ -436,7 +454,7 @@ def _claim_fastest(res):
       resolution = max(_resolution(a, net), _resolution(b, net))
       resolutions.append(resolution)
       part = _part(
-          f"{name} - {other}",
+          f"{_label(name, a)} - {_label(other, b)}",
           mine,
           theirs,
           holds_if="negative",
@@ -564,21 +582,68 @@ def _claim_larger_tau(res):
   )
 
 
+SAMPLES_TOLERANCE = 0.05
+"""Two arms of the "more workers" claim process equal samples when their samples
+differ by at most this fraction of the larger-p arm's: whole epochs of a training
+set that does not divide into global batches give no exact match (Figure 3's
+p = 16 at 33 epochs of 13 steps x 512 examples, 219,648 samples, against p = 4
+at 32 epochs of 54 x 128, 221,184)."""
+_SAME_BUT_WORKERS = ("tau", "exchange_order", "staleness", "delta", "optimizer", "momentum")
+"""The config fields two arms of the "more workers" claim agree on (the rest:
+num_workers, global_batch_size, num_epochs and what p resolves, e.g. alpha)."""
+
+
+def _samples(arm: dict) -> int | None:
+  """Training examples one run of the arm processed, all workers: its recorded
+  ``samples``, else ``num_steps`` x ``global_batch_size``; None where neither."""
+  if arm.get("samples") is not None:
+    return int(arm["samples"])
+  if arm.get("num_steps") is None:
+    return None
+  return int(arm["num_steps"]) * int(arm["config"]["global_batch_size"])
+
+
+def _equal_samples(a: dict, b: dict) -> bool:
+  """Whether two arms' samples agree within :data:`SAMPLES_TOLERANCE` of ``b``'s."""
+  sa, sb = _samples(a), _samples(b)
+  return sa is not None and sb is not None and abs(sa - sb) <= SAMPLES_TOLERANCE * sb
+
+
+def _steps_gap(a: dict, b: dict) -> int:
+  """How many local steps per worker (``num_steps``) two arms differ by; 0 where
+  either does not record them."""
+  sa, sb = a.get("num_steps"), b.get("num_steps")
+  return 0 if sa is None or sb is None else abs(int(sa) - int(sb))
+
+
 def _claim_workers(res):
+  """Claim 4: at the smallest p, the arm of the same local steps (the nearest
+  ``num_steps``; ties, and results without it: the fewest samples) minus each
+  larger p's arm; and, where the results hold one, the smallest p's arm of equal
+  samples (:func:`_equal_samples`, not the same arm) minus that arm, labelled
+  "equal samples": more workers at equal samples rather than more workers and
+  more samples. Arms compared agree on :data:`_SAME_BUT_WORKERS`."""
   key, what = selected_error(res)
   short = "test error at best val" if key == "test_errors_at_best_val" else "final test error"
   parts = []
-  ps, bases = set(), set()
+  ps, bases, controlled, sizes = set(), set(), set(), []
   for algo in _paper_methods(res):
-    arms = {a["config"]["num_workers"]: (k, a) for k, a in _arms(res, algo).items()}
-    if len(arms) < 2:
-      continue
-    smallest = min(arms)
-    bases.add(smallest)
-    base_name, base = arms[smallest]
-    for p in sorted(arms)[1:]:
-      ps.add(p)
-      name, a = arms[p]
+    arms = _arms(res, algo)
+    smallest = min((a["config"]["num_workers"] for a in arms.values()), default=None)
+    small = {k: a for k, a in arms.items() if a["config"]["num_workers"] == smallest}
+    larger = [(k, a) for k, a in arms.items() if a["config"]["num_workers"] != smallest]
+    for name, a in sorted(larger, key=lambda x: x[1]["config"]["num_workers"]):
+      same = {
+          k: s
+          for k, s in small.items()
+          if all(s["config"].get(f) == a["config"].get(f) for f in _SAME_BUT_WORKERS)
+      }
+      if not same:
+        continue
+      base_name = min(same, key=lambda k: (_steps_gap(same[k], a), _samples(same[k]) or 0))
+      base = same[base_name]
+      bases.add(smallest)
+      ps.add(a["config"]["num_workers"])
       parts.append(
           _part(
               f"{base_name} - {name} ({short})",
@@ -590,15 +655,43 @@ def _claim_workers(res):
               bound=ERROR_BOUND,
           )
       )
-  larger = " and ".join(map(str, sorted(ps)))
+      controls = [k for k in same if k != base_name and _equal_samples(same[k], a)]
+      if not controls:
+        continue
+      control_name = min(controls, key=lambda k: abs(_samples(same[k]) - _samples(a)))
+      control = same[control_name]
+      controlled.add(a["config"]["num_workers"])
+      sizes.append(f"{control_name} {_samples(control):,} against {name} {_samples(a):,}")
+      parts.append(
+          _part(
+              f"{control_name} - {name} ({short}, equal samples)",
+              control[key],
+              a[key],
+              holds_if="positive",
+              is_paired=paired(res, control, a),
+              comparator=_comparator(control, a),
+              bound=ERROR_BOUND,
+          )
+      )
+  at = lambda values: " and ".join(map(str, sorted(values)))
+  measurement = (
+      f"center {what} at p = {at(bases)} minus at p = {at(ps)} (the values run), same local steps"
+  )
+  context = []
+  if controlled:
+    measurement += (
+        f" (more workers and more samples); in the parts marked 'equal samples', at p = "
+        f"{at(bases)} run for the samples of p = {at(controlled)} (within "
+        f"{SAMPLES_TOLERANCE:.0%}) minus at that p: more workers at equal samples"
+    )
+    context.append("samples per run of the equal-samples parts: " + "; ".join(sizes))
   return _finish(
       res,
       "workers",
       "More workers help EASGD and EAMSGD (lower test error with larger p)",
-      f"center {what} at p = {' and '.join(map(str, sorted(bases)))} minus at p = {larger} "
-      "(the values run), same local steps "
-      f"({_as_run(_paper_methods(res))})",
+      f"{measurement} ({_as_run(_paper_methods(res))})",
       parts,
+      context=context,
   )
 
 
