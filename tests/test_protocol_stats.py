@@ -220,3 +220,14 @@ def test_seeds_for_power_refuses_bad_input():
     stats.seeds_for_power(1.0, 1.0, power=1.0)
   with pytest.raises(ValueError, match="n must be an integer >= 2, got 1"):
     stats.resolution_power(1.0, 1.0, 1)
+
+
+def test_resolution_power_far_above_the_critical_value_is_one_not_nan():
+  # scipy's nct.cdf of the lower tail is nan at df 9, nc 20.6; the power is 1
+  assert stats.resolution_power(2.76, 18, 10, paired=True) == pytest.approx(1.0)
+  # and the lower tail still counts where it matters: nc 2.0 against the mirrored form
+  c = scipy_stats.t.ppf(0.975, 9)
+  want = scipy_stats.nct.sf(c, 9, 2.0) + scipy_stats.nct.cdf(-c, 9, 2.0)
+  assert stats.resolution_power(1.0, 2.0 / 10**0.5, 10, paired=True) == pytest.approx(
+      want, rel=1e-9
+  )

@@ -206,7 +206,9 @@ def _power(sd: float, difference: float, n: np.ndarray, paired: bool, confidence
   df = n - 1 if paired else 2 * n - 2
   nc = difference / (sd / np.sqrt(n)) if paired else difference / (sd * np.sqrt(2 / n))
   critical = stats.t.ppf(0.5 + confidence / 2, df)
-  return stats.nct.sf(critical, df, nc) + stats.nct.cdf(-critical, df, nc)
+  # P(T < -c) as P(T' > c) with T' of noncentrality -nc: scipy's nct.cdf is nan far
+  # in the lower tail (e.g. df 9, nc 20.6), its mirrored sf is 0 there
+  return stats.nct.sf(critical, df, nc) + stats.nct.sf(critical, df, -nc)
 
 
 def resolution_power(
