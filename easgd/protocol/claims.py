@@ -218,6 +218,21 @@ def _spread(a, b, is_paired: bool) -> float:
   return float(np.sqrt((np.var(a, ddof=1) + np.var(b, ddof=1)) / 2))
 
 
+def _arms_part(res, what: str, a: dict, b: dict, metric: str, *, holds_if: str) -> dict:
+  """:func:`_part` of ``a[metric] - b[metric]`` (per-seed test errors) of two arms of
+  ``res``: paired where :func:`paired`, compared as :func:`_comparator`, bound
+  :data:`ERROR_BOUND`."""
+  return _part(
+      what,
+      a[metric],
+      b[metric],
+      holds_if=holds_if,
+      is_paired=paired(res, a, b),
+      comparator=_comparator(a, b),
+      bound=ERROR_BOUND,
+  )
+
+
 def _part(
     what: str,
     a: Sequence[float],
@@ -506,14 +521,13 @@ def _claim_robust(res):
           if d_arm["config"]["num_workers"] != m_arm["config"]["num_workers"]:
             continue
           parts.append(
-              _part(
+              _arms_part(
+                  res,
                   f"{dn} - {mn} (final test error)",
-                  d_arm["final_test_errors"],
-                  m_arm["final_test_errors"],
+                  d_arm,
+                  m_arm,
+                  "final_test_errors",
                   holds_if="positive",
-                  is_paired=paired(res, d_arm, m_arm),
-                  comparator=_comparator(d_arm, m_arm),
-                  bound=ERROR_BOUND,
               )
           )
   context = [
@@ -562,14 +576,13 @@ def _claim_larger_tau(res):
           sorted(group), 2
       ):
         parts.append(
-            _part(
+            _arms_part(
+                res,
                 f"{large_name} - {small_name} (final test error)",
-                large["final_test_errors"],
-                small["final_test_errors"],
+                large,
+                small,
+                "final_test_errors",
                 holds_if="negative",
-                is_paired=paired(res, large, small),
-                comparator=_comparator(large, small),
-                bound=ERROR_BOUND,
             )
         )
   return _finish(
@@ -645,14 +658,13 @@ def _claim_workers(res):
       bases.add(smallest)
       ps.add(a["config"]["num_workers"])
       parts.append(
-          _part(
+          _arms_part(
+              res,
               f"{base_name} - {name} ({short})",
-              base[key],
-              a[key],
+              base,
+              a,
+              key,
               holds_if="positive",
-              is_paired=paired(res, base, a),
-              comparator=_comparator(base, a),
-              bound=ERROR_BOUND,
           )
       )
       controls = [k for k in same if k != base_name and _equal_samples(same[k], a)]
@@ -663,14 +675,13 @@ def _claim_workers(res):
       controlled.add(a["config"]["num_workers"])
       sizes.append(f"{control_name} {_samples(control):,} against {name} {_samples(a):,}")
       parts.append(
-          _part(
+          _arms_part(
+              res,
               f"{control_name} - {name} ({short}, equal samples)",
-              control[key],
-              a[key],
+              control,
+              a,
+              key,
               holds_if="positive",
-              is_paired=paired(res, control, a),
-              comparator=_comparator(control, a),
-              bound=ERROR_BOUND,
           )
       )
   at = lambda values: " and ".join(map(str, sorted(values)))
