@@ -37,9 +37,11 @@ initialisation; the global batch of each step fixed by (seed, epoch, step)),
 so differences to "1 worker" are paired per seed. Each arm reports its final
 test error, test loss and training loss (the workers' mean loss over the last
 evaluation interval), which answers the seeds' "lower loss, lower accuracy"
-from the same runs. The cut that keeps the run within an hour on 2 cores:
-the subset of the data, 10 epochs, and no arm with a p-worker rate tuned on
-its own (the rules are what the question asks about).
+from the same runs. The cuts made for the 60-minute budget: the subset of the
+data, 10 epochs, and no arm with a p-worker rate tuned on its own (the rules
+are what the question asks about). The committed run took 99 minutes on the
+2 cores while other jobs shared them (its results.md gives the time), so the
+budget is not shown met.
 """
 
 from easgd.protocol.config import Arm, ProtocolConfig, log_grid
